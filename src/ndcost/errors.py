@@ -1,0 +1,74 @@
+"""The one error a user of ndcost sees for bad input.
+
+Every spec (Model, Device, Cluster, ExecSpec, Ratios, a config file) is
+validated when it is built; whatever is wrong raises :class:`SpecError`, a
+``ValueError``, whose message names the parameter, the rule it breaks and the
+value it got, in the form (after scikit-learn's ``InvalidParameterError``)::
+
+    The 'tp' parameter of ExecSpec must divide num_attention_heads (64). Got 3 instead.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class SpecError(ValueError):
+    """A spec, a file or an argument that ndcost cannot price.
+
+    Attributes:
+        parameter: The name of the offending parameter (``"tp"``, ``"hidden_size"``, ...).
+        owner: What it belongs to (``"ExecSpec"``, ``"Model"``, a file path, ...).
+        rule: What it must be, in words.
+        value: What it got.
+    """
+
+    def __init__(self, parameter: str, owner: str, rule: str, value: Any) -> None:
+        self.parameter = parameter
+        self.owner = owner
+        self.rule = rule
+        self.value = value
+        super().__init__(
+            f"The {parameter!r} parameter of {owner} must {rule}. Got {value!r} instead."
+        )
+
+
+def require(condition: bool, parameter: str, owner: str, rule: str, value: Any) -> None:
+    """Raise :class:`SpecError` unless *condition* holds."""
+    if not condition:
+        raise SpecError(parameter, owner, rule, value)
+
+
+def check_positive_int(value: Any, parameter: str, owner: str, *, minimum: int = 1) -> int:
+    """Return *value* if it is an int (not a bool) of at least *minimum*, else raise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(parameter, owner, f"be an integer >= {minimum}", value)
+    if value < minimum:
+        raise SpecError(parameter, owner, f"be an integer >= {minimum}", value)
+    return value
+
+
+def check_positive_number(value: Any, parameter: str, owner: str, *, allow_zero: bool = False) -> float:
+    """Return *value* as a float if it is a finite real number > 0 (>= 0 with *allow_zero*)."""
+    rule = "be a finite number >= 0" if allow_zero else "be a finite number > 0"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(parameter, owner, rule, value)
+    number = float(value)
+    if number != number or number in (float("inf"), float("-inf")):
+        raise SpecError(parameter, owner, rule, value)
+    if number < 0 or (number == 0 and not allow_zero):
+        raise SpecError(parameter, owner, rule, value)
+    return number
+
+
+def check_bool(value: Any, parameter: str, owner: str) -> bool:
+    """Return *value* if it is a bool, else raise."""
+    if not isinstance(value, bool):
+        raise SpecError(parameter, owner, "be True or False", value)
+    return value
+
+
+def check_choice(value: Any, parameter: str, owner: str, choices: tuple) -> Any:
+    """Return *value* if it is one of *choices*, else raise."""
+    if value not in choices:
+        raise SpecError(parameter, owner, f"be one of {', '.join(map(repr, choices))}", value)
+    return value
