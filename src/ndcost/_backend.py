@@ -1,0 +1,35 @@
+"""The one place that chooses the numeric backend (STYLE.md §3.2).
+
+``NDCOST_PURE_PYTHON`` is truthy when set and not ``"0"``; ``setup.py`` reads the
+same variable, so a pure build and a pure import mean the same thing. A
+non-CPython interpreter always takes the pure-Python twin. When the compiled
+module is missing although nobody asked for pure Python, ndcost still works,
+on the oracle, and says so once with a RuntimeWarning.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import TYPE_CHECKING
+
+PURE_PYTHON_REQUESTED = os.environ.get("NDCOST_PURE_PYTHON", "") not in ("", "0")
+
+if TYPE_CHECKING:  # one consistent view for type checkers
+    from . import _kernels_py as kernels
+elif PURE_PYTHON_REQUESTED or sys.implementation.name != "cpython":
+    from . import _kernels_py as kernels
+else:
+    try:
+        from . import _kernels_c as kernels
+    except ImportError as exc:  # no compiler at install time, or a pure wheel
+        warnings.warn(
+            f"ndcost's compiled core is not available ({exc}); using the pure-Python backend",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        from . import _kernels_py as kernels
+
+BACKEND: str = "cython" if kernels.__name__.endswith("_c") else "python"
+
+__all__ = ["BACKEND", "PURE_PYTHON_REQUESTED", "kernels"]

@@ -1,0 +1,110 @@
+"""Column layouts of the flat arrays the kernels read (the kernel ABI).
+
+The Python layer turns a (model, cluster) into a per-kind table and a model
+vector once, and each candidate into a candidate vector; the kernels read them
+by these indices. ``cysrc/ndcost/kernels/columns.pxi`` holds the same numbers
+as C enums: it is generated from this file by ``python tools/gen_columns.py``
+and tests/test_columns.py checks that the two agree.
+
+Names follow ND's cost-model config fields (ND_REFERENCE §1.3) where ND has one.
+"""
+from __future__ import annotations
+
+# --- per layer kind: one row per kind of the model (float64, K x KIND_COLUMNS) ---
+KIND_FIELDS = (
+    "att_a",          # attention heads of the kind (linear/GDN kind: linear_num_value_heads)
+    "att_n_kv",       # kv heads (GDN: n_k*d_k/d_v, ND's mapping onto q/k/v/o, ND_REFERENCE §1.5)
+    "att_dh",         # head dim (GDN: linear_value_head_dim; MLA: v_head_dim as ND's deepseek profile)
+    "att_gate",       # 1 when a fused output gate doubles Q (Qwen3-Next gated attention, every GDN kind)
+    "qk_nope",        # MLA qk_nope_head_dim (0 -> att_dh)
+    "dhr",            # MLA qk_rope_head_dim (0 otherwise)
+    "lin_n_v",        # GDN value heads (0 for other kinds: no n_linrec entry)
+    "lin_d_k",        # GDN key head dim
+    "lin_d_v",        # GDN value head dim
+    "is_mla",         # 1 for an MLA kind (ND: dc_kv != 0 uses mla_weights for attMM)
+    "mla_w",          # MLA: every attention weight W of mla_weights (ND_REFERENCE §2.2)
+    "mla_up",         # MLA: the up-projection weights (attUp's share is mla_up/mla_w)
+    "is_moe",         # 1 for a MoE-FFN kind (expert table; dispatches once)
+    "ffn_width",      # the kind's FFN width: dense intermediate_size, or the routed expert width on a MoE kind
+    "n_attMM", "n_attBMM", "n_ffMM", "n_softmax", "n_dropout", "n_normOp",
+    "n_gather", "n_headCast", "n_ffAct", "n_linrec", "n_qknorm", "n_dispatch",  # ND op counts of the kind
+    "p_nonexp",       # ND's num_params_layer: non-expert params of one layer (attention + norms [+ dense FFN])
+    "p_routed_base",  # ND: all routed experts' params with etp = 1 (the kernel divides by etp)
+    "p_shared",       # ND: shared experts' params
+    "attn_extra_p",   # GDN conv + gate params ND adds to the attention count
+)
+
+# --- model-level constants (float64 vector) ---
+MODEL_FIELDS = (
+    "h", "a", "hff", "v",          # hidden, heads, model FFN width (dense width; MoE-only models: the expert width), vocab
+    "n_exp", "n_chosen", "n_shared", "hff_exp",  # routed experts, top-k, shared experts (count, each as wide as a routed one), routed width
+    "shared_gate",                 # 1 when the shared experts have a gate (its weights spread over the FFN matmuls)
+    "dc_kv",                       # MLA kv_lora_rank (0: not MLA; ND's output layer then counts once, else n_mtp times)
+    "n_mtp",                       # MTP layers
+    "default_kind",                # the kind whose counts the embedding and output nodes take (ND prices them on the model config)
+)
+
+# --- one candidate strategy (float64 vector) ---
+CAND_FIELDS = (
+    "b", "s", "t", "sp", "cp", "ep", "t_exp", "d", "d_exp", "p", "vp", "m",
+    "bytes_p", "bytes_c", "bytes_grad",     # ND byte widths: params, compute, gradients (ND: 0 without accumulation)
+    "cap_fact", "moe_dispatch",             # capacity factor; MOE_DISPATCH constant (1040, or the spec's)
+    "comm_d_non_exp", "comm_d_exp",         # 0 / 2 / 3 (ND_REFERENCE §2.6)
+    "comm_t", "comm_ep", "comm_cp",         # 0/1 flags
+    "cp_ring",                              # 1 ring (colossalai_cp), 0 Ulysses
+    "shard_nonexp_partial", "shard_exp", "shard_exp_partial",  # shard_p_os_non_exp_partial, shard_p_os_exp, shard_p_os_exp_partial
+    "shard_embed", "gather_embed",
+    "fsdp",                                 # 1 when gradients shard as params (ZeRO-3 / FSDP traffic path)
+    "reshard",                              # 1 when FSDP reshards after forward (gathers twice a micro-batch)
+    "tie_emb",                              # 1 when embedding and output share weights
+    "dpn",                                  # ND devices per node (level_bound_number[0]: A2 8, A3 16)
+    "is_a3",                                # 1 on ND's "A3": every comm part halved
+    "dp_overlap", "tp_overlap",             # ND 0.9 / 0.5
+)
+
+# --- ND estimator options (float64 vector) ---
+ND_OPTION_FIELDS = (
+    "ratio_type",    # 0 DYNAMIC, 1 STATIC, 2 COMPUTE_ONLY, 3 COMM_ONLY
+    "rec_type",      # 0 WITH, 1 NONE, 2 COMPUTE_ONLY, 3 COMM_ONLY
+    "p2p",           # 0 NONE, 1 MANUAL
+    "p2p_ratio",     # MANUAL_P2P_RATIO 0.002
+    "static_ratio",  # 1e4
+)
+
+# --- option slots of a layout: what a layer runs (int64 pairs) ---
+OPTION_NONE, OPTION_FULL, OPTION_SELECTIVE = 0, 1, 2
+
+# --- ND parts, in output order (sum == total) ---
+PART_NAMES = (
+    "fw_compute", "bw_compute", "recompute", "dp_comm", "dp_reduce",
+    "tp_comm", "ep_comm", "cp_comm", "pp_comm", "bubble",
+)
+
+# --- per-stage raw sums the ND walk produces (float64, p x STAGE_FIELDS) ---
+STAGE_FIELDS = (
+    "comp", "recomp",                 # compute walk: plain, and with recompute
+    "dp", "dp_reduce", "tp", "ep", "cp",  # comm walk (plain), after the per-stage multipliers
+    "recomm",                          # comm walk with recompute (total, after multipliers)
+)
+
+
+def index(fields: tuple) -> dict:
+    """Name -> column index."""
+    return {name: i for i, name in enumerate(fields)}
+
+
+KIND = index(KIND_FIELDS)
+MODEL = index(MODEL_FIELDS)
+CAND = index(CAND_FIELDS)
+ND_OPTION = index(ND_OPTION_FIELDS)
+PART = index(PART_NAMES)
+STAGE = index(STAGE_FIELDS)
+
+GROUPS = {
+    "K": KIND_FIELDS,
+    "M": MODEL_FIELDS,
+    "C": CAND_FIELDS,
+    "O": ND_OPTION_FIELDS,
+    "P": PART_NAMES,
+    "S": STAGE_FIELDS,
+}
