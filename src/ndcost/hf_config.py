@@ -1,0 +1,298 @@
+"""Transformers ``config.json`` -> :class:`ndcost.model.Model` fields, offline.
+
+Used by :meth:`Model.from_hf_config`. A config.json carries many keys that do
+not change the cost of training (token ids, rope scaling, dtypes, ...): keys the
+mapping does not use are ignored. What each family fixes in its *code* rather
+than in its config (Qwen2's q/k/v biases, Qwen3's QK-norm, Qwen3-Next's gated
+attention and shared-expert gate, GPT-2's LayerNorm and biases) is set here,
+per ``model_type``, with the modelling file it comes from.
+
+Supported ``model_type``: llama, qwen2, qwen3, qwen3_moe, qwen3_next, mixtral,
+deepseek_v3, gpt2 (also GPT-3-like configs written with GPT-2's field names
+n_embd / n_layer / n_head / n_inner / n_positions) and gpt_neox.
+"""
+from __future__ import annotations
+
+import json
+import os
+from os import PathLike
+from typing import Any, Mapping
+
+from .errors import SpecError
+
+__all__ = ["SUPPORTED_MODEL_TYPES", "read_hf_config", "model_kwargs_from_hf_config"]
+
+SUPPORTED_MODEL_TYPES = (
+    "deepseek_v3",
+    "gpt2",
+    "gpt_neox",
+    "llama",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_next",
+)
+
+# Alternative names of one quantity across families (ND_REFERENCE §1.4, HyperV2
+# parser aliases). The first present wins.
+_EXPERT_COUNT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
+_MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+
+# Qwen3NextConfig's default when neither layer_types nor full_attention_interval
+# is given: every 4th layer (1-based) is full attention.
+_QWEN3_NEXT_DEFAULT_FULL_ATTENTION_INTERVAL = 4
+
+
+def read_hf_config(path_or_dict: str | PathLike | Mapping[str, Any]) -> tuple[dict[str, Any], str, str]:
+    """Load a config: a dict, a path to a config.json, or a directory holding one.
+
+    Returns (config, owner used in error messages, default model name). The
+    default name is the last component of ``_name_or_path`` if the config has
+    one, else the directory's name for a path, else the model_type.
+    """
+    if isinstance(path_or_dict, Mapping):
+        config = dict(path_or_dict)
+        owner = "config.json <dict>"
+        fallback_name = None
+    elif isinstance(path_or_dict, (str, PathLike)):
+        path = os.fspath(path_or_dict)
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        owner = f"config.json {path}"
+        try:
+            with open(path, encoding="utf-8") as handle:
+                config = json.load(handle)
+        except FileNotFoundError:
+            rule = "name an existing config.json or a directory holding one"
+            raise SpecError("path", "Model.from_hf_config", rule, os.fspath(path_or_dict)) from None
+        except json.JSONDecodeError as exc:
+            rule = f"hold valid JSON ({exc.msg}, line {exc.lineno})"
+            raise SpecError("path", "Model.from_hf_config", rule, path) from None
+        if not isinstance(config, dict):
+            raise SpecError("path", "Model.from_hf_config", "hold a JSON object", path)
+        fallback_name = os.path.basename(os.path.dirname(os.path.abspath(path))) or None
+    else:
+        raise SpecError("path_or_dict", "Model.from_hf_config", "be a path or a dict", path_or_dict)
+
+    name_or_path = config.get("_name_or_path")
+    if isinstance(name_or_path, str) and name_or_path.strip("/"):
+        default_name = name_or_path.rstrip("/").rsplit("/", 1)[-1]
+    elif fallback_name:
+        default_name = fallback_name
+    else:
+        default_name = str(config.get("model_type") or "model")
+    return config, owner, default_name
+
+
+class _Reader:
+    """Reads keys of one config, raising SpecError that names the config."""
+
+    def __init__(self, config: Mapping[str, Any], owner: str) -> None:
+        self.config = config
+        self.owner = owner
+
+    def required(self, *keys: str) -> Any:
+        for key in keys:
+            if self.config.get(key) is not None:
+                return self.config[key]
+        raise SpecError(keys[0], self.owner, "be present", None)
+
+    def optional(self, *keys: str, default: Any = None) -> Any:
+        for key in keys:
+            if self.config.get(key) is not None:
+                return self.config[key]
+        return default
+
+
+def model_kwargs_from_hf_config(config: Mapping[str, Any], *, owner: str = "config.json <dict>") -> dict[str, Any]:
+    """The :class:`Model` keyword arguments (all but ``name``) of a config dict.
+
+    Values are passed through unconverted: :class:`Model` type-checks them, so
+    a string where an int belongs is reported by name.
+    """
+    if not isinstance(config, Mapping):
+        raise SpecError("config", owner, "be a JSON object", config)
+    model_type = config.get("model_type")
+    if model_type is None:
+        raise SpecError("model_type", owner, "be present", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise SpecError("model_type", owner, f"be one of {', '.join(map(repr, SUPPORTED_MODEL_TYPES))}", model_type)
+    read = _Reader(config, owner)
+    if model_type == "gpt2":
+        return _gpt2_kwargs(read)
+    if model_type == "gpt_neox":
+        return _gpt_neox_kwargs(read)
+    return _decoder_kwargs(read, model_type)
+
+
+def _gpt2_kwargs(read: _Reader) -> dict[str, Any]:
+    """GPT-2 (modeling_gpt2): learned position table, LayerNorm with bias,
+    biases on every Conv1D, 2-matmul GELU MLP of width n_inner (None means
+    4 * n_embd, GPT2Config's default), tied embeddings by default
+    (PretrainedConfig's tie_word_embeddings default is True). GPT-3 uses the
+    same block (Brown et al. 2020, §2.1: "the same model and architecture as
+    GPT-2"); its sparse attention layers do not change the parameter count."""
+    hidden = read.required("n_embd", "hidden_size")
+    inner = read.optional("n_inner", "intermediate_size")
+    if inner is None and isinstance(hidden, int) and not isinstance(hidden, bool):
+        inner = 4 * hidden
+    return {
+        "hidden_size": hidden,
+        "num_hidden_layers": read.required("n_layer", "num_hidden_layers"),
+        "num_attention_heads": read.required("n_head", "num_attention_heads"),
+        "vocab_size": read.required("vocab_size"),
+        "intermediate_size": inner,
+        "learned_position_embeddings": read.required("n_positions", "max_position_embeddings"),
+        "tie_word_embeddings": read.optional("tie_word_embeddings", default=True),
+        "gated_ffn": False,
+        "norm": "layernorm",
+        "attention_bias": True,
+        "mlp_bias": True,
+        "family": "gpt2",
+    }
+
+
+def _gpt_neox_kwargs(read: _Reader) -> dict[str, Any]:
+    """GPT-NeoX (modeling_gpt_neox): fused query_key_value and dense with
+    biases (attention_bias, default True), LayerNorm with bias, 2-matmul GELU
+    MLP with biases, rotary positions, untied embed_out by default. The
+    parallel attention/MLP residual changes the data flow, not the counts."""
+    return {
+        "hidden_size": read.required("hidden_size"),
+        "num_hidden_layers": read.required("num_hidden_layers"),
+        "num_attention_heads": read.required("num_attention_heads"),
+        "vocab_size": read.required("vocab_size"),
+        "intermediate_size": read.required("intermediate_size"),
+        "tie_word_embeddings": read.optional("tie_word_embeddings", default=False),
+        "gated_ffn": False,
+        "norm": "layernorm",
+        "attention_bias": read.optional("attention_bias", default=True),
+        "mlp_bias": True,
+        "family": "gpt_neox",
+    }
+
+
+def _decoder_kwargs(read: _Reader, model_type: str) -> dict[str, Any]:
+    """The SwiGLU/RMSNorm families: llama, qwen2, qwen3, qwen3_moe,
+    qwen3_next, mixtral, deepseek_v3."""
+    kwargs: dict[str, Any] = {
+        "hidden_size": read.required("hidden_size"),
+        "num_hidden_layers": read.required("num_hidden_layers"),
+        "num_attention_heads": read.required("num_attention_heads"),
+        "vocab_size": read.required("vocab_size"),
+        "num_key_value_heads": read.optional("num_key_value_heads"),
+        # Every family's config class defaults tie_word_embeddings to False.
+        "tie_word_embeddings": read.optional("tie_word_embeddings", default=False),
+        "attention_bias": read.optional("attention_bias", default=False),
+        "mlp_bias": read.optional("mlp_bias", default=False) if model_type == "llama" else False,
+        "family": model_type,
+    }
+    if model_type == "deepseek_v3":
+        # MLA: head_dim is left to Model (v_head_dim, ND's convention);
+        # DeepseekV3Config's own head_dim (= qk_rope_head_dim) is not a head width.
+        kwargs["kv_lora_rank"] = read.required("kv_lora_rank")
+        kwargs["q_lora_rank"] = read.optional("q_lora_rank", default=0)  # null = no query compression
+        kwargs["qk_rope_head_dim"] = read.required("qk_rope_head_dim")
+        kwargs["qk_nope_head_dim"] = read.required("qk_nope_head_dim")
+        kwargs["v_head_dim"] = read.required("v_head_dim")
+    else:
+        kwargs["head_dim"] = read.optional("head_dim")
+    if model_type == "qwen2":
+        # modeling_qwen2: q/k/v projections have bias=True in code (no config field).
+        kwargs["attention_bias"] = True
+    if model_type in ("qwen3", "qwen3_moe", "qwen3_next"):
+        # modeling_qwen3*: q_norm and k_norm (RMSNorm over head_dim) in code.
+        kwargs["qk_norm"] = True
+    if model_type == "qwen3_next":
+        # modeling_qwen3_next: q_proj emits query and a sigmoid output gate.
+        kwargs["attn_output_gate"] = True
+    kwargs["num_nextn_predict_layers"] = read.optional(*_MTP_KEYS, default=0)
+
+    _add_layer_types(read, model_type, kwargs)
+    _add_ffn(read, model_type, kwargs)
+    return kwargs
+
+
+def _add_layer_types(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> None:
+    layer_types = read.optional("layer_types")
+    if layer_types is None and model_type == "qwen3_next":
+        interval = read.optional("full_attention_interval", default=_QWEN3_NEXT_DEFAULT_FULL_ATTENTION_INTERVAL)
+        layers = kwargs["num_hidden_layers"]
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise SpecError("full_attention_interval", read.owner, "be an integer >= 1", interval)
+        if isinstance(layers, int) and not isinstance(layers, bool):
+            # Qwen3NextConfig: layer i (0-based) is full attention when (i + 1) % interval == 0.
+            layer_types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+    if layer_types is None:
+        return
+    kwargs["layer_types"] = tuple(layer_types) if isinstance(layer_types, list) else layer_types
+    if "linear_attention" in (layer_types or ()):
+        kwargs["linear_num_key_heads"] = read.required("linear_num_key_heads")
+        kwargs["linear_key_head_dim"] = read.required("linear_key_head_dim")
+        kwargs["linear_num_value_heads"] = read.required("linear_num_value_heads")
+        kwargs["linear_value_head_dim"] = read.required("linear_value_head_dim")
+        kwargs["linear_conv_kernel_dim"] = read.required("linear_conv_kernel_dim")
+
+
+def _add_ffn(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> None:
+    num_experts = read.optional(*_EXPERT_COUNT_KEYS, default=0)
+    if model_type in ("qwen3_moe", "qwen3_next", "mixtral", "deepseek_v3"):
+        num_experts = read.required(*_EXPERT_COUNT_KEYS)
+    kwargs["intermediate_size"] = read.optional("intermediate_size")
+    if not num_experts:
+        kwargs["intermediate_size"] = read.required("intermediate_size")
+        return
+    kwargs["num_experts"] = num_experts
+    kwargs["num_experts_per_tok"] = read.required("num_experts_per_tok")
+    if model_type == "mixtral":
+        # MixtralSparseMoeBlock: every layer is MoE and each expert has width
+        # intermediate_size; there is no dense FFN and no shared expert.
+        kwargs["moe_intermediate_size"] = read.required("intermediate_size")
+        return
+    kwargs["moe_intermediate_size"] = read.required("moe_intermediate_size")
+    shared_width = read.optional("shared_expert_intermediate_size", default=0)
+    shared_count = read.optional("n_shared_experts", "num_shared_experts", default=0)
+    if shared_count and not shared_width:
+        moe_width = kwargs["moe_intermediate_size"]
+        # DeepseekV3MoE: one MLP of width moe_intermediate_size * n_shared_experts.
+        if isinstance(shared_count, int) and isinstance(moe_width, int):
+            shared_width = shared_count * moe_width
+        else:
+            raise SpecError("n_shared_experts", read.owner, "be an integer", shared_count)
+    kwargs["shared_expert_intermediate_size"] = shared_width
+    if model_type == "qwen3_next" and shared_width:
+        # Qwen3NextSparseMoeBlock: sigmoid(shared_expert_gate(x)) scales the shared expert.
+        kwargs["shared_expert_gate"] = True
+    kwargs["first_k_dense_replace"] = _dense_prefix(read, model_type, kwargs)
+
+
+def _dense_prefix(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> int:
+    """How many leading layers are dense. ndcost's stacks are dense-then-MoE,
+    so a config whose dense layers are not a prefix is refused."""
+    layers = kwargs["num_hidden_layers"]
+    if model_type == "deepseek_v3":
+        # DeepseekV3: layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0.
+        freq = read.optional("moe_layer_freq", default=1)
+        if freq != 1:
+            raise SpecError("moe_layer_freq", read.owner, "be 1 (ndcost models dense-then-MoE stacks)", freq)
+        return read.optional("first_k_dense_replace", default=0)
+    if model_type in ("qwen3_moe", "qwen3_next"):
+        # Qwen3Moe/Qwen3Next: layer i is dense when i is in mlp_only_layers or
+        # (i + 1) % decoder_sparse_step != 0.
+        step = read.optional("decoder_sparse_step", default=1)
+        mlp_only = read.optional("mlp_only_layers", default=[])
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise SpecError("decoder_sparse_step", read.owner, "be an integer >= 1", step)
+        if not isinstance(mlp_only, (list, tuple)) or not isinstance(layers, int):
+            raise SpecError("mlp_only_layers", read.owner, "be a list of layer indices", mlp_only)
+        dense = sorted({i for i in range(layers) if i in mlp_only or (i + 1) % step != 0})
+        if dense != list(range(len(dense))):
+            raise SpecError(
+                "mlp_only_layers",
+                read.owner,
+                "leave the dense layers as a prefix 0..k-1 with decoder_sparse_step 1 (ndcost models dense-then-MoE stacks)",
+                list(mlp_only),
+            )
+        return len(dense)
+    return read.optional("first_k_dense_replace", default=0)
