@@ -60,6 +60,7 @@ CAND_FIELDS = (
     "dpn",                                  # ND devices per node (level_bound_number[0]: A2 8, A3 16)
     "is_a3",                                # 1 on ND's "A3": every comm part halved
     "dp_overlap", "tp_overlap",             # ND 0.9 / 0.5
+    "ep_local_tokens",                      # 0: balanced EP; else the tokens of the busiest EP rank (ND's tokens_per_expert)
 )
 
 # --- ND estimator options (float64 vector) ---

@@ -84,7 +84,8 @@ cdef enum:
     C_is_a3 = 32
     C_dp_overlap = 33
     C_tp_overlap = 34
-    C_COUNT = 35
+    C_ep_local_tokens = 35
+    C_COUNT = 36
 
 cdef enum:
     O_ratio_type = 0
