@@ -1,7 +1,30 @@
-"""ndcost: price a distributed LLM training strategy without running it."""
+"""ndcost: price a distributed LLM training strategy without running it.
+
+>>> import ndcost
+>>> m = ndcost.Model.from_catalog("llama3-70b")
+>>> c = ndcost.Cluster("h100-sxm", num_devices=1024)
+>>> s = ndcost.ExecSpec(dp=16, tp=8, pp=8, global_batch_size=1024, seq_length=8192,
+...                     sequence_parallel=True, recompute="selective")
+>>> e = ndcost.estimate(m, s, c)   # doctest: +SKIP
+"""
 from ._backend import BACKEND
+from .device import Cluster, Device, devices
 from .errors import SpecError
+from .estimate import estimate, layer_times
+from .exec_spec import ExecSpec
+from .explain import explain
+from .model import LayerKind, Model, OpCounts, ParamCount
+from .model_catalog import models
+from .ratios import Ratios
+from .recompute_spec import SWITCHES, RecomputeRange
+from .result import Estimate
 
 __version__ = "0.1.0"
 
-__all__ = ["BACKEND", "SpecError", "__version__"]
+__all__ = [
+    "BACKEND", "SpecError", "__version__",
+    "Model", "LayerKind", "OpCounts", "ParamCount", "models",
+    "Device", "Cluster", "devices",
+    "ExecSpec", "RecomputeRange", "SWITCHES",
+    "Ratios", "Estimate", "estimate", "layer_times", "explain",
+]

@@ -1,0 +1,149 @@
+"""The ``ndcost`` command line: catalog listings, model cards and single estimates.
+
+Every subcommand prints a readable table by default and JSON with ``--json``.
+Bad input is a :class:`~ndcost.errors.SpecError`, printed as one line on
+stderr with exit status 2 (never a traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import SpecError
+
+__all__ = ["main", "load_model_argument"]
+
+
+def load_model_argument(text: str):
+    """MODEL as a catalog name, a path to a Transformers config.json (or its folder), or a YAML/JSON model file."""
+    from .model import Model
+    from .model_catalog import models
+
+    path = Path(text)
+    if path.is_dir() and (path / "config.json").exists():
+        return Model.from_hf_config(path / "config.json")
+    if path.is_file():
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            with path.open(encoding="utf-8") as handle:
+                data = yaml.safe_load(handle)
+            if not isinstance(data, dict):
+                raise SpecError("MODEL", str(path), "hold a mapping of Model fields", type(data).__name__)
+            return Model.from_dict(data)
+        if path.suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and ("model_type" in data or "architectures" in data):
+                return Model.from_hf_config(data, name=path.stem)
+            return Model.from_dict(data)
+    if text in models():
+        return Model.from_catalog(text)
+    raise SpecError("MODEL", "ndcost", "be a catalog name (see `ndcost models`), a config.json path "
+                    "or a YAML model file", text)
+
+
+def _print_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> None:
+    cells = [list(map(str, header))] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for n, row in enumerate(cells):
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def _human(n: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from .model import Model
+    from .model_catalog import models
+
+    rows = []
+    for name in models():
+        model = Model.from_catalog(name)
+        count = model.parameter_count()
+        rows.append((name, model.family, model.num_hidden_layers, model.hidden_size, _human(count.total), _human(count.active)))
+    if args.json:
+        print(json.dumps([dict(zip(("name", "family", "layers", "hidden", "total", "active"), r)) for r in rows], indent=2))
+    else:
+        _print_table(rows, ("model", "family", "layers", "hidden", "params", "active"))
+    return 0
+
+
+def _cmd_devices(args: argparse.Namespace) -> int:
+    from .device import Device, devices
+
+    rows = []
+    for name in devices():
+        d = Device.from_catalog(name)
+        rows.append((name, f"{d.peak('bf16') / 1e12:.1f}", f"{d.hbm_bytes / 2**30:.0f}", f"{d.hbm_bandwidth / 1e12:.2f}",
+                     d.devices_per_node, f"{d.intra_node_bandwidth / 1e9:.0f}", f"{d.inter_node_bandwidth / 1e9:.1f}"))
+    header = ("device", "bf16 TFLOP/s", "HBM GiB", "HBM TB/s", "per node", "intra GB/s", "inter GB/s")
+    if args.json:
+        print(json.dumps([dict(zip(header, r)) for r in rows], indent=2))
+    else:
+        _print_table(rows, header)
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    model = load_model_argument(args.model)
+    card = model.describe()
+    if args.json:
+        print(json.dumps(card, indent=2, default=str))
+        return 0
+    for key, value in card.items():
+        if isinstance(value, dict):
+            print(f"{key}:")
+            for sub, inner in value.items():
+                print(f"  {sub}: {inner}")
+        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], dict):
+            print(f"{key}:")
+            for item in value:
+                print("  - " + ", ".join(f"{k}={v}" for k, v in item.items()))
+        else:
+            print(f"{key}: {value}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="ndcost", description="Price distributed LLM training strategies.")
+    parser.add_argument("--version", action="version", version=f"ndcost {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("models", help="list the model catalog")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_models)
+    p = sub.add_parser("devices", help="list the device catalog")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_devices)
+    p = sub.add_parser("show", help="dims, layer kinds and parameter counts of a model")
+    p.add_argument("model", help="catalog name, config.json path or YAML model file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_show)
+    from .cli_estimate import add_estimate_commands
+
+    add_estimate_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SpecError as exc:
+        print(f"ndcost: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""``ndcost estimate`` and ``ndcost explain``: one strategy, from the command line."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+__all__ = ["add_estimate_commands", "spec_from_args"]
+
+_INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "micro_batch_num",
+               "global_batch_size", "seq_length", "zero_stage", "seq_split")
+
+
+def _add_strategy_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="catalog name, config.json path or YAML model file")
+    p.add_argument("--device", required=True, help="catalog device (see `ndcost devices`)")
+    p.add_argument("--devices", type=int, help="number of devices (default: dp*tp*pp*cp)")
+    for name in _INT_FIELDS:
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=int)
+    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--recompute", choices=("none", "full", "selective"))
+    p.add_argument("--selective-rule", choices=("megatron", "mindformers", "hyperparallel"))
+    p.add_argument("--pp-schedule", choices=("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b"))
+    p.add_argument("--cp-algo", choices=("ring", "ulysses"))
+    p.add_argument("--precision", choices=("bf16", "fp16", "fp8"))
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def spec_from_args(args: argparse.Namespace):
+    """The ExecSpec the strategy flags state (unstated fields keep ExecSpec's defaults)."""
+    from .exec_spec import ExecSpec
+
+    fields: dict[str, Any] = {name: getattr(args, name) for name in _INT_FIELDS if getattr(args, name) is not None}
+    for name in ("sequence_parallel", "recompute", "selective_rule", "pp_schedule", "cp_algo", "precision"):
+        value = getattr(args, name)
+        if value is not None:
+            fields[name] = value
+    if "global_batch_size" not in fields and "micro_batch_num" not in fields:
+        fields["micro_batch_num"] = max(1, fields.get("pp", 1))
+    return ExecSpec(**fields)
+
+
+def _cluster(args: argparse.Namespace, spec):
+    from .device import Cluster
+
+    return Cluster(args.device, num_devices=args.devices or spec.num_devices)
+
+
+def _fmt(value: float, units: str) -> str:
+    if units == "seconds":
+        return f"{value * 1e3:.3f} ms"
+    if units == "nd_ms":
+        return f"{value:.3f} ms"
+    return f"{value:.6e}"
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    from .cli import load_model_argument
+    from .estimate import estimate
+
+    model = load_model_argument(args.model)
+    spec = spec_from_args(args)
+    cluster = _cluster(args, spec)
+    result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios)
+    if args.json:
+        out = result.to_dict()
+        out["model"] = model.name
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{model.name} on {cluster.num_devices} x {cluster.device.name}: "
+          f"dp={spec.dp} tp={spec.tp} pp={spec.pp} vpp={spec.vpp} cp={spec.cp} ep={spec.ep} "
+          f"mbs={spec.micro_batch_size} m={spec.resolved_micro_batch_num} seq={spec.seq_length}")
+    print(f"step time: {_fmt(result.step_time, result.units)}")
+    if result.mfu == result.mfu:
+        print(f"MFU: {100 * result.mfu:.1f}%   tokens/s: {result.tokens_per_second:,.0f}")
+    print("parts:")
+    total = result.step_time or 1.0
+    for name, value in result.parts.items():
+        print(f"  {name:<11} {_fmt(value, result.units):>16}  {100 * value / total:6.2f}%")
+    if result.memory is not None:
+        print(f"memory: peak {result.memory.peak / 2**30:.2f} GiB of {cluster.device.hbm_bytes / 2**30:.1f} GiB "
+              f"-> {'fits' if result.fits else 'DOES NOT FIT'}")
+        for i, stage in enumerate(result.memory.stages):
+            print(f"  stage {i:>3}: {stage.total / 2**30:8.2f} GiB")
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from .cli import load_model_argument
+    from .explain import explain
+
+    model = load_model_argument(args.model)
+    spec = spec_from_args(args)
+    cluster = _cluster(args, spec)
+    reasons = explain(model, spec, cluster)
+    if args.json:
+        print(json.dumps({"valid": not reasons, "reasons": reasons}, indent=2))
+    elif not reasons:
+        print("valid, and it fits")
+    else:
+        for reason in reasons:
+            print(f"- {reason}")
+    return 0 if not reasons else 1
+
+
+def add_estimate_commands(sub: Any) -> None:
+    p = sub.add_parser("estimate", help="price one strategy")
+    _add_strategy_arguments(p)
+    p.add_argument("--units", choices=("seconds", "nd"), default="seconds")
+    p.add_argument("--ratios", help="a ratios JSON file (ND's calibration)")
+    p.set_defaults(func=_cmd_estimate)
+    p = sub.add_parser("explain", help="why a strategy is invalid or does not fit")
+    _add_strategy_arguments(p)
+    p.set_defaults(func=_cmd_explain)

@@ -1,0 +1,204 @@
+"""From specs to the flat arrays the ND kernels read (ND_REFERENCE §1.3-§1.5, §3.3).
+
+A model becomes, once, a per-kind table (``KIND_FIELDS`` of ``_columns``) and a
+model vector; a candidate becomes a candidate vector. Names and formulas are
+ND's: ND's parameter counts (§3.3) drive its DP traffic, and its layer-kind
+mapping (§1.5) turns a gated-DeltaNet layer into the q/k/v/o shape its op
+table prices. Seconds mode and the memory model use the real parameter counts
+of :class:`~ndcost.model.Model` instead.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ._columns import CAND, CAND_FIELDS, KIND, KIND_FIELDS, MODEL, MODEL_FIELDS, ND_OPTION, ND_OPTION_FIELDS
+from .derive import Derived
+from .errors import SpecError
+from .exec_spec import ExecSpec
+
+__all__ = [
+    "MOE_DISPATCH", "MANUAL_P2P_RATIO", "STATIC_RATIO", "RATIO_TYPES", "REC_TYPES",
+    "nd_kind_table", "nd_model_vector", "nd_candidate_vector", "nd_options_vector", "nd_mla_weights",
+]
+
+#: What a MoE layer's dispatch costs per token, hidden unit, routed expert and
+#: EP rank, in ND's units: EMPIRICAL, fitted by upstream on 15 profiled points
+#: of Qwen3.5-35B-A3B at 8192 tokens on 64 dies (seed estimate.py, MOE_DISPATCH;
+#: ND_REFERENCE §2.3). ``ExecSpec.moe_dispatch`` overrides it; 0 prices none.
+MOE_DISPATCH = 1040.0
+#: ND's P2P weight per send/receive (seed estimate.py, MANUAL_P2P_RATIO).
+MANUAL_P2P_RATIO = 0.002
+#: ND's STATIC comm weight (seed estimate_stage).
+STATIC_RATIO = 1e4
+#: ND's RatioType / RecType names -> kernel codes (ND_REFERENCE §2.7).
+RATIO_TYPES = {"DYNAMIC": 0, "STATIC": 1, "COMPUTE_ONLY": 2, "COMM_ONLY": 3}
+REC_TYPES = {"WITH": 0, "NONE": 1, "COMPUTE_ONLY": 2, "COMM_ONLY": 3}
+
+
+def nd_mla_weights(h: float, a: float, n_kv: float, dh: float, dc_q: float, dc_kv: float,
+                   qk_nope: float, dhr: float) -> tuple[float, float]:
+    """ND's ``mla_weights`` (ND_REFERENCE §2.2): every MLA attention weight W, and the up-projections' share.
+
+    d_nope = qk_nope or dh; heads = a·(d_nope + dhr); query = dc_q·(h + heads) with a
+    q LoRA, else h·heads; W = query + h·(dc_kv + dhr) + dc_kv·n_kv·(d_nope + dh) + a·dh·h;
+    up = dc_q·heads (with a q LoRA) + dc_kv·n_kv·(d_nope + dh).
+    """
+    d_nope = qk_nope or dh
+    heads = a * (d_nope + dhr)
+    query = dc_q * (h + heads) if dc_q else h * heads
+    weights = query + h * (dc_kv + dhr) + dc_kv * n_kv * (d_nope + dh) + a * dh * h
+    up = (dc_q * heads if dc_q else 0.0) + dc_kv * n_kv * (d_nope + dh)
+    return weights, up
+
+
+def _attention_dims(model: Any, kind: Any) -> dict:
+    """The attention shape ND prices a kind with (ND_REFERENCE §1.5 bind_layer_stack)."""
+    if kind.attention == "linear":
+        # Gated DeltaNet mapped onto q/k/v/o: a = n_v, dh = d_v, n_kv = n_k·d_k/d_v, gated output.
+        n_v, d_v = model.linear_num_value_heads, model.linear_value_head_dim
+        n_k, d_k = model.linear_num_key_heads, model.linear_key_head_dim
+        extra = model.linear_conv_kernel_dim * (2 * n_k * d_k + n_v * d_v) + 2 * model.hidden_size * n_v
+        return dict(a=n_v, n_kv=n_k * d_k / d_v, dh=d_v, gate=1.0, lin=(n_v, d_k, d_v), extra=extra)
+    return dict(a=model.num_attention_heads, n_kv=model.num_key_value_heads, dh=model.head_dim,
+                gate=1.0 if model.attn_output_gate else 0.0, lin=(0, 0, 0), extra=0.0)
+
+
+def _nd_layer_params(model: Any, kind: Any, att: dict, n_exp: float, n_shared: float) -> tuple[float, float, float]:
+    """ND's num_params_layer (ND_REFERENCE §3.3): (non-expert, routed with etp = 1, shared)."""
+    h = float(model.hidden_size)
+    ops = kind.ops
+    if kind.attention == "mla":
+        a, n_kv, dh = model.num_attention_heads, model.num_key_value_heads, model.head_dim
+        dc_kv, dc_q, dhr = model.kv_lora_rank, model.q_lora_rank, model.qk_rope_head_dim
+        attention = (0.5 * ops.attMM * dc_kv * (n_kv * dh + h)            # kv down + up
+                     + 0.25 * ops.attMM * dc_q * (a * dh + h + a * dhr)   # q LoRA
+                     + 0.25 * ops.attMM * (h * a * dh + h * dhr))         # output + rope key
+    else:
+        g = 2.0 if att["gate"] else 1.0
+        d_q = att["a"] * att["dh"]
+        attention = (0.25 * ops.attMM * (g * h * d_q + h)                 # Q (doubled by a gate)
+                     + 0.25 * ops.attMM * (h * d_q + h)                   # O
+                     + 0.5 * ops.attMM * (h * att["n_kv"] * att["dh"] + h)  # K and V
+                     + att["extra"])                                      # GDN conv and gates
+    norm = ops.normOp * 2.0 * h
+    n_ff = ops.ffMM or 3.0
+    if kind.ffn == "moe":
+        hff_exp = float(model.moe_intermediate_size)
+        routed = n_exp * n_ff * (hff_exp * h + hff_exp)
+        shared = n_shared * n_ff * (hff_exp * h + hff_exp)
+        return attention + norm, routed, shared
+    hff = float(model.intermediate_size)
+    return attention + norm + n_ff * (hff * h + hff), 0.0, 0.0
+
+
+@functools.lru_cache(maxsize=256)
+def nd_kind_table(model: Any) -> np.ndarray:
+    """(K, len(KIND_FIELDS)) float64, read-only: one row per layer kind of *model*."""
+    table = np.zeros((len(model.kinds), len(KIND_FIELDS)), dtype=np.float64)
+    n_exp = float(max(1, model.num_experts))
+    n_shared = float(model.num_shared_experts)
+    for k, kind in enumerate(model.kinds):
+        row = table[k]
+        att = _attention_dims(model, kind)
+        row[KIND["att_a"]] = att["a"]
+        row[KIND["att_n_kv"]] = att["n_kv"]
+        row[KIND["att_dh"]] = att["dh"]
+        row[KIND["att_gate"]] = att["gate"]
+        row[KIND["lin_n_v"]], row[KIND["lin_d_k"]], row[KIND["lin_d_v"]] = att["lin"]
+        if kind.attention == "mla":
+            row[KIND["is_mla"]] = 1.0
+            row[KIND["qk_nope"]] = model.qk_nope_head_dim
+            row[KIND["dhr"]] = model.qk_rope_head_dim
+            row[KIND["mla_w"]], row[KIND["mla_up"]] = nd_mla_weights(
+                model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim,
+                model.q_lora_rank, model.kv_lora_rank, model.qk_nope_head_dim, model.qk_rope_head_dim)
+        moe = kind.ffn == "moe"
+        row[KIND["is_moe"]] = 1.0 if moe else 0.0
+        row[KIND["ffn_width"]] = model.moe_intermediate_size if moe else model.intermediate_size
+        for op in ("attMM", "attBMM", "ffMM", "softmax", "dropout", "normOp", "gather", "headCast", "ffAct", "linrec"):
+            row[KIND["n_" + op]] = getattr(kind.ops, op)
+        row[KIND["n_qknorm"]] = 1.0 if model.qk_norm else 0.0
+        # ND leaves the dispatch count to a layer kind; ndcost: a MoE layer dispatches once, a dense one never
+        # (ND_REFERENCE §2.3, open point).
+        row[KIND["n_dispatch"]] = 1.0 if moe else 0.0
+        row[KIND["p_nonexp"]], row[KIND["p_routed_base"]], row[KIND["p_shared"]] = _nd_layer_params(
+            model, kind, att, n_exp, n_shared)
+        row[KIND["attn_extra_p"]] = att["extra"]
+    table.setflags(write=False)
+    return table
+
+
+@functools.lru_cache(maxsize=256)
+def nd_model_vector(model: Any) -> np.ndarray:
+    """(len(MODEL_FIELDS),) float64, read-only: ND's model-level constants."""
+    vec = np.zeros(len(MODEL_FIELDS), dtype=np.float64)
+    vec[MODEL["h"]] = model.hidden_size
+    vec[MODEL["a"]] = model.num_attention_heads
+    # ND's cfg.hff: the dense width; a MoE-only model's hook sets it to the expert width (mixtral).
+    vec[MODEL["hff"]] = model.intermediate_size or model.moe_intermediate_size
+    vec[MODEL["v"]] = model.vocab_size
+    vec[MODEL["n_exp"]] = max(1, model.num_experts)       # ND: a dense model has n_exp = 1
+    vec[MODEL["n_chosen"]] = max(1, model.num_experts_per_tok)
+    vec[MODEL["n_shared"]] = model.num_shared_experts
+    vec[MODEL["hff_exp"]] = model.moe_intermediate_size or 0
+    vec[MODEL["shared_gate"]] = 1.0 if model.shared_expert_gate else 0.0
+    vec[MODEL["dc_kv"]] = model.kv_lora_rank
+    vec[MODEL["n_mtp"]] = model.num_nextn_predict_layers
+    # ND prices the embedding and output nodes on the model config, i.e. the family's default kind:
+    # the kind the body ends with (deepseek: moe; qwen3-next: full attention).
+    vec[MODEL["default_kind"]] = model.layer_kinds_in_order[model.num_hidden_layers - 1]
+    vec.setflags(write=False)
+    return vec
+
+
+def nd_candidate_vector(spec: ExecSpec, derived: Derived, cluster: Any) -> np.ndarray:
+    """(len(CAND_FIELDS),) float64: one candidate, ND's strategy fields."""
+    vec = np.empty(len(CAND_FIELDS), dtype=np.float64)
+    fill_candidate(vec, spec, derived, cluster)
+    return vec
+
+
+def fill_candidate(vec: np.ndarray, spec: ExecSpec, derived: Derived, cluster: Any) -> None:
+    """Write one candidate's ND fields into *vec* (a row of a batch, or a fresh vector)."""
+    device = cluster.device if cluster is not None else None
+    values = {
+        "b": spec.micro_batch_size, "s": spec.seq_length, "t": spec.tp, "sp": derived.sp, "cp": spec.cp,
+        "ep": spec.ep, "t_exp": derived.t_exp, "d": spec.dp, "d_exp": derived.d_exp, "p": spec.pp,
+        "vp": spec.vpp, "m": derived.micro_batch_num,
+        "bytes_p": spec.param_bytes, "bytes_c": spec.compute_bytes, "bytes_grad": derived.nd_bytes_grad,
+        "cap_fact": spec.capacity_factor,
+        "moe_dispatch": MOE_DISPATCH if spec.moe_dispatch is None else spec.moe_dispatch,
+        "comm_d_non_exp": derived.comm_d_non_exp, "comm_d_exp": derived.comm_d_exp,
+        "comm_t": derived.comm_t, "comm_ep": derived.comm_ep, "comm_cp": derived.comm_cp,
+        "cp_ring": 1.0 if spec.cp_algo == "ring" else 0.0,
+        "shard_nonexp_partial": derived.shard_p_os_non_exp_partial,
+        "shard_exp": derived.shard_p_os_exp, "shard_exp_partial": derived.shard_p_os_exp_partial,
+        "shard_embed": derived.shard_embed, "gather_embed": 1.0,  # ND's gather_embed: 1 unless a parser says otherwise
+        "fsdp": 1.0 if derived.grad_shard_as_params else 0.0,
+        "reshard": 1.0 if derived.reshards else 0.0,
+        "tie_emb": 1.0 if derived.tie_embeddings else 0.0,
+        "dpn": device.nd_node_size if device is not None else 8,
+        "is_a3": 1.0 if (device is not None and device.nd_name == "A3") else 0.0,
+        "dp_overlap": derived.comm_dp_overlap, "tp_overlap": derived.comm_tp_overlap,
+        "ep_local_tokens": 0.0,
+    }
+    for name, value in values.items():
+        vec[CAND[name]] = value
+
+
+def nd_options_vector(ratio_type: str = "DYNAMIC", rec_type: str = "WITH", p2p: bool = False) -> np.ndarray:
+    """ND's estimator options (CustomConfig: rtype, retype, ptype; ND_REFERENCE §2.7)."""
+    if ratio_type not in RATIO_TYPES:
+        raise SpecError("ratio_type", "estimate", f"be one of {', '.join(RATIO_TYPES)}", ratio_type)
+    if rec_type not in REC_TYPES:
+        raise SpecError("rec_type", "estimate", f"be one of {', '.join(REC_TYPES)}", rec_type)
+    vec = np.zeros(len(ND_OPTION_FIELDS), dtype=np.float64)
+    vec[ND_OPTION["ratio_type"]] = RATIO_TYPES[ratio_type]
+    vec[ND_OPTION["rec_type"]] = REC_TYPES[rec_type]
+    vec[ND_OPTION["p2p"]] = 1.0 if p2p else 0.0
+    vec[ND_OPTION["p2p_ratio"]] = MANUAL_P2P_RATIO
+    vec[ND_OPTION["static_ratio"]] = STATIC_RATIO
+    return vec

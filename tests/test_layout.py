@@ -1,0 +1,86 @@
+"""Layout: ND's partition generator, model order, recompute per layer (ND_REFERENCE §1.6)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ndcost import ExecSpec, Model, RecomputeRange
+from ndcost.layout import build_layout
+
+
+@pytest.fixture(scope="module")
+def dense():
+    return Model(name="t", hidden_size=64, num_hidden_layers=10, num_attention_heads=4, vocab_size=100,
+                 intermediate_size=128)
+
+
+def spec(**kw):
+    kw.setdefault("micro_batch_num", 8)
+    kw.setdefault("seq_length", 64)
+    return ExecSpec(**kw)
+
+
+def test_even_split_and_ends(dense):
+    layout = build_layout(dense, spec(pp=2))
+    assert layout.layers_per_stage().tolist() == [5, 5]
+    assert (layout.emb_stage, layout.out_stage) == (0, 1)
+    assert layout.stages[0][0][0] == -1 and layout.stages[1][0][-1] == -2
+
+
+def test_remainder_goes_to_the_middle_stages(dense):
+    # 10 layers on 4 stages: per = 2, remainder 2 -> stages 1 and 2 (nearest the middle)
+    assert build_layout(dense, spec(pp=4)).layers_per_stage().tolist() == [2, 3, 3, 2]
+
+
+def test_one_dimensional_offset(dense):
+    # per = 10 // 2 = 5; offset (+1, -1) -> 6, 4
+    assert build_layout(dense, spec(pp=2, offset=(1, -1))).layers_per_stage().tolist() == [6, 4]
+
+
+def test_interleaved_model_order(dense):
+    # pp 2, vpp 2 with offset: per = 10 // 4 = 2, offset (1,1) gives the last chunk of each stage 2 + 1
+    layout = build_layout(dense, spec(pp=2, vpp=2, offset=(1, 1)))
+    # model order: chunk 0 of stage 0 (layers 0,1), chunk 0 of stage 1 (2,3), chunk 1 of stage 0 (4,5,6), ...
+    assert layout.stages[0][0] == (-1, 0, 1)
+    assert layout.stages[1][0] == (2, 3)
+    assert layout.stages[0][1] == (4, 5, 6)
+    assert layout.stages[1][1] == (7, 8, 9, -2)
+
+
+def test_zero_bubble_v_runs_the_second_chunk_backwards(dense):
+    layout = build_layout(dense, spec(pp=2, vpp=2, pp_schedule="zero_bubble_v", offset=(1, 1)))
+    assert layout.stages[1][1] == (4, 5, 6)   # the V turns on the last stage
+    assert layout.stages[0][1][-1] == -2      # and ends, with the output layer, on stage 0
+    assert layout.out_stage == 0
+
+
+def test_recompute_ranges_in_model_order(dense):
+    ranges = (RecomputeRange(first=0, count=3, option="full"),
+              RecomputeRange(first=5, count=2, option="selective", switches={"attBMM": 0}))
+    layout = build_layout(dense, spec(pp=2, recompute=ranges))
+    assert layout.slot_option.tolist() == [0, 1, 2]
+    assert layout.counts[0, 0, 0].tolist() == [2, 3, 0]      # stage 0: layers 0-4, three full
+    assert layout.counts[1, 0, 0].tolist() == [3, 0, 2]      # stage 1: layers 5-9, two selective
+    assert layout.slot_mask[2] == 0xFF & ~1
+
+
+def test_per_stage_full_recompute_counts(dense):
+    layout = build_layout(dense, spec(pp=2, full_recompute=(3, 1)))
+    assert layout.counts[:, 0, 0, 1].tolist() == [3, 1]
+
+
+def test_mtp_layers_follow_the_last_layer_and_take_its_kind():
+    ds = Model.from_catalog("deepseek-v3")
+    layout = build_layout(ds, ExecSpec(dp=1, pp=4, ep=1, micro_batch_num=8, seq_length=128))
+    assert layout.counts.sum() == 62
+    assert layout.mtp_stage_counts.tolist() == [0, 0, 0, 1]
+    assert layout.counts[:, :, 0].sum() == 3    # the three dense layers
+    assert layout.counts[0, 0, 0].sum() == 3    # all on the first stage
+
+
+def test_layout_is_cached_and_read_only(dense):
+    a = build_layout(dense, spec(pp=2))
+    assert build_layout(dense, spec(pp=2)) is a
+    with pytest.raises(ValueError):
+        a.counts[0, 0, 0, 0] = 7.0
+    assert isinstance(a.stage_counts(), np.ndarray)
