@@ -1,0 +1,351 @@
+# Memory per pipeline stage, in bytes (twin of ndcost/_kpy/memory.py; the
+# formulas' sources are cited there and again here, term by term).
+# ND_REFERENCE §3.6 (in flight), Korthikanti et al. 2022 §4 / Table 2 (one
+# layer's activations), ND_REFERENCE §3.4-3.7 (the stage sum).
+
+cdef enum:
+    _MEM_SCHED_1F1B = 0
+    _MEM_SCHED_GPIPE = 1
+    _MEM_SCHED_ZB_V = 2
+    _MEM_SCHED_SEQ1F1B = 3
+    _MEM_ATT_FULL = 0
+    _MEM_ATT_MLA = 1
+    _MEM_ATT_LINEAR = 2
+    _MEM_FFN_DENSE = 0
+    _MEM_FFN_MOE = 1
+    _MEM_OPT_NONE = 0
+    _MEM_OPT_FULL = 1
+    _MEM_OPT_SELECTIVE = 2
+    # keep-mask bits, recompute_spec.SWITCHES order
+    _MEM_ATTBMM = 0
+    _MEM_HEADCAST = 1
+    _MEM_DROPOUT = 2
+    _MEM_SOFTMAX = 3
+    _MEM_NORMOP = 4
+    _MEM_GATHER = 5  # stores nothing more: Megatron keeps the SP shard and re-gathers (Korthikanti §4.2.2)
+    _MEM_FFACT = 6
+    _MEM_ATTUP = 7
+    _MEM_ALL_KEPT = 255
+    _MEM_COLUMNS = 8  # the seven parts and their total
+
+# fp32 logsumexp (FlashAttention-2, Algorithm 1) and fp32 GDN chunk states.
+cdef double _MEM_FP32_BYTES = 4.0
+
+
+# ---------------------------------------------------------------- in flight
+
+cdef inline long long c_mem_one_f_one_b(long long base, long long vp, long long stage, long long chunk) noexcept nogil:
+    # ND_REFERENCE §3.6, 1F1B vp = 1 and interleaved "big memory".
+    cdef long long extra, last, first
+    if vp == 1:
+        return base - stage
+    if 0 < chunk < vp - 1:
+        return base
+    extra = base - stage - 1
+    last = base - stage
+    if last < base:
+        last += 1
+        extra -= 1
+    if chunk == vp - 1:
+        return last
+    first = base + extra
+    if stage == 0:
+        first -= 1
+    return first
+
+
+cdef inline double c_inflight_micro_batches(long long schedule, long long p, long long m, long long vp,
+                                            long long stage, long long chunk, long long seq_split) noexcept nogil:
+    cdef long long base, count
+    if p < 1 or m < 1 or vp < 1 or seq_split < 1:
+        return NAN
+    if stage < 0 or stage >= p or chunk < 0 or chunk >= vp:
+        return NAN
+    base = p if p < m else m
+    if schedule == _MEM_SCHED_1F1B:
+        count = c_mem_one_f_one_b(base, vp, stage, chunk)
+    elif schedule == _MEM_SCHED_GPIPE:
+        if vp != 1:
+            return NAN
+        count = m  # GPipe holds every micro-batch (Huang et al. 2019 §2.2); ND uses p
+    elif schedule == _MEM_SCHED_ZB_V:
+        if vp != 2:
+            return NAN
+        count = 2 * base - 1 - stage if chunk == 0 else stage  # §3.6 DualPipeV
+    elif schedule == _MEM_SCHED_SEQ1F1B:
+        count = c_mem_one_f_one_b(base, vp, stage, chunk)
+        if chunk == 0:
+            count += seq_split - 1  # §3.6 Seq1F1B: base − stage + n_s_split − 1
+    else:
+        return NAN
+    return <double>(count if count > 1 else 1)
+
+
+# ---------------------------------------------------------------- one layer
+
+cdef inline double c_mem_kept(long long mask, int bit) noexcept nogil:
+    return 1.0 if (mask >> bit) & 1 else 0.0
+
+
+cdef inline double c_mem_score_bytes(double score_elements, double tokens, double heads_local, long long flash,
+                                 long long mask, double compute_bytes, double softmax_bytes,
+                                 double dropout_bytes) noexcept nogil:
+    cdef double cast_bytes
+    if flash:
+        return c_mem_kept(mask, _MEM_ATTBMM) * heads_local * tokens * _MEM_FP32_BYTES  # fp32 logsumexp
+    # Korthikanti §4.1: softmax 2as²b + dropout mask as²b + dropout output 2as²b.
+    cast_bytes = compute_bytes if (dropout_bytes > 0.0 or softmax_bytes != compute_bytes) else 0.0
+    return score_elements * (c_mem_kept(mask, _MEM_SOFTMAX) * softmax_bytes
+                             + c_mem_kept(mask, _MEM_DROPOUT) * dropout_bytes
+                             + c_mem_kept(mask, _MEM_HEADCAST) * cast_bytes)
+
+
+cdef inline double c_mem_full_attention_elements(long long mask, double heads_local, double kv_local, double head_dim,
+                                             long long out_gate, long long qk_norm) noexcept nogil:
+    # Korthikanti §4.1: Q, K 4sbh; V 2sbh; output-projection input 2sbh (GQA: kv heads).
+    cdef double q = heads_local * head_dim
+    cdef double kv = kv_local * head_dim
+    cdef double elements = q + 2.0 * kv
+    elements += q
+    if qk_norm:
+        elements += c_mem_kept(mask, _MEM_NORMOP) * (q + kv)
+    if out_gate:
+        elements += 2.0 * q
+    return elements
+
+
+cdef inline double c_mem_mla_elements(long long mask, double heads_local, double q_lora, double kv_lora,
+                                  double qk_nope, double qk_rope, double v_dim) noexcept nogil:
+    # DeepSeek-V2 report §2.1.2 Eqs. 9-19; latents unsplit over tp (Megatron-Core MLA).
+    cdef double qk_head = qk_nope + qk_rope
+    cdef double elements = 0.0
+    if q_lora > 0.0:
+        elements += c_mem_kept(mask, _MEM_NORMOP) * q_lora
+        elements += q_lora
+        elements += c_mem_kept(mask, _MEM_ATTUP) * heads_local * qk_head
+    else:
+        elements += heads_local * qk_head
+    elements += c_mem_kept(mask, _MEM_NORMOP) * kv_lora
+    elements += kv_lora + qk_rope
+    elements += c_mem_kept(mask, _MEM_ATTUP) * heads_local * (qk_head + v_dim)
+    elements += heads_local * v_dim
+    return elements
+
+
+cdef inline double c_mem_linear_attention_bytes(long long mask, double tokens, double batch, double tp, double k_heads,
+                                            double k_dim, double v_heads, double v_dim, double conv_kernel,
+                                            double chunk, double compute_bytes) noexcept nogil:
+    # Gated DeltaNet (Yang et al. 2024 §3, chunkwise form), heads split over tp.
+    cdef double key_local = k_heads * k_dim / tp
+    cdef double value_local = v_heads * v_dim / tp
+    cdef double mixed = 2.0 * key_local + value_local
+    cdef double elements = mixed
+    cdef double total
+    elements += mixed
+    elements += value_local
+    elements += 2.0 * v_heads / tp
+    elements += c_mem_kept(mask, _MEM_NORMOP) * value_local
+    elements += value_local
+    total = tokens * elements * compute_bytes
+    total += c_mem_kept(mask, _MEM_ATTBMM) * (tokens / chunk) * (v_heads / tp) * k_dim * v_dim * _MEM_FP32_BYTES
+    if conv_kernel > 1.0:
+        total += batch * (conv_kernel - 1.0) * mixed * compute_bytes
+    return total
+
+
+cdef inline double c_mem_ffn_elements(long long mask, double width_local, long long gated) noexcept nogil:
+    # Korthikanti §4.1 MLP: GELU input 8sbh + second-linear input 8sbh (4h width).
+    cdef double kept_inputs = 2.0 * width_local if gated else width_local
+    return kept_inputs + c_mem_kept(mask, _MEM_FFACT) * width_local
+
+
+cdef inline double c_layer_activation_bytes(
+        double seq, double batch, double hidden, double tp, double sp, double cp, double etp,
+        long long attention, double heads, double kv_heads, double head_dim, long long out_gate, long long qk_norm,
+        double q_lora, double kv_lora, double qk_nope, double qk_rope, double v_dim,
+        double lin_k_heads, double lin_k_dim, double lin_v_heads, double lin_v_dim, double lin_conv,
+        double lin_chunk, long long ffn, long long gated, double ffn_width, double experts, double top_k,
+        double shared_width, double token_factor, long long flash, double compute_bytes, double softmax_bytes,
+        double dropout_bytes, double norm_bytes, long long option, long long keep_mask,
+        long long slice_input) noexcept nogil:
+    cdef double tokens, residual, divisor, total, heads_local, kv_local, score_elements
+    cdef double routed_local, routed_tokens, routed_elements
+    cdef long long mask
+    if seq <= 0.0 or batch <= 0.0 or hidden <= 0.0:
+        return NAN
+    if tp < 1.0 or sp < 1.0 or cp < 1.0 or etp < 1.0:
+        return NAN
+    if option < _MEM_OPT_NONE or option > _MEM_OPT_SELECTIVE or keep_mask < 0 or keep_mask > _MEM_ALL_KEPT:
+        return NAN
+    if compute_bytes < 0.0 or softmax_bytes < 0.0 or dropout_bytes < 0.0 or norm_bytes < 0.0:
+        return NAN
+    tokens = seq * batch / cp        # CP splits the sequence
+    residual = tokens * hidden / sp  # SP splits the residual stream
+
+    if option == _MEM_OPT_FULL:
+        # Korthikanti Table 2 "full recompute": 2sbh (the input alone).
+        divisor = sp
+        if slice_input and tp > divisor:
+            divisor = tp
+        return tokens * hidden * compute_bytes / divisor
+
+    mask = _MEM_ALL_KEPT if option == _MEM_OPT_NONE else keep_mask
+    total = 0.0
+    total += c_mem_kept(mask, _MEM_NORMOP) * 2.0 * residual * norm_bytes  # LayerNorms: 4sbh
+    total += 2.0 * residual * dropout_bytes                            # residual dropout masks: 2 × sbh
+
+    # ---- attention block
+    if attention == _MEM_ATT_FULL or attention == _MEM_ATT_MLA:
+        if heads < 1.0:
+            return NAN
+        heads_local = heads / tp
+        total += residual * compute_bytes  # QKV input: 2sbh
+        if attention == _MEM_ATT_FULL:
+            if kv_heads < 1.0 or head_dim <= 0.0:
+                return NAN
+            kv_local = kv_heads / tp
+            if kv_local < 1.0:
+                kv_local = 1.0
+            total += tokens * compute_bytes * c_mem_full_attention_elements(
+                mask, heads_local, kv_local, head_dim, out_gate, qk_norm)
+        else:
+            if kv_lora <= 0.0 or qk_nope <= 0.0 or v_dim <= 0.0 or q_lora < 0.0 or qk_rope < 0.0:
+                return NAN
+            total += tokens * compute_bytes * c_mem_mla_elements(
+                mask, heads_local, q_lora, kv_lora, qk_nope, qk_rope, v_dim)
+        score_elements = heads_local * tokens * seq  # a·s²·b/(tp·cp)
+        total += c_mem_score_bytes(score_elements, tokens, heads_local, flash, mask,
+                               compute_bytes, softmax_bytes, dropout_bytes)
+    elif attention == _MEM_ATT_LINEAR:
+        if lin_k_heads < 1.0 or lin_v_heads < 1.0 or lin_k_dim <= 0.0 or lin_v_dim <= 0.0 or lin_chunk <= 0.0:
+            return NAN
+        total += residual * compute_bytes
+        total += c_mem_linear_attention_bytes(mask, tokens, batch, tp, lin_k_heads, lin_k_dim, lin_v_heads,
+                                          lin_v_dim, lin_conv, lin_chunk, compute_bytes)
+    else:
+        return NAN
+
+    # ---- FFN block
+    if ffn_width <= 0.0:
+        return NAN
+    total += residual * compute_bytes  # MLP / router input: 2sbh
+    if ffn == _MEM_FFN_DENSE:
+        total += tokens * compute_bytes * c_mem_ffn_elements(mask, ffn_width / tp, gated)
+    elif ffn == _MEM_FFN_MOE:
+        if experts < 1.0 or top_k < 1.0 or token_factor <= 0.0 or shared_width < 0.0:
+            return NAN
+        routed_local = tokens / sp
+        total += routed_local * (experts * compute_bytes + (experts + top_k) * softmax_bytes)  # router
+        routed_tokens = tokens * top_k * token_factor * etp / tp
+        routed_elements = hidden                                          # permuted tokens
+        routed_elements += c_mem_ffn_elements(mask, ffn_width / etp, gated)   # expert MLP
+        routed_elements += hidden                                         # expert output for the combine
+        total += routed_tokens * routed_elements * compute_bytes
+        if shared_width > 0.0:
+            total += tokens * compute_bytes * c_mem_ffn_elements(mask, shared_width / tp, gated)
+    else:
+        return NAN
+    return total
+
+
+# ---------------------------------------------------------------- def wrappers
+
+def inflight_micro_batches(long long schedule, long long p, long long m, long long vp, long long stage,
+                           long long chunk, long long seq_split) -> float:
+    """Micro-batches in flight on (stage, chunk) as warm-up ends (ND_REFERENCE §3.6); >= 1, NaN if undefined."""
+    return c_inflight_micro_batches(schedule, p, m, vp, stage, chunk, seq_split)
+
+
+def layer_activation_bytes(double seq, double batch, double hidden, double tp, double sp, double cp,
+                           double etp, long long attention, double heads, double kv_heads, double head_dim,
+                           long long out_gate, long long qk_norm, double q_lora, double kv_lora, double qk_nope,
+                           double qk_rope, double v_dim, double lin_k_heads, double lin_k_dim,
+                           double lin_v_heads, double lin_v_dim, double lin_conv, double lin_chunk,
+                           long long ffn, long long gated, double ffn_width, double experts, double top_k,
+                           double shared_width, double token_factor, long long flash, double compute_bytes,
+                           double softmax_bytes, double dropout_bytes, double norm_bytes, long long option,
+                           long long keep_mask, long long slice_input) -> float:
+    """Bytes one transformer layer keeps for ONE micro-batch on one rank (Korthikanti et al. 2022 Table 2)."""
+    return c_layer_activation_bytes(seq, batch, hidden, tp, sp, cp, etp, attention, heads, kv_heads, head_dim,
+                                    out_gate, qk_norm, q_lora, kv_lora, qk_nope, qk_rope, v_dim, lin_k_heads,
+                                    lin_k_dim, lin_v_heads, lin_v_dim, lin_conv, lin_chunk, ffn, gated,
+                                    ffn_width, experts, top_k, shared_width, token_factor, flash, compute_bytes,
+                                    softmax_bytes, dropout_bytes, norm_bytes, option, keep_mask, slice_input)
+
+
+def stage_memory(const double[:, ::1] static_per_layer,   # IN (K, 3)
+                 const double[:, ::1] act_per_layer,      # IN (K, O)
+                 const double[:, ::1] work_per_layer,     # IN (K, O)
+                 const double[:, :, ::1] counts,          # IN (p, vp, K*O)
+                 const double[:, ::1] inflight,           # IN (p, vp)
+                 const double[:, ::1] stage_static,       # IN (p, 3)
+                 const double[:, ::1] extra_act,          # IN (p, vp)
+                 const double[::1] comm_buffers,          # IN (p,)
+                 double reserve,
+                 double[:, ::1] out) -> None:             # OUT (p, 8)
+    """Per-stage memory breakdown, written to ``out`` (p, 8): params, grads, optimizer,
+    activations, comm_buffers, working_set, reserve, total (ND_REFERENCE §3.4-3.7)."""
+    cdef Py_ssize_t n_kinds = static_per_layer.shape[0]
+    cdef Py_ssize_t n_slots = act_per_layer.shape[1]
+    cdef Py_ssize_t n_stages = counts.shape[0]
+    cdef Py_ssize_t n_chunks = counts.shape[1]
+    cdef Py_ssize_t stage, chunk, kind, slot, last_chunk
+    cdef double params, grads, optimizer, activations, working, chunk_bytes, layers, work, comm, total
+    if n_kinds < 1 or static_per_layer.shape[1] != 3:
+        raise ValueError("static_per_layer must be (K, 3) with K >= 1")
+    if act_per_layer.shape[0] != n_kinds or n_slots < 1:
+        raise ValueError("act_per_layer must be (K, O) with O >= 1")
+    if work_per_layer.shape[0] != n_kinds or work_per_layer.shape[1] != n_slots:
+        raise ValueError("work_per_layer must have the shape of act_per_layer")
+    if n_stages < 1:
+        raise ValueError("counts must have at least one stage")
+    if n_chunks < 1 or counts.shape[2] != n_kinds * n_slots:
+        raise ValueError("counts must be (p, vp, K*O)")
+    if inflight.shape[0] != n_stages or inflight.shape[1] != n_chunks:
+        raise ValueError("inflight must be (p, vp)")
+    if stage_static.shape[0] != n_stages or stage_static.shape[1] != 3:
+        raise ValueError("stage_static must be (p, 3)")
+    if extra_act.shape[0] != n_stages or extra_act.shape[1] != n_chunks:
+        raise ValueError("extra_act must be (p, vp)")
+    if comm_buffers.shape[0] != n_stages:
+        raise ValueError("comm_buffers must be (p,)")
+    if out.shape[0] != n_stages or out.shape[1] != _MEM_COLUMNS:
+        raise ValueError("out must be (p, 8)")
+    with nogil:
+        for stage in range(n_stages):
+            params = stage_static[stage, 0]
+            grads = stage_static[stage, 1]
+            optimizer = stage_static[stage, 2]
+            activations = 0.0
+            working = 0.0
+            last_chunk = -1
+            for chunk in range(n_chunks):
+                chunk_bytes = extra_act[stage, chunk]
+                for kind in range(n_kinds):
+                    for slot in range(n_slots):
+                        layers = counts[stage, chunk, kind * n_slots + slot]
+                        if layers == 0.0:
+                            continue
+                        last_chunk = chunk
+                        params += layers * static_per_layer[kind, 0]
+                        grads += layers * static_per_layer[kind, 1]
+                        optimizer += layers * static_per_layer[kind, 2]
+                        chunk_bytes += layers * act_per_layer[kind, slot]
+                activations += inflight[stage, chunk] * chunk_bytes
+            if last_chunk >= 0:
+                for kind in range(n_kinds):
+                    for slot in range(n_slots):
+                        work = work_per_layer[kind, slot]
+                        if (counts[stage, last_chunk, kind * n_slots + slot] != 0.0 and working == working
+                                and (work != work or work > working)):
+                            working = work
+            comm = comm_buffers[stage]
+            total = params + grads + optimizer + activations + comm + working + reserve
+            out[stage, 0] = params
+            out[stage, 1] = grads
+            out[stage, 2] = optimizer
+            out[stage, 3] = activations
+            out[stage, 4] = comm
+            out[stage, 5] = working
+            out[stage, 6] = reserve
+            out[stage, 7] = total

@@ -1,0 +1,166 @@
+"""A drop-in for SAPP-ND's ``estimate_performance`` (seed estimate.py).
+
+An ND search loop builds an attribute-style cost-model config with ND's field
+names (d, t, p, vp, cp, ep, m, b, s, h, a, n_kv, hff, n_lay, v, ...) and asks
+for its score. :func:`estimate_performance` accepts such a config (an object
+with attributes, or a mapping), turns it into ndcost's Model, ExecSpec and
+Cluster, and returns ND's score from ndcost's kernels — same ranking, far
+faster. A field the config lacks reads as ND's default, never as an error,
+as ND's ``Config`` does; a config that states an impossible strategy raises
+:class:`~ndcost.errors.SpecError` naming the ND field.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .device import Cluster
+from .errors import SpecError
+from .estimate import nd_estimate
+from .exec_spec import ExecSpec
+from .layout import build_layout
+from .model import Model
+from .validate import validate
+
+__all__ = ["estimate_performance", "model_from_nd", "spec_from_nd", "ND_DEVICES", "RatioType", "RecType"]
+
+#: ND's device_map names (ND_REFERENCE §2.12) -> ndcost catalog devices.
+ND_DEVICES = {"A2": "ascend-910b", "A3": "ascend-910c"}
+
+
+class RatioType:
+    """ND's RatioType names (ND_REFERENCE §2.7)."""
+
+    DYNAMIC, STATIC, COMPUTE_ONLY, COMM_ONLY = "DYNAMIC", "STATIC", "COMPUTE_ONLY", "COMM_ONLY"
+
+
+class RecType:
+    """ND's RecType names (ND_REFERENCE §2.7)."""
+
+    WITH, NONE, COMPUTE_ONLY, COMM_ONLY = "WITH", "NONE", "COMPUTE_ONLY", "COMM_ONLY"
+
+
+def _reader(cfg: Any):
+    if isinstance(cfg, Mapping):
+        return lambda name, default=0: cfg.get(name, default) if cfg.get(name) is not None else default
+    return lambda name, default=0: getattr(cfg, name, default) if getattr(cfg, name, None) is not None else default
+
+
+def model_from_nd(cfg: Any) -> Model:
+    """The Model an ND config describes (ND_REFERENCE §1.3 "Model" and "MoE" fields)."""
+    get = _reader(cfg)
+    n_exp = int(get("n_exp", 1))
+    moe = n_exp > 1
+    hff_exp = int(get("hff_exp", 0)) if moe else None
+    n_shared = int(get("n_shared_exp", 0)) if moe else 0
+    return Model(
+        name=str(get("model_name", "nd-config") or "nd-config"),
+        hidden_size=int(get("h")), num_hidden_layers=int(get("n_lay")), num_attention_heads=int(get("a")),
+        vocab_size=int(get("v")),
+        num_key_value_heads=int(get("n_kv", 0)) or None,
+        head_dim=int(get("dh", 0)) or None,
+        intermediate_size=int(get("hff", 0)) or None,
+        num_experts=n_exp if moe else 0,
+        num_experts_per_tok=int(get("n_chosen_exp", 1)) if moe else 0,
+        moe_intermediate_size=hff_exp,
+        shared_expert_intermediate_size=n_shared * (hff_exp or 0),
+        first_k_dense_replace=int(get("k_1st_dense", 0)) if moe else 0,
+        kv_lora_rank=int(get("dc_kv", 0)), q_lora_rank=int(get("dc_q", 0)),
+        qk_rope_head_dim=int(get("dhr", 0)), qk_nope_head_dim=int(get("qk_nope_head_dim", 0)),
+        v_head_dim=int(get("v_head_dim", 0)),
+        num_nextn_predict_layers=int(get("n_mtp", 0)),
+        qk_norm=bool(get("qk_norm", False) or get("n_qknorm", 0)),
+        attn_output_gate=bool(get("attn_output_gate", False)),
+        shared_expert_gate=bool(get("shared_expert_gate", False)),
+        tie_word_embeddings=bool(get("tie_emb_out", False)),
+        family="deepseek_v3" if int(get("dc_kv", 0)) else "llama",
+    )
+
+
+def spec_from_nd(cfg: Any) -> ExecSpec:
+    """The ExecSpec an ND config states (seed apply_exec CONFIG_FIELDS, read backwards)."""
+    get = _reader(cfg)
+    t = int(get("t", 1))
+    sp = get("sequence_parallel", None)
+    sequence_parallel = bool(sp) if sp is not None else int(get("sp", 1)) > 1
+    has_op = bool(get("has_op", False))
+    zero = 0
+    if has_op:
+        zero = 3 if get("grad_shard_as_params", False) else (2 if get("has_grad_shard", False) else 1)
+    fields: dict[str, Any] = dict(
+        dp=int(get("d", 1)), tp=t, pp=int(get("p", 1)), vpp=int(get("vp", 1)), cp=int(get("cp", 1)),
+        ep=int(get("ep", 1)), sequence_parallel=sequence_parallel and t > 1,
+        micro_batch_size=int(get("b", 1)), micro_batch_num=int(get("m", 1)), seq_length=int(get("s")),
+        zero_stage=zero, param_bytes=int(get("bytes_p", 2)), compute_bytes=int(get("bytes_compute", 2)),
+        capacity_factor=float(get("cap_fact", 1.0)) or 1.0,
+        flash_attention=bool(get("has_fa", True)),
+        cp_algo="ulysses" if str(get("cp_algo", "colossalai_cp")).lower().startswith("ulysses") else "ring",
+        pp_schedule=_schedule(str(get("pp_sched", "1f1b") or "1f1b"), int(get("vp", 1))),
+        mtp_in_offset=bool(get("is_mtp_in_offset", True)),
+        emb_out_in_offset=bool(get("emb_out_in_offset", False)),
+        selective_rule=str(get("sel_rec_rule", "mindformers") or "mindformers"),
+        vocab_emb_dp=bool(get("vocab_emb_dp", False)),
+    )
+    if has_op and get("os_max_shard", 0):
+        shard = int(get("os_max_shard"))
+        if shard >= 1 and fields["dp"] % shard == 0:
+            fields["optimizer_shard"] = shard
+    if get("moe_dispatch", None) is not None:
+        fields["moe_dispatch"] = float(get("moe_dispatch"))
+    offset = get("offset", None)
+    if offset:
+        fields["offset"] = offset
+    for nd_name, name in (("full_rec", "full_recompute"), ("sel_rec", "selective_recompute")):
+        value = get(nd_name, None)
+        if value not in (None, False, 0):
+            fields[name] = value
+    return ExecSpec(**fields)
+
+
+def _schedule(name: str, vp: int) -> str:
+    lowered = name.lower()
+    if lowered in ("seqpipe", "seqsmartvpp"):
+        return "seq1f1b"
+    if lowered in ("zero_bubble_v", "gpipe"):
+        return lowered
+    return "1f1b"
+
+
+def estimate_performance(cfg: Any, stages: Any = None, extra_custom_func: Any = None, ccfg: Any = None,
+                         debugger: Any = None, device_type: Any = "A2", memory: Any = None, *,
+                         cache_file: Any = None, stage_focused: int | None = None, stage_savings: Any = None,
+                         return_parts: bool = False):
+    """ND's score of an ND config (the seeds' ``estimate_performance``), from ndcost's kernels.
+
+    Args:
+        cfg: An ND cost-model config (attributes or a mapping, ND's field names).
+        stages: ND's explicit partition; not supported — ndcost lays the config out itself
+            from its offset and recompute fields (raises if given).
+        ccfg: ND's CustomConfig (attributes rtype, retype, ptype, by name or enum with ``.name``).
+        device_type: ``"A2"``, ``"A3"``, or an ndcost catalog device name.
+        cache_file: A ratios JSON: the score becomes milliseconds (seed apply_regression_coefficients).
+        stage_focused, stage_savings: As the seeds.
+        return_parts: Also return the parts (dict).
+    """
+    if stages is not None:
+        raise SpecError("stages", "estimate_performance", "be None (ndcost lays out the config itself)", "a partition")
+    if extra_custom_func is not None:
+        extra_custom_func(cfg)
+    model = model_from_nd(cfg)
+    spec = spec_from_nd(cfg)
+    device = ND_DEVICES.get(str(device_type), str(device_type)) if isinstance(device_type, str) else \
+        ND_DEVICES.get(getattr(device_type, "name", ""), "ascend-910b")
+    cluster = Cluster(device, num_devices=spec.num_devices)
+    validate(model, spec, cluster)
+
+    def option(name: str, default: str) -> str:
+        value = getattr(ccfg, name, None) if ccfg is not None else None
+        return default if value is None else getattr(value, "name", str(value)).upper()
+
+    priced = nd_estimate(
+        model, spec, cluster, build_layout(model, spec), ratios=cache_file,
+        ratio_type=option("rtype", "DYNAMIC"), rec_type=option("retype", "WITH"),
+        p2p=option("ptype", "NONE") == "MANUAL", stage_savings=stage_savings, stage_focused=stage_focused,
+    )
+    if return_parts:
+        return priced["step_time"], priced["parts"]
+    return priced["step_time"]
