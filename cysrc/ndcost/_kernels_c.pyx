@@ -5,3 +5,7 @@ Directives come from setup.py only (no file header: it would override them).
 from libc.math cimport NAN, INFINITY
 
 include "kernels/pipeline.pxi"
+include "kernels/switches.pxi"
+include "kernels/columns.pxi"
+include "kernels/nd.pxi"
+include "kernels/memory.pxi"

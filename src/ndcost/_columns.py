@@ -109,3 +109,96 @@ GROUPS = {
     "P": PART_NAMES,
     "S": STAGE_FIELDS,
 }
+
+
+# ============================================================== seconds mode (kernels/seconds.pxi)
+# The kernels of ``units="seconds"`` read ND's kind table (KIND_FIELDS) and model vector
+# (MODEL_FIELDS) for the dimensions, plus the groups below. Units: seconds, bytes, FLOP/s.
+
+# --- per layer kind: the real parameter counts (float64, K x SECONDS_KIND_FIELDS) ---
+SECONDS_KIND_FIELDS = (
+    "p_nonexp",       # Model.kind_parameters(k)[0]: attention, norms, router, dense FFN of one layer
+    "p_routed",       # Model.kind_parameters(k)[1]: every routed expert of one layer
+    "p_shared",       # Model.kind_parameters(k)[2]: the shared experts of one layer
+)
+
+# --- model-level constants of seconds mode (float64 vector) ---
+SECONDS_MODEL_FIELDS = (
+    "shared_width",   # shared_expert_intermediate_size (the real width; ND's n_shared is a count)
+    "p_embed",        # token embedding params (vocab x hidden)
+    "p_pos",          # learned position table params (0 without one); not split over tp
+    "p_final_norm",   # the norm before the output head
+    "p_mtp_extra",    # one MTP module's own params beyond its layer (norms, eh_proj)
+)
+
+# --- one candidate of seconds mode (float64 vector) ---
+SECONDS_CAND_FIELDS = (
+    "b", "s", "t", "sp", "cp", "ep", "t_exp",   # micro-batch, seq, tp, ND's sp (t with SP else 1), cp, ep, expert tp
+    "d", "edp", "p", "vp", "m", "seq_split",   # dp, expert-data-parallel ranks, pp, vpp, micro-batches, Seq1F1B chunks
+    "bytes_c", "bytes_mm", "bytes_p", "bytes_grad", "bytes_opt", "dropout_bytes",
+    #   activations, matmul inputs (1 for fp8), params, gradients, optimizer bytes per param per step, dropout mask
+    "flash", "dropless", "cap_fact", "cp_ring",  # 0/1, 0/1 (grouped GEMM) or capacity mode, factor, 1 ring / 0 Ulysses
+    "zero", "zero_ranks", "defer_grads", "reshard", "tie_emb",
+    "schedule",                                   # SCHEDULES index: 1f1b, interleaved, zero_bubble_v, gpipe, seq1f1b
+    "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep",  # overlap: share of the window that hides comm
+)
+
+# --- device and achievable rates (float64 vector) ---
+RATE_FIELDS = (
+    "peak_mm",        # dense peak FLOP/s of the matmul dtype (bf16/fp16, or fp8)
+    "peak_attn",      # dense peak FLOP/s of the attention core (16-bit)
+    "mm_eff",         # achievable share of peak_mm on a large GEMM
+    "attn_eff",       # achievable share of peak_attn of a flash-attention kernel (fwd + bwd)
+    "hbm_bw", "hbm_eff",            # bytes/s and its achievable share
+    "kernel_s",                     # fixed seconds per kernel (launch + ramp)
+    "intra_bw", "intra_eff", "intra_lat",   # scale-up link per device per direction; share; seconds per step
+    "inter_bw", "inter_eff", "inter_lat",   # scale-out NIC per device per direction; share; seconds per step
+    "dpn",                          # devices per node
+)
+
+# --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---
+SECONDS_EXTRA_FIELDS = (
+    "has_emb",        # 1 on the stage holding the embedding
+    "has_out",        # 1 on the stage holding the output layer and loss
+    "n_mtp",          # MTP modules on the stage (each: eh_proj, norms and one more output head)
+)
+
+# --- one layer of a kind, priced once (float64, K x SECONDS_LAYER_FIELDS); seconds per micro-batch ---
+SECONDS_LAYER_FIELDS = (
+    "fw", "bw", "bw_w",               # forward; backward without weight grads; weight-grad GEMMs
+    "gemm_f", "gemm_b", "core_f", "core_b", "exp_f", "exp_b",  # overlap windows: GEMMs, attention core, experts
+    "tp_f", "tp_b", "cp_f", "cp_b", "ep_f", "ep_b",  # raw comm per pass (before overlap)
+    "sw_attBMM", "sw_headCast", "sw_dropout", "sw_softmax",  # forward time of each recompute switch's ops
+    "sw_normOp", "sw_gather", "sw_ffAct", "sw_attUp",        #   (sw_gather is comm: the SP all-gathers)
+    "p_dense", "p_expert",            # params per device: reduced over dp*cp / over the expert-data-parallel ranks
+    "flops_f", "flops_core", "flops_up",  # model FLOPs of one forward (whole micro-batch, unsplit): all, core, MLA up
+)
+
+# --- per stage raw sums of seconds mode (float64, pp x SECONDS_STAGE_FIELDS) ---
+SECONDS_STAGE_FIELDS = (
+    "fw", "bw", "bw_w", "rc",         # compute per micro-batch: forward, backward, weight grads, recompute
+    "tp", "cp", "ep", "pp",           # exposed comm per micro-batch
+    "dp_mb_gather", "dp_mb_reduce",   # exposed ZeRO-2/3 traffic per micro-batch
+    "dp_reduce", "dp_gather", "opt",  # per step, raw: gradient reduction, parameter gather, optimizer
+    "layers",                         # transformer layers on the stage
+    "model_flops", "hw_flops",        # per micro-batch, whole micro-batch: model FLOPs, with recompute
+)
+
+#: Pipeline schedules of seconds mode, in SECONDS_CAND_FIELDS["schedule"] code order (ExecSpec.schedule names).
+SCHEDULES = ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")
+
+SECONDS_KIND = index(SECONDS_KIND_FIELDS)
+SECONDS_MODEL = index(SECONDS_MODEL_FIELDS)
+SECONDS_CAND = index(SECONDS_CAND_FIELDS)
+RATE = index(RATE_FIELDS)
+SECONDS_EXTRA = index(SECONDS_EXTRA_FIELDS)
+SECONDS_LAYER = index(SECONDS_LAYER_FIELDS)
+SECONDS_STAGE = index(SECONDS_STAGE_FIELDS)
+
+GROUPS["SK"] = SECONDS_KIND_FIELDS
+GROUPS["SM"] = SECONDS_MODEL_FIELDS
+GROUPS["SC"] = SECONDS_CAND_FIELDS
+GROUPS["R"] = RATE_FIELDS
+GROUPS["SX"] = SECONDS_EXTRA_FIELDS
+GROUPS["SL"] = SECONDS_LAYER_FIELDS
+GROUPS["SS"] = SECONDS_STAGE_FIELDS

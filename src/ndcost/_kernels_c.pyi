@@ -11,3 +11,21 @@ def nd_straggler(stage_times: _F64Array) -> int: ...  # const double[::1]
 def nd_pipeline_time(stage_times: _F64Array, micro_batch_num: int, vpp: int) -> float: ...  # const double[::1]
 def nd_p2p_count(pp: int, micro_batch_num: int, vpp: int) -> float: ...
 def nd_p2p_time(pp: int, micro_batch_num: int, vpp: int, straggler_time: float, sp: float, ratio: float) -> float: ...
+
+# --- switches (kernels/switches.pxi) ---
+def switch_settings(plain: _F64Array, alone: _F64Array, acting_mask: int, out: _F64Array) -> None: ...  # const double[::1], const double[:, ::1], long long, double[:, ::1]
+def dominance_front(values: _F64Array, n_criteria: int, always_keep: _I64Array, out_keep: _I64Array) -> None: ...  # const double[:, ::1], long long, const long long[::1], long long[::1]
+def mck_min_time(weights: _I64Array, values: _F64Array, group_start: _I64Array, budget_buckets: int, out_choice: _I64Array) -> float: ...  # const long long[::1], const double[::1], const long long[::1], long long, long long[::1]
+
+# --- nd (kernels/nd.pxi): ND's score in ND units ---
+def nd_op_loads(kinds: _F64Array, model: _F64Array, cand: _F64Array, k: int, out: _F64Array) -> None: ...  # const double[:, ::1], const double[::1], const double[::1], long long, double[::1]
+def nd_recompute_factors(kinds: _F64Array, k: int, option: int, keep_mask: int, out: _F64Array) -> None: ...  # const double[:, ::1], long long, long long, long long, double[::1]
+def nd_fsdp_part_traffic(size: float, computed: float, kept: float, group: float, gathers: float, reduces: float, bytes_p: float, bytes_grad: float, out: _F64Array) -> None: ...  # double x 8, double[::1]
+def nd_stage_sums(kinds: _F64Array, model: _F64Array, cand: _F64Array, counts: _F64Array, slot_option: _I64Array, slot_mask: _I64Array, emb_stage: int, out_stage: int, out: _F64Array) -> None: ...  # const double[:, ::1], const double[::1], const double[::1], const double[:, ::1], const long long[::1], const long long[::1], long long, long long, double[:, ::1]
+def nd_combine(stage: _F64Array, cand: _F64Array, model: _F64Array, options: _F64Array, stage_savings: _F64Array, stage_focused: int, parts: _F64Array, stage_times: _F64Array) -> float: ...  # const double[:, ::1], const double[::1] x 4, long long, double[::1], double[::1]
+def nd_apply_ratios(parts: _F64Array, ratios: _F64Array, out: _F64Array) -> float: ...  # const double[::1], const double[::1], double[::1]
+
+# --- memory (kernels/memory.pxi): bytes per pipeline stage ---
+def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, chunk: int, seq_split: int) -> float: ...  # long long x 7
+def layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, sp: float, cp: float, etp: float, attention: int, heads: float, kv_heads: float, head_dim: float, out_gate: int, qk_norm: int, q_lora: float, kv_lora: float, qk_nope: float, qk_rope: float, v_dim: float, lin_k_heads: float, lin_k_dim: float, lin_v_heads: float, lin_v_dim: float, lin_conv: float, lin_chunk: float, ffn: int, gated: int, ffn_width: float, experts: float, top_k: float, shared_width: float, token_factor: float, flash: int, compute_bytes: float, softmax_bytes: float, dropout_bytes: float, norm_bytes: float, option: int, keep_mask: int, slice_input: int) -> float: ...  # double for sizes, long long for codes and flags
+def stage_memory(static_per_layer: _F64Array, act_per_layer: _F64Array, work_per_layer: _F64Array, counts: _F64Array, inflight: _F64Array, stage_static: _F64Array, extra_act: _F64Array, comm_buffers: _F64Array, reserve: float, out: _F64Array) -> None: ...  # const double[:, ::1] x 3, const double[:, :, ::1], const double[:, ::1] x 3, const double[::1], double, double[:, ::1]

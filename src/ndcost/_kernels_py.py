@@ -6,5 +6,11 @@ only gathers them, so that one module object is the backend.
 """
 from ._kpy.pipeline import *  # noqa: F401,F403
 from ._kpy import pipeline as _pipeline
+from ._kpy.switches import *  # noqa: F401,F403
+from ._kpy import switches as _switches
+from ._kpy.nd import *  # noqa: F401,F403
+from ._kpy import nd as _nd
+from ._kpy.memory import *  # noqa: F401,F403
+from ._kpy import memory as _memory
 
-__all__ = [*_pipeline.__all__]
+__all__ = [*_pipeline.__all__, *_switches.__all__, *_nd.__all__, *_memory.__all__]

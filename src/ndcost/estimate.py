@@ -207,4 +207,4 @@ def _layer_times(model: Model, spec: ExecSpec, cluster: Cluster, kind: int, opti
                                _options("DYNAMIC", "WITH", False), _empty_savings(), -1, parts, times)
     once = total - parts[col.PART["recompute"]]
     forward = once / 3.0  # BACKWARD_RATIO = 2: the forward is a third of a pass (seed estimate_layer_times)
-    return forward, total - forward
+    return float(forward), float(total - forward)

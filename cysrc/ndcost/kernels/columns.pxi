@@ -120,6 +120,131 @@ cdef enum:
     S_COUNT = 8
 
 cdef enum:
+    SK_p_nonexp = 0
+    SK_p_routed = 1
+    SK_p_shared = 2
+    SK_COUNT = 3
+
+cdef enum:
+    SM_shared_width = 0
+    SM_p_embed = 1
+    SM_p_pos = 2
+    SM_p_final_norm = 3
+    SM_p_mtp_extra = 4
+    SM_COUNT = 5
+
+cdef enum:
+    SC_b = 0
+    SC_s = 1
+    SC_t = 2
+    SC_sp = 3
+    SC_cp = 4
+    SC_ep = 5
+    SC_t_exp = 6
+    SC_d = 7
+    SC_edp = 8
+    SC_p = 9
+    SC_vp = 10
+    SC_m = 11
+    SC_seq_split = 12
+    SC_bytes_c = 13
+    SC_bytes_mm = 14
+    SC_bytes_p = 15
+    SC_bytes_grad = 16
+    SC_bytes_opt = 17
+    SC_dropout_bytes = 18
+    SC_flash = 19
+    SC_dropless = 20
+    SC_cap_fact = 21
+    SC_cp_ring = 22
+    SC_zero = 23
+    SC_zero_ranks = 24
+    SC_defer_grads = 25
+    SC_reshard = 26
+    SC_tie_emb = 27
+    SC_schedule = 28
+    SC_ov_dp = 29
+    SC_ov_dp_gather = 30
+    SC_ov_fsdp = 31
+    SC_ov_tp = 32
+    SC_ov_cp = 33
+    SC_ov_ep = 34
+    SC_COUNT = 35
+
+cdef enum:
+    R_peak_mm = 0
+    R_peak_attn = 1
+    R_mm_eff = 2
+    R_attn_eff = 3
+    R_hbm_bw = 4
+    R_hbm_eff = 5
+    R_kernel_s = 6
+    R_intra_bw = 7
+    R_intra_eff = 8
+    R_intra_lat = 9
+    R_inter_bw = 10
+    R_inter_eff = 11
+    R_inter_lat = 12
+    R_dpn = 13
+    R_COUNT = 14
+
+cdef enum:
+    SX_has_emb = 0
+    SX_has_out = 1
+    SX_n_mtp = 2
+    SX_COUNT = 3
+
+cdef enum:
+    SL_fw = 0
+    SL_bw = 1
+    SL_bw_w = 2
+    SL_gemm_f = 3
+    SL_gemm_b = 4
+    SL_core_f = 5
+    SL_core_b = 6
+    SL_exp_f = 7
+    SL_exp_b = 8
+    SL_tp_f = 9
+    SL_tp_b = 10
+    SL_cp_f = 11
+    SL_cp_b = 12
+    SL_ep_f = 13
+    SL_ep_b = 14
+    SL_sw_attBMM = 15
+    SL_sw_headCast = 16
+    SL_sw_dropout = 17
+    SL_sw_softmax = 18
+    SL_sw_normOp = 19
+    SL_sw_gather = 20
+    SL_sw_ffAct = 21
+    SL_sw_attUp = 22
+    SL_p_dense = 23
+    SL_p_expert = 24
+    SL_flops_f = 25
+    SL_flops_core = 26
+    SL_flops_up = 27
+    SL_COUNT = 28
+
+cdef enum:
+    SS_fw = 0
+    SS_bw = 1
+    SS_bw_w = 2
+    SS_rc = 3
+    SS_tp = 4
+    SS_cp = 5
+    SS_ep = 6
+    SS_pp = 7
+    SS_dp_mb_gather = 8
+    SS_dp_mb_reduce = 9
+    SS_dp_reduce = 10
+    SS_dp_gather = 11
+    SS_opt = 12
+    SS_layers = 13
+    SS_model_flops = 14
+    SS_hw_flops = 15
+    SS_COUNT = 16
+
+cdef enum:
     OPTION_NONE = 0
     OPTION_FULL = 1
     OPTION_SELECTIVE = 2
