@@ -6,6 +6,8 @@ import inspect
 import math
 
 import numpy as np
+
+from ndcost import _backend
 import pytest
 
 import ndcost.memory as memory_module
@@ -274,16 +276,16 @@ SPECS = [
 
 
 @pytest.mark.parametrize("name,fields", SPECS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(SPECS)])
-def test_memory_estimate_parity(ckernels, pykernels, monkeypatch, name, fields):
+def test_memory_estimate_parity(ckernels, pykernels, name, fields):
     model = Model.from_catalog(name)
     spec = ExecSpec(**fields)
     cluster = Cluster("h100", spec.num_devices)
     layout = build_layout(model, spec)
     counts_before = np.copy(layout.counts)
     results = {}
-    for label, backend in (("c", ckernels), ("py", pykernels)):
-        monkeypatch.setattr(memory_module, "kernels", backend)
-        results[label] = memory_module.memory_estimate(model, spec, cluster, layout)
+    for label, backend in (("c", "cython"), ("py", "python")):
+        with _backend.use(backend):
+            results[label] = memory_module.memory_estimate(model, spec, cluster, layout)
     np.testing.assert_array_equal(layout.counts, counts_before)
     c, py = results["c"], results["py"]
     assert len(c.stages) == spec.pp

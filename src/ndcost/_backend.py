@@ -32,4 +32,28 @@ else:
 
 BACKEND: str = "cython" if kernels.__name__.endswith("_c") else "python"
 
-__all__ = ["BACKEND", "PURE_PYTHON_REQUESTED", "kernels"]
+__all__ = ["BACKEND", "PURE_PYTHON_REQUESTED", "kernels", "use"]
+
+
+def use(name: str):
+    """Context manager: run the API on one backend ("cython" or "python"), for tests and benchmarks.
+
+    Every module calls ``_backend.kernels.<name>`` at call time, so swapping the
+    module object here switches the whole API; it is restored on exit.
+    """
+    import contextlib
+    import importlib
+
+    modules = {"cython": "ndcost._kernels_c", "python": "ndcost._kernels_py"}
+
+    @contextlib.contextmanager
+    def _swap():
+        global kernels
+        previous = kernels
+        kernels = importlib.import_module(modules[name])
+        try:
+            yield kernels
+        finally:
+            kernels = previous
+
+    return _swap()

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _columns as col
-from ._backend import kernels
+from . import _backend
 from .derive import derive
 from .device import Cluster
 from .errors import SpecError
@@ -57,7 +57,7 @@ def _nd_stage_sums(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layou
     derived = derive(model, spec, cluster)
     cand = nd_candidate_vector(spec, derived, cluster)
     stage = np.empty((layout.pp, len(col.STAGE_FIELDS)), dtype=np.float64)
-    kernels.nd_stage_sums(
+    _backend.kernels.nd_stage_sums(
         nd_kind_table(model), nd_model_vector(model), cand, layout.stage_counts(),
         layout.slot_option, layout.slot_mask, layout.emb_stage, layout.out_stage, stage,
     )
@@ -84,13 +84,13 @@ def nd_estimate(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout, 
         raise SpecError("stage_focused", "estimate", f"be a stage index in [0, {layout.pp})", stage_focused)
     parts = np.empty(len(col.PART_NAMES), dtype=np.float64)
     stage_times = np.empty(layout.pp, dtype=np.float64)
-    total = kernels.nd_combine(stage, cand, nd_model_vector(model), _options(ratio_type, rec_type, bool(p2p)),
+    total = _backend.kernels.nd_combine(stage, cand, nd_model_vector(model), _options(ratio_type, rec_type, bool(p2p)),
                                savings, focus, parts, stage_times)
     units = "nd"
     ratio_set = Ratios.coerce(ratios)
     if ratio_set is not None:
         scaled = np.empty_like(parts)
-        total = kernels.nd_apply_ratios(parts, np.asarray(ratio_set.vector(), dtype=np.float64), scaled)
+        total = _backend.kernels.nd_apply_ratios(parts, np.asarray(ratio_set.vector(), dtype=np.float64), scaled)
         parts = scaled
         units = "nd_ms"
     return {"units": units, "step_time": float(total), "parts": dict(zip(col.PART_NAMES, map(float, parts))),
@@ -194,7 +194,7 @@ def _layer_times(model: Model, spec: ExecSpec, cluster: Cluster, kind: int, opti
     counts = np.zeros((spec.pp, len(model.kinds) * 1), dtype=np.float64)
     counts[0, kind] = 1.0
     stage = np.empty((spec.pp, len(col.STAGE_FIELDS)), dtype=np.float64)
-    kernels.nd_stage_sums(nd_kind_table(model), nd_model_vector(model), cand, counts,
+    _backend.kernels.nd_stage_sums(nd_kind_table(model), nd_model_vector(model), cand, counts,
                           np.array([option], dtype=np.int64), np.array([mask], dtype=np.int64), -1, -1, stage)
     # One stage, one micro-batch: the pipeline is the stage itself (seed estimate_stage on the lone layer).
     one = cand.copy()
@@ -203,7 +203,7 @@ def _layer_times(model: Model, spec: ExecSpec, cluster: Cluster, kind: int, opti
     one[col.CAND["vp"]] = 1.0
     parts = np.empty(len(col.PART_NAMES), dtype=np.float64)
     times = np.empty(1, dtype=np.float64)
-    total = kernels.nd_combine(np.ascontiguousarray(stage[:1]), one, nd_model_vector(model),
+    total = _backend.kernels.nd_combine(np.ascontiguousarray(stage[:1]), one, nd_model_vector(model),
                                _options("DYNAMIC", "WITH", False), _empty_savings(), -1, parts, times)
     once = total - parts[col.PART["recompute"]]
     forward = once / 3.0  # BACKWARD_RATIO = 2: the forward is a third of a pass (seed estimate_layer_times)

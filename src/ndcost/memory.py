@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ._backend import kernels
+from . import _backend
 from ._columns import OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
 from .derive import Derived, derive
 from .errors import SpecError
@@ -442,7 +442,7 @@ def memory_estimate(model: Any, spec: ExecSpec, cluster: Any, layout: Any) -> Me
     for k in range(n_kinds):
         static[k] = static_layer_bytes(model, spec, k, derived)
         arguments = layer_activation_arguments(model, spec, k, derived)
-        plain = kernels.layer_activation_bytes(**arguments, option=OPTION_NONE, keep_mask=ALL_KEPT)
+        plain = _backend.kernels.layer_activation_bytes(**arguments, option=OPTION_NONE, keep_mask=ALL_KEPT)
         gathered = 0.0
         if fsdp_gathers:
             # ND_REFERENCE §3.7 FSDP extras: a backward holds two layers' gathered
@@ -452,7 +452,7 @@ def memory_estimate(model: Any, spec: ExecSpec, cluster: Any, layout: Any) -> Me
                               + routed / (spec.ep * derived.t_exp)) * spec.param_bytes
         for o in range(n_slots):
             option, mask = int(slot_option[o]), int(slot_mask[o])
-            act[k, o] = kernels.layer_activation_bytes(**arguments, option=option, keep_mask=mask)
+            act[k, o] = _backend.kernels.layer_activation_bytes(**arguments, option=option, keep_mask=mask)
             if option == OPTION_FULL:
                 # ND_REFERENCE §3.7 FULL_REC: the backward re-materialises the plain layer.
                 work[k, o] = plain
@@ -468,7 +468,7 @@ def memory_estimate(model: Any, spec: ExecSpec, cluster: Any, layout: Any) -> Me
     inflight = np.empty((p, vp), dtype=np.float64)
     for stage in range(p):
         for chunk in range(vp):
-            inflight[stage, chunk] = kernels.inflight_micro_batches(schedule, p, m, vp, stage, chunk, spec.seq_split)
+            inflight[stage, chunk] = _backend.kernels.inflight_micro_batches(schedule, p, m, vp, stage, chunk, spec.seq_split)
 
     # Outside the layers: embedding, output head, MTP extras.
     stage_static = _stage_static(model, spec, derived, emb_stage, out_stage, mtp_layers)
@@ -483,7 +483,7 @@ def memory_estimate(model: Any, spec: ExecSpec, cluster: Any, layout: Any) -> Me
 
     counts = np.ascontiguousarray(counts4.reshape(p, vp, n_kinds * n_slots))
     out = np.empty((p, len(MEMORY_PARTS) + 1), dtype=np.float64)
-    kernels.stage_memory(static, act, work, counts, inflight, stage_static, extra_act, comm,
+    _backend.kernels.stage_memory(static, act, work, counts, inflight, stage_static, extra_act, comm,
                          float(cluster.memory_reserve_bytes), out)
     return MemoryEstimate(
         stages=tuple(StageMemory(*row) for row in out.tolist()),

@@ -1,0 +1,37 @@
+"""A realistic strategy per catalog model, shared by the API tests and the benchmarks."""
+from __future__ import annotations
+
+from ndcost import Cluster, ExecSpec, Model
+
+# (model, device, fields): degrees as published runs or common practice use them.
+REALISTIC = {
+    "llama3-8b": ("h100-sxm", dict(dp=4, tp=2, pp=1, micro_batch_size=1, global_batch_size=64, seq_length=8192,
+                                   sequence_parallel=True, recompute="selective", dropout_bytes=0)),
+    "llama3-70b": ("h100-sxm", dict(dp=16, tp=8, pp=8, global_batch_size=1024, seq_length=8192,
+                                    sequence_parallel=True, recompute="selective")),
+    "llama3.1-405b": ("h100-sxm", dict(dp=8, tp=8, pp=16, vpp=2, global_batch_size=256, seq_length=8192,
+                                       sequence_parallel=True, recompute="full")),
+    "qwen2.5-72b": ("a100-80g", dict(dp=8, tp=8, pp=4, global_batch_size=256, seq_length=4096,
+                                     sequence_parallel=True, recompute="full")),
+    "qwen3-8b": ("h100-sxm", dict(dp=4, tp=2, pp=1, global_batch_size=64, seq_length=4096)),
+    "qwen3-32b": ("h100-sxm", dict(dp=8, tp=4, pp=2, global_batch_size=128, seq_length=4096,
+                                   sequence_parallel=True, recompute="selective")),
+    "qwen3-30b-a3b": ("h100-sxm", dict(dp=8, tp=2, pp=2, ep=8, global_batch_size=256, seq_length=4096,
+                                       sequence_parallel=True)),
+    "qwen3-235b-a22b": ("h800", dict(dp=16, tp=4, pp=8, ep=16, global_batch_size=512, seq_length=4096,
+                                     sequence_parallel=True, recompute="full")),
+    "qwen3-next-80b-a3b": ("h100-sxm", dict(dp=16, tp=2, pp=2, ep=16, global_batch_size=256, seq_length=4096,
+                                            sequence_parallel=True, recompute="selective")),
+    "deepseek-v3": ("h800", dict(dp=64, tp=1, pp=16, ep=64, global_batch_size=4096, seq_length=4096,
+                                 recompute="full", zero_stage=1)),
+    "mixtral-8x7b": ("a100-80g", dict(dp=8, tp=2, pp=4, ep=8, global_batch_size=256, seq_length=4096,
+                                      sequence_parallel=True, recompute="full")),
+    "gpt3-175b": ("a100-80g", dict(dp=8, tp=8, pp=16, global_batch_size=1536, seq_length=2048,
+                                   sequence_parallel=True, recompute="selective")),
+}
+
+
+def realistic(name: str) -> tuple[Model, ExecSpec, Cluster]:
+    device, fields = REALISTIC[name]
+    spec = ExecSpec(**fields)
+    return Model.from_catalog(name), spec, Cluster(device, num_devices=spec.num_devices)
