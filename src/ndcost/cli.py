@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_estimate import add_estimate_commands
 
     add_estimate_commands(sub)
+    from .cli_calibrate import add_calibrate_command; add_calibrate_command(sub)  # noqa: E702
     return parser
 
 
