@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from ._backend import kernels
+from . import _backend
 from .errors import SpecError, check_positive_int
 
 __all__ = ["StagePlan", "plan_stage", "useful_options"]
@@ -63,6 +63,15 @@ def useful_options(memory, time) -> np.ndarray:
     # only the kept ones, is the same (the relation is transitive).
     no_worse = (memory[:, None] <= memory[None, :]) & (time[:, None] <= time[None, :])
     return np.flatnonzero(~np.triu(no_worse, 1).any(axis=0)).astype(np.int64)
+
+
+class _Layer(NamedTuple):
+    """A layer's options as the knapsack takes them."""
+
+    useful: np.ndarray  # indices of the options kept (useful_options)
+    buckets: np.ndarray  # their memory in whole buckets, rounded up
+    times: np.ndarray  # their time
+    memory: np.ndarray  # every option's memory in bytes, by the caller's index
 
 
 def _options_array(options: Any, layer: int) -> np.ndarray:
@@ -114,32 +123,30 @@ def plan_stage(options_per_layer: Sequence[Any], budget_bytes: float, bucket_byt
         raise SpecError("options_per_layer", owner, "be a sequence with one entry per layer", options_per_layer)
 
     # One preparation per distinct option list: a stage repeats few layer kinds.
-    prepared: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-    layers = []
+    prepared: dict[bytes, _Layer] = {}
+    layers: list[_Layer] = []
     for layer, options in enumerate(options_per_layer):
         array = _options_array(options, layer)
         key = array.tobytes()
         if key not in prepared:
             useful = useful_options(array[:, 0], array[:, 1])
-            prepared[key] = (useful, _buckets_up(array[useful, 0], bucket_bytes),
-                             np.ascontiguousarray(array[useful, 1]), array[:, 0])
+            prepared[key] = _Layer(useful, _buckets_up(array[useful, 0], bucket_bytes),
+                                   np.ascontiguousarray(array[useful, 1]), array[:, 0])
         layers.append(prepared[key])
 
-    n_layers = len(layers)
-    sizes = np.array([len(useful) for useful, _, _, _ in layers], dtype=np.int64)
-    group_start = np.zeros(n_layers + 1, dtype=np.int64)
-    np.cumsum(sizes, out=group_start[1:])
-    weights = np.concatenate([w for _, w, _, _ in layers]) if n_layers else np.zeros(0, dtype=np.int64)
-    values = np.concatenate([v for _, _, v, _ in layers]) if n_layers else np.zeros(0, dtype=np.float64)
+    group_start = np.zeros(len(layers) + 1, dtype=np.int64)
+    np.cumsum([len(layer.useful) for layer in layers], out=group_start[1:])
+    weights = np.concatenate([layer.buckets for layer in layers] or [np.zeros(0, dtype=np.int64)])
+    times = np.concatenate([layer.times for layer in layers] or [np.zeros(0, dtype=np.float64)])
     budget_buckets = math.floor(budget_bytes / bucket_bytes)
     if budget_buckets * bucket_bytes > budget_bytes:  # the division rounded up
         budget_buckets -= 1
-    chosen = np.empty(n_layers, dtype=np.int64)
-    time = kernels.mck_min_time(weights, values, group_start, budget_buckets, chosen)
+    chosen = np.empty(len(layers), dtype=np.int64)
+    time = _backend.kernels.mck_min_time(weights, times, group_start, budget_buckets, chosen)
     if not time < math.inf:
         return StagePlan((), math.nan, math.inf, False)
-    choice = tuple(int(useful[pick]) for (useful, _, _, _), pick in zip(layers, chosen))
+    choice = tuple(int(layer.useful[pick]) for layer, pick in zip(layers, chosen))
     memory = 0.0
-    for (_, _, _, memory_of), option in zip(layers, choice):
-        memory += float(memory_of[option])
+    for layer, option in zip(layers, choice):
+        memory += float(layer.memory[option])
     return StagePlan(choice, memory, float(time), True)

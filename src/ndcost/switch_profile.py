@@ -23,13 +23,15 @@ no other setting (or full recompute) beats, with ``dominance_front``.
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
 import numpy as np
 
-from ._backend import kernels
+from . import _backend
 from .errors import SpecError, check_positive_int
 from .recompute_spec import ALL_KEPT, OPTIONAL_SWITCHES, SWITCHES
 
@@ -48,6 +50,7 @@ COST_COLUMNS: tuple[str, ...] = (
 )
 _EXCESS = len(COST_COLUMNS)  # first excess column
 _WORKING = COST_COLUMNS.index("working")
+_FIRST_WORKING = COST_COLUMNS.index("first_working")
 _CENSUS_KEPT = COST_COLUMNS.index("census_kept")
 _SWITCH_INDEX = {name: index for index, name in enumerate(SWITCHES)}
 
@@ -100,40 +103,31 @@ class Cost:
         if not isinstance(self.excess, tuple):
             object.__setattr__(self, "excess", tuple(self.excess))
 
-    def _check_excess(self, other: "Cost", operation: str) -> None:
+    def _combine(self, other: "Cost", operation, symbol: str) -> "Cost":
         if len(self.excess) != len(other.excess):
             # The seed's zip would drop the longer tail silently; a mismatch is a bug upstream.
-            raise ValueError(f"Cost {operation}: excess lengths differ ({len(self.excess)} and {len(other.excess)})")
+            raise ValueError(f"Cost {symbol}: excess lengths differ ({len(self.excess)} and {len(other.excess)})")
+        return Cost(
+            operation(self.memory_per_micro_batch, other.memory_per_micro_batch),
+            operation(self.memory_once, other.memory_once),
+            operation(self.backward_time, other.backward_time),
+            tuple(operation(mine, theirs) for mine, theirs in zip(self.excess, other.excess)),
+            operation(self.working, other.working),
+            operation(self.first_working, other.first_working),
+            operation(self.census_kept, other.census_kept),
+        )
 
     def __add__(self, other: "Cost") -> "Cost":
         """Field by field sum."""
         if not isinstance(other, Cost):
             return NotImplemented
-        self._check_excess(other, "+")
-        return Cost(
-            self.memory_per_micro_batch + other.memory_per_micro_batch,
-            self.memory_once + other.memory_once,
-            self.backward_time + other.backward_time,
-            tuple(mine + theirs for mine, theirs in zip(self.excess, other.excess)),
-            self.working + other.working,
-            self.first_working + other.first_working,
-            self.census_kept + other.census_kept,
-        )
+        return self._combine(other, operator.add, "+")
 
     def __sub__(self, other: "Cost") -> "Cost":
         """Field by field difference."""
         if not isinstance(other, Cost):
             return NotImplemented
-        self._check_excess(other, "-")
-        return Cost(
-            self.memory_per_micro_batch - other.memory_per_micro_batch,
-            self.memory_once - other.memory_once,
-            self.backward_time - other.backward_time,
-            tuple(mine - theirs for mine, theirs in zip(self.excess, other.excess)),
-            self.working - other.working,
-            self.first_working - other.first_working,
-            self.census_kept - other.census_kept,
-        )
+        return self._combine(other, operator.sub, "-")
 
     def values(self) -> tuple[float, float, float]:
         """``(memory_per_micro_batch, memory_once, backward_time)``."""
@@ -195,7 +189,7 @@ class SwitchSettings:
 
     @property
     def first_working(self) -> np.ndarray:
-        return self.table[:, 4]
+        return self.table[:, _FIRST_WORKING]
 
     @property
     def census_kept(self) -> np.ndarray:
@@ -206,9 +200,26 @@ class SwitchSettings:
         """(rows, len(counts)): the excess of each row at each count."""
         return self.table[:, _EXCESS:]
 
+    def memory_in_flight(self) -> np.ndarray:
+        """(rows, len(counts)): each row's memory with *k* micro-batches in flight, at each *k* of
+        :attr:`counts`: ``k · memory_per_micro_batch + memory_once − excess[k]`` (a knapsack weight)."""
+        at_counts = np.empty((len(self.counts), len(self)), dtype=np.float64)
+        _memory_in_flight(self.table.T, self.counts, at_counts)
+        return at_counts.T
+
     def cost(self, row: int) -> Cost:
         """Row *row* as a :class:`Cost`."""
         return Cost.from_row(self.table[row])
+
+
+def _memory_in_flight(columns: np.ndarray, counts: tuple[int, ...], out: np.ndarray) -> None:
+    """``k · per micro-batch + once − excess[k]`` into *out* (counts × rows) from cost-row *columns*.
+
+    Column by column (rows of the transposed table): numpy is slow on short rows.
+    """
+    np.multiply.outer(np.array(counts, dtype=np.float64), columns[0], out=out)
+    out += columns[1]
+    out -= columns[_EXCESS:]
 
 
 @functools.lru_cache(maxsize=None)
@@ -232,6 +243,19 @@ def _layout(acting: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     for array in (keep, is_full, order):
         array.setflags(write=False)
     return keep, is_full, order, acting_mask
+
+
+class _PlainAndFull(dict):
+    """Per number of rows, the kernel's always-kept rows in the tie order: plain first, full last."""
+
+    def __missing__(self, n_rows: int) -> np.ndarray:
+        rows = np.array([0, n_rows - 1], dtype=np.int64)
+        rows.setflags(write=False)
+        self[n_rows] = rows
+        return rows
+
+
+_PLAIN_AND_FULL = _PlainAndFull()
 
 
 def _check_cost(value, parameter: str, n_counts: int) -> "Cost":
@@ -401,11 +425,11 @@ class SwitchProfile:
         n_settings = 1 << len(acting)
         width = _EXCESS + len(self.counts)
         base = self.base
-        alone = np.empty((len(SWITCHES), width), dtype=np.float64)
-        for index, name in enumerate(SWITCHES):
-            alone[index] = self.alone[name].row() if name in self.alone else base.row()
+        rows = [(self.alone[name] if name in self.alone else base).row() for name in SWITCHES]
+        alone = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64,
+                            count=len(SWITCHES) * width).reshape(len(SWITCHES), width)
         table = np.empty((n_settings + 1, width), dtype=np.float64)
-        kernels.switch_settings(np.array(base.row(), dtype=np.float64), alone, acting_mask, table[:n_settings])
+        _backend.kernels.switch_settings(np.array(base.row(), dtype=np.float64), alone, acting_mask, table[:n_settings])
         # What does not add up, as SwitchProfile.selective states it:
         table[0] = self.plain.row()  # nothing recomputed: the plain layer, whatever the base
         if self.census_held is not None:
@@ -423,14 +447,20 @@ class SwitchProfile:
     def _front(self) -> np.ndarray:
         settings = self._settings
         _, _, order, _ = _layout(settings.acting)
-        ranked = settings.table[order]
-        counts = np.array(self.counts, dtype=np.float64)
-        criteria = np.empty((ranked.shape[0], 3 + counts.shape[0]), dtype=np.float64)
-        criteria[:, :3] = ranked[:, :3]
-        criteria[:, 3:] = np.multiply.outer(ranked[:, 0], counts) + ranked[:, 1:2] - ranked[:, _EXCESS:]
-        keep = np.empty(ranked.shape[0], dtype=np.int64)
-        always = np.array([0, ranked.shape[0] - 1], dtype=np.int64)  # plain first, full last in `order`
-        kernels.dominance_front(criteria, criteria.shape[1], always, keep)
-        rows = np.sort(order[keep.astype(bool)])
+        ranked = settings.table.take(order, axis=0).T  # columns, rows in the order that breaks exact ties
+        n_rows = ranked.shape[1]
+        # Memory per micro-batch and backward time first: they trade off against each other,
+        # which the kernel's staircase test and first comparisons are fastest on.
+        columns = np.empty((3 + len(self.counts), n_rows), dtype=np.float64)
+        columns[0] = ranked[0]
+        columns[1] = ranked[2]
+        columns[2] = ranked[1]
+        _memory_in_flight(ranked, self.counts, columns[3:])
+        criteria = np.ascontiguousarray(columns.T)
+        keep = np.empty(n_rows, dtype=np.int64)
+        _backend.kernels.dominance_front(criteria, criteria.shape[1], _PLAIN_AND_FULL[n_rows], keep)
+        kept = np.empty(n_rows, dtype=np.int64)
+        kept[order] = keep
+        rows = np.flatnonzero(kept)
         rows.setflags(write=False)
         return rows

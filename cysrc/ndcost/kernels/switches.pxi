@@ -67,10 +67,11 @@ cdef Py_ssize_t c_skyline(const double* values, Py_ssize_t n, Py_ssize_t stride,
     #
     # Block-nested-loop skyline (Börzsönyi, Kossmann, Stocker, "The Skyline Operator",
     # ICDE 2001) over the rows in ascending order of their first criterion, bucketed
-    # (a counting sort, O(n)): so sorted, a row is mostly dominated by one that joined
-    # the window shortly before it, and the window is scanned newest first; and a row
-    # below the window on both first criteria (a new step of their staircase) joins
-    # without a scan. The result depends on the relation only, not on the order.
+    # (a counting sort, O(n)). So sorted, a row is mostly dominated by one that joined
+    # the window shortly before it or that dominated the row before: the window is
+    # scanned from its end, where both go. A row below the window on both first criteria
+    # (a new step of their staircase) joins without a scan. Which rows are kept depends
+    # on the relation only, not on the order they are visited in.
     cdef Py_ssize_t i, k, p, q, size = 0, bucket, evicted
     cdef Py_ssize_t starts[SKYLINE_BUCKETS + 1]
     cdef double lo = INFINITY, hi = -INFINITY, key, scale = 0.0
@@ -83,13 +84,20 @@ cdef Py_ssize_t c_skyline(const double* values, Py_ssize_t n, Py_ssize_t stride,
     if n_criteria >= 1:
         for i in range(n):
             key = values[i * stride]
-            if key > -INFINITY and key < INFINITY:
-                if key < lo:
-                    lo = key
-                if key > hi:
-                    hi = key
+            lo = key if key < lo else lo  # NaN passes by
+            hi = key if key > hi else hi
+        if lo == -INFINITY or hi == INFINITY:  # rare: bucket the finite keys only
+            lo = INFINITY
+            hi = -INFINITY
+            for i in range(n):
+                key = values[i * stride]
+                if key > -INFINITY and key < INFINITY:
+                    lo = key if key < lo else lo
+                    hi = key if key > hi else hi
         if hi > lo and hi - lo < INFINITY:
             scale = (SKYLINE_BUCKETS - 1) / (hi - lo)
+            if not (scale < INFINITY):  # keys a few subnormals apart
+                scale = 0.0
     for i in range(n):
         bucket = 0
         if scale > 0.0:
@@ -124,6 +132,10 @@ cdef Py_ssize_t c_skyline(const double* values, Py_ssize_t n, Py_ssize_t stride,
             p -= 1
             if c_beats(values + window[p] * stride, window[p], row, i, n_criteria, &evicts):
                 dominated = True
+                # The dominator goes to the end, scanned first: dominated rows share dominators.
+                q = window[p]
+                window[p] = window[size - 1]
+                window[size - 1] = q
                 break
             if evicts:
                 window[p] = -1
@@ -256,6 +268,8 @@ def dominance_front(const double[:, ::1] values, long long n_criteria, const lon
     cdef Py_ssize_t stack_order[SKYLINE_STACK]
     cdef Py_ssize_t* window = stack_window
     cdef Py_ssize_t* order = stack_order
+    cdef const double* data
+    cdef double no_data = 0.0
     if n_criteria < 0 or (n and n_criteria > width):
         raise ValueError(f"n_criteria must be in [0, values' width ({width})]; got {n_criteria}")
     if out_keep.shape[0] != n:
@@ -270,9 +284,14 @@ def dominance_front(const double[:, ::1] values, long long n_criteria, const lon
         if window == NULL:
             raise MemoryError()
         order = window + n
-    stride = values.strides[0] // sizeof(double)
+    if width:
+        data = &values[0, 0]
+        stride = values.strides[0] // sizeof(double)
+    else:  # no criteria to read: every row is equal
+        data = &no_data
+        stride = 0
     with nogil:
-        size = c_skyline(&values[0, 0], n, stride, n_criteria, window, order)
+        size = c_skyline(data, n, stride, n_criteria, window, order)
         for i in range(n):
             out_keep[i] = 0
         for p in range(size):

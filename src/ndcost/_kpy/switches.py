@@ -53,7 +53,7 @@ def switch_settings(plain, alone, acting_mask: int, out) -> None:
     """
     width = len(plain)
     n_switches, alone_width = _shape2(alone)
-    bits = _acting_bits(acting_mask, n_switches)
+    bits = _acting_bits(int(acting_mask), n_switches)
     if n_switches and alone_width != width:
         raise ValueError(f"alone must have one row of plain's width ({width}) per switch; got width {alone_width}")
     out_rows, out_width = _shape2(out)
