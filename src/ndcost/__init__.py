@@ -15,9 +15,12 @@ from .exec_spec import ExecSpec
 from .explain import explain
 from .model import LayerKind, Model, OpCounts, ParamCount
 from .model_catalog import models
+from .knapsack import plan_stage
 from .ratios import Ratios
+from .recompute_plan import RecomputePlan, plan_recompute
 from .recompute_spec import SWITCHES, RecomputeRange
 from .result import Estimate
+from .switch_profile import Cost, SwitchProfile
 
 __version__ = "0.1.0"
 
@@ -27,4 +30,5 @@ __all__ = [
     "Device", "Cluster", "devices",
     "ExecSpec", "RecomputeRange", "SWITCHES",
     "Ratios", "Estimate", "estimate", "layer_times", "explain",
+    "Cost", "SwitchProfile", "plan_stage", "RecomputePlan", "plan_recompute",
 ]
