@@ -154,6 +154,7 @@ RATE_FIELDS = (
     "intra_bw", "intra_eff", "intra_lat",   # scale-up link per device per direction; share; seconds per step
     "inter_bw", "inter_eff", "inter_lat",   # scale-out NIC per device per direction; share; seconds per step
     "dpn",                          # devices per node
+    "wave",                         # GEMM outputs one wave of tiles covers: SMs x 256 x 128
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---
@@ -166,7 +167,7 @@ SECONDS_EXTRA_FIELDS = (
 # --- one layer of a kind, priced once (float64, K x SECONDS_LAYER_FIELDS); seconds per micro-batch ---
 SECONDS_LAYER_FIELDS = (
     "fw", "bw", "bw_w",               # forward; backward without weight grads; weight-grad GEMMs
-    "gemm_f", "gemm_b", "core_f", "core_b", "exp_f", "exp_b",  # overlap windows: GEMMs, attention core, experts
+    "gemm_f", "gemm_b", "core_f", "core_b",  # overlap windows: the GEMMs, the attention core (per pass)
     "tp_f", "tp_b", "cp_f", "cp_b", "ep_f", "ep_b",  # raw comm per pass (before overlap)
     "sw_attBMM", "sw_headCast", "sw_dropout", "sw_softmax",  # forward time of each recompute switch's ops
     "sw_normOp", "sw_gather", "sw_ffAct", "sw_attUp",        #   (sw_gather is comm: the SP all-gathers)
@@ -202,3 +203,81 @@ GROUPS["R"] = RATE_FIELDS
 GROUPS["SX"] = SECONDS_EXTRA_FIELDS
 GROUPS["SL"] = SECONDS_LAYER_FIELDS
 GROUPS["SS"] = SECONDS_STAGE_FIELDS
+
+
+# ============================================================== batches (kernels/batch.pxi)
+# ``estimate_many`` prices N candidates in one kernel call. The ND kernel reads the
+# ND groups above (one CAND_FIELDS row per candidate); the memory kernel reads the
+# groups below. Layout-dependent arrays are computed once per distinct layout and
+# pooled: each candidate carries the row of its layout in a LAYOUT_FIELDS table.
+
+# --- per layer kind, what the memory model reads (float64, K x MEMORY_KIND_FIELDS) ---
+MEMORY_KIND_FIELDS = (
+    "attention",      # memory.ATTENTION_CODES: 0 full, 1 MLA, 2 linear (gated DeltaNet)
+    "heads", "kv_heads", "head_dim", "out_gate", "qk_norm",           # full attention (MLA: heads)
+    "q_lora", "kv_lora", "qk_nope", "qk_rope", "v_dim",               # MLA dims
+    "lin_k_heads", "lin_k_dim", "lin_v_heads", "lin_v_dim", "lin_conv", "lin_chunk",  # gated DeltaNet
+    "ffn",            # memory.FFN_CODES: 0 dense, 1 MoE
+    "gated",          # 1 SwiGLU, 0 GELU
+    "ffn_width",      # dense width, or the routed expert width on a MoE kind
+    "experts", "top_k", "shared_width",   # MoE kind only (0 on a dense kind)
+    "p_nonexp", "p_routed", "p_shared",   # Model.kind_parameters: the real counts
+)
+
+# --- model-level constants of the memory model (float64 vector) ---
+MEMORY_MODEL_FIELDS = (
+    "h", "v",                  # hidden size, vocabulary
+    "p_embedding",             # Model.embedding_parameters (word + learned positions)
+    "word_embedding",          # v x h (the LM head, or a copy of the embedding)
+    "p_final_norm",            # Model.final_norm_parameters
+    "p_mtp_module",            # Model.mtp_extra_parameters / MTP layers (0 without MTP)
+    "n_mtp",                   # MTP layers of the model
+)
+
+# --- one candidate of the memory model (float64 vector; derived by ndcost._formulas) ---
+MEMORY_CAND_FIELDS = (
+    "seq",                     # tokens per sequence as priced (s, or s / seq_split for Seq1F1B)
+    "b", "tp", "sp", "cp", "etp", "ep",   # micro-batch size; degrees (sp: tp with SP, else 1; etp: ND's t_exp)
+    "p", "vp", "m", "seq_split",          # pipeline: stages, chunks, micro-batches, Seq1F1B chunks
+    "schedule",                # memory.SCHEDULE_CODES
+    "token_factor",            # routed-token load factor: 1 dropless, capacity_factor in capacity mode
+    "flash", "slice_input",    # 0/1 flags
+    "bytes_c", "bytes_softmax", "bytes_dropout", "bytes_norm",  # activation byte widths
+    "w_param", "w_grad", "w_optim",        # bytes per parameter of params, gradients, optimizer state
+    "div_param", "div_grad", "div_optim",  # ZeRO divisors of non-expert state
+    "ediv_param", "ediv_grad", "ediv_optim",  # ZeRO divisors of routed-expert state
+    "fsdp_gathers",            # 1: ZeRO-3 resharding, a backward holds two layers' gathered params
+    "shards_grads",            # 1: ZeRO-2/3 reducing as the backward goes (not deferred)
+    "cp_ring",                 # 1 ring, 0 Ulysses
+    "tie_emb",                 # 1 when embedding and output share weights
+)
+
+# --- one distinct layout (int64 rows of a layout table) ---
+LAYOUT_FIELDS = (
+    "pp", "vpp", "n_slots",    # stages, chunks, option slots
+    "counts_at",               # pool offset of the chunk-summed counts (pp, K*O), ND's walk
+    "mcounts_at",              # pool offset of the per-chunk counts (pp, vpp, K*O), the memory model
+    "present_at",              # pool offset of (pp, K): 1 when the stage runs a layer of the kind
+    "slots_at",                # slot-pool offset: O options, then O keep masks
+    "emb_stage", "out_stage", "emb_chunk", "out_chunk",  # where the embedding and output run
+    "mtp_out",                 # MTP layers on the output stage
+)
+
+# --- reason codes the kernels write (the full table: ndcost.reasons.REASONS) ---
+KERNEL_REASONS = (
+    "ok",          # priced, and fits
+    "undefined",   # the kernels found no finite price (NaN)
+    "no_fit",      # priced, but the peak stage exceeds the device's memory
+)   # codes >= len(KERNEL_REASONS) are invalid candidates: the kernels skip them
+
+MEMORY_KIND = index(MEMORY_KIND_FIELDS)
+MEMORY_MODEL = index(MEMORY_MODEL_FIELDS)
+MEMORY_CAND = index(MEMORY_CAND_FIELDS)
+LAYOUT = index(LAYOUT_FIELDS)
+KERNEL_REASON = index(KERNEL_REASONS)
+
+GROUPS["MK"] = MEMORY_KIND_FIELDS
+GROUPS["MM"] = MEMORY_MODEL_FIELDS
+GROUPS["MC"] = MEMORY_CAND_FIELDS
+GROUPS["LY"] = LAYOUT_FIELDS
+GROUPS["RS"] = KERNEL_REASONS

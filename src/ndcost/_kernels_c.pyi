@@ -5,6 +5,7 @@ import numpy.typing as npt
 
 _F64Array = npt.NDArray[np.float64]
 _I64Array = npt.NDArray[np.int64]
+_U8Array = npt.NDArray[np.uint8]
 
 # --- pipeline (kernels/pipeline.pxi) ---
 def nd_straggler(stage_times: _F64Array) -> int: ...  # const double[::1]
@@ -29,3 +30,13 @@ def nd_apply_ratios(parts: _F64Array, ratios: _F64Array, out: _F64Array) -> floa
 def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, chunk: int, seq_split: int) -> float: ...  # long long x 7
 def layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, sp: float, cp: float, etp: float, attention: int, heads: float, kv_heads: float, head_dim: float, out_gate: int, qk_norm: int, q_lora: float, kv_lora: float, qk_nope: float, qk_rope: float, v_dim: float, lin_k_heads: float, lin_k_dim: float, lin_v_heads: float, lin_v_dim: float, lin_conv: float, lin_chunk: float, ffn: int, gated: int, ffn_width: float, experts: float, top_k: float, shared_width: float, token_factor: float, flash: int, compute_bytes: float, softmax_bytes: float, dropout_bytes: float, norm_bytes: float, option: int, keep_mask: int, slice_input: int) -> float: ...  # double for sizes, long long for codes and flags
 def stage_memory(static_per_layer: _F64Array, act_per_layer: _F64Array, work_per_layer: _F64Array, counts: _F64Array, inflight: _F64Array, stage_static: _F64Array, extra_act: _F64Array, comm_buffers: _F64Array, reserve: float, out: _F64Array) -> None: ...  # const double[:, ::1] x 3, const double[:, :, ::1], const double[:, ::1] x 3, const double[::1], double, double[:, ::1]
+
+# --- batch (kernels/batch.pxi): N candidates per call, the GIL released ---
+def nd_estimate_batch(kinds: _F64Array, model: _F64Array, cands: _F64Array, layout_index: _I64Array, layouts: _I64Array, pool: _F64Array, slot_pool: _I64Array, options: _F64Array, ratios: _F64Array, reason: _I64Array, out_step: _F64Array, out_parts: _F64Array, out_stage_times: _F64Array) -> None: ...  # const double[:, ::1], const double[::1], const double[:, ::1], const long long[::1], const long long[:, ::1], const double[::1], const long long[::1], const double[::1] x 2, long long[::1], double[::1], double[:, ::1] x 2
+def memory_batch(kinds: _F64Array, model: _F64Array, cands: _F64Array, layout_index: _I64Array, layouts: _I64Array, pool: _F64Array, slot_pool: _I64Array, reserve: float, capacity: float, reason: _I64Array, out_peak: _F64Array, out_fits: _U8Array, out_stages: _F64Array) -> None: ...  # const double[:, ::1], const double[::1], const double[:, ::1], const long long[::1], const long long[:, ::1], const double[::1], const long long[::1], double x 2, long long[::1], double[::1], unsigned char[::1], double[:, :, ::1]
+
+# --- seconds (kernels/seconds.pxi): seconds mode, step time from rates and links ---
+def seconds_collective(op: int, moved: float, n: float, stride: float, rate: _F64Array) -> float: ...  # long long, double x 3, const double[::1]
+def seconds_layer_times(kinds: _F64Array, skinds: _F64Array, model: _F64Array, smodel: _F64Array, cand: _F64Array, rate: _F64Array, out: _F64Array) -> None: ...  # const double[:, ::1] x 2, const double[::1] x 4, double[:, ::1]
+def seconds_stage_sums(kinds: _F64Array, skinds: _F64Array, model: _F64Array, smodel: _F64Array, cand: _F64Array, rate: _F64Array, counts: _F64Array, slot_option: _I64Array, slot_mask: _I64Array, extras: _F64Array, out: _F64Array) -> None: ...  # const double[:, ::1] x 2, const double[::1] x 4, const double[:, ::1], const long long[::1] x 2, const double[:, ::1], double[:, ::1]
+def seconds_combine(stage: _F64Array, cand: _F64Array, parts: _F64Array, stage_times: _F64Array) -> float: ...  # const double[:, ::1], const double[::1], double[::1], double[::1]

@@ -12,5 +12,9 @@ from ._kpy.nd import *  # noqa: F401,F403
 from ._kpy import nd as _nd
 from ._kpy.memory import *  # noqa: F401,F403
 from ._kpy import memory as _memory
+from ._kpy.batch import *  # noqa: F401,F403
+from ._kpy import batch as _batch
+from ._kpy.seconds import *  # noqa: F401,F403
+from ._kpy import seconds as _seconds
 
-__all__ = [*_pipeline.__all__, *_switches.__all__, *_nd.__all__, *_memory.__all__]
+__all__ = [*_pipeline.__all__, *_switches.__all__, *_nd.__all__, *_memory.__all__, *_batch.__all__, *_seconds.__all__]

@@ -19,20 +19,17 @@ only what it cannot compute (ND's ``strict`` mode: no expert data-parallel rank)
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from ._cache import per_object
+from ._formulas import COMM_DP_OVERLAP, COMM_TP_OVERLAP, SCALAR, ModelConstants, derived_columns
 from .errors import SpecError
 from .exec_spec import ExecSpec
 
-__all__ = ["Derived", "derive", "COMM_DP_OVERLAP", "COMM_TP_OVERLAP"]
+__all__ = ["Derived", "derive", "derived_values", "model_constants", "COMM_DP_OVERLAP", "COMM_TP_OVERLAP"]
 
-#: Share of DP traffic hidden behind compute (ND_REFERENCE §1.3 comm flags,
-#: §2.6 post-processing step 3: "validated on MindFormers").
-COMM_DP_OVERLAP = 0.9
-#: Share of TP traffic hidden behind compute (same sources).
-COMM_TP_OVERLAP = 0.5
+# COMM_DP_OVERLAP (0.9) and COMM_TP_OVERLAP (0.5) live with the formulas (ndcost._formulas).
 
 
 @dataclass(frozen=True)
@@ -129,36 +126,36 @@ class Derived:
     """Gradient reduction overlapped with backward (§3.7 FSDP extras)."""
 
 
-def _expert_degrees(spec: ExecSpec) -> tuple[int, int]:
-    """(t_exp, d_exp) by ND_REFERENCE §1.4 derive step 2, strict."""
+def _refuse_expert_degrees(spec: ExecSpec) -> None:
+    """Raise derive's strict refusal (ND_REFERENCE §1.4 derive step 2): no expert data-parallel rank."""
     d, t, cp, ep = spec.dp, spec.tp, spec.cp, spec.ep
     if spec.etp is not None:
-        # A stated expert TP degree is used as is (ND's etp > 1 branch;
-        # etp = 1 is Megatron's "experts not tensor-parallel").
-        t_exp = spec.etp
-        d_exp = d * t * cp // t_exp // ep
-        if d_exp < 1:
-            raise SpecError("ep*etp", "ExecSpec", f"be at most dp*tp*cp (= {d * t * cp})", ep * t_exp)
-        return t_exp, d_exp
-    t_exp = t
-    d_exp = d // ep if d >= ep else d * t // ep
-    if t_exp * ep > d * t:
-        # EP larger than DP borrows the TP ranks: the experts then run unsplit.
-        t_exp = 1
-    if d_exp < 1:
-        raise SpecError("ep", "ExecSpec", f"be at most dp*tp (= {d * t}) (or state etp)", ep)
-    return t_exp, d_exp
+        raise SpecError("ep*etp", "ExecSpec", f"be at most dp*tp*cp (= {d * t * cp})", ep * spec.etp)
+    raise SpecError("ep", "ExecSpec", f"be at most dp*tp (= {d * t}) (or state etp)", ep)
 
 
-def _comm_mode(degree: int, has_op: bool, has_grad_shard: bool) -> int:
-    """ND's comm_d_* flag (ND_REFERENCE §2.6): 0 none, 2 ZeRO-1, 3 gradient sharding."""
-    if degree == 1 or not has_op:
-        return 0
-    return 3 if has_grad_shard else 2
+def model_constants(model: Any) -> ModelConstants:
+    """The model's constants the formulas read, built once per model object."""
+    cache = per_object(model)
+    constants = cache.get("model_constants")
+    if constants is None:
+        constants = cache["model_constants"] = ModelConstants(model)
+    return constants
+
+
+def derived_values(model: Any, spec: ExecSpec) -> dict[str, Any]:
+    """:func:`derive`'s values as a dict (no ``keep_mask``), without building a :class:`Derived`."""
+    values = derived_columns(SCALAR, spec.__dict__, model_constants(model))
+    if values["d_exp"] < 1:
+        _refuse_expert_degrees(spec)
+    return values
 
 
 def derive(model: Any, spec: ExecSpec, cluster: Any = None) -> Derived:
     """ND's derived values of *spec* on *model* (ND_REFERENCE §1.4 derive steps 1-5, 8, 10).
+
+    The formulas are ``ndcost._formulas.derived_columns``, which ``estimate_many``
+    runs on numpy columns: one table of formulas for one candidate and for a batch.
 
     Args:
         model: A :class:`~ndcost.model.Model`.
@@ -170,77 +167,5 @@ def derive(model: Any, spec: ExecSpec, cluster: Any = None) -> Derived:
     """
     if not isinstance(spec, ExecSpec):
         raise SpecError("spec", "derive", "be an ExecSpec", spec)
-    d, t, p, cp, ep = spec.dp, spec.tp, spec.pp, spec.cp, spec.ep
-    n_exp = model.num_experts
-
-    # Step 2: expert degrees.
-    t_exp, d_exp = _expert_degrees(spec)
-
-    # Step 3: optimizer sharding. Megatron's distributed optimizer shards
-    # over the DP x CP group; shard_spans_cp=False keeps the shards within DP
-    # and drops ND's cp factor (ND always has it).
-    has_op = spec.zero_stage >= 1
-    has_grad_shard = spec.zero_stage >= 2
-    grad_shard_as_params = spec.zero_stage == 3
-    os_ranks = (spec.optimizer_shard or d) if has_op else 1
-    cp_shard = cp if spec.shard_spans_cp else 1
-    shard_p_os_non_exp_partial = os_ranks * t * cp_shard
-    shard_p_os_non_exp = (d if has_op else 1) * cp_shard * t
-    shard_p_os_exp_partial = math.gcd(n_exp, os_ranks * t_exp)
-    shard_p_os_exp = (d_exp if has_op else 1) * cp_shard * t_exp
-    if grad_shard_as_params:
-        grad_shards = (shard_p_os_non_exp_partial, shard_p_os_exp, shard_p_os_exp_partial)
-    elif has_grad_shard:
-        grad_shards = (shard_p_os_non_exp, shard_p_os_exp, shard_p_os_exp_partial)
-    else:
-        grad_shards = (t, t_exp, t_exp)
-
-    # Step 10's grad_accumulation, needed by the byte widths below.
-    micro_batch_num = spec.resolved_micro_batch_num
-    grad_accumulation = micro_batch_num > 1
-
-    return Derived(
-        sp=spec.sp,  # step 1
-        t_exp=t_exp,
-        d_exp=d_exp,
-        expert_data_parallel=max(1, d * cp * t // (ep * t_exp)),
-        has_op=has_op,
-        has_grad_shard=has_grad_shard,
-        grad_shard_as_params=grad_shard_as_params,
-        os_ranks=os_ranks,
-        shard_p_os_non_exp_partial=shard_p_os_non_exp_partial,
-        shard_p_os_non_exp=shard_p_os_non_exp,
-        shard_p_os_exp_partial=shard_p_os_exp_partial,
-        shard_p_os_exp=shard_p_os_exp,
-        shard_grad_non_exp=grad_shards[0],
-        shard_grad_exp=grad_shards[1],
-        shard_grad_exp_partial=grad_shards[2],
-        # Step 4: comm flags.
-        comm_d_non_exp=_comm_mode(d, has_op, has_grad_shard),
-        comm_d_exp=_comm_mode(d_exp, has_op, has_grad_shard),
-        comm_t=int(t > 1),
-        comm_ep=int(ep > 1 or n_exp > 1),
-        comm_cp=int(cp > 1),
-        comm_dp_overlap=COMM_DP_OVERLAP,
-        comm_tp_overlap=COMM_TP_OVERLAP,
-        # Step 5: the embedding's shards.
-        shard_embed=(d if has_op else 1) * (1 if spec.vocab_emb_dp and p == 1 else t),
-        # Step 10: activation shards and byte widths.
-        shard_recompute_input=t if spec.recompute_slice_activation else 1,
-        shard_output_activ=1,
-        # Step 8: the score rows flash attention keeps per head.
-        s_fa=spec.seq_length / model.num_attention_heads if spec.flash_attention else float(spec.seq_length),
-        grad_accumulation=grad_accumulation,
-        nd_bytes_grad=spec.grad_bytes if (p > 1 or grad_accumulation) else 0,
-        bytes_grad=spec.grad_bytes,
-        bytes_optim=spec.optimizer_states * spec.optimizer_state_bytes + spec.main_param_bytes,
-        bytes_optim_table=2 * spec.optimizer_state_bytes + spec.main_param_bytes,
-        zero_shard_ranks=os_ranks * cp_shard if has_op else 1,
-        keep_mask=spec.keep_mask,  # step 7's setting
-        micro_batch_num=micro_batch_num,
-        global_batch_size=spec.resolved_global_batch_size,
-        tie_embeddings=model.tie_word_embeddings if spec.tie_embeddings is None else spec.tie_embeddings,
-        reshards=spec.resolved_reshard_params,
-        defers_grads=spec.deferred_grad_accumulation,
-        overlaps_grad_reduce=spec.overlapped_grad_reduce,
-    )
+    values = derived_values(model, spec)
+    return Derived(keep_mask=spec.keep_mask, **values)  # step 7's setting

@@ -14,8 +14,12 @@ run holds at its peak, as warm-up ends -- built from:
 * communication buffers, the backward working set that ends warm-up, and the
   cluster's reserve (ND's 1 GiB safety buffer, ND_REFERENCE §3.7).
 
-The kernel ``stage_memory`` adds them up per stage; :func:`memory_estimate`
-is the entry point (``estimate()`` and ``explain()`` call it).
+The kernel ``stage_memory`` adds them up per stage. The kernel ``memory_batch``
+prices all of it per candidate, for a batch (``estimate_many``) or a batch of
+one (:func:`memory_estimate`, which ``estimate()`` and ``explain()`` call),
+from the per-kind :func:`memory_kind_table`, the per-model
+:func:`memory_model_vector` and a per-candidate vector derived by the same
+formulas for one candidate and for many (``ndcost._formulas``).
 
 Not implemented from ND_REFERENCE §3: the FSDP backward-end peak of deferred
 gradient reduction as a separate candidate (§3.7; its gradients are priced
@@ -33,8 +37,14 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import _backend
-from ._columns import OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
-from .derive import Derived, derive
+from ._cache import per_object
+from ._columns import (
+    MEMORY_CAND, MEMORY_KIND, MEMORY_KIND_FIELDS, MEMORY_MODEL, MEMORY_MODEL_FIELDS, OPTION_FULL, OPTION_NONE,
+    OPTION_SELECTIVE,
+)
+from ._formulas import MEMORY_SCHEDULE_BY_PP_SCHEDULE, SCALAR, memory_candidate_columns
+from ._layout_pool import LayoutPiece, LayoutPool, pack_layouts
+from .derive import Derived, derive, derived_values
 from .errors import SpecError
 from .exec_spec import ExecSpec
 from .recompute_spec import ALL_KEPT
@@ -49,6 +59,9 @@ __all__ = [
     "MemoryEstimate",
     "static_layer_bytes",
     "layer_activation_arguments",
+    "memory_kind_table",
+    "memory_model_vector",
+    "memory_candidate_vector",
     "memory_estimate",
 ]
 
@@ -60,9 +73,7 @@ MEMORY_PARTS: tuple[str, ...] = (
 #: Kernel codes of the pipeline schedules (``ExecSpec.schedule``), ND_REFERENCE §3.6:
 #: 1F1B and interleaved share a rule (vp decides), GPipe holds every micro-batch,
 #: zero_bubble_v is DualPipeV's V, seq1f1b counts sequence chunks.
-SCHEDULE_CODES: Mapping[str, int] = MappingProxyType({
-    "1f1b": 0, "interleaved": 0, "gpipe": 1, "zero_bubble_v": 2, "seq1f1b": 3,
-})
+SCHEDULE_CODES: Mapping[str, int] = MEMORY_SCHEDULE_BY_PP_SCHEDULE
 #: Kernel codes of ``LayerKind.attention``.
 ATTENTION_CODES: Mapping[str, int] = MappingProxyType({"full": 0, "mla": 1, "linear": 2})
 #: Kernel codes of ``LayerKind.ffn``.
@@ -228,37 +239,69 @@ def static_layer_bytes(model: Any, spec: ExecSpec, kind_index: int, derived: Der
     return per_rank
 
 
-def _stage_static(model: Any, spec: ExecSpec, derived: Derived, emb_stage: int, out_stage: int,
-                  mtp_layers: int) -> np.ndarray:
-    """(p, 3) static bytes outside the transformer layers.
+# --------------------------------------------------------------------------- kernel tables
 
-    Embedding (word + learned positions) on the first stage; the output head
-    and the final norm on the last; with tied embeddings and pp > 1 the last
-    stage keeps its own copy of the word embedding for the head (Megatron's
-    embedding group, synchronised by an all-reduce). MTP modules' extras (eh_proj,
-    norms) go with the output; Megatron-Core also builds the embedding on the MTP
-    stage (``pre_process or mtp_process``), so an untied model with MTP keeps a
-    word-embedding copy there too. All split over tp (vocab-parallel).
-    """
-    p = spec.pp
-    out = np.zeros((p, 3), dtype=np.float64)
-    widths = _widths(spec, derived)
-    dense_div, _ = _shard_divisors(spec, derived)
-    tp = spec.tp
-    word_embedding = model.vocab_size * model.hidden_size
-    out[emb_stage] += _sharded(model.embedding_parameters() / tp, dense_div, widths)
-    split_ends = emb_stage != out_stage
-    # The LM head is a vocab x hidden table in every supported family (no bias);
-    # tied, it is the embedding itself unless the ends sit on different stages.
-    tied_here = derived.tie_embeddings and not split_ends
-    head = (0 if tied_here else word_embedding) + model.final_norm_parameters()
-    if mtp_layers > 0 and model.num_nextn_predict_layers > 0:
-        per_module = model.mtp_extra_parameters() / model.num_nextn_predict_layers
-        head += mtp_layers * per_module
-        if split_ends and not derived.tie_embeddings:
-            head += word_embedding  # Megatron-Core: the MTP stage builds the embedding too
-    out[out_stage] += _sharded(head / tp, dense_div, widths)
-    return out
+
+def memory_kind_table(model: Any) -> np.ndarray:
+    """(K, MEMORY_KIND_FIELDS) float64, read-only: what the memory kernels read per layer kind
+    (the dims :func:`layer_activation_bytes` takes, the real parameter counts). Cached per model."""
+    cache = per_object(model)
+    table = cache.get("memory_kind_table")
+    if table is not None:
+        return table
+    table = np.zeros((len(model.kinds), len(MEMORY_KIND_FIELDS)), dtype=np.float64)
+    for k, kind in enumerate(model.kinds):
+        moe = kind.ffn == "moe"
+        values = {
+            "attention": ATTENTION_CODES[kind.attention],
+            "heads": model.num_attention_heads, "kv_heads": model.num_key_value_heads,
+            "head_dim": model.head_dim, "out_gate": int(model.attn_output_gate), "qk_norm": int(model.qk_norm),
+            "q_lora": model.q_lora_rank, "kv_lora": model.kv_lora_rank, "qk_nope": model.qk_nope_head_dim,
+            "qk_rope": model.qk_rope_head_dim, "v_dim": model.v_head_dim,
+            "lin_k_heads": model.linear_num_key_heads, "lin_k_dim": model.linear_key_head_dim,
+            "lin_v_heads": model.linear_num_value_heads, "lin_v_dim": model.linear_value_head_dim,
+            "lin_conv": model.linear_conv_kernel_dim, "lin_chunk": GDN_CHUNK,
+            "ffn": FFN_CODES[kind.ffn], "gated": int(model.gated_ffn),
+            "ffn_width": model.moe_intermediate_size if moe else model.intermediate_size,
+            "experts": model.num_experts if moe else 0,
+            "top_k": model.num_experts_per_tok if moe else 0,
+            "shared_width": model.shared_expert_intermediate_size if moe else 0,
+        }
+        values["p_nonexp"], values["p_routed"], values["p_shared"] = model.kind_parameters(k)
+        for name, value in values.items():
+            table[k, MEMORY_KIND[name]] = value
+    table.setflags(write=False)
+    cache["memory_kind_table"] = table
+    return table
+
+
+def memory_model_vector(model: Any) -> np.ndarray:
+    """(MEMORY_MODEL_FIELDS,) float64, read-only: the memory model's constants of *model*. Cached per model."""
+    cache = per_object(model)
+    vector = cache.get("memory_model_vector")
+    if vector is not None:
+        return vector
+    n_mtp = model.num_nextn_predict_layers
+    values = {
+        "h": model.hidden_size, "v": model.vocab_size, "p_embedding": model.embedding_parameters(),
+        "word_embedding": model.vocab_size * model.hidden_size,
+        "p_final_norm": model.final_norm_parameters(),
+        # One MTP module's own params (eh_proj, norms); its layer is a layer of its kind.
+        "p_mtp_module": model.mtp_extra_parameters() / n_mtp if n_mtp > 0 else 0.0,
+        "n_mtp": n_mtp,
+    }
+    vector = np.zeros(len(MEMORY_MODEL_FIELDS), dtype=np.float64)
+    for name, value in values.items():
+        vector[MEMORY_MODEL[name]] = value
+    vector.setflags(write=False)
+    cache["memory_model_vector"] = vector
+    return vector
+
+
+def memory_candidate_vector(model: Any, spec: ExecSpec) -> np.ndarray:
+    """(1, MEMORY_CAND_FIELDS) float64: *spec*'s memory candidate (ndcost._formulas, the batch's formulas)."""
+    values = memory_candidate_columns(SCALAR, spec.__dict__, derived_values(model, spec))
+    return np.array([values], dtype=np.float64)
 
 
 # --------------------------------------------------------------------------- activations
@@ -267,118 +310,33 @@ def _stage_static(model: Any, spec: ExecSpec, derived: Derived, emb_stage: int, 
 def layer_activation_arguments(model: Any, spec: ExecSpec, kind_index: int,
                                derived: Derived | None = None) -> dict[str, Any]:
     """The ``layer_activation_bytes`` arguments of one layer kind, all but
-    ``option`` and ``keep_mask``."""
-    derived = derive(model, spec) if derived is None else derived
-    kind = model.kinds[kind_index]
-    is_moe = kind.ffn == "moe"
-    seq = spec.seq_length / spec.seq_split if spec.schedule == "seq1f1b" else float(spec.seq_length)
+    ``option`` and ``keep_mask``: the kind's row of :func:`memory_kind_table` and the
+    spec's memory candidate, as the memory kernels pass them. *derived* is accepted for
+    compatibility (the candidate is derived from *spec*)."""
+    kind = memory_kind_table(model)[kind_index]
+    mc = memory_candidate_vector(model, spec)[0]
+    cand = {name: float(mc[MEMORY_CAND[name]]) for name in ("seq", "tp", "sp", "cp", "etp", "token_factor")}
     return {
-        "seq": seq,
-        "batch": float(spec.micro_batch_size),
-        "hidden": float(model.hidden_size),
-        "tp": float(spec.tp),
-        "sp": float(derived.sp),
-        "cp": float(spec.cp),
-        "etp": float(derived.t_exp),
-        "attention": ATTENTION_CODES[kind.attention],
-        "heads": float(model.num_attention_heads),
-        "kv_heads": float(model.num_key_value_heads),
-        "head_dim": float(model.head_dim),
-        "out_gate": int(model.attn_output_gate),
-        "qk_norm": int(model.qk_norm),
-        "q_lora": float(model.q_lora_rank),
-        "kv_lora": float(model.kv_lora_rank),
-        "qk_nope": float(model.qk_nope_head_dim),
-        "qk_rope": float(model.qk_rope_head_dim),
-        "v_dim": float(model.v_head_dim),
-        "lin_k_heads": float(model.linear_num_key_heads),
-        "lin_k_dim": float(model.linear_key_head_dim),
-        "lin_v_heads": float(model.linear_num_value_heads),
-        "lin_v_dim": float(model.linear_value_head_dim),
-        "lin_conv": float(model.linear_conv_kernel_dim),
-        "lin_chunk": float(GDN_CHUNK),
-        "ffn": FFN_CODES[kind.ffn],
-        "gated": int(model.gated_ffn),
-        "ffn_width": float(model.moe_intermediate_size if is_moe else model.intermediate_size),
-        "experts": float(model.num_experts if is_moe else 0),
-        "top_k": float(model.num_experts_per_tok if is_moe else 0),
-        "shared_width": float(model.shared_expert_intermediate_size if is_moe else 0),
+        "seq": cand["seq"], "batch": float(mc[MEMORY_CAND["b"]]), "hidden": float(model.hidden_size),
+        "tp": cand["tp"], "sp": cand["sp"], "cp": cand["cp"], "etp": cand["etp"],
+        "attention": int(kind[MEMORY_KIND["attention"]]),
+        **{name: float(kind[MEMORY_KIND[name]]) for name in ("heads", "kv_heads", "head_dim")},
+        "out_gate": int(kind[MEMORY_KIND["out_gate"]]), "qk_norm": int(kind[MEMORY_KIND["qk_norm"]]),
+        **{name: float(kind[MEMORY_KIND[name]]) for name in (
+            "q_lora", "kv_lora", "qk_nope", "qk_rope", "v_dim", "lin_k_heads", "lin_k_dim", "lin_v_heads",
+            "lin_v_dim", "lin_conv", "lin_chunk")},
+        "ffn": int(kind[MEMORY_KIND["ffn"]]), "gated": int(kind[MEMORY_KIND["gated"]]),
+        **{name: float(kind[MEMORY_KIND[name]]) for name in ("ffn_width", "experts", "top_k", "shared_width")},
         # Capacity mode pads every expert to capacity_factor × its fair share;
         # dropless (grouped GEMM) is priced balanced.
-        "token_factor": 1.0 if spec.grouped_gemm else float(spec.capacity_factor),
-        "flash": int(spec.flash_attention),
-        "compute_bytes": float(spec.compute_bytes),
-        "softmax_bytes": float(spec.softmax_bytes),
-        "dropout_bytes": float(spec.dropout_bytes),
-        "norm_bytes": float(spec.norm_bytes),
-        "slice_input": int(spec.recompute_slice_activation),
+        "token_factor": cand["token_factor"],
+        "flash": int(mc[MEMORY_CAND["flash"]]),
+        "compute_bytes": float(mc[MEMORY_CAND["bytes_c"]]),
+        "softmax_bytes": float(mc[MEMORY_CAND["bytes_softmax"]]),
+        "dropout_bytes": float(mc[MEMORY_CAND["bytes_dropout"]]),
+        "norm_bytes": float(mc[MEMORY_CAND["bytes_norm"]]),
+        "slice_input": int(mc[MEMORY_CAND["slice_input"]]),
     }
-
-
-def _extra_activations(model: Any, spec: ExecSpec, derived: Derived, seq: float) -> tuple[float, float, float]:
-    """Per micro-batch: (embedding, output, one MTP module) activation bytes.
-
-    Embedding: the token ids (int64) and the embedding-dropout mask (Korthikanti
-    §4.3 "sbhp/t"). Output: the final norm input, the output-projection input
-    and the fp32 logits (Korthikanti §4.3 "4sbh/t·(1 + v/h)" at 16 bits).
-    MTP module: its two input norms (enorm, hnorm), the eh_proj input (2h),
-    its head norm, the head input and its fp32 logits (DeepSeek-V3 report §2.2).
-    """
-    tokens = seq * spec.micro_batch_size / spec.cp
-    h, sp, tp = model.hidden_size, derived.sp, spec.tp
-    c, n = spec.compute_bytes, spec.norm_bytes
-    embedding = tokens * TOKEN_ID_BYTES + tokens * h * spec.dropout_bytes / sp
-    output = tokens * h * n / sp + tokens * h * c / sp + tokens * model.vocab_size * LOGIT_BYTES / tp
-    mtp = tokens * (2 * h * n + 2 * h * c + h * n + h * c) / sp + tokens * model.vocab_size * LOGIT_BYTES / tp
-    return embedding, output, mtp
-
-
-# --------------------------------------------------------------------------- comm buffers
-
-
-def _kind_comm_buffers(model: Any, spec: ExecSpec, derived: Derived, kind_index: int,
-                       arguments: Mapping[str, Any]) -> tuple[float, float]:
-    """(max(dp, tp, cp), ep) buffer bytes of one layer of the kind (ND_REFERENCE
-    §3.2 comm_expr = max(dp, tp, cp) + ep): transient, so held once per stage.
-
-    * tp: with SP, the all-gathered layer input (s·b·h/cp), Megatron's
-      gather buffer; without SP the all-reduce runs in place.
-    * cp: ring attention double-buffers the K/V chunk it receives while
-      computing on the current one (ND §3.5: ×2); Ulysses' all-to-all holds
-      q, k, v in and out.
-    * dp: with sharded gradients (ZeRO-2/3), one layer's unsharded gradient
-      bucket to reduce-scatter from; else the reduce runs in the grad buffer.
-    * ep: dispatch and combine all-to-all buffers of the routed tokens.
-    """
-    kind = model.kinds[kind_index]
-    tokens = arguments["seq"] * spec.micro_batch_size / spec.cp
-    c = spec.compute_bytes
-    tp_buffer = tokens * model.hidden_size * c if derived.sp > 1 else 0.0
-    cp_buffer = 0.0
-    if spec.cp > 1 and kind.attention != "linear":
-        heads_local = model.num_attention_heads / spec.tp
-        if kind.attention == "mla":
-            k_width = heads_local * (model.qk_nope_head_dim + model.qk_rope_head_dim)
-            v_width = heads_local * model.v_head_dim
-            q_width = k_width
-        else:
-            kv_local = max(model.num_key_value_heads / spec.tp, 1.0)
-            k_width = v_width = kv_local * model.head_dim
-            q_width = heads_local * model.head_dim
-        if spec.cp_algo == "ring":
-            cp_buffer = 2.0 * tokens * (k_width + v_width) * c
-        else:
-            cp_buffer = 2.0 * tokens * (q_width + k_width + v_width) * c
-    dp_buffer = 0.0
-    if _shards_grads(spec, derived):
-        non_expert, routed, shared = model.kind_parameters(kind_index)
-        params = (non_expert + shared) / spec.tp + routed / (spec.ep * derived.t_exp)
-        dp_buffer = params * derived.bytes_grad
-    ep_buffer = 0.0
-    if kind.ffn == "moe" and spec.ep > 1:
-        routed_tokens = tokens * arguments["top_k"] * arguments["token_factor"] * derived.t_exp / spec.tp
-        ep_buffer = 2.0 * routed_tokens * model.hidden_size * c
-    return max(dp_buffer, tp_buffer, cp_buffer), ep_buffer
 
 
 # --------------------------------------------------------------------------- the estimate
@@ -400,8 +358,26 @@ def _layout_arrays(layout: Any, p: int, vp: int, n_kinds: int) -> tuple[np.ndarr
     return counts, slot_option, slot_mask
 
 
+_STAGE_FIELD_NAMES = tuple(f.name for f in fields(StageMemory))
+
+
+def stages_from_rows(rows: Any) -> tuple[StageMemory, ...]:
+    """StageMemory objects from kernel rows (parts, then total), without the dataclass's
+    per-field ``object.__setattr__`` (a stage per pipeline stage, per estimate)."""
+    stages = []
+    names = _STAGE_FIELD_NAMES
+    for row in rows:
+        stage = object.__new__(StageMemory)
+        stage.__dict__.update(zip(names, row))
+        stages.append(stage)
+    return tuple(stages)
+
+
 def memory_estimate(model: Any, spec: ExecSpec, cluster: Any, layout: Any) -> MemoryEstimate:
     """Memory of every pipeline stage of *spec* on *model*, placed by *layout*.
+
+    The backend's ``memory_batch`` kernel prices it, as a batch of one: the same
+    code ``estimate_many`` runs.
 
     Args:
         model: A :class:`~ndcost.model.Model`.
@@ -417,75 +393,37 @@ def memory_estimate(model: Any, spec: ExecSpec, cluster: Any, layout: Any) -> Me
     Raises:
         SpecError: When the layout does not match the spec and the model.
     """
-    derived = derive(model, spec, cluster)
     p, vp = spec.pp, spec.vpp
     n_kinds = len(model.kinds)
-    counts4, slot_option, slot_mask = _layout_arrays(layout, p, vp, n_kinds)
-    n_slots = slot_option.shape[0]
-    emb_stage, out_stage = int(layout.emb_stage), int(layout.out_stage)
-    emb_chunk = int(getattr(layout, "emb_chunk", 0))
-    out_chunk = int(getattr(layout, "out_chunk", vp - 1))
-    mtp_layers = int(layout.mtp_layers_on_out_stage)
-    for name, value, bound in (("emb_stage", emb_stage, p), ("out_stage", out_stage, p),
-                               ("emb_chunk", emb_chunk, vp), ("out_chunk", out_chunk, vp)):
+    counts, slot_option, slot_mask = _layout_arrays(layout, p, vp, n_kinds)
+    piece = LayoutPiece(counts, slot_option, slot_mask, int(layout.emb_stage), int(layout.out_stage),
+                        int(getattr(layout, "emb_chunk", 0)), int(getattr(layout, "out_chunk", vp - 1)),
+                        int(layout.mtp_layers_on_out_stage))
+    for name, value, bound in (("emb_stage", piece.emb_stage, p), ("out_stage", piece.out_stage, p),
+                               ("emb_chunk", piece.emb_chunk, vp), ("out_chunk", piece.out_chunk, vp)):
         if not 0 <= value < bound:
             raise SpecError(f"layout.{name}", _OWNER, f"be in [0, {bound - 1}]", value)
+    if piece.mtp_out < 0:
+        raise SpecError("layout.mtp_layers_on_out_stage", _OWNER, "be >= 0", piece.mtp_out)
+    pool = pack_layouts([piece])
+    return run_memory_batch(model, memory_candidate_vector(model, spec), pool, cluster)
 
-    # Per kind: static bytes, activations and working set per slot, comm buffers.
-    static = np.empty((n_kinds, 3), dtype=np.float64)
-    act = np.empty((n_kinds, n_slots), dtype=np.float64)
-    work = np.zeros((n_kinds, n_slots), dtype=np.float64)
-    comm_main = np.empty(n_kinds, dtype=np.float64)
-    comm_ep = np.empty(n_kinds, dtype=np.float64)
-    fsdp_gathers = spec.zero_stage == 3 and derived.reshards
-    seq = spec.seq_length / spec.seq_split if spec.schedule == "seq1f1b" else float(spec.seq_length)
-    for k in range(n_kinds):
-        static[k] = static_layer_bytes(model, spec, k, derived)
-        arguments = layer_activation_arguments(model, spec, k, derived)
-        plain = _backend.kernels.layer_activation_bytes(**arguments, option=OPTION_NONE, keep_mask=ALL_KEPT)
-        gathered = 0.0
-        if fsdp_gathers:
-            # ND_REFERENCE §3.7 FSDP extras: a backward holds two layers' gathered
-            # parameters, its own and the prefetched next one's.
-            non_expert, routed, shared = model.kind_parameters(k)
-            gathered = 2.0 * ((non_expert + shared) / spec.tp
-                              + routed / (spec.ep * derived.t_exp)) * spec.param_bytes
-        for o in range(n_slots):
-            option, mask = int(slot_option[o]), int(slot_mask[o])
-            act[k, o] = _backend.kernels.layer_activation_bytes(**arguments, option=option, keep_mask=mask)
-            if option == OPTION_FULL:
-                # ND_REFERENCE §3.7 FULL_REC: the backward re-materialises the plain layer.
-                work[k, o] = plain
-            elif option == OPTION_SELECTIVE:
-                # The recomputed ops come back for the layer's backward, at one micro-batch.
-                work[k, o] = max(plain - act[k, o], 0.0)
-            work[k, o] += gathered
-        comm_main[k], comm_ep[k] = _kind_comm_buffers(model, spec, derived, k, arguments)
 
-    # Micro-batches in flight per (stage, chunk), ND_REFERENCE §3.6.
-    schedule = SCHEDULE_CODES[spec.schedule]
-    m = derived.micro_batch_num
-    inflight = np.empty((p, vp), dtype=np.float64)
-    for stage in range(p):
-        for chunk in range(vp):
-            inflight[stage, chunk] = _backend.kernels.inflight_micro_batches(schedule, p, m, vp, stage, chunk, spec.seq_split)
+_ONE_ROW = np.zeros(1, dtype=np.int64)
+_ONE_ROW.setflags(write=False)
 
-    # Outside the layers: embedding, output head, MTP extras.
-    stage_static = _stage_static(model, spec, derived, emb_stage, out_stage, mtp_layers)
-    emb_act, out_act, mtp_act = _extra_activations(model, spec, derived, seq)
-    extra_act = np.zeros((p, vp), dtype=np.float64)
-    extra_act[emb_stage, emb_chunk] += emb_act
-    extra_act[out_stage, out_chunk] += out_act + mtp_layers * mtp_act
 
-    # Comm buffers: once per stage, over the kinds it runs.
-    present = counts4.sum(axis=(1, 3)) > 0  # (p, K)
-    comm = np.where(present, comm_main, 0.0).max(axis=1) + np.where(present, comm_ep, 0.0).max(axis=1)
-
-    counts = np.ascontiguousarray(counts4.reshape(p, vp, n_kinds * n_slots))
-    out = np.empty((p, len(MEMORY_PARTS) + 1), dtype=np.float64)
-    _backend.kernels.stage_memory(static, act, work, counts, inflight, stage_static, extra_act, comm,
-                         float(cluster.memory_reserve_bytes), out)
-    return MemoryEstimate(
-        stages=tuple(StageMemory(*row) for row in out.tolist()),
-        capacity_bytes=float(cluster.device.hbm_bytes),
-    )
+def run_memory_batch(model: Any, mcand: np.ndarray, pool: LayoutPool, cluster: Any) -> MemoryEstimate:
+    """One candidate (a (1, MEMORY_CAND_FIELDS) row) on the first layout of *pool*, as a MemoryEstimate."""
+    p = int(pool.layouts[0, 0])
+    reason = np.zeros(1, dtype=np.int64)
+    peak = np.empty(1, dtype=np.float64)
+    fits = np.empty(1, dtype=np.uint8)
+    out = np.empty((1, p, len(MEMORY_PARTS) + 1), dtype=np.float64)
+    capacity = float(cluster.device.hbm_bytes)
+    _backend.kernels.memory_batch(memory_kind_table(model), memory_model_vector(model), mcand, _ONE_ROW,
+                                  pool.layouts, pool.pool, pool.slot_pool, float(cluster.memory_reserve_bytes),
+                                  capacity, reason, peak, fits, out)
+    estimate = object.__new__(MemoryEstimate)
+    estimate.__dict__.update(stages=stages_from_rows(out[0].tolist()), capacity_bytes=capacity)
+    return estimate

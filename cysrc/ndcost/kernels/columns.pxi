@@ -186,7 +186,8 @@ cdef enum:
     R_inter_eff = 11
     R_inter_lat = 12
     R_dpn = 13
-    R_COUNT = 14
+    R_wave = 14
+    R_COUNT = 15
 
 cdef enum:
     SX_has_emb = 0
@@ -202,28 +203,26 @@ cdef enum:
     SL_gemm_b = 4
     SL_core_f = 5
     SL_core_b = 6
-    SL_exp_f = 7
-    SL_exp_b = 8
-    SL_tp_f = 9
-    SL_tp_b = 10
-    SL_cp_f = 11
-    SL_cp_b = 12
-    SL_ep_f = 13
-    SL_ep_b = 14
-    SL_sw_attBMM = 15
-    SL_sw_headCast = 16
-    SL_sw_dropout = 17
-    SL_sw_softmax = 18
-    SL_sw_normOp = 19
-    SL_sw_gather = 20
-    SL_sw_ffAct = 21
-    SL_sw_attUp = 22
-    SL_p_dense = 23
-    SL_p_expert = 24
-    SL_flops_f = 25
-    SL_flops_core = 26
-    SL_flops_up = 27
-    SL_COUNT = 28
+    SL_tp_f = 7
+    SL_tp_b = 8
+    SL_cp_f = 9
+    SL_cp_b = 10
+    SL_ep_f = 11
+    SL_ep_b = 12
+    SL_sw_attBMM = 13
+    SL_sw_headCast = 14
+    SL_sw_dropout = 15
+    SL_sw_softmax = 16
+    SL_sw_normOp = 17
+    SL_sw_gather = 18
+    SL_sw_ffAct = 19
+    SL_sw_attUp = 20
+    SL_p_dense = 21
+    SL_p_expert = 22
+    SL_flops_f = 23
+    SL_flops_core = 24
+    SL_flops_up = 25
+    SL_COUNT = 26
 
 cdef enum:
     SS_fw = 0
@@ -243,6 +242,101 @@ cdef enum:
     SS_model_flops = 14
     SS_hw_flops = 15
     SS_COUNT = 16
+
+cdef enum:
+    MK_attention = 0
+    MK_heads = 1
+    MK_kv_heads = 2
+    MK_head_dim = 3
+    MK_out_gate = 4
+    MK_qk_norm = 5
+    MK_q_lora = 6
+    MK_kv_lora = 7
+    MK_qk_nope = 8
+    MK_qk_rope = 9
+    MK_v_dim = 10
+    MK_lin_k_heads = 11
+    MK_lin_k_dim = 12
+    MK_lin_v_heads = 13
+    MK_lin_v_dim = 14
+    MK_lin_conv = 15
+    MK_lin_chunk = 16
+    MK_ffn = 17
+    MK_gated = 18
+    MK_ffn_width = 19
+    MK_experts = 20
+    MK_top_k = 21
+    MK_shared_width = 22
+    MK_p_nonexp = 23
+    MK_p_routed = 24
+    MK_p_shared = 25
+    MK_COUNT = 26
+
+cdef enum:
+    MM_h = 0
+    MM_v = 1
+    MM_p_embedding = 2
+    MM_word_embedding = 3
+    MM_p_final_norm = 4
+    MM_p_mtp_module = 5
+    MM_n_mtp = 6
+    MM_COUNT = 7
+
+cdef enum:
+    MC_seq = 0
+    MC_b = 1
+    MC_tp = 2
+    MC_sp = 3
+    MC_cp = 4
+    MC_etp = 5
+    MC_ep = 6
+    MC_p = 7
+    MC_vp = 8
+    MC_m = 9
+    MC_seq_split = 10
+    MC_schedule = 11
+    MC_token_factor = 12
+    MC_flash = 13
+    MC_slice_input = 14
+    MC_bytes_c = 15
+    MC_bytes_softmax = 16
+    MC_bytes_dropout = 17
+    MC_bytes_norm = 18
+    MC_w_param = 19
+    MC_w_grad = 20
+    MC_w_optim = 21
+    MC_div_param = 22
+    MC_div_grad = 23
+    MC_div_optim = 24
+    MC_ediv_param = 25
+    MC_ediv_grad = 26
+    MC_ediv_optim = 27
+    MC_fsdp_gathers = 28
+    MC_shards_grads = 29
+    MC_cp_ring = 30
+    MC_tie_emb = 31
+    MC_COUNT = 32
+
+cdef enum:
+    LY_pp = 0
+    LY_vpp = 1
+    LY_n_slots = 2
+    LY_counts_at = 3
+    LY_mcounts_at = 4
+    LY_present_at = 5
+    LY_slots_at = 6
+    LY_emb_stage = 7
+    LY_out_stage = 8
+    LY_emb_chunk = 9
+    LY_out_chunk = 10
+    LY_mtp_out = 11
+    LY_COUNT = 12
+
+cdef enum:
+    RS_ok = 0
+    RS_undefined = 1
+    RS_no_fit = 2
+    RS_COUNT = 3
 
 cdef enum:
     OPTION_NONE = 0

@@ -273,6 +273,61 @@ def layer_activation_bytes(double seq, double batch, double hidden, double tp, d
                                     softmax_bytes, dropout_bytes, norm_bytes, option, keep_mask, slice_input)
 
 
+cdef void c_stage_memory(const double* static_per_layer, const double* act_per_layer,
+                         const double* work_per_layer, Py_ssize_t n_kinds, Py_ssize_t n_slots,
+                         const double* counts, Py_ssize_t n_stages, Py_ssize_t n_chunks,
+                         const double* inflight, const double* stage_static, const double* extra_act,
+                         const double* comm_buffers, double reserve, double* out) noexcept nogil:
+    # Per-stage memory breakdown (ND_REFERENCE §3.4-3.7) on raw row-major pointers: static
+    # (K, 3), act and work (K, O), counts (p, vp, K*O), inflight and extra_act (p, vp),
+    # stage_static (p, 3), comm_buffers (p,), out (p, 8). The caller has checked the shapes.
+    cdef Py_ssize_t n_cols = n_kinds * n_slots
+    cdef Py_ssize_t stage, chunk, kind, slot, last_chunk
+    cdef double params, grads, optimizer, activations, working, chunk_bytes, layers, work, comm, total
+    cdef const double* row
+    cdef double* out_row
+    for stage in range(n_stages):
+        params = stage_static[stage * 3 + 0]
+        grads = stage_static[stage * 3 + 1]
+        optimizer = stage_static[stage * 3 + 2]
+        activations = 0.0
+        working = 0.0
+        last_chunk = -1
+        for chunk in range(n_chunks):
+            row = counts + (stage * n_chunks + chunk) * n_cols
+            chunk_bytes = extra_act[stage * n_chunks + chunk]
+            for kind in range(n_kinds):
+                for slot in range(n_slots):
+                    layers = row[kind * n_slots + slot]
+                    if layers == 0.0:
+                        continue
+                    last_chunk = chunk
+                    params += layers * static_per_layer[kind * 3 + 0]
+                    grads += layers * static_per_layer[kind * 3 + 1]
+                    optimizer += layers * static_per_layer[kind * 3 + 2]
+                    chunk_bytes += layers * act_per_layer[kind * n_slots + slot]
+            activations += inflight[stage * n_chunks + chunk] * chunk_bytes
+        if last_chunk >= 0:
+            # Working set: the largest of the layers in the last non-empty chunk (a NaN wins and stays).
+            row = counts + (stage * n_chunks + last_chunk) * n_cols
+            for kind in range(n_kinds):
+                for slot in range(n_slots):
+                    work = work_per_layer[kind * n_slots + slot]
+                    if row[kind * n_slots + slot] != 0.0 and working == working and (work != work or work > working):
+                        working = work
+        comm = comm_buffers[stage]
+        total = params + grads + optimizer + activations + comm + working + reserve
+        out_row = out + stage * _MEM_COLUMNS
+        out_row[0] = params
+        out_row[1] = grads
+        out_row[2] = optimizer
+        out_row[3] = activations
+        out_row[4] = comm
+        out_row[5] = working
+        out_row[6] = reserve
+        out_row[7] = total
+
+
 def stage_memory(const double[:, ::1] static_per_layer,   # IN (K, 3)
                  const double[:, ::1] act_per_layer,      # IN (K, O)
                  const double[:, ::1] work_per_layer,     # IN (K, O)
@@ -289,8 +344,6 @@ def stage_memory(const double[:, ::1] static_per_layer,   # IN (K, 3)
     cdef Py_ssize_t n_slots = act_per_layer.shape[1]
     cdef Py_ssize_t n_stages = counts.shape[0]
     cdef Py_ssize_t n_chunks = counts.shape[1]
-    cdef Py_ssize_t stage, chunk, kind, slot, last_chunk
-    cdef double params, grads, optimizer, activations, working, chunk_bytes, layers, work, comm, total
     if n_kinds < 1 or static_per_layer.shape[1] != 3:
         raise ValueError("static_per_layer must be (K, 3) with K >= 1")
     if act_per_layer.shape[0] != n_kinds or n_slots < 1:
@@ -312,40 +365,6 @@ def stage_memory(const double[:, ::1] static_per_layer,   # IN (K, 3)
     if out.shape[0] != n_stages or out.shape[1] != _MEM_COLUMNS:
         raise ValueError("out must be (p, 8)")
     with nogil:
-        for stage in range(n_stages):
-            params = stage_static[stage, 0]
-            grads = stage_static[stage, 1]
-            optimizer = stage_static[stage, 2]
-            activations = 0.0
-            working = 0.0
-            last_chunk = -1
-            for chunk in range(n_chunks):
-                chunk_bytes = extra_act[stage, chunk]
-                for kind in range(n_kinds):
-                    for slot in range(n_slots):
-                        layers = counts[stage, chunk, kind * n_slots + slot]
-                        if layers == 0.0:
-                            continue
-                        last_chunk = chunk
-                        params += layers * static_per_layer[kind, 0]
-                        grads += layers * static_per_layer[kind, 1]
-                        optimizer += layers * static_per_layer[kind, 2]
-                        chunk_bytes += layers * act_per_layer[kind, slot]
-                activations += inflight[stage, chunk] * chunk_bytes
-            if last_chunk >= 0:
-                for kind in range(n_kinds):
-                    for slot in range(n_slots):
-                        work = work_per_layer[kind, slot]
-                        if (counts[stage, last_chunk, kind * n_slots + slot] != 0.0 and working == working
-                                and (work != work or work > working)):
-                            working = work
-            comm = comm_buffers[stage]
-            total = params + grads + optimizer + activations + comm + working + reserve
-            out[stage, 0] = params
-            out[stage, 1] = grads
-            out[stage, 2] = optimizer
-            out[stage, 3] = activations
-            out[stage, 4] = comm
-            out[stage, 5] = working
-            out[stage, 6] = reserve
-            out[stage, 7] = total
+        c_stage_memory(&static_per_layer[0, 0], &act_per_layer[0, 0], &work_per_layer[0, 0], n_kinds, n_slots,
+                       &counts[0, 0, 0], n_stages, n_chunks, &inflight[0, 0], &stage_static[0, 0],
+                       &extra_act[0, 0], &comm_buffers[0], reserve, &out[0, 0])

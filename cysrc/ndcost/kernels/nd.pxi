@@ -424,6 +424,253 @@ def nd_fsdp_part_traffic(double size, double computed, double kept, double group
     out[0] = c_nd_part_traffic(size, computed, kept, group, gathers, reduces, bytes_p, bytes_grad, &out[1])
 
 
+cdef void c_nd_stage_sums(const double* kinds, Py_ssize_t n_kinds, const double* model, const double* cand,
+                          const double* counts, Py_ssize_t n_stages, const long long* slot_option,
+                          const long long* slot_mask, Py_ssize_t n_slots, long long emb_stage,
+                          long long out_stage, double* out) noexcept nogil:
+    # ND's compute and communication walks, per stage (§2.5, §2.6), on raw pointers: kinds
+    # (n_kinds, K_COUNT), counts (n_stages, n_kinds*n_slots) and out (n_stages, S_COUNT), all
+    # row-major. The caller has checked every length, that emb_stage/out_stage are -1 or a stage,
+    # and, when either is a stage, that model[M_default_kind] is a kind row.
+    cdef Py_ssize_t n_cols = n_kinds * n_slots
+    cdef Py_ssize_t k, o, col, st, f
+    cdef bint have_loads, used, fsdp
+    cdef double count, plain, recomputed, load, resent
+    cdef double f_dp, f_tp, f_ep, f_cp, dpn, a3
+    cdef double b, s, t, cp_deg, h, v, m, bytes_p, bytes_grad, shard_nonexp, root_gathers, reduces, d
+    cdef double node_ep_k, node_tp, node_ep, shard_embed, gather_embed, computed, traffic, share
+    cdef double copies, output
+    cdef double loads[ND_OP_COUNT]
+    cdef double factors[ND_OP_COUNT]
+    cdef double comm[LC_COUNT]
+    cdef const double* kind
+    cdef const double* node
+    cdef double* row
+    if not c_nd_cand_ok(cand):
+        for st in range(n_stages * S_COUNT):
+            out[st] = NAN
+        return
+    for st in range(n_stages * S_COUNT):
+        out[st] = 0.0
+    # §2.6 per-stage post-processing as one factor per part (steps 2-4): TP ×= max(1, ⌊t/dpn⌋),
+    # EP ×= max(1, ⌊ep/dpn⌋), CP ×= max(1, ⌊cp/dpn⌋); DP ×= 1 − dp_overlap, TP ×= 1 − tp_overlap;
+    # on A3 every part /2.
+    dpn = cand[C_dpn]
+    a3 = 0.5 if cand[C_is_a3] != 0.0 else 1.0
+    f_dp = (1.0 - cand[C_dp_overlap]) * a3
+    f_tp = c_nd_at_least_one(floor(cand[C_t] / dpn)) * (1.0 - cand[C_tp_overlap]) * a3
+    f_ep = c_nd_at_least_one(floor(cand[C_ep] / dpn)) * a3
+    f_cp = c_nd_at_least_one(floor(cand[C_cp] / dpn)) * a3
+
+    # Body layers: price each (kind, option slot) once, then weigh it by its count per stage.
+    for k in range(n_kinds):
+        kind = kinds + k * K_COUNT
+        have_loads = False
+        for o in range(n_slots):
+            col = k * n_slots + o
+            used = False
+            for st in range(n_stages):
+                if counts[st * n_cols + col] != 0.0:
+                    used = True
+                    break
+            if not used:
+                continue
+            if not have_loads:
+                c_nd_op_loads(kind, model, cand, loads)
+                have_loads = True
+            c_nd_recompute_factors(kind, slot_option[o], slot_mask[o], factors)
+            # §2.4 get_table_quantity: plain Σ load; recomputed Σ (1 + f)·load over the ops it has.
+            plain = 0.0
+            recomputed = 0.0
+            for f in range(ND_OP_COUNT):
+                load = loads[f]
+                plain += load
+                if load != 0.0:
+                    recomputed += (1.0 + factors[f]) * load
+            c_nd_layer_comm(kind, model, cand, slot_option[o], slot_mask[o], comm)
+            resent = f_tp * comm[LC_re_tp] + f_ep * comm[LC_re_ep] + f_cp * comm[LC_re_cp]
+            for st in range(n_stages):
+                count = counts[st * n_cols + col]
+                if count == 0.0:
+                    continue
+                row = out + st * S_COUNT
+                row[S_comp] += count * plain
+                row[S_recomp] += count * recomputed
+                row[S_dp] += count * comm[LC_dp]
+                row[S_dp_reduce] += count * comm[LC_dp_reduce]
+                row[S_tp] += count * comm[LC_tp]
+                row[S_ep] += count * comm[LC_ep]
+                row[S_cp] += count * comm[LC_cp]
+                row[S_recomm] += count * resent
+
+    # The embedding and output nodes: priced on the model config, i.e. as a layer of the
+    # default kind, rec_coeff 1. ND adds their TP and, as ep_comm_layer ignores the node,
+    # their EP too; no CP; DP only for FSDP's root parts.
+    if emb_stage >= 0 or out_stage >= 0:
+        b = cand[C_b]
+        s = cand[C_s]
+        t = cand[C_t]
+        cp_deg = cand[C_cp]
+        h = model[M_h]
+        v = model[M_v]
+        node = kinds + (<Py_ssize_t>model[M_default_kind]) * K_COUNT
+        node_ep_k = c_nd_kind_ep(node, cand)
+        node_tp = c_nd_tp_volume(node, model, cand, node_ep_k)
+        node_ep = c_nd_ep_volume(model, cand, node_ep_k)
+        fsdp = cand[C_fsdp] != 0.0
+        m = cand[C_m]
+        bytes_p = cand[C_bytes_p]
+        bytes_grad = cand[C_bytes_grad]
+        shard_nonexp = cand[C_shard_nonexp_partial]
+        root_gathers = 1.0 if cand[C_reshard] != 0.0 else 1.0 / m   # _fsdp_rounds: root
+        reduces = 1.0 / m if shard_nonexp > t * cp_deg else 1.0
+        d = cand[C_d]
+        if emb_stage >= 0:
+            row = out + emb_stage * S_COUNT
+            row[S_tp] += node_tp
+            row[S_ep] += node_ep
+            # FSDP root part: the embedding (h·v over shard_embed/gather_embed, sharded over
+            # shard_embed, held by d·that); none when tied to the output with p ≤ 1.
+            if fsdp and not (cand[C_tie_emb] != 0.0 and cand[C_p] <= 1.0):
+                shard_embed = cand[C_shard_embed]
+                gather_embed = cand[C_gather_embed]
+                computed = shard_embed / gather_embed if gather_embed > 0.0 else NAN
+                traffic = c_nd_part_traffic(h * v, computed, shard_embed, d * computed,
+                                            root_gathers, reduces, bytes_p, bytes_grad, &share)
+                row[S_dp] += traffic
+                row[S_dp_reduce] += share
+        if out_stage >= 0:
+            row = out + out_stage * S_COUNT
+            # §2.5 output layer: (1 if dc_kv == 0 else n_mtp)·(1/16)·6·b·v·h·s·bytes_p/t, not
+            # /cp, the same with and without recompute. ND's oddity kept: on an MLA model the
+            # output counts n_mtp times (0 times without MTP layers).
+            copies = 1.0 if model[M_dc_kv] == 0.0 else model[M_n_mtp]
+            output = copies * (1.0 / 16.0) * 6.0 * b * v * h * s * bytes_p / t   # 1/16: bias_imbalance
+            row[S_comp] += output
+            row[S_recomp] += output
+            row[S_tp] += node_tp
+            row[S_ep] += node_ep
+            if fsdp:
+                # FSDP root part: the output (h·v + v over t, sharded like the non-expert part).
+                traffic = c_nd_part_traffic(h * v + v, t, shard_nonexp, d * cp_deg * t,
+                                            root_gathers, reduces, bytes_p, bytes_grad, &share)
+                row[S_dp] += traffic
+                row[S_dp_reduce] += share
+
+    # §2.6 per-stage post-processing; dp_reduce is part of dp and takes dp's factor.
+    for st in range(n_stages):
+        row = out + st * S_COUNT
+        row[S_dp] *= f_dp
+        row[S_dp_reduce] *= f_dp
+        row[S_tp] *= f_tp
+        row[S_ep] *= f_ep
+        row[S_cp] *= f_cp
+        # Stage comm = TP + DP + EP + CP; with recompute, plus what recompute sends again.
+        row[S_recomm] = row[S_tp] + row[S_dp] + row[S_ep] + row[S_cp] + row[S_recomm]
+
+
+cdef double c_nd_combine(const double* stage, Py_ssize_t n_stages, const double* cand, const double* model,
+                         const double* options, const double* stage_savings, Py_ssize_t n_savings,
+                         long long stage_focused, double* parts, double* stage_times,
+                         double* reruns) noexcept nogil:
+    # ND's score from the per-stage sums (seed estimate_stage, _save_recompute, estimate_pipeline,
+    # estimate_p2p; §2.7-§2.10) on raw pointers: stage (n_stages, S_COUNT) row-major, parts
+    # (P_COUNT), stage_times and the caller's scratch reruns (n_stages each). The caller has
+    # checked the lengths, n_savings in {0, n_stages} and stage_focused < n_stages.
+    cdef Py_ssize_t i, focus
+    cdef double m, vp, comp_w, comm_w, rec_type, comp, comm, perf, recomp, recomm, rerun, time
+    cdef double pipeline, mf, forward, fw, bw, rec, dp, dp_reduce, tp, ep, cp, time_sum, bubble
+    cdef double p2p, slowest
+    cdef long long micro_batches, vpp
+    cdef bint rec_comp, rec_comm, rec_known
+    cdef const double* row
+    m = cand[C_m]
+    vp = cand[C_vp]
+    if n_stages == 0 or not (1.0 <= m <= ND_MAX_COUNT and 1.0 <= vp <= ND_MAX_COUNT):
+        for i in range(P_COUNT):
+            parts[i] = NAN
+        for i in range(n_stages):
+            stage_times[i] = NAN
+        return NAN
+    micro_batches = <long long>m
+    vpp = <long long>vp
+    c_nd_weights(model, cand, options, &comp_w, &comm_w)
+    rec_type = options[O_rec_type]
+    # RecType: which recompute lists are priced; an unpriced one is [0]·p (seed _stage_parts).
+    rec_comp = rec_type == REC_WITH or rec_type == REC_COMPUTE_ONLY
+    rec_comm = rec_type == REC_WITH or rec_type == REC_COMM_ONLY
+    rec_known = rec_comp or rec_comm or rec_type == REC_NONE
+    for i in range(n_stages):
+        row = stage + i * S_COUNT
+        comp = row[S_comp]
+        comm = row[S_tp] + row[S_dp] + row[S_ep] + row[S_cp]
+        perf = comp_w * comp + comm_w * comm
+        recomp = row[S_recomp] if rec_comp else 0.0
+        recomm = row[S_recomm] if rec_comm else 0.0
+        # "ignores comm recomp, to improve": the re-run's share, a third being the forward's.
+        rerun = (c_nd_positive(comp_w * (recomp - comp))
+                 + c_nd_positive(comm_w * (recomm - comm))) / (1.0 + ND_BACKWARD_RATIO)
+        if not rec_known:
+            rerun = NAN
+        reruns[i] = rerun
+        time = perf + rerun
+        if n_savings:
+            time = time - stage_savings[i]               # _save_recompute
+        stage_times[i] = time
+
+    pipeline = c_nd_pipeline_time(stage_times, n_stages, micro_batches, vpp)
+    focus = <Py_ssize_t>stage_focused if stage_focused >= 0 else c_nd_straggler(stage_times, n_stages)
+    row = stage + focus * S_COUNT
+    mf = <double>micro_batches
+    forward = comp_w * row[S_comp] / (1.0 + ND_BACKWARD_RATIO)   # FW = comp_w·comp/3
+    fw = forward * mf
+    bw = forward * ND_BACKWARD_RATIO * mf                        # BW = 2·FW
+    rec = reruns[focus] - stage_savings[focus] if n_savings else reruns[focus]
+    rec = rec * mf
+    dp = comm_w * row[S_dp] * mf
+    dp_reduce = comm_w * row[S_dp_reduce] * mf
+    tp = comm_w * row[S_tp] * mf
+    ep = comm_w * row[S_ep] * mf
+    cp = comm_w * row[S_cp] * mf
+    # The bubble is the pipeline less the parts (DP still holding its all-reduce), so that
+    # the parts and the bubble sum to the total; then DP_COMM gives DP_REDUCE its share.
+    time_sum = dp + tp + ep + cp + fw + bw + rec
+    bubble = pipeline - time_sum
+    dp = dp - dp_reduce
+    p2p = 0.0
+    if options[O_p2p] == P2P_MANUAL:
+        slowest = stage_times[0]
+        for i in range(n_stages):
+            if stage_times[i] > slowest:
+                slowest = stage_times[i]
+        p2p = c_nd_p2p_time(n_stages, micro_batches, vpp, slowest, cand[C_sp], options[O_p2p_ratio])
+    parts[P_fw_compute] = fw
+    parts[P_bw_compute] = bw
+    parts[P_recompute] = rec
+    parts[P_dp_comm] = dp
+    parts[P_dp_reduce] = dp_reduce
+    parts[P_tp_comm] = tp
+    parts[P_ep_comm] = ep
+    parts[P_cp_comm] = cp
+    parts[P_pp_comm] = p2p
+    parts[P_bubble] = bubble
+    return pipeline + p2p
+
+
+cdef double c_nd_apply_ratios(const double* parts, const double* ratios, double* out) noexcept nogil:
+    # Each part × its ratio, a zero part staying exactly 0; the score in ms as ND's real parts:
+    # COMP (FW + BW + REC) + DP_WAIT (DP + DP_REDUCE) + MP + EP + CP + PP_WAIT (BUBBLE + PP_COMM)
+    # (seed apply_regression_coefficients; §2.10, §2.11).
+    cdef Py_ssize_t i
+    cdef double comp, dp_wait, pp_wait
+    for i in range(P_COUNT):
+        out[i] = 0.0 if parts[i] == 0.0 else parts[i] * ratios[i]
+    comp = out[P_fw_compute] + out[P_bw_compute] + out[P_recompute]
+    dp_wait = out[P_dp_comm] + out[P_dp_reduce]
+    pp_wait = out[P_bubble] + out[P_pp_comm]
+    return comp + dp_wait + out[P_tp_comm] + out[P_ep_comm] + out[P_cp_comm] + pp_wait
+
+
 def nd_stage_sums(const double[:, ::1] kinds, const double[::1] model, const double[::1] cand,
                   const double[:, ::1] counts, const long long[::1] slot_option,
                   const long long[::1] slot_mask, long long emb_stage, long long out_stage,
@@ -436,18 +683,7 @@ def nd_stage_sums(const double[:, ::1] kinds, const double[::1] model, const dou
     what recompute sends again). A non-positive t, cp, sp, t_exp, ep, dpn or m gives NaN everywhere.
     """
     cdef Py_ssize_t n_kinds = kinds.shape[0], n_slots = slot_option.shape[0], n_stages = counts.shape[0]
-    cdef Py_ssize_t k, o, col, st, f, op, node_k = 0
-    cdef bint has_nodes, have_loads, used, fsdp
-    cdef double default_kind, count, plain, recomputed, load, resent
-    cdef double f_dp, f_tp, f_ep, f_cp, dpn, a3
-    cdef double b, s, t, cp_deg, h, v, m, bytes_p, bytes_grad, shard_nonexp, root_gathers, reduces, d
-    cdef double node_ep_k, node_tp, node_ep, shard_embed, gather_embed, computed, traffic, share
-    cdef double copies, output
-    cdef double loads[ND_OP_COUNT]
-    cdef double factors[ND_OP_COUNT]
-    cdef double comm[LC_COUNT]
-    cdef const double* kind
-    cdef const double* node
+    cdef double default_kind
     if n_kinds and kinds.shape[1] != K_COUNT:
         raise ValueError(f"kinds must have {K_COUNT} columns, got {kinds.shape[1]}")
     if model.shape[0] != M_COUNT:
@@ -466,133 +702,17 @@ def nd_stage_sums(const double[:, ::1] kinds, const double[::1] model, const dou
         raise ValueError(f"emb_stage must be -1 or a stage in [0, {n_stages}), got {emb_stage}")
     if out_stage >= n_stages:
         raise ValueError(f"out_stage must be -1 or a stage in [0, {n_stages}), got {out_stage}")
-    has_nodes = emb_stage >= 0 or out_stage >= 0
     default_kind = model[M_default_kind]
-    if has_nodes:
+    if emb_stage >= 0 or out_stage >= 0:
         if not (0.0 <= default_kind < n_kinds and default_kind == floor(default_kind)):
             raise ValueError(f"model[default_kind] must be a kind row in [0, {n_kinds}), got {default_kind}")
-        node_k = <Py_ssize_t>default_kind
-
+    if n_stages == 0:
+        return
     with nogil:
-        if not c_nd_cand_ok(&cand[0]):
-            for st in range(n_stages):
-                for f in range(S_COUNT):
-                    out[st, f] = NAN
-        else:
-            for st in range(n_stages):
-                for f in range(S_COUNT):
-                    out[st, f] = 0.0
-            # §2.6 per-stage post-processing as one factor per part (steps 2-4): TP ×= max(1, ⌊t/dpn⌋),
-            # EP ×= max(1, ⌊ep/dpn⌋), CP ×= max(1, ⌊cp/dpn⌋); DP ×= 1 − dp_overlap, TP ×= 1 − tp_overlap;
-            # on A3 every part /2.
-            dpn = cand[C_dpn]
-            a3 = 0.5 if cand[C_is_a3] != 0.0 else 1.0
-            f_dp = (1.0 - cand[C_dp_overlap]) * a3
-            f_tp = c_nd_at_least_one(floor(cand[C_t] / dpn)) * (1.0 - cand[C_tp_overlap]) * a3
-            f_ep = c_nd_at_least_one(floor(cand[C_ep] / dpn)) * a3
-            f_cp = c_nd_at_least_one(floor(cand[C_cp] / dpn)) * a3
-
-            # Body layers: price each (kind, option slot) once, then weigh it by its count per stage.
-            for k in range(n_kinds):
-                kind = &kinds[k, 0]
-                have_loads = False
-                for o in range(n_slots):
-                    col = k * n_slots + o
-                    used = False
-                    for st in range(n_stages):
-                        if counts[st, col] != 0.0:
-                            used = True
-                            break
-                    if not used:
-                        continue
-                    if not have_loads:
-                        c_nd_op_loads(kind, &model[0], &cand[0], loads)
-                        have_loads = True
-                    c_nd_recompute_factors(kind, slot_option[o], slot_mask[o], factors)
-                    # §2.4 get_table_quantity: plain Σ load; recomputed Σ (1 + f)·load over the ops it has.
-                    plain = 0.0
-                    recomputed = 0.0
-                    for op in range(ND_OP_COUNT):
-                        load = loads[op]
-                        plain += load
-                        if load != 0.0:
-                            recomputed += (1.0 + factors[op]) * load
-                    c_nd_layer_comm(kind, &model[0], &cand[0], slot_option[o], slot_mask[o], comm)
-                    resent = f_tp * comm[LC_re_tp] + f_ep * comm[LC_re_ep] + f_cp * comm[LC_re_cp]
-                    for st in range(n_stages):
-                        count = counts[st, col]
-                        if count == 0.0:
-                            continue
-                        out[st, S_comp] += count * plain
-                        out[st, S_recomp] += count * recomputed
-                        out[st, S_dp] += count * comm[LC_dp]
-                        out[st, S_dp_reduce] += count * comm[LC_dp_reduce]
-                        out[st, S_tp] += count * comm[LC_tp]
-                        out[st, S_ep] += count * comm[LC_ep]
-                        out[st, S_cp] += count * comm[LC_cp]
-                        out[st, S_recomm] += count * resent
-
-            # The embedding and output nodes: priced on the model config, i.e. as a layer of the
-            # default kind, rec_coeff 1. ND adds their TP and, as ep_comm_layer ignores the node,
-            # their EP too; no CP; DP only for FSDP's root parts.
-            if has_nodes:
-                b = cand[C_b]
-                s = cand[C_s]
-                t = cand[C_t]
-                cp_deg = cand[C_cp]
-                h = model[M_h]
-                v = model[M_v]
-                node = &kinds[node_k, 0]
-                node_ep_k = c_nd_kind_ep(node, &cand[0])
-                node_tp = c_nd_tp_volume(node, &model[0], &cand[0], node_ep_k)
-                node_ep = c_nd_ep_volume(&model[0], &cand[0], node_ep_k)
-                fsdp = cand[C_fsdp] != 0.0
-                m = cand[C_m]
-                bytes_p = cand[C_bytes_p]
-                bytes_grad = cand[C_bytes_grad]
-                shard_nonexp = cand[C_shard_nonexp_partial]
-                root_gathers = 1.0 if cand[C_reshard] != 0.0 else 1.0 / m   # _fsdp_rounds: root
-                reduces = 1.0 / m if shard_nonexp > t * cp_deg else 1.0
-                d = cand[C_d]
-                if emb_stage >= 0:
-                    out[emb_stage, S_tp] += node_tp
-                    out[emb_stage, S_ep] += node_ep
-                    # FSDP root part: the embedding (h·v over shard_embed/gather_embed, sharded over
-                    # shard_embed, held by d·that); none when tied to the output with p ≤ 1.
-                    if fsdp and not (cand[C_tie_emb] != 0.0 and cand[C_p] <= 1.0):
-                        shard_embed = cand[C_shard_embed]
-                        gather_embed = cand[C_gather_embed]
-                        computed = shard_embed / gather_embed if gather_embed > 0.0 else NAN
-                        traffic = c_nd_part_traffic(h * v, computed, shard_embed, d * computed,
-                                                    root_gathers, reduces, bytes_p, bytes_grad, &share)
-                        out[emb_stage, S_dp] += traffic
-                        out[emb_stage, S_dp_reduce] += share
-                if out_stage >= 0:
-                    # §2.5 output layer: (1 if dc_kv == 0 else n_mtp)·(1/16)·6·b·v·h·s·bytes_p/t, not
-                    # /cp, the same with and without recompute. ND's oddity kept: on an MLA model the
-                    # output counts n_mtp times (0 times without MTP layers).
-                    copies = 1.0 if model[M_dc_kv] == 0.0 else model[M_n_mtp]
-                    output = copies * (1.0 / 16.0) * 6.0 * b * v * h * s * bytes_p / t   # 1/16: bias_imbalance
-                    out[out_stage, S_comp] += output
-                    out[out_stage, S_recomp] += output
-                    out[out_stage, S_tp] += node_tp
-                    out[out_stage, S_ep] += node_ep
-                    if fsdp:
-                        # FSDP root part: the output (h·v + v over t, sharded like the non-expert part).
-                        traffic = c_nd_part_traffic(h * v + v, t, shard_nonexp, d * cp_deg * t,
-                                                    root_gathers, reduces, bytes_p, bytes_grad, &share)
-                        out[out_stage, S_dp] += traffic
-                        out[out_stage, S_dp_reduce] += share
-
-            # §2.6 per-stage post-processing; dp_reduce is part of dp and takes dp's factor.
-            for st in range(n_stages):
-                out[st, S_dp] *= f_dp
-                out[st, S_dp_reduce] *= f_dp
-                out[st, S_tp] *= f_tp
-                out[st, S_ep] *= f_ep
-                out[st, S_cp] *= f_cp
-                # Stage comm = TP + DP + EP + CP; with recompute, plus what recompute sends again.
-                out[st, S_recomm] = out[st, S_tp] + out[st, S_dp] + out[st, S_ep] + out[st, S_cp] + out[st, S_recomm]
+        c_nd_stage_sums(&kinds[0, 0] if n_kinds else NULL, n_kinds, &model[0], &cand[0], &counts[0, 0],
+                        n_stages, &slot_option[0] if n_slots else NULL, &slot_mask[0] if n_slots else NULL,
+                        n_slots, emb_stage if emb_stage >= 0 else -1, out_stage if out_stage >= 0 else -1,
+                        &out[0, 0])
 
 
 def nd_combine(const double[:, ::1] stage, const double[::1] cand, const double[::1] model,
@@ -605,13 +725,8 @@ def nd_combine(const double[:, ::1] stage, const double[::1] cand, const double[
     returned total = pipeline + P2P. *stage_times* (length p) gets each stage's time per
     micro-batch, recompute and savings included. No stage, or m or vp outside [1, 2**31], gives NaN.
     """
-    cdef Py_ssize_t n_stages = stage.shape[0], n_savings = stage_savings.shape[0], i, focus
-    cdef double m, vp, comp_w, comm_w, rec_type, comp, comm, perf, recomp, recomm, rerun, time
-    cdef double pipeline, mf, forward, fw, bw, rec, dp, dp_reduce, tp, ep, cp, time_sum, bubble
-    cdef double p2p, slowest
-    cdef long long micro_batches, vpp
-    cdef bint rec_comp, rec_comm, rec_known
-    cdef double* times
+    cdef Py_ssize_t n_stages = stage.shape[0], n_savings = stage_savings.shape[0]
+    cdef double total
     cdef double* reruns
     if n_stages and stage.shape[1] != S_COUNT:
         raise ValueError(f"stage must have {S_COUNT} columns, got {stage.shape[1]}")
@@ -629,89 +744,22 @@ def nd_combine(const double[:, ::1] stage, const double[::1] cand, const double[
         raise ValueError(f"stage_savings must have length 0 or {n_stages}, got {n_savings}")
     if stage_focused >= n_stages:
         raise ValueError(f"stage_focused must be -1 or a stage in [0, {n_stages}), got {stage_focused}")
-    m = cand[C_m]
-    vp = cand[C_vp]
-    if n_stages == 0 or not (1.0 <= m <= ND_MAX_COUNT and 1.0 <= vp <= ND_MAX_COUNT):
-        for i in range(P_COUNT):
-            parts[i] = NAN
-        for i in range(n_stages):
-            stage_times[i] = NAN
-        return NAN
-    times = &stage_times[0]
-    reruns = <double*>malloc(n_stages * sizeof(double))
+    reruns = <double*>malloc((n_stages if n_stages > 0 else 1) * sizeof(double))
     if reruns == NULL:
         raise MemoryError()
     try:
         with nogil:
-            micro_batches = <long long>m
-            vpp = <long long>vp
-            c_nd_weights(&model[0], &cand[0], &options[0], &comp_w, &comm_w)
-            rec_type = options[O_rec_type]
-            # RecType: which recompute lists are priced; an unpriced one is [0]·p (seed _stage_parts).
-            rec_comp = rec_type == REC_WITH or rec_type == REC_COMPUTE_ONLY
-            rec_comm = rec_type == REC_WITH or rec_type == REC_COMM_ONLY
-            rec_known = rec_comp or rec_comm or rec_type == REC_NONE
-            for i in range(n_stages):
-                comp = stage[i, S_comp]
-                comm = stage[i, S_tp] + stage[i, S_dp] + stage[i, S_ep] + stage[i, S_cp]
-                perf = comp_w * comp + comm_w * comm
-                recomp = stage[i, S_recomp] if rec_comp else 0.0
-                recomm = stage[i, S_recomm] if rec_comm else 0.0
-                # "ignores comm recomp, to improve": the re-run's share, a third being the forward's.
-                rerun = (c_nd_positive(comp_w * (recomp - comp))
-                         + c_nd_positive(comm_w * (recomm - comm))) / (1.0 + ND_BACKWARD_RATIO)
-                if not rec_known:
-                    rerun = NAN
-                reruns[i] = rerun
-                time = perf + rerun
-                if n_savings:
-                    time = time - stage_savings[i]               # _save_recompute
-                times[i] = time
-
-            pipeline = c_nd_pipeline_time(times, n_stages, micro_batches, vpp)
-            focus = <Py_ssize_t>stage_focused if stage_focused >= 0 else c_nd_straggler(times, n_stages)
-            mf = <double>micro_batches
-            forward = comp_w * stage[focus, S_comp] / (1.0 + ND_BACKWARD_RATIO)   # FW = comp_w·comp/3
-            fw = forward * mf
-            bw = forward * ND_BACKWARD_RATIO * mf                               # BW = 2·FW
-            rec = reruns[focus] - stage_savings[focus] if n_savings else reruns[focus]
-            rec = rec * mf
-            dp = comm_w * stage[focus, S_dp] * mf
-            dp_reduce = comm_w * stage[focus, S_dp_reduce] * mf
-            tp = comm_w * stage[focus, S_tp] * mf
-            ep = comm_w * stage[focus, S_ep] * mf
-            cp = comm_w * stage[focus, S_cp] * mf
-            # The bubble is the pipeline less the parts (DP still holding its all-reduce), so that
-            # the parts and the bubble sum to the total; then DP_COMM gives DP_REDUCE its share.
-            time_sum = dp + tp + ep + cp + fw + bw + rec
-            bubble = pipeline - time_sum
-            dp = dp - dp_reduce
-            p2p = 0.0
-            if options[O_p2p] == P2P_MANUAL:
-                slowest = times[0]
-                for i in range(n_stages):
-                    if times[i] > slowest:
-                        slowest = times[i]
-                p2p = c_nd_p2p_time(n_stages, micro_batches, vpp, slowest, cand[C_sp], options[O_p2p_ratio])
-            parts[P_fw_compute] = fw
-            parts[P_bw_compute] = bw
-            parts[P_recompute] = rec
-            parts[P_dp_comm] = dp
-            parts[P_dp_reduce] = dp_reduce
-            parts[P_tp_comm] = tp
-            parts[P_ep_comm] = ep
-            parts[P_cp_comm] = cp
-            parts[P_pp_comm] = p2p
-            parts[P_bubble] = bubble
+            total = c_nd_combine(&stage[0, 0] if n_stages else NULL, n_stages, &cand[0], &model[0],
+                                 &options[0], &stage_savings[0] if n_savings else NULL, n_savings,
+                                 stage_focused, &parts[0], &stage_times[0] if n_stages else NULL, reruns)
     finally:
         free(reruns)
-    return pipeline + p2p
+    return total
 
 
 def nd_apply_ratios(const double[::1] parts, const double[::1] ratios, double[::1] out) -> float:
     """Each part × its ratio, a zero part staying exactly 0; returns the score in ms (ND_REFERENCE §2.10, §2.11)."""
-    cdef Py_ssize_t i
-    cdef double comp, dp_wait, pp_wait
+    cdef double total
     if parts.shape[0] != P_COUNT:
         raise ValueError(f"parts must have length {P_COUNT}, got {parts.shape[0]}")
     if ratios.shape[0] != P_COUNT:
@@ -719,11 +767,5 @@ def nd_apply_ratios(const double[::1] parts, const double[::1] ratios, double[::
     if out.shape[0] != P_COUNT:
         raise ValueError(f"out must have length {P_COUNT}, got {out.shape[0]}")
     with nogil:
-        for i in range(P_COUNT):
-            out[i] = 0.0 if parts[i] == 0.0 else parts[i] * ratios[i]
-        # ND's real parts: COMP (FW + BW + REC) + DP_WAIT (DP + DP_REDUCE) + MP + EP + CP
-        # + PP_WAIT (BUBBLE + PP_COMM).
-        comp = out[P_fw_compute] + out[P_bw_compute] + out[P_recompute]
-        dp_wait = out[P_dp_comm] + out[P_dp_reduce]
-        pp_wait = out[P_bubble] + out[P_pp_comm]
-    return comp + dp_wait + out[P_tp_comm] + out[P_ep_comm] + out[P_cp_comm] + pp_wait
+        total = c_nd_apply_ratios(&parts[0], &ratios[0], &out[0])
+    return total

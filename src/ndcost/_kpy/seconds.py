@@ -18,11 +18,12 @@ running option slot o on each stage, chunks summed (``Layout.stage_counts()``).
 
 How time is priced (sources beside each formula below):
 
-* a GEMM is a roofline plus a fixed cost per kernel: max(FLOPs / (mm_eff·peak), bytes /
-  (hbm_eff·hbm_bw)) + kernel_s. While compute-bound this is the saturating curve
-  eff(F) = mm_eff·F / (F + F½), F½ = mm_eff·peak·kernel_s, in the GEMM's FLOPs; the roofline
-  term makes a GEMM with a small inner dimension (attention's head dim, a thin tp-split) memory
-  bound;
+* a GEMM is a roofline plus a fixed cost per kernel: max(FLOPs / (mm_eff·peak)·(1 + 1/(2w)),
+  bytes / (hbm_eff·hbm_bw)) + kernel_s, with w the waves of 256x128 output tiles over the SMs
+  (expected wave quantization). While compute-bound this is a saturating curve in the GEMM's
+  size: in its FLOPs F through the fixed cost, eff = mm_eff·F/(F + F½) with
+  F½ = mm_eff·peak·kernel_s, and in its output m·n through the waves; the roofline term makes a
+  GEMM with a small inner dimension (attention's head dim, a thin tp split) memory-bound;
 * an elementwise pass (norms, activations, softmax without flash, dropout, permutes) is
   bytes / (hbm_eff·hbm_bw) + kernel_s; its backward reads two tensors of the forward's size and
   writes one, 1.5x the forward's bytes;
@@ -34,7 +35,7 @@ from __future__ import annotations
 import math
 
 from .._columns import (
-    CAND, KIND, MODEL, PART, RATE, SECONDS_CAND, SECONDS_EXTRA, SECONDS_KIND, SECONDS_LAYER, SECONDS_MODEL,
+    KIND, MODEL, PART, RATE, SECONDS_CAND, SECONDS_EXTRA, SECONDS_KIND, SECONDS_LAYER, SECONDS_MODEL,
     SECONDS_STAGE, KIND_FIELDS, MODEL_FIELDS, PART_NAMES, RATE_FIELDS, SECONDS_CAND_FIELDS,
     SECONDS_EXTRA_FIELDS, SECONDS_KIND_FIELDS, SECONDS_LAYER_FIELDS, SECONDS_MODEL_FIELDS,
     SECONDS_STAGE_FIELDS, OPTION_FULL, OPTION_SELECTIVE,
@@ -69,13 +70,13 @@ _ONE_F_ONE_B, _INTERLEAVED, _ZERO_BUBBLE_V, _GPIPE, _SEQ1F1B = 0, 1, 2, 3, 4
 
 #: A pointwise op's backward reads its output gradient and one saved tensor and writes its input
 #: gradient -- three tensor passes where the forward makes two (read, write): 1.5x the bytes.
-#: (Same count as Korthikanti et al. 2022 §4.1, who keep one input per pointwise op for backward.)
+#: (The saved tensor is the one Korthikanti et al. 2022 §4.1 count as stored for each op.)
 POINTWISE_BACKWARD_BYTES = 1.5
-#: FlashAttention's backward recomputes the scores: 2.5x the forward's FLOPs
-#: (Dao 2023, FlashAttention-2, §4.1: forward + backward = 3.5x the forward FLOPs).
+#: FlashAttention's backward recomputes the scores: 2.5x the forward's FLOPs, and a causal kernel
+#: skips the blocks above the diagonal: half of 4·b·s²·heads·d -- the accounting of
+#: Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py flops() (f // 2 if causal;
+#: 2.5·f backward), the one its published utilization (rates.attention_efficiency) is measured in.
 FLASH_BACKWARD_FLOPS = 2.5
-#: A causal FlashAttention kernel skips the blocks above the diagonal: half the score matrix
-#: (Dao 2023, FlashAttention-2 §3.1.1 "causal masking ... skip about half of the blocks").
 FLASH_CAUSAL_SHARE = 0.5
 #: Megatron's vocab-parallel cross entropy, bytes per logit element (mpu/cross_entropy.py):
 #: forward reads the 16-bit logits for the max, reads them again and writes fp32 exp (2 + 4),
@@ -102,7 +103,13 @@ def _gemm(m: float, n: float, k: float, batch: float, in_bytes: float, out_bytes
         return 0.0
     flops = 2.0 * m * n * k * batch
     moved = batch * (in_bytes * (m * k + k * n) + out_bytes * m * n)
-    compute = flops / (rate[_R["mm_eff"]] * rate[_R["peak_mm"]])
+    # Wave quantization (NVIDIA, Matrix Multiplication Background User's Guide §3.2): the output
+    # is cut into tiles, one per SM at a time; w = outputs / (SMs x tile) waves run, the last one
+    # partly empty. For a shape not chosen to fill it the last wave is on average half idle:
+    # w + 1/2 waves of time for w of work. mm_eff is the full-wave share (MAMF's best shapes
+    # fill >= 97% of their last wave).
+    waves = batch * m * n / rate[_R["wave"]]
+    compute = flops / (rate[_R["mm_eff"]] * rate[_R["peak_mm"]]) * (1.0 + 0.5 / waves)
     memory = moved / (rate[_R["hbm_eff"]] * rate[_R["hbm_bw"]])
     return (compute if compute > memory else memory) + rate[_R["kernel_s"]]
 
@@ -122,6 +129,9 @@ def _ring(steps: float, share: float, moved: float, bw: float, lat: float) -> fl
 def seconds_collective(op: int, moved: float, n: float, stride: float, rate) -> float:
     """Seconds of one collective over a group of *n* ranks *stride* apart (ring, alpha-beta).
 
+    *op*: 0 all-reduce, 1 reduce-scatter or all-gather, 2 all-to-all, 3 send/recv. NaN for a
+    stride below 1; 0 for a group of one rank or nothing to move.
+
     *moved* is the collective's full buffer in bytes: the all-reduce buffer, the all-gather's
     output / reduce-scatter's input, the bytes one rank sends in an all-to-all or a send/recv.
     Bandwidths are per device per direction times their achievable share (NCCL "bus bandwidth").
@@ -140,6 +150,14 @@ def seconds_collective(op: int, moved: float, n: float, stride: float, rate) -> 
       All-to-all: the intra-node share (g-1)/n of B over NVLink and the rest (n-g)/n over the
       NIC run concurrently (the slower one counts). Send/recv: one scale-out hop.
     """
+    _check_len(rate, "rate", len(RATE_FIELDS))
+    return _collective(op, moved, n, stride, rate)
+
+
+def _collective(op: int, moved: float, n: float, stride: float, rate) -> float:
+    """seconds_collective without the length check (the kernels' own calls)."""
+    if not stride >= 1.0:
+        return NAN
     if n <= 1.0 or moved <= 0.0:
         return 0.0
     dpn = rate[_R["dpn"]]
@@ -184,9 +202,703 @@ def _cand_ok(cand, rate) -> bool:
         if not cand[_C[name]] >= 1.0:
             return False
     for name in ("peak_mm", "peak_attn", "mm_eff", "attn_eff", "hbm_bw", "hbm_eff", "intra_bw",
-                 "intra_eff", "inter_bw", "inter_eff", "dpn"):
+                 "intra_eff", "inter_bw", "inter_eff", "dpn", "wave"):
         if not rate[_R[name]] > 0.0:
             return False
     return True
 
 
+def _exposed_tail(comm: float, window: float, share: float, layers: float) -> float:
+    """Exposed bucketed traffic: at most *share* of *window* hides it, never the last layer's bucket.
+
+    Megatron's overlap_grad_reduce launches a bucket's reduction as soon as its gradients are
+    ready, during the last micro-batch's backward; the bucket of the stage's first layer is ready
+    only when the backward ends (Megatron-LM distributed/param_and_grad_buffer.py, 2023+).
+    """
+    exposed = _exposed(comm, window, share)
+    floor = comm / layers if layers > 1.0 else comm
+    return exposed if exposed > floor else floor
+
+
+def _mm3(m: float, n: float, k: float, chunks: float, cand, rate, out3) -> None:
+    """A weight GEMM [m x k]·[k x n] run *chunks* times: out3 = (forward, input grad, weight grad).
+
+    The input gradient [m x n]·[n x k] has the forward's FLOPs; the weight gradient
+    [k x m]·[m x n] accumulates into the main gradient buffer, read and written at bytes_grad
+    (Megatron's gradient-accumulation fusion: the wgrad GEMM adds into main_grad).
+    """
+    bm, bc, bg = cand[_C["bytes_mm"]], cand[_C["bytes_c"]], cand[_C["bytes_grad"]]
+    out3[0] = chunks * _gemm(m, n, k, 1.0, bm, bc, rate)
+    out3[1] = chunks * _gemm(m, k, n, 1.0, bm, bc, rate)
+    out3[2] = chunks * _gemm(k, n, m, 1.0, bm, 2.0 * bg, rate)
+
+
+def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
+    """One layer of a kind, per micro-batch and device, into out[SECONDS_LAYER_FIELDS]."""
+    for i in range(_L_COUNT):
+        out[i] = 0.0
+    b, s, t, cp = cand[_C["b"]], cand[_C["s"]], cand[_C["t"]], cand[_C["cp"]]
+    sp = cand[_C["sp"]]                       # t with sequence parallelism, else 1
+    ep, t_exp = cand[_C["ep"]], cand[_C["t_exp"]]
+    n_split = cand[_C["seq_split"]]           # Seq1F1B: every op runs n_split times on s/n_split
+    bc, bm, bg = cand[_C["bytes_c"]], cand[_C["bytes_mm"]], cand[_C["bytes_grad"]]
+    db = cand[_C["dropout_bytes"]]
+    flash = cand[_C["flash"]] != 0.0
+    mm_rate = rate[_R["mm_eff"]] * rate[_R["peak_mm"]]
+    attn_rate = rate[_R["attn_eff"]] * rate[_R["peak_attn"]]
+    hbm = rate[_R["hbm_eff"]] * rate[_R["hbm_bw"]]
+    kernel_s = rate[_R["kernel_s"]]
+    h = model[_M["h"]]
+    a = kind[_K["att_a"]]
+    if not (a > 0.0 and h > 0.0):
+        for i in range(_L_COUNT):
+            out[i] = NAN
+        return
+    n_kv = kind[_K["att_n_kv"]]
+    dh = kind[_K["att_dh"]] if kind[_K["att_dh"]] != 0.0 else h / a
+    gate = 1.0 if kind[_K["att_gate"]] != 0.0 else 0.0
+    d_qk = (kind[_K["qk_nope"]] if kind[_K["qk_nope"]] != 0.0 else dh) + kind[_K["dhr"]]
+    d_v = dh
+    tokens = b * s / cp                       # tokens this rank computes per micro-batch
+    rows = tokens / n_split                   # token rows of one GEMM (one Seq1F1B chunk)
+    x_sp = tokens * h / sp                    # elements of the norm / residual region (split with SP)
+    n_ff = kind[_K["n_ffMM"]] if kind[_K["n_ffMM"]] != 0.0 else 3.0   # 3 gated (SwiGLU), 2 GELU MLP
+    width = kind[_K["ffn_width"]]
+    moe = kind[_K["is_moe"]] != 0.0
+    has_core = kind[_K["n_attBMM"]] != 0.0
+    n_qkv = (a * (1.0 + gate) + 2.0 * n_kv) * dh   # Q (doubled by an output gate), K, V outputs
+    g3 = [0.0, 0.0, 0.0]
+    fw = bw = bw_w = gemm_f = gemm_b = 0.0
+
+    # ---- attention projections, 2·tokens·W FLOPs forward; Megatron fuses Q, K, V in one GEMM.
+    if kind[_K["is_mla"]] != 0.0:
+        # MLA: every attention weight W (ND's mla_weights, ND_REFERENCE §2.2) as one GEMM of the
+        # same FLOPs (k = h, n = W/(h·t)), plus 4 more kernels (q_a, q_b, kv_a, kv_b, o: 5 GEMMs).
+        w_att = kind[_K["mla_w"]]
+        _mm3(rows, w_att / (h * t), h, n_split, cand, rate, g3)
+        extra = 4.0 * n_split * kernel_s
+        f_att, d_att, w_grad = g3[0] + extra, g3[1] + extra, g3[2] + extra
+        up_share = kind[_K["mla_up"]] / w_att if w_att > 0.0 else 0.0
+        out[_L["sw_attUp"]] = up_share * f_att
+        flops_att = 2.0 * b * s * w_att
+        out[_L["flops_up"]] = 2.0 * b * s * kind[_K["mla_up"]]
+    else:
+        _mm3(rows, n_qkv / t, h, n_split, cand, rate, g3)
+        f_att, d_att, w_grad = g3[0], g3[1], g3[2]
+        _mm3(rows, h, a * dh / t, n_split, cand, rate, g3)
+        f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
+        flops_att = 2.0 * b * s * h * (n_qkv + a * dh)
+    fw += f_att
+    bw += d_att
+    bw_w += w_grad
+    gemm_f += f_att
+    gemm_b += d_att + w_grad
+
+    # ---- attention core: QK^T and AV, 2·b·s²·a·(d_qk + d_v) model FLOPs forward over the FULL
+    # s x s matrix, as Narayanan et al. 2021 (Eq. 2-3) and Korthikanti et al. 2022 (Eq. 7) count
+    # it: 4·b·s²·h with d = h/a. What runs: without flash, Megatron's baddbmm computes the whole
+    # matrix and masks it (a Seq1F1B chunk i of n only against its i·s/n prefix: on average
+    # (n+1)/(2n) of it); a causal flash kernel skips the upper half (FLASH_CAUSAL_SHARE).
+    core_f = core_b = flops_core = 0.0
+    scores = 0.0
+    if has_core:
+        heads = b * a / t
+        flops_core = 2.0 * b * s * s * a * (d_qk + d_v)
+        if flash:
+            run = FLASH_CAUSAL_SHARE * flops_core / (t * cp)
+            core_f = run / attn_rate + n_split * kernel_s
+            core_b = FLASH_BACKWARD_FLOPS * run / attn_rate + n_split * kernel_s
+        else:
+            keys = s * (n_split + 1.0) / (2.0 * n_split)     # keys a chunk meets, on average
+            q_rows = s / cp / n_split
+            scores = heads * (s / cp) * keys                  # score elements of the micro-batch
+            core_f = n_split * (_gemm(q_rows, keys, d_qk, heads, bc, bc, rate)
+                                + _gemm(q_rows, d_v, keys, heads, bc, bc, rate))
+            # dQ = dS·K, dK = dS^T·Q, dP = dO·V^T, dV = P^T·dO: four BMMs of the forward's size
+            core_b = n_split * (_gemm(q_rows, d_qk, keys, heads, bc, bc, rate)
+                                + _gemm(keys, d_qk, q_rows, heads, bc, bc, rate)
+                                + _gemm(q_rows, keys, d_v, heads, bc, bc, rate)
+                                + _gemm(keys, d_v, q_rows, heads, bc, bc, rate))
+        out[_L["sw_attBMM"]] = core_f
+
+    # ---- gated DeltaNet: the chunked recurrence, per token and value head
+    # 2·64·(3·d_k + 2·d_v) + 6·d_k·d_v FLOPs forward (ND_REFERENCE §2.2 n_linrec holds 3x this,
+    # forward + backward; chunk 64 as the seed's GDN_CHUNK), at matmul rate or reading q, k, v
+    # and writing o at HBM rate, whichever is slower; backward 2x.
+    flops_rec = 0.0
+    n_v, d_k, dv_lin = kind[_K["lin_n_v"]], kind[_K["lin_d_k"]], kind[_K["lin_d_v"]]
+    conv_bytes = 0.0
+    if n_v * d_k * dv_lin != 0.0:
+        flops_rec = b * s * n_v * (2.0 * 64.0 * (3.0 * d_k + 2.0 * dv_lin) + 6.0 * d_k * dv_lin)
+        compute = flops_rec / (t * cp) / mm_rate
+        memory = bc * tokens * (n_qkv + a * dh) / t / hbm
+        rec_f = (compute if compute > memory else memory) + n_split * kernel_s
+        core_f += rec_f
+        core_b += 2.0 * rec_f
+        # the short depthwise conv over q, k, v (read + write) and the gated output norm (3 passes)
+        conv_bytes = 2.0 * bc * tokens * (n_qkv - a * dh) / t + 3.0 * bc * tokens * a * dh / t
+    fw += core_f
+    bw += core_b
+
+    # ---- FFN: dense 2 (GELU) or 3 (SwiGLU) matmuls; MoE: the router, the routed experts as one
+    # grouped GEMM (top-k x capacity-factor token slots in capacity mode, top-k dropless), shared
+    # experts as a dense FFN of their width.
+    flops_ffn = 0.0
+    act_bytes = other_bytes = 0.0             # forward bytes: activation pass (ffAct); never recomputed
+    other_kernels = 2.0                       # the two bias-dropout-add kernels
+    if moe:
+        topk = model[_M["n_chosen"]]
+        n_exp = model[_M["n_exp"]]
+        cap = 1.0 if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
+        tok_moe = tokens / sp                 # tokens routed by this rank
+        slots = tokens * topk * cap           # token-expert rows an EP rank computes, balanced
+        local = n_exp / ep                    # experts on this rank
+        # router: tokens x h x n_exp, replicated over tp, fp32 logits
+        _mm3(tok_moe / n_split, n_exp, h, n_split, cand, rate, g3)
+        fw += g3[0]
+        bw += g3[1]
+        bw_w += g3[2]
+        gemm_f += g3[0]
+        gemm_b += g3[1] + g3[2]
+        # grouped GEMM over the local experts: FLOPs of every slot, weights of every local expert
+        per = slots / local / n_split if local > 0.0 else 0.0
+        wide = (n_ff - 1.0) * width / t_exp
+        e_f = n_split * (_gemm(per, wide, h, local, bm, bc, rate) + _gemm(per, h, width / t_exp, local, bm, bc, rate))
+        e_d = n_split * (_gemm(per, h, wide, local, bm, bc, rate) + _gemm(per, width / t_exp, h, local, bm, bc, rate))
+        e_w = n_split * (_gemm(h, wide, per, local, bm, 2.0 * bg, rate)
+                         + _gemm(width / t_exp, h, per, local, bm, 2.0 * bg, rate))
+        fw += e_f
+        bw += e_d
+        bw_w += e_w
+        gemm_f += e_f
+        gemm_b += e_d + e_w
+        act_bytes += n_ff * bc * slots * width / t_exp
+        shared = smodel[_SM["shared_width"]]
+        if shared > 0.0:
+            for m_, n_, k_ in ((rows, (n_ff - 1.0) * shared / t, h), (rows, h, shared / t)):
+                _mm3(m_, n_, k_, n_split, cand, rate, g3)
+                fw += g3[0]
+                bw += g3[1]
+                bw_w += g3[2]
+                gemm_f += g3[0]
+                gemm_b += g3[1] + g3[2]
+            act_bytes += n_ff * bc * tokens * shared / t
+        # permute before the experts and unpermute after: read tokens x h, write the slot copies,
+        # and back; the router's softmax/top-k reads its fp32 logits (2 kernels)
+        other_bytes += 2.0 * bc * tok_moe * h * (1.0 + topk * cap) + 2.0 * 4.0 * tok_moe * n_exp
+        other_kernels += 4.0
+        flops_ffn = 2.0 * b * s * h * (topk * n_ff * width + n_exp + n_ff * shared)
+    else:
+        for m_, n_, k_ in ((rows, (n_ff - 1.0) * width / t, h), (rows, h, width / t)):
+            _mm3(m_, n_, k_, n_split, cand, rate, g3)
+            fw += g3[0]
+            bw += g3[1]
+            bw_w += g3[2]
+            gemm_f += g3[0]
+            gemm_b += g3[1] + g3[2]
+        # GELU reads one tensor and writes one (2 passes); SwiGLU reads two and writes one (3)
+        act_bytes = n_ff * bc * tokens * width / t
+        flops_ffn = 2.0 * b * s * h * n_ff * width
+
+    # ---- elementwise work, forward (bytes, kernels) per op class -- the recompute switches' classes
+    norm_bytes = 2.0 * 2.0 * bc * x_sp                      # two norms, read + write each
+    norm_kernels = 2.0
+    if kind[_K["n_qknorm"]] != 0.0:
+        norm_bytes += 2.0 * bc * tokens * (a + n_kv) * dh / t
+        norm_kernels += 2.0
+    softmax_bytes = dropout_bytes = permute_bytes = 0.0
+    if scores > 0.0:
+        softmax_bytes = 2.0 * bc * scores                    # Megatron's fused scale-mask-softmax
+        if db > 0.0:
+            dropout_bytes = (2.0 * bc + db) * scores         # read, write, keep the mask
+        permute_bytes = 2.0 * bc * tokens * a * d_v / t      # context [b·a, s, d] -> [s, b, a·d]
+    # the two fused bias-dropout-add kernels: read the output and the residual, write (+ mask)
+    other_bytes += 2.0 * (3.0 * bc + db) * x_sp + conv_bytes
+    if conv_bytes > 0.0:
+        other_kernels += 2.0
+    act_kernels = 1.0 + (1.0 if moe and smodel[_SM["shared_width"]] > 0.0 else 0.0)
+    # each class's forward time is what a selective recompute of its switch re-runs
+    out[_L["sw_ffAct"]] = _pass(act_bytes, act_kernels * n_split, rate)
+    out[_L["sw_normOp"]] = _pass(norm_bytes, norm_kernels * n_split, rate)
+    out[_L["sw_softmax"]] = _pass(softmax_bytes, n_split, rate)
+    out[_L["sw_dropout"]] = _pass(dropout_bytes, n_split, rate)
+    out[_L["sw_attBMM"]] += _pass(permute_bytes, n_split, rate)
+    ew_bytes = act_bytes + norm_bytes + softmax_bytes + dropout_bytes + permute_bytes + other_bytes
+    ew_kernels = act_kernels + norm_kernels + other_kernels
+    if softmax_bytes > 0.0:
+        ew_kernels += 1.0
+    if dropout_bytes > 0.0:
+        ew_kernels += 1.0
+    if permute_bytes > 0.0:
+        ew_kernels += 1.0
+    ew_kernels *= n_split
+    fw += _pass(ew_bytes, ew_kernels, rate)
+    bw += _pass(POINTWISE_BACKWARD_BYTES * ew_bytes, ew_kernels, rate)
+    # headCast: Megatron scales, masks and casts the scores inside its fused softmax kernel, so a
+    # separate cast pass costs nothing here (sw_headCast stays 0).
+
+    # ---- tensor parallelism, in the tp group (stride 1): per layer 2 all-reduces forward and 2
+    # backward, or with SP 2 all-gathers + 2 reduce-scatters each way (Korthikanti et al. 2022
+    # §4.2.2, Fig. 5), of the full activation b·s·h/cp.
+    if t > 1.0:
+        full = b * s * h * bc / cp
+        if sp > 1.0:
+            gather = _collective(GATHER_OR_SCATTER, full, t, 1.0, rate)
+            tp_pass = 4.0 * gather
+            out[_L["sw_gather"]] = 2.0 * gather
+        else:
+            tp_pass = 2.0 * _collective(ALL_REDUCE, full, t, 1.0, rate)
+        out[_L["tp_f"]] = tp_pass
+        out[_L["tp_b"]] = tp_pass
+
+    # ---- context parallelism, in the cp group (stride t)
+    if cp > 1.0 and has_core:
+        if cand[_C["cp_ring"]] != 0.0:
+            # Ring attention (Liu et al. 2023; Megatron's CP): cp-1 steps, each passing this rank's
+            # K and V (b·s/cp tokens x n_kv·(d_qk + d_v)/t) to the next; backward passes K, V and
+            # their gradients: twice the bytes.
+            kv = b * (s / cp) * n_kv * (d_qk + d_v) * bc / t
+            step = _collective(SEND_RECV, kv, cp, t, rate)
+            out[_L["cp_f"]] = (cp - 1.0) * step
+            out[_L["cp_b"]] = 2.0 * (cp - 1.0) * step
+        else:
+            # Ulysses (Jacobs et al. 2023): all-to-alls of Q, K, V in and of the output back; the
+            # same in backward.
+            qkv = tokens * (a * d_qk + n_kv * (d_qk + d_v)) * bc / t
+            o = tokens * a * d_v * bc / t
+            ulysses = (_collective(ALL_TO_ALL, qkv, cp, t, rate)
+                       + _collective(ALL_TO_ALL, o, cp, t, rate))
+            out[_L["cp_f"]] = ulysses
+            out[_L["cp_b"]] = ulysses
+
+    # ---- expert parallelism, in the ep group (stride t·cp): dispatch and combine all-to-all of the
+    # routed token slots (tokens x top-k x capacity x h), forward and backward.
+    if moe and ep > 1.0:
+        cap = 1.0 if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
+        routed = (tokens / sp) * model[_M["n_chosen"]] * cap * h * bc
+        a2a = 2.0 * _collective(ALL_TO_ALL, routed, ep, t * cp, rate)
+        out[_L["ep_f"]] = a2a
+        out[_L["ep_b"]] = a2a
+
+    out[_L["fw"]] = fw
+    out[_L["bw"]] = bw
+    out[_L["bw_w"]] = bw_w
+    out[_L["gemm_f"]] = gemm_f
+    out[_L["gemm_b"]] = gemm_b
+    out[_L["core_f"]] = core_f
+    out[_L["core_b"]] = core_b
+    # parameters on this device: non-expert and shared experts split over tp, routed over ep·t_exp
+    out[_L["p_dense"]] = (skind[_SK["p_nonexp"]] + skind[_SK["p_shared"]]) / t
+    out[_L["p_expert"]] = skind[_SK["p_routed"]] / (ep * t_exp)
+    out[_L["flops_f"]] = flops_att + flops_core + flops_rec + flops_ffn
+    out[_L["flops_core"]] = flops_core
+
+
+def _check_rows(array, name: str, rows: int, width: int) -> None:
+    if len(array) != rows:
+        raise ValueError(f"{name} must have {rows} rows, got {len(array)}")
+    for row in array:
+        if len(row) != width:
+            raise ValueError(f"{name} must have {width} columns, got {len(row)}")
+
+
+def _check_len(array, name: str, expected: int) -> None:
+    if len(array) != expected:
+        raise ValueError(f"{name} must have length {expected}, got {len(array)}")
+
+
+def seconds_layer_times(kinds, skinds, model, smodel, cand, rate, out) -> None:
+    """One layer of each kind, per micro-batch and device, into out (K x SECONDS_LAYER_FIELDS).
+
+    NaN rows for a candidate with a degree or a byte width below 1, or a rate that is not
+    positive.
+    """
+    n_kinds = len(kinds)
+    _check_rows(kinds, "kinds", n_kinds, len(KIND_FIELDS))
+    _check_rows(skinds, "skinds", n_kinds, len(SECONDS_KIND_FIELDS))
+    _check_len(model, "model", len(MODEL_FIELDS))
+    _check_len(smodel, "smodel", len(SECONDS_MODEL_FIELDS))
+    _check_len(cand, "cand", len(SECONDS_CAND_FIELDS))
+    _check_len(rate, "rate", len(RATE_FIELDS))
+    _check_rows(out, "out", n_kinds, _L_COUNT)
+    ok = _cand_ok(cand, rate)
+    for k in range(n_kinds):
+        if ok:
+            _layer(kinds[k], skinds[k], model, smodel, cand, rate, out[k])
+        else:
+            for i in range(_L_COUNT):
+                out[k][i] = NAN
+
+
+def _head(cand, rate, tokens: float, h: float, v: float, out3) -> None:
+    """One output head on this rank: the logits GEMM (vocab-parallel over tp) and the loss.
+
+    out3 = (forward, backward, weight grads). Logits 2·tokens·h·v/t FLOPs forward (x3 with
+    backward, Narayanan et al. 2021 Eq. 3's 6·B·s·h·V term); Megatron's vocab-parallel cross
+    entropy: CE_FORWARD_BYTES / CE_BACKWARD_BYTES per logit element and its three small tp
+    all-reduces.
+    """
+    t = cand[_C["t"]]
+    n_split = cand[_C["seq_split"]]
+    g3 = [0.0, 0.0, 0.0]
+    _mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3)
+    logits = tokens * v / t
+    forward = g3[0] + _pass(CE_FORWARD_BYTES * logits, CE_FORWARD_KERNELS * n_split, rate)
+    if t > 1.0:
+        forward += CE_ALL_REDUCES * n_split * _collective(
+            ALL_REDUCE, CE_REDUCE_BYTES * tokens / n_split, t, 1.0, rate)
+    out3[0] = forward
+    out3[1] = g3[1] + _pass(CE_BACKWARD_BYTES * logits, n_split, rate)
+    out3[2] = g3[2]
+
+
+def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_option, slot_mask,
+                       extras, out) -> None:
+    """Per pipeline stage, the raw seconds of each part (out: pp x SECONDS_STAGE_FIELDS).
+
+    *counts* (pp x K·O, kind-major) holds the layers of kind k running option slot o on each
+    stage (chunks summed); *slot_option* / *slot_mask* say what a slot recomputes (0 none, 1 full,
+    2 selective with the keep mask: bit i set keeps SWITCHES[i]); *extras* (pp x
+    SECONDS_EXTRA_FIELDS) places the embedding, the output head and the MTP modules.
+
+    Per micro-batch: fw, bw, bw_w, rc (compute), tp, cp, ep (exposed after the overlap shares of
+    the candidate), pp (point-to-point), dp_mb_gather / dp_mb_reduce (ZeRO-2/3 traffic, exposed).
+    Per step, raw: dp_reduce, dp_gather (once-per-step gradient reduction and parameter gather),
+    opt (the optimizer). model_flops / hw_flops: one micro-batch's FLOPs on the stage (the whole
+    micro-batch, not split), without and with recompute. A full recompute re-runs the layer's
+    forward -- compute and its tp / cp / ep traffic; a selective one the forward of the ops whose
+    switch is 0 (an SP all-gather when ``gather`` is 0).
+    """
+    n_kinds = len(kinds)
+    n_slots = len(slot_option)
+    n_stages = len(counts)
+    _check_rows(kinds, "kinds", n_kinds, len(KIND_FIELDS))
+    _check_rows(skinds, "skinds", n_kinds, len(SECONDS_KIND_FIELDS))
+    _check_len(model, "model", len(MODEL_FIELDS))
+    _check_len(smodel, "smodel", len(SECONDS_MODEL_FIELDS))
+    _check_len(cand, "cand", len(SECONDS_CAND_FIELDS))
+    _check_len(rate, "rate", len(RATE_FIELDS))
+    _check_len(slot_mask, "slot_mask", n_slots)
+    _check_rows(counts, "counts", n_stages, n_kinds * n_slots)
+    _check_rows(extras, "extras", n_stages, len(SECONDS_EXTRA_FIELDS))
+    _check_rows(out, "out", n_stages, _S_COUNT)
+    if not _cand_ok(cand, rate):
+        for st in range(n_stages):
+            for f in range(_S_COUNT):
+                out[st][f] = NAN
+        return
+    for st in range(n_stages):
+        for f in range(_S_COUNT):
+            out[st][f] = 0.0
+    b, s, t, cp, d = cand[_C["b"]], cand[_C["s"]], cand[_C["t"]], cand[_C["cp"]], cand[_C["d"]]
+    sp, ep, p = cand[_C["sp"]], cand[_C["ep"]], cand[_C["p"]]
+    n_split, bc = cand[_C["seq_split"]], cand[_C["bytes_c"]]
+    ov_tp, ov_cp, ov_ep = cand[_C["ov_tp"]], cand[_C["ov_cp"]], cand[_C["ov_ep"]]
+    h, v = model[_M["h"]], model[_M["v"]]
+    tokens = b * s / cp
+    p_dense = [0.0] * n_stages
+    p_expert = [0.0] * n_stages
+    layer = [0.0] * _L_COUNT
+
+    # ---- body layers: price each kind once, weigh it by its count per (stage, option slot)
+    for k in range(n_kinds):
+        used = False
+        for st in range(n_stages):
+            for o in range(n_slots):
+                if counts[st][k * n_slots + o] != 0.0:
+                    used = True
+        if not used:
+            continue
+        _layer(kinds[k], skinds[k], model, smodel, cand, rate, layer)
+        tp_f = _exposed(layer[_L["tp_f"]], layer[_L["gemm_f"]], ov_tp)
+        tp_b = _exposed(layer[_L["tp_b"]], layer[_L["gemm_b"]], ov_tp)
+        cp_f = _exposed(layer[_L["cp_f"]], layer[_L["core_f"]], ov_cp)
+        cp_b = _exposed(layer[_L["cp_b"]], layer[_L["core_b"]], ov_cp)
+        # the expert all-to-all hides (ov_ep) under the layer's whole compute of the same pass: a
+        # schedule that overlaps it (DualPipe) runs another micro-batch's chunk meanwhile
+        ep_f = _exposed(layer[_L["ep_f"]], layer[_L["fw"]], ov_ep)
+        ep_b = _exposed(layer[_L["ep_b"]], layer[_L["bw"]] + layer[_L["bw_w"]], ov_ep)
+        for o in range(n_slots):
+            option = slot_option[o]
+            rc = rc_tp = rc_cp = rc_ep = rc_flops = 0.0
+            if option == OPTION_FULL:
+                rc, rc_tp, rc_cp, rc_ep = layer[_L["fw"]], tp_f, cp_f, ep_f
+                rc_flops = layer[_L["flops_f"]]
+            elif option == OPTION_SELECTIVE:
+                mask = slot_mask[o]
+                for bit in range(8):
+                    if (mask >> bit) & 1:
+                        continue
+                    if bit == _GATHER_BIT:
+                        rc_tp += layer[_SWITCH_COLUMNS[bit]]
+                    else:
+                        rc += layer[_SWITCH_COLUMNS[bit]]
+                if not mask & 1:
+                    rc_flops += layer[_L["flops_core"]]
+                if not (mask >> 7) & 1:
+                    rc_flops += layer[_L["flops_up"]]
+            for st in range(n_stages):
+                count = counts[st][k * n_slots + o]
+                if count == 0.0:
+                    continue
+                row = out[st]
+                row[_S["fw"]] += count * layer[_L["fw"]]
+                row[_S["bw"]] += count * layer[_L["bw"]]
+                row[_S["bw_w"]] += count * layer[_L["bw_w"]]
+                row[_S["rc"]] += count * rc
+                row[_S["tp"]] += count * (tp_f + tp_b + rc_tp)
+                row[_S["cp"]] += count * (cp_f + cp_b + rc_cp)
+                row[_S["ep"]] += count * (ep_f + ep_b + rc_ep)
+                row[_S["layers"]] += count
+                row[_S["model_flops"]] += count * 3.0 * layer[_L["flops_f"]]
+                row[_S["hw_flops"]] += count * (3.0 * layer[_L["flops_f"]] + rc_flops)
+                p_dense[st] += count * layer[_L["p_dense"]]
+                p_expert[st] += count * layer[_L["p_expert"]]
+
+    # ---- embedding, output head, MTP modules
+    head = [0.0, 0.0, 0.0]
+    g3 = [0.0, 0.0, 0.0]
+    x_sp = tokens * h / sp
+    db = cand[_C["dropout_bytes"]]
+    full = b * s * h * bc / cp
+    emb_stage = out_stage = -1
+    for st in range(n_stages):
+        row = out[st]
+        extra = extras[st]
+        if extra[_X["has_emb"]] != 0.0:
+            emb_stage = st
+            # look up the rows (read + write), add learned positions (read 2, write 1), dropout;
+            # backward scatter-adds the gradient into the table (1.5x the bytes)
+            moved = 2.0 * bc * tokens * h
+            kernels = 1.0
+            if smodel[_SM["p_pos"]] > 0.0:
+                moved += 3.0 * bc * tokens * h
+                kernels += 1.0
+            if db > 0.0:
+                moved += (2.0 * bc + db) * x_sp
+                kernels += 1.0
+            row[_S["fw"]] += _pass(moved, kernels * n_split, rate)
+            row[_S["bw"]] += _pass(POINTWISE_BACKWARD_BYTES * moved, kernels * n_split, rate)
+            if t > 1.0:
+                # vocab-parallel lookup: all-reduce over tp (reduce-scatter with SP; its backward
+                # is an all-gather, the all-reduce's is the identity)
+                if sp > 1.0:
+                    row[_S["tp"]] += 2.0 * _collective(GATHER_OR_SCATTER, full, t, 1.0, rate)
+                else:
+                    row[_S["tp"]] += _collective(ALL_REDUCE, full, t, 1.0, rate)
+            p_dense[st] += smodel[_SM["p_embed"]] / t + smodel[_SM["p_pos"]]
+        heads = 0.0
+        if extra[_X["has_out"]] != 0.0:
+            out_stage = st
+            heads += 1.0
+            # the final norm, and the head's input crossing tp: all-gather / reduce-scatter with
+            # SP, else an all-reduce of the input gradient in backward
+            norm = 2.0 * 2.0 * bc * x_sp
+            row[_S["fw"]] += _pass(norm, n_split, rate)
+            row[_S["bw"]] += _pass(POINTWISE_BACKWARD_BYTES * norm, n_split, rate)
+            if t > 1.0:
+                if sp > 1.0:
+                    row[_S["tp"]] += 2.0 * _collective(GATHER_OR_SCATTER, full, t, 1.0, rate)
+                else:
+                    row[_S["tp"]] += _collective(ALL_REDUCE, full, t, 1.0, rate)
+            tied_here = cand[_C["tie_emb"]] != 0.0 and extra[_X["has_emb"]] != 0.0
+            p_dense[st] += (0.0 if tied_here else smodel[_SM["p_embed"]] / t) + smodel[_SM["p_final_norm"]]
+        n_mtp = extra[_X["n_mtp"]]
+        if n_mtp > 0.0:
+            # per MTP module (DeepSeek-V3 §2.2): three norms, eh_proj (2h -> h) and one more head
+            heads += n_mtp
+            norm = 3.0 * 2.0 * 2.0 * bc * x_sp
+            _mm3(tokens / n_split, h / t, 2.0 * h, n_split, cand, rate, g3)
+            row[_S["fw"]] += n_mtp * (g3[0] + _pass(norm, 3.0 * n_split, rate))
+            row[_S["bw"]] += n_mtp * (g3[1] + _pass(POINTWISE_BACKWARD_BYTES * norm, 3.0 * n_split, rate))
+            row[_S["bw_w"]] += n_mtp * g3[2]
+            row[_S["model_flops"]] += n_mtp * 3.0 * 2.0 * b * s * 2.0 * h * h
+            row[_S["hw_flops"]] += n_mtp * 3.0 * 2.0 * b * s * 2.0 * h * h
+            p_dense[st] += n_mtp * smodel[_SM["p_mtp_extra"]] / t
+        if heads > 0.0:
+            _head(cand, rate, tokens, h, v, head)
+            row[_S["fw"]] += heads * head[0]
+            row[_S["bw"]] += heads * head[1]
+            row[_S["bw_w"]] += heads * head[2]
+            row[_S["model_flops"]] += heads * 3.0 * 2.0 * b * s * h * v
+            row[_S["hw_flops"]] += heads * 3.0 * 2.0 * b * s * h * v
+
+    # ---- pipeline point-to-point, per micro-batch: each stage exchanges activations forward and
+    # gradients backward with its neighbours, once per chunk and Seq1F1B chunk, b·s·h/(t·cp) bytes:
+    # sent split over tp -- SP's shard, or Narayanan et al. 2021 §4.1's scatter/gather, which then
+    # all-gathers over tp after the receive. Blocking (Megatron's 1F1B), over the pp group
+    # (stride t·cp·d).
+    if p > 1.0:
+        chunks = cand[_C["vp"]] * n_split
+        piece = full / n_split
+        step = _collective(SEND_RECV, piece / t, p, t * cp * d, rate)
+        if sp <= 1.0 and t > 1.0:
+            step += _collective(GATHER_OR_SCATTER, piece, t, 1.0, rate)
+        for st in range(n_stages):
+            out[st][_S["pp"]] += 2.0 * chunks * step
+
+    # ---- data parallelism per stage: dense params over dp·cp (stride t), routed experts over the
+    # expert-data-parallel ranks (stride t·cp·ep). ZeRO-0: all-reduce the gradients; ZeRO-1
+    # (Megatron's distributed optimizer): reduce-scatter them and all-gather the updated params;
+    # ZeRO-2: reduce-scatter every micro-batch (the unsharded gradient is not kept) unless
+    # deferred; ZeRO-3/FSDP: all-gather each layer's params before its forward and (resharded)
+    # again before its backward, reduce-scatter its gradients after.
+    zero = cand[_C["zero"]]
+    bg, bp = cand[_C["bytes_grad"]], cand[_C["bytes_p"]]
+    edp = cand[_C["edp"]]
+    defer = cand[_C["defer_grads"]] != 0.0
+    ov_dp, ov_fsdp = cand[_C["ov_dp"]], cand[_C["ov_fsdp"]]
+    n_dp = d * cp
+    hbm = rate[_R["hbm_eff"]] * rate[_R["hbm_bw"]]
+    for st in range(n_stages):
+        row = out[st]
+        dense, expert = p_dense[st], p_expert[st]
+        layers = row[_S["layers"]]
+        reduce_op = ALL_REDUCE if zero == 0.0 else GATHER_OR_SCATTER
+        grads = (_collective(reduce_op, dense * bg, n_dp, t, rate)
+                 + _collective(reduce_op, expert * bg, edp, t * cp * ep, rate))
+        params = (_collective(GATHER_OR_SCATTER, dense * bp, n_dp, t, rate)
+                  + _collective(GATHER_OR_SCATTER, expert * bp, edp, t * cp * ep, rate))
+        backward = row[_S["bw"]] + row[_S["bw_w"]] + row[_S["rc"]]
+        if zero == 3.0:
+            if cand[_C["reshard"]] != 0.0:
+                row[_S["dp_mb_gather"]] += _exposed_tail(params, row[_S["fw"]], ov_fsdp, layers)
+                backward_traffic = params + (0.0 if defer else grads)
+            else:
+                row[_S["dp_gather"]] += params            # gathered once a step, kept
+                backward_traffic = 0.0 if defer else grads
+            if backward_traffic > 0.0:
+                row[_S["dp_mb_reduce"]] += _exposed_tail(backward_traffic, backward, ov_fsdp, layers)
+            if defer:
+                row[_S["dp_reduce"]] += grads
+        elif zero == 2.0 and not defer:
+            row[_S["dp_mb_reduce"]] += _exposed_tail(grads, backward, ov_dp, layers)
+            row[_S["dp_gather"]] += params
+        else:
+            row[_S["dp_reduce"]] += grads
+            if zero >= 1.0:
+                row[_S["dp_gather"]] += params
+        # Adam over the local shard, HBM-bound: bytes_opt per parameter per step (states, master
+        # copy and gradient read and written, the 16-bit copy written), one fused kernel
+        shards = cand[_C["zero_ranks"]] if zero >= 1.0 else 1.0
+        local = dense / shards + expert / (edp if zero >= 1.0 else 1.0)
+        if local > 0.0:
+            row[_S["opt"]] += cand[_C["bytes_opt"]] * local / hbm + rate[_R["kernel_s"]]
+
+    # ---- tied embedding and output on two stages: Megatron all-reduces the word embedding's
+    # gradient between the first and the last stage once a step (its "embedding group").
+    if cand[_C["tie_emb"]] != 0.0 and emb_stage >= 0 and out_stage >= 0 and emb_stage != out_stage:
+        shared = _collective(ALL_REDUCE, smodel[_SM["p_embed"]] / t * bg, 2.0,
+                                    (out_stage - emb_stage) * t * cp * d, rate)
+        out[emb_stage][_S["dp_reduce"]] += shared
+        out[out_stage][_S["dp_reduce"]] += shared
+
+
+def seconds_combine(stage, cand, parts, stage_times) -> float:
+    """The step time from the per-stage sums of seconds_stage_sums; parts and per-stage times out.
+
+    Per micro-batch a stage takes t_i = fw + bw + bw_w + rc + tp + cp + ep + pp + dp_mb_gather +
+    dp_mb_reduce. With m micro-batches, M = max t_i (the straggler, the last one on a tie) and
+    S = sum t_i:
+
+    * 1F1B and GPipe: (m - 1)·M + S -- the same time; GPipe only holds more activations
+      (Narayanan et al. 2021 §2.2: bubble (p - 1)/m of the ideal, equal stages);
+    * interleaved 1F1B with v chunks per stage: m·M + (S - M)/v (bubble (p - 1)/(v·m), §2.2.2);
+    * Seq1F1B with n sequence chunks: m·M + (S - M)/(v·n) (Sun et al. 2024, Seq1F1B: the pipeline
+      runs m·n chunk slots of 1/n the work);
+    * zero_bubble_v (DualPipeV): m·M + (p - 1)·max(0, F + 2B - 3W)/2 with the straggler's forward
+      F, backward-for-input B (incl. recompute and comm) and weight-gradient W: DeepSeek-V3
+      report Table 2's DualPipe bubble (PP/2 - 1)(F&B + B - 3W) with PP = 2p chunks and
+      chunk-level F, B, W (half a stage's), F&B taken as F + B (the overlap hides comm, not compute).
+
+    Then the data-parallel tail: stage i's gradient reduction (overlapped with its last
+    backward by ov_dp, never its first layer's bucket), optimizer and parameter gather (overlapped
+    with the next forward by ov_dp_gather) start when its last backward ends, sum_{j<i} of the
+    backward times of the stages before it earlier than stage 0's (zero for zero_bubble_v, whose
+    V ends every stage together); the step ends with the latest. Parts: the straggler's parts x m,
+    bubble = the pipeline beyond m·M, the tail split over dp_reduce / bw_compute (the optimizer)
+    / dp_comm. They sum to the step time. stage_times[i] = m·t_i + stage i's tail before slack.
+    NaN when a stage sum is NaN or m < 1.
+    """
+    n_stages = len(stage)
+    _check_rows(stage, "stage", n_stages, _S_COUNT)
+    _check_len(cand, "cand", len(SECONDS_CAND_FIELDS))
+    _check_len(parts, "parts", len(PART_NAMES))
+    _check_len(stage_times, "stage_times", n_stages)
+    m = cand[_C["m"]]
+    ok = n_stages >= 1 and m >= 1.0
+    totals = []
+    for st in range(n_stages):
+        row = stage[st]
+        total = (row[_S["fw"]] + row[_S["bw"]] + row[_S["bw_w"]] + row[_S["rc"]] + row[_S["tp"]]
+                 + row[_S["cp"]] + row[_S["ep"]] + row[_S["pp"]] + row[_S["dp_mb_gather"]]
+                 + row[_S["dp_mb_reduce"]])
+        if total != total:
+            ok = False
+        totals.append(total)
+    if not ok:
+        for i in range(len(parts)):
+            parts[i] = NAN
+        for st in range(n_stages):
+            stage_times[st] = NAN
+        return NAN
+    straggler = 0
+    for st in range(n_stages):
+        if totals[st] >= totals[straggler]:
+            straggler = st
+    slowest = totals[straggler]
+    summed = 0.0
+    for st in range(n_stages):
+        summed += totals[st]
+    schedule = cand[_C["schedule"]]
+    vp, n_split = cand[_C["vp"]], cand[_C["seq_split"]]
+    chunks = 1.0
+    if schedule == _INTERLEAVED:
+        chunks = vp
+    elif schedule == _SEQ1F1B:
+        chunks = vp * n_split
+    worst = stage[straggler]
+    if schedule == _ZERO_BUBBLE_V:
+        forward = worst[_S["fw"]]
+        backward = (worst[_S["bw"]] + worst[_S["rc"]] + worst[_S["tp"]] + worst[_S["cp"]] + worst[_S["ep"]]
+                    + worst[_S["pp"]] + worst[_S["dp_mb_gather"]] + worst[_S["dp_mb_reduce"]])
+        bubble_v = forward + 2.0 * backward - 3.0 * worst[_S["bw_w"]]
+        pipeline = m * slowest + (n_stages - 1.0) * (bubble_v if bubble_v > 0.0 else 0.0) / 2.0
+    else:
+        pipeline = m * slowest + (summed - slowest) / chunks
+    # the data-parallel tail
+    ov_dp, ov_gather = cand[_C["ov_dp"]], cand[_C["ov_dp_gather"]]
+    slack = 0.0
+    tail = -1.0
+    tail_parts = (0.0, 0.0, 0.0)
+    for st in range(n_stages):
+        row = stage[st]
+        layers = row[_S["layers"]]
+        backward = (row[_S["bw"]] + row[_S["bw_w"]] + row[_S["rc"]]) / chunks
+        reduce_ = _exposed_tail(row[_S["dp_reduce"]], backward, ov_dp, layers) if row[_S["dp_reduce"]] > 0.0 else 0.0
+        gather = _exposed_tail(row[_S["dp_gather"]], row[_S["fw"]] / chunks, ov_gather, layers) \
+            if row[_S["dp_gather"]] > 0.0 else 0.0
+        optimizer = row[_S["opt"]]
+        own = reduce_ + optimizer + gather
+        stage_times[st] = m * totals[st] + own
+        late = own - (0.0 if schedule == _ZERO_BUBBLE_V else slack)
+        if late > tail:
+            tail, tail_parts = late, (reduce_, optimizer, gather)
+        slack += backward
+    if tail < 0.0:
+        tail = 0.0
+    own = tail_parts[0] + tail_parts[1] + tail_parts[2]
+    scale = tail / own if own > 0.0 else 0.0
+    for i in range(len(parts)):
+        parts[i] = 0.0
+    parts[_P["fw_compute"]] = m * worst[_S["fw"]]
+    parts[_P["bw_compute"]] = m * (worst[_S["bw"]] + worst[_S["bw_w"]]) + scale * tail_parts[1]
+    parts[_P["recompute"]] = m * worst[_S["rc"]]
+    parts[_P["dp_comm"]] = m * worst[_S["dp_mb_gather"]] + scale * tail_parts[2]
+    parts[_P["dp_reduce"]] = m * worst[_S["dp_mb_reduce"]] + scale * tail_parts[0]
+    parts[_P["tp_comm"]] = m * worst[_S["tp"]]
+    parts[_P["ep_comm"]] = m * worst[_S["ep"]]
+    parts[_P["cp_comm"]] = m * worst[_S["cp"]]
+    parts[_P["pp_comm"]] = m * worst[_S["pp"]]
+    parts[_P["bubble"]] = pipeline - m * slowest
+    return pipeline + tail

@@ -1,0 +1,430 @@
+# Batches of candidates (twin of ndcost/_kpy/batch.py): ND's score and the memory model over
+# N candidates in one call, the GIL released for the whole loop. Needs columns.pxi, nd.pxi
+# (c_nd_stage_sums, c_nd_combine, c_nd_apply_ratios) and memory.pxi (c_layer_activation_bytes,
+# c_inflight_micro_batches, c_stage_memory) included before it.
+#
+# Each candidate is a row of a candidate matrix and the index of its layout in a layout table
+# (LY_*), whose arrays sit in two pools: `pool` (float64: chunk-summed counts, per-chunk
+# counts, stage x kind presence) and `slot_pool` (int64: slot options, then slot keep masks).
+# Shapes, pool spans and every priced row's layout are checked before `nogil`; scratch buffers
+# are allocated once per call, sized for the largest layout. A row whose reason is an
+# invalid-candidate code (>= RS_COUNT) is skipped with NaN outputs; a priced NaN becomes
+# RS_undefined, a peak above capacity RS_no_fit (only rows still RS_ok change).
+
+from libc.stdlib cimport malloc, free
+
+
+cdef inline double c_batch_max_nan(double best, double value) noexcept nogil:
+    # numpy's max step: a NaN wins and stays.
+    if value != value or value > best:
+        return value
+    return best
+
+
+cdef inline void c_mem_static_layer(const double* kind, const double* mc, double* out3) noexcept nogil:
+    # (params, grads, optimizer) bytes of one layer of the kind on one rank (memory.static_layer_bytes):
+    # non-expert + shared over tp, ZeRO-sharded over the dense group; routed over ep·etp and the
+    # expert data-parallel group (ZeRO, Rajbhandari et al. 2020 §5).
+    cdef double dense = (kind[MK_p_nonexp] + kind[MK_p_shared]) / mc[MC_tp]
+    cdef double routed
+    out3[0] = dense * mc[MC_w_param] / mc[MC_div_param]
+    out3[1] = dense * mc[MC_w_grad] / mc[MC_div_grad]
+    out3[2] = dense * mc[MC_w_optim] / mc[MC_div_optim]
+    if kind[MK_p_routed] != 0.0:
+        routed = kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])
+        out3[0] += routed * mc[MC_w_param] / mc[MC_ediv_param]
+        out3[1] += routed * mc[MC_w_grad] / mc[MC_ediv_grad]
+        out3[2] += routed * mc[MC_w_optim] / mc[MC_ediv_optim]
+
+
+cdef inline double c_mem_layer_activation(const double* kind, const double* model, const double* mc,
+                                          long long option, long long keep_mask) noexcept nogil:
+    # Korthikanti et al. 2022 Table 2 for one layer of the kind (memory.layer_activation_arguments).
+    return c_layer_activation_bytes(
+        mc[MC_seq], mc[MC_b], model[MM_h], mc[MC_tp], mc[MC_sp], mc[MC_cp], mc[MC_etp],
+        <long long>kind[MK_attention], kind[MK_heads], kind[MK_kv_heads], kind[MK_head_dim],
+        <long long>kind[MK_out_gate], <long long>kind[MK_qk_norm], kind[MK_q_lora], kind[MK_kv_lora],
+        kind[MK_qk_nope], kind[MK_qk_rope], kind[MK_v_dim], kind[MK_lin_k_heads], kind[MK_lin_k_dim],
+        kind[MK_lin_v_heads], kind[MK_lin_v_dim], kind[MK_lin_conv], kind[MK_lin_chunk],
+        <long long>kind[MK_ffn], <long long>kind[MK_gated], kind[MK_ffn_width], kind[MK_experts],
+        kind[MK_top_k], kind[MK_shared_width], mc[MC_token_factor], <long long>mc[MC_flash],
+        mc[MC_bytes_c], mc[MC_bytes_softmax], mc[MC_bytes_dropout], mc[MC_bytes_norm], option, keep_mask,
+        <long long>mc[MC_slice_input])
+
+
+cdef inline void c_mem_comm_buffers(const double* kind, const double* model, const double* mc,
+                                    double* main, double* ep_buffer) noexcept nogil:
+    # (max(dp, tp, cp), ep) buffer bytes of one layer of the kind (ND_REFERENCE §3.2 comm_expr).
+    cdef double tokens = mc[MC_seq] * mc[MC_b] / mc[MC_cp]
+    cdef double h = model[MM_h], c = mc[MC_bytes_c], tp = mc[MC_tp]
+    cdef double tp_buffer = 0.0, cp_buffer = 0.0, dp_buffer = 0.0, params, routed_tokens
+    cdef double heads_local, kv_local, k_width, v_width, q_width
+    if mc[MC_sp] > 1.0:
+        tp_buffer = tokens * h * c                               # SP's all-gathered layer input
+    if mc[MC_cp] > 1.0 and kind[MK_attention] != 2.0:
+        heads_local = kind[MK_heads] / tp
+        if kind[MK_attention] == 1.0:
+            k_width = heads_local * (kind[MK_qk_nope] + kind[MK_qk_rope])
+            v_width = heads_local * kind[MK_v_dim]
+            q_width = k_width
+        else:
+            kv_local = kind[MK_kv_heads] / tp
+            if 1.0 > kv_local:
+                kv_local = 1.0                                   # each rank keeps one kv head
+            k_width = kv_local * kind[MK_head_dim]
+            v_width = k_width
+            q_width = heads_local * kind[MK_head_dim]
+        if mc[MC_cp_ring] != 0.0:
+            cp_buffer = 2.0 * tokens * (k_width + v_width) * c   # ring: K/V chunks double-buffered
+        else:
+            cp_buffer = 2.0 * tokens * (q_width + k_width + v_width) * c  # Ulysses: q, k, v in and out
+    if mc[MC_shards_grads] != 0.0:
+        params = (kind[MK_p_nonexp] + kind[MK_p_shared]) / tp + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])
+        dp_buffer = params * mc[MC_w_grad]                       # one layer's gradient bucket
+    ep_buffer[0] = 0.0
+    if kind[MK_ffn] == 1.0 and mc[MC_ep] > 1.0:
+        routed_tokens = tokens * kind[MK_top_k] * mc[MC_token_factor] * mc[MC_etp] / tp
+        ep_buffer[0] = 2.0 * routed_tokens * h * c               # dispatch + combine buffers
+    main[0] = dp_buffer
+    if tp_buffer > main[0]:
+        main[0] = tp_buffer
+    if cp_buffer > main[0]:
+        main[0] = cp_buffer
+
+
+cdef struct MemScratch:
+    double* static_  # (K, 3)
+    double* act      # (K, O)
+    double* work     # (K, O)
+    double* comm_main  # (K,)
+    double* comm_ep    # (K,)
+    double* inflight   # (p, vp)
+    double* stage_static  # (p, 3)
+    double* extra_act  # (p, vp)
+    double* comm       # (p,)
+    double* out        # (p, 8)
+
+
+cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const double* model, const double* mc,
+                               const long long* layout, const double* pool, const long long* slot_pool,
+                               double reserve, MemScratch* scratch) noexcept nogil:
+    # One candidate's memory per stage into scratch.out (p, 8); returns the peak (NaN if a stage is).
+    cdef Py_ssize_t p = layout[LY_pp], vp = layout[LY_vpp], n_slots = layout[LY_n_slots]
+    cdef const long long* options = slot_pool + layout[LY_slots_at]
+    cdef const long long* masks = options + n_slots
+    cdef const double* present = pool + layout[LY_present_at]
+    cdef const double* kind
+    cdef Py_ssize_t k, o, s, v, j
+    cdef Py_ssize_t emb_stage = layout[LY_emb_stage], out_stage = layout[LY_out_stage]
+    cdef double plain, gathered, kept, extra, tp = mc[MC_tp], sp = mc[MC_sp]
+    cdef double embedding, head, word, tokens, h, v_size, c, n, dropout, logits
+    cdef double emb_act, out_act, mtp_act, main, ep_buffer, peak
+    cdef double mtp_out = <double>layout[LY_mtp_out]
+    cdef bint split_ends, tied
+    cdef long long schedule = <long long>mc[MC_schedule], m = <long long>mc[MC_m]
+    cdef long long seq_split = <long long>mc[MC_seq_split]
+    cdef double widths[3]
+    cdef double divisors[3]
+    for k in range(n_kinds):
+        kind = kinds + k * MK_COUNT
+        c_mem_static_layer(kind, mc, scratch.static_ + k * 3)
+        plain = c_mem_layer_activation(kind, model, mc, OPTION_NONE, 255)
+        gathered = 0.0
+        if mc[MC_fsdp_gathers] != 0.0:
+            # ND_REFERENCE §3.7 FSDP extras: a backward holds two layers' gathered parameters.
+            gathered = 2.0 * ((kind[MK_p_nonexp] + kind[MK_p_shared]) / tp
+                              + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])) * mc[MC_w_param]
+        for o in range(n_slots):
+            kept = c_mem_layer_activation(kind, model, mc, options[o], masks[o])
+            extra = 0.0
+            if options[o] == OPTION_FULL:
+                extra = plain                     # §3.7 FULL_REC: the plain layer re-materialised
+            elif options[o] == OPTION_SELECTIVE:
+                extra = plain - kept              # the recomputed ops come back, at one micro-batch
+                if 0.0 > extra:
+                    extra = 0.0
+            scratch.act[k * n_slots + o] = kept
+            scratch.work[k * n_slots + o] = extra + gathered
+        c_mem_comm_buffers(kind, model, mc, scratch.comm_main + k, scratch.comm_ep + k)
+
+    for s in range(p):
+        for v in range(vp):
+            scratch.inflight[s * vp + v] = c_inflight_micro_batches(schedule, p, m, vp, s, v, seq_split)
+
+    # Outside the layers: embedding, output head, MTP extras (memory._stage_static, _extra_activations).
+    widths[0] = mc[MC_w_param]
+    widths[1] = mc[MC_w_grad]
+    widths[2] = mc[MC_w_optim]
+    divisors[0] = mc[MC_div_param]
+    divisors[1] = mc[MC_div_grad]
+    divisors[2] = mc[MC_div_optim]
+    for j in range(p * 3):
+        scratch.stage_static[j] = 0.0
+    embedding = model[MM_p_embedding] / tp
+    for j in range(3):
+        scratch.stage_static[emb_stage * 3 + j] += embedding * widths[j] / divisors[j]
+    split_ends = emb_stage != out_stage
+    tied = mc[MC_tie_emb] != 0.0
+    word = model[MM_word_embedding]
+    head = (0.0 if (tied and not split_ends) else word) + model[MM_p_final_norm]
+    if mtp_out > 0.0 and model[MM_n_mtp] > 0.0:
+        head += mtp_out * model[MM_p_mtp_module]
+        if split_ends and not tied:
+            head += word                          # Megatron-Core: the MTP stage builds the embedding too
+    head = head / tp
+    for j in range(3):
+        scratch.stage_static[out_stage * 3 + j] += head * widths[j] / divisors[j]
+
+    tokens = mc[MC_seq] * mc[MC_b] / mc[MC_cp]
+    h = model[MM_h]
+    v_size = model[MM_v]
+    c = mc[MC_bytes_c]
+    n = mc[MC_bytes_norm]
+    dropout = mc[MC_bytes_dropout]
+    logits = tokens * v_size * 4.0 / tp                              # fp32 logits (Korthikanti §4.3)
+    emb_act = tokens * 8.0 + tokens * h * dropout / sp               # token ids + embedding dropout mask
+    out_act = tokens * h * n / sp + tokens * h * c / sp + logits      # final norm, head input, logits
+    mtp_act = tokens * (2.0 * h * n + 2.0 * h * c + h * n + h * c) / sp + logits
+    for j in range(p * vp):
+        scratch.extra_act[j] = 0.0
+    scratch.extra_act[emb_stage * vp + layout[LY_emb_chunk]] += emb_act
+    scratch.extra_act[out_stage * vp + layout[LY_out_chunk]] += out_act + mtp_out * mtp_act
+
+    for s in range(p):
+        main = scratch.comm_main[0] if present[s * n_kinds] != 0.0 else 0.0
+        ep_buffer = scratch.comm_ep[0] if present[s * n_kinds] != 0.0 else 0.0
+        for k in range(1, n_kinds):
+            main = c_batch_max_nan(main, scratch.comm_main[k] if present[s * n_kinds + k] != 0.0 else 0.0)
+            ep_buffer = c_batch_max_nan(ep_buffer, scratch.comm_ep[k] if present[s * n_kinds + k] != 0.0 else 0.0)
+        scratch.comm[s] = main + ep_buffer
+
+    c_stage_memory(scratch.static_, scratch.act, scratch.work, n_kinds, n_slots, pool + layout[LY_mcounts_at],
+                   p, vp, scratch.inflight, scratch.stage_static, scratch.extra_act, scratch.comm, reserve,
+                   scratch.out)
+    peak = scratch.out[_MEM_COLUMNS - 1]
+    for s in range(1, p):
+        peak = c_batch_max_nan(peak, scratch.out[s * _MEM_COLUMNS + _MEM_COLUMNS - 1])
+    return peak
+
+
+cdef Py_ssize_t c_batch_check(Py_ssize_t n_kinds, Py_ssize_t n_rows, const long long[::1] layout_index,
+                              const long long[:, ::1] layouts, Py_ssize_t n_pool, Py_ssize_t n_slot_pool,
+                              const long long[::1] reason, const double[:, ::1] cands, Py_ssize_t p_column,
+                              Py_ssize_t vp_column, Py_ssize_t* max_p, Py_ssize_t* max_pv,
+                              Py_ssize_t* max_slots) except -1:
+    # The shapes both batch kernels share, every layout's pool spans and places, and every priced
+    # row's layout (in range, same pp and vpp); the largest pp, pp·vpp and slot count for the scratch.
+    cdef Py_ssize_t i, li, n_layouts = layouts.shape[0]
+    cdef long long p, vp, n_slots, k_o
+    if n_kinds < 1:
+        raise ValueError("kinds must have at least one row")
+    if layouts.shape[0] and layouts.shape[1] != LY_COUNT:
+        raise ValueError(f"layouts must have {LY_COUNT} columns, got {layouts.shape[1]}")
+    if layout_index.shape[0] != n_rows:
+        raise ValueError(f"layout_index must have length {n_rows}, got {layout_index.shape[0]}")
+    if reason.shape[0] != n_rows:
+        raise ValueError(f"reason must have length {n_rows}, got {reason.shape[0]}")
+    max_p[0] = 1
+    max_pv[0] = 1
+    max_slots[0] = 1
+    for li in range(n_layouts):
+        p = layouts[li, LY_pp]
+        vp = layouts[li, LY_vpp]
+        n_slots = layouts[li, LY_n_slots]
+        if p < 1 or vp < 1 or n_slots < 1 or p > 1 << 20 or vp > 1 << 20 or n_slots > 1 << 20:
+            raise ValueError(f"layouts[{li}] must hold pp, vpp, n_slots >= 1")
+        k_o = n_kinds * n_slots
+        if (layouts[li, LY_counts_at] < 0 or layouts[li, LY_counts_at] + p * k_o > n_pool
+                or layouts[li, LY_mcounts_at] < 0 or layouts[li, LY_mcounts_at] + p * vp * k_o > n_pool
+                or layouts[li, LY_present_at] < 0 or layouts[li, LY_present_at] + p * n_kinds > n_pool
+                or layouts[li, LY_slots_at] < 0 or layouts[li, LY_slots_at] + 2 * n_slots > n_slot_pool):
+            raise ValueError(f"layouts[{li}] must hold pool spans within the pools")
+        if not (0 <= layouts[li, LY_emb_stage] < p and 0 <= layouts[li, LY_out_stage] < p
+                and 0 <= layouts[li, LY_emb_chunk] < vp and 0 <= layouts[li, LY_out_chunk] < vp
+                and layouts[li, LY_mtp_out] >= 0):
+            raise ValueError(f"layouts[{li}] must place the embedding and output on a stage and chunk of its layout")
+        if p > max_p[0]:
+            max_p[0] = p
+        if p * vp > max_pv[0]:
+            max_pv[0] = p * vp
+        if n_slots > max_slots[0]:
+            max_slots[0] = n_slots
+    for i in range(n_rows):
+        if reason[i] >= RS_COUNT:
+            continue
+        li = layout_index[i]
+        if li < 0 or li >= n_layouts:
+            raise ValueError(f"layout_index[{i}] must be a layout row in [0, {n_layouts}), got {li}")
+        if cands[i, p_column] != <double>layouts[li, LY_pp] or cands[i, vp_column] != <double>layouts[li, LY_vpp]:
+            raise ValueError(f"cands[{i}] must have the pp and vpp of its layout {li}")
+    return 0
+
+
+def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
+                      const double[::1] model,             # IN (M_COUNT,)
+                      const double[:, ::1] cands,          # IN (N, C_COUNT)
+                      const long long[::1] layout_index,   # IN (N,)
+                      const long long[:, ::1] layouts,     # IN (L, LY_COUNT)
+                      const double[::1] pool,              # IN
+                      const long long[::1] slot_pool,      # IN
+                      const double[::1] options,           # IN (O_COUNT,)
+                      const double[::1] ratios,            # IN (P_COUNT,) or (0,)
+                      long long[::1] reason,               # IN/OUT (N,)
+                      double[::1] out_step,                # OUT (N,)
+                      double[:, ::1] out_parts,            # OUT (P_COUNT, N)
+                      double[:, ::1] out_stage_times) -> None:  # OUT (N, >= max pp) or (0, 0)
+    """ND's score of N candidates (ND_REFERENCE §2.2-§2.10), one stage walk and combine each."""
+    cdef Py_ssize_t n = cands.shape[0], n_kinds = kinds.shape[0], i, j, s, p, n_slots, n_times
+    cdef Py_ssize_t max_p, max_pv, max_slots
+    cdef bint with_ratios = ratios.shape[0] != 0
+    cdef double total
+    cdef double parts[P_COUNT]
+    cdef double scaled[P_COUNT]
+    cdef const long long* layout
+    cdef const long long* slots
+    cdef double* stage
+    cdef double* times
+    cdef double* reruns
+    if n_kinds and kinds.shape[1] != K_COUNT:
+        raise ValueError(f"kinds must have {K_COUNT} columns, got {kinds.shape[1]}")
+    if model.shape[0] != M_COUNT:
+        raise ValueError(f"model must have length {M_COUNT}, got {model.shape[0]}")
+    if n and cands.shape[1] != C_COUNT:
+        raise ValueError(f"cands must have {C_COUNT} columns, got {cands.shape[1]}")
+    if options.shape[0] != O_COUNT:
+        raise ValueError(f"options must have length {O_COUNT}, got {options.shape[0]}")
+    if with_ratios and ratios.shape[0] != P_COUNT:
+        raise ValueError(f"ratios must have length 0 or {P_COUNT}, got {ratios.shape[0]}")
+    if out_step.shape[0] != n:
+        raise ValueError(f"out_step must have length {n}, got {out_step.shape[0]}")
+    if out_parts.shape[0] != P_COUNT or out_parts.shape[1] != n:
+        raise ValueError(f"out_parts must be ({P_COUNT}, {n})")
+    if not (0.0 <= model[M_default_kind] < n_kinds and model[M_default_kind] == floor(model[M_default_kind])):
+        raise ValueError(f"model[default_kind] must be a kind row in [0, {n_kinds})")
+    c_batch_check(n_kinds, n, layout_index, layouts, pool.shape[0], slot_pool.shape[0], reason, cands,
+                  C_p, C_vp, &max_p, &max_pv, &max_slots)
+    n_times = out_stage_times.shape[1] if out_stage_times.shape[0] else 0
+    if out_stage_times.shape[0] not in (0, n) or (out_stage_times.shape[0] and n_times < max_p):
+        raise ValueError(f"out_stage_times must be (0, 0) or ({n}, >= the largest pp ({max_p}))")
+    stage = <double*>malloc(max_p * S_COUNT * sizeof(double))
+    times = <double*>malloc(max_p * sizeof(double))
+    reruns = <double*>malloc(max_p * sizeof(double))
+    try:
+        if stage == NULL or times == NULL or reruns == NULL:
+            raise MemoryError()
+        with nogil:
+            for i in range(n):
+                if reason[i] >= RS_COUNT:
+                    out_step[i] = NAN
+                    for j in range(P_COUNT):
+                        out_parts[j, i] = NAN
+                    for s in range(n_times):
+                        out_stage_times[i, s] = NAN
+                    continue
+                layout = &layouts[layout_index[i], 0]
+                p = layout[LY_pp]
+                n_slots = layout[LY_n_slots]
+                slots = &slot_pool[layout[LY_slots_at]]
+                c_nd_stage_sums(&kinds[0, 0], n_kinds, &model[0], &cands[i, 0], &pool[layout[LY_counts_at]], p,
+                                slots, slots + n_slots, n_slots, layout[LY_emb_stage], layout[LY_out_stage], stage)
+                total = c_nd_combine(stage, p, &cands[i, 0], &model[0], &options[0], NULL, 0, -1, parts, times,
+                                     reruns)
+                if with_ratios:
+                    total = c_nd_apply_ratios(parts, &ratios[0], scaled)
+                    for j in range(P_COUNT):
+                        parts[j] = scaled[j]
+                out_step[i] = total
+                for j in range(P_COUNT):
+                    out_parts[j, i] = parts[j]
+                for s in range(n_times):
+                    out_stage_times[i, s] = times[s] if s < p else NAN
+                if total != total and reason[i] == RS_ok:
+                    reason[i] = RS_undefined
+    finally:
+        free(stage)
+        free(times)
+        free(reruns)
+
+
+def memory_batch(const double[:, ::1] kinds,          # IN (K, MK_COUNT)
+                 const double[::1] model,             # IN (MM_COUNT,)
+                 const double[:, ::1] cands,          # IN (N, MC_COUNT)
+                 const long long[::1] layout_index,   # IN (N,)
+                 const long long[:, ::1] layouts,     # IN (L, LY_COUNT)
+                 const double[::1] pool,              # IN
+                 const long long[::1] slot_pool,      # IN
+                 double reserve,
+                 double capacity,
+                 long long[::1] reason,               # IN/OUT (N,)
+                 double[::1] out_peak,                # OUT (N,)
+                 unsigned char[::1] out_fits,         # OUT (N,)
+                 double[:, :, ::1] out_stages) -> None:  # OUT (N, >= max pp, 8) or (0, 0, 8)
+    """Memory of N candidates (ND_REFERENCE §3; Korthikanti et al. 2022): the peak stage and whether it fits."""
+    cdef Py_ssize_t n = cands.shape[0], n_kinds = kinds.shape[0], i, j, s, p, n_stage_rows
+    cdef Py_ssize_t max_p, max_pv, max_slots
+    cdef double peak
+    cdef const long long* layout
+    cdef MemScratch scratch
+    if n_kinds and kinds.shape[1] != MK_COUNT:
+        raise ValueError(f"kinds must have {MK_COUNT} columns, got {kinds.shape[1]}")
+    if model.shape[0] != MM_COUNT:
+        raise ValueError(f"model must have length {MM_COUNT}, got {model.shape[0]}")
+    if n and cands.shape[1] != MC_COUNT:
+        raise ValueError(f"cands must have {MC_COUNT} columns, got {cands.shape[1]}")
+    if out_peak.shape[0] != n or out_fits.shape[0] != n:
+        raise ValueError(f"out_peak and out_fits must have length {n}")
+    c_batch_check(n_kinds, n, layout_index, layouts, pool.shape[0], slot_pool.shape[0], reason, cands,
+                  MC_p, MC_vp, &max_p, &max_pv, &max_slots)
+    n_stage_rows = out_stages.shape[1] if out_stages.shape[0] else 0
+    if out_stages.shape[0] not in (0, n) or out_stages.shape[2] != _MEM_COLUMNS or (
+            out_stages.shape[0] and n_stage_rows < max_p):
+        raise ValueError(f"out_stages must be (0, 0, {_MEM_COLUMNS}) or ({n}, >= the largest pp ({max_p}), {_MEM_COLUMNS})")
+    scratch.static_ = <double*>malloc(n_kinds * 3 * sizeof(double))
+    scratch.act = <double*>malloc(n_kinds * max_slots * sizeof(double))
+    scratch.work = <double*>malloc(n_kinds * max_slots * sizeof(double))
+    scratch.comm_main = <double*>malloc(n_kinds * sizeof(double))
+    scratch.comm_ep = <double*>malloc(n_kinds * sizeof(double))
+    scratch.inflight = <double*>malloc(max_pv * sizeof(double))
+    scratch.stage_static = <double*>malloc(max_p * 3 * sizeof(double))
+    scratch.extra_act = <double*>malloc(max_pv * sizeof(double))
+    scratch.comm = <double*>malloc(max_p * sizeof(double))
+    scratch.out = <double*>malloc(max_p * _MEM_COLUMNS * sizeof(double))
+    try:
+        if (scratch.static_ == NULL or scratch.act == NULL or scratch.work == NULL or scratch.comm_main == NULL
+                or scratch.comm_ep == NULL or scratch.inflight == NULL or scratch.stage_static == NULL
+                or scratch.extra_act == NULL or scratch.comm == NULL or scratch.out == NULL):
+            raise MemoryError()
+        with nogil:
+            for i in range(n):
+                if reason[i] >= RS_COUNT:
+                    out_peak[i] = NAN
+                    out_fits[i] = 0
+                    for s in range(n_stage_rows):
+                        for j in range(_MEM_COLUMNS):
+                            out_stages[i, s, j] = NAN
+                    continue
+                layout = &layouts[layout_index[i], 0]
+                p = layout[LY_pp]
+                peak = c_candidate_memory(&kinds[0, 0], n_kinds, &model[0], &cands[i, 0], layout, &pool[0],
+                                          &slot_pool[0], reserve, &scratch)
+                out_peak[i] = peak
+                out_fits[i] = 1 if peak <= capacity else 0
+                for s in range(n_stage_rows):
+                    for j in range(_MEM_COLUMNS):
+                        out_stages[i, s, j] = scratch.out[s * _MEM_COLUMNS + j] if s < p else NAN
+                if reason[i] == RS_ok:
+                    if peak != peak:
+                        reason[i] = RS_undefined
+                    elif not peak <= capacity:
+                        reason[i] = RS_no_fit
+    finally:
+        free(scratch.static_)
+        free(scratch.act)
+        free(scratch.work)
+        free(scratch.comm_main)
+        free(scratch.comm_ep)
+        free(scratch.inflight)
+        free(scratch.stage_static)
+        free(scratch.extra_act)
+        free(scratch.comm)
+        free(scratch.out)

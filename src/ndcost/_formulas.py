@@ -1,0 +1,435 @@
+"""One table of formulas for one candidate and for a million: derived values, kernel
+vectors and the joint validity rules, written once.
+
+Every function here takes an *ops* object first and a mapping *c* of ExecSpec
+field values:
+
+* :data:`SCALAR`: *c* is an :class:`~ndcost.exec_spec.ExecSpec`'s ``__dict__``
+  (Python ints, bools, strings, ``None`` for an unstated optional field). This
+  is what :func:`ndcost.derive.derive`, ``estimate()`` and ``memory_estimate()``
+  run, one candidate at a time, at Python-scalar speed.
+* :data:`ARRAY`: *c* holds the numpy columns of a :class:`~ndcost.candidates.Candidates`
+  (int64, bool, and the storage codes of ``ndcost.candidates``: ``NONE_INT`` for an
+  unstated optional int, -1/0/1 for an optional bool, NaN for an unstated
+  ``moe_dispatch``, choice fields as their index in the choices tuple). This is
+  what ``estimate_many()`` runs, vectorised.
+
+The same expressions, in the same order of operations, run in both modes, so a
+batch row and the single-candidate path cannot drift: int64 and Python-int
+arithmetic agree for these magnitudes, and numpy's float64 operations are
+Python's. Both branches of ``ops.where`` are evaluated in both modes, so every
+division below has a divisor that is valid whenever the row is (and invalid rows
+are computed under ``np.errstate(all="ignore")`` and never priced).
+
+The formulas' sources are cited where the values are defined: :class:`ndcost.derive.Derived`
+(ND_REFERENCE §1.4), ``ndcost.nd_tables`` (the ND candidate vector), ``ndcost.memory``
+(the memory model), ``ndcost.validate`` (the joint rules, whose order fixes which
+reason a row with several broken rules reports).
+"""
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import numpy as np
+
+from .exec_spec import CP_ALGOS, PP_SCHEDULES, PRECISIONS
+from .recompute_spec import SELECTIVE_RULES
+
+__all__ = [
+    "SCALAR", "ARRAY", "NONE_INT", "COMM_DP_OVERLAP", "COMM_TP_OVERLAP", "CHOICES", "MEMORY_SCHEDULE_BY_PP_SCHEDULE",
+    "derived_columns", "nd_candidate_columns", "memory_candidate_columns", "joint_reason",
+    "ModelConstants", "ClusterConstants",
+]
+
+#: Share of DP traffic hidden behind compute (ND_REFERENCE §1.3 comm flags,
+#: §2.6 post-processing step 3: "validated on MindFormers").
+COMM_DP_OVERLAP = 0.9
+#: Share of TP traffic hidden behind compute (same sources).
+COMM_TP_OVERLAP = 0.5
+
+#: The storage code of an unstated optional int (etp, micro_batch_num, global_batch_size, optimizer_shard).
+NONE_INT = np.iinfo(np.int64).min
+
+#: Choice fields and their choices; a column stores the index (an unknown value: an index >= len).
+CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "pp_schedule": PP_SCHEDULES,
+    "cp_algo": CP_ALGOS,
+    "precision": PRECISIONS,
+    "selective_rule": SELECTIVE_RULES,
+})
+_CODES = {field: {name: i for i, name in enumerate(names)} for field, names in CHOICES.items()}
+
+#: memory.SCHEDULE_CODES by ExecSpec.pp_schedule (1f1b and interleaved share a rule).
+MEMORY_SCHEDULE_BY_PP_SCHEDULE: Mapping[str, int] = MappingProxyType({
+    "1f1b": 0, "interleaved": 0, "gpipe": 1, "zero_bubble_v": 2, "seq1f1b": 3,
+})
+_MEMORY_SCHEDULE_TABLE = np.array([MEMORY_SCHEDULE_BY_PP_SCHEDULE[name] for name in PP_SCHEDULES], dtype=np.float64)
+
+#: ND's 1F1B family: fewer micro-batches than stages never reach the steady state (validate rule 5).
+_ONE_F_ONE_B_FAMILY = ("1f1b", "interleaved", "seq1f1b", "zero_bubble_v")
+
+
+class _ScalarOps:
+    """Python scalars: ``where`` picks a branch, optional fields are ``None``."""
+
+    array = False
+    maximum = staticmethod(max)
+    gcd = staticmethod(math.gcd)
+    float_ = staticmethod(float)
+    int_ = staticmethod(int)
+
+    @staticmethod
+    def where(condition, a, b):
+        return a if condition else b
+
+    @staticmethod
+    def not_(x):
+        return not x
+
+    @staticmethod
+    def stated(x):
+        return x is not None
+
+    @staticmethod
+    def opt_int(x, default):
+        return default if x is None else x
+
+    @staticmethod
+    def opt_bool(x, default):
+        return default if x is None else x
+
+    @staticmethod
+    def opt_float(x, default):
+        return default if x is None else x
+
+    @staticmethod
+    def is_choice(c, field, name):
+        return c[field] == name
+
+    @staticmethod
+    def memory_schedule(c):
+        return float(MEMORY_SCHEDULE_BY_PP_SCHEDULE[c["pp_schedule"]])
+
+
+def _int_column(x):
+    return np.asarray(x).astype(np.int64)
+
+
+class _ArrayOps:
+    """numpy columns: ``where`` is ``np.where``, optional fields carry storage codes."""
+
+    array = True
+    maximum = staticmethod(np.maximum)
+    gcd = staticmethod(np.gcd)
+    where = staticmethod(np.where)
+    not_ = staticmethod(np.logical_not)
+    int_ = staticmethod(_int_column)
+
+    @staticmethod
+    def float_(x):
+        return np.asarray(x, dtype=np.float64)
+
+    @staticmethod
+    def stated(x):
+        return x != NONE_INT
+
+    @staticmethod
+    def opt_int(x, default):
+        return np.where(x == NONE_INT, default, x)
+
+    @staticmethod
+    def opt_bool(x, default):
+        return np.where(x < 0, default, x > 0)
+
+    @staticmethod
+    def opt_float(x, default):
+        return np.where(np.isnan(x), default, x)
+
+    @staticmethod
+    def is_choice(c, field, name):
+        return c[field] == _CODES[field][name]
+
+    @staticmethod
+    def memory_schedule(c):
+        return _MEMORY_SCHEDULE_TABLE.take(c["pp_schedule"], mode="clip")
+
+
+SCALAR = _ScalarOps()
+ARRAY = _ArrayOps()
+
+
+class ModelConstants:
+    """What the formulas and the rules read off a model, once (attribute reads are not free)."""
+
+    __slots__ = ("num_experts", "heads", "kv_heads", "tie", "is_moe", "is_mla", "linear_k_heads",
+                 "linear_v_heads", "has_linear", "moe_width", "layers_with_mtp")
+
+    def __init__(self, model: Any) -> None:
+        self.num_experts = model.num_experts
+        self.heads = model.num_attention_heads
+        self.kv_heads = model.num_key_value_heads
+        self.tie = bool(model.tie_word_embeddings)
+        self.is_moe = model.is_moe
+        self.is_mla = model.is_mla
+        self.has_linear = model.has_linear_attention
+        self.linear_k_heads = model.linear_num_key_heads
+        self.linear_v_heads = model.linear_num_value_heads
+        self.moe_width = model.moe_intermediate_size
+        self.layers_with_mtp = model.num_layers_with_mtp
+
+
+class ClusterConstants:
+    """What the formulas and the rules read off a cluster; ``None`` for a bare device name
+    (every candidate then sized to its own devices: no device-count rule)."""
+
+    __slots__ = ("num_devices", "devices_per_node", "has_fp8", "dpn", "is_a3", "reserve", "capacity")
+
+    def __init__(self, cluster: Any = None, device: Any = None) -> None:
+        if cluster is not None:
+            device = cluster.device
+        self.num_devices = cluster.num_devices if cluster is not None else None
+        self.devices_per_node = device.devices_per_node
+        self.has_fp8 = "fp8" in device.peak_flops
+        self.dpn = float(device.nd_node_size)
+        self.is_a3 = 1.0 if device.nd_name == "A3" else 0.0
+        self.reserve = float(cluster.memory_reserve_bytes) if cluster is not None else None
+        self.capacity = float(device.hbm_bytes)
+
+
+# --------------------------------------------------------------------------- derived values
+
+
+def derived_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -> dict[str, Any]:
+    """ND's derived values (:class:`ndcost.derive.Derived` without ``keep_mask``), by field name.
+
+    ND_REFERENCE §1.4 derive steps 1-5, 8, 10; each value is documented on ``Derived``.
+    ``d_exp < 1`` (no expert data-parallel rank) is left to the caller to refuse.
+    """
+    where = ops.where
+    dp, tp, pp, cp, ep = c["dp"], c["tp"], c["pp"], c["cp"], c["ep"]
+    n_exp = mc.num_experts
+    sp = where(c["sequence_parallel"], tp, 1)                                   # step 1
+    # Step 2: expert degrees. A stated etp is used as is; else experts follow tp,
+    # or run unsplit when EP borrows the TP ranks (tp*ep > dp*tp).
+    etp_stated = ops.stated(c["etp"])
+    etp = ops.opt_int(c["etp"], 1)
+    t_exp = where(etp_stated, etp, where(tp * ep > dp * tp, 1, tp))
+    d_exp = where(etp_stated, dp * tp * cp // etp // ep, where(dp >= ep, dp // ep, dp * tp // ep))
+    # Step 3: optimizer and gradient sharding.
+    zero = c["zero_stage"]
+    has_op = zero >= 1
+    has_grad_shard = zero >= 2
+    grad_shard_as_params = zero == 3
+    os_ranks = where(has_op, ops.opt_int(c["optimizer_shard"], dp), 1)
+    cp_shard = where(c["shard_spans_cp"], cp, 1)
+    shard_p_os_non_exp_partial = os_ranks * tp * cp_shard
+    shard_p_os_non_exp = where(has_op, dp, 1) * cp_shard * tp
+    shard_p_os_exp_partial = ops.gcd(n_exp, os_ranks * t_exp)
+    shard_p_os_exp = where(has_op, d_exp, 1) * cp_shard * t_exp
+    # Step 10's micro-batches and grad_accumulation (gbs = b*d*m, §1.3 set_strategy).
+    mbs = c["micro_batch_size"]
+    gbs_stated = ops.stated(c["global_batch_size"])
+    gbs = ops.opt_int(c["global_batch_size"], 0)
+    micro_batch_num = where(ops.stated(c["micro_batch_num"]), ops.opt_int(c["micro_batch_num"], 0),
+                            gbs // (mbs * dp))
+    global_batch_size = where(gbs_stated, gbs, mbs * dp * micro_batch_num)
+    grad_accumulation = micro_batch_num > 1
+    zero3 = grad_shard_as_params
+    heads = mc.heads
+    seq = c["seq_length"]
+    return {
+        "sp": sp,
+        "t_exp": t_exp,
+        "d_exp": d_exp,
+        "expert_data_parallel": ops.maximum(1, dp * cp * tp // (ep * t_exp)),
+        "has_op": has_op,
+        "has_grad_shard": has_grad_shard,
+        "grad_shard_as_params": grad_shard_as_params,
+        "os_ranks": os_ranks,
+        "shard_p_os_non_exp_partial": shard_p_os_non_exp_partial,
+        "shard_p_os_non_exp": shard_p_os_non_exp,
+        "shard_p_os_exp_partial": shard_p_os_exp_partial,
+        "shard_p_os_exp": shard_p_os_exp,
+        "shard_grad_non_exp": where(zero3, shard_p_os_non_exp_partial, where(has_grad_shard, shard_p_os_non_exp, tp)),
+        "shard_grad_exp": where(has_grad_shard, shard_p_os_exp, t_exp),
+        "shard_grad_exp_partial": where(has_grad_shard, shard_p_os_exp_partial, t_exp),
+        # Step 4: comm flags (0 none, 2 ZeRO-1, 3 gradient sharding; §2.6).
+        "comm_d_non_exp": where((dp == 1) | ops.not_(has_op), 0, where(has_grad_shard, 3, 2)),
+        "comm_d_exp": where((d_exp == 1) | ops.not_(has_op), 0, where(has_grad_shard, 3, 2)),
+        "comm_t": ops.int_(tp > 1),
+        "comm_ep": ops.int_((ep > 1) | (n_exp > 1)),
+        "comm_cp": ops.int_(cp > 1),
+        "comm_dp_overlap": COMM_DP_OVERLAP,
+        "comm_tp_overlap": COMM_TP_OVERLAP,
+        # Step 5: the embedding's shards.
+        "shard_embed": where(has_op, dp, 1) * where(c["vocab_emb_dp"] & (pp == 1), 1, tp),
+        # Step 10: activation shards and byte widths.
+        "shard_recompute_input": where(c["recompute_slice_activation"], tp, 1),
+        "shard_output_activ": 1,
+        # Step 8: the score rows flash attention keeps per head.
+        "s_fa": where(c["flash_attention"], seq / heads, ops.float_(seq)),
+        "grad_accumulation": grad_accumulation,
+        "nd_bytes_grad": where((pp > 1) | grad_accumulation, c["grad_bytes"], 0),
+        "bytes_grad": c["grad_bytes"],
+        "bytes_optim": c["optimizer_states"] * c["optimizer_state_bytes"] + c["main_param_bytes"],
+        "bytes_optim_table": 2 * c["optimizer_state_bytes"] + c["main_param_bytes"],
+        "zero_shard_ranks": where(has_op, os_ranks * cp_shard, 1),
+        "micro_batch_num": micro_batch_num,
+        "global_batch_size": global_batch_size,
+        "tie_embeddings": ops.opt_bool(c["tie_embeddings"], mc.tie),
+        "reshards": ops.opt_bool(c["reshard_params"], zero3),
+        "defers_grads": c["deferred_grad_accumulation"],
+        "overlaps_grad_reduce": c["overlapped_grad_reduce"],
+    }
+
+
+# --------------------------------------------------------------------------- kernel vectors
+
+
+def nd_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any],
+                         cc: ClusterConstants, moe_dispatch_default: float) -> tuple:
+    """The ND candidate vector (``_columns.CAND_FIELDS`` order) of *c* with derived values *d*."""
+    where = ops.where
+    return (
+        c["micro_batch_size"], c["seq_length"], c["tp"], d["sp"], c["cp"],        # b, s, t, sp, cp
+        c["ep"], d["t_exp"], c["dp"], d["d_exp"], c["pp"],                         # ep, t_exp, d, d_exp, p
+        c["vpp"], d["micro_batch_num"],                                            # vp, m
+        c["param_bytes"], c["compute_bytes"], d["nd_bytes_grad"],                  # bytes_p, bytes_c, bytes_grad
+        c["capacity_factor"], ops.opt_float(c["moe_dispatch"], moe_dispatch_default),
+        d["comm_d_non_exp"], d["comm_d_exp"], d["comm_t"], d["comm_ep"], d["comm_cp"],
+        where(ops.is_choice(c, "cp_algo", "ring"), 1.0, 0.0),                      # cp_ring
+        d["shard_p_os_non_exp_partial"], d["shard_p_os_exp"], d["shard_p_os_exp_partial"],
+        d["shard_embed"], 1.0,                                                     # gather_embed: 1 (ND's default)
+        where(d["grad_shard_as_params"], 1.0, 0.0),                                # fsdp
+        where(d["reshards"], 1.0, 0.0),                                            # reshard
+        where(d["tie_embeddings"], 1.0, 0.0),                                      # tie_emb
+        cc.dpn, cc.is_a3,                                                          # dpn, is_a3
+        d["comm_dp_overlap"], d["comm_tp_overlap"],                                # dp_overlap, tp_overlap
+        0.0,                                                                       # ep_local_tokens: balanced
+    )
+
+
+def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any]) -> tuple:
+    """The memory candidate vector (``_columns.MEMORY_CAND_FIELDS`` order): what
+    ``ndcost.memory`` reads off the spec, its ZeRO divisors and byte widths (ZeRO,
+    Rajbhandari et al. 2020 §5; Megatron's expert data-parallel group)."""
+    where = ops.where
+    float_ = ops.float_
+    seq_length = c["seq_length"]
+    seq = where(ops.is_choice(c, "pp_schedule", "seq1f1b"), seq_length / c["seq_split"], float_(seq_length))
+    zero = c["zero_stage"]
+    has_op = d["has_op"]
+    # Non-expert state shards over the ZeRO group; a routed expert over its expert
+    # data-parallel group, narrowed like it when the optimizer shards part of dp or not cp.
+    non_expert = float_(d["zero_shard_ranks"])
+    ranks = d["expert_data_parallel"] * d["os_ranks"] / c["dp"]
+    ranks = where(c["shard_spans_cp"], ranks, ranks / c["cp"])
+    expert = where(has_op, ops.maximum(1.0, ranks), 1.0)
+    shards_params = (zero == 3) & d["reshards"]          # ZeRO-3 resharding after forward
+    shards_grads = (zero >= 2) & ops.not_(d["defers_grads"])  # reduced as the backward goes
+    return (
+        seq, float_(c["micro_batch_size"]), float_(c["tp"]), float_(d["sp"]), float_(c["cp"]),
+        float_(d["t_exp"]), float_(c["ep"]),
+        float_(c["pp"]), float_(c["vpp"]), float_(d["micro_batch_num"]), float_(c["seq_split"]),
+        ops.memory_schedule(c),
+        where(c["grouped_gemm"], 1.0, c["capacity_factor"]),                   # token_factor
+        where(c["flash_attention"], 1.0, 0.0), where(c["recompute_slice_activation"], 1.0, 0.0),
+        float_(c["compute_bytes"]), float_(c["softmax_bytes"]), float_(c["dropout_bytes"]),
+        float_(c["norm_bytes"]),
+        float_(c["param_bytes"]), float_(d["bytes_grad"]), float_(d["bytes_optim"]),
+        where(shards_params, non_expert, 1.0), where(shards_grads, non_expert, 1.0),
+        where(zero >= 1, non_expert, 1.0),
+        where(shards_params, expert, 1.0), where(shards_grads, expert, 1.0), where(zero >= 1, expert, 1.0),
+        where(shards_params, 1.0, 0.0),                                         # fsdp_gathers
+        where(shards_grads, 1.0, 0.0),
+        where(ops.is_choice(c, "cp_algo", "ring"), 1.0, 0.0),
+        where(d["tie_embeddings"], 1.0, 0.0),
+    )
+
+
+# --------------------------------------------------------------------------- joint rules
+
+
+def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: ClusterConstants | None,
+                 layout_bad: Any, allow_cross_node_tp: bool, codes: Mapping[str, int]) -> Any:
+    """The first joint (model, spec, cluster) rule a candidate breaks, as a reason code (0: none).
+
+    The rules and their order are ndcost.validate's (its module docstring, rules 1-8),
+    then derive's refusal of a missing expert data-parallel rank. *layout_bad* is
+    rule 7 (offsets, partitions, ranges against the model), decided per layout by
+    ``validate``'s own code. *c* must hold valid ExecSpec values (ExecSpec's own rules
+    passed); in array mode the caller ignores rows that did not.
+    """
+    where = ops.where
+    dp, tp, pp, vpp, cp, ep = c["dp"], c["tp"], c["pp"], c["vpp"], c["cp"], c["ep"]
+    s = c["seq_length"]
+    rules = []
+    # 1. The strategy fills the cluster exactly.
+    if cc is not None and cc.num_devices is not None:
+        rules.append(("devices", dp * tp * pp * cp != cc.num_devices))
+    # 2. tp divides the heads (kv heads unless MLA; linear-attention heads).
+    rules.append(("tp_heads", mc.heads % tp != 0))
+    if not mc.is_mla:
+        rules.append(("tp_kv_heads", mc.kv_heads % tp != 0))
+    if mc.has_linear:
+        rules.append(("tp_linear_heads", (mc.linear_k_heads % tp != 0) | (mc.linear_v_heads % tp != 0)))
+    # 3. Experts (ND §3.9 C1-C2; Megatron's expert grid).
+    if not mc.is_moe:
+        rules.append(("ep_dense", ep != 1))
+    else:
+        rules.append(("ep_experts", mc.num_experts % ep != 0))
+        etp_stated = ops.stated(c["etp"])
+        etp = ops.opt_int(c["etp"], 1)
+        grid = where(etp_stated, (dp * cp * tp) % (ep * etp) != 0,
+                     where(ep <= dp, dp % ep != 0, (dp * tp) % ep != 0))
+        rules.append(("ep_grid", grid))
+        t_exp = where(etp_stated, etp, where(ep <= dp, tp, 1))
+        rules.append(("expert_width", mc.moe_width % t_exp != 0))
+    # 4. Pipeline depth and micro-batches.
+    layers = mc.layers_with_mtp
+    rules.append(("pp_layers", pp > layers))
+    rules.append(("vpp_layers", (pp <= layers) & (vpp > 1) & (vpp * pp > layers)))
+    mbs, mbn_stated = c["micro_batch_size"], ops.stated(c["micro_batch_num"])
+    micro_batches = where(mbn_stated, ops.opt_int(c["micro_batch_num"], 0),
+                          ops.opt_int(c["global_batch_size"], 0) // (mbs * dp))
+    schedule_1f1b = ops.is_choice(c, "pp_schedule", "1f1b")
+    interleaved = ops.is_choice(c, "pp_schedule", "interleaved") | (schedule_1f1b & (vpp > 1))
+    family = (schedule_1f1b | interleaved | ops.is_choice(c, "pp_schedule", "seq1f1b")
+              | ops.is_choice(c, "pp_schedule", "zero_bubble_v"))
+    too_few = (pp > 1) & family & (micro_batches < pp)
+    rules.append(("micro_batches_lt_pp", too_few))
+    rules.append(("micro_batches_not_multiple",
+                  (pp > 1) & ops.not_(too_few) & interleaved & (micro_batches % pp != 0)))
+    # 6. Sequence: SP splits over tp*cp; ring CP needs 2*cp chunks; Ulysses whole KV heads.
+    sequence_parallel = c["sequence_parallel"]
+    rules.append(("seq_sp", sequence_parallel & (tp > 1) & (s % (tp * cp) != 0)))
+    ring = ops.is_choice(c, "cp_algo", "ring")
+    rules.append(("seq_ring", (cp > 1) & ring & (s % (2 * cp) != 0)))
+    ulysses = (cp > 1) & ops.not_(ring)
+    rules.append(("ulysses_heads", ulysses & (mc.kv_heads % (tp * cp) != 0)))
+    rules.append(("seq_ulysses", ulysses & (s % cp != 0)))
+    # 7. Layout against the model (per layout).
+    rules.append(("layout", layout_bad))
+    # 8. The cluster's own limits.
+    if cc is not None:
+        if not allow_cross_node_tp:
+            rules.append(("tp_cross_node", tp > cc.devices_per_node))
+        if not cc.has_fp8:
+            rules.append(("no_fp8", ops.is_choice(c, "precision", "fp8")))
+    # derive: a stated etp (or ep) that leaves no expert data-parallel rank.
+    if mc.is_moe:
+        etp_stated = ops.stated(c["etp"])
+        etp = ops.opt_int(c["etp"], 1)
+        d_exp = where(etp_stated, dp * tp * cp // etp // ep, where(dp >= ep, dp // ep, dp * tp // ep))
+        rules.append(("expert_dp", d_exp < 1))
+    if not ops.array:
+        for name, broken in rules:
+            if broken:
+                return codes[name]
+        return 0
+    reason = np.zeros(np.shape(dp), dtype=np.int64)
+    for name, broken in reversed(rules):
+        reason = np.where(broken, codes[name], reason)
+    return reason

@@ -1,0 +1,205 @@
+"""Achievable rates of a device: the share of each datasheet peak that real kernels reach.
+
+A :class:`~ndcost.device.Device` states peaks (dense FLOP/s per dtype, HBM and link bandwidths);
+seconds mode prices work at what is *achievable*: a large GEMM reaches ``matmul_efficiency`` of
+the dense peak, a flash-attention kernel ``attention_efficiency``, a streaming kernel
+``hbm_efficiency`` of the HBM bandwidth, NCCL ``intra_node_efficiency`` / ``inter_node_efficiency``
+of the link rates, and every kernel costs ``kernel_overhead`` seconds on top (launch, ramp-up and
+tail). Small GEMMs are slower through that fixed cost: the effective efficiency of a compute-bound
+GEMM of F FLOPs is ``matmul_efficiency · F / (F + F½)`` with ``F½ = matmul_efficiency · peak ·
+kernel_overhead`` (see ``ndcost._kpy.seconds``).
+
+:data:`DEFAULT_RATES` holds one :class:`Rates` per catalog device, every figure with its source.
+None is fitted to the published runs seconds mode is checked against
+(``ndcost.validation``). Everything is overridable: ``Rates.for_device("a100-80g").replace(...)``
+or a hand-built ``Rates``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from .errors import SpecError
+
+__all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS"]
+
+_OWNER = "Rates"
+
+#: Outputs of one GEMM tile: 256 x 128, the tile of NVIDIA's wave-quantization example on A100
+#: (Matrix Multiplication Background User's Guide §3.2; cuBLAS's large fp16 tiles, §2.3).
+GEMM_TILE_OUTPUTS = 256 * 128
+
+# ---------------------------------------------------------------------------- sources
+
+_GA100 = "NVIDIA A100 Tensor Core GPU Architecture whitepaper: the A100 enables 108 SMs"
+_GH100 = "NVIDIA H100 Tensor Core GPU Architecture whitepaper: H100 SXM5 has 132 SMs"
+_GB200 = ("Chips and Cheese, 'Nvidia's B200: Keeping the CUDA Juggernaut Rolling': 74 SMs enabled per die, "
+          "148 SMs across the GPU")
+_MAMF = ("stas00/ml-engineering, compute/accelerator/README.md, 'Maximum Achievable Matmul FLOPS "
+         "comparison table' (mamf-finder.py, mean of 100 iterations, best shape)")
+_AIC = ("ai-dynamo/aiconfigurator (NVIDIA), systems/a100_sxm.yaml and h800_sxm.yaml: "
+        "mem_bw_empirical_scaling_factor 0.8, mem_empirical_constant_latency 3 us")
+_CALCULON = ("calculon-ai/calculon systems/a100_80g.json: matrix gflops_efficiency 0.6 at 1 GFLOP and "
+             "0.9 at 16 GFLOP (of 0.95): F_half 0.6-0.9 GFLOP, vs 0.869 x 312e12 x 3e-6 = 0.81 GFLOP here")
+_NCCL_NVLINK = ("NVIDIA/nccl-tests issue #212 (NCCL maintainer sjeaugey): 'With the protocol overhead (~20%) "
+                "NCCL can get an effective NVLink bandwidth of 370GB/s' of the 450 GB/s line rate on H100")
+_NCCL_NET = ("calculon-ai/calculon systems/a100_80g.json networks[1].efficiency 0.9 (InfiniBand); "
+             "NVIDIA/nccl-tests issue #119: all-reduce bus bandwidth 84.8 GB/s average, 96 GB/s peak "
+             "of 100 GB/s on 4x HDR per 8 A100")
+_FA2 = ("Dao 2023, FlashAttention-2 (arXiv 2307.08691), abstract: 'reaching 50-73% of the theoretical "
+        "maximum FLOPs/s on A100' (forward + backward): the midpoint 0.615")
+_FA3 = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608): FlashAttention-2 'achieves only 35% "
+        "utilization on H100', FlashAttention-3 'up to 740 TFLOPs/s (75% utilization)' in BF16: the "
+        "midpoint 0.55")
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Achievable shares of a device's peaks, and the fixed cost of a kernel.
+
+    Attributes:
+        matmul_efficiency: Share of the dense 16-bit peak a large GEMM reaches (MAMF / peak).
+        attention_efficiency: Share of the 16-bit peak a flash-attention kernel reaches, forward
+            and backward together, on the FLOPs it runs (causal: half the score matrix).
+        hbm_efficiency: Share of the HBM bandwidth a streaming (elementwise) kernel reaches.
+        kernel_overhead: Seconds each kernel costs beyond its roofline time (launch, ramp, tail).
+        intra_node_efficiency: Share of the scale-up link rate NCCL reaches (bus bandwidth).
+        inter_node_efficiency: Share of the scale-out NIC rate NCCL reaches.
+        sm_count: Compute units that each run one GEMM tile at a time (NVIDIA SMs): with
+            :data:`GEMM_TILE_OUTPUTS` it sets how many outputs one wave of tiles covers.
+        fp8_matmul_efficiency: Share of the dense fp8 peak a large fp8 GEMM reaches; None where
+            the part has no fp8 tensor cores (or no measurement: then ``matmul_efficiency``).
+        sources: Figure name -> where its value comes from; read-only.
+    """
+
+    matmul_efficiency: float
+    attention_efficiency: float
+    hbm_efficiency: float
+    kernel_overhead: float
+    intra_node_efficiency: float
+    inter_node_efficiency: float
+    sm_count: int
+    fp8_matmul_efficiency: float | None = None
+    sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        for name in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
+                     "intra_node_efficiency", "inter_node_efficiency", "fp8_matmul_efficiency"):
+            value = getattr(self, name)
+            if value is None and name == "fp8_matmul_efficiency":
+                continue
+            if not _is_number(value) or not 0.0 < value <= 1.0:
+                raise SpecError(name, _OWNER, "be a number in (0, 1]", value)
+            object.__setattr__(self, name, float(value))
+        if isinstance(self.sm_count, bool) or not isinstance(self.sm_count, int) or self.sm_count < 1:
+            raise SpecError("sm_count", _OWNER, "be an integer >= 1", self.sm_count)
+        overhead = self.kernel_overhead
+        if not _is_number(overhead) or not math.isfinite(overhead) or overhead < 0.0:
+            raise SpecError("kernel_overhead", _OWNER, "be a finite number of seconds >= 0", overhead)
+        object.__setattr__(self, "kernel_overhead", float(overhead))
+        if not isinstance(self.sources, Mapping):
+            raise SpecError("sources", _OWNER, "be a mapping of figure names to source texts", self.sources)
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sources"))
+
+    def __reduce__(self):
+        state = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        state["sources"] = dict(self.sources)
+        return (_rebuild, (state,))
+
+    def replace(self, **changes: Any) -> Rates:
+        """A copy with *changes*; each changed figure's source becomes ``"override"``."""
+        sources = dict(self.sources)
+        for name in changes:
+            if name != "sources":
+                sources[name] = "override"
+        changes.setdefault("sources", sources)
+        return dataclasses.replace(self, **changes)
+
+    def matmul_share(self, precision: str) -> float:
+        """The matmul efficiency of *precision* ("fp8" reads ``fp8_matmul_efficiency`` when stated)."""
+        if precision == "fp8" and self.fp8_matmul_efficiency is not None:
+            return self.fp8_matmul_efficiency
+        return self.matmul_efficiency
+
+    @classmethod
+    def for_device(cls, device: Any) -> Rates:
+        """The default rates of a catalog device (a name, a Device or a Cluster); :data:`GENERIC_RATES`
+        for a part the catalog does not know."""
+        name = getattr(getattr(device, "device", device), "name", device)
+        return DEFAULT_RATES.get(name, GENERIC_RATES)
+
+
+def _rebuild(state: dict) -> Rates:
+    return Rates(**state)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _rates(matmul: float, matmul_source: str, attention: float, attention_source: str,
+           sms: int, sms_source: str, fp8: float | None = None, fp8_source: str | None = None, *,
+           assumed: str = "") -> Rates:
+    """NVIDIA-style defaults: HBM, kernel and NCCL shares as sourced above."""
+    sources = {
+        "sm_count": sms_source,
+        "matmul_efficiency": matmul_source,
+        "attention_efficiency": attention_source,
+        "hbm_efficiency": _AIC + assumed,
+        "kernel_overhead": f"{_AIC}; consistent with {_CALCULON}" + assumed,
+        "intra_node_efficiency": _NCCL_NVLINK + assumed,
+        "inter_node_efficiency": _NCCL_NET + assumed,
+    }
+    if fp8 is not None:
+        sources["fp8_matmul_efficiency"] = fp8_source
+    return Rates(matmul_efficiency=matmul, attention_efficiency=attention, hbm_efficiency=0.8,
+                 kernel_overhead=3e-6, intra_node_efficiency=0.8, inter_node_efficiency=0.9,
+                 sm_count=sms, fp8_matmul_efficiency=fp8, sources=sources)
+
+
+_A100 = _rates(271.2 / 312.0, f"{_MAMF}: NVIDIA A100 SXM 271.2 of 312 TFLOPS (86.9%), torch 2.6.0+cu126",
+               0.615, _FA2, 108, _GA100)
+_A100_40 = _rates(271.2 / 312.0, f"{_MAMF}: NVIDIA A100 SXM 271.2 of 312 TFLOPS (86.9%), measured on the "
+                  "80GB part: same GA100 silicon and clocks", 0.615, _FA2, 108, _GA100)
+_H100 = _rates(794.5 / 989.0, f"{_MAMF}: NVIDIA H100 SXM 794.5 of 989 TFLOPS (80.3%), torch 2.7.0+cu126",
+               0.55, _FA3, 132, _GH100, 1402.6 / 1979.0, f"{_MAMF}: NVIDIA H100 SXM FP8 1402.6 of 1979 TFLOPS (70.9%)")
+_H200 = _rates(794.5 / 989.0, f"{_MAMF}: NVIDIA H100 SXM 794.5 of 989 TFLOPS, noted 'H200 is the same'",
+               0.55, _FA3, 132, f"{_GH100} (the H200 is the same GH100 part with HBM3e)", 1453.4 / 1979.0,
+               f"{_MAMF}: NVIDIA H200 SXM FP8 1453.4 of 1979 TFLOPS (73.4%)")
+_H800 = _rates(794.5 / 989.0, f"{_MAMF}: NVIDIA H100 SXM 794.5 of 989 TFLOPS; the H800 is the same SM90 "
+               "silicon and HBM (aiconfigurator systems/h800_sxm.yaml: compute 'identical to H100 SXM')",
+               0.55, _FA3, 132, f"{_GH100} (the H800 is the same SM90 part)", 1402.6 / 1979.0,
+               f"{_MAMF}: NVIDIA H100 SXM FP8 1402.6 of 1979 TFLOPS (70.9%)")
+_B200 = _rates(1745.0 / 2250.0, f"{_MAMF}: NVIDIA B200 SXM 1745.0 of 2250 TFLOPS (77.6%), torch 2.7.1+cu128",
+               0.55, "assumption: no published Blackwell flash-attention utilization; the H100 figure "
+               f"({_FA3})", 148, _GB200, 3432.5 / 4500.0, f"{_MAMF}: NVIDIA B200 SXM FP8 3432.5 of 4500 TFLOPS (76.3%)")
+_ASCEND_NOTE = (" [assumption for Ascend: no public measurement found; the NVIDIA figure is used and HCCS/"
+                "RoCE are taken to reach the same shares as NVLink/InfiniBand]")
+_ASCEND = _rates(794.5 / 989.0, "assumption: no public MAMF measurement of Ascend; the median of the NVIDIA "
+                 f"parts of {_MAMF} (A100 86.9%, H100 80.3%, B200 77.6%)", 0.55,
+                 f"assumption: no public Ascend figure; the H100 one ({_FA3})", 132,
+                 "assumption: Ascend's cube units tile GEMMs differently; the H100's 132 SMs", assumed=_ASCEND_NOTE)
+
+#: Default rates per catalog device name (``ndcost.devices()``).
+DEFAULT_RATES: Mapping[str, Rates] = MappingProxyType({
+    "a100-40g": _A100_40,
+    "a100-80g": _A100,
+    "h100-sxm": _H100,
+    "h200": _H200,
+    "h800": _H800,
+    "b200": _B200,
+    "ascend-910b": _ASCEND,
+    "ascend-910c": _ASCEND,
+})
+
+#: Rates of a part the catalog does not know: the H100's, marked as an assumption.
+GENERIC_RATES: Rates = _H100.replace(sources={
+    name: f"assumption for an uncatalogued part: the H100 SXM figure ({text})"
+    for name, text in _H100.sources.items()
+})

@@ -1,0 +1,268 @@
+"""Seconds mode: a training step priced from the device's rates and the links its collectives cross.
+
+:func:`seconds_estimate` turns (model, spec, cluster) into the flat arrays of the seconds kernels
+(``ndcost._kpy.seconds`` / ``kernels/seconds.pxi``), runs ``seconds_stage_sums`` and
+``seconds_combine`` and returns the step time with its parts, the per-stage times, MFU, HFU and
+throughput. No constant here or in the kernels is fitted to a measured run: achievable rates come
+from :mod:`ndcost.rates` (each with its source), the rest from the model's dimensions and the
+strategy. :class:`Overlap` says how much of each communication hides behind compute.
+
+Parts (they sum to the step time): fw_compute, bw_compute, recompute, tp_comm, cp_comm,
+ep_comm, pp_comm are the straggler stage's exposed times over the step's micro-batches;
+``bubble`` is what the pipeline schedule adds beyond them; dp_reduce is the exposed gradient
+reduction (all-reduce, or the ZeRO reduce-scatter), dp_comm the exposed parameter all-gathers
+(ZeRO-1/2 after the optimizer, ZeRO-3/FSDP before each layer); the optimizer step (Adam,
+HBM-bound) is counted in bw_compute. MFU counts the model's FLOPs as Narayanan et al. 2021 and
+Korthikanti et al. 2022 do -- attention over the full s x s matrix, no recompute -- so a causal
+flash kernel, which runs half of it, can show an MFU above its hardware utilisation.
+
+The inputs are not validated here: the caller (``ndcost.estimate``) runs
+``ndcost.validate.validate`` once.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._backend import kernels
+from ._columns import (
+    PART_NAMES, RATE, RATE_FIELDS, SCHEDULES, SECONDS_CAND, SECONDS_CAND_FIELDS, SECONDS_EXTRA,
+    SECONDS_EXTRA_FIELDS, SECONDS_KIND, SECONDS_KIND_FIELDS, SECONDS_MODEL, SECONDS_MODEL_FIELDS,
+    SECONDS_STAGE, SECONDS_STAGE_FIELDS,
+)
+from .derive import derive
+from .errors import SpecError
+from .layout import build_layout
+from .nd_tables import nd_kind_table, nd_model_vector
+from .rates import GEMM_TILE_OUTPUTS, Rates
+
+__all__ = ["Overlap", "seconds_estimate", "seconds_arrays", "seconds_kind_table", "seconds_model_vector",
+           "seconds_candidate_vector", "rates_vector"]
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """How much of each communication hides behind compute: the share (0..1) of the compute
+    window that can cover it. ``None`` takes the spec's own switch.
+
+    Attributes:
+        dp_reduce: Gradient reduction under the last micro-batch's backward, bucket by bucket,
+            the first layer's bucket never hidden (Megatron's ``overlap_grad_reduce``). None: 1
+            when ``spec.overlapped_grad_reduce``, else 0.
+        dp_gather: ZeRO-1/2 parameter all-gather under the next step's first forward (Megatron's
+            ``overlap_param_gather``, off by default there): 0.
+        fsdp_prefetch: ZeRO-3/FSDP gathers and reduce-scatters under the layers' compute (FSDP's
+            forward/backward prefetch, on by default): 1.
+        tp: TP all-reduce / all-gather / reduce-scatter under the layer's GEMMs (TE's userbuffer
+            overlap). None: 1 when ``spec.tp_overlap``, else 0 (exposed).
+        cp: Ring-attention KV exchange under the attention core (Megatron's CP overlaps each step
+            with the previous block's attention): 1.
+        ep: Expert all-to-all under the layer's compute of the same pass. None: 1 with
+            ``pp_schedule="zero_bubble_v"`` (DualPipe overlaps the dispatch and combine of one
+            micro-batch with the other's forward/backward chunk, DeepSeek-V3 report §3.2.1),
+            else 0 (Megatron's default dispatcher waits for it).
+    """
+
+    dp_reduce: float | None = None
+    dp_gather: float = 0.0
+    fsdp_prefetch: float = 1.0
+    tp: float | None = None
+    cp: float = 1.0
+    ep: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("dp_reduce", "dp_gather", "fsdp_prefetch", "tp", "cp", "ep"):
+            value = getattr(self, name)
+            if value is None and name in ("dp_reduce", "tp", "ep"):
+                continue
+            if isinstance(value, bool):
+                value = float(value)
+            if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise SpecError(name, "Overlap", "be a share in [0, 1] (or None where the spec decides)", value)
+            object.__setattr__(self, name, float(value))
+
+    def shares(self, spec: Any) -> tuple[float, float, float, float, float, float]:
+        """(dp_reduce, dp_gather, fsdp_prefetch, tp, cp, ep) with the spec's defaults applied."""
+        dp_reduce = (1.0 if spec.overlapped_grad_reduce else 0.0) if self.dp_reduce is None else self.dp_reduce
+        tp = (1.0 if spec.tp_overlap else 0.0) if self.tp is None else self.tp
+        ep = (1.0 if spec.schedule == "zero_bubble_v" else 0.0) if self.ep is None else self.ep
+        return dp_reduce, self.dp_gather, self.fsdp_prefetch, tp, self.cp, ep
+
+
+_DEFAULT_OVERLAP = Overlap()
+
+
+@functools.lru_cache(maxsize=256)
+def seconds_kind_table(model: Any) -> np.ndarray:
+    """(K, len(SECONDS_KIND_FIELDS)) float64, read-only: the real parameters of one layer per kind."""
+    table = np.zeros((len(model.kinds), len(SECONDS_KIND_FIELDS)), dtype=np.float64)
+    for k in range(len(model.kinds)):
+        non_expert, routed, shared = model.kind_parameters(k)
+        table[k, SECONDS_KIND["p_nonexp"]] = non_expert
+        table[k, SECONDS_KIND["p_routed"]] = routed
+        table[k, SECONDS_KIND["p_shared"]] = shared
+    table.setflags(write=False)
+    return table
+
+
+@functools.lru_cache(maxsize=256)
+def seconds_model_vector(model: Any) -> np.ndarray:
+    """(len(SECONDS_MODEL_FIELDS),) float64, read-only: seconds mode's model-level constants."""
+    vec = np.zeros(len(SECONDS_MODEL_FIELDS), dtype=np.float64)
+    h = model.hidden_size
+    vec[SECONDS_MODEL["shared_width"]] = model.shared_expert_intermediate_size if model.is_moe else 0
+    vec[SECONDS_MODEL["p_embed"]] = model.vocab_size * h
+    vec[SECONDS_MODEL["p_pos"]] = model.learned_position_embeddings * h
+    vec[SECONDS_MODEL["p_final_norm"]] = model.final_norm_parameters()
+    n_mtp = model.num_nextn_predict_layers
+    vec[SECONDS_MODEL["p_mtp_extra"]] = model.mtp_extra_parameters() / n_mtp if n_mtp else 0.0
+    vec.setflags(write=False)
+    return vec
+
+
+def rates_vector(cluster: Any, rates: Rates, precision: str) -> np.ndarray:
+    """(len(RATE_FIELDS),) float64, read-only: the device's peaks and links with their achievable shares.
+
+    fp8 (``precision == "fp8"``) prices the GEMMs at the fp8 peak and ``fp8_matmul_efficiency``;
+    the attention core stays 16-bit (Transformer Engine runs attention in bf16).
+    """
+    return _rates_vector(cluster.device, rates, precision)
+
+
+@functools.lru_cache(maxsize=256)
+def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
+    vec = np.empty(len(RATE_FIELDS), dtype=np.float64)
+    sixteen = device.peak("fp16" if precision == "fp16" else "bf16")
+    vec[RATE["peak_mm"]] = device.peak("fp8") if precision == "fp8" else sixteen
+    vec[RATE["peak_attn"]] = sixteen
+    vec[RATE["mm_eff"]] = rates.matmul_share(precision)
+    vec[RATE["attn_eff"]] = rates.attention_efficiency
+    vec[RATE["hbm_bw"]] = device.hbm_bandwidth
+    vec[RATE["hbm_eff"]] = rates.hbm_efficiency
+    vec[RATE["kernel_s"]] = rates.kernel_overhead
+    vec[RATE["intra_bw"]] = device.intra_node_bandwidth
+    vec[RATE["intra_eff"]] = rates.intra_node_efficiency
+    vec[RATE["intra_lat"]] = device.intra_node_latency
+    vec[RATE["inter_bw"]] = device.inter_node_bandwidth
+    vec[RATE["inter_eff"]] = rates.inter_node_efficiency
+    vec[RATE["inter_lat"]] = device.inter_node_latency
+    vec[RATE["dpn"]] = device.devices_per_node
+    vec[RATE["wave"]] = rates.sm_count * GEMM_TILE_OUTPUTS
+    vec.setflags(write=False)
+    return vec
+
+
+def _optimizer_bytes(spec: Any) -> float:
+    """Bytes Adam moves per local parameter per step: read + write each state and the master copy,
+    read the gradient twice (norm for clipping, then the update), write the 16-bit parameter."""
+    return (2.0 * spec.optimizer_states * spec.optimizer_state_bytes + 2.0 * spec.main_param_bytes
+            + 2.0 * spec.grad_bytes + spec.param_bytes)
+
+
+def seconds_candidate_vector(model: Any, spec: Any, derived: Any = None, overlap: Overlap | None = None) -> np.ndarray:
+    """(len(SECONDS_CAND_FIELDS),) float64: one candidate of seconds mode."""
+    derived = derive(model, spec) if derived is None else derived
+    shares = (overlap or _DEFAULT_OVERLAP).shares(spec)
+    values = {
+        "b": spec.micro_batch_size, "s": spec.seq_length, "t": spec.tp, "sp": derived.sp, "cp": spec.cp,
+        "ep": spec.ep, "t_exp": derived.t_exp, "d": spec.dp, "edp": derived.expert_data_parallel,
+        "p": spec.pp, "vp": spec.vpp, "m": derived.micro_batch_num, "seq_split": spec.seq_split,
+        "bytes_c": spec.compute_bytes, "bytes_mm": 1 if spec.precision == "fp8" else spec.compute_bytes,
+        "bytes_p": spec.param_bytes, "bytes_grad": derived.bytes_grad, "bytes_opt": _optimizer_bytes(spec),
+        "dropout_bytes": spec.dropout_bytes,
+        "flash": spec.flash_attention, "dropless": spec.grouped_gemm, "cap_fact": spec.capacity_factor,
+        "cp_ring": spec.cp_algo == "ring",
+        "zero": spec.zero_stage, "zero_ranks": derived.zero_shard_ranks, "defer_grads": derived.defers_grads,
+        "reshard": derived.reshards, "tie_emb": derived.tie_embeddings,
+        "schedule": SCHEDULES.index(spec.schedule),
+        "ov_dp": shares[0], "ov_dp_gather": shares[1], "ov_fsdp": shares[2], "ov_tp": shares[3],
+        "ov_cp": shares[4], "ov_ep": shares[5],
+    }
+    vec = np.empty(len(SECONDS_CAND_FIELDS), dtype=np.float64)
+    for name, value in values.items():
+        vec[SECONDS_CAND[name]] = float(value)
+    return vec
+
+
+def _extras(layout: Any) -> np.ndarray:
+    extras = np.zeros((layout.pp, len(SECONDS_EXTRA_FIELDS)), dtype=np.float64)
+    extras[layout.emb_stage, SECONDS_EXTRA["has_emb"]] = 1.0
+    extras[layout.out_stage, SECONDS_EXTRA["has_out"]] = 1.0
+    extras[:, SECONDS_EXTRA["n_mtp"]] = layout.mtp_stage_counts
+    return extras
+
+
+def seconds_arrays(model: Any, spec: Any, cluster: Any, layout: Any = None, *,
+                   rates: Rates | None = None, overlap: Overlap | None = None, derived: Any = None) -> dict:
+    """Every array the seconds kernels read, by argument name (for tests and batch callers).
+
+    *layout* and *derived* (``ndcost.derive.derive(model, spec)``) are built when None; a caller
+    that has them already passes them in.
+    """
+    layout = build_layout(model, spec) if layout is None else layout
+    rates = Rates.for_device(cluster.device) if rates is None else rates
+    return {
+        "kinds": nd_kind_table(model),
+        "skinds": seconds_kind_table(model),
+        "model": nd_model_vector(model),
+        "smodel": seconds_model_vector(model),
+        "cand": seconds_candidate_vector(model, spec, derived, overlap),
+        "rate": rates_vector(cluster, rates, spec.precision),
+        "counts": layout.stage_counts(),
+        "slot_option": np.ascontiguousarray(layout.slot_option, dtype=np.int64),
+        "slot_mask": np.ascontiguousarray(layout.slot_mask, dtype=np.int64),
+        "extras": _extras(layout),
+    }
+
+
+def seconds_estimate(model: Any, spec: Any, cluster: Any, layout: Any = None, *,
+                     rates: Rates | None = None, overlap: Overlap | None = None, derived: Any = None) -> dict:
+    """The step time of *spec* on *model* and *cluster*, in seconds, with its parts.
+
+    Args:
+        model, spec, cluster: A validated Model, ExecSpec and Cluster.
+        layout: The spec's :class:`~ndcost.layout.Layout` (built when None).
+        rates: Achievable rates (default: ``Rates.for_device(cluster.device)``).
+        overlap: Comm/compute overlap shares (default: :class:`Overlap`'s).
+        derived: ``ndcost.derive.derive(model, spec)`` when the caller has it (built when None).
+
+    Returns:
+        A dict: ``step_time`` (s); ``parts`` (PART_NAMES -> s, summing to step_time);
+        ``stage_times`` (per stage: its busy time in the step, micro-batches and its
+        data-parallel tail, without bubble); ``mfu`` and ``hfu`` (model FLOPs without and with
+        recompute, per step, over step_time x devices x the matmul dtype's dense peak:
+        Korthikanti et al. 2022 §6 / Narayanan et al. 2021 Eq. 3); ``tokens_per_second``;
+        ``model_flops`` (per step); ``stage_sums`` (the raw per-stage array, SECONDS_STAGE_FIELDS
+        columns).
+    """
+    arrays = seconds_arrays(model, spec, cluster, layout, rates=rates, overlap=overlap, derived=derived)
+    n_stages = arrays["counts"].shape[0]
+    stage = np.empty((n_stages, len(SECONDS_STAGE_FIELDS)), dtype=np.float64)
+    kernels.seconds_stage_sums(arrays["kinds"], arrays["skinds"], arrays["model"], arrays["smodel"],
+                               arrays["cand"], arrays["rate"], arrays["counts"], arrays["slot_option"],
+                               arrays["slot_mask"], arrays["extras"], stage)
+    parts = np.empty(len(PART_NAMES), dtype=np.float64)
+    stage_times = np.empty(n_stages, dtype=np.float64)
+    step = kernels.seconds_combine(stage, arrays["cand"], parts, stage_times)
+    cand = arrays["cand"]
+    m = float(cand[SECONDS_CAND["m"]])
+    replicas = float(cand[SECONDS_CAND["d"]])
+    model_flops = m * replicas * float(stage[:, SECONDS_STAGE["model_flops"]].sum())
+    hw_flops = m * replicas * float(stage[:, SECONDS_STAGE["hw_flops"]].sum())
+    peak = float(arrays["rate"][RATE["peak_mm"]]) * spec.num_devices
+    busy = step * peak
+    tokens = spec.resolved_global_batch_size * spec.seq_length
+    return {
+        "step_time": step,
+        "parts": dict(zip(PART_NAMES, parts.tolist())),
+        "stage_times": tuple(stage_times.tolist()),
+        "mfu": model_flops / busy if busy > 0.0 else math.nan,
+        "hfu": hw_flops / busy if busy > 0.0 else math.nan,
+        "tokens_per_second": tokens / step if step > 0.0 else math.nan,
+        "model_flops": model_flops,
+        "stage_sums": stage,
+    }
