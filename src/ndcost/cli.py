@@ -132,7 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_estimate import add_estimate_commands
 
     add_estimate_commands(sub)
-    from .cli_calibrate import add_calibrate_command; add_calibrate_command(sub)  # noqa: E702
+    from .cli_validate import add_validate_command
+
+    add_validate_command(sub)
+    from .cli_calibrate import add_calibrate_command
+
+    add_calibrate_command(sub)
     return parser
 
 

@@ -152,7 +152,7 @@ def _memory(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout):
 def _seconds(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout, *, ratios: Any, stage_savings: Any) -> dict:
     from .seconds import seconds_estimate  # the physics model
 
-    priced = dict(seconds_estimate(model, spec, cluster, layout))
+    priced = dict(seconds_estimate(model, spec, cluster, layout, derived=derive(model, spec, cluster)))
     priced["units"] = "seconds"
     ratio_set = Ratios.coerce(ratios)
     if ratio_set is not None:

@@ -1,0 +1,57 @@
+"""`ndcost estimate`, `ndcost explain` and `ndcost validate`, end to end in a subprocess."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUNS = Path(__file__).resolve().parents[2] / "shared" / "validation" / "public_runs.yaml"
+STRATEGY = ["llama3-70b", "--device", "h100-sxm", "--dp", "16", "--tp", "8", "--pp", "8",
+            "--global-batch-size", "1024", "--seq-length", "8192", "--sequence-parallel", "--recompute", "selective"]
+
+
+def run(*args, check=True):
+    return subprocess.run([sys.executable, "-m", "ndcost.cli", *args], capture_output=True, text=True, check=check)
+
+
+@pytest.mark.parametrize("units", ["seconds", "nd"])
+def test_estimate_json_round_trips(units):
+    out = json.loads(run("estimate", *STRATEGY, "--units", units, "--json").stdout)
+    assert out["units"] == units
+    assert sum(out["parts"].values()) == pytest.approx(out["step_time"], rel=1e-9)
+    assert len(out["memory"]["stages"]) == 8
+    assert out["fits"] is True
+
+
+def test_estimate_table_names_parts_and_memory():
+    text = run("estimate", *STRATEGY).stdout
+    assert "step time:" in text and "tp_comm" in text and "memory: peak" in text
+
+
+def test_explain_an_invalid_strategy_lists_every_rule():
+    proc = run("explain", "llama3-70b", "--device", "h100-sxm", "--dp", "2", "--tp", "3", "--pp", "1",
+               "--global-batch-size", "8", "--seq-length", "4096", check=False)
+    assert proc.returncode == 1
+    assert "'tp'" in proc.stdout and "num_attention_heads" in proc.stdout
+
+
+def test_explain_a_strategy_that_does_not_fit_gives_the_numbers():
+    proc = run("explain", "llama3-70b", "--device", "a100-40g", "--dp", "8", "--tp", "1", "--pp", "1",
+               "--global-batch-size", "8", "--seq-length", "4096", check=False)
+    assert proc.returncode == 1
+    assert "GiB" in proc.stdout and "stage 0 needs" in proc.stdout
+
+
+def test_explain_a_good_strategy():
+    assert "valid, and it fits" in run("explain", *STRATEGY).stdout
+
+
+@pytest.mark.skipif(not RUNS.exists(), reason="shared/ not beside the repo")
+def test_validate_reports_every_row():
+    out = json.loads(run("validate", str(RUNS), "--json").stdout)
+    assert len(out["rows"]) >= 20
+    assert out["mae"] == pytest.approx(sum(abs(r["error"]) for r in out["rows"] if r["error"] is not None)
+                                       / sum(1 for r in out["rows"] if r["error"] is not None))
