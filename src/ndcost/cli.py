@@ -138,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_calibrate import add_calibrate_command
 
     add_calibrate_command(sub)
+    from .cli_plot import add_plot_command
+    from .cli_search import add_search_command
+
+    add_search_command(sub)
+    add_plot_command(sub)
     return parser
 
 

@@ -23,7 +23,6 @@ def _add_strategy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pp-schedule", choices=("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b"))
     p.add_argument("--cp-algo", choices=("ring", "ulysses"))
     p.add_argument("--precision", choices=("bf16", "fp16", "fp8"))
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def spec_from_args(args: argparse.Namespace):
@@ -108,7 +107,9 @@ def add_estimate_commands(sub: Any) -> None:
     _add_strategy_arguments(p)
     p.add_argument("--units", choices=("seconds", "nd"), default="seconds")
     p.add_argument("--ratios", help="a ratios JSON file (ND's calibration)")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_estimate)
     p = sub.add_parser("explain", help="why a strategy is invalid or does not fit")
     _add_strategy_arguments(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_explain)
