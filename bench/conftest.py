@@ -16,3 +16,26 @@ BACKENDS = {"cython": "ndcost._kernels_c", "python": "ndcost._kernels_py"}
 @pytest.fixture(params=list(BACKENDS), ids=list(BACKENDS))
 def kernels(request):
     return importlib.import_module(BACKENDS[request.param])
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Candidates per second of the estimate_many benchmarks, and compiled vs oracle, per batch."""
+    from bench_estimate_many import MEDIANS
+
+    if not MEDIANS:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("ndcost throughput (medians of this run)")
+    keys = sorted({key for key, _ in MEDIANS}, key=str)
+    for key in keys:
+        label = f"estimate(), one candidate, {key[1]}" if key[0] == "one" else f"estimate_many, {key[1]}, {key[2]:,}"
+        count = 1 if key[0] == "one" else key[2]
+        cells = []
+        for backend in ("cython", "python"):
+            median = MEDIANS.get((key, backend))
+            if median is not None:
+                cells.append(f"{backend}: {median * 1e6 / count:9.3f} us/cand  {count / median:13,.0f} cand/s")
+        ratio = ""
+        if (key, "cython") in MEDIANS and (key, "python") in MEDIANS:
+            ratio = f"  compiled = {MEDIANS[(key, 'python')] / MEDIANS[(key, 'cython')]:.0f}x oracle"
+        write(f"{label:40s} " + " | ".join(cells) + ratio)

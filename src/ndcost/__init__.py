@@ -9,14 +9,18 @@
 """
 from ._backend import BACKEND
 from .device import Cluster, Device, devices
+from .batch_result import BatchEstimate
+from .candidates import Candidates
 from .errors import SpecError
 from .estimate import estimate, layer_times
+from .estimate_many import estimate_many
 from .exec_spec import ExecSpec
 from .explain import explain
 from .model import LayerKind, Model, OpCounts, ParamCount
 from .model_catalog import models
 from .knapsack import plan_stage
 from .ratios import Ratios
+from .reasons import REASONS, explain_reason
 from .recompute_plan import RecomputePlan, plan_recompute
 from .recompute_spec import SWITCHES, RecomputeRange
 from .result import Estimate

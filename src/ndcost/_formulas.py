@@ -28,7 +28,10 @@ reason a row with several broken rules reports).
 """
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import textwrap
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -39,7 +42,9 @@ from .recompute_spec import SELECTIVE_RULES
 
 __all__ = [
     "SCALAR", "ARRAY", "NONE_INT", "COMM_DP_OVERLAP", "COMM_TP_OVERLAP", "CHOICES", "MEMORY_SCHEDULE_BY_PP_SCHEDULE",
-    "derived_columns", "nd_candidate_columns", "memory_candidate_columns", "joint_reason",
+    "derived_columns", "derived_extra_columns", "derived_extra_columns_scalar", "nd_candidate_columns", "memory_candidate_columns", "joint_reason",
+    "derived_columns_scalar", "nd_candidate_columns_scalar", "memory_candidate_columns_scalar",
+    "joint_reason_scalar",
     "ModelConstants", "ClusterConstants",
 ]
 
@@ -129,7 +134,8 @@ class _ArrayOps:
 
     @staticmethod
     def float_(x):
-        return np.asarray(x, dtype=np.float64)
+        # Values end in float64 matrices, whose assignment converts ints exactly: no copy here.
+        return x
 
     @staticmethod
     def stated(x):
@@ -202,15 +208,15 @@ class ClusterConstants:
 
 
 def derived_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -> dict[str, Any]:
-    """ND's derived values (:class:`ndcost.derive.Derived` without ``keep_mask``), by field name.
+    """ND's derived values the kernels' candidate vectors read, by :class:`ndcost.derive.Derived` field name.
 
-    ND_REFERENCE §1.4 derive steps 1-5, 8, 10; each value is documented on ``Derived``.
+    ND_REFERENCE §1.4 derive steps 1-5, 10; each value is documented on ``Derived``.
     ``d_exp < 1`` (no expert data-parallel rank) is left to the caller to refuse.
+    :func:`derived_extra_columns` adds the rest of ``Derived`` (but ``keep_mask``).
     """
     where = ops.where
     dp, tp, pp, cp, ep = c["dp"], c["tp"], c["pp"], c["cp"], c["ep"]
     n_exp = mc.num_experts
-    sp = where(c["sequence_parallel"], tp, 1)                                   # step 1
     # Step 2: expert degrees. A stated etp is used as is; else experts follow tp,
     # or run unsplit when EP borrows the TP ranks (tp*ep > dp*tp).
     etp_stated = ops.stated(c["etp"])
@@ -221,40 +227,23 @@ def derived_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -> dict[
     zero = c["zero_stage"]
     has_op = zero >= 1
     has_grad_shard = zero >= 2
-    grad_shard_as_params = zero == 3
     os_ranks = where(has_op, ops.opt_int(c["optimizer_shard"], dp), 1)
     cp_shard = where(c["shard_spans_cp"], cp, 1)
-    shard_p_os_non_exp_partial = os_ranks * tp * cp_shard
-    shard_p_os_non_exp = where(has_op, dp, 1) * cp_shard * tp
-    shard_p_os_exp_partial = ops.gcd(n_exp, os_ranks * t_exp)
-    shard_p_os_exp = where(has_op, d_exp, 1) * cp_shard * t_exp
-    # Step 10's micro-batches and grad_accumulation (gbs = b*d*m, §1.3 set_strategy).
-    mbs = c["micro_batch_size"]
-    gbs_stated = ops.stated(c["global_batch_size"])
-    gbs = ops.opt_int(c["global_batch_size"], 0)
+    # Step 10's micro-batches (gbs = b*d*m, §1.3 set_strategy).
     micro_batch_num = where(ops.stated(c["micro_batch_num"]), ops.opt_int(c["micro_batch_num"], 0),
-                            gbs // (mbs * dp))
-    global_batch_size = where(gbs_stated, gbs, mbs * dp * micro_batch_num)
-    grad_accumulation = micro_batch_num > 1
-    zero3 = grad_shard_as_params
-    heads = mc.heads
-    seq = c["seq_length"]
+                            ops.opt_int(c["global_batch_size"], 0) // (c["micro_batch_size"] * dp))
     return {
-        "sp": sp,
+        "sp": where(c["sequence_parallel"], tp, 1),                                 # step 1
         "t_exp": t_exp,
         "d_exp": d_exp,
         "expert_data_parallel": ops.maximum(1, dp * cp * tp // (ep * t_exp)),
         "has_op": has_op,
         "has_grad_shard": has_grad_shard,
-        "grad_shard_as_params": grad_shard_as_params,
+        "grad_shard_as_params": zero == 3,
         "os_ranks": os_ranks,
-        "shard_p_os_non_exp_partial": shard_p_os_non_exp_partial,
-        "shard_p_os_non_exp": shard_p_os_non_exp,
-        "shard_p_os_exp_partial": shard_p_os_exp_partial,
-        "shard_p_os_exp": shard_p_os_exp,
-        "shard_grad_non_exp": where(zero3, shard_p_os_non_exp_partial, where(has_grad_shard, shard_p_os_non_exp, tp)),
-        "shard_grad_exp": where(has_grad_shard, shard_p_os_exp, t_exp),
-        "shard_grad_exp_partial": where(has_grad_shard, shard_p_os_exp_partial, t_exp),
+        "shard_p_os_non_exp_partial": os_ranks * tp * cp_shard,
+        "shard_p_os_exp_partial": ops.gcd(n_exp, os_ranks * t_exp),
+        "shard_p_os_exp": where(has_op, d_exp, 1) * cp_shard * t_exp,
         # Step 4: comm flags (0 none, 2 ZeRO-1, 3 gradient sharding; §2.6).
         "comm_d_non_exp": where((dp == 1) | ops.not_(has_op), 0, where(has_grad_shard, 3, 2)),
         "comm_d_exp": where((d_exp == 1) | ops.not_(has_op), 0, where(has_grad_shard, 3, 2)),
@@ -265,22 +254,40 @@ def derived_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -> dict[
         "comm_tp_overlap": COMM_TP_OVERLAP,
         # Step 5: the embedding's shards.
         "shard_embed": where(has_op, dp, 1) * where(c["vocab_emb_dp"] & (pp == 1), 1, tp),
-        # Step 10: activation shards and byte widths.
-        "shard_recompute_input": where(c["recompute_slice_activation"], tp, 1),
-        "shard_output_activ": 1,
-        # Step 8: the score rows flash attention keeps per head.
-        "s_fa": where(c["flash_attention"], seq / heads, ops.float_(seq)),
-        "grad_accumulation": grad_accumulation,
-        "nd_bytes_grad": where((pp > 1) | grad_accumulation, c["grad_bytes"], 0),
+        # Step 10: byte widths (ND's gradient bytes only with pp > 1 or grad_accumulation).
+        "nd_bytes_grad": where((pp > 1) | (micro_batch_num > 1), c["grad_bytes"], 0),
         "bytes_grad": c["grad_bytes"],
         "bytes_optim": c["optimizer_states"] * c["optimizer_state_bytes"] + c["main_param_bytes"],
-        "bytes_optim_table": 2 * c["optimizer_state_bytes"] + c["main_param_bytes"],
         "zero_shard_ranks": where(has_op, os_ranks * cp_shard, 1),
         "micro_batch_num": micro_batch_num,
-        "global_batch_size": global_batch_size,
         "tie_embeddings": ops.opt_bool(c["tie_embeddings"], mc.tie),
-        "reshards": ops.opt_bool(c["reshard_params"], zero3),
+        "reshards": ops.opt_bool(c["reshard_params"], zero == 3),
         "defers_grads": c["deferred_grad_accumulation"],
+    }
+
+
+def derived_extra_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants, d: Mapping[str, Any]) -> dict[str, Any]:
+    """The rest of :class:`ndcost.derive.Derived` (no kernel reads these), from *d* = :func:`derived_columns`."""
+    where = ops.where
+    tp = c["tp"]
+    has_grad_shard = d["has_grad_shard"]
+    cp_shard = where(c["shard_spans_cp"], c["cp"], 1)
+    shard_p_os_non_exp = where(d["has_op"], c["dp"], 1) * cp_shard * tp                   # step 3
+    seq = c["seq_length"]
+    mbs_dp = c["micro_batch_size"] * c["dp"]
+    return {
+        "shard_p_os_non_exp": shard_p_os_non_exp,
+        "shard_grad_non_exp": where(d["grad_shard_as_params"], d["shard_p_os_non_exp_partial"],
+                                    where(has_grad_shard, shard_p_os_non_exp, tp)),
+        "shard_grad_exp": where(has_grad_shard, d["shard_p_os_exp"], d["t_exp"]),
+        "shard_grad_exp_partial": where(has_grad_shard, d["shard_p_os_exp_partial"], d["t_exp"]),
+        "shard_recompute_input": where(c["recompute_slice_activation"], tp, 1),           # step 10
+        "shard_output_activ": 1,
+        "s_fa": where(c["flash_attention"], seq / mc.heads, ops.float_(seq)),             # step 8
+        "grad_accumulation": d["micro_batch_num"] > 1,
+        "bytes_optim_table": 2 * c["optimizer_state_bytes"] + c["main_param_bytes"],
+        "global_batch_size": where(ops.stated(c["global_batch_size"]), ops.opt_int(c["global_batch_size"], 0),
+                                   mbs_dp * d["micro_batch_num"]),
         "overlaps_grad_reduce": c["overlapped_grad_reduce"],
     }
 
@@ -366,9 +373,13 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     dp, tp, pp, vpp, cp, ep = c["dp"], c["tp"], c["pp"], c["vpp"], c["cp"], c["ep"]
     s = c["seq_length"]
     rules = []
-    # 1. The strategy fills the cluster exactly.
+    # 1. The strategy fills the cluster exactly; on a bare device, its own devices must make
+    #    a Cluster (within one node, or whole nodes).
     if cc is not None and cc.num_devices is not None:
         rules.append(("devices", dp * tp * pp * cp != cc.num_devices))
+    elif cc is not None:
+        devices = dp * tp * pp * cp
+        rules.append(("whole_nodes", (devices > cc.devices_per_node) & (devices % cc.devices_per_node != 0)))
     # 2. tp divides the heads (kv heads unless MLA; linear-attention heads).
     rules.append(("tp_heads", mc.heads % tp != 0))
     if not mc.is_mla:
@@ -433,3 +444,94 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     for name, broken in reversed(rules):
         reason = np.where(broken, codes[name], reason)
     return reason
+
+
+# --------------------------------------------------------------------------- scalar twins
+
+
+class _Scalarise(ast.NodeTransformer):
+    """Rewrite a formula function's ``ops`` calls into plain Python expressions.
+
+    ``where(a, b, c)`` becomes ``(b if a else c)``; ``ops.stated(x)`` ``x is not None``;
+    ``ops.opt_*(x, d)`` ``(d if x is None else x)``; ``ops.not_`` ``not``; ``ops.int_`` /
+    ``ops.float_`` / ``ops.maximum`` / ``ops.gcd`` the builtins; ``ops.is_choice(c, f, v)``
+    ``c[f] == v``; ``ops.array`` ``False``; and joint_reason's ``rules.append((name, broken))``
+    ``if broken: return codes[name]``. What the rewrite leaves calls ``ops`` = SCALAR.
+    """
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.value, ast.Name) and node.value.id == "ops" and node.attr == "array":
+            return ast.copy_location(ast.Constant(False), node)
+        return node
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        # joint_reason's ``rules.append((name, broken))`` becomes ``if broken: return codes[name]``.
+        self.generic_visit(node)
+        call = node.value
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "append"
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == "rules"
+                and len(call.args) == 1 and isinstance(call.args[0], ast.Tuple) and len(call.args[0].elts) == 2):
+            name, broken = call.args[0].elts
+            code = ast.Subscript(value=ast.Name(id="codes", ctx=ast.Load()), slice=name, ctx=ast.Load())
+            return ast.copy_location(ast.If(test=broken, body=[ast.Return(value=code)], orelse=[]), node)
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func, args = node.func, node.args
+        name = None
+        if isinstance(func, ast.Name) and func.id == "where":
+            name = "where"
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "ops":
+            name = func.attr
+        if name is None or node.keywords:
+            return node
+        if name == "where":
+            new: ast.AST = ast.IfExp(test=args[0], body=args[1], orelse=args[2])
+        elif name == "stated":
+            new = ast.Compare(left=args[0], ops=[ast.IsNot()], comparators=[ast.Constant(None)])
+        elif name in ("opt_int", "opt_bool", "opt_float"):
+            is_none = ast.Compare(left=args[0], ops=[ast.Is()], comparators=[ast.Constant(None)])
+            new = ast.IfExp(test=is_none, body=args[1], orelse=args[0])
+        elif name == "not_":
+            new = ast.UnaryOp(op=ast.Not(), operand=args[0])
+        elif name in ("int_", "float_", "maximum"):
+            builtin = {"int_": "int", "float_": "float", "maximum": "max"}[name]
+            new = ast.Call(func=ast.Name(id=builtin, ctx=ast.Load()), args=args, keywords=[])
+        elif name == "gcd":
+            new = ast.Call(func=ast.Attribute(value=ast.Name(id="math", ctx=ast.Load()), attr="gcd", ctx=ast.Load()),
+                           args=args, keywords=[])
+        elif name == "is_choice":
+            field = ast.Subscript(value=args[0], slice=args[1], ctx=ast.Load())
+            new = ast.Compare(left=field, ops=[ast.Eq()], comparators=[args[2]])
+        else:
+            return node
+        return ast.copy_location(new, node)
+
+
+def _scalar_twin(function: Any) -> Any:
+    """*function* compiled again from its own source for Python scalars (ops = SCALAR), without
+    the per-operation calls of the generic form: the same formulas, one source text."""
+    try:
+        lines, first_line = inspect.getsourcelines(function)
+    except (OSError, TypeError):  # no source shipped (a frozen application): the generic form still works
+        return function
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    ast.increment_lineno(tree, first_line - 1)
+    tree = ast.fix_missing_locations(_Scalarise().visit(tree))
+    namespace: dict[str, Any] = {}
+    exec(compile(tree, inspect.getsourcefile(function) or "<formulas>", "exec"),  # noqa: S102 - our own source
+         {**function.__globals__, "ops": SCALAR}, namespace)
+    twin = namespace[function.__name__]
+    twin.__name__ = twin.__qualname__ = function.__name__ + "_scalar"
+    twin.__doc__ = f"{function.__name__} specialised for Python scalars (call it with ops=SCALAR)."
+    return twin
+
+
+#: The formulas above for one candidate (their first argument must be SCALAR).
+derived_columns_scalar = _scalar_twin(derived_columns)
+derived_extra_columns_scalar = _scalar_twin(derived_extra_columns)
+nd_candidate_columns_scalar = _scalar_twin(nd_candidate_columns)
+memory_candidate_columns_scalar = _scalar_twin(memory_candidate_columns)
+joint_reason_scalar = _scalar_twin(joint_reason)

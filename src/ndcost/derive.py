@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._cache import per_object
-from ._formulas import COMM_DP_OVERLAP, COMM_TP_OVERLAP, SCALAR, ModelConstants, derived_columns
+from ._formulas import (
+    COMM_DP_OVERLAP, COMM_TP_OVERLAP, SCALAR, ModelConstants, derived_columns_scalar, derived_extra_columns_scalar,
+)
 from .errors import SpecError
 from .exec_spec import ExecSpec
 
@@ -144,8 +146,8 @@ def model_constants(model: Any) -> ModelConstants:
 
 
 def derived_values(model: Any, spec: ExecSpec) -> dict[str, Any]:
-    """:func:`derive`'s values as a dict (no ``keep_mask``), without building a :class:`Derived`."""
-    values = derived_columns(SCALAR, spec.__dict__, model_constants(model))
+    """The derived values the kernels read (``ndcost._formulas.derived_columns``), as a dict."""
+    values = derived_columns_scalar(SCALAR, spec.__dict__, model_constants(model))
     if values["d_exp"] < 1:
         _refuse_expert_degrees(spec)
     return values
@@ -155,7 +157,8 @@ def derive(model: Any, spec: ExecSpec, cluster: Any = None) -> Derived:
     """ND's derived values of *spec* on *model* (ND_REFERENCE §1.4 derive steps 1-5, 8, 10).
 
     The formulas are ``ndcost._formulas.derived_columns``, which ``estimate_many``
-    runs on numpy columns: one table of formulas for one candidate and for a batch.
+    runs on numpy columns: one table of formulas for one candidate and for a batch
+    (here its scalar twin, compiled from the same source).
 
     Args:
         model: A :class:`~ndcost.model.Model`.
@@ -168,4 +171,5 @@ def derive(model: Any, spec: ExecSpec, cluster: Any = None) -> Derived:
     if not isinstance(spec, ExecSpec):
         raise SpecError("spec", "derive", "be an ExecSpec", spec)
     values = derived_values(model, spec)
+    values.update(derived_extra_columns_scalar(SCALAR, spec.__dict__, model_constants(model), values))
     return Derived(keep_mask=spec.keep_mask, **values)  # step 7's setting

@@ -8,22 +8,34 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
+import threading
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from . import _columns as col
 from . import _backend
-from .derive import derive
+from ._cache import per_object
+from ._formulas import (
+    SCALAR, derived_columns_scalar, joint_reason_scalar, memory_candidate_columns_scalar, nd_candidate_columns_scalar,
+)
+from ._layout_pool import LayoutPool, layout_piece, pack_layouts
+from .derive import derive, derived_values, model_constants
 from .device import Cluster
 from .errors import SpecError
 from .exec_spec import ExecSpec
-from .layout import Layout, build_layout
+from .layout import Layout, _layout_key, build_layout
+from .memory import MEMORY_PARTS, MemoryEstimate, memory_kind_table, memory_model_vector
 from .model import Model
-from .nd_tables import nd_candidate_vector, nd_kind_table, nd_model_vector, nd_options_vector
+from .nd_tables import (
+    MOE_DISPATCH, cluster_constants, nd_candidate_vector, nd_kind_table, nd_model_vector, nd_options_vector,
+)
 from .ratios import Ratios
+from .reasons import REASON_CODES
 from .result import Estimate, check_parts_sum
-from .validate import validate
+from .validate import _layout_rules, validate
 
 __all__ = ["estimate", "nd_estimate", "layer_times", "UNITS", "as_model", "as_cluster"]
 
@@ -65,10 +77,14 @@ def _nd_stage_sums(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layou
 
 
 @functools.lru_cache(maxsize=16)
-def _options(ratio_type: str, rec_type: str, p2p: bool) -> np.ndarray:
+def nd_options(ratio_type: str, rec_type: str, p2p: bool) -> np.ndarray:
+    """ND's estimator options as the kernels read them (read-only, cached)."""
     vec = nd_options_vector(ratio_type, rec_type, p2p)
     vec.setflags(write=False)
     return vec
+
+
+_options = nd_options
 
 
 def nd_estimate(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout, *, ratios: Any = None,
@@ -123,6 +139,8 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         raise SpecError("spec", "estimate", "be an ExecSpec", spec)
     model = as_model(model)
     cluster = as_cluster(cluster, spec)
+    if units == "nd" and stage_savings is None and stage_focused is None:
+        return _estimate_nd_one(model, spec, cluster, ratios, ratio_type, rec_type, p2p, with_memory)
     validate(model, spec, cluster)
     layout = build_layout(model, spec)
     memory = _memory(model, spec, cluster, layout) if with_memory else None
@@ -141,6 +159,136 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         details={k: v for k, v in priced.items() if k not in ("units", "step_time", "parts", "stage_times",
                                                               "mfu", "hfu", "tokens_per_second")},
     )
+
+
+_ONE_ROW = np.zeros(1, dtype=np.int64)
+_ONE_ROW.setflags(write=False)
+_NO_RATIOS = np.zeros(0, dtype=np.float64)
+_NO_RATIOS.setflags(write=False)
+_NAN = math.nan
+
+
+class _ModelTables:
+    """Everything the one-candidate path reads off a model, built once per model object."""
+
+    __slots__ = ("constants", "kinds", "vector", "memory_kinds", "memory_vector", "layouts")
+
+    def __init__(self, model: Model) -> None:
+        self.constants = model_constants(model)
+        self.kinds, self.vector = nd_kind_table(model), nd_model_vector(model)
+        self.memory_kinds, self.memory_vector = memory_kind_table(model), memory_model_vector(model)
+        self.layouts: dict = {}
+
+
+def _model_tables(model: Model) -> _ModelTables:
+    cache = per_object(model)
+    tables = cache.get("estimate_tables")
+    if tables is None:
+        tables = cache["estimate_tables"] = _ModelTables(model)
+    return tables
+
+
+def _single_layout(model: Model, spec: ExecSpec, layouts: dict) -> LayoutPool:
+    """The spec's layout packed for the batch kernels (cached per model and layout key)."""
+    key = _layout_key(spec)
+    pool = layouts.get(key)
+    if pool is None:
+        if len(layouts) >= 4096:
+            layouts.clear()
+        pool = layouts[key] = pack_layouts([layout_piece(build_layout(model, spec))])
+    return pool
+
+
+_N_CAND = len(col.CAND_FIELDS)
+# The candidate column, packed as doubles straight from the Python values.
+_PACK_ND = struct.Struct(f"={_N_CAND}d").pack
+_PACK_BOTH = struct.Struct(f"={_N_CAND + len(col.MEMORY_CAND_FIELDS)}d").pack
+
+
+class _Scratch(threading.local):
+    """Per-thread output buffers of the one-candidate path, read back into Python values
+    before the call returns (the memory stages, which the result keeps, are allocated fresh)."""
+
+    def __init__(self) -> None:
+        self.pp = -1
+
+    def sized(self, pp: int) -> "_Scratch":
+        self.pp = pp
+        self.reason = np.zeros(1, dtype=np.int64)
+        self.step = np.empty(1, dtype=np.float64)
+        self.parts = np.empty((len(col.PART_NAMES), 1), dtype=np.float64)
+        self.times = np.empty((1, pp), dtype=np.float64)
+        self.peak = np.empty(1, dtype=np.float64)
+        self.fit = np.empty(1, dtype=np.uint8)
+        return self
+
+
+_SCRATCH = _Scratch()
+
+
+def _scratch(pp: int) -> _Scratch:
+    scratch = _SCRATCH
+    return scratch if scratch.pp == pp else scratch.sized(pp)
+
+
+_N_PARTS = len(col.PART_NAMES)
+_N_MEMORY_COLUMNS = len(MEMORY_PARTS) + 1
+_NO_DETAILS = MappingProxyType({})
+
+
+def _estimate_nd_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any, ratio_type: str,
+                     rec_type: str, p2p: bool, with_memory: bool) -> Estimate:
+    """ND's score of one spec through the batch kernels, as a batch of one.
+
+    The joint rules are ``estimate_many``'s (``ndcost._formulas.joint_reason``) on Python
+    scalars; a broken one re-runs :func:`validate` for its descriptive SpecError.
+    """
+    c = spec.__dict__
+    tables = _model_tables(model)
+    cc = cluster_constants(cluster)
+    layout_bad = False
+    if c["offset"] is not None or c["pp_partition"] is not None or type(c["recompute"]) is tuple:
+        layout_bad = any(True for _ in _layout_rules(model, spec))
+    if joint_reason_scalar(SCALAR, c, tables.constants, cc, layout_bad, True, REASON_CODES):
+        validate(model, spec, cluster)
+        raise SpecError("spec", "estimate", "pass validate() (ndcost.explain says why)", spec)  # pragma: no cover
+    derived = derived_columns_scalar(SCALAR, c, tables.constants)
+    if derived["d_exp"] < 1:
+        derived_values(model, spec)  # raises derive's SpecError
+    pool = _single_layout(model, spec, tables.layouts)
+    ratio_set = Ratios.coerce(ratios) if ratios is not None else None
+    # One column holds both candidate vectors: ND's, then the memory model's.
+    values = nd_candidate_columns_scalar(SCALAR, c, derived, cc, MOE_DISPATCH)
+    if with_memory:
+        values += memory_candidate_columns_scalar(SCALAR, c, derived)
+    column = np.frombuffer(_PACK_BOTH(*values) if with_memory else _PACK_ND(*values)).reshape(-1, 1)
+    scratch = _scratch(spec.pp)
+    reason, step, parts, times = scratch.reason, scratch.step, scratch.parts, scratch.times
+    reason[0] = 0
+    kernels = _backend.kernels
+    kernels.nd_estimate_batch(
+        tables.kinds, tables.vector, column[:_N_CAND], _ONE_ROW, pool.layouts, pool.pool, pool.slot_pool,
+        nd_options(ratio_type, rec_type, bool(p2p)),
+        _NO_RATIOS if ratio_set is None else np.ascontiguousarray(ratio_set.vector(), dtype=np.float64),
+        reason, step, parts, times)
+    total = step.item()
+    part_values = dict(zip(col.PART_NAMES, parts.ravel().tolist()))
+    check_parts_sum(part_values, total)
+    memory = None
+    fits = True
+    if with_memory:
+        peak, fit = scratch.peak, scratch.fit
+        stages = np.empty((1, spec.pp, _N_MEMORY_COLUMNS), dtype=np.float64)   # kept by the result
+        kernels.memory_batch(tables.memory_kinds, tables.memory_vector, column[_N_CAND:], _ONE_ROW, pool.layouts,
+                             pool.pool, pool.slot_pool, cc.reserve, cc.capacity, reason, peak, fit, stages)
+        memory = MemoryEstimate.from_kernel(stages[0], peak.item(), cc.capacity)
+        fits = bool(fit[0])
+    estimate = object.__new__(Estimate)   # Estimate's fields, without its per-field frozen setattr
+    estimate.__dict__.update(
+        units="nd" if ratio_set is None else "nd_ms", step_time=total, parts=MappingProxyType(part_values),
+        stage_times=tuple(times[0].tolist()), memory=memory, fits=fits, mfu=_NAN, hfu=_NAN,
+        tokens_per_second=_NAN, details=_NO_DETAILS)
+    return estimate
 
 
 def _memory(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout):

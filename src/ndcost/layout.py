@@ -28,12 +28,13 @@ in another place:
 """
 from __future__ import annotations
 
-import functools
+import operator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ._cache import per_object
 from ._columns import OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
 from .errors import SpecError
 from .exec_spec import ExecSpec
@@ -103,18 +104,36 @@ class Layout:
         return self.counts.sum(axis=(1, 2, 3))
 
 
+_LAYOUT_VALUES = operator.itemgetter(*LAYOUT_FIELDS)
+_SWITCHES_AT = LAYOUT_FIELDS.index("selective_switches")
+
+
 def _layout_key(spec: ExecSpec) -> tuple:
-    return tuple(getattr(spec, name) for name in LAYOUT_FIELDS)
+    key = _LAYOUT_VALUES(spec.__dict__)
+    switches = key[_SWITCHES_AT]
+    if switches is not None:
+        # selective_switches is a read-only proxy, which does not hash: key it by its items.
+        key = key[:_SWITCHES_AT] + (tuple(switches.items()),) + key[_SWITCHES_AT + 1:]
+    return key
+
+
+#: Layouts kept per model (a search meets few distinct layouts; a bound keeps a long run's memory flat).
+_LAYOUTS_PER_MODEL = 4096
 
 
 def build_layout(model: Any, spec: ExecSpec) -> Layout:
-    """The :class:`Layout` of *spec* on *model*, cached per distinct layout."""
-    return _cached_layout(model, _layout_key(spec), spec)
-
-
-@functools.lru_cache(maxsize=4096)
-def _cached_layout(model: Any, key: tuple, spec: ExecSpec) -> Layout:  # noqa: ARG001 - key keys the cache
-    return _build(model, spec)
+    """The :class:`Layout` of *spec* on *model*, cached per model object and distinct layout key."""
+    key = _layout_key(spec)
+    cache = per_object(model)
+    layouts = cache.get("layouts")
+    if layouts is None:
+        layouts = cache["layouts"] = {}
+    layout = layouts.get(key)
+    if layout is None:
+        if len(layouts) >= _LAYOUTS_PER_MODEL:
+            layouts.clear()
+        layout = layouts[key] = _build(model, spec)
+    return layout
 
 
 def _spread_remainder(per: int, remainder: int, pp: int, vpp: int) -> list[list[int]]:

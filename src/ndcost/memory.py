@@ -42,12 +42,11 @@ from ._columns import (
     MEMORY_CAND, MEMORY_KIND, MEMORY_KIND_FIELDS, MEMORY_MODEL, MEMORY_MODEL_FIELDS, OPTION_FULL, OPTION_NONE,
     OPTION_SELECTIVE,
 )
-from ._formulas import MEMORY_SCHEDULE_BY_PP_SCHEDULE, SCALAR, memory_candidate_columns
+from ._formulas import MEMORY_SCHEDULE_BY_PP_SCHEDULE, SCALAR, memory_candidate_columns_scalar
 from ._layout_pool import LayoutPiece, LayoutPool, pack_layouts
 from .derive import Derived, derive, derived_values
 from .errors import SpecError
 from .exec_spec import ExecSpec
-from .recompute_spec import ALL_KEPT
 
 __all__ = [
     "MEMORY_PARTS",
@@ -135,9 +134,28 @@ class MemoryEstimate:
     def __post_init__(self) -> None:
         object.__setattr__(self, "stages", tuple(self.stages))
 
+    def __getattr__(self, name: str) -> Any:
+        # An estimate made by the memory kernel builds its StageMemory objects when first read.
+        rows = self.__dict__.get("_rows")
+        if name == "stages" and rows is not None:
+            stages = stages_from_rows(rows.tolist())
+            object.__setattr__(self, "stages", stages)
+            return stages
+        raise AttributeError(name)
+
+    @classmethod
+    def from_kernel(cls, rows: np.ndarray, peak: float, capacity_bytes: float) -> MemoryEstimate:
+        """From the memory kernel's (p, 8) stage rows and its peak (stages built on first read)."""
+        estimate = object.__new__(cls)
+        estimate.__dict__.update(_rows=rows, _peak=peak, capacity_bytes=capacity_bytes)
+        return estimate
+
     @property
     def peak(self) -> float:
         """The largest stage total in bytes (NaN when a stage is undefined)."""
+        known = self.__dict__.get("_peak")
+        if known is not None:
+            return known
         totals = [stage.total for stage in self.stages]
         if not totals or any(math.isnan(total) for total in totals):
             return math.nan
@@ -299,9 +317,9 @@ def memory_model_vector(model: Any) -> np.ndarray:
 
 
 def memory_candidate_vector(model: Any, spec: ExecSpec) -> np.ndarray:
-    """(1, MEMORY_CAND_FIELDS) float64: *spec*'s memory candidate (ndcost._formulas, the batch's formulas)."""
-    values = memory_candidate_columns(SCALAR, spec.__dict__, derived_values(model, spec))
-    return np.array([values], dtype=np.float64)
+    """(MEMORY_CAND_FIELDS,) float64: *spec*'s memory candidate (ndcost._formulas, the batch's formulas)."""
+    values = memory_candidate_columns_scalar(SCALAR, spec.__dict__, derived_values(model, spec))
+    return np.array(values, dtype=np.float64)
 
 
 # --------------------------------------------------------------------------- activations
@@ -314,7 +332,7 @@ def layer_activation_arguments(model: Any, spec: ExecSpec, kind_index: int,
     spec's memory candidate, as the memory kernels pass them. *derived* is accepted for
     compatibility (the candidate is derived from *spec*)."""
     kind = memory_kind_table(model)[kind_index]
-    mc = memory_candidate_vector(model, spec)[0]
+    mc = memory_candidate_vector(model, spec)
     cand = {name: float(mc[MEMORY_CAND[name]]) for name in ("seq", "tp", "sp", "cp", "etp", "token_factor")}
     return {
         "seq": cand["seq"], "batch": float(mc[MEMORY_CAND["b"]]), "hidden": float(model.hidden_size),
@@ -406,7 +424,7 @@ def memory_estimate(model: Any, spec: ExecSpec, cluster: Any, layout: Any) -> Me
     if piece.mtp_out < 0:
         raise SpecError("layout.mtp_layers_on_out_stage", _OWNER, "be >= 0", piece.mtp_out)
     pool = pack_layouts([piece])
-    return run_memory_batch(model, memory_candidate_vector(model, spec), pool, cluster)
+    return run_memory_batch(model, memory_candidate_vector(model, spec).reshape(-1, 1), pool, cluster)
 
 
 _ONE_ROW = np.zeros(1, dtype=np.int64)
@@ -414,7 +432,7 @@ _ONE_ROW.setflags(write=False)
 
 
 def run_memory_batch(model: Any, mcand: np.ndarray, pool: LayoutPool, cluster: Any) -> MemoryEstimate:
-    """One candidate (a (1, MEMORY_CAND_FIELDS) row) on the first layout of *pool*, as a MemoryEstimate."""
+    """One candidate (a (MEMORY_CAND_FIELDS, 1) column) on the first layout of *pool*, as a MemoryEstimate."""
     p = int(pool.layouts[0, 0])
     reason = np.zeros(1, dtype=np.int64)
     peak = np.empty(1, dtype=np.float64)
@@ -424,6 +442,4 @@ def run_memory_batch(model: Any, mcand: np.ndarray, pool: LayoutPool, cluster: A
     _backend.kernels.memory_batch(memory_kind_table(model), memory_model_vector(model), mcand, _ONE_ROW,
                                   pool.layouts, pool.pool, pool.slot_pool, float(cluster.memory_reserve_bytes),
                                   capacity, reason, peak, fits, out)
-    estimate = object.__new__(MemoryEstimate)
-    estimate.__dict__.update(stages=stages_from_rows(out[0].tolist()), capacity_bytes=capacity)
-    return estimate
+    return MemoryEstimate.from_kernel(out[0], float(peak[0]), capacity)

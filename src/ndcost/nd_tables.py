@@ -9,19 +9,20 @@ of :class:`~ndcost.model.Model` instead.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
 
-from ._columns import CAND, CAND_FIELDS, KIND, KIND_FIELDS, MODEL, MODEL_FIELDS, ND_OPTION, ND_OPTION_FIELDS
+from ._columns import CAND_FIELDS, KIND, KIND_FIELDS, MODEL, MODEL_FIELDS, ND_OPTION, ND_OPTION_FIELDS
+from ._cache import per_object
+from ._formulas import SCALAR, ClusterConstants, nd_candidate_columns_scalar
 from .derive import Derived
 from .errors import SpecError
 from .exec_spec import ExecSpec
 
 __all__ = [
     "MOE_DISPATCH", "MANUAL_P2P_RATIO", "STATIC_RATIO", "RATIO_TYPES", "REC_TYPES",
-    "nd_kind_table", "nd_model_vector", "nd_candidate_vector", "nd_options_vector", "nd_mla_weights",
+    "nd_kind_table", "nd_model_vector", "nd_candidate_vector", "cluster_constants", "nd_options_vector", "nd_mla_weights",
 ]
 
 #: What a MoE layer's dispatch costs per token, hidden unit, routed expert and
@@ -94,9 +95,16 @@ def _nd_layer_params(model: Any, kind: Any, att: dict, n_exp: float, n_shared: f
     return attention + norm + n_ff * (hff * h + hff), 0.0, 0.0
 
 
-@functools.lru_cache(maxsize=256)
 def nd_kind_table(model: Any) -> np.ndarray:
-    """(K, len(KIND_FIELDS)) float64, read-only: one row per layer kind of *model*."""
+    """(K, len(KIND_FIELDS)) float64, read-only: one row per layer kind of *model* (cached per model)."""
+    cache = per_object(model)
+    table = cache.get("nd_kind_table")
+    if table is None:
+        table = cache["nd_kind_table"] = _nd_kind_table(model)
+    return table
+
+
+def _nd_kind_table(model: Any) -> np.ndarray:
     table = np.zeros((len(model.kinds), len(KIND_FIELDS)), dtype=np.float64)
     n_exp = float(max(1, model.num_experts))
     n_shared = float(model.num_shared_experts)
@@ -131,9 +139,16 @@ def nd_kind_table(model: Any) -> np.ndarray:
     return table
 
 
-@functools.lru_cache(maxsize=256)
 def nd_model_vector(model: Any) -> np.ndarray:
-    """(len(MODEL_FIELDS),) float64, read-only: ND's model-level constants."""
+    """(len(MODEL_FIELDS),) float64, read-only: ND's model-level constants (cached per model)."""
+    cache = per_object(model)
+    vec = cache.get("nd_model_vector")
+    if vec is None:
+        vec = cache["nd_model_vector"] = _nd_model_vector(model)
+    return vec
+
+
+def _nd_model_vector(model: Any) -> np.ndarray:
     vec = np.zeros(len(MODEL_FIELDS), dtype=np.float64)
     vec[MODEL["h"]] = model.hidden_size
     vec[MODEL["a"]] = model.num_attention_heads
@@ -154,6 +169,24 @@ def nd_model_vector(model: Any) -> np.ndarray:
     return vec
 
 
+class _NoCluster:
+    """ND's defaults where no cluster is given: 8 devices per node, not A3."""
+
+    dpn = 8.0
+    is_a3 = 0.0
+
+
+def cluster_constants(cluster: Any) -> Any:
+    """What the formulas read off *cluster* (cached per cluster); ND's defaults for None."""
+    if cluster is None:
+        return _NoCluster
+    cache = per_object(cluster)
+    constants = cache.get("cluster_constants")
+    if constants is None:
+        constants = cache["cluster_constants"] = ClusterConstants(cluster)
+    return constants
+
+
 def nd_candidate_vector(spec: ExecSpec, derived: Derived, cluster: Any) -> np.ndarray:
     """(len(CAND_FIELDS),) float64: one candidate, ND's strategy fields."""
     vec = np.empty(len(CAND_FIELDS), dtype=np.float64)
@@ -162,31 +195,13 @@ def nd_candidate_vector(spec: ExecSpec, derived: Derived, cluster: Any) -> np.nd
 
 
 def fill_candidate(vec: np.ndarray, spec: ExecSpec, derived: Derived, cluster: Any) -> None:
-    """Write one candidate's ND fields into *vec* (a row of a batch, or a fresh vector)."""
-    device = cluster.device if cluster is not None else None
-    values = {
-        "b": spec.micro_batch_size, "s": spec.seq_length, "t": spec.tp, "sp": derived.sp, "cp": spec.cp,
-        "ep": spec.ep, "t_exp": derived.t_exp, "d": spec.dp, "d_exp": derived.d_exp, "p": spec.pp,
-        "vp": spec.vpp, "m": derived.micro_batch_num,
-        "bytes_p": spec.param_bytes, "bytes_c": spec.compute_bytes, "bytes_grad": derived.nd_bytes_grad,
-        "cap_fact": spec.capacity_factor,
-        "moe_dispatch": MOE_DISPATCH if spec.moe_dispatch is None else spec.moe_dispatch,
-        "comm_d_non_exp": derived.comm_d_non_exp, "comm_d_exp": derived.comm_d_exp,
-        "comm_t": derived.comm_t, "comm_ep": derived.comm_ep, "comm_cp": derived.comm_cp,
-        "cp_ring": 1.0 if spec.cp_algo == "ring" else 0.0,
-        "shard_nonexp_partial": derived.shard_p_os_non_exp_partial,
-        "shard_exp": derived.shard_p_os_exp, "shard_exp_partial": derived.shard_p_os_exp_partial,
-        "shard_embed": derived.shard_embed, "gather_embed": 1.0,  # ND's gather_embed: 1 unless a parser says otherwise
-        "fsdp": 1.0 if derived.grad_shard_as_params else 0.0,
-        "reshard": 1.0 if derived.reshards else 0.0,
-        "tie_emb": 1.0 if derived.tie_embeddings else 0.0,
-        "dpn": device.nd_node_size if device is not None else 8,
-        "is_a3": 1.0 if (device is not None and device.nd_name == "A3") else 0.0,
-        "dp_overlap": derived.comm_dp_overlap, "tp_overlap": derived.comm_tp_overlap,
-        "ep_local_tokens": 0.0,
-    }
-    for name, value in values.items():
-        vec[CAND[name]] = value
+    """Write one candidate's ND fields into *vec* (a row of a batch, or a fresh vector).
+
+    The values are ``ndcost._formulas.nd_candidate_columns``, the formulas ``estimate_many``
+    runs on columns; ``gather_embed`` is 1 (ND's default unless a parser says otherwise),
+    ``ep_local_tokens`` 0 (balanced EP).
+    """
+    vec[:] = nd_candidate_columns_scalar(SCALAR, spec.__dict__, derived.__dict__, cluster_constants(cluster), MOE_DISPATCH)
 
 
 def nd_options_vector(ratio_type: str = "DYNAMIC", rec_type: str = "WITH", p2p: bool = False) -> np.ndarray:

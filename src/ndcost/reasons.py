@@ -1,10 +1,10 @@
 """Why a candidate of a batch has no price, as an int code per row.
 
 ``estimate_many`` never raises for one bad candidate: each row gets a reason
-code, 0 when it is priced and fits. :data:`REASONS` lists every code with the
-parameters it concerns (the ``SpecError.parameter`` that ``ExecSpec`` or
-``validate`` would raise for it) and a sentence; :func:`explain_reason` turns a
-code into that sentence. For the numbers behind one row, ``ndcost.explain(model,
+code, 0 when it is priced and fits. :data:`REASONS` turns a code into words
+(``REASONS[code]``, as :func:`explain_reason`); :data:`REASON_TABLE` gives each
+code its name and the parameters it concerns (the ``SpecError.parameter`` that
+``ExecSpec`` or ``validate`` would raise for it). For the numbers behind one row, ``ndcost.explain(model,
 cands[i], cluster)`` raises nothing and lists every broken rule in words.
 
 The order of the codes is the order the rules are checked in (ExecSpec's own
@@ -19,7 +19,7 @@ from typing import Mapping, NamedTuple
 
 from ._columns import KERNEL_REASONS
 
-__all__ = ["Reason", "REASONS", "REASON_CODES", "FIRST_INVALID", "explain_reason"]
+__all__ = ["Reason", "REASONS", "REASON_TABLE", "REASON_CODES", "FIRST_INVALID", "explain_reason"]
 
 
 class Reason(NamedTuple):
@@ -34,15 +34,15 @@ class Reason(NamedTuple):
 _DEGREES = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp")
 _FLAGS = ("sequence_parallel", "mtp_in_offset", "emb_out_in_offset", "selective_comm_recompute",
           "recompute_slice_activation", "overlapped_grad_reduce", "deferred_grad_accumulation", "shard_spans_cp",
-          "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap", "tie_embeddings")
+          "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap", "tie_embeddings", "reshard_params")
 _BYTES = ("param_bytes", "compute_bytes", "softmax_bytes", "grad_bytes", "optimizer_state_bytes",
           "optimizer_states", "main_param_bytes", "norm_bytes", "dropout_bytes")
 
 _TABLE = (
     # Written by the kernels (KERNEL_REASONS).
-    ("ok", (), "priced, and it fits the device memory"),
-    ("undefined", (), "the kernels found no finite price (a NaN: a degenerate size or degree)"),
-    ("no_fit", (), "priced, but its peak pipeline stage does not fit the device memory"),
+    ("ok", (), "priced, and fits in memory"),
+    ("undefined", (), "no finite price (a degenerate size or degree)"),
+    ("no_fit", (), "does not fit in memory"),
     # ExecSpec's own checks.
     ("bad_degree", _DEGREES, "a parallel degree (dp, tp, pp, vpp, cp, ep, etp) is not an integer >= 1"),
     ("bad_flag", _FLAGS, "an on/off field is not True or False"),
@@ -69,6 +69,8 @@ _TABLE = (
     ("bad_reshard", ("reshard_params",), "reshard_params is True without zero_stage 3"),
     # validate's rules, in its order.
     ("devices", ("dp*tp*pp*cp",), "dp*tp*pp*cp is not the cluster's device count"),
+    ("whole_nodes", ("num_devices",),
+     "on a bare device, dp*tp*pp*cp is neither within one node nor a whole number of nodes"),
     ("tp_heads", ("tp",), "tp does not divide the attention heads"),
     ("tp_kv_heads", ("tp",), "tp does not divide the key/value heads"),
     ("tp_linear_heads", ("tp",), "tp does not divide the linear-attention (gated DeltaNet) heads"),
@@ -93,23 +95,26 @@ _TABLE = (
     ("expert_dp", ("ep", "ep*etp"), "the expert degrees leave no expert data-parallel rank"),
 )
 
-#: Every reason, indexed by its code.
-REASONS: tuple[Reason, ...] = tuple(Reason(code, name, parameters, text)
-                                     for code, (name, parameters, text) in enumerate(_TABLE))
+#: Every reason (code, name, parameters, words), indexed by its code.
+REASON_TABLE: tuple[Reason, ...] = tuple(Reason(code, name, parameters, text)
+                                         for code, (name, parameters, text) in enumerate(_TABLE))
+#: Each code's words: ``REASONS[code]``.
+REASONS: tuple[str, ...] = tuple(reason.text for reason in REASON_TABLE)
 #: Reason name -> code.
-REASON_CODES: Mapping[str, int] = MappingProxyType({reason.name: reason.code for reason in REASONS})
+REASON_CODES: Mapping[str, int] = MappingProxyType({reason.name: reason.code for reason in REASON_TABLE})
 #: Codes from here on mark invalid candidates (the kernels skip them).
 FIRST_INVALID = len(KERNEL_REASONS)
 
-assert tuple(reason.name for reason in REASONS[:FIRST_INVALID]) == KERNEL_REASONS
+if tuple(reason.name for reason in REASON_TABLE[:FIRST_INVALID]) != KERNEL_REASONS:  # pragma: no cover
+    raise ImportError("the first reasons must be the kernels' (_columns.KERNEL_REASONS)")
 
 
 def explain_reason(code: int) -> str:
-    """The sentence of a reason code (``REASONS[code].text``); raises ValueError for an unknown code."""
+    """The words of a reason code (``REASONS[code]``); raises ValueError for an unknown code."""
     try:
         index = int(code)
     except (TypeError, ValueError):
         raise ValueError(f"a reason code is an integer in [0, {len(REASONS)}), got {code!r}") from None
     if not 0 <= index < len(REASONS):
         raise ValueError(f"a reason code is an integer in [0, {len(REASONS)}), got {code!r}")
-    return REASONS[index].text
+    return REASONS[index]

@@ -3,8 +3,9 @@
 # (c_nd_stage_sums, c_nd_combine, c_nd_apply_ratios) and memory.pxi (c_layer_activation_bytes,
 # c_inflight_micro_batches, c_stage_memory) included before it.
 #
-# Each candidate is a row of a candidate matrix and the index of its layout in a layout table
-# (LY_*), whose arrays sit in two pools: `pool` (float64: chunk-summed counts, per-chunk
+# Each candidate is a column of a candidate matrix (fields x N: numpy fills a field's values
+# contiguously; the kernel gathers one candidate's into a stack buffer) and the index of its
+# layout in a layout table (LY_*), whose arrays sit in two pools: `pool` (float64: chunk-summed counts, per-chunk
 # counts, stage x kind presence) and `slot_pool` (int64: slot options, then slot keep masks).
 # Shapes, pool spans and every priced row's layout are checked before `nogil`; scratch buffers
 # are allocated once per call, sized for the largest layout. A row whose reason is an
@@ -181,8 +182,8 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
     c = mc[MC_bytes_c]
     n = mc[MC_bytes_norm]
     dropout = mc[MC_bytes_dropout]
-    logits = tokens * v_size * 4.0 / tp                              # fp32 logits (Korthikanti §4.3)
-    emb_act = tokens * 8.0 + tokens * h * dropout / sp               # token ids + embedding dropout mask
+    logits = tokens * v_size * 4.0 / tp                              # fp32 logits, memory.LOGIT_BYTES (Korthikanti §4.3)
+    emb_act = tokens * 8.0 + tokens * h * dropout / sp               # int64 token ids (memory.TOKEN_ID_BYTES) + dropout mask
     out_act = tokens * h * n / sp + tokens * h * c / sp + logits      # final norm, head input, logits
     mtp_act = tokens * (2.0 * h * n + 2.0 * h * c + h * n + h * c) / sp + logits
     for j in range(p * vp):
@@ -255,14 +256,14 @@ cdef Py_ssize_t c_batch_check(Py_ssize_t n_kinds, Py_ssize_t n_rows, const long 
         li = layout_index[i]
         if li < 0 or li >= n_layouts:
             raise ValueError(f"layout_index[{i}] must be a layout row in [0, {n_layouts}), got {li}")
-        if cands[i, p_column] != <double>layouts[li, LY_pp] or cands[i, vp_column] != <double>layouts[li, LY_vpp]:
-            raise ValueError(f"cands[{i}] must have the pp and vpp of its layout {li}")
+        if cands[p_column, i] != <double>layouts[li, LY_pp] or cands[vp_column, i] != <double>layouts[li, LY_vpp]:
+            raise ValueError(f"candidate {i} must have the pp and vpp of its layout {li}")
     return 0
 
 
 def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
                       const double[::1] model,             # IN (M_COUNT,)
-                      const double[:, ::1] cands,          # IN (N, C_COUNT)
+                      const double[:, ::1] cands,          # IN (C_COUNT, N): a candidate per column
                       const long long[::1] layout_index,   # IN (N,)
                       const long long[:, ::1] layouts,     # IN (L, LY_COUNT)
                       const double[::1] pool,              # IN
@@ -271,13 +272,14 @@ def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
                       const double[::1] ratios,            # IN (P_COUNT,) or (0,)
                       long long[::1] reason,               # IN/OUT (N,)
                       double[::1] out_step,                # OUT (N,)
-                      double[:, ::1] out_parts,            # OUT (P_COUNT, N)
+                      double[:, :] out_parts,              # OUT (P_COUNT, N), any strides (a part per row)
                       double[:, ::1] out_stage_times) -> None:  # OUT (N, >= max pp) or (0, 0)
     """ND's score of N candidates (ND_REFERENCE §2.2-§2.10), one stage walk and combine each."""
-    cdef Py_ssize_t n = cands.shape[0], n_kinds = kinds.shape[0], i, j, s, p, n_slots, n_times
+    cdef Py_ssize_t n = cands.shape[1], n_kinds = kinds.shape[0], i, j, s, p, n_slots, n_times
     cdef Py_ssize_t max_p, max_pv, max_slots
     cdef bint with_ratios = ratios.shape[0] != 0
     cdef double total
+    cdef double cand[C_COUNT]
     cdef double parts[P_COUNT]
     cdef double scaled[P_COUNT]
     cdef const long long* layout
@@ -289,8 +291,8 @@ def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
         raise ValueError(f"kinds must have {K_COUNT} columns, got {kinds.shape[1]}")
     if model.shape[0] != M_COUNT:
         raise ValueError(f"model must have length {M_COUNT}, got {model.shape[0]}")
-    if n and cands.shape[1] != C_COUNT:
-        raise ValueError(f"cands must have {C_COUNT} columns, got {cands.shape[1]}")
+    if cands.shape[0] != C_COUNT:
+        raise ValueError(f"cands must have {C_COUNT} rows (a candidate per column), got {cands.shape[0]}")
     if options.shape[0] != O_COUNT:
         raise ValueError(f"options must have length {O_COUNT}, got {options.shape[0]}")
     if with_ratios and ratios.shape[0] != P_COUNT:
@@ -325,10 +327,11 @@ def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
                 p = layout[LY_pp]
                 n_slots = layout[LY_n_slots]
                 slots = &slot_pool[layout[LY_slots_at]]
-                c_nd_stage_sums(&kinds[0, 0], n_kinds, &model[0], &cands[i, 0], &pool[layout[LY_counts_at]], p,
+                for j in range(C_COUNT):
+                    cand[j] = cands[j, i]
+                c_nd_stage_sums(&kinds[0, 0], n_kinds, &model[0], cand, &pool[layout[LY_counts_at]], p,
                                 slots, slots + n_slots, n_slots, layout[LY_emb_stage], layout[LY_out_stage], stage)
-                total = c_nd_combine(stage, p, &cands[i, 0], &model[0], &options[0], NULL, 0, -1, parts, times,
-                                     reruns)
+                total = c_nd_combine(stage, p, cand, &model[0], &options[0], NULL, 0, -1, parts, times, reruns)
                 if with_ratios:
                     total = c_nd_apply_ratios(parts, &ratios[0], scaled)
                     for j in range(P_COUNT):
@@ -348,7 +351,7 @@ def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
 
 def memory_batch(const double[:, ::1] kinds,          # IN (K, MK_COUNT)
                  const double[::1] model,             # IN (MM_COUNT,)
-                 const double[:, ::1] cands,          # IN (N, MC_COUNT)
+                 const double[:, ::1] cands,          # IN (MC_COUNT, N): a candidate per column
                  const long long[::1] layout_index,   # IN (N,)
                  const long long[:, ::1] layouts,     # IN (L, LY_COUNT)
                  const double[::1] pool,              # IN
@@ -360,17 +363,18 @@ def memory_batch(const double[:, ::1] kinds,          # IN (K, MK_COUNT)
                  unsigned char[::1] out_fits,         # OUT (N,)
                  double[:, :, ::1] out_stages) -> None:  # OUT (N, >= max pp, 8) or (0, 0, 8)
     """Memory of N candidates (ND_REFERENCE §3; Korthikanti et al. 2022): the peak stage and whether it fits."""
-    cdef Py_ssize_t n = cands.shape[0], n_kinds = kinds.shape[0], i, j, s, p, n_stage_rows
+    cdef Py_ssize_t n = cands.shape[1], n_kinds = kinds.shape[0], i, j, s, p, n_stage_rows
     cdef Py_ssize_t max_p, max_pv, max_slots
     cdef double peak
+    cdef double mc[MC_COUNT]
     cdef const long long* layout
     cdef MemScratch scratch
     if n_kinds and kinds.shape[1] != MK_COUNT:
         raise ValueError(f"kinds must have {MK_COUNT} columns, got {kinds.shape[1]}")
     if model.shape[0] != MM_COUNT:
         raise ValueError(f"model must have length {MM_COUNT}, got {model.shape[0]}")
-    if n and cands.shape[1] != MC_COUNT:
-        raise ValueError(f"cands must have {MC_COUNT} columns, got {cands.shape[1]}")
+    if cands.shape[0] != MC_COUNT:
+        raise ValueError(f"cands must have {MC_COUNT} rows (a candidate per column), got {cands.shape[0]}")
     if out_peak.shape[0] != n or out_fits.shape[0] != n:
         raise ValueError(f"out_peak and out_fits must have length {n}")
     c_batch_check(n_kinds, n, layout_index, layouts, pool.shape[0], slot_pool.shape[0], reason, cands,
@@ -405,8 +409,10 @@ def memory_batch(const double[:, ::1] kinds,          # IN (K, MK_COUNT)
                     continue
                 layout = &layouts[layout_index[i], 0]
                 p = layout[LY_pp]
-                peak = c_candidate_memory(&kinds[0, 0], n_kinds, &model[0], &cands[i, 0], layout, &pool[0],
-                                          &slot_pool[0], reserve, &scratch)
+                for j in range(MC_COUNT):
+                    mc[j] = cands[j, i]
+                peak = c_candidate_memory(&kinds[0, 0], n_kinds, &model[0], mc, layout, &pool[0], &slot_pool[0],
+                                          reserve, &scratch)
                 out_peak[i] = peak
                 out_fits[i] = 1 if peak <= capacity else 0
                 for s in range(n_stage_rows):

@@ -1,8 +1,8 @@
 """Batches of candidates (oracle): ND's score and the memory model over N candidates.
 
-The twin is ``cysrc/ndcost/kernels/batch.pxi``. Each candidate is one row of a
-candidate matrix (ND: ``CAND_FIELDS``; memory: ``MEMORY_CAND_FIELDS``) and the
-index of its layout in a layout table (``LAYOUT_FIELDS``), whose arrays sit in
+The twin is ``cysrc/ndcost/kernels/batch.pxi``. Each candidate is one column of a
+candidate matrix (fields x N; ND: ``CAND_FIELDS``, memory: ``MEMORY_CAND_FIELDS``:
+numpy fills a field for every candidate contiguously) and the index of its layout in a layout table (``LAYOUT_FIELDS``), whose arrays sit in
 two pools: ``pool`` (float64: the chunk-summed counts, the per-chunk counts and
 the stage x kind presence of every layout) and ``slot_pool`` (int64: each
 layout's slot options, then its slot keep masks).
@@ -48,6 +48,13 @@ def _rows(array) -> list:
     return array.tolist() if hasattr(array, "tolist") else [list(row) for row in array]
 
 
+def _columns_as_rows(cands) -> list:
+    """A (fields, N) candidate matrix as one list of Python numbers per candidate."""
+    if hasattr(cands, "T"):
+        return cands.T.tolist()
+    return [list(row) for row in zip(*cands)]
+
+
 def _flat(array) -> list:
     return array.tolist() if hasattr(array, "tolist") else list(array)
 
@@ -60,9 +67,11 @@ def _check_common(kinds, kind_width, model, model_width, cands, cand_width, layo
         raise ValueError(f"kinds must be (K, {kind_width}) with K >= 1")
     if len(model) != model_width:
         raise ValueError(f"model must have length {model_width}, got {len(model)}")
-    n = len(cands)
-    if any(len(row) != cand_width for row in cands):
-        raise ValueError(f"cands must be (N, {cand_width})")
+    if len(cands) != cand_width:
+        raise ValueError(f"cands must have {cand_width} rows (a candidate per column), got {len(cands)}")
+    n = len(cands[0]) if cand_width else 0
+    if any(len(row) != n for row in cands):
+        raise ValueError(f"cands must be ({cand_width}, N)")
     if len(layout_index) != n:
         raise ValueError(f"layout_index must have length {n}, got {len(layout_index)}")
     if len(reason) != n:
@@ -94,7 +103,7 @@ def _check_rows(cands, layout_index, reason, rows, p_column, vp_column) -> None:
             raise ValueError(f"layout_index[{i}] must be a layout row in [0, {len(rows)}), got {li}")
         row = rows[li]
         if cands[i][p_column] != row[_L["pp"]] or cands[i][vp_column] != row[_L["vpp"]]:
-            raise ValueError(f"cands[{i}] must have the pp and vpp of its layout {li}")
+            raise ValueError(f"candidate {i} must have the pp and vpp of its layout {li}")
 
 
 # --------------------------------------------------------------------------- ND's score
@@ -105,7 +114,7 @@ def nd_estimate_batch(kinds, model, cands, layout_index, layouts, pool, slot_poo
     """ND's score of N candidates (one :func:`nd_stage_sums` + :func:`nd_combine` each).
 
     Args:
-        kinds: (K, KIND_FIELDS); model: (MODEL_FIELDS,); cands: (N, CAND_FIELDS).
+        kinds: (K, KIND_FIELDS); model: (MODEL_FIELDS,); cands: (CAND_FIELDS, N), a candidate per column.
         layout_index: (N,) the layout row of each candidate; layouts: (L, LAYOUT_FIELDS).
         pool, slot_pool: the layouts' arrays (see the module docstring).
         options: (ND_OPTION_FIELDS,); ratios: (PART_NAMES,) to turn parts into ms, or empty.
@@ -130,7 +139,7 @@ def nd_estimate_batch(kinds, model, cands, layout_index, layouts, pool, slot_poo
     model_row = _flat(model)
     if not 0 <= model_row[MODEL["default_kind"]] < n_kinds:
         raise ValueError(f"model[default_kind] must be a kind row in [0, {n_kinds})")
-    cand_rows = _rows(cands)
+    cand_rows = _columns_as_rows(cands)
     _check_rows(cand_rows, layout_index, reason, rows, CAND_FIELDS.index("p"), CAND_FIELDS.index("vp"))
     kind_rows, pool_list, slots, options, ratios = _rows(kinds), _flat(pool), _flat(slot_pool), _flat(options), _flat(ratios)
     n_stage_fields = len(STAGE_FIELDS)
@@ -308,8 +317,8 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
     tokens = mc[_MC["seq"]] * mc[_MC["b"]] / mc[_MC["cp"]]
     h, v = model[_MM["h"]], model[_MM["v"]]
     c, n, dropout = mc[_MC["bytes_c"]], mc[_MC["bytes_norm"]], mc[_MC["bytes_dropout"]]
-    logits = tokens * v * 4.0 / tp                                   # fp32 logits (Korthikanti §4.3)
-    emb_act = tokens * 8.0 + tokens * h * dropout / sp               # token ids + embedding dropout mask
+    logits = tokens * v * 4.0 / tp                                   # fp32 logits, memory.LOGIT_BYTES (Korthikanti §4.3)
+    emb_act = tokens * 8.0 + tokens * h * dropout / sp               # int64 token ids (memory.TOKEN_ID_BYTES) + dropout mask
     out_act = tokens * h * n / sp + tokens * h * c / sp + logits      # final norm, head input, logits
     mtp_act = tokens * (2.0 * h * n + 2.0 * h * c + h * n + h * c) / sp + logits
     extra_act = [[0.0] * vp for _ in range(p)]
@@ -337,7 +346,7 @@ def memory_batch(kinds, model, cands, layout_index, layouts, pool, slot_pool, re
     """Memory of N candidates: each one's peak stage (bytes) and whether it fits *capacity*.
 
     Args:
-        kinds: (K, MEMORY_KIND_FIELDS); model: (MEMORY_MODEL_FIELDS,); cands: (N, MEMORY_CAND_FIELDS).
+        kinds: (K, MEMORY_KIND_FIELDS); model: (MEMORY_MODEL_FIELDS,); cands: (MEMORY_CAND_FIELDS, N).
         layout_index, layouts, pool, slot_pool: as :func:`nd_estimate_batch`.
         reserve: bytes kept back on every device; capacity: the device's HBM in bytes.
         reason: (N,) IN/OUT; out_peak: (N,) the largest stage total (NaN if undefined);
@@ -353,7 +362,7 @@ def memory_batch(kinds, model, cands, layout_index, layouts, pool, slot_pool, re
     if len(out_stages) not in (0, n) or (len(out_stages) and (
             any(n_stage_rows < row[_L["pp"]] for row in rows) or len(out_stages[0][0]) != N_MEMORY_COLUMNS)):
         raise ValueError(f"out_stages must be (0, 0, {N_MEMORY_COLUMNS}) or ({n}, >= the largest pp, {N_MEMORY_COLUMNS})")
-    cand_rows = _rows(cands)
+    cand_rows = _columns_as_rows(cands)
     _check_rows(cand_rows, layout_index, reason, rows, MEMORY_CAND["p"], MEMORY_CAND["vp"])
     kind_rows, model_row, pool_list, slots = _rows(kinds), _flat(model), _flat(pool), _flat(slot_pool)
     reserve, capacity = float(reserve), float(capacity)

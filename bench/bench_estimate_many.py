@@ -1,0 +1,123 @@
+"""estimate() per call and estimate_many() throughput, both backends side by side.
+
+Run: ``pytest bench/bench_estimate_many.py --benchmark-only --benchmark-group-by=group``
+(add ``--benchmark-json=bench.json`` to keep the numbers). Each group holds one
+measurement for both backends; the terminal summary lists candidates per second.
+
+The batches are what a strategy search prices: every (tp, pp, cp, ep, vpp,
+micro-batch size, recompute, ZeRO stage, SP) of a model on 1024 devices at a
+fixed global batch, keeping the candidates that are valid (priced, whether or
+not they fit), sampled with a fixed seed to the batch size. Memory is priced
+(``with_memory`` is on), in ND units.
+
+Only ratios measured in this run are asserted, with a wide margin (compiled at
+least 20x the oracle on the same 10,000 candidates, where the target is 100x);
+absolute times never are.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numpy as np
+import pytest
+
+from ndcost import Candidates, Cluster, ExecSpec, Model, _backend, estimate, estimate_many
+
+# model -> (device, global batch, sequence, ep choices, the realistic one-candidate strategy)
+CASES = {
+    "llama3-70b": ("h100-sxm", 1024, 8192, (1,),
+                   dict(dp=16, tp=8, pp=8, global_batch_size=1024, seq_length=8192, sequence_parallel=True,
+                        recompute="selective")),
+    "deepseek-v3": ("h800", 4096, 4096, (8, 16, 32, 64),
+                    dict(dp=64, tp=1, pp=16, ep=64, global_batch_size=4096, seq_length=4096, recompute="full",
+                         zero_stage=1)),
+}
+DEVICES = 1024
+SIZES = (100, 10_000, 1_000_000)
+#: Rounds per measurement, kept small so that a CI run stays well under a minute.
+ROUNDS = {("cython", 100): 200, ("cython", 10_000): 20, ("cython", 1_000_000): 3,
+          ("python", 100): 5, ("python", 10_000): 2}
+#: (group key, backend) -> median seconds, for the ratio guard and the summary.
+MEDIANS: dict[tuple, float] = {}
+
+
+@pytest.fixture(params=["cython", "python"], ids=["cython", "python"])
+def api_backend(request):
+    """The whole API on one backend (ndcost._backend.use swaps the kernels module)."""
+    with _backend.use(request.param):
+        yield request.param
+
+
+def search_space(model: Model, device: str, gbs: int, seq: int, eps: tuple) -> Candidates:
+    columns: dict[str, list] = {name: [] for name in ("dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size",
+                                                       "recompute", "zero_stage", "sequence_parallel")}
+    for tp, pp, cp, ep, vpp, mbs, recompute, zero, sp in itertools.product(
+            (1, 2, 4, 8), (1, 2, 4, 8, 16), (1, 2, 4), eps, (1, 2, 4), (1, 2, 4), ("none", "selective", "full"),
+            (0, 1, 2, 3), (False, True)):
+        if DEVICES % (tp * pp * cp):
+            continue
+        dp = DEVICES // (tp * pp * cp)
+        if gbs % (mbs * dp) or (sp and tp == 1) or (vpp > 1 and pp == 1):
+            continue
+        for name, value in zip(columns, (dp, tp, pp, vpp, cp, ep, mbs, recompute, zero, sp)):
+            columns[name].append(value)
+    return Candidates.from_arrays(global_batch_size=gbs, seq_length=seq,
+                                  **{name: np.array(values) for name, values in columns.items()})
+
+
+@functools.lru_cache(maxsize=None)
+def batch(name: str, size: int) -> tuple[Model, Cluster, Candidates]:
+    device, gbs, seq, eps, _ = CASES[name]
+    model, cluster = Model.from_catalog(name), Cluster(device, num_devices=DEVICES)
+    space = search_space(model, device, gbs, seq, eps)
+    with _backend.use("cython"):
+        priced = np.flatnonzero(estimate_many(model, space, cluster, units="nd", with_memory=False).valid)
+    rows = np.random.default_rng(2026).choice(priced, size=size, replace=size > len(priced))
+    return model, cluster, space.take(rows)
+
+
+def _record(benchmark, key: tuple, backend: str, candidates: int) -> None:
+    stats = getattr(benchmark, "stats", None)
+    if stats is None:  # --benchmark-disable: the function ran once, nothing was timed
+        return
+    median = stats.stats.median
+    MEDIANS[(key, backend)] = median
+    benchmark.extra_info["candidates"] = candidates
+    benchmark.extra_info["candidates_per_second"] = candidates / median if median > 0 else float("inf")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def bench_estimate_one(benchmark, api_backend, name):
+    """Per-call overhead: one candidate, memory included, ND units."""
+    device, _, _, _, fields = CASES[name]
+    spec = ExecSpec(**fields)
+    model, cluster = Model.from_catalog(name), Cluster(device, num_devices=spec.num_devices)
+    benchmark.group = f"estimate(), one candidate, {name}"
+    result = benchmark(estimate, model, spec, cluster, units="nd")
+    assert result.step_time > 0 and result.memory.peak > 0
+    _record(benchmark, ("one", name), api_backend, 1)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{size}" for size in SIZES])
+@pytest.mark.parametrize("name", list(CASES))
+def bench_estimate_many(benchmark, api_backend, name, size):
+    """Throughput: a search's batch of valid candidates, memory included, ND units."""
+    if (api_backend, size) not in ROUNDS:
+        pytest.skip("the oracle prices a million candidates in minutes: compiled only")
+    model, cluster, cands = batch(name, size)
+    benchmark.group = f"estimate_many, {name}, {size:,} candidates"
+    result = benchmark.pedantic(estimate_many, args=(model, cands, cluster), kwargs={"units": "nd"},
+                                rounds=ROUNDS[(api_backend, size)], iterations=1, warmup_rounds=1 if size < 10**6 else 0)
+    assert len(result) == size and result.valid.all()
+    _record(benchmark, ("many", name, size), api_backend, size)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def bench_zz_compiled_vs_oracle(name):
+    """The guard: compiled >= 20x the oracle on the same 10,000 candidates, measured above in this run."""
+    key = ("many", name, 10_000)
+    if (key, "cython") not in MEDIANS or (key, "python") not in MEDIANS:
+        pytest.skip("needs both backends' 10,000-candidate medians from this run (not under --benchmark-disable)")
+    ratio = MEDIANS[(key, "python")] / MEDIANS[(key, "cython")]
+    assert ratio >= 20.0, f"compiled is only {ratio:.1f}x the oracle on {name} (target 100x)"

@@ -1,0 +1,216 @@
+"""``estimate_many()``: N candidates priced by one compiled call per chunk.
+
+The data flow, per chunk of rows (numpy, vectorised; validation once per batch):
+
+1. the joint (model, spec, cluster) rules over the chunk's columns (ExecSpec's
+   own rules were applied when the :class:`~ndcost.candidates.Candidates` was
+   built), a reason code per row (ndcost.reasons);
+2. ND's derived values and the two candidate matrices (ND: ``CAND_FIELDS``,
+   memory: ``MEMORY_CAND_FIELDS``; fields x candidates, so that numpy writes
+   each field contiguously) by the formulas ``derive()`` itself runs
+   (``ndcost._formulas``);
+3. the kernels ``nd_estimate_batch`` and ``memory_batch`` over the chunk, the GIL
+   released, each candidate reading its layout from a pool built once per
+   distinct layout. An invalid row is skipped (NaN and its reason), a priced one
+   that does not fit gets the reason "no_fit"; nothing raises per candidate.
+
+Chunks keep the temporaries in cache: the candidate matrices of a chunk are
+a few MB however many candidates there are.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+
+from . import _backend
+from ._columns import CAND_FIELDS, MEMORY_CAND_FIELDS, PART_NAMES
+from ._formulas import (
+    ARRAY, ClusterConstants, derived_columns, joint_reason, memory_candidate_columns, nd_candidate_columns,
+)
+from ._layout_pool import LayoutPool, layout_piece, pack_layouts
+from ._cache import per_object
+from .batch_result import BatchEstimate
+from .candidates import Candidates
+from .derive import model_constants
+from .device import Cluster, Device
+from .errors import SpecError
+from .estimate import as_model, nd_options
+from .exec_spec import ExecSpec
+from .layout import build_layout
+from .memory import MEMORY_PARTS, memory_kind_table, memory_model_vector
+from .nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector
+from .ratios import Ratios
+from .reasons import REASON_CODES, REASONS
+from .validate import _layout_rules
+
+__all__ = ["estimate_many", "REASONS", "UNITS", "DEFAULT_CHUNK"]
+
+UNITS = ("seconds", "nd")
+#: Rows per kernel call: large enough that Python's per-chunk work is noise, small
+#: enough that the chunk's temporaries stay in cache.
+DEFAULT_CHUNK = 8192
+_OWNER = "estimate_many"
+_LAYOUT_CODE = REASON_CODES["layout"]
+
+
+def _as_candidates(candidates: Any) -> Candidates:
+    if isinstance(candidates, Candidates):
+        return candidates
+    if isinstance(candidates, ExecSpec):
+        return Candidates.from_specs([candidates])
+    if isinstance(candidates, (list, tuple)):
+        return Candidates.from_specs(candidates)
+    raise SpecError("candidates", _OWNER, "be a Candidates or a list of ExecSpec", type(candidates).__name__)
+
+
+def _cluster_of(cluster: Any) -> tuple[ClusterConstants, float]:
+    """(the constants the formulas and rules read, the memory reserve in bytes)."""
+    if isinstance(cluster, Cluster):
+        return cluster_constants(cluster), float(cluster.memory_reserve_bytes)
+    if isinstance(cluster, (str, Device)):
+        # A bare device: each candidate sized to its own devices (no device-count rule).
+        sized = Cluster(cluster, num_devices=1)
+        return ClusterConstants(None, sized.device), float(sized.memory_reserve_bytes)
+    raise SpecError("cluster", _OWNER, "be a Cluster, a Device or a device name", cluster)
+
+
+def _layout_pool(model: Any, cands: Candidates) -> tuple[LayoutPool, np.ndarray, np.ndarray]:
+    """(the pool of the candidates' layouts on *model*, each layout's row in it (-1: none),
+    each layout's rule-7 violation), cached per (model, candidates)."""
+    cached = cands._cache.get(("pool", id(model)))
+    if cached is not None and cached[0]() is model:
+        return cached[1]
+    pieces_of = per_object(model).setdefault("batch_layout_pieces", {})
+    pieces, rows, bad = [], [], []
+    for index, fields in enumerate(cands.layouts):
+        key = tuple(fields.values())
+        entry = pieces_of.get(key)
+        if entry is None:
+            spec = cands.layout_spec(index)
+            broken = any(True for _ in _layout_rules(model, spec))
+            piece = None
+            if not broken:
+                try:
+                    piece = layout_piece(build_layout(model, spec))
+                except SpecError:
+                    broken = True
+            entry = pieces_of[key] = (broken, piece)
+        broken, piece = entry
+        bad.append(broken)
+        if piece is None:
+            rows.append(-1)
+        else:
+            rows.append(len(pieces))
+            pieces.append(piece)
+    result = (pack_layouts(pieces), np.asarray(rows, dtype=np.int64), np.asarray(bad, dtype=bool))
+    cands._cache[("pool", id(model))] = (weakref.ref(model), result)
+    return result
+
+
+def _seconds_unavailable() -> SpecError:
+    return SpecError("units", _OWNER,
+                     "be 'nd' for now: seconds batches are not available yet (ndcost.seconds has no batch kernel)",
+                     "seconds")
+
+
+def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "seconds", ratios: Any = None,
+                  ratio_type: str = "DYNAMIC", rec_type: str = "WITH", p2p: bool = False,
+                  with_memory: bool = True, stage_times: bool = False, stage_memory: bool = False,
+                  allow_cross_node_tp: bool = True, chunk_size: int = DEFAULT_CHUNK) -> BatchEstimate:
+    """Price N candidates at once; an invalid or infeasible one is a value, never an exception.
+
+    Args:
+        model: A :class:`~ndcost.model.Model` or a catalog name.
+        candidates: A :class:`~ndcost.candidates.Candidates`, or a list of ExecSpec.
+        cluster: A :class:`~ndcost.device.Cluster` (every candidate must fill it: the
+            device-count rule), or a device (name): each candidate on its own devices.
+        units: ``"nd"`` (ND's score; with *ratios*, milliseconds). ``"seconds"``, the
+            default of ``estimate()``, raises SpecError until seconds batches exist.
+        ratios, ratio_type, rec_type, p2p: as :func:`ndcost.estimate`.
+        with_memory: Also price memory per stage, the peak and whether it fits.
+        stage_times, stage_memory: Also return each stage's time / memory breakdown.
+        allow_cross_node_tp: False gives tp above a node's devices a reason (validate's option).
+        chunk_size: Rows per kernel call.
+
+    Raises:
+        SpecError: For bad arguments (never for a bad candidate: see ``BatchEstimate.reason``).
+    """
+    if units not in UNITS:
+        raise SpecError("units", _OWNER, f"be one of {', '.join(map(repr, UNITS))}", units)
+    if units == "seconds":
+        raise _seconds_unavailable()
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise SpecError("chunk_size", _OWNER, "be an integer >= 1", chunk_size)
+    model = as_model(model)
+    cands = _as_candidates(candidates)
+    cc, reserve = _cluster_of(cluster)
+    options = nd_options(ratio_type, rec_type, bool(p2p))
+    ratio_set = Ratios.coerce(ratios)
+    ratio_vector = (np.zeros(0, dtype=np.float64) if ratio_set is None
+                    else np.ascontiguousarray(ratio_set.vector(), dtype=np.float64))
+    mc = model_constants(model)
+    kinds, model_vector = nd_kind_table(model), nd_model_vector(model)
+    memory_kinds, memory_model = memory_kind_table(model), memory_model_vector(model)
+    pool, pool_row, layout_bad = _layout_pool(model, cands)
+
+    n = len(cands)
+    step = np.empty(n, dtype=np.float64)
+    parts = np.empty((len(PART_NAMES), n), dtype=np.float64)
+    reason = np.empty(n, dtype=np.int64)
+    peak = np.full(n, np.nan)
+    fits = np.ones(n, dtype=bool)
+    max_pp = pool.max_pp
+    times = np.empty((n, max_pp)) if stage_times else None
+    stages = np.empty((n, max_pp, len(MEMORY_PARTS) + 1)) if (stage_memory and with_memory) else None
+    no_times = np.empty((0, 0))
+    no_stages = np.empty((0, 0, len(MEMORY_PARTS) + 1))
+    kernels = _backend.kernels
+    storage = {name: cands.storage(name) for name in cands.fields}
+    # A column that is one value broadcast (stride 0) enters the formulas as a numpy scalar:
+    # numpy then works on the columns that vary only.
+    constant = {name: column[0] for name, column in storage.items()
+                if column.ndim == 1 and column.shape[0] and column.strides[0] == 0}
+    varying = [name for name in storage if name not in constant]
+    spec_reason, layout_index = cands.reason, cands.layout_index
+    bad_by_layout = np.append(layout_bad, False)       # index -1 (an invalid row) reads False
+    row_by_layout = np.append(pool_row, 0)
+    n_cand, n_mcand = len(CAND_FIELDS), len(MEMORY_CAND_FIELDS)
+    with np.errstate(all="ignore"):
+        for start in range(0, n, chunk_size):
+            stop = min(n, start + chunk_size)
+            c = dict(constant)
+            for name in varying:
+                c[name] = storage[name][start:stop]
+            li = layout_index[start:stop]
+            joint = joint_reason(ARRAY, c, mc, cc, bad_by_layout[li], allow_cross_node_tp, REASON_CODES)
+            rows = np.where(spec_reason[start:stop] != 0, spec_reason[start:stop], joint)
+            d = derived_columns(ARRAY, c, mc)
+            cand = np.empty((n_cand, stop - start), dtype=np.float64)     # a candidate per column
+            for j, value in enumerate(nd_candidate_columns(ARRAY, c, d, cc, MOE_DISPATCH)):
+                cand[j] = value
+            index = row_by_layout[li]
+            kernels.nd_estimate_batch(kinds, model_vector, cand, index, pool.layouts, pool.pool, pool.slot_pool,
+                                      options, ratio_vector, rows, step[start:stop], parts[:, start:stop],
+                                      times[start:stop] if times is not None else no_times)
+            if with_memory:
+                mcand = np.empty((n_mcand, stop - start), dtype=np.float64)
+                for j, value in enumerate(memory_candidate_columns(ARRAY, c, d)):
+                    mcand[j] = value
+                kernels.memory_batch(memory_kinds, memory_model, mcand, index, pool.layouts, pool.pool,
+                                     pool.slot_pool, reserve, cc.capacity, rows, peak[start:stop],
+                                     fits[start:stop].view(np.uint8),
+                                     stages[start:stop] if stages is not None else no_stages)
+            reason[start:stop] = rows
+    if not with_memory:
+        fits = reason == 0
+    not_defined = np.broadcast_to(np.float64(np.nan), (n,))
+    for array in (step, parts, reason, peak, fits) + tuple(a for a in (times, stages) if a is not None):
+        array.setflags(write=False)
+    result_parts = {name: parts[i] for i, name in enumerate(PART_NAMES)}
+    return BatchEstimate(
+        units="nd" if ratio_set is None else "nd_ms", step_time=step, parts=result_parts, peak_memory=peak,
+        fits=fits, reason=reason, mfu=not_defined, tokens_per_second=not_defined, stage_times=times,
+        stage_memory=stages,
+    )
