@@ -24,6 +24,7 @@ from .reasons import REASONS, explain_reason
 from .recompute_plan import RecomputePlan, plan_recompute
 from .recompute_spec import SWITCHES, RecomputeRange
 from .result import Estimate
+from .search import SearchResult, search
 from .switch_profile import Cost, SwitchProfile
 
 __version__ = "0.1.0"
@@ -35,4 +36,5 @@ __all__ = [
     "ExecSpec", "RecomputeRange", "SWITCHES",
     "Ratios", "Estimate", "estimate", "layer_times", "explain",
     "Cost", "SwitchProfile", "plan_stage", "RecomputePlan", "plan_recompute",
+    "search", "SearchResult",
 ]
