@@ -6,7 +6,7 @@ from ndcost import Cluster, ExecSpec, Model
 # (model, device, fields): degrees as published runs or common practice use them.
 REALISTIC = {
     "llama3-8b": ("h100-sxm", dict(dp=4, tp=2, pp=1, micro_batch_size=1, global_batch_size=64, seq_length=8192,
-                                   sequence_parallel=True, recompute="selective", dropout_bytes=0)),
+                                   sequence_parallel=True, recompute="selective")),
     "llama3-70b": ("h100-sxm", dict(dp=16, tp=8, pp=8, global_batch_size=1024, seq_length=8192,
                                     sequence_parallel=True, recompute="selective")),
     "llama3.1-405b": ("h100-sxm", dict(dp=8, tp=8, pp=16, vpp=2, global_batch_size=256, seq_length=8192,

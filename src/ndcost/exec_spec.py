@@ -185,7 +185,9 @@ class ExecSpec:
     optimizer_states: int = 2  # Adam's two moments
     main_param_bytes: int = 4  # fp32 master copy of the params (0: none)
     norm_bytes: int = 2
-    dropout_bytes: int = 1  # dropout mask (0: no dropout)
+    # Dropout mask bytes; 0: no dropout, as Llama, Qwen and DeepSeek train (their config.json
+    # attention_dropout is 0.0). GPT-3-style runs (Korthikanti et al.'s assumptions) set 1.
+    dropout_bytes: int = 0
     # -- kernels and model-side choices
     flash_attention: bool = True
     grouped_gemm: bool = True  # dropless MoE; False: capacity mode with capacity_factor
