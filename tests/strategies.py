@@ -35,3 +35,14 @@ def realistic(name: str) -> tuple[Model, ExecSpec, Cluster]:
     device, fields = REALISTIC[name]
     spec = ExecSpec(**fields)
     return Model.from_catalog(name), spec, Cluster(device, num_devices=spec.num_devices)
+
+
+def on_both_backends(price):
+    """``{"cython": price(), "python": price()}``, each run with the whole API on that backend."""
+    from ndcost import _backend
+
+    results = {}
+    for backend in ("cython", "python"):
+        with _backend.use(backend):
+            results[backend] = price()
+    return results

@@ -7,19 +7,15 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost import _backend
 from ndcost._columns import PART_NAMES
 
-from strategies import REALISTIC, realistic
+from strategies import REALISTIC, on_both_backends, realistic
 
 
 @pytest.mark.parametrize("name", sorted(REALISTIC))
 def test_every_catalog_model_prices_the_same_on_both_backends(ckernels, name):
     model, spec, cluster = realistic(name)
-    results = {}
-    for backend in ("cython", "python"):
-        with _backend.use(backend):
-            results[backend] = ndcost.estimate(model, spec, cluster)
+    results = on_both_backends(lambda: ndcost.estimate(model, spec, cluster))
     c, py = results["cython"], results["python"]
     assert c.units == "seconds"
     assert math.isfinite(c.step_time) and c.step_time > 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-__all__ = ["per_object"]
+__all__ = ["per_object", "cached"]
 
 _CACHES: dict[int, tuple[Any, dict]] = {}
 
@@ -35,3 +35,12 @@ def per_object(obj: Any) -> dict:
     cache: dict = {}
     _CACHES[key] = (ref, cache)
     return cache
+
+
+def cached(obj: Any, key: str, build: Any) -> Any:
+    """``per_object(obj)[key]``, built by ``build()`` the first time it is asked for."""
+    cache = per_object(obj)
+    value = cache.get(key)
+    if value is None:
+        value = cache[key] = build()
+    return value

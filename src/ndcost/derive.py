@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._cache import per_object
+from ._cache import cached
 from ._formulas import (
     COMM_DP_OVERLAP, COMM_TP_OVERLAP, SCALAR, ModelConstants, derived_columns_scalar, derived_extra_columns_scalar,
 )
@@ -138,11 +138,7 @@ def _refuse_expert_degrees(spec: ExecSpec) -> None:
 
 def model_constants(model: Any) -> ModelConstants:
     """The model's constants the formulas read, built once per model object."""
-    cache = per_object(model)
-    constants = cache.get("model_constants")
-    if constants is None:
-        constants = cache["model_constants"] = ModelConstants(model)
-    return constants
+    return cached(model, "model_constants", lambda: ModelConstants(model))
 
 
 def derived_values(model: Any, spec: ExecSpec) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _columns as col
 from . import _backend
-from ._cache import per_object
+from ._cache import cached
 from ._formulas import (
     SCALAR, derived_columns_scalar, joint_reason_scalar, memory_candidate_columns_scalar, nd_candidate_columns_scalar,
 )
@@ -181,11 +181,7 @@ class _ModelTables:
 
 
 def _model_tables(model: Model) -> _ModelTables:
-    cache = per_object(model)
-    tables = cache.get("estimate_tables")
-    if tables is None:
-        tables = cache["estimate_tables"] = _ModelTables(model)
-    return tables
+    return cached(model, "estimate_tables", lambda: _ModelTables(model))
 
 
 def _single_layout(model: Model, spec: ExecSpec, layouts: dict) -> LayoutPool:

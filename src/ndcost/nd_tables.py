@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ._columns import CAND_FIELDS, KIND, KIND_FIELDS, MODEL, MODEL_FIELDS, ND_OPTION, ND_OPTION_FIELDS
-from ._cache import per_object
+from ._cache import cached
 from ._formulas import SCALAR, ClusterConstants, nd_candidate_columns_scalar
 from .derive import Derived
 from .errors import SpecError
@@ -97,11 +97,7 @@ def _nd_layer_params(model: Any, kind: Any, att: dict, n_exp: float, n_shared: f
 
 def nd_kind_table(model: Any) -> np.ndarray:
     """(K, len(KIND_FIELDS)) float64, read-only: one row per layer kind of *model* (cached per model)."""
-    cache = per_object(model)
-    table = cache.get("nd_kind_table")
-    if table is None:
-        table = cache["nd_kind_table"] = _nd_kind_table(model)
-    return table
+    return cached(model, "nd_kind_table", lambda: _nd_kind_table(model))
 
 
 def _nd_kind_table(model: Any) -> np.ndarray:
@@ -141,11 +137,7 @@ def _nd_kind_table(model: Any) -> np.ndarray:
 
 def nd_model_vector(model: Any) -> np.ndarray:
     """(len(MODEL_FIELDS),) float64, read-only: ND's model-level constants (cached per model)."""
-    cache = per_object(model)
-    vec = cache.get("nd_model_vector")
-    if vec is None:
-        vec = cache["nd_model_vector"] = _nd_model_vector(model)
-    return vec
+    return cached(model, "nd_model_vector", lambda: _nd_model_vector(model))
 
 
 def _nd_model_vector(model: Any) -> np.ndarray:
@@ -180,11 +172,7 @@ def cluster_constants(cluster: Any) -> Any:
     """What the formulas read off *cluster* (cached per cluster); ND's defaults for None."""
     if cluster is None:
         return _NoCluster
-    cache = per_object(cluster)
-    constants = cache.get("cluster_constants")
-    if constants is None:
-        constants = cache["cluster_constants"] = ClusterConstants(cluster)
-    return constants
+    return cached(cluster, "cluster_constants", lambda: ClusterConstants(cluster))
 
 
 def nd_candidate_vector(spec: ExecSpec, derived: Derived, cluster: Any) -> np.ndarray:
