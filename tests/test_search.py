@@ -65,8 +65,8 @@ def test_a_fixed_infeasible_strategy_comes_back_rejected_with_its_reason(llama):
                micro_batch_size=4, per_layer_recompute=0)
     assert r.space_size == 1 and r.fitting == 0
     assert r.rejected == {"does not fit in memory": 1}
-    r = search(model, cluster, global_batch_size=256, seq_length=4096, tp=8, pp=8, vpp=4, recompute="none",
-               micro_batch_size=4, per_layer_recompute=0)
+    r = search(model, cluster, global_batch_size=256, seq_length=4096, tp=8, pp=8, vpp=2, recompute="none",
+               micro_batch_size=3, per_layer_recompute=0)
     assert r.fitting == 0 and sum(r.rejected.values()) == 1
     assert "does not fit in memory" not in r.rejected
 

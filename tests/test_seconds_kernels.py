@@ -324,6 +324,10 @@ def _candidate_arrays():
         for name in ("intra_bw", "inter_bw", "hbm_bw", "peak_mm"):
             rate[RATE[name]] *= float(rng.uniform(0.3, 3.0))
         rate[RATE["kernel_s"]] = float(rng.choice([0.0, 3e-6, 2e-5]))
+        # the training-software figures (Rates.for_software): off, or a 2021 generation's
+        rate[RATE["z3_fetch_bw"]] = float(rng.choice([0.0, 24.3e9, 2e11]))
+        for name in ("z3_rc_gather", "z3_grad_ar", "grad_acc_pass"):
+            rate[RATE[name]] = float(rng.random() < 0.5)
         a["cand"], a["rate"] = cand, rate
         arrays.append(a)
     return arrays
@@ -401,3 +405,63 @@ def test_lengths_are_checked_before_the_kernel(kernels):
         kernels.seconds_combine(out, a["cand"], np.empty(len(PART_NAMES)), np.empty(n + 1))
     with pytest.raises(ValueError, match="rate"):
         kernels.seconds_collective(0, 1.0, 2.0, 1.0, a["rate"][:3])
+
+
+# ----------------------------------------------------------------------------- software generations
+
+def _zero3_arrays(recompute="full", zero_stage=3):
+    model = _model_175b()
+    spec = ndcost.ExecSpec(dp=64, tp=1, pp=1, micro_batch_size=1, global_batch_size=64, seq_length=2048,
+                           recompute=recompute, zero_stage=zero_stage, flash_attention=False, precision="fp16")
+    return seconds_arrays(model, spec, ndcost.Cluster("a100-80g", 64), overlap=Overlap(fsdp_prefetch=0.0))
+
+
+def _with_rate(a, **values):
+    a = dict(a)
+    rate = a["rate"].copy()
+    for name, value in values.items():
+        rate[RATE[name]] = value
+    a["rate"] = rate
+    return a
+
+
+def test_unfused_gradient_accumulation_adds_one_pass_over_the_parameters(kernels):
+    """Megatron-LM 2021: main_grad.add_(grad) per micro-batch = read the 16-bit gradient and the main
+    gradient, write the main gradient, over the layer's local parameters at the achievable HBM rate."""
+    a = _zero3_arrays(zero_stage=0)
+    fused = _run(kernels, a)[0]
+    unfused = _run(kernels, _with_rate(a, grad_acc_pass=1.0))[0]
+    rate, cand = a["rate"], a["cand"]
+    params = fused[0, SECONDS_LAYER["p_dense"]]
+    moved = params * (cand[SECONDS_CAND["bytes_c"]] + 2.0 * cand[SECONDS_CAND["bytes_grad"]])
+    expected = moved / (rate[RATE["hbm_eff"]] * rate[RATE["hbm_bw"]]) + rate[RATE["kernel_s"]]
+    assert unfused[0, SECONDS_LAYER["bw_w"]] - fused[0, SECONDS_LAYER["bw_w"]] == pytest.approx(expected, rel=1e-12)
+    for name in ("fw", "bw", "tp_f", "p_dense"):
+        assert unfused[0, SECONDS_LAYER[name]] == fused[0, SECONDS_LAYER[name]]
+
+
+def test_zero3_fetch_figures(kernels):
+    """DeepSpeed 2021 ZeRO-3: the fetch at its measured rate when slower than NCCL's, a recompute
+    forward that gathers again, gradients all-reduced; none of it touches a ZeRO-1 strategy."""
+    a = _zero3_arrays()
+    base = _run(kernels, a)[1][0]
+    stage = lambda **v: _run(kernels, _with_rate(a, **v))[1][0]
+    gather, reduce_ = SECONDS_STAGE["dp_mb_gather"], SECONDS_STAGE["dp_mb_reduce"]
+    slow = stage(z3_fetch_bw=1e9)
+    # the capped gather is the stage's parameter bytes over the rate: 175B fp16 parameters
+    assert slow[gather] > base[gather]
+    assert slow[gather] * 1e9 / a["cand"][SECONDS_CAND["bytes_p"]] == pytest.approx(174.6e9, rel=0.01)
+    assert stage(z3_fetch_bw=1e15)[gather] == base[gather]        # faster than NCCL: NCCL's rate
+    again = stage(z3_rc_gather=1.0)
+    # full recompute: one more gather of what it re-runs (rc / fw of the stage: the layers, not the heads)
+    share = base[SECONDS_STAGE["rc"]] / base[SECONDS_STAGE["fw"]]
+    assert 0.95 < share < 1.0
+    assert again[gather] == pytest.approx((1.0 + share) * base[gather], rel=1e-12)
+    assert stage(z3_grad_ar=1.0)[reduce_] > base[reduce_]
+    z1 = _zero3_arrays(zero_stage=1)
+    plain = _run(kernels, z1)
+    flagged = _run(kernels, _with_rate(z1, z3_fetch_bw=1e9, z3_rc_gather=1.0, z3_grad_ar=1.0))
+    for got, want in zip(flagged, plain):
+        np.testing.assert_array_equal(got, want)
+    no_rc = _zero3_arrays(recompute="none")
+    assert _run(kernels, _with_rate(no_rc, z3_rc_gather=1.0))[1][0][gather] == _run(kernels, no_rc)[1][0][gather]

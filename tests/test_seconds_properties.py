@@ -164,3 +164,42 @@ def test_rates_override_changes_the_estimate():
     slow = seconds_estimate(model, spec, cluster, rates=Rates.for_device("a100-80g").replace(matmul_efficiency=0.5))
     assert slow["step_time"] > base["step_time"]
     assert slow["mfu"] < base["mfu"]
+
+
+def test_software_presets_are_sourced_and_validated():
+    from ndcost.rates import SOFTWARE_PRESETS
+
+    for name, (figures, cited) in SOFTWARE_PRESETS.items():
+        rates = Rates.for_software("a100-80g", name)
+        for field_name, value in figures.items():
+            assert getattr(rates, field_name) == value
+            assert rates.sources[field_name] == cited[field_name]
+            assert "DeepSpeed" in cited[field_name] or "Megatron" in cited[field_name]
+        # the silicon figures are the device's own
+        assert rates.matmul_efficiency == DEFAULT_RATES["a100-80g"].matmul_efficiency
+    today = DEFAULT_RATES["a100-80g"]
+    assert today.grad_accumulation_fusion and today.zero3_fetch_bandwidth == 0.0
+    assert not today.zero3_recompute_gather and not today.zero3_grad_all_reduce
+    with pytest.raises(ndcost.SpecError, match="software"):
+        Rates.for_software("a100-80g", "megatron-1999")
+    with pytest.raises(ndcost.SpecError, match="zero3_fetch_bandwidth"):
+        today.replace(zero3_fetch_bandwidth=-1.0)
+    with pytest.raises(ndcost.SpecError, match="grad_accumulation_fusion"):
+        today.replace(grad_accumulation_fusion=1)
+
+
+def test_older_software_is_never_faster():
+    """Unfused gradient accumulation and DeepSpeed 2021's ZeRO-3 fetch only add time."""
+    from ndcost.seconds import DEEPSPEED_2021
+
+    model = ndcost.Model.from_catalog("llama3-8b")
+    cluster = ndcost.Cluster("a100-80g", 16)
+    for zero in (0, 1, 3):
+        spec = ndcost.ExecSpec(dp=8, tp=2, global_batch_size=64, seq_length=4096, zero_stage=zero, recompute="full")
+        today = seconds_estimate(model, spec, cluster)["step_time"]
+        megatron = seconds_estimate(model, spec, cluster, rates=Rates.for_software(cluster, "megatron-2021"))
+        deepspeed = seconds_estimate(model, spec, cluster, rates=Rates.for_software(cluster, "deepspeed-2021"),
+                                     overlap=DEEPSPEED_2021)
+        assert today < megatron["step_time"] <= deepspeed["step_time"]
+        if zero == 3:
+            assert deepspeed["parts"]["dp_comm"] > 2.0 * megatron["parts"]["dp_comm"]

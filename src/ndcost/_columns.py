@@ -155,6 +155,10 @@ RATE_FIELDS = (
     "inter_bw", "inter_eff", "inter_lat",   # scale-out NIC per device per direction; share; seconds per step
     "dpn",                          # devices per node
     "wave",                         # GEMM outputs one wave of tiles covers: SMs x 256 x 128
+    "z3_fetch_bw",     # ZeRO-3 parameter fetch: gathered parameter bytes/s per device (0: NCCL's rate only)
+    "z3_rc_gather",    # 1: a recompute forward gathers its parameters again (released after every use)
+    "z3_grad_ar",      # 1: ZeRO-3 reduces gradients with an all-reduce instead of a reduce-scatter
+    "grad_acc_pass",   # 1: weight gradients added to the main gradient by a separate pass (no wgrad fusion)
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---

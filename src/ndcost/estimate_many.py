@@ -43,6 +43,7 @@ from .memory import MEMORY_PARTS, memory_kind_table, memory_model_vector
 from .nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector
 from .ratios import Ratios
 from .reasons import REASON_CODES, REASONS
+from .seconds_batch import seconds_batch, seconds_layouts
 from .validate import _layout_rules
 
 __all__ = ["estimate_many", "REASONS", "UNITS", "DEFAULT_CHUNK"]
@@ -109,12 +110,6 @@ def _layout_pool(model: Any, cands: Candidates) -> tuple[LayoutPool, np.ndarray,
     return result
 
 
-def _seconds_unavailable() -> SpecError:
-    return SpecError("units", _OWNER,
-                     "be 'nd' for now: seconds batches are not available yet (ndcost.seconds has no batch kernel)",
-                     "seconds")
-
-
 def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "seconds", ratios: Any = None,
                   ratio_type: str = "DYNAMIC", rec_type: str = "WITH", p2p: bool = False,
                   with_memory: bool = True, stage_times: bool = False, stage_memory: bool = False,
@@ -126,8 +121,8 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
         candidates: A :class:`~ndcost.candidates.Candidates`, or a list of ExecSpec.
         cluster: A :class:`~ndcost.device.Cluster` (every candidate must fill it: the
             device-count rule), or a device (name): each candidate on its own devices.
-        units: ``"nd"`` (ND's score; with *ratios*, milliseconds). ``"seconds"``, the
-            default of ``estimate()``, raises SpecError until seconds batches exist.
+        units: ``"seconds"`` (default, as ``estimate()``) or ``"nd"`` (ND's score; with
+            *ratios*, milliseconds).
         ratios, ratio_type, rec_type, p2p: as :func:`ndcost.estimate`.
         with_memory: Also price memory per stage, the peak and whether it fits.
         stage_times, stage_memory: Also return each stage's time / memory breakdown.
@@ -139,8 +134,6 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
     """
     if units not in UNITS:
         raise SpecError("units", _OWNER, f"be one of {', '.join(map(repr, UNITS))}", units)
-    if units == "seconds":
-        raise _seconds_unavailable()
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise SpecError("chunk_size", _OWNER, "be an integer >= 1", chunk_size)
     model = as_model(model)
@@ -166,6 +159,8 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
     stages = np.empty((n, max_pp, len(MEMORY_PARTS) + 1)) if (stage_memory and with_memory) else None
     no_times = np.empty((0, 0))
     no_stages = np.empty((0, 0, len(MEMORY_PARTS) + 1))
+    seconds = seconds_layouts(model, cands) if units == "seconds" else None
+    mfu, tps = (np.full(n, np.nan), np.full(n, np.nan)) if seconds is not None else (None, None)
     kernels = _backend.kernels
     storage = {name: cands.storage(name) for name in cands.fields}
     # A column that is one value broadcast (stride 0) enters the formulas as a numpy scalar:
@@ -187,13 +182,19 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
             joint = joint_reason(ARRAY, c, mc, cc, bad_by_layout[li], allow_cross_node_tp, REASON_CODES)
             rows = np.where(spec_reason[start:stop] != 0, spec_reason[start:stop], joint)
             d = derived_columns(ARRAY, c, mc)
-            cand = np.empty((n_cand, stop - start), dtype=np.float64)     # a candidate per column
-            for j, value in enumerate(nd_candidate_columns(ARRAY, c, d, cc, MOE_DISPATCH)):
-                cand[j] = value
             index = row_by_layout[li]
-            kernels.nd_estimate_batch(kinds, model_vector, cand, index, pool.layouts, pool.pool, pool.slot_pool,
-                                      options, ratio_vector, rows, step[start:stop], parts[:, start:stop],
-                                      times[start:stop] if times is not None else no_times)
+            if seconds is not None:
+                seconds_batch(model, c, cluster, rows, li, seconds, derived=d, out={
+                    "step_time": step[start:stop], "parts": parts[:, start:stop], "mfu": mfu[start:stop],
+                    "tokens_per_second": tps[start:stop],
+                    "stage_times": None if times is None else times[start:stop]})
+            else:
+                cand = np.empty((n_cand, stop - start), dtype=np.float64)     # a candidate per column
+                for j, value in enumerate(nd_candidate_columns(ARRAY, c, d, cc, MOE_DISPATCH)):
+                    cand[j] = value
+                kernels.nd_estimate_batch(kinds, model_vector, cand, index, pool.layouts, pool.pool,
+                                          pool.slot_pool, options, ratio_vector, rows, step[start:stop],
+                                          parts[:, start:stop], times[start:stop] if times is not None else no_times)
             if with_memory:
                 mcand = np.empty((n_mcand, stop - start), dtype=np.float64)
                 for j, value in enumerate(memory_candidate_columns(ARRAY, c, d)):
@@ -205,12 +206,18 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
             reason[start:stop] = rows
     if not with_memory:
         fits = reason == 0
+    if seconds is not None and ratio_set is not None:
+        # As estimate(): in seconds a ratio corrects its part's seconds.
+        parts *= ratio_vector[:, None]
+        step[:] = parts.sum(axis=0)
     not_defined = np.broadcast_to(np.float64(np.nan), (n,))
     for array in (step, parts, reason, peak, fits) + tuple(a for a in (times, stages) if a is not None):
         array.setflags(write=False)
     result_parts = {name: parts[i] for i, name in enumerate(PART_NAMES)}
     return BatchEstimate(
-        units="nd" if ratio_set is None else "nd_ms", step_time=step, parts=result_parts, peak_memory=peak,
-        fits=fits, reason=reason, mfu=not_defined, tokens_per_second=not_defined, stage_times=times,
+        units="seconds" if seconds is not None else ("nd" if ratio_set is None else "nd_ms"),
+        step_time=step, parts=result_parts, peak_memory=peak, fits=fits, reason=reason,
+        mfu=not_defined if mfu is None else mfu, tokens_per_second=not_defined if tps is None else tps,
+        stage_times=times,
         stage_memory=stages,
     )

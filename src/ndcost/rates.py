@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from .errors import SpecError
 
-__all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS"]
+__all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS"]
 
 _OWNER = "Rates"
 
@@ -72,7 +72,21 @@ class Rates:
             :data:`GEMM_TILE_OUTPUTS` it sets how many outputs one wave of tiles covers.
         fp8_matmul_efficiency: Share of the dense fp8 peak a large fp8 GEMM reaches; None where
             the part has no fp8 tensor cores (or no measurement: then ``matmul_efficiency``).
+        zero3_fetch_bandwidth: Bytes/s per device at which the training framework's ZeRO-3
+            parameter fetch delivers gathered parameters, when slower than NCCL's all-gather;
+            0 (default): NCCL's rate. A software figure, set by :meth:`for_software`.
+        zero3_recompute_gather: The framework releases ZeRO-3 parameters after every use, so a
+            recompute forward gathers them again (default False: FSDP recomputes under the
+            backward's own gather).
+        zero3_grad_all_reduce: ZeRO-3 reduces gradients with an all-reduce rather than a
+            reduce-scatter (default False).
+        grad_accumulation_fusion: The weight-gradient GEMM accumulates into the main gradient
+            (default True, Megatron's ``--gradient-accumulation-fusion``); False: a separate kernel
+            adds a 16-bit gradient into it every micro-batch.
         sources: Figure name -> where its value comes from; read-only.
+
+    The last four describe the training software, not the silicon; the defaults are today's
+    Megatron-LM / FSDP. :data:`SOFTWARE_PRESETS` holds sourced older generations.
     """
 
     matmul_efficiency: float
@@ -84,8 +98,19 @@ class Rates:
     sm_count: int
     fp8_matmul_efficiency: float | None = None
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    zero3_fetch_bandwidth: float = 0.0
+    zero3_recompute_gather: bool = False
+    zero3_grad_all_reduce: bool = False
+    grad_accumulation_fusion: bool = True
 
     def __post_init__(self) -> None:
+        fetch = self.zero3_fetch_bandwidth
+        if not _is_number(fetch) or fetch < 0.0:
+            raise SpecError("zero3_fetch_bandwidth", _OWNER, "be a finite number of bytes/s >= 0 (0: off)", fetch)
+        object.__setattr__(self, "zero3_fetch_bandwidth", float(fetch))
+        for name in ("zero3_recompute_gather", "zero3_grad_all_reduce", "grad_accumulation_fusion"):
+            if not isinstance(getattr(self, name), bool):
+                raise SpecError(name, _OWNER, "be True or False", getattr(self, name))
         for name in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
                      "intra_node_efficiency", "inter_node_efficiency", "fp8_matmul_efficiency"):
             value = getattr(self, name)
@@ -128,6 +153,18 @@ class Rates:
         return self.matmul_efficiency
 
     @classmethod
+    def for_software(cls, device: Any, software: str) -> Rates:
+        """The default rates of *device* with the training-software figures of *software*, a
+        :data:`SOFTWARE_PRESETS` name (each figure's source recorded)."""
+        if software not in SOFTWARE_PRESETS:
+            raise SpecError("software", _OWNER, f"be one of {', '.join(map(repr, SOFTWARE_PRESETS))}", software)
+        base = cls.for_device(device)
+        figures, cited = SOFTWARE_PRESETS[software]
+        sources = dict(base.sources)
+        sources.update({name: cited[name] for name in figures})
+        return dataclasses.replace(base, sources=sources, **figures)
+
+    @classmethod
     def for_device(cls, device: Any) -> Rates:
         """The default rates of a catalog device (a name, a Device or a Cluster); :data:`GENERIC_RATES`
         for a part the catalog does not know."""
@@ -143,6 +180,18 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+#: Sources of the software figures' defaults: today's Megatron-LM / PyTorch FSDP.
+_TODAY_SOFTWARE = {
+    "zero3_fetch_bandwidth": "default 0: the parameter all-gather at NCCL's rate (PyTorch FSDP gathers a "
+                             "whole wrapped unit's flat parameter with one all_gather_into_tensor)",
+    "zero3_recompute_gather": "default False: PyTorch FSDP runs the checkpointed forward inside the unit's "
+                              "backward, under the backward's own all-gather",
+    "zero3_grad_all_reduce": "default False: PyTorch FSDP / ZeRO reduce-scatter the gradients",
+    "grad_accumulation_fusion": "default True: Megatron-LM's --gradient-accumulation-fusion (on by default; "
+                                "the wgrad GEMM accumulates into main_grad)",
+}
+
+
 def _rates(matmul: float, matmul_source: str, attention: float, attention_source: str,
            sms: int, sms_source: str, fp8: float | None = None, fp8_source: str | None = None, *,
            assumed: str = "") -> Rates:
@@ -156,6 +205,7 @@ def _rates(matmul: float, matmul_source: str, attention: float, attention_source
         "intra_node_efficiency": _NCCL_NVLINK + assumed,
         "inter_node_efficiency": _NCCL_NET + assumed,
     }
+    sources.update(_TODAY_SOFTWARE)
     if fp8 is not None:
         sources["fp8_matmul_efficiency"] = fp8_source
     return Rates(matmul_efficiency=matmul, attention_efficiency=attention, hbm_efficiency=0.8,
@@ -202,4 +252,40 @@ DEFAULT_RATES: Mapping[str, Rates] = MappingProxyType({
 GENERIC_RATES: Rates = _H100.replace(sources={
     name: f"assumption for an uncatalogued part: the H100 SXM figure ({text})"
     for name, text in _H100.sources.items()
+})
+
+# ---------------------------------------------------------------------------- software generations
+
+_MEGATRON_2021_GRAD = (
+    "Megatron-LM v2.x (2021) megatron/model/distributed.py _make_param_hook: the weight-gradient GEMM "
+    "returns param.grad and the hook runs param.main_grad.add_(param.grad.data) every micro-batch; the "
+    "wgrad GEMM accumulating into main_grad (--gradient-accumulation-fusion, fused_weight_gradient_mlp_cuda) "
+    "came with Megatron-LM v3 (2022). DeepSpeed's engine (GPT-NeoX, ZeRO-3) accumulates through autograd's "
+    "param.grad, also a separate add")
+#: 10.2 GB of fp16 parameters fetched in ~420 ms.
+_DS_FETCH = (
+    "deepspeedai/DeepSpeed issue #1174 (2021-06-19; DeepSpeed 0.3.16, PyTorch 1.8, 8x A100 NVLink, p4d): a "
+    "5.1B-parameter BERT (hidden 2560, 64 layers; fp16 10.2 GB) ran its forward in ~480 ms under ZeRO-3 "
+    "against ~60 ms under ZeRO-2: 10.2 GB fetched in ~420 ms = 24.3 GB/s. One all_gather per parameter "
+    "tensor, a torch.cuda.synchronize() and an explicit copy after each (PR #1188, 2021-06-25, items 2-3)")
+_DS_RELEASE = (
+    "DeepSpeed ZeRO-3 before ZeRO-Infinity (v0.3.13-0.3.14, March-April 2021, the code of Narayanan et al. "
+    "2021's ZeRO-3 rows) releases each sub-module's parameters after its forward and fetches them at the "
+    "next use (stage3.py fetch_sub_module / release_sub_module); max_reuse_distance came with ZeRO-Infinity")
+_DS_ALLREDUCE = (
+    "deepspeedai/DeepSpeed issue #1173 (2021-06-21): profiling ZeRO-3 shows 'nccl-all-reduce' kernels and no "
+    "reduce-scatter for the gradient reduction; the DeepSpeed team's reply does not dispute it")
+
+#: Training-software generations: name -> (Rates figures, their sources). ``Rates.for_software``.
+SOFTWARE_PRESETS: Mapping[str, tuple[Mapping[str, Any], Mapping[str, str]]] = MappingProxyType({
+    "megatron-2021": (
+        MappingProxyType({"grad_accumulation_fusion": False}),
+        MappingProxyType({"grad_accumulation_fusion": _MEGATRON_2021_GRAD}),
+    ),
+    "deepspeed-2021": (
+        MappingProxyType({"grad_accumulation_fusion": False, "zero3_fetch_bandwidth": 10.2e9 / 0.42,
+                          "zero3_recompute_gather": True, "zero3_grad_all_reduce": True}),
+        MappingProxyType({"grad_accumulation_fusion": _MEGATRON_2021_GRAD, "zero3_fetch_bandwidth": _DS_FETCH,
+                          "zero3_recompute_gather": _DS_RELEASE, "zero3_grad_all_reduce": _DS_ALLREDUCE}),
+    ),
 })

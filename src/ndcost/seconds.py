@@ -22,7 +22,6 @@ The inputs are not validated here: the caller (``ndcost.estimate``) runs
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +31,7 @@ from ._backend import kernels
 from ._columns import (
     PART_NAMES, RATE, RATE_FIELDS, SCHEDULES, SECONDS_CAND, SECONDS_CAND_FIELDS, SECONDS_EXTRA,
     SECONDS_EXTRA_FIELDS, SECONDS_KIND, SECONDS_KIND_FIELDS, SECONDS_MODEL, SECONDS_MODEL_FIELDS,
-    SECONDS_STAGE, SECONDS_STAGE_FIELDS,
+    SECONDS_STAGE_FIELDS,
 )
 from .derive import derive
 from .errors import SpecError
@@ -40,8 +39,8 @@ from .layout import build_layout
 from .nd_tables import nd_kind_table, nd_model_vector
 from .rates import GEMM_TILE_OUTPUTS, Rates
 
-__all__ = ["Overlap", "seconds_estimate", "seconds_arrays", "seconds_kind_table", "seconds_model_vector",
-           "seconds_candidate_vector", "rates_vector"]
+__all__ = ["Overlap", "DEEPSPEED_2021", "seconds_estimate", "seconds_arrays", "seconds_kind_table",
+           "seconds_model_vector", "seconds_candidate_vector", "rates_vector"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +93,12 @@ class Overlap:
 
 
 _DEFAULT_OVERLAP = Overlap()
+
+#: DeepSpeed ZeRO-3 as released in 2021 (v0.3.13-0.3.16): no overlap of the parameter fetch with
+#: compute -- "the async version is not async at all, because each all_gather calls
+#: torch.cuda.synchronize()" (deepspeedai/DeepSpeed PR #1188, 2021-06-25). Use it with
+#: ``Rates.for_software(device, "deepspeed-2021")`` (ndcost.rates), which carries the rest.
+DEEPSPEED_2021 = Overlap(fsdp_prefetch=0.0)
 
 
 @functools.lru_cache(maxsize=256)
@@ -152,6 +157,10 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     vec[RATE["inter_lat"]] = device.inter_node_latency
     vec[RATE["dpn"]] = device.devices_per_node
     vec[RATE["wave"]] = rates.sm_count * GEMM_TILE_OUTPUTS
+    vec[RATE["z3_fetch_bw"]] = rates.zero3_fetch_bandwidth
+    vec[RATE["z3_rc_gather"]] = float(rates.zero3_recompute_gather)
+    vec[RATE["z3_grad_ar"]] = float(rates.zero3_grad_all_reduce)
+    vec[RATE["grad_acc_pass"]] = 0.0 if rates.grad_accumulation_fusion else 1.0
     vec.setflags(write=False)
     return vec
 
@@ -248,21 +257,17 @@ def seconds_estimate(model: Any, spec: Any, cluster: Any, layout: Any = None, *,
     parts = np.empty(len(PART_NAMES), dtype=np.float64)
     stage_times = np.empty(n_stages, dtype=np.float64)
     step = kernels.seconds_combine(stage, arrays["cand"], parts, stage_times)
-    cand = arrays["cand"]
-    m = float(cand[SECONDS_CAND["m"]])
-    replicas = float(cand[SECONDS_CAND["d"]])
-    model_flops = m * replicas * float(stage[:, SECONDS_STAGE["model_flops"]].sum())
-    hw_flops = m * replicas * float(stage[:, SECONDS_STAGE["hw_flops"]].sum())
-    peak = float(arrays["rate"][RATE["peak_mm"]]) * spec.num_devices
-    busy = step * peak
-    tokens = spec.resolved_global_batch_size * spec.seq_length
+    # MFU, HFU, tokens/s, model FLOPs: one formula with the batch (ndcost._kpy.seconds_batch)
+    step_rates = np.empty(4, dtype=np.float64)
+    kernels.seconds_step_rates(stage, arrays["cand"], arrays["rate"], step, step_rates)
+    mfu, hfu, tokens_per_second, model_flops = step_rates.tolist()
     return {
         "step_time": step,
         "parts": dict(zip(PART_NAMES, parts.tolist())),
         "stage_times": tuple(stage_times.tolist()),
-        "mfu": model_flops / busy if busy > 0.0 else math.nan,
-        "hfu": hw_flops / busy if busy > 0.0 else math.nan,
-        "tokens_per_second": tokens / step if step > 0.0 else math.nan,
+        "mfu": mfu,
+        "hfu": hfu,
+        "tokens_per_second": tokens_per_second,
         "model_flops": model_flops,
         "stage_sums": stage,
     }

@@ -10,7 +10,8 @@ For each row :func:`validate_runs` builds a GPT-style :class:`~ndcost.model.Mode
 2-matmul MLP, LayerNorm, biases, learned positions -- the GPT-2/3 family Megatron-LM trains),
 an :class:`~ndcost.exec_spec.ExecSpec` and a :class:`~ndcost.device.Cluster`, estimates the step
 with :func:`ndcost.seconds.seconds_estimate` and compares it with the measured iteration time.
-Nothing is fitted: the rates are :mod:`ndcost.rates`' defaults. What a row does not state is
+Nothing is fitted: the rates are :mod:`ndcost.rates`' defaults with the row's software
+generation (below). What a row does not state is
 filled by the rules below, each noted on the row; a row that lacks what cannot be filled is
 skipped with the reason.
 
@@ -30,6 +31,13 @@ Rules for what the rows leave out (the runs are 2021-2022 Megatron-LM / DeepSpee
 * the scale-out bandwidth from the hardware block's ``scale_out`` text where it states the
   links ("8x 200 Gb/s ... per node", "4 OPA links per node": Intel Omni-Path, 100 Gb/s per
   port), per device; else the catalog's.
+* the training software of the period (:func:`software`): Megatron-LM 2021 and its forks add
+  each micro-batch's weight gradients into the main gradient with a separate kernel (no
+  gradient-accumulation fusion: ``Rates.for_software(device, "megatron-2021")``); a DeepSpeed
+  ZeRO-3 row runs DeepSpeed's 2021 ZeRO-3 -- blocking per-parameter fetches at their measured
+  rate, a re-fetch for the recompute forward, all-reduced gradients ("deepspeed-2021" with
+  ``ndcost.seconds.DEEPSPEED_2021``). Each figure's source is in ``ndcost.rates.SOFTWARE_PRESETS``;
+  a caller's own ``rates`` / ``overlap`` replace them.
 * measured iteration time: ``iteration_s``; else derived from ``tflops_per_gpu`` when the row
   says its FLOPs follow Narayanan et al. 2021 Eq. 3 with recompute (96·B·s·l·h²·(1 + s/6h +
   V/16lh)), or when the framework logs it that way (:data:`EQ3_FRAMEWORKS`); else skipped.
@@ -47,10 +55,11 @@ from .device import Cluster
 from .errors import SpecError
 from .exec_spec import ExecSpec
 from .model import Model
-from .seconds import Overlap, seconds_estimate
+from .rates import Rates
+from .seconds import DEEPSPEED_2021, Overlap, seconds_estimate
 from .validate import validate
 
-__all__ = ["RunResult", "ValidationReport", "validate_runs", "build_run", "SOURCE_FACTS", "EQ3_FRAMEWORKS"]
+__all__ = ["RunResult", "ValidationReport", "validate_runs", "build_run", "software", "SOURCE_FACTS", "EQ3_FRAMEWORKS"]
 
 #: Strategy fields a row omits but its cited source states: row id -> (fields, citation).
 SOURCE_FACTS: Mapping[str, tuple[dict, str]] = {
@@ -235,6 +244,23 @@ def _eq3_flops(model: Mapping, batch: int) -> float:
     return 96.0 * batch * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h))
 
 
+def software(row: Mapping) -> tuple[str, Overlap | None, str | None]:
+    """The training-software generation a row's own text selects (ndcost-side reading; the row
+    is not changed): (a :data:`ndcost.rates.SOFTWARE_PRESETS` name, the Overlap, a note or None).
+
+    The rows are 2021-2022 runs (module docstring), so every row is read with that generation's
+    software: a ZeRO-3 row whose strategy names DeepSpeed (its ``framework`` or ``note``) ran
+    DeepSpeed's 2021 ZeRO-3: "deepspeed-2021" with :data:`ndcost.seconds.DEEPSPEED_2021` (noted on
+    the row); any other row Megatron-LM 2021 or a fork of it (Megatron-DeepSpeed, GPT-NeoX),
+    without gradient-accumulation fusion: "megatron-2021" with the default Overlap.
+    """
+    strategy = row.get("strategy") or {}
+    text = " ".join(str(_value(strategy.get(key)) or "") for key in ("framework", "note", "zero"))
+    if _zero(strategy.get("zero")) == 3 and "deepspeed" in text.lower():
+        return "deepspeed-2021", DEEPSPEED_2021, "DeepSpeed 2021 ZeRO-3 (blocking per-parameter fetch)"
+    return "megatron-2021", None, None
+
+
 def build_run(row: Mapping, hardware_table: Mapping) -> tuple[Any, Any, Any, float | None, bool, list[str]]:
     """(model, spec, cluster, measured seconds, measured derived?, notes) of one row.
 
@@ -346,7 +372,12 @@ def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap |
         except SpecError as exc:
             results.append(RunResult(run_id, family, skipped=str(exc)))
             continue
-        result = seconds_estimate(model, spec, cluster, rates=rates, overlap=overlap)
+        generation, row_overlap, note = software(row)
+        if note and (rates is None or overlap is None):
+            notes = [*notes, note]
+        row_rates = Rates.for_software(cluster.device, generation) if rates is None else rates
+        row_overlap = row_overlap if overlap is None else overlap
+        result = seconds_estimate(model, spec, cluster, rates=row_rates, overlap=row_overlap)
         results.append(RunResult(run_id, family, estimate_s=result["step_time"], measured_s=measured,
                                  measured_derived=derived, notes=tuple(notes), parts=result["parts"],
                                  mfu=result["mfu"]))

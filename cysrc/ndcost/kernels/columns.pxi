@@ -187,7 +187,11 @@ cdef enum:
     R_inter_lat = 12
     R_dpn = 13
     R_wave = 14
-    R_COUNT = 15
+    R_z3_fetch_bw = 15
+    R_z3_rc_gather = 16
+    R_z3_grad_ar = 17
+    R_grad_acc_pass = 18
+    R_COUNT = 19
 
 cdef enum:
     SX_has_emb = 0

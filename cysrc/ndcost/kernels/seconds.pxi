@@ -144,7 +144,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double n_kv, dh, gate, d_qk, d_v, tokens, rows, x_sp, n_ff, width, n_qkv
     cdef bint moe, has_core
     cdef double g3[3]
-    cdef double fw = 0.0, bw = 0.0, bw_w = 0.0, gemm_f = 0.0, gemm_b = 0.0
+    cdef double fw = 0.0, bw = 0.0, bw_w = 0.0, gemm_f = 0.0, gemm_b = 0.0, p_dense, p_expert
     cdef double w_att, extra, f_att, d_att, w_grad, up_share, flops_att
     cdef double core_f = 0.0, core_b = 0.0, flops_core = 0.0, scores = 0.0
     cdef double heads, run, keys, q_rows
@@ -368,6 +368,11 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         out[SL_ep_f] = a2a
         out[SL_ep_b] = a2a
 
+    p_dense = (skind[SK_p_nonexp] + skind[SK_p_shared]) / t
+    p_expert = skind[SK_p_routed] / (ep * t_exp)
+    if rate[R_grad_acc_pass] != 0.0:
+        # no gradient-accumulation fusion: a separate add of the 16-bit gradient into the main one
+        bw_w += c_sec_pass((p_dense + p_expert) * (bc + 2.0 * bg), n_split, rate)
     out[SL_fw] = fw
     out[SL_bw] = bw
     out[SL_bw_w] = bw_w
@@ -375,8 +380,8 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     out[SL_gemm_b] = gemm_b
     out[SL_core_f] = core_f
     out[SL_core_b] = core_b
-    out[SL_p_dense] = (skind[SK_p_nonexp] + skind[SK_p_shared]) / t
-    out[SL_p_expert] = skind[SK_p_routed] / (ep * t_exp)
+    out[SL_p_dense] = p_dense
+    out[SL_p_expert] = p_expert
     out[SL_flops_f] = flops_att + flops_core + flops_rec + flops_ffn
     out[SL_flops_core] = flops_core
 
@@ -415,6 +420,8 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     cdef double tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, rc, rc_tp, rc_cp, rc_ep, rc_flops, count
     cdef double x_sp, db, full, moved, kernels, heads, norm, n_mtp, chunks, piece, step
     cdef double zero, bg, bp, edp, ov_dp, ov_fsdp, n_dp, hbm, dense, expert, layers, grads, params
+    cdef double z3_fetch_bw, capped, gathers, rerun
+    cdef bint z3_rc_gather, z3_grad_ar
     cdef double backward, backward_traffic, shards, local, shared_ar
     cdef long long reduce_op
     cdef bint tied_here
@@ -565,6 +572,9 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     defer = cand[SC_defer_grads] != 0.0
     ov_dp = cand[SC_ov_dp]
     ov_fsdp = cand[SC_ov_fsdp]
+    z3_fetch_bw = rate[R_z3_fetch_bw]
+    z3_rc_gather = rate[R_z3_rc_gather] != 0.0
+    z3_grad_ar = rate[R_z3_grad_ar] != 0.0
     n_dp = d * cp
     hbm = rate[R_hbm_eff] * rate[R_hbm_bw]
     for st in range(n_stages):
@@ -572,15 +582,27 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
         dense = p_dense[st]
         expert = p_expert[st]
         layers = row[SS_layers]
-        reduce_op = SEC_ALL_REDUCE if zero == 0.0 else SEC_GATHER_OR_SCATTER
+        reduce_op = SEC_ALL_REDUCE if zero == 0.0 or (zero == 3.0 and z3_grad_ar) else SEC_GATHER_OR_SCATTER
         grads = (c_sec_collective(reduce_op, dense * bg, n_dp, t, rate)
                  + c_sec_collective(reduce_op, expert * bg, edp, t * cp * ep, rate))
         params = (c_sec_collective(SEC_GATHER_OR_SCATTER, dense * bp, n_dp, t, rate)
                   + c_sec_collective(SEC_GATHER_OR_SCATTER, expert * bp, edp, t * cp * ep, rate))
+        if zero == 3.0 and z3_fetch_bw > 0.0 and n_dp * edp > 1.0:
+            # a framework whose parameter fetch runs below NCCL's rate
+            capped = (dense * bp * (1.0 if n_dp > 1.0 else 0.0)
+                      + expert * bp * (1.0 if edp > 1.0 else 0.0)) / z3_fetch_bw
+            if capped > params:
+                params = capped
         backward = row[SS_bw] + row[SS_bw_w] + row[SS_rc]
         if zero == 3.0:
             if cand[SC_reshard] != 0.0:
-                row[SS_dp_mb_gather] += c_sec_exposed_tail(params, row[SS_fw], ov_fsdp, layers)
+                gathers = 1.0
+                if z3_rc_gather and row[SS_rc] > 0.0 and row[SS_fw] > 0.0:
+                    # the recompute forward fetches again the parameters of what it re-runs
+                    rerun = row[SS_rc] / row[SS_fw]
+                    gathers += rerun if rerun < 1.0 else 1.0
+                row[SS_dp_mb_gather] += c_sec_exposed_tail(gathers * params, gathers * row[SS_fw],
+                                                           ov_fsdp, layers)
                 backward_traffic = params + (0.0 if defer else grads)
             else:
                 row[SS_dp_gather] += params

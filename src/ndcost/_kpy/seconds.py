@@ -28,7 +28,12 @@ How time is priced (sources beside each formula below):
   bytes / (hbm_eff·hbm_bw) + kernel_s; its backward reads two tensors of the forward's size and
   writes one, 1.5x the forward's bytes;
 * collectives are alpha-beta rings over the group's links (``_collective``); ranks are placed tp
-  innermost, then cp, then dp (ep folded into dp), then pp (Megatron's default order).
+  innermost, then cp, then dp (ep folded into dp), then pp (Megatron's default order);
+* the training software's figures ride in the rates vector (``Rates.for_software``): without
+  gradient-accumulation fusion each layer's backward adds a pass over its parameters (read the
+  16-bit gradient and the main one, write the main one); a ZeRO-3 fetch slower than NCCL
+  (z3_fetch_bw) prices the gathered bytes at its rate, z3_rc_gather gathers again for the
+  recompute forward, z3_grad_ar all-reduces the gradients.
 """
 from __future__ import annotations
 
@@ -480,6 +485,13 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         out[_L["ep_f"]] = a2a
         out[_L["ep_b"]] = a2a
 
+    p_dense = (skind[_SK["p_nonexp"]] + skind[_SK["p_shared"]]) / t
+    p_expert = skind[_SK["p_routed"]] / (ep * t_exp)
+    if rate[_R["grad_acc_pass"]] != 0.0:
+        # no gradient-accumulation fusion: the weight-gradient GEMM writes a 16-bit gradient and a
+        # separate kernel adds it into the main gradient (read both, write the main one), every
+        # micro-batch (Megatron-LM 2021 distributed.py param_hook: param.main_grad.add_(param.grad))
+        bw_w += _pass((p_dense + p_expert) * (bc + 2.0 * bg), n_split, rate)
     out[_L["fw"]] = fw
     out[_L["bw"]] = bw
     out[_L["bw_w"]] = bw_w
@@ -488,8 +500,8 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     out[_L["core_f"]] = core_f
     out[_L["core_b"]] = core_b
     # parameters on this device: non-expert and shared experts split over tp, routed over ep·t_exp
-    out[_L["p_dense"]] = (skind[_SK["p_nonexp"]] + skind[_SK["p_shared"]]) / t
-    out[_L["p_expert"]] = skind[_SK["p_routed"]] / (ep * t_exp)
+    out[_L["p_dense"]] = p_dense
+    out[_L["p_expert"]] = p_expert
     out[_L["flops_f"]] = flops_att + flops_core + flops_rec + flops_ffn
     out[_L["flops_core"]] = flops_core
 
@@ -748,21 +760,37 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
     edp = cand[_C["edp"]]
     defer = cand[_C["defer_grads"]] != 0.0
     ov_dp, ov_fsdp = cand[_C["ov_dp"]], cand[_C["ov_fsdp"]]
+    z3_fetch_bw = rate[_R["z3_fetch_bw"]]
+    z3_rc_gather = rate[_R["z3_rc_gather"]] != 0.0
+    z3_grad_ar = rate[_R["z3_grad_ar"]] != 0.0
     n_dp = d * cp
     hbm = rate[_R["hbm_eff"]] * rate[_R["hbm_bw"]]
     for st in range(n_stages):
         row = out[st]
         dense, expert = p_dense[st], p_expert[st]
         layers = row[_S["layers"]]
-        reduce_op = ALL_REDUCE if zero == 0.0 else GATHER_OR_SCATTER
+        reduce_op = ALL_REDUCE if zero == 0.0 or (zero == 3.0 and z3_grad_ar) else GATHER_OR_SCATTER
         grads = (_collective(reduce_op, dense * bg, n_dp, t, rate)
                  + _collective(reduce_op, expert * bg, edp, t * cp * ep, rate))
         params = (_collective(GATHER_OR_SCATTER, dense * bp, n_dp, t, rate)
                   + _collective(GATHER_OR_SCATTER, expert * bp, edp, t * cp * ep, rate))
+        if zero == 3.0 and z3_fetch_bw > 0.0 and n_dp * edp > 1.0:
+            # a framework whose parameter fetch runs below NCCL's rate (Rates.zero3_fetch_bandwidth):
+            # the gathered bytes at that rate, when slower
+            capped = (dense * bp * (1.0 if n_dp > 1.0 else 0.0)
+                      + expert * bp * (1.0 if edp > 1.0 else 0.0)) / z3_fetch_bw
+            if capped > params:
+                params = capped
         backward = row[_S["bw"]] + row[_S["bw_w"]] + row[_S["rc"]]
         if zero == 3.0:
             if cand[_C["reshard"]] != 0.0:
-                row[_S["dp_mb_gather"]] += _exposed_tail(params, row[_S["fw"]], ov_fsdp, layers)
+                gathers = 1.0
+                if z3_rc_gather and row[_S["rc"]] > 0.0 and row[_S["fw"]] > 0.0:
+                    # the recompute forward fetches again the parameters of what it re-runs
+                    rerun = row[_S["rc"]] / row[_S["fw"]]
+                    gathers += rerun if rerun < 1.0 else 1.0
+                row[_S["dp_mb_gather"]] += _exposed_tail(gathers * params, gathers * row[_S["fw"]],
+                                                         ov_fsdp, layers)
                 backward_traffic = params + (0.0 if defer else grads)
             else:
                 row[_S["dp_gather"]] += params            # gathered once a step, kept
