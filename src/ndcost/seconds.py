@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import kernels
+from . import _backend
 from ._columns import (
     PART_NAMES, RATE, RATE_FIELDS, SCHEDULES, SECONDS_CAND, SECONDS_CAND_FIELDS, SECONDS_EXTRA,
     SECONDS_EXTRA_FIELDS, SECONDS_KIND, SECONDS_KIND_FIELDS, SECONDS_MODEL, SECONDS_MODEL_FIELDS,
@@ -251,6 +251,7 @@ def seconds_estimate(model: Any, spec: Any, cluster: Any, layout: Any = None, *,
     arrays = seconds_arrays(model, spec, cluster, layout, rates=rates, overlap=overlap, derived=derived)
     n_stages = arrays["counts"].shape[0]
     stage = np.empty((n_stages, len(SECONDS_STAGE_FIELDS)), dtype=np.float64)
+    kernels = _backend.kernels
     kernels.seconds_stage_sums(arrays["kinds"], arrays["skinds"], arrays["model"], arrays["smodel"],
                                arrays["cand"], arrays["rate"], arrays["counts"], arrays["slot_option"],
                                arrays["slot_mask"], arrays["extras"], stage)
