@@ -26,6 +26,7 @@ def render() -> str:
     lines.append(f"    OPTION_NONE = {columns.OPTION_NONE}")
     lines.append(f"    OPTION_FULL = {columns.OPTION_FULL}")
     lines.append(f"    OPTION_SELECTIVE = {columns.OPTION_SELECTIVE}")
+    lines.append(f"    HYPER_POLICY_MASK = {columns.HYPER_POLICY_MASK}")
     return "\n".join(lines) + "\n"
 
 

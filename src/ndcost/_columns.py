@@ -32,6 +32,21 @@ KIND_FIELDS = (
     "p_routed_base",  # ND: all routed experts' params with etp = 1 (the kernel divides by etp)
     "p_shared",       # ND: shared experts' params
     "attn_extra_p",   # GDN conv + gate params ND adds to the attention count
+    # The kind's submodule (ND prices each submodule of a multimodal model on its own config,
+    # seed _submodule_parts): a text kind carries the model's values, a vision-tower kind its own.
+    "sub_h",          # ND's cfg.h of the submodule: hidden size
+    "sub_a",          # ND's cfg.a of the submodule: attention heads (softmax/headCast/dropout loads)
+    "sub_hff",        # ND's cfg.hff of the submodule: the dense FFN width a dense kind runs
+    "sub_seq",        # ND's cfg.s of the submodule: tokens per sample; 0 = the candidate's s (text).
+                      #   Vision: tokens // spatial_merge_size**2 (ND's grid // merge^2, ND_REFERENCE §1.4)
+    "seq_tokens",     # tokens per sample the layer really runs on (seconds, memory); 0 = the candidate's s.
+                      #   Vision: the patch tokens the encoder sees (before the merger's 2x2 merge)
+    "bidirectional",  # 1: attention is not causal (a vision encoder): the whole score matrix runs
+    "att_window",     # tokens a query attends to in a windowed-attention layer; 0 = the whole sequence.
+                      #   Seconds and memory only: ND's op table prices s x s whatever the window
+    "census_att",     # HyperParallel census: share of the attention matmuls (attMM) its selective policy
+                      #   recomputes; -1 = no census (ND_REFERENCE §2.4 selective_shares)
+    "census_ffn",     # the same for the FFN matmuls (ffMM); -1 = no census
 )
 
 # --- model-level constants (float64 vector) ---
@@ -74,6 +89,11 @@ ND_OPTION_FIELDS = (
 
 # --- option slots of a layout: what a layer runs (int64 pairs) ---
 OPTION_NONE, OPTION_FULL, OPTION_SELECTIVE = 0, 1, 2
+#: The keep mask of HyperParallel's selective policy (recompute_spec's "hyperparallel" rule:
+#: attBMM and attUp kept, every other switch recomputed). A selective layer running exactly this
+#: setting runs the policy, and a kind's census shares (census_att, census_ffn) then price the
+#: projection matmuls the policy also recomputes (ND_REFERENCE §1.4, §2.4 selective_shares).
+HYPER_POLICY_MASK = 0x81
 
 # --- ND parts, in output order (sum == total) ---
 PART_NAMES = (
@@ -177,6 +197,7 @@ SECONDS_LAYER_FIELDS = (
     "sw_normOp", "sw_gather", "sw_ffAct", "sw_attUp",        #   (sw_gather is comm: the SP all-gathers)
     "p_dense", "p_expert",            # params per device: reduced over dp*cp / over the expert-data-parallel ranks
     "flops_f", "flops_core", "flops_up",  # model FLOPs of one forward (whole micro-batch, unsplit): all, core, MLA up
+    "att_mm_f", "ffn_mm_f",           # forward time of the attention projections / the FFN matmuls (census shares)
 )
 
 # --- per stage raw sums of seconds mode (float64, pp x SECONDS_STAGE_FIELDS) ---
@@ -226,6 +247,11 @@ MEMORY_KIND_FIELDS = (
     "ffn_width",      # dense width, or the routed expert width on a MoE kind
     "experts", "top_k", "shared_width",   # MoE kind only (0 on a dense kind)
     "p_nonexp", "p_routed", "p_shared",   # Model.kind_parameters: the real counts
+    "hidden",         # the kind's hidden size (its submodule's: a vision tower has its own)
+    "seq_tokens",     # tokens per sample the kind runs on; 0 = the candidate's seq (text)
+    "att_window",     # tokens a query attends to (windowed attention); 0 = the whole sequence
+    "census_saved", "census_saved_tp",  # census: bytes per token a plain layer keeps, split over sp / over tp;
+    "census_sel", "census_sel_tp",      #   the same under HyperParallel's selective policy; -1 = no census
 )
 
 # --- model-level constants of the memory model (float64 vector) ---
@@ -236,6 +262,7 @@ MEMORY_MODEL_FIELDS = (
     "p_final_norm",            # Model.final_norm_parameters
     "p_mtp_module",            # Model.mtp_extra_parameters / MTP layers (0 without MTP)
     "n_mtp",                   # MTP layers of the model
+    "p_vision_extra",          # a vision tower's patch embedding and merger params (on the embedding's stage)
 )
 
 # --- one candidate of the memory model (float64 vector; derived by ndcost._formulas) ---

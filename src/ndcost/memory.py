@@ -284,6 +284,8 @@ def memory_kind_table(model: Any) -> np.ndarray:
             "experts": model.num_experts if moe else 0,
             "top_k": model.num_experts_per_tok if moe else 0,
             "shared_width": model.shared_expert_intermediate_size if moe else 0,
+            "hidden": model.hidden_size, "seq_tokens": 0, "att_window": 0,
+            "census_saved": -1.0, "census_saved_tp": -1.0, "census_sel": -1.0, "census_sel_tp": -1.0,
         }
         values["p_nonexp"], values["p_routed"], values["p_shared"] = model.kind_parameters(k)
         for name, value in values.items():
@@ -307,6 +309,7 @@ def memory_model_vector(model: Any) -> np.ndarray:
         # One MTP module's own params (eh_proj, norms); its layer is a layer of its kind.
         "p_mtp_module": model.mtp_extra_parameters() / n_mtp if n_mtp > 0 else 0.0,
         "n_mtp": n_mtp,
+        "p_vision_extra": 0,
     }
     vector = np.zeros(len(MEMORY_MODEL_FIELDS), dtype=np.float64)
     for name, value in values.items():

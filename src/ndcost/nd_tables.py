@@ -131,8 +131,23 @@ def _nd_kind_table(model: Any) -> np.ndarray:
         row[KIND["p_nonexp"]], row[KIND["p_routed_base"]], row[KIND["p_shared"]] = _nd_layer_params(
             model, kind, att, n_exp, n_shared)
         row[KIND["attn_extra_p"]] = att["extra"]
+        _fill_submodule(row, model, k)
     table.setflags(write=False)
     return table
+
+
+def _fill_submodule(row: np.ndarray, model: Any, k: int) -> None:
+    """The kind's submodule columns: what ND reads off the submodule's own config (seed
+    _submodule_parts prices each submodule on its copy), and the census shares."""
+    row[KIND["sub_h"]] = model.hidden_size
+    row[KIND["sub_a"]] = model.num_attention_heads
+    row[KIND["sub_hff"]] = model.intermediate_size or model.moe_intermediate_size
+    row[KIND["sub_seq"]] = 0.0
+    row[KIND["seq_tokens"]] = 0.0
+    row[KIND["bidirectional"]] = 0.0
+    row[KIND["att_window"]] = 0.0
+    row[KIND["census_att"]] = -1.0
+    row[KIND["census_ffn"]] = -1.0
 
 
 def nd_model_vector(model: Any) -> np.ndarray:

@@ -31,7 +31,16 @@ cdef enum:
     K_p_routed_base = 27
     K_p_shared = 28
     K_attn_extra_p = 29
-    K_COUNT = 30
+    K_sub_h = 30
+    K_sub_a = 31
+    K_sub_hff = 32
+    K_sub_seq = 33
+    K_seq_tokens = 34
+    K_bidirectional = 35
+    K_att_window = 36
+    K_census_att = 37
+    K_census_ffn = 38
+    K_COUNT = 39
 
 cdef enum:
     M_h = 0
@@ -226,7 +235,9 @@ cdef enum:
     SL_flops_f = 23
     SL_flops_core = 24
     SL_flops_up = 25
-    SL_COUNT = 26
+    SL_att_mm_f = 26
+    SL_ffn_mm_f = 27
+    SL_COUNT = 28
 
 cdef enum:
     SS_fw = 0
@@ -274,7 +285,14 @@ cdef enum:
     MK_p_nonexp = 23
     MK_p_routed = 24
     MK_p_shared = 25
-    MK_COUNT = 26
+    MK_hidden = 26
+    MK_seq_tokens = 27
+    MK_att_window = 28
+    MK_census_saved = 29
+    MK_census_saved_tp = 30
+    MK_census_sel = 31
+    MK_census_sel_tp = 32
+    MK_COUNT = 33
 
 cdef enum:
     MM_h = 0
@@ -284,7 +302,8 @@ cdef enum:
     MM_p_final_norm = 4
     MM_p_mtp_module = 5
     MM_n_mtp = 6
-    MM_COUNT = 7
+    MM_p_vision_extra = 7
+    MM_COUNT = 8
 
 cdef enum:
     MC_seq = 0
@@ -346,3 +365,4 @@ cdef enum:
     OPTION_NONE = 0
     OPTION_FULL = 1
     OPTION_SELECTIVE = 2
+    HYPER_POLICY_MASK = 129
