@@ -170,7 +170,8 @@ class ModelConstants:
     """What the formulas and the rules read off a model, once (attribute reads are not free)."""
 
     __slots__ = ("num_experts", "heads", "kv_heads", "tie", "is_moe", "is_mla", "linear_k_heads",
-                 "linear_v_heads", "has_linear", "moe_width", "layers_with_mtp")
+                 "linear_v_heads", "has_linear", "moe_width", "layers_with_mtp", "has_vision", "vision_heads",
+                 "vision_tokens")
 
     def __init__(self, model: Any) -> None:
         self.num_experts = model.num_experts
@@ -184,6 +185,9 @@ class ModelConstants:
         self.linear_v_heads = model.linear_num_value_heads
         self.moe_width = model.moe_intermediate_size
         self.layers_with_mtp = model.num_layers_with_mtp
+        self.has_vision = model.vision is not None
+        self.vision_heads = model.vision.num_heads if self.has_vision else 0
+        self.vision_tokens = model.vision.tokens if self.has_vision else 0
 
 
 class ClusterConstants:
@@ -421,6 +425,15 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     ulysses = (cp > 1) & ops.not_(ring)
     rules.append(("ulysses_heads", ulysses & (mc.kv_heads % (tp * cp) != 0)))
     rules.append(("seq_ulysses", ulysses & (s % cp != 0)))
+    # 6b. A vision tower shares the strategy (validate._vision_rules).
+    if mc.has_vision:
+        v_tokens, v_heads = mc.vision_tokens, mc.vision_heads
+        rules.append(("tp_vision_heads", v_heads % tp != 0))
+        rules.append(("vision_tokens", (sequence_parallel & (tp > 1) & (v_tokens % (tp * cp) != 0))
+                      | ((cp > 1) & ring & (v_tokens % (2 * cp) != 0))
+                      | (ulysses & (v_tokens % cp != 0))))
+        rules.append(("vision_ulysses_heads", ulysses & (v_heads % (tp * cp) != 0)))
+        rules.append(("vision_seq1f1b", ops.is_choice(c, "pp_schedule", "seq1f1b")))
     # 7. Layout against the model (per layout).
     rules.append(("layout", layout_bad))
     # 8. The cluster's own limits.

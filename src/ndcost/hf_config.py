@@ -9,7 +9,9 @@ per ``model_type``, with the modelling file it comes from.
 
 Supported ``model_type``: llama, qwen2, qwen3, qwen3_moe, qwen3_next, mixtral,
 deepseek_v3, gpt2 (also GPT-3-like configs written with GPT-2's field names
-n_embd / n_layer / n_head / n_inner / n_positions) and gpt_neox.
+n_embd / n_layer / n_head / n_inner / n_positions), gpt_neox, and the
+vision-language models qwen2_vl and qwen2_5_vl (a Qwen2 text model with a
+:class:`~ndcost.vision.VisionTower`).
 """
 from __future__ import annotations
 
@@ -32,7 +34,11 @@ SUPPORTED_MODEL_TYPES = (
     "qwen3",
     "qwen3_moe",
     "qwen3_next",
+    "qwen2_vl",
+    "qwen2_5_vl",
 )
+#: Vision-language model types: a qwen2 text model and a vision_config.
+_VLM_TYPES = ("qwen2_vl", "qwen2_5_vl")
 
 # Alternative names of one quantity across families (ND_REFERENCE §1.4, HyperV2
 # parser aliases). The first present wins.
@@ -118,12 +124,62 @@ def model_kwargs_from_hf_config(config: Mapping[str, Any], *, owner: str = "conf
         raise SpecError("model_type", owner, "be present", None)
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise SpecError("model_type", owner, f"be one of {', '.join(map(repr, SUPPORTED_MODEL_TYPES))}", model_type)
+    if model_type in _VLM_TYPES:
+        return _vlm_kwargs(config, owner, model_type)
     read = _Reader(config, owner)
     if model_type == "gpt2":
         return _gpt2_kwargs(read)
     if model_type == "gpt_neox":
         return _gpt_neox_kwargs(read)
     return _decoder_kwargs(read, model_type)
+
+
+def _vlm_kwargs(config: Mapping[str, Any], owner: str, model_type: str) -> dict[str, Any]:
+    """Qwen2-VL / Qwen2.5-VL: the text model is Qwen2 (modeling_qwen2_vl's and
+    modeling_qwen2_5_vl's text decoder layer is Qwen2's: q/k/v biases, SwiGLU,
+    RMSNorm). Newer Transformers configs nest its fields in ``text_config``;
+    older ones keep them at the top level (the published config.json files)."""
+    text = config.get("text_config")
+    merged = dict(config)
+    if isinstance(text, Mapping):
+        merged.update({key: value for key, value in text.items() if value is not None})
+    kwargs = _decoder_kwargs(_Reader(merged, owner), "qwen2")
+    vision = config.get("vision_config")
+    if not isinstance(vision, Mapping):
+        raise SpecError("vision_config", owner, "be present (a vision-language model's tower)", vision)
+    kwargs["vision"] = _vision_kwargs(_Reader(vision, owner + " vision_config"), model_type)
+    return kwargs
+
+
+def _vision_kwargs(read: _Reader, model_type: str) -> dict[str, Any]:
+    """A vision_config as :class:`~ndcost.vision.VisionTower` fields.
+
+    Qwen2.5-VL (Qwen2_5_VLVisionConfig): ``hidden_size`` is the block width,
+    ``out_hidden_size`` the text width; SwiGLU MLP of ``intermediate_size``
+    (Qwen2_5_VLMLP, bias=True), RMSNorm, window attention of ``window_size``
+    pixels except in ``fullatt_block_indexes``.
+    Qwen2-VL (Qwen2VLVisionConfig): ``embed_dim`` is the block width and
+    ``hidden_size`` the text width; GELU MLP of ``mlp_ratio`` x embed_dim
+    (VisionMlp fc1/fc2), LayerNorm, every block attends to the whole image."""
+    common = {
+        "depth": read.required("depth"),
+        "num_heads": read.required("num_heads"),
+        "patch_size": read.optional("patch_size", "spatial_patch_size", default=14),
+        "temporal_patch_size": read.optional("temporal_patch_size", default=2),
+        "spatial_merge_size": read.optional("spatial_merge_size", default=2),
+        "in_channels": read.optional("in_channels", "in_chans", default=3),
+    }
+    if model_type == "qwen2_vl":
+        width = read.required("embed_dim")
+        ratio = read.optional("mlp_ratio", default=4)
+        inner = int(width * ratio) if isinstance(width, int) and isinstance(ratio, (int, float)) else ratio
+        return {**common, "hidden_size": width, "intermediate_size": inner,
+                "out_hidden_size": read.required("hidden_size"), "gated_ffn": False, "norm": "layernorm"}
+    return {**common, "hidden_size": read.required("hidden_size"),
+            "intermediate_size": read.required("intermediate_size"),
+            "out_hidden_size": read.required("out_hidden_size"), "gated_ffn": True, "norm": "rmsnorm",
+            "window_size": read.optional("window_size", default=0),
+            "fullatt_block_indexes": tuple(read.optional("fullatt_block_indexes", default=()))}
 
 
 def _gpt2_kwargs(read: _Reader) -> dict[str, Any]:

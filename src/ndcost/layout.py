@@ -25,6 +25,15 @@ in another place:
   embedding and the most micro-batches in flight, the last the output layer.
 * For zero_bubble_v the output layer goes where the last layer in model order
   runs (stage 0 of DualPipeV's V), not on the last stage.
+
+A vision-language model's vision tower shares the pipeline (ND_REFERENCE §1.4:
+its submodule is front-loaded by an offset that puts every vision layer on the
+first stage; §1.6 ``combine_partition_multimodal`` joins the submodules' chunk
+lists). Its blocks run where the text embedding runs, before it: the image
+features enter the text there. They are not in the text model's order, so
+offsets, partitions and recompute ranges speak of the text layers only; a
+vision block recomputes as the spec's whole-model mode says (``recompute="full"``
+or ``"selective"`` with the spec's switches), and runs plain otherwise.
 """
 from __future__ import annotations
 
@@ -52,6 +61,7 @@ LAYOUT_FIELDS = (
 
 _EMBEDDING = -1
 _OUTPUT = -2
+_VISION = -3
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,7 +78,7 @@ class Layout:
         mtp_stage_counts: int64 (pp,): MTP layers per stage.
         positions: per layer in model order, ``(stage, chunk, kind, slot)``.
         stages: per (stage, chunk), the layers in run order as model indices;
-            -1 is the embedding, -2 the output layer.
+            -1 is the embedding, -2 the output layer, -3 a vision-tower block.
     """
 
     counts: np.ndarray
@@ -230,6 +240,15 @@ def _layer_options(spec: ExecSpec, n_layers: int, placed_layers: list[tuple[int,
     return [(OPTION_NONE, ALL_KEPT)] * n_layers
 
 
+def _vision_option(spec: ExecSpec) -> tuple[int, int]:
+    """(option, keep mask) of a vision-tower block: the spec's whole-model recompute mode."""
+    if spec.recompute_option == "full":
+        return OPTION_FULL, 0
+    if spec.recompute_option == "selective":
+        return OPTION_SELECTIVE, spec.keep_mask
+    return OPTION_NONE, ALL_KEPT
+
+
 def _build(model: Any, spec: ExecSpec) -> Layout:
     pp, vpp = spec.pp, spec.vpp
     n_body = model.num_hidden_layers
@@ -265,13 +284,21 @@ def _build(model: Any, spec: ExecSpec) -> Layout:
             out = nonempty[-1] if nonempty else out
 
     options = _layer_options(spec, n_layers, layer_at)
-    slot_keys = sorted(set(options) | {(OPTION_NONE, ALL_KEPT)}, key=lambda om: (om[0], -om[1]))
+    vision_option = _vision_option(spec)
+    vision_kinds = model.vision_kinds_in_order
+    slot_set = set(options) | {(OPTION_NONE, ALL_KEPT)}
+    if vision_kinds:
+        slot_set.add(vision_option)
+    slot_keys = sorted(slot_set, key=lambda om: (om[0], -om[1]))
     slot_index = {key: i for i, key in enumerate(slot_keys)}
     n_kinds = len(model.kinds)
     grid = np.zeros((pp, vpp, n_kinds, len(slot_keys)), dtype=np.float64)
     kinds_in_order = model.layer_kinds_in_order
     positions = []
     run_order: dict[tuple[int, int], list[int]] = {(s, v): [] for s in range(pp) for v in range(vpp)}
+    for k in vision_kinds:   # the tower runs first, where the embedding is
+        grid[emb[0], emb[1], k, slot_index[vision_option]] += 1.0
+        run_order[emb].append(_VISION)
     run_order[emb].append(_EMBEDDING)
     mtp_stage = np.zeros(pp, dtype=np.int64)
     for i, ((s, v), option) in enumerate(zip(layer_at, options)):

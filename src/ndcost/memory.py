@@ -47,6 +47,7 @@ from ._layout_pool import LayoutPiece, LayoutPool, pack_layouts
 from .derive import Derived, derive, derived_values
 from .errors import SpecError
 from .exec_spec import ExecSpec
+from .kind_shape import kind_shape
 
 __all__ = [
     "MEMORY_PARTS",
@@ -270,29 +271,40 @@ def memory_kind_table(model: Any) -> np.ndarray:
     table = np.zeros((len(model.kinds), len(MEMORY_KIND_FIELDS)), dtype=np.float64)
     for k, kind in enumerate(model.kinds):
         moe = kind.ffn == "moe"
+        shape = kind_shape(model, k)
+        census = model.kind_census(kind.name)
         values = {
             "attention": ATTENTION_CODES[kind.attention],
-            "heads": model.num_attention_heads, "kv_heads": model.num_key_value_heads,
-            "head_dim": model.head_dim, "out_gate": int(model.attn_output_gate), "qk_norm": int(model.qk_norm),
+            "heads": shape.heads, "kv_heads": shape.kv_heads,
+            "head_dim": shape.head_dim, "out_gate": int(shape.out_gate), "qk_norm": int(shape.qk_norm),
             "q_lora": model.q_lora_rank, "kv_lora": model.kv_lora_rank, "qk_nope": model.qk_nope_head_dim,
             "qk_rope": model.qk_rope_head_dim, "v_dim": model.v_head_dim,
             "lin_k_heads": model.linear_num_key_heads, "lin_k_dim": model.linear_key_head_dim,
             "lin_v_heads": model.linear_num_value_heads, "lin_v_dim": model.linear_value_head_dim,
             "lin_conv": model.linear_conv_kernel_dim, "lin_chunk": GDN_CHUNK,
-            "ffn": FFN_CODES[kind.ffn], "gated": int(model.gated_ffn),
-            "ffn_width": model.moe_intermediate_size if moe else model.intermediate_size,
+            "ffn": FFN_CODES[kind.ffn], "gated": int(shape.gated),
+            "ffn_width": shape.ffn_width,
             "experts": model.num_experts if moe else 0,
             "top_k": model.num_experts_per_tok if moe else 0,
             "shared_width": model.shared_expert_intermediate_size if moe else 0,
-            "hidden": model.hidden_size, "seq_tokens": 0, "att_window": 0,
-            "census_saved": -1.0, "census_saved_tp": -1.0, "census_sel": -1.0, "census_sel_tp": -1.0,
+            "hidden": shape.hidden, "seq_tokens": shape.tokens, "att_window": shape.window,
         }
+        values.update(_census_columns(census))
         values["p_nonexp"], values["p_routed"], values["p_shared"] = model.kind_parameters(k)
         for name, value in values.items():
             table[k, MEMORY_KIND[name]] = value
     table.setflags(write=False)
     cache["memory_kind_table"] = table
     return table
+
+
+def _census_columns(census: Any) -> dict:
+    """A kind census's activation columns (bytes per token), -1 where it states none."""
+    names = ("census_saved", "census_saved_tp", "census_sel", "census_sel_tp")
+    if census is None:
+        return dict.fromkeys(names, -1.0)
+    values = (census.saved, census.saved_tp, census.selective, census.selective_tp)
+    return {name: -1.0 if value is None else value for name, value in zip(names, values)}
 
 
 def memory_model_vector(model: Any) -> np.ndarray:
@@ -309,7 +321,7 @@ def memory_model_vector(model: Any) -> np.ndarray:
         # One MTP module's own params (eh_proj, norms); its layer is a layer of its kind.
         "p_mtp_module": model.mtp_extra_parameters() / n_mtp if n_mtp > 0 else 0.0,
         "n_mtp": n_mtp,
-        "p_vision_extra": 0,
+        "p_vision_extra": 0 if model.vision is None else model.vision.extra_parameters(),
     }
     vector = np.zeros(len(MEMORY_MODEL_FIELDS), dtype=np.float64)
     for name, value in values.items():

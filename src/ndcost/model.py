@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from os import PathLike
 from typing import Any, Mapping
 
 from .errors import SpecError, check_bool, check_choice, check_positive_int
+from .census import KindCensus, read_census
+from .vision import VisionTower
 
 __all__ = ["OpCounts", "LayerKind", "ParamCount", "Model"]
 
@@ -39,6 +41,8 @@ LAYER_TYPES = ("full_attention", "linear_attention")
 ATTENTION_KINDS = ("full", "mla", "linear")
 #: FFN flavours of a :class:`LayerKind`.
 FFN_KINDS = ("dense", "moe")
+#: The submodules a layer kind can belong to: the language model, or a VLM's vision tower.
+MODULES = ("text", "vision")
 #: Norm flavours: RMSNorm has a weight only, LayerNorm a weight and a bias.
 NORMS = ("rmsnorm", "layernorm")
 #: Families whose parameter layout ndcost knows (Transformers' model_type names).
@@ -102,6 +106,13 @@ class OpCounts:
         headCast 0) and one chunked linear recurrence (linrec 1)."""
         return cls(4, 0, 3 if gated_ffn else 2, 0, 0, 2, 4, 0, 1, 1)
 
+    @classmethod
+    def vision_encoder(cls, *, gated_ffn: bool = False) -> OpCounts:
+        """ND's vision-encoder profile 4/2/2/1/0/2/4/1/1/0 (ND_REFERENCE §1.5, ``vision``), written
+        for a 2-matmul GELU MLP (Qwen2-VL); a SwiGLU tower (Qwen2.5-VL) runs 3 FFN matmuls, as the
+        decoder profiles count them."""
+        return cls(4, 2, 3 if gated_ffn else 2, 1, 0, 2, 4, 1, 1, 0)
+
     def as_tuple(self) -> tuple[float, ...]:
         """The counts in ND's profile order."""
         return tuple(getattr(self, f.name) for f in fields(self))
@@ -119,13 +130,16 @@ class LayerKind:
 
     ``name`` is unique within a model: ``"dense"``/``"moe"`` for a stack of
     full (or MLA) attention layers, ``"<attention>_<ffn>"`` (``"linear_moe"``,
-    ``"full_moe"``, ...) when the model mixes attention flavours.
+    ``"full_moe"``, ...) when the model mixes attention flavours; a vision
+    tower's blocks are ``"vision"`` (and ``"vision_window"`` for its windowed
+    blocks), with ``module = "vision"``.
     """
 
     name: str
     attention: str
     ffn: str
     ops: OpCounts
+    module: str = "text"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -134,6 +148,7 @@ class LayerKind:
         check_choice(self.ffn, "ffn", "LayerKind", FFN_KINDS)
         if not isinstance(self.ops, OpCounts):
             raise SpecError("ops", "LayerKind", "be an OpCounts", self.ops)
+        check_choice(self.module, "module", "LayerKind", MODULES)
 
 
 # --------------------------------------------------------------------------- ParamCount
@@ -241,6 +256,8 @@ class Model:
     mlp_bias: bool = False
     learned_position_embeddings: int = 0
     family: str = "llama"
+    vision: VisionTower | None = None
+    census: tuple[KindCensus, ...] = ()
 
     # ------------------------------------------------------------------ validation
 
@@ -263,6 +280,32 @@ class Model:
         self._check_attention()
         self._check_layer_types()
         self._check_ffn()
+        self._check_vision()
+        self._check_census()
+
+    def _check_census(self) -> None:
+        census = self.census
+        if isinstance(census, (str, bytes)) or not isinstance(census, (list, tuple)):
+            raise SpecError("census", _OWNER, "be a sequence of KindCensus (see Model.with_census)", census)
+        entries = tuple(entry if isinstance(entry, KindCensus) else KindCensus(**entry) for entry in census)
+        names = [kind.name for kind in self.kinds]
+        seen = set()
+        for entry in entries:
+            if entry.kind not in names:
+                raise SpecError("census", _OWNER, f"name layer kinds of the model ({', '.join(names)})", entry.kind)
+            if entry.kind in seen:
+                raise SpecError("census", _OWNER, "hold one census a kind", entry.kind)
+            seen.add(entry.kind)
+        object.__setattr__(self, "census", entries)
+
+    def _check_vision(self) -> None:
+        if self.vision is None:
+            return
+        if not isinstance(self.vision, VisionTower):
+            object.__setattr__(self, "vision", VisionTower.from_dict(self.vision))
+        if self.vision.out_hidden_size != self.hidden_size:
+            rule = f"project to the text model's hidden_size ({self.hidden_size}): its out_hidden_size"
+            raise SpecError("vision", _OWNER, rule, self.vision.out_hidden_size)
 
     def _check_attention(self) -> None:
         heads = self.num_attention_heads
@@ -423,7 +466,30 @@ class Model:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         if out["layer_types"] is not None:
             out["layer_types"] = list(out["layer_types"])
+        if out["vision"] is not None:
+            out["vision"] = out["vision"].to_dict()
+        out["census"] = [entry.to_dict() for entry in out["census"]]
         return out
+
+    def with_census(self, census: Any) -> Model:
+        """The same model with a HyperParallel census of its kinds (:mod:`ndcost.census`): a
+        path to a census JSON, its mapping, or a sequence of :class:`KindCensus`."""
+        if not isinstance(census, (list, tuple)):
+            census = read_census(census)
+        return replace(self, census=tuple(census))
+
+    def kind_census(self, kind_name: str) -> KindCensus | None:
+        """The census of the kind named *kind_name*, or None."""
+        for entry in self.census:
+            if entry.kind == kind_name:
+                return entry
+        return None
+
+    def with_vision_tokens(self, tokens: int) -> Model:
+        """The same VLM with its vision tower run on *tokens* patches per sample."""
+        if self.vision is None:
+            raise SpecError("vision", _OWNER, "be set (a vision tower) to take vision tokens", None)
+        return replace(self, vision=self.vision.with_tokens(tokens))
 
     # ------------------------------------------------------------------ derived structure
 
@@ -487,7 +553,18 @@ class Model:
             order.append(index_of[key])
         # MTP layers repeat the last body layer's kind (ND_REFERENCE §1.5, "Layer stack").
         order.extend([order[-1]] * self.num_nextn_predict_layers)
-        return tuple(kinds), tuple(order)
+        vision_order: list[int] = []
+        if self.vision is not None:
+            ops = OpCounts.vision_encoder(gated_ffn=self.vision.gated_ffn)
+            vision_index: dict[bool, int] = {}
+            for block in range(self.vision.depth):
+                windowed = self.vision.block_is_windowed(block)
+                if windowed not in vision_index:
+                    vision_index[windowed] = len(kinds)
+                    name = "vision_window" if windowed else "vision"
+                    kinds.append(LayerKind(name, "full", "dense", ops, module="vision"))
+                vision_order.append(vision_index[windowed])
+        return tuple(kinds), tuple(order), tuple(vision_order)
 
     @property
     def kinds(self) -> tuple[LayerKind, ...]:
@@ -496,8 +573,13 @@ class Model:
 
     @property
     def layer_kinds_in_order(self) -> tuple[int, ...]:
-        """Index into :attr:`kinds` of each body layer, then of each MTP layer."""
+        """Index into :attr:`kinds` of each body layer, then of each MTP layer (the text model's)."""
         return self._stack[1]
+
+    @property
+    def vision_kinds_in_order(self) -> tuple[int, ...]:
+        """Index into :attr:`kinds` of each vision-tower block, in the tower's order (empty without one)."""
+        return self._stack[2]
 
     def kind_counts(self) -> tuple[tuple[int, int], ...]:
         """(body layers, MTP layers) of each kind, in :attr:`kinds` order."""
@@ -594,6 +676,8 @@ class Model:
             rule = f"be an integer in [0, {len(kinds) - 1}]"
             raise SpecError("kind_index", "Model.kind_parameters", rule, kind_index)
         kind = kinds[kind_index]
+        if kind.module == "vision":
+            return self.vision.block_parameters(), 0, 0
         if kind.attention == "linear":
             non_expert = self._linear_attention_parameters()
         elif kind.attention == "mla":
@@ -671,6 +755,8 @@ class Model:
         outside_layers = self.embedding_parameters() + self.output_parameters() + self.final_norm_parameters()
         if include_mtp:
             outside_layers += self.mtp_extra_parameters()
+        if self.vision is not None:   # every image token runs the whole tower
+            outside_layers += self.vision.total_parameters()
         return ParamCount(total=total + outside_layers, active=active + outside_layers)
 
     # ------------------------------------------------------------------ description
@@ -686,7 +772,8 @@ class Model:
                     "name": kind.name,
                     "attention": kind.attention,
                     "ffn": kind.ffn,
-                    "layers": body,
+                    "module": kind.module,
+                    "layers": body if kind.module == "text" else self.vision_kinds_in_order.count(kind_index),
                     "mtp_layers": mtp,
                     "ops": kind.ops.as_dict(),
                     "parameters_per_layer": {"non_expert": non_expert, "routed": routed, "shared": shared},
@@ -696,7 +783,10 @@ class Model:
         return {
             "name": self.name,
             "family": self.family,
-            "dims": {k: v for k, v in self.to_dict().items() if k not in ("name", "family", "layer_types")},
+            "dims": {k: v for k, v in self.to_dict().items()
+                     if k not in ("name", "family", "layer_types", "vision", "census")},
+            "census": [entry.to_dict() for entry in self.census],
+            "vision": None if self.vision is None else self.vision.to_dict(),
             "layer_order": [self.kinds[i].name for i in self.layer_kinds_in_order],
             "kinds": kinds,
             "parameters": {
@@ -707,5 +797,6 @@ class Model:
                 "final_norm": self.final_norm_parameters(),
                 "mtp_layers": self.mtp_layer_parameters(),
                 "mtp_extra": self.mtp_extra_parameters(),
+                "vision": 0 if self.vision is None else self.vision.total_parameters(),
             },
         }

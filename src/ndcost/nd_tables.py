@@ -19,6 +19,7 @@ from ._formulas import SCALAR, ClusterConstants, nd_candidate_columns_scalar
 from .derive import Derived
 from .errors import SpecError
 from .exec_spec import ExecSpec
+from .kind_shape import kind_shape
 
 __all__ = [
     "MOE_DISPATCH", "MANUAL_P2P_RATIO", "STATIC_RATIO", "RATIO_TYPES", "REC_TYPES",
@@ -55,7 +56,7 @@ def nd_mla_weights(h: float, a: float, n_kv: float, dh: float, dc_q: float, dc_k
     return weights, up
 
 
-def _attention_dims(model: Any, kind: Any) -> dict:
+def _attention_dims(model: Any, kind: Any, shape: Any) -> dict:
     """The attention shape ND prices a kind with (ND_REFERENCE §1.5 bind_layer_stack)."""
     if kind.attention == "linear":
         # Gated DeltaNet mapped onto q/k/v/o: a = n_v, dh = d_v, n_kv = n_k·d_k/d_v, gated output.
@@ -63,13 +64,15 @@ def _attention_dims(model: Any, kind: Any) -> dict:
         n_k, d_k = model.linear_num_key_heads, model.linear_key_head_dim
         extra = model.linear_conv_kernel_dim * (2 * n_k * d_k + n_v * d_v) + 2 * model.hidden_size * n_v
         return dict(a=n_v, n_kv=n_k * d_k / d_v, dh=d_v, gate=1.0, lin=(n_v, d_k, d_v), extra=extra)
-    return dict(a=model.num_attention_heads, n_kv=model.num_key_value_heads, dh=model.head_dim,
-                gate=1.0 if model.attn_output_gate else 0.0, lin=(0, 0, 0), extra=0.0)
+    return dict(a=shape.heads, n_kv=shape.kv_heads, dh=shape.head_dim,
+                gate=1.0 if shape.out_gate else 0.0, lin=(0, 0, 0), extra=0.0)
 
 
-def _nd_layer_params(model: Any, kind: Any, att: dict, n_exp: float, n_shared: float) -> tuple[float, float, float]:
-    """ND's num_params_layer (ND_REFERENCE §3.3): (non-expert, routed with etp = 1, shared)."""
-    h = float(model.hidden_size)
+def _nd_layer_params(model: Any, kind: Any, att: dict, shape: Any, n_exp: float,
+                     n_shared: float) -> tuple[float, float, float]:
+    """ND's num_params_layer (ND_REFERENCE §3.3): (non-expert, routed with etp = 1, shared),
+    at the kind's own hidden size and FFN width (a vision block's are the tower's)."""
+    h = float(shape.hidden)
     ops = kind.ops
     if kind.attention == "mla":
         a, n_kv, dh = model.num_attention_heads, model.num_key_value_heads, model.head_dim
@@ -91,7 +94,7 @@ def _nd_layer_params(model: Any, kind: Any, att: dict, n_exp: float, n_shared: f
         routed = n_exp * n_ff * (hff_exp * h + hff_exp)
         shared = n_shared * n_ff * (hff_exp * h + hff_exp)
         return attention + norm, routed, shared
-    hff = float(model.intermediate_size)
+    hff = float(shape.ffn_width)
     return attention + norm + n_ff * (hff * h + hff), 0.0, 0.0
 
 
@@ -106,7 +109,8 @@ def _nd_kind_table(model: Any) -> np.ndarray:
     n_shared = float(model.num_shared_experts)
     for k, kind in enumerate(model.kinds):
         row = table[k]
-        att = _attention_dims(model, kind)
+        shape = kind_shape(model, k)
+        att = _attention_dims(model, kind, shape)
         row[KIND["att_a"]] = att["a"]
         row[KIND["att_n_kv"]] = att["n_kv"]
         row[KIND["att_dh"]] = att["dh"]
@@ -121,33 +125,34 @@ def _nd_kind_table(model: Any) -> np.ndarray:
                 model.q_lora_rank, model.kv_lora_rank, model.qk_nope_head_dim, model.qk_rope_head_dim)
         moe = kind.ffn == "moe"
         row[KIND["is_moe"]] = 1.0 if moe else 0.0
-        row[KIND["ffn_width"]] = model.moe_intermediate_size if moe else model.intermediate_size
+        row[KIND["ffn_width"]] = shape.ffn_width
         for op in ("attMM", "attBMM", "ffMM", "softmax", "dropout", "normOp", "gather", "headCast", "ffAct", "linrec"):
             row[KIND["n_" + op]] = getattr(kind.ops, op)
-        row[KIND["n_qknorm"]] = 1.0 if model.qk_norm else 0.0
+        row[KIND["n_qknorm"]] = 1.0 if shape.qk_norm else 0.0
         # ND leaves the dispatch count to a layer kind; ndcost: a MoE layer dispatches once, a dense one never
         # (ND_REFERENCE §2.3, open point).
         row[KIND["n_dispatch"]] = 1.0 if moe else 0.0
         row[KIND["p_nonexp"]], row[KIND["p_routed_base"]], row[KIND["p_shared"]] = _nd_layer_params(
-            model, kind, att, n_exp, n_shared)
+            model, kind, att, shape, n_exp, n_shared)
         row[KIND["attn_extra_p"]] = att["extra"]
-        _fill_submodule(row, model, k)
+        _fill_submodule(row, model, kind, shape)
     table.setflags(write=False)
     return table
 
 
-def _fill_submodule(row: np.ndarray, model: Any, k: int) -> None:
+def _fill_submodule(row: np.ndarray, model: Any, kind: Any, shape: Any) -> None:
     """The kind's submodule columns: what ND reads off the submodule's own config (seed
     _submodule_parts prices each submodule on its copy), and the census shares."""
-    row[KIND["sub_h"]] = model.hidden_size
-    row[KIND["sub_a"]] = model.num_attention_heads
-    row[KIND["sub_hff"]] = model.intermediate_size or model.moe_intermediate_size
-    row[KIND["sub_seq"]] = 0.0
-    row[KIND["seq_tokens"]] = 0.0
-    row[KIND["bidirectional"]] = 0.0
-    row[KIND["att_window"]] = 0.0
-    row[KIND["census_att"]] = -1.0
-    row[KIND["census_ffn"]] = -1.0
+    row[KIND["sub_h"]] = shape.hidden
+    row[KIND["sub_a"]] = shape.heads
+    row[KIND["sub_hff"]] = shape.nd_hff
+    row[KIND["sub_seq"]] = shape.nd_seq
+    row[KIND["seq_tokens"]] = shape.tokens
+    row[KIND["bidirectional"]] = 1.0 if shape.bidirectional else 0.0
+    row[KIND["att_window"]] = shape.window
+    census = model.kind_census(kind.name)
+    row[KIND["census_att"]] = -1.0 if census is None else census.selective_attention_mm
+    row[KIND["census_ffn"]] = -1.0 if census is None else census.selective_ffn_mm
 
 
 def nd_model_vector(model: Any) -> np.ndarray:

@@ -93,6 +93,12 @@ _TABLE = (
     ("tp_cross_node", ("tp",), "tp exceeds the devices of one node (allow_cross_node_tp=False)"),
     ("no_fp8", ("precision",), "fp8 on a device without an fp8 peak"),
     ("expert_dp", ("ep", "ep*etp"), "the expert degrees leave no expert data-parallel rank"),
+    # A vision tower's rules (validate rule 6, after the text sequence's); appended to keep codes stable.
+    ("tp_vision_heads", ("tp",), "tp does not divide the vision tower's heads"),
+    ("vision_tokens", ("vision.tokens",),
+     "the vision tower's tokens do not split over tp*cp (SP), 2*cp (ring) or cp (Ulysses)"),
+    ("vision_ulysses_heads", ("tp*cp",), "tp*cp does not divide the vision tower's heads (Ulysses)"),
+    ("vision_seq1f1b", ("pp_schedule",), "seq1f1b with a vision tower (Seq1F1B splits the text sequence only)"),
 )
 
 #: Every reason (code, name, parameters, words), indexed by its code.

@@ -30,6 +30,9 @@ The rules, in the order they are checked:
    tp*cp (each CP rank's tokens split over TP); ring CP needs seq_length
    divisible by 2*cp; Ulysses needs num_key_value_heads divisible by tp*cp
    and seq_length by cp (ND_REFERENCE §3.8).
+   A vision tower shares the strategy (ND's ``set_shared_strategy``): tp
+   divides its heads, and its tokens obey the same sequence rules; Seq1F1B,
+   which splits the text sequence, does not run with one.
 7. Layout (ND_REFERENCE §1.6): an offset leaves no stage or chunk with a
    negative layer count and places exactly the layers the offset counts
    (num_hidden_layers, + MTP layers if mtp_in_offset, + 2 if
@@ -106,6 +109,7 @@ def _violations(model: Any, spec: ExecSpec, cluster: Any, allow_cross_node_tp: b
     yield from _expert_rules(model, spec)
     yield from _pipeline_rules(model, spec)
     yield from _sequence_rules(model, spec)
+    yield from _vision_rules(model, spec)
     yield from _layout_rules(model, spec)
 
     # Rule 8: the cluster's own limits.
@@ -211,6 +215,31 @@ def _sequence_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
         if s % cp:
             yield SpecError("seq_length", _OWNER,
                             f"be divisible by cp ({cp}) for Ulysses context parallelism", s)
+
+
+def _vision_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
+    tower = model.vision
+    if tower is None:
+        return
+    tp, cp, tokens = spec.tp, spec.cp, tower.tokens
+    if tower.num_heads % tp:
+        yield SpecError("tp", _OWNER, f"divide the vision tower's num_heads ({tower.num_heads})", tp)
+    if spec.sequence_parallel and tp > 1 and tokens % (tp * cp):
+        yield SpecError("vision.tokens", "Model", f"be divisible by tp*cp (= {tp * cp}) with sequence parallelism",
+                        tokens)
+    if cp > 1 and spec.cp_algo == "ring" and tokens % (2 * cp):
+        yield SpecError("vision.tokens", "Model", f"be divisible by 2*cp (= {2 * cp}) for ring context parallelism",
+                        tokens)
+    elif cp > 1 and spec.cp_algo != "ring":
+        if tower.num_heads % (tp * cp):
+            yield SpecError("tp*cp", _OWNER, f"divide the vision tower's num_heads ({tower.num_heads}) for Ulysses "
+                            "context parallelism", tp * cp)
+        if tokens % cp:
+            yield SpecError("vision.tokens", "Model", f"be divisible by cp ({cp}) for Ulysses context parallelism",
+                            tokens)
+    if spec.schedule == "seq1f1b":
+        yield SpecError("pp_schedule", _OWNER, "not be 'seq1f1b' for a model with a vision tower (Seq1F1B splits "
+                        "the text sequence; the tower's bidirectional attention needs all its patches)", "seq1f1b")
 
 
 def _layout_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:

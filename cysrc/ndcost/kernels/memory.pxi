@@ -167,8 +167,11 @@ cdef inline double c_layer_activation_bytes(
         double lin_chunk, long long ffn, long long gated, double ffn_width, double experts, double top_k,
         double shared_width, double token_factor, long long flash, double compute_bytes, double softmax_bytes,
         double dropout_bytes, double norm_bytes, long long option, long long keep_mask,
-        long long slice_input) noexcept nogil:
-    cdef double tokens, residual, divisor, total, heads_local, kv_local, score_elements
+        long long slice_input, double att_window) noexcept nogil:
+    # att_window > 0: a query sees at most att_window keys (windowed attention, e.g. Qwen2.5-VL's
+    # vision layers); 0 the whole sequence; NaN for a negative or NaN window. The def wrapper
+    # layer_activation_bytes passes 0, the memory batch the kind's att_window column.
+    cdef double tokens, residual, divisor, total, heads_local, kv_local, score_elements, keys
     cdef double routed_local, routed_tokens, routed_elements
     cdef long long mask
     if seq <= 0.0 or batch <= 0.0 or hidden <= 0.0:
@@ -178,6 +181,8 @@ cdef inline double c_layer_activation_bytes(
     if option < _MEM_OPT_NONE or option > _MEM_OPT_SELECTIVE or keep_mask < 0 or keep_mask > _MEM_ALL_KEPT:
         return NAN
     if compute_bytes < 0.0 or softmax_bytes < 0.0 or dropout_bytes < 0.0 or norm_bytes < 0.0:
+        return NAN
+    if not att_window >= 0.0:
         return NAN
     tokens = seq * batch / cp        # CP splits the sequence
     residual = tokens * hidden / sp  # SP splits the residual stream
@@ -213,7 +218,10 @@ cdef inline double c_layer_activation_bytes(
                 return NAN
             total += tokens * compute_bytes * c_mem_mla_elements(
                 mask, heads_local, q_lora, kv_lora, qk_nope, qk_rope, v_dim)
-        score_elements = heads_local * tokens * seq  # a·s²·b/(tp·cp)
+        keys = seq                   # windowed: min(att_window, s) keys per query (Qwen2.5-VL window attention)
+        if att_window > 0.0 and att_window < seq:
+            keys = att_window
+        score_elements = heads_local * tokens * keys  # a·s²·b/(tp·cp)
         total += c_mem_score_bytes(score_elements, tokens, heads_local, flash, mask,
                                compute_bytes, softmax_bytes, dropout_bytes)
     elif attention == _MEM_ATT_LINEAR:
@@ -270,7 +278,8 @@ def layer_activation_bytes(double seq, double batch, double hidden, double tp, d
                                     out_gate, qk_norm, q_lora, kv_lora, qk_nope, qk_rope, v_dim, lin_k_heads,
                                     lin_k_dim, lin_v_heads, lin_v_dim, lin_conv, lin_chunk, ffn, gated,
                                     ffn_width, experts, top_k, shared_width, token_factor, flash, compute_bytes,
-                                    softmax_bytes, dropout_bytes, norm_bytes, option, keep_mask, slice_input)
+                                    softmax_bytes, dropout_bytes, norm_bytes, option, keep_mask, slice_input,
+                                    0.0)
 
 
 cdef void c_stage_memory(const double* static_per_layer, const double* act_per_layer,

@@ -50,6 +50,13 @@ cdef inline double c_sec_pass(double moved, double kernels, const double* rate) 
     return moved / (rate[R_hbm_eff] * rate[R_hbm_bw]) + kernels * rate[R_kernel_s]
 
 
+cdef inline void c_sec_fill(double* out, Py_ssize_t count, double value) noexcept nogil:
+    # out[0:count] = value (a row zeroed before its sums, or NaN for a row that is not priced).
+    cdef Py_ssize_t i
+    for i in range(count):
+        out[i] = value
+
+
 cdef inline double c_sec_ring(double steps, double share, double moved, double bw, double lat) noexcept nogil:
     return steps * lat + share * moved / bw
 
@@ -126,12 +133,36 @@ cdef inline void c_sec_mm3(double m, double n, double k, double chunks, const do
     out3[2] = chunks * c_sec_gemm(k, n, m, 1.0, bm, 2.0 * bg, rate)
 
 
+cdef inline void c_sec_add_gemm(double* sums, double f, double d, double w) noexcept nogil:
+    # Add a weight GEMM's (forward, input grad, weight grad) to sums = [fw, bw, bw_w, gemm_f, gemm_b].
+    sums[0] += f
+    sums[1] += d
+    sums[2] += w
+    sums[3] += f
+    sums[4] += d + w
+
+
+cdef inline double c_sec_ffn_pair(double rows, double width, double h, double n_ff, double n_split,
+                                  const double* cand, const double* rate, double* sums) noexcept nogil:
+    # A dense FFN of `width`: up (with the gate) h -> (n_ff - 1)·width/t, down width/t -> h; each
+    # GEMM's times into sums, the up GEMM's first; returns the pair's forward time.
+    cdef double t = cand[SC_t], forward
+    cdef double g3[3]
+    c_sec_mm3(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g3)
+    c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
+    forward = g3[0]
+    c_sec_mm3(rows, h, width / t, n_split, cand, rate, g3)
+    c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
+    return forward + g3[0]
+
+
 cdef inline void c_sec_layer(const double* kind, const double* skind, const double* model,
                              const double* smodel, const double* cand, const double* rate,
                              double* out) noexcept nogil:
-    # One layer of a kind, per micro-batch and device (the oracle's _layer, step for step).
-    cdef Py_ssize_t i
-    cdef double b = cand[SC_b], s = cand[SC_s], t = cand[SC_t], cp = cand[SC_cp], sp = cand[SC_sp]
+    # One layer of a kind, per micro-batch and device (the oracle's _layer, step for step), on the
+    # kind's hidden size (sub_h) and its own tokens per sample when it states them (seq_tokens > 0).
+    cdef double b = cand[SC_b], t = cand[SC_t], cp = cand[SC_cp], sp = cand[SC_sp]
+    cdef double s = kind[K_seq_tokens] if kind[K_seq_tokens] > 0.0 else cand[SC_s]
     cdef double ep = cand[SC_ep], t_exp = cand[SC_t_exp], n_split = cand[SC_seq_split]
     cdef double bc = cand[SC_bytes_c], bm = cand[SC_bytes_mm], bg = cand[SC_bytes_grad]
     cdef double db = cand[SC_dropout_bytes]
@@ -140,24 +171,24 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double attn_rate = rate[R_attn_eff] * rate[R_peak_attn]
     cdef double hbm = rate[R_hbm_eff] * rate[R_hbm_bw]
     cdef double kernel_s = rate[R_kernel_s]
-    cdef double h = model[M_h], a = kind[K_att_a]
+    cdef double h = kind[K_sub_h], a = kind[K_att_a]
     cdef double n_kv, dh, gate, d_qk, d_v, tokens, rows, x_sp, n_ff, width, n_qkv
     cdef bint moe, has_core
     cdef double g3[3]
     cdef double fw = 0.0, bw = 0.0, bw_w = 0.0, gemm_f = 0.0, gemm_b = 0.0, p_dense, p_expert
     cdef double w_att, extra, f_att, d_att, w_grad, up_share, flops_att
     cdef double core_f = 0.0, core_b = 0.0, flops_core = 0.0, scores = 0.0
-    cdef double heads, run, keys, q_rows
+    cdef double heads, run, keys, q_rows, window, span
+    cdef bint windowed, causal
     cdef double flops_rec = 0.0, n_v, d_k, dv_lin, conv_bytes = 0.0, compute, memory, rec_f
-    cdef double flops_ffn = 0.0, act_bytes = 0.0, other_bytes = 0.0, other_kernels = 2.0
+    cdef double flops_ffn = 0.0, act_bytes = 0.0, other_bytes = 0.0, other_kernels = 2.0, ffn_f = 0.0
+    cdef double sums[5]
     cdef double topk, n_exp, cap, tok_moe, slots, local, per, wide, e_f, e_d, e_w, shared = 0.0
     cdef double norm_bytes, norm_kernels, softmax_bytes, dropout_bytes, permute_bytes, act_kernels
     cdef double ew_bytes, ew_kernels, full, gather, tp_pass, kv, step, qkv, o, ulysses, routed, a2a
-    for i in range(SL_COUNT):
-        out[i] = 0.0
+    c_sec_fill(out, SL_COUNT, 0.0)
     if not (a > 0.0 and h > 0.0):
-        for i in range(SL_COUNT):
-            out[i] = NAN
+        c_sec_fill(out, SL_COUNT, NAN)
         return
     n_kv = kind[K_att_n_kv]
     dh = kind[K_att_dh] if kind[K_att_dh] != 0.0 else h / a
@@ -201,16 +232,21 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     gemm_f += f_att
     gemm_b += d_att + w_grad
 
-    # attention core
+    # attention core: span keys a query meets (s, or a window below s); causal unless the kind is
+    # bidirectional or windowed (block-diagonal windows, bidirectional inside)
+    window = kind[K_att_window]
+    windowed = window > 0.0 and window < s
+    span = window if windowed else s
+    causal = kind[K_bidirectional] == 0.0 and not windowed
     if has_core:
         heads = b * a / t
-        flops_core = 2.0 * b * s * s * a * (d_qk + d_v)
+        flops_core = 2.0 * b * s * span * a * (d_qk + d_v)
         if flash:
-            run = SEC_FLASH_CAUSAL_SHARE * flops_core / (t * cp)
+            run = (SEC_FLASH_CAUSAL_SHARE * flops_core if causal else flops_core) / (t * cp)
             core_f = run / attn_rate + n_split * kernel_s
             core_b = SEC_FLASH_BACKWARD_FLOPS * run / attn_rate + n_split * kernel_s
         else:
-            keys = s * (n_split + 1.0) / (2.0 * n_split)
+            keys = s * (n_split + 1.0) / (2.0 * n_split) if causal else span
             q_rows = s / cp / n_split
             scores = heads * (s / cp) * keys
             core_f = n_split * (c_sec_gemm(q_rows, keys, d_qk, heads, bc, bc, rate)
@@ -236,7 +272,12 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     fw += core_f
     bw += core_b
 
-    # FFN
+    # FFN (ffn_f: the forward of the FFN matmuls, routed + shared experts or the dense pair)
+    sums[0] = fw
+    sums[1] = bw
+    sums[2] = bw_w
+    sums[3] = gemm_f
+    sums[4] = gemm_b
     if moe:
         topk = model[M_n_chosen]
         n_exp = model[M_n_exp]
@@ -245,11 +286,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         slots = tokens * topk * cap
         local = n_exp / ep
         c_sec_mm3(tok_moe / n_split, n_exp, h, n_split, cand, rate, g3)
-        fw += g3[0]
-        bw += g3[1]
-        bw_w += g3[2]
-        gemm_f += g3[0]
-        gemm_b += g3[1] + g3[2]
+        c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
         per = slots / local / n_split if local > 0.0 else 0.0
         wide = (n_ff - 1.0) * width / t_exp
         e_f = n_split * (c_sec_gemm(per, wide, h, local, bm, bc, rate)
@@ -258,45 +295,25 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
                          + c_sec_gemm(per, width / t_exp, h, local, bm, bc, rate))
         e_w = n_split * (c_sec_gemm(h, wide, per, local, bm, 2.0 * bg, rate)
                          + c_sec_gemm(width / t_exp, h, per, local, bm, 2.0 * bg, rate))
-        fw += e_f
-        bw += e_d
-        bw_w += e_w
-        gemm_f += e_f
-        gemm_b += e_d + e_w
+        c_sec_add_gemm(sums, e_f, e_d, e_w)
+        ffn_f = e_f
         act_bytes += n_ff * bc * slots * width / t_exp
         shared = smodel[SM_shared_width]
         if shared > 0.0:
-            c_sec_mm3(rows, (n_ff - 1.0) * shared / t, h, n_split, cand, rate, g3)
-            fw += g3[0]
-            bw += g3[1]
-            bw_w += g3[2]
-            gemm_f += g3[0]
-            gemm_b += g3[1] + g3[2]
-            c_sec_mm3(rows, h, shared / t, n_split, cand, rate, g3)
-            fw += g3[0]
-            bw += g3[1]
-            bw_w += g3[2]
-            gemm_f += g3[0]
-            gemm_b += g3[1] + g3[2]
+            ffn_f += c_sec_ffn_pair(rows, shared, h, n_ff, n_split, cand, rate, sums)
             act_bytes += n_ff * bc * tokens * shared / t
         other_bytes += 2.0 * bc * tok_moe * h * (1.0 + topk * cap) + 2.0 * 4.0 * tok_moe * n_exp
         other_kernels += 4.0
         flops_ffn = 2.0 * b * s * h * (topk * n_ff * width + n_exp + n_ff * shared)
     else:
-        c_sec_mm3(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g3)
-        fw += g3[0]
-        bw += g3[1]
-        bw_w += g3[2]
-        gemm_f += g3[0]
-        gemm_b += g3[1] + g3[2]
-        c_sec_mm3(rows, h, width / t, n_split, cand, rate, g3)
-        fw += g3[0]
-        bw += g3[1]
-        bw_w += g3[2]
-        gemm_f += g3[0]
-        gemm_b += g3[1] + g3[2]
+        ffn_f = c_sec_ffn_pair(rows, width, h, n_ff, n_split, cand, rate, sums)
         act_bytes = n_ff * bc * tokens * width / t
         flops_ffn = 2.0 * b * s * h * n_ff * width
+    fw = sums[0]
+    bw = sums[1]
+    bw_w = sums[2]
+    gemm_f = sums[3]
+    gemm_b = sums[4]
 
     # elementwise work
     norm_bytes = 2.0 * 2.0 * bc * x_sp
@@ -384,6 +401,8 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     out[SL_p_expert] = p_expert
     out[SL_flops_f] = flops_att + flops_core + flops_rec + flops_ffn
     out[SL_flops_core] = flops_core
+    out[SL_att_mm_f] = f_att
+    out[SL_ffn_mm_f] = ffn_f
 
 
 cdef inline void c_sec_head(const double* cand, const double* rate, double tokens, double h, double v,
@@ -409,7 +428,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                                   Py_ssize_t n_kinds, Py_ssize_t n_slots, Py_ssize_t n_stages,
                                   double* p_dense, double* p_expert) noexcept nogil:
     # The oracle's seconds_stage_sums after its checks; arrays are row-major, out zeroed here.
-    cdef Py_ssize_t k, o, st, f, bit, emb_stage = -1, out_stage = -1
+    cdef Py_ssize_t k, o, st, bit, emb_stage = -1, out_stage = -1
     cdef bint used, defer
     cdef long long option, mask
     cdef double b = cand[SC_b], s = cand[SC_s], t = cand[SC_t], cp = cand[SC_cp], d = cand[SC_d]
@@ -418,6 +437,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     cdef double ov_tp = cand[SC_ov_tp], ov_cp = cand[SC_ov_cp], ov_ep = cand[SC_ov_ep]
     cdef double h = model[M_h], v = model[M_v], tokens = b * s / cp
     cdef double tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, rc, rc_tp, rc_cp, rc_ep, rc_flops, count
+    cdef double census_att, census_ffn
     cdef double x_sp, db, full, moved, kernels, heads, norm, n_mtp, chunks, piece, step
     cdef double zero, bg, bp, edp, ov_dp, ov_fsdp, n_dp, hbm, dense, expert, layers, grads, params
     cdef double z3_fetch_bw, capped, gathers, rerun
@@ -430,11 +450,9 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     cdef double g3[3]
     cdef const double* row_in
     cdef double* row
-    for st in range(n_stages):
-        for f in range(SS_COUNT):
-            out[st * SS_COUNT + f] = 0.0
-        p_dense[st] = 0.0
-        p_expert[st] = 0.0
+    c_sec_fill(out, n_stages * SS_COUNT, 0.0)
+    c_sec_fill(p_dense, n_stages, 0.0)
+    c_sec_fill(p_expert, n_stages, 0.0)
 
     # body layers
     for k in range(n_kinds):
@@ -478,6 +496,12 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                     rc_flops += layer[SL_flops_core]
                 if not ((mask >> 7) & 1):
                     rc_flops += layer[SL_flops_up]
+                census_att = kinds[k * K_COUNT + K_census_att]
+                if mask == HYPER_POLICY_MASK and census_att >= 0.0:
+                    # HyperParallel's policy: a census share of the projection matmuls too
+                    census_ffn = kinds[k * K_COUNT + K_census_ffn]
+                    rc += census_att * layer[SL_att_mm_f] + (
+                        census_ffn * layer[SL_ffn_mm_f] if census_ffn > 0.0 else 0.0)
             for st in range(n_stages):
                 count = counts[st * n_kinds * n_slots + k * n_slots + o]
                 if count == 0.0:
@@ -634,7 +658,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
 cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const double* cand,
                                  double* parts, double* stage_times, double* totals) noexcept nogil:
     # The oracle's seconds_combine after its checks.
-    cdef Py_ssize_t st, i, straggler
+    cdef Py_ssize_t st, straggler
     cdef double m = cand[SC_m], total, slowest, summed, schedule, vp, n_split, chunks, pipeline
     cdef double forward, backward, bubble_v, ov_dp, ov_gather, slack, tail, layers, reduce_, gather
     cdef double optimizer, own, late, t_reduce = 0.0, t_opt = 0.0, t_gather = 0.0, scale
@@ -650,10 +674,8 @@ cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const
             ok = False
         totals[st] = total
     if not ok:
-        for i in range(P_COUNT):
-            parts[i] = NAN
-        for st in range(n_stages):
-            stage_times[st] = NAN
+        c_sec_fill(parts, P_COUNT, NAN)
+        c_sec_fill(stage_times, n_stages, NAN)
         return NAN
     straggler = 0
     for st in range(n_stages):
@@ -705,8 +727,7 @@ cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const
         tail = 0.0
     own = t_reduce + t_opt + t_gather
     scale = tail / own if own > 0.0 else 0.0
-    for i in range(P_COUNT):
-        parts[i] = 0.0
+    c_sec_fill(parts, P_COUNT, 0.0)
     parts[P_fw_compute] = m * worst[SS_fw]
     parts[P_bw_compute] = m * (worst[SS_bw] + worst[SS_bw_w]) + scale * t_opt
     parts[P_recompute] = m * worst[SS_rc]
@@ -743,7 +764,7 @@ def seconds_layer_times(const double[:, ::1] kinds, const double[:, ::1] skinds,
                         const double[::1] smodel, const double[::1] cand, const double[::1] rate,
                         double[:, ::1] out):
     """One layer of each kind, per micro-batch and device (K x SECONDS_LAYER_FIELDS); see the oracle."""
-    cdef Py_ssize_t n_kinds = kinds.shape[0], k, i
+    cdef Py_ssize_t n_kinds = kinds.shape[0], k
     cdef bint ok
     c_sec_check_rows("kinds", n_kinds, K_COUNT, kinds.shape[0], kinds.shape[1])
     c_sec_check_rows("skinds", n_kinds, SK_COUNT, skinds.shape[0], skinds.shape[1])
@@ -758,8 +779,7 @@ def seconds_layer_times(const double[:, ::1] kinds, const double[:, ::1] skinds,
             if ok:
                 c_sec_layer(&kinds[k, 0], &skinds[k, 0], &model[0], &smodel[0], &cand[0], &rate[0], &out[k, 0])
             else:
-                for i in range(SL_COUNT):
-                    out[k, i] = NAN
+                c_sec_fill(&out[k, 0], SL_COUNT, NAN)
 
 
 def seconds_stage_sums(const double[:, ::1] kinds, const double[:, ::1] skinds, const double[::1] model,
@@ -768,7 +788,6 @@ def seconds_stage_sums(const double[:, ::1] kinds, const double[:, ::1] skinds, 
                        const long long[::1] slot_mask, const double[:, ::1] extras, double[:, ::1] out):
     """Per pipeline stage, the raw seconds of each part (pp x SECONDS_STAGE_FIELDS); see the oracle."""
     cdef Py_ssize_t n_kinds = kinds.shape[0], n_slots = slot_option.shape[0], n_stages = counts.shape[0]
-    cdef Py_ssize_t st, f
     cdef double* buffer
     c_sec_check_rows("kinds", n_kinds, K_COUNT, kinds.shape[0], kinds.shape[1])
     c_sec_check_rows("skinds", n_kinds, SK_COUNT, skinds.shape[0], skinds.shape[1])
@@ -788,9 +807,7 @@ def seconds_stage_sums(const double[:, ::1] kinds, const double[:, ::1] skinds, 
     try:
         with nogil:
             if not c_sec_cand_ok(&cand[0], &rate[0]):
-                for st in range(n_stages):
-                    for f in range(SS_COUNT):
-                        out[st, f] = NAN
+                c_sec_fill(&out[0, 0], n_stages * SS_COUNT, NAN)
             else:
                 c_sec_stage_sums(&kinds[0, 0] if n_kinds else NULL, &skinds[0, 0] if n_kinds else NULL,
                                  &model[0], &smodel[0], &cand[0], &rate[0],

@@ -125,31 +125,28 @@ def seconds_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT
         with nogil:
             for i in range(n):
                 if reason[i] >= RS_COUNT:
-                    out_step[i] = NAN
-                    for j in range(P_COUNT):
-                        out_parts[j, i] = NAN
-                    for j in range(SR_COUNT):
-                        out_rates[j, i] = NAN
-                    for s in range(n_times):
-                        out_stage_times[i, s] = NAN
-                    continue
-                li = layout_index[i]
-                layout = &layouts[li, 0]
-                p = layout[LY_pp]
-                n_slots = layout[LY_n_slots]
-                slots = &slot_pool[layout[LY_slots_at]]
-                for j in range(SC_COUNT):
-                    cand[j] = cands[j, i]
-                rate = &rates[rate_index[i], 0]
-                if c_sec_cand_ok(cand, rate):
-                    c_sec_stage_sums(&kinds[0, 0], &skinds[0, 0], &model[0], &smodel[0], cand, rate,
-                                     &pool[layout[LY_counts_at]], slots, slots + n_slots, &extras[extras_at[li]],
-                                     stage, n_kinds, n_slots, p, p_dense, p_expert)
+                    # not priced: the row's outputs NaN, written as a priced row's are (no stage: p = 0)
+                    total = NAN
+                    p = 0
+                    c_sec_fill(parts, P_COUNT, NAN)
+                    c_sec_fill(step_rates, SR_COUNT, NAN)
                 else:
-                    for j in range(p * SS_COUNT):
-                        stage[j] = NAN
-                total = c_sec_combine(stage, p, cand, parts, times, totals)
-                c_sec_step_rates(stage, p, cand, rate, total, step_rates)
+                    li = layout_index[i]
+                    layout = &layouts[li, 0]
+                    p = layout[LY_pp]
+                    n_slots = layout[LY_n_slots]
+                    slots = &slot_pool[layout[LY_slots_at]]
+                    for j in range(SC_COUNT):
+                        cand[j] = cands[j, i]
+                    rate = &rates[rate_index[i], 0]
+                    if c_sec_cand_ok(cand, rate):
+                        c_sec_stage_sums(&kinds[0, 0], &skinds[0, 0], &model[0], &smodel[0], cand, rate,
+                                         &pool[layout[LY_counts_at]], slots, slots + n_slots,
+                                         &extras[extras_at[li]], stage, n_kinds, n_slots, p, p_dense, p_expert)
+                    else:
+                        c_sec_fill(stage, p * SS_COUNT, NAN)
+                    total = c_sec_combine(stage, p, cand, parts, times, totals)
+                    c_sec_step_rates(stage, p, cand, rate, total, step_rates)
                 out_step[i] = total
                 for j in range(P_COUNT):
                     out_parts[j, i] = parts[j]

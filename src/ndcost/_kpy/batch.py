@@ -19,17 +19,25 @@ Rajbhandari et al. 2020 §5), activations and backward working set per option sl
 (Korthikanti et al. 2022 Table 2, via :func:`~ndcost._kpy.memory.layer_activation_bytes`),
 comm buffers (ND_REFERENCE §3.2), micro-batches in flight (§3.6), the embedding, output
 and MTP extras -- and adds them up with :func:`~ndcost._kpy.memory.stage_memory`.
+
+A layer is priced on its kind's own hidden size and tokens per sample (``hidden``,
+``seq_tokens``: a vision tower's), its attention window (``att_window``), and, where the
+kind has a census (``census_saved`` >= 0; ND_REFERENCE §3.4 "Census path"), what the census
+says a plain layer keeps, and a selective one running HyperParallel's policy
+(``HYPER_POLICY_MASK``, ``census_sel`` >= 0); every other setting by the formulas. The
+model-level parts (embedding, output, MTP) stay on the model's hidden size and the
+candidate's tokens; ``p_vision_extra`` adds to the embedding stage's static bytes.
 """
 from __future__ import annotations
 
 import math
 
 from .._columns import (
-    CAND_FIELDS, KERNEL_REASON, KERNEL_REASONS, KIND_FIELDS, LAYOUT, LAYOUT_FIELDS, MEMORY_CAND,
-    MEMORY_CAND_FIELDS, MEMORY_KIND, MEMORY_KIND_FIELDS, MEMORY_MODEL, MEMORY_MODEL_FIELDS, MODEL,
+    CAND_FIELDS, HYPER_POLICY_MASK, KERNEL_REASON, KERNEL_REASONS, KIND_FIELDS, LAYOUT, LAYOUT_FIELDS,
+    MEMORY_CAND, MEMORY_CAND_FIELDS, MEMORY_KIND, MEMORY_KIND_FIELDS, MEMORY_MODEL, MEMORY_MODEL_FIELDS, MODEL,
     MODEL_FIELDS, ND_OPTION_FIELDS, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART_NAMES, STAGE_FIELDS,
 )
-from .memory import N_MEMORY_COLUMNS, inflight_micro_batches, layer_activation_bytes, stage_memory
+from .memory import N_MEMORY_COLUMNS, inflight_micro_batches, stage_memory, windowed_layer_activation_bytes
 from .nd import nd_apply_ratios, nd_combine, nd_stage_sums
 
 __all__ = ["nd_estimate_batch", "memory_batch"]
@@ -41,6 +49,7 @@ _UNDEFINED = KERNEL_REASON["undefined"]
 _NO_FIT = KERNEL_REASON["no_fit"]
 _L, _MK, _MM, _MC = LAYOUT, MEMORY_KIND, MEMORY_MODEL, MEMORY_CAND
 _ATT_MLA, _ATT_LINEAR, _FFN_MOE = 1.0, 2.0, 1.0
+_SCHED_SEQ1F1B = 3.0   # memory.SCHEDULE_CODES["seq1f1b"]
 
 
 def _rows(array) -> list:
@@ -202,10 +211,57 @@ def _static_layer(kind, mc) -> list:
     return out
 
 
-def _layer_activation(kind, model, mc, option: int, keep_mask: int) -> float:
-    """layer_activation_bytes with the arguments memory.layer_activation_arguments gives."""
-    return layer_activation_bytes(
-        mc[_MC["seq"]], mc[_MC["b"]], model[_MM["h"]], mc[_MC["tp"]], mc[_MC["sp"]], mc[_MC["cp"]],
+def _kind_seq(kind, mc) -> float:
+    """Tokens per sequence one layer of the kind runs on, as priced: the candidate's seq, or the
+    kind's own seq_tokens when > 0 (a vision tower's patch tokens), split into Seq1F1B's sequence
+    chunks as the candidate's seq is (the in-flight counts count chunks). NaN for a negative one."""
+    seq_tokens = kind[_MK["seq_tokens"]]
+    if seq_tokens == 0.0:
+        return mc[_MC["seq"]]
+    if not seq_tokens > 0.0:
+        return NAN
+    if mc[_MC["schedule"]] == _SCHED_SEQ1F1B and mc[_MC["seq_split"]] > 1.0:
+        return seq_tokens / mc[_MC["seq_split"]]
+    return seq_tokens
+
+
+def _census_activation(kind, mc, option: int, keep_mask: int) -> float | None:
+    """What the kind's census says a layer keeps for one micro-batch (ND_REFERENCE §3.4 "Census
+    path": tokens × (saved/sp + saved_tp/tp), selective/selective_tp for a selective layer running
+    HyperParallel's policy), or None where no census prices the setting (the formulas then do).
+    NaN for a census whose tp part is missing (negative) or an undefined size or degree."""
+    if option == OPTION_NONE:
+        split, split_tp = kind[_MK["census_saved"]], kind[_MK["census_saved_tp"]]
+    elif option == OPTION_SELECTIVE and keep_mask == HYPER_POLICY_MASK:
+        split, split_tp = kind[_MK["census_sel"]], kind[_MK["census_sel_tp"]]
+    else:
+        return None
+    if not split >= 0.0:
+        return None
+    if keep_mask < 0 or keep_mask > _ALL_KEPT:
+        return NAN
+    seq, batch = _kind_seq(kind, mc), mc[_MC["b"]]
+    tp, sp, cp = mc[_MC["tp"]], mc[_MC["sp"]], mc[_MC["cp"]]
+    if not (seq > 0.0 and batch > 0.0 and tp >= 1.0 and sp >= 1.0 and cp >= 1.0 and split_tp >= 0.0):
+        return NAN
+    tokens = seq * batch / cp
+    return tokens * (split / sp + split_tp / tp)
+
+
+def _layer_activation(kind, mc, option: int, keep_mask: int) -> float:
+    """One layer of the kind for one micro-batch: its census where one prices the setting, else
+    windowed_layer_activation_bytes with the arguments memory.layer_activation_arguments gives
+    (the kind's hidden size and tokens) and the kind's attention window."""
+    census = _census_activation(kind, mc, option, keep_mask)
+    if census is not None:
+        return census
+    return _formula_activation(kind, mc, option, keep_mask)
+
+
+def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:
+    """windowed_layer_activation_bytes of one layer of the kind (Korthikanti et al. 2022 Table 2)."""
+    return windowed_layer_activation_bytes(
+        _kind_seq(kind, mc), mc[_MC["b"]], kind[_MK["hidden"]], mc[_MC["tp"]], mc[_MC["sp"]], mc[_MC["cp"]],
         mc[_MC["etp"]], int(kind[_MK["attention"]]), kind[_MK["heads"]], kind[_MK["kv_heads"]],
         kind[_MK["head_dim"]], int(kind[_MK["out_gate"]]), int(kind[_MK["qk_norm"]]), kind[_MK["q_lora"]],
         kind[_MK["kv_lora"]], kind[_MK["qk_nope"]], kind[_MK["qk_rope"]], kind[_MK["v_dim"]],
@@ -213,13 +269,15 @@ def _layer_activation(kind, model, mc, option: int, keep_mask: int) -> float:
         kind[_MK["lin_conv"]], kind[_MK["lin_chunk"]], int(kind[_MK["ffn"]]), int(kind[_MK["gated"]]),
         kind[_MK["ffn_width"]], kind[_MK["experts"]], kind[_MK["top_k"]], kind[_MK["shared_width"]],
         mc[_MC["token_factor"]], int(mc[_MC["flash"]]), mc[_MC["bytes_c"]], mc[_MC["bytes_softmax"]],
-        mc[_MC["bytes_dropout"]], mc[_MC["bytes_norm"]], option, keep_mask, int(mc[_MC["slice_input"]]))
+        mc[_MC["bytes_dropout"]], mc[_MC["bytes_norm"]], option, keep_mask, int(mc[_MC["slice_input"]]),
+        kind[_MK["att_window"]])
 
 
-def _comm_buffers(kind, model, mc) -> tuple[float, float]:
-    """(max(dp, tp, cp), ep) buffer bytes of one layer of the kind (ND_REFERENCE §3.2 comm_expr)."""
-    tokens = mc[_MC["seq"]] * mc[_MC["b"]] / mc[_MC["cp"]]
-    h, c, tp = model[_MM["h"]], mc[_MC["bytes_c"]], mc[_MC["tp"]]
+def _comm_buffers(kind, mc) -> tuple[float, float]:
+    """(max(dp, tp, cp), ep) buffer bytes of one layer of the kind (ND_REFERENCE §3.2 comm_expr),
+    on the kind's hidden size and tokens."""
+    tokens = _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]]
+    h, c, tp = kind[_MK["hidden"]], mc[_MC["bytes_c"]], mc[_MC["tp"]]
     tp_buffer = tokens * h * c if mc[_MC["sp"]] > 1.0 else 0.0       # SP's all-gathered layer input
     cp_buffer = 0.0
     if mc[_MC["cp"]] > 1.0 and kind[_MK["attention"]] != _ATT_LINEAR:
@@ -265,7 +323,12 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
     static, act, work, comm_main, comm_ep = [], [], [], [], []
     for kind in kinds:
         static.append(_static_layer(kind, mc))
-        plain = _layer_activation(kind, model, mc, OPTION_NONE, _ALL_KEPT)
+        plain = _layer_activation(kind, mc, OPTION_NONE, _ALL_KEPT)
+        # What a selective setting the formulas price recomputes: the formulas' plain layer
+        # minus what it keeps (the census's plain layer, where one exists, is not on their scale).
+        plain_formula = plain
+        if kind[_MK["census_saved"]] >= 0.0:
+            plain_formula = _formula_activation(kind, mc, OPTION_NONE, _ALL_KEPT)
         gathered = 0.0
         if mc[_MC["fsdp_gathers"]] != 0.0:
             # ND_REFERENCE §3.7 FSDP extras: a backward holds two layers' gathered parameters.
@@ -273,19 +336,24 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
                               + kind[_MK["p_routed"]] / (mc[_MC["ep"]] * mc[_MC["etp"]])) * mc[_MC["w_param"]]
         act_row, work_row = [], []
         for o in range(n_slots):
-            kept = _layer_activation(kind, model, mc, options[o], masks[o])
+            kept = _layer_activation(kind, mc, options[o], masks[o])
             extra = 0.0
             if options[o] == OPTION_FULL:
                 extra = plain                     # §3.7 FULL_REC: the plain layer re-materialised
             elif options[o] == OPTION_SELECTIVE:
-                extra = plain - kept              # the recomputed ops come back, at one micro-batch
+                # The recomputed ops come back, at one micro-batch: measured against the plain
+                # layer of the same pricing (the census's for its policy, else the formulas').
+                base = plain_formula
+                if masks[o] == HYPER_POLICY_MASK and kind[_MK["census_sel"]] >= 0.0:
+                    base = plain
+                extra = base - kept
                 if 0.0 > extra:
                     extra = 0.0
             act_row.append(kept)
             work_row.append(extra + gathered)
         act.append(act_row)
         work.append(work_row)
-        main, ep_buffer = _comm_buffers(kind, model, mc)
+        main, ep_buffer = _comm_buffers(kind, mc)
         comm_main.append(main)
         comm_ep.append(ep_buffer)
 
@@ -300,8 +368,13 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
     divisors = (mc[_MC["div_param"]], mc[_MC["div_grad"]], mc[_MC["div_optim"]])
     stage_static = [[0.0, 0.0, 0.0] for _ in range(p)]
     embedding = model[_MM["p_embedding"]] / tp
+    # A vision tower's patch embedding and merger sit with the embedding, sharded as a
+    # layer's non-expert params (over tp, then the ZeRO divisors of non-expert state).
+    vision = model[_MM["p_vision_extra"]] / tp
     for j in range(3):
         stage_static[emb_stage][j] += embedding * widths[j] / divisors[j]
+        if vision != 0.0:
+            stage_static[emb_stage][j] += vision * widths[j] / divisors[j]
     split_ends = emb_stage != out_stage
     tied = mc[_MC["tie_emb"]] != 0.0
     word = model[_MM["word_embedding"]]

@@ -254,6 +254,31 @@ def layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, s
 
     For a GPT layer this is Korthikanti Table 2 (see tests/test_memory_formulas.py).
     """
+    return windowed_layer_activation_bytes(
+        seq, batch, hidden, tp, sp, cp, etp, attention, heads, kv_heads, head_dim, out_gate, qk_norm, q_lora,
+        kv_lora, qk_nope, qk_rope, v_dim, lin_k_heads, lin_k_dim, lin_v_heads, lin_v_dim, lin_conv, lin_chunk,
+        ffn, gated, ffn_width, experts, top_k, shared_width, token_factor, flash, compute_bytes, softmax_bytes,
+        dropout_bytes, norm_bytes, option, keep_mask, slice_input, 0.0)
+
+
+def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, sp: float, cp: float,
+                                    etp: float, attention: int, heads: float, kv_heads: float, head_dim: float,
+                                    out_gate: int, qk_norm: int, q_lora: float, kv_lora: float, qk_nope: float,
+                                    qk_rope: float, v_dim: float, lin_k_heads: float, lin_k_dim: float,
+                                    lin_v_heads: float, lin_v_dim: float, lin_conv: float, lin_chunk: float,
+                                    ffn: int, gated: int, ffn_width: float, experts: float, top_k: float,
+                                    shared_width: float, token_factor: float, flash: int, compute_bytes: float,
+                                    softmax_bytes: float, dropout_bytes: float, norm_bytes: float, option: int,
+                                    keep_mask: int, slice_input: int, att_window: float) -> float:
+    """:func:`layer_activation_bytes` of a layer whose queries attend to at most
+    *att_window* keys (windowed attention, e.g. Qwen2.5-VL's vision layers; 0 = the
+    whole sequence). The non-flash score matrices then keep heads_local × tokens ×
+    min(att_window, seq) elements instead of heads_local × tokens × seq; flash keeps
+    its logsumexp per query row either way. NaN for a negative or NaN window.
+
+    Not a kernel of its own (not in ``__all__``): the memory batch calls it with the
+    kind's ``att_window`` column, :func:`layer_activation_bytes` with 0.
+    """
     if seq <= 0.0 or batch <= 0.0 or hidden <= 0.0:
         return NAN
     if tp < 1.0 or sp < 1.0 or cp < 1.0 or etp < 1.0:
@@ -261,6 +286,8 @@ def layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, s
     if option < _OPT_NONE or option > _OPT_SELECTIVE or keep_mask < 0 or keep_mask > _ALL_KEPT:
         return NAN
     if compute_bytes < 0.0 or softmax_bytes < 0.0 or dropout_bytes < 0.0 or norm_bytes < 0.0:
+        return NAN
+    if not att_window >= 0.0:
         return NAN
     tokens = seq * batch / cp  # CP splits the sequence (Korthikanti §4 tokens s·b, here per CP rank)
     residual = tokens * hidden / sp  # one residual-stream tensor on this rank (SP splits it)
@@ -301,8 +328,13 @@ def layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, s
             total += tokens * compute_bytes * _mla_elements(
                 mask, heads_local, q_lora, kv_lora, qk_nope, qk_rope, v_dim)
         # Score matrices: local heads × (s/cp queries) × s keys × b -- ring CP
-        # splits the queries, Ulysses the heads: a·s²·b/(tp·cp) either way.
-        score_elements = heads_local * tokens * seq
+        # splits the queries, Ulysses the heads: a·s²·b/(tp·cp) either way. A
+        # windowed layer's query sees at most att_window keys (Qwen2.5-VL's
+        # window attention runs block-diagonal scores: s·window, not s²).
+        keys = seq
+        if att_window > 0.0 and att_window < seq:
+            keys = att_window
+        score_elements = heads_local * tokens * keys
         total += _score_bytes(score_elements, tokens, heads_local, flash, mask,
                               compute_bytes, softmax_bytes, dropout_bytes)
     elif attention == _ATT_LINEAR:

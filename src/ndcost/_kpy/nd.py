@@ -10,16 +10,22 @@ mix of parameter elements (DP without FSDP) and bytes (everything else) for
 communication, which only the fitted ratios turn into time (ND_REFERENCE §8.2).
 Where ND is odd, these kernels keep ND's behaviour and say so where it happens.
 
+A multimodal model's submodules (a vision tower and the text model) are priced each on
+its own config (seed ``_submodule_parts``): every PER-LAYER formula reads the kind's
+submodule dimensions (:func:`_sub_dims`: sub_h, sub_a, sub_hff, sub_seq), while the
+embedding and output nodes, the FSDP root parts, the DYNAMIC ratio, P2P and the pipeline
+stay on the text model's (ND times the stages on ``mm_main``, the text submodule).
+
 Array layouts are the kernel ABI of ``ndcost._columns``. The twin is
-``cysrc/ndcost/kernels/nd.pxi``: same names, same parameters, same order of
-floating-point operations.
+``cysrc/ndcost/kernels/nd_ops.pxi``, ``nd_comm.pxi`` and ``nd_combine.pxi``: same names,
+same parameters, same order of floating-point operations.
 """
 from __future__ import annotations
 
 import math
 
 from .._columns import (
-    CAND, CAND_FIELDS, KIND, KIND_FIELDS, MODEL, MODEL_FIELDS, ND_OPTION, ND_OPTION_FIELDS,
+    CAND, CAND_FIELDS, HYPER_POLICY_MASK, KIND, KIND_FIELDS, MODEL, MODEL_FIELDS, ND_OPTION, ND_OPTION_FIELDS,
     OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART, PART_NAMES, STAGE, STAGE_FIELDS,
 )
 from ..recompute_spec import SWITCHES
@@ -111,14 +117,42 @@ def _weigh(count: float, load: float, scale: float) -> float:
 
 
 # --------------------------------------------------------------------------------------
+# The submodule a layer belongs to
+# --------------------------------------------------------------------------------------
+
+def _sub_dims(kind, model, cand):
+    """(h, a, hff, s) of the submodule a body layer of *kind* belongs to: ND's cfg.h, cfg.a,
+    cfg.hff and cfg.s of the submodule's own config (seed _submodule_parts prices each
+    submodule on its copy). A text kind carries the model's values; a vision-tower kind its own.
+
+    sub_seq ≤ 0 (or NaN) means the candidate's s, as the ABI says. sub_h, sub_a and sub_hff of
+    exactly 0 mean the model's h, a and hff: a zero width is no submodule (a table written
+    before these columns existed); NaN or a negative value passes through (NaN loads).
+    """
+    sub_h, sub_a, sub_hff = float(kind[_K["sub_h"]]), float(kind[_K["sub_a"]]), float(kind[_K["sub_hff"]])
+    sub_seq = float(kind[_K["sub_seq"]])
+    h = sub_h if sub_h != 0.0 else float(model[_M["h"]])
+    heads = sub_a if sub_a != 0.0 else float(model[_M["a"]])
+    hff = sub_hff if sub_hff != 0.0 else float(model[_M["hff"]])
+    s = sub_seq if sub_seq > 0.0 else float(cand[_C["s"]])
+    return h, heads, hff, s
+
+
+# --------------------------------------------------------------------------------------
 # Compute: per-op loads and recompute factors of one layer
 # --------------------------------------------------------------------------------------
 
 def _op_loads(kind, model, cand, out) -> None:
-    """One layer of *kind*: every op's load x its count x bytes_p/t/cp (seed op_table + _flavour_tables)."""
-    b, s = float(cand[_C["b"]]), float(cand[_C["s"]])
+    """One layer of *kind*: every op's load x its count x bytes_p/t/cp (seed op_table + _flavour_tables).
+
+    Every cfg.h, cfg.a, cfg.hff and cfg.s of the seed's table is the layer's SUBMODULE's
+    (:func:`_sub_dims`): h in attMM, the default head dim h/a, ffMM, gather, normOp, dropout
+    and dispatch; the heads in softmax, headCast and dropout; hff in a dense ffMM/ffAct; s in
+    every entry. b, t, sp, cp, bytes_p and the MoE constants are the run's / the model's.
+    """
+    b = float(cand[_C["b"]])
     t, sp, cp = float(cand[_C["t"]]), float(cand[_C["sp"]]), float(cand[_C["cp"]])
-    h, heads = float(model[_M["h"]]), float(model[_M["a"]])
+    h, heads, hff, s = _sub_dims(kind, model, cand)
     a = float(kind[_K["att_a"]])
     if not (t > 0.0 and cp > 0.0 and sp > 0.0 and a > 0.0):
         for op in range(_N_OPS):
@@ -132,7 +166,6 @@ def _op_loads(kind, model, cand, out) -> None:
     g = 2.0 if kind[_K["att_gate"]] != 0.0 else 1.0                     # a fused output gate doubles Q
     qk_nope = float(kind[_K["qk_nope"]])
     d_qk = (qk_nope if qk_nope != 0.0 else d_h) + float(kind[_K["dhr"]])  # a head's query/key width
-    hff = float(model[_M["hff"]])
 
     # §2.2 n_attMM: Q and O h x d_q each (Q doubled by a gate), K and V h x n_kv·d_h.
     att_mm = 1.5 * b * s * h * ((g + 1.0) * d_q + 2.0 * n_kv * d_h)
@@ -148,7 +181,7 @@ def _op_loads(kind, model, cand, out) -> None:
         linrec = 3.0 * b * s * n_v * (2.0 * _GDN_CHUNK * (3.0 * d_k + 2.0 * d_v) + 6.0 * d_k * d_v)
     # §2.2 n_attBMM: scores (d_qk) and weights x values (d_h), every head of the kind.
     att_bmm = 3.0 * b * s * s * a * (d_qk + d_h)
-    # §2.2 n_softmax / n_headCast / n_dropout take the MODEL's heads (seed: cfg.a, not att.a).
+    # §2.2 n_softmax / n_headCast / n_dropout take cfg.a, not att.a: the SUBMODULE's heads.
     softmax = 13.0 * heads * b * s * s
     head_cast = 3.0 * heads * b * s * s
     gather = b * s * h * (t - 1.0)                                      # §2.2 n_gather
@@ -167,13 +200,14 @@ def _op_loads(kind, model, cand, out) -> None:
         gate = 1.0 if (n_shared != 0.0 and model[_M["shared_gate"]] != 0.0) else 0.0
         experts = float(model[_M["hff_exp"]]) * (n_chosen * float(cand[_C["cap_fact"]]) + n_shared)
         width = experts + (float(model[_M["n_exp"]]) + gate) / n_ff
-        ff_mm = 6.0 * b * s * h * width                                 # exp n_ffMM (= base·width/hff)
+        ff_mm = 6.0 * b * s * h * width                                 # exp n_ffMM (= base·width/hff), sub h
         ff_act = 21.0 * b * s * experts                                 # exp n_ffAct (= base·experts/hff)
-        # §2.3 dispatch: MOE_DISPATCH·b·s·h·max(1, n_chosen)·max(1, ep), linear in EP (not EP−1).
+        # §2.3 dispatch: MOE_DISPATCH·b·s·h·max(1, n_chosen)·max(1, ep), linear in EP (not EP−1);
+        # the tokens and width are the submodule's (cfg.s, cfg.h of its config).
         dispatch = (float(cand[_C["moe_dispatch"]]) * b * s * h * n_chosen
                     * _at_least_one(float(cand[_C["ep"]])))
     else:
-        # A dense kind runs the MODEL's hff (seed op_table reads cfg.hff, not the kind's width).
+        # A dense kind runs cfg.hff (seed op_table), not the kind's ffn_width: the SUBMODULE's hff.
         ff_mm = 6.0 * b * s * h * hff                                   # §2.2 n_ffMM
         ff_act = 21.0 * b * s * hff                                     # §2.2 n_ffAct
     # Every entry x bytes_p/t/cp (§2.2), then x the kind's op count (§2.4 get_table_quantity).
@@ -207,7 +241,13 @@ def _recompute_factors(kind, option: int, keep_mask: int, out) -> None:
         bit = _OP_SWITCH_BIT.get(op)
         # SEL: 1 − switch (1 keeps the activation); an op without a switch is kept.
         out[op] = 0.0 if bit is None else 1.0 - ((keep_mask >> bit) & 1)
-    if kind[_K["is_mla"]] != 0.0 and not (keep_mask >> _ATT_UP_BIT) & 1:
+    census_att = float(kind[_K["census_att"]])
+    if keep_mask == HYPER_POLICY_MASK and census_att >= 0.0:
+        # selective_shares: a kind with a census running HyperParallel's policy re-runs the census'
+        # shares of its projection matmuls (attention and FFN); every other op keeps its switch.
+        out[_ATT_MM] = census_att
+        out[_FF_MM] = float(kind[_K["census_ffn"]])
+    elif kind[_K["is_mla"]] != 0.0 and not (keep_mask >> _ATT_UP_BIT) & 1:
         # MLA with attUp recomputed: attMM re-runs the up-projections' share up/W.
         w = float(kind[_K["mla_w"]])
         out[_ATT_MM] = float(kind[_K["mla_up"]]) / w if w > 0.0 else NAN
@@ -230,9 +270,10 @@ def nd_op_loads(kinds, model, cand, k, out) -> None:
 def nd_recompute_factors(kinds, k, option, keep_mask, out) -> None:
     """Per op (``ND_OPS`` order) the factor f of a layer of kind *k* run as *option* with *keep_mask*.
 
-    FULL: 1; NONE: 0; SELECTIVE: 1 − switch for ops with a switch, 0 for the others, and
-    mla_up/mla_w for attMM on an MLA kind whose attUp (bit 7) is recomputed. An unknown
-    option gives NaN. A layer costs Σ load plainly and Σ (1 + f)·load recomputed.
+    FULL: 1; NONE: 0; SELECTIVE: 1 − switch for ops with a switch, 0 for the others; at keep
+    mask HYPER_POLICY_MASK on a kind with a census (census_att ≥ 0), census_att for attMM and
+    census_ffn for ffMM; else mla_up/mla_w for attMM on an MLA kind whose attUp (bit 7) is
+    recomputed. An unknown option gives NaN. A layer costs Σ load plainly and Σ (1 + f)·load recomputed.
     """
     n_kinds = _check_rows(kinds, "kinds", len(KIND_FIELDS))
     _check_len(out, "out", _N_OPS)
@@ -317,9 +358,13 @@ def _dp_layer(kind, cand, ep_k):
     return dp_ne + dp_e, 0.0
 
 
-def _tp_volume(kind, model, cand, ep_k) -> float:
-    """TP volume of one layer of *kind* with rec_coeff 1 (§2.6 tp_comm_layer, mb = 1)."""
-    s, b, h = float(cand[_C["s"]]), float(cand[_C["b"]]), float(model[_M["h"]])
+def _tp_volume(kind, model, cand, ep_k, h, s) -> float:
+    """TP volume of one layer of *kind* with rec_coeff 1 (§2.6 tp_comm_layer, mb = 1).
+
+    *h* and *s* are cfg.h and cfg.s of the config it runs on: a body layer's submodule's,
+    the embedding and output nodes' the text model's (they run on the model config).
+    """
+    b = float(cand[_C["b"]])
     n_gather = float(kind[_K["n_gather"]])
     if kind[_K["is_moe"]] != 0.0:
         # ND's oddity kept: the MoE non-expert term is h·h·bytes_c, where the dense one is s·b·h.
@@ -330,30 +375,34 @@ def _tp_volume(kind, model, cand, ep_k) -> float:
                   * (float(model[_M["n_exp"]]) / ep_k * hff_exp + float(model[_M["n_shared"]]) * hff_exp))
     else:
         non_exp = 0.25 * n_gather * s * b * h                          # non-expert
-        expert = 0.25 * n_gather * s * b * float(kind[_K["ffn_width"]])  # "expert": the dense FFN
+        # "expert": the dense FFN at cfg.hff of the layer's config, which the kind's own ffn_width
+        # already is (bind_layer_stack gives a dense text kind the model's hff; a tower kind its own).
+        expert = 0.25 * n_gather * s * b * float(kind[_K["ffn_width"]])
     return (non_exp + expert) * float(cand[_C["comm_t"]]) / float(cand[_C["cp"]])
 
 
-def _ep_volume(model, cand, ep_k) -> float:
-    """EP bytes of one layer, dispatch + combine (§2.6 ep_comm_layer, mb = 1)."""
+def _ep_volume(model, cand, ep_k, h, s) -> float:
+    """EP bytes of one layer, dispatch + combine (§2.6 ep_comm_layer, mb = 1); *h* and *s* as
+    :func:`_tp_volume`'s (the tokens a rank sends and their width)."""
     if ep_k <= 1.0 or cand[_C["comm_ep"]] == 0.0:
         return 0.0
     local = float(cand[_C["ep_local_tokens"]])
     if not local > 0.0:
-        local = float(model[_M["n_chosen"]]) * float(cand[_C["s"]]) * float(cand[_C["b"]]) / float(cand[_C["cp"]])
+        local = float(model[_M["n_chosen"]]) * s * float(cand[_C["b"]]) / float(cand[_C["cp"]])
     cross = local * (ep_k - 1.0) / ep_k                      # tokens leaving the rank
-    return cross * float(model[_M["h"]]) * float(cand[_C["bytes_c"]]) * 2.0
+    return cross * h * float(cand[_C["bytes_c"]]) * 2.0
 
 
-def _cp_volume(kind, model, cand, rf) -> float:
-    """CP volume of one body layer (§2.6 cp_comm_layer_detailed(...).comm_volume)."""
+def _cp_volume(kind, model, cand, rf, h, s) -> float:
+    """CP volume of one body layer (§2.6 cp_comm_layer_detailed(...).comm_volume); *h* and *s*
+    are its submodule's cfg.h and cfg.s (CP is priced for body layers only)."""
     if cand[_C["cp_ring"]] != 0.0:
         coef = 2.0 * 0.5 * rf + 0.5                          # ring (colossalai_cp)
     else:
         coef = 0.5 * rf + 0.5                                # Ulysses
-    s, b, h = float(cand[_C["s"]]), float(cand[_C["b"]]), float(model[_M["h"]])
+    b = float(cand[_C["b"]])
     attention = coef * float(kind[_K["n_attMM"]]) * h                       # attention exchange
-    ffn = float(kind[_K["n_ffMM"]]) * float(kind[_K["ffn_width"]])           # FFN term
+    ffn = float(kind[_K["n_ffMM"]]) * float(kind[_K["ffn_width"]])           # FFN term (the kind's own width)
     return float(cand[_C["comm_cp"]]) * 2.0 * s * b * (attention + ffn) / float(cand[_C["t"]])
 
 
@@ -362,8 +411,12 @@ def _layer_comm(kind, model, cand, option, keep_mask):
     and what its recompute sends again (ND_REFERENCE §2.6 "Per stage, per layer", "Recompute comm").
 
     Returns (dp, dp_reduce, tp, ep, cp, resent_tp, resent_ep, resent_cp).
+    The TP, EP and CP volumes (and so what recompute re-sends) take the layer's SUBMODULE's
+    h and s (ND walks each submodule on its own config); DP counts parameters, which the
+    kind table already holds per kind.
     """
     ep_k = _kind_ep(kind, cand)
+    h, _, _, s = _sub_dims(kind, model, cand)
     # DP: every option is priced as NOT_REC (ctx.current_node = NOT_REC for the DP term).
     dp, dp_reduce = _dp_layer(kind, cand, ep_k)
     full = option == OPTION_FULL
@@ -371,12 +424,12 @@ def _layer_comm(kind, model, cand, option, keep_mask):
     gather_kept = float((keep_mask >> _GATHER_BIT) & 1)
     # TP: rec_coeff(SEL?, gather) = the gather switch on a selective layer, 1 otherwise. ND reuses
     # the memory-buffer coefficient here, so a SEL layer that recomputes its gather prices no TP.
-    tp_full = _tp_volume(kind, model, cand, ep_k)
+    tp_full = _tp_volume(kind, model, cand, ep_k, h, s)
     tp = (gather_kept if selective else 1.0) * tp_full
-    ep = _ep_volume(model, cand, ep_k)
+    ep = _ep_volume(model, cand, ep_k, h, s)
     # CP: rf = (not SEL or gather kept)·(p == 1).
     rf = (gather_kept if selective else 1.0) * (1.0 if cand[_C["p"]] == 1.0 else 0.0)
-    cp = _cp_volume(kind, model, cand, rf)
+    cp = _cp_volume(kind, model, cand, rf, h, s)
     # _recomputed_comm: FULL sends its whole TP and EP again and half its CP (the forward
     # exchange); SEL only what the gather switch drops, and half its CP only when the gather is
     # recomputed. Parameter traffic is never re-sent.
@@ -499,8 +552,10 @@ def nd_stage_sums(kinds, model, cand, counts, slot_option, slot_mask, emb_stage,
         h, v = float(model[_M["h"]]), float(model[_M["v"]])
         node = kinds[int(default_kind)]
         node_ep_k = _kind_ep(node, cand)
-        node_tp = _tp_volume(node, model, cand, node_ep_k)
-        node_ep = _ep_volume(model, cand, node_ep_k)
+        # The nodes run on the text model's config: model h and the candidate's s, whatever
+        # the default kind's submodule columns say (they are the text model's anyway).
+        node_tp = _tp_volume(node, model, cand, node_ep_k, h, s)
+        node_ep = _ep_volume(model, cand, node_ep_k, h, s)
         fsdp = cand[_C["fsdp"]] != 0.0
         m = float(cand[_C["m"]])
         bytes_p, bytes_grad = float(cand[_C["bytes_p"]]), float(cand[_C["bytes_grad"]])
@@ -566,6 +621,8 @@ def _weights(model, cand, options):
     ratio_type = options[_O["ratio_type"]]
     if ratio_type == _RATIO_DYNAMIC:
         # 1.5·(hff + s)·8192/(h + s), the routed width in place of hff when the MODEL has experts.
+        # The text model's h, hff and the candidate's s, never a submodule's: ND times a
+        # multimodal model's stages on its main submodule (seed: timed = mm_ccfgs[mm_main]).
         h, s = float(model[_M["h"]]), float(cand[_C["s"]])
         width = float(model[_M["hff_exp"]]) if model[_M["n_exp"]] > 1.0 else float(model[_M["hff"]])
         if not h + s > 0.0:

@@ -43,7 +43,7 @@ from .._columns import (
     KIND, MODEL, PART, RATE, SECONDS_CAND, SECONDS_EXTRA, SECONDS_KIND, SECONDS_LAYER, SECONDS_MODEL,
     SECONDS_STAGE, KIND_FIELDS, MODEL_FIELDS, PART_NAMES, RATE_FIELDS, SECONDS_CAND_FIELDS,
     SECONDS_EXTRA_FIELDS, SECONDS_KIND_FIELDS, SECONDS_LAYER_FIELDS, SECONDS_MODEL_FIELDS,
-    SECONDS_STAGE_FIELDS, OPTION_FULL, OPTION_SELECTIVE,
+    SECONDS_STAGE_FIELDS, HYPER_POLICY_MASK, OPTION_FULL, OPTION_SELECTIVE,
 )
 
 __all__ = ["seconds_collective", "seconds_layer_times", "seconds_stage_sums", "seconds_combine"]
@@ -81,6 +81,7 @@ POINTWISE_BACKWARD_BYTES = 1.5
 #: skips the blocks above the diagonal: half of 4·b·s²·heads·d -- the accounting of
 #: Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py flops() (f // 2 if causal;
 #: 2.5·f backward), the one its published utilization (rates.attention_efficiency) is measured in.
+#: A bidirectional kind (a vision encoder) or a windowed one runs every block it meets: no share.
 FLASH_BACKWARD_FLOPS = 2.5
 FLASH_CAUSAL_SHARE = 0.5
 #: Megatron's vocab-parallel cross entropy, bytes per logit element (mpu/cross_entropy.py):
@@ -124,6 +125,12 @@ def _pass(moved: float, kernels: float, rate) -> float:
     if moved <= 0.0:
         return 0.0
     return moved / (rate[_R["hbm_eff"]] * rate[_R["hbm_bw"]]) + kernels * rate[_R["kernel_s"]]
+
+
+def _fill(out, count: int, value: float) -> None:
+    """out[0:count] = value (a row zeroed before its sums, or NaN for a row that is not priced)."""
+    for i in range(count):
+        out[i] = value
 
 
 def _ring(steps: float, share: float, moved: float, bw: float, lat: float) -> float:
@@ -238,11 +245,42 @@ def _mm3(m: float, n: float, k: float, chunks: float, cand, rate, out3) -> None:
     out3[2] = chunks * _gemm(k, n, m, 1.0, bm, 2.0 * bg, rate)
 
 
+def _add_gemm(sums, g3) -> None:
+    """Add a weight GEMM's (forward, input grad, weight grad) to sums = [fw, bw, bw_w, gemm_f, gemm_b]."""
+    sums[0] += g3[0]
+    sums[1] += g3[1]
+    sums[2] += g3[2]
+    sums[3] += g3[0]
+    sums[4] += g3[1] + g3[2]
+
+
+def _ffn_pair(rows: float, width: float, h: float, n_ff: float, n_split: float, cand, rate, sums) -> float:
+    """A dense FFN of *width* on this rank: up (with the gate: n_ff - 1 = 2 outputs of width, fused)
+    h -> (n_ff - 1)·width/t, then down width/t -> h (Megatron's column- / row-parallel pair).
+
+    Each GEMM's times go into sums (``_add_gemm``), the up GEMM's first; returns the pair's forward
+    time (the FFN matmuls a census share recomputes).
+    """
+    t = cand[_C["t"]]
+    g3 = [0.0, 0.0, 0.0]
+    _mm3(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g3)
+    _add_gemm(sums, g3)
+    forward = g3[0]
+    _mm3(rows, h, width / t, n_split, cand, rate, g3)
+    _add_gemm(sums, g3)
+    return forward + g3[0]
+
+
 def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
-    """One layer of a kind, per micro-batch and device, into out[SECONDS_LAYER_FIELDS]."""
-    for i in range(_L_COUNT):
-        out[i] = 0.0
-    b, s, t, cp = cand[_C["b"]], cand[_C["s"]], cand[_C["t"]], cand[_C["cp"]]
+    """One layer of a kind, per micro-batch and device, into out[SECONDS_LAYER_FIELDS].
+
+    The layer runs on its submodule's dimensions: the kind's hidden size (sub_h) and, when the kind
+    states one (seq_tokens > 0, a vision tower's patch tokens), its own tokens per sample in place
+    of the candidate's s.
+    """
+    _fill(out, _L_COUNT, 0.0)
+    b, t, cp = cand[_C["b"]], cand[_C["t"]], cand[_C["cp"]]
+    s = kind[_K["seq_tokens"]] if kind[_K["seq_tokens"]] > 0.0 else cand[_C["s"]]
     sp = cand[_C["sp"]]                       # t with sequence parallelism, else 1
     ep, t_exp = cand[_C["ep"]], cand[_C["t_exp"]]
     n_split = cand[_C["seq_split"]]           # Seq1F1B: every op runs n_split times on s/n_split
@@ -253,11 +291,10 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     attn_rate = rate[_R["attn_eff"]] * rate[_R["peak_attn"]]
     hbm = rate[_R["hbm_eff"]] * rate[_R["hbm_bw"]]
     kernel_s = rate[_R["kernel_s"]]
-    h = model[_M["h"]]
+    h = kind[_K["sub_h"]]
     a = kind[_K["att_a"]]
     if not (a > 0.0 and h > 0.0):
-        for i in range(_L_COUNT):
-            out[i] = NAN
+        _fill(out, _L_COUNT, NAN)
         return
     n_kv = kind[_K["att_n_kv"]]
     dh = kind[_K["att_dh"]] if kind[_K["att_dh"]] != 0.0 else h / a
@@ -299,22 +336,31 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     gemm_f += f_att
     gemm_b += d_att + w_grad
 
-    # ---- attention core: QK^T and AV, 2·b·s²·a·(d_qk + d_v) model FLOPs forward over the FULL
-    # s x s matrix, as Narayanan et al. 2021 (Eq. 2-3) and Korthikanti et al. 2022 (Eq. 7) count
-    # it: 4·b·s²·h with d = h/a. What runs: without flash, Megatron's baddbmm computes the whole
-    # matrix and masks it (a Seq1F1B chunk i of n only against its i·s/n prefix: on average
-    # (n+1)/(2n) of it); a causal flash kernel skips the upper half (FLASH_CAUSAL_SHARE).
+    # ---- attention core: QK^T and AV, 2·b·s·span·a·(d_qk + d_v) model FLOPs forward, span the
+    # keys a query meets: the FULL s x s matrix (span = s), as Narayanan et al. 2021 (Eq. 2-3) and
+    # Korthikanti et al. 2022 (Eq. 7) count it: 4·b·s²·h with d = h/a. What runs: without flash,
+    # Megatron's baddbmm computes the whole matrix and masks it (a Seq1F1B chunk i of n only
+    # against its i·s/n prefix: on average (n+1)/(2n) of it); a causal flash kernel skips the
+    # upper half (FLASH_CAUSAL_SHARE). A bidirectional kind (a vision encoder) is not masked: every
+    # query meets all s keys. A windowed kind (att_window < s; Qwen2.5-VL's window attention:
+    # block-diagonal windows, bidirectional inside each) meets span = att_window keys a query, in
+    # the FLOPs, in the flash run and in the score matrix alike.
     core_f = core_b = flops_core = 0.0
     scores = 0.0
+    window = kind[_K["att_window"]]
+    windowed = window > 0.0 and window < s
+    span = window if windowed else s
+    causal = kind[_K["bidirectional"]] == 0.0 and not windowed
     if has_core:
         heads = b * a / t
-        flops_core = 2.0 * b * s * s * a * (d_qk + d_v)
+        flops_core = 2.0 * b * s * span * a * (d_qk + d_v)
         if flash:
-            run = FLASH_CAUSAL_SHARE * flops_core / (t * cp)
+            run = (FLASH_CAUSAL_SHARE * flops_core if causal else flops_core) / (t * cp)
             core_f = run / attn_rate + n_split * kernel_s
             core_b = FLASH_BACKWARD_FLOPS * run / attn_rate + n_split * kernel_s
         else:
-            keys = s * (n_split + 1.0) / (2.0 * n_split)     # keys a chunk meets, on average
+            # keys a chunk meets, on average (causal), or the span of every query
+            keys = s * (n_split + 1.0) / (2.0 * n_split) if causal else span
             q_rows = s / cp / n_split
             scores = heads * (s / cp) * keys                  # score elements of the micro-batch
             core_f = n_split * (_gemm(q_rows, keys, d_qk, heads, bc, bc, rate)
@@ -347,8 +393,11 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
 
     # ---- FFN: dense 2 (GELU) or 3 (SwiGLU) matmuls; MoE: the router, the routed experts as one
     # grouped GEMM (top-k x capacity-factor token slots in capacity mode, top-k dropless), shared
-    # experts as a dense FFN of their width.
+    # experts as a dense FFN of their width. ffn_f: the forward of the FFN matmuls (routed and
+    # shared experts, or the dense pair; not the router), what a census share recomputes.
     flops_ffn = 0.0
+    ffn_f = 0.0
+    sums = [fw, bw, bw_w, gemm_f, gemm_b]
     act_bytes = other_bytes = 0.0             # forward bytes: activation pass (ffAct); never recomputed
     other_kernels = 2.0                       # the two bias-dropout-add kernels
     if moe:
@@ -360,11 +409,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         local = n_exp / ep                    # experts on this rank
         # router: tokens x h x n_exp, replicated over tp, fp32 logits
         _mm3(tok_moe / n_split, n_exp, h, n_split, cand, rate, g3)
-        fw += g3[0]
-        bw += g3[1]
-        bw_w += g3[2]
-        gemm_f += g3[0]
-        gemm_b += g3[1] + g3[2]
+        _add_gemm(sums, g3)
         # grouped GEMM over the local experts: FLOPs of every slot, weights of every local expert
         per = slots / local / n_split if local > 0.0 else 0.0
         wide = (n_ff - 1.0) * width / t_exp
@@ -372,21 +417,12 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         e_d = n_split * (_gemm(per, h, wide, local, bm, bc, rate) + _gemm(per, width / t_exp, h, local, bm, bc, rate))
         e_w = n_split * (_gemm(h, wide, per, local, bm, 2.0 * bg, rate)
                          + _gemm(width / t_exp, h, per, local, bm, 2.0 * bg, rate))
-        fw += e_f
-        bw += e_d
-        bw_w += e_w
-        gemm_f += e_f
-        gemm_b += e_d + e_w
+        _add_gemm(sums, (e_f, e_d, e_w))
+        ffn_f = e_f
         act_bytes += n_ff * bc * slots * width / t_exp
         shared = smodel[_SM["shared_width"]]
         if shared > 0.0:
-            for m_, n_, k_ in ((rows, (n_ff - 1.0) * shared / t, h), (rows, h, shared / t)):
-                _mm3(m_, n_, k_, n_split, cand, rate, g3)
-                fw += g3[0]
-                bw += g3[1]
-                bw_w += g3[2]
-                gemm_f += g3[0]
-                gemm_b += g3[1] + g3[2]
+            ffn_f += _ffn_pair(rows, shared, h, n_ff, n_split, cand, rate, sums)
             act_bytes += n_ff * bc * tokens * shared / t
         # permute before the experts and unpermute after: read tokens x h, write the slot copies,
         # and back; the router's softmax/top-k reads its fp32 logits (2 kernels)
@@ -394,16 +430,11 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         other_kernels += 4.0
         flops_ffn = 2.0 * b * s * h * (topk * n_ff * width + n_exp + n_ff * shared)
     else:
-        for m_, n_, k_ in ((rows, (n_ff - 1.0) * width / t, h), (rows, h, width / t)):
-            _mm3(m_, n_, k_, n_split, cand, rate, g3)
-            fw += g3[0]
-            bw += g3[1]
-            bw_w += g3[2]
-            gemm_f += g3[0]
-            gemm_b += g3[1] + g3[2]
+        ffn_f = _ffn_pair(rows, width, h, n_ff, n_split, cand, rate, sums)
         # GELU reads one tensor and writes one (2 passes); SwiGLU reads two and writes one (3)
         act_bytes = n_ff * bc * tokens * width / t
         flops_ffn = 2.0 * b * s * h * n_ff * width
+    fw, bw, bw_w, gemm_f, gemm_b = sums
 
     # ---- elementwise work, forward (bytes, kernels) per op class -- the recompute switches' classes
     norm_bytes = 2.0 * 2.0 * bc * x_sp                      # two norms, read + write each
@@ -504,6 +535,8 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     out[_L["p_expert"]] = p_expert
     out[_L["flops_f"]] = flops_att + flops_core + flops_rec + flops_ffn
     out[_L["flops_core"]] = flops_core
+    out[_L["att_mm_f"]] = f_att
+    out[_L["ffn_mm_f"]] = ffn_f
 
 
 def _check_rows(array, name: str, rows: int, width: int) -> None:
@@ -538,8 +571,7 @@ def seconds_layer_times(kinds, skinds, model, smodel, cand, rate, out) -> None:
         if ok:
             _layer(kinds[k], skinds[k], model, smodel, cand, rate, out[k])
         else:
-            for i in range(_L_COUNT):
-                out[k][i] = NAN
+            _fill(out[k], _L_COUNT, NAN)
 
 
 def _head(cand, rate, tokens: float, h: float, v: float, out3) -> None:
@@ -579,7 +611,9 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
     opt (the optimizer). model_flops / hw_flops: one micro-batch's FLOPs on the stage (the whole
     micro-batch, not split), without and with recompute. A full recompute re-runs the layer's
     forward -- compute and its tp / cp / ep traffic; a selective one the forward of the ops whose
-    switch is 0 (an SP all-gather when ``gather`` is 0).
+    switch is 0 (an SP all-gather when ``gather`` is 0), and, running HyperParallel's policy (keep
+    mask HYPER_POLICY_MASK) on a kind with a census (census_att >= 0), census_att·att_mm_f +
+    census_ffn·ffn_mm_f more: the projection matmuls the policy recomputes.
     """
     n_kinds = len(kinds)
     n_slots = len(slot_option)
@@ -594,14 +628,11 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
     _check_rows(counts, "counts", n_stages, n_kinds * n_slots)
     _check_rows(extras, "extras", n_stages, len(SECONDS_EXTRA_FIELDS))
     _check_rows(out, "out", n_stages, _S_COUNT)
-    if not _cand_ok(cand, rate):
-        for st in range(n_stages):
-            for f in range(_S_COUNT):
-                out[st][f] = NAN
-        return
+    ok = _cand_ok(cand, rate)
     for st in range(n_stages):
-        for f in range(_S_COUNT):
-            out[st][f] = 0.0
+        _fill(out[st], _S_COUNT, 0.0 if ok else NAN)
+    if not ok:
+        return
     b, s, t, cp, d = cand[_C["b"]], cand[_C["s"]], cand[_C["t"]], cand[_C["cp"]], cand[_C["d"]]
     sp, ep, p = cand[_C["sp"]], cand[_C["ep"]], cand[_C["p"]]
     n_split, bc = cand[_C["seq_split"]], cand[_C["bytes_c"]]
@@ -649,6 +680,14 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
                     rc_flops += layer[_L["flops_core"]]
                 if not (mask >> 7) & 1:
                     rc_flops += layer[_L["flops_up"]]
+                census_att = kinds[k][_K["census_att"]]
+                if mask == HYPER_POLICY_MASK and census_att >= 0.0:
+                    # HyperParallel's policy also recomputes a census share of the projection
+                    # matmuls no switch prices (ND_REFERENCE §2.4 selective_shares); a missing FFN
+                    # share (negative) counts as none
+                    census_ffn = kinds[k][_K["census_ffn"]]
+                    rc += census_att * layer[_L["att_mm_f"]] + (
+                        census_ffn * layer[_L["ffn_mm_f"]] if census_ffn > 0.0 else 0.0)
             for st in range(n_stages):
                 count = counts[st][k * n_slots + o]
                 if count == 0.0:
@@ -865,10 +904,8 @@ def seconds_combine(stage, cand, parts, stage_times) -> float:
             ok = False
         totals.append(total)
     if not ok:
-        for i in range(len(parts)):
-            parts[i] = NAN
-        for st in range(n_stages):
-            stage_times[st] = NAN
+        _fill(parts, len(parts), NAN)
+        _fill(stage_times, n_stages, NAN)
         return NAN
     straggler = 0
     for st in range(n_stages):
@@ -917,8 +954,7 @@ def seconds_combine(stage, cand, parts, stage_times) -> float:
         tail = 0.0
     own = tail_parts[0] + tail_parts[1] + tail_parts[2]
     scale = tail / own if own > 0.0 else 0.0
-    for i in range(len(parts)):
-        parts[i] = 0.0
+    _fill(parts, len(parts), 0.0)
     parts[_P["fw_compute"]] = m * worst[_S["fw"]]
     parts[_P["bw_compute"]] = m * (worst[_S["bw"]] + worst[_S["bw_w"]]) + scale * tail_parts[1]
     parts[_P["recompute"]] = m * worst[_S["rc"]]

@@ -148,15 +148,12 @@ def seconds_estimate_batch(kinds, skinds, model, smodel, cands, rates, rate_inde
     kind_rows, skind_rows, rate_rows = _rows(kinds), _rows(skinds), _rows(rates)
     model_row, smodel_row = _flat(model), _flat(smodel)
     pool_list, slots, extras_list = _flat(pool), _flat(slot_pool), _flat(extras)
+    skipped_parts, skipped_rates = [NAN] * n_parts, [NAN] * _SR_COUNT
     for i in range(n):
         if reason[i] >= _N_KERNEL_REASONS:
-            out_step[i] = NAN
-            for j in range(n_parts):
-                out_parts[j][i] = NAN
-            for j in range(_SR_COUNT):
-                out_rates[j][i] = NAN
-            for s in range(n_times):
-                out_stage_times[i][s] = NAN
+            # not priced: the row's outputs NaN, written as a priced row's are (no stage: p = 0)
+            _store(i, NAN, skipped_parts, skipped_rates, (), 0, out_step, out_parts, out_rates, out_stage_times,
+                   n_times)
             continue
         li = layout_index[i]
         row = rows[li]
@@ -177,12 +174,17 @@ def seconds_estimate_batch(kinds, skinds, model, smodel, cands, rates, rate_inde
         total = seconds_combine(stage, cand, parts, times)
         step_rates = [0.0] * _SR_COUNT
         _step_rates(stage, cand, rate, total, step_rates)
-        out_step[i] = total
-        for j in range(n_parts):
-            out_parts[j][i] = parts[j]
-        for j in range(_SR_COUNT):
-            out_rates[j][i] = step_rates[j]
-        for s in range(n_times):
-            out_stage_times[i][s] = times[s] if s < p else NAN
+        _store(i, total, parts, step_rates, times, p, out_step, out_parts, out_rates, out_stage_times, n_times)
         if total != total and reason[i] == 0:
             reason[i] = _UNDEFINED
+
+
+def _store(i, total, parts, step_rates, times, p, out_step, out_parts, out_rates, out_stage_times, n_times) -> None:
+    """Row *i*'s outputs: its step time, parts, step rates and the first *p* stage times (NaN past p)."""
+    out_step[i] = total
+    for j in range(len(parts)):
+        out_parts[j][i] = parts[j]
+    for j in range(_SR_COUNT):
+        out_rates[j][i] = step_rates[j]
+    for s in range(n_times):
+        out_stage_times[i][s] = times[s] if s < p else NAN
