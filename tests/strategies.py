@@ -13,6 +13,9 @@ REALISTIC = {
                                        sequence_parallel=True, recompute="full")),
     "qwen2.5-72b": ("a100-80g", dict(dp=8, tp=8, pp=4, global_batch_size=256, seq_length=4096,
                                      sequence_parallel=True, recompute="full")),
+    # A VLM: the 32-block vision tower front-loaded on stage 0, the offset moving text layers off it.
+    "qwen2.5-vl-7b": ("h100-sxm", dict(dp=4, tp=2, pp=4, global_batch_size=256, seq_length=8192,
+                                       offset=(-4, 2, 1, 1), sequence_parallel=True, recompute="selective")),
     "qwen3-8b": ("h100-sxm", dict(dp=4, tp=2, pp=1, global_batch_size=64, seq_length=4096)),
     "qwen3-32b": ("h100-sxm", dict(dp=8, tp=4, pp=2, global_batch_size=128, seq_length=4096,
                                    sequence_parallel=True, recompute="selective")),

@@ -344,13 +344,23 @@ def layer_activation_arguments(model: Any, spec: ExecSpec, kind_index: int,
                                derived: Derived | None = None) -> dict[str, Any]:
     """The ``layer_activation_bytes`` arguments of one layer kind, all but
     ``option`` and ``keep_mask``: the kind's row of :func:`memory_kind_table` and the
-    spec's memory candidate, as the memory kernels pass them. *derived* is accepted for
+    spec's memory candidate, as the memory kernels pass them (the kind's hidden size, and
+    its own tokens per sample when it has them, split into Seq1F1B's chunks as the
+    candidate's are). The memory kernels also apply the kind's attention window and
+    census, which these arguments cannot carry. *derived* is accepted for
     compatibility (the candidate is derived from *spec*)."""
     kind = memory_kind_table(model)[kind_index]
     mc = memory_candidate_vector(model, spec)
     cand = {name: float(mc[MEMORY_CAND[name]]) for name in ("seq", "tp", "sp", "cp", "etp", "token_factor")}
+    seq = cand["seq"]
+    seq_tokens = float(kind[MEMORY_KIND["seq_tokens"]])
+    if seq_tokens > 0.0:
+        seq = seq_tokens
+        split = float(mc[MEMORY_CAND["seq_split"]])
+        if mc[MEMORY_CAND["schedule"]] == SCHEDULE_CODES["seq1f1b"] and split > 1.0:
+            seq = seq_tokens / split
     return {
-        "seq": cand["seq"], "batch": float(mc[MEMORY_CAND["b"]]), "hidden": float(model.hidden_size),
+        "seq": seq, "batch": float(mc[MEMORY_CAND["b"]]), "hidden": float(kind[MEMORY_KIND["hidden"]]),
         "tp": cand["tp"], "sp": cand["sp"], "cp": cand["cp"], "etp": cand["etp"],
         "attention": int(kind[MEMORY_KIND["attention"]]),
         **{name: float(kind[MEMORY_KIND[name]]) for name in ("heads", "kv_heads", "head_dim")},

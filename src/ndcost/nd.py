@@ -8,9 +8,17 @@ Cluster, and returns ND's score from ndcost's kernels — same ranking, far
 faster. A field the config lacks reads as ND's default, never as an error,
 as ND's ``Config`` does; a config that states an impossible strategy raises
 :class:`~ndcost.errors.SpecError` naming the ND field.
+
+A multimodal config (``multimodal=True`` with ``mm_ccfgs``, ``mm_order`` and
+``mm_main``, ND_REFERENCE §1.3 "Meta") becomes a text Model with a
+:class:`~ndcost.vision.VisionTower`: the main submodule is the text model, the
+other one the tower (its ``n_lay``, ``h``, ``a``, ``hff``; its ``s`` is ND's
+merged image tokens, grid // merge²). The strategy is the parent's, shared by
+every submodule as ND's ``set_shared_strategy`` does.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 from .device import Cluster
@@ -20,6 +28,7 @@ from .exec_spec import ExecSpec
 from .layout import build_layout
 from .model import Model
 from .validate import validate
+from .vision import VisionTower
 
 __all__ = ["estimate_performance", "model_from_nd", "spec_from_nd", "ND_DEVICES", "RatioType", "RecType"]
 
@@ -45,8 +54,40 @@ def _reader(cfg: Any):
     return lambda name, default=0: getattr(cfg, name, default) if getattr(cfg, name, None) is not None else default
 
 
+def _submodules(cfg: Any) -> tuple[Any, Any] | None:
+    """(text, vision) sub-configs of a multimodal ND config, or None for a unimodal one."""
+    get = _reader(cfg)
+    if not get("multimodal", False):
+        return None
+    subs, order = get("mm_ccfgs", None), list(get("mm_order", None) or ())
+    if not isinstance(subs, Mapping) or len(order) != 2 or any(name not in subs for name in order):
+        raise SpecError("mm_ccfgs", "estimate_performance",
+                        "hold the two submodules mm_order names (a text model and a vision tower)", subs)
+    main = get("mm_main", None) or order[-1]
+    if main not in order:
+        raise SpecError("mm_main", "estimate_performance", f"be one of mm_order ({', '.join(order)})", main)
+    other = order[0] if order[1] == main else order[1]
+    return subs[main], subs[other]
+
+
+def _vision_from_nd(sub: Any, text_hidden: int) -> VisionTower:
+    get = _reader(sub)
+    merge = int(get("spatial_merge_size", 2))
+    return VisionTower(
+        depth=int(get("n_lay")), hidden_size=int(get("h")), num_heads=int(get("a")),
+        intermediate_size=int(get("hff")), out_hidden_size=text_hidden, spatial_merge_size=merge,
+        # ND's vision profile counts 2 FFN matmuls (a GELU MLP) unless the sub-config says 3.
+        gated_ffn=float(get("n_ffMM", 2)) == 3.0,
+        tokens=int(get("s")) * merge * merge,      # ND's s is grid // merge²: the encoder runs every patch
+    )
+
+
 def model_from_nd(cfg: Any) -> Model:
     """The Model an ND config describes (ND_REFERENCE §1.3 "Model" and "MoE" fields)."""
+    subs = _submodules(cfg)
+    if subs is not None:
+        text = model_from_nd(subs[0])
+        return dataclasses.replace(text, vision=_vision_from_nd(subs[1], text.hidden_size))
     get = _reader(cfg)
     n_exp = int(get("n_exp", 1))
     moe = n_exp > 1
@@ -78,7 +119,8 @@ def model_from_nd(cfg: Any) -> Model:
 
 def spec_from_nd(cfg: Any) -> ExecSpec:
     """The ExecSpec an ND config states (seed apply_exec CONFIG_FIELDS, read backwards)."""
-    get = _reader(cfg)
+    subs = _submodules(cfg)
+    get = _reader(cfg) if subs is None else _shared_reader(cfg, subs[0])
     t = int(get("t", 1))
     sp = get("sequence_parallel", None)
     sequence_parallel = bool(sp) if sp is not None else int(get("sp", 1)) > 1
@@ -114,6 +156,14 @@ def spec_from_nd(cfg: Any) -> ExecSpec:
         if value not in (None, False, 0):
             fields[name] = value
     return ExecSpec(**fields)
+
+
+def _shared_reader(parent: Any, text: Any):
+    """The parent's strategy fields, the text submodule's where the parent states none."""
+    own, sub = _reader(parent), _reader(text)
+    missing = object()
+    return lambda name, default=0: (value if (value := own(name, missing)) is not missing
+                                    else sub(name, default))
 
 
 def _schedule(name: str, vp: int) -> str:

@@ -11,6 +11,11 @@
 # are allocated once per call, sized for the largest layout. A row whose reason is an
 # invalid-candidate code (>= RS_COUNT) is skipped with NaN outputs; a priced NaN becomes
 # RS_undefined, a peak above capacity RS_no_fit (only rows still RS_ok change).
+#
+# Memory prices a layer on its kind's own hidden size and tokens (MK_hidden, MK_seq_tokens: a
+# vision tower's), attention window (MK_att_window) and census (MK_census_*: a plain layer, and a
+# selective one running HyperParallel's policy, HYPER_POLICY_MASK); the embedding, output and MTP
+# parts stay on the model's h and the candidate's seq; MM_p_vision_extra sits on the embedding stage.
 
 from libc.stdlib cimport malloc, free
 
@@ -38,11 +43,63 @@ cdef inline void c_mem_static_layer(const double* kind, const double* mc, double
         out3[2] += routed * mc[MC_w_optim] / mc[MC_ediv_optim]
 
 
-cdef inline double c_mem_layer_activation(const double* kind, const double* model, const double* mc,
+cdef inline double c_mem_kind_seq(const double* kind, const double* mc) noexcept nogil:
+    # Tokens per sequence one layer of the kind runs on: the candidate's seq, or the kind's
+    # seq_tokens when > 0 (a vision tower's), split into Seq1F1B's chunks as the candidate's seq
+    # is (the in-flight counts count chunks); NaN for a negative or NaN one.
+    cdef double seq_tokens = kind[MK_seq_tokens]
+    if seq_tokens == 0.0:
+        return mc[MC_seq]
+    if not seq_tokens > 0.0:
+        return NAN
+    if mc[MC_schedule] == <double>_MEM_SCHED_SEQ1F1B and mc[MC_seq_split] > 1.0:
+        return seq_tokens / mc[MC_seq_split]
+    return seq_tokens
+
+
+cdef inline bint c_mem_census_prices(const double* kind, long long option, long long keep_mask) noexcept nogil:
+    # Whether the kind's census prices the setting: a plain layer (census_saved >= 0), or a
+    # selective one running HyperParallel's policy (census_sel >= 0).
+    if option == OPTION_NONE:
+        return kind[MK_census_saved] >= 0.0
+    if option == OPTION_SELECTIVE and keep_mask == HYPER_POLICY_MASK:
+        return kind[MK_census_sel] >= 0.0
+    return False
+
+
+cdef inline double c_mem_census_activation(const double* kind, const double* mc, long long option,
+                                           long long keep_mask) noexcept nogil:
+    # ND_REFERENCE §3.4 "Census path": tokens × (saved/sp + saved_tp/tp) bytes (selective /
+    # selective_tp under the policy); the caller has checked c_mem_census_prices.
+    cdef double split, split_tp, seq, batch = mc[MC_b], tp = mc[MC_tp], sp = mc[MC_sp], cp = mc[MC_cp]
+    if option == OPTION_NONE:
+        split = kind[MK_census_saved]
+        split_tp = kind[MK_census_saved_tp]
+    else:
+        split = kind[MK_census_sel]
+        split_tp = kind[MK_census_sel_tp]
+    if keep_mask < 0 or keep_mask > _MEM_ALL_KEPT:
+        return NAN
+    seq = c_mem_kind_seq(kind, mc)
+    if not (seq > 0.0 and batch > 0.0 and tp >= 1.0 and sp >= 1.0 and cp >= 1.0 and split_tp >= 0.0):
+        return NAN
+    return seq * batch / cp * (split / sp + split_tp / tp)
+
+
+cdef inline double c_mem_layer_activation(const double* kind, const double* mc,
                                           long long option, long long keep_mask) noexcept nogil:
-    # Korthikanti et al. 2022 Table 2 for one layer of the kind (memory.layer_activation_arguments).
+    # One layer of the kind for one micro-batch: its census where one prices the setting, else the formulas.
+    if c_mem_census_prices(kind, option, keep_mask):
+        return c_mem_census_activation(kind, mc, option, keep_mask)
+    return c_mem_formula_activation(kind, mc, option, keep_mask)
+
+
+cdef inline double c_mem_formula_activation(const double* kind, const double* mc,
+                                            long long option, long long keep_mask) noexcept nogil:
+    # Korthikanti et al. 2022 Table 2 for one layer of the kind (memory.layer_activation_arguments),
+    # on the kind's hidden size, tokens and attention window.
     return c_layer_activation_bytes(
-        mc[MC_seq], mc[MC_b], model[MM_h], mc[MC_tp], mc[MC_sp], mc[MC_cp], mc[MC_etp],
+        c_mem_kind_seq(kind, mc), mc[MC_b], kind[MK_hidden], mc[MC_tp], mc[MC_sp], mc[MC_cp], mc[MC_etp],
         <long long>kind[MK_attention], kind[MK_heads], kind[MK_kv_heads], kind[MK_head_dim],
         <long long>kind[MK_out_gate], <long long>kind[MK_qk_norm], kind[MK_q_lora], kind[MK_kv_lora],
         kind[MK_qk_nope], kind[MK_qk_rope], kind[MK_v_dim], kind[MK_lin_k_heads], kind[MK_lin_k_dim],
@@ -50,14 +107,15 @@ cdef inline double c_mem_layer_activation(const double* kind, const double* mode
         <long long>kind[MK_ffn], <long long>kind[MK_gated], kind[MK_ffn_width], kind[MK_experts],
         kind[MK_top_k], kind[MK_shared_width], mc[MC_token_factor], <long long>mc[MC_flash],
         mc[MC_bytes_c], mc[MC_bytes_softmax], mc[MC_bytes_dropout], mc[MC_bytes_norm], option, keep_mask,
-        <long long>mc[MC_slice_input])
+        <long long>mc[MC_slice_input], kind[MK_att_window])
 
 
-cdef inline void c_mem_comm_buffers(const double* kind, const double* model, const double* mc,
+cdef inline void c_mem_comm_buffers(const double* kind, const double* mc,
                                     double* main, double* ep_buffer) noexcept nogil:
-    # (max(dp, tp, cp), ep) buffer bytes of one layer of the kind (ND_REFERENCE §3.2 comm_expr).
-    cdef double tokens = mc[MC_seq] * mc[MC_b] / mc[MC_cp]
-    cdef double h = model[MM_h], c = mc[MC_bytes_c], tp = mc[MC_tp]
+    # (max(dp, tp, cp), ep) buffer bytes of one layer of the kind (ND_REFERENCE §3.2 comm_expr),
+    # on the kind's hidden size and tokens.
+    cdef double tokens = c_mem_kind_seq(kind, mc) * mc[MC_b] / mc[MC_cp]
+    cdef double h = kind[MK_hidden], c = mc[MC_bytes_c], tp = mc[MC_tp]
     cdef double tp_buffer = 0.0, cp_buffer = 0.0, dp_buffer = 0.0, params, routed_tokens
     cdef double heads_local, kv_local, k_width, v_width, q_width
     if mc[MC_sp] > 1.0:
@@ -117,8 +175,8 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
     cdef const double* kind
     cdef Py_ssize_t k, o, s, v, j
     cdef Py_ssize_t emb_stage = layout[LY_emb_stage], out_stage = layout[LY_out_stage]
-    cdef double plain, gathered, kept, extra, tp = mc[MC_tp], sp = mc[MC_sp]
-    cdef double embedding, head, word, tokens, h, v_size, c, n, dropout, logits
+    cdef double plain, plain_formula, base, gathered, kept, extra, tp = mc[MC_tp], sp = mc[MC_sp]
+    cdef double embedding, vision, head, word, tokens, h, v_size, c, n, dropout, logits
     cdef double emb_act, out_act, mtp_act, main, ep_buffer, peak
     cdef double mtp_out = <double>layout[LY_mtp_out]
     cdef bint split_ends, tied
@@ -129,24 +187,34 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
     for k in range(n_kinds):
         kind = kinds + k * MK_COUNT
         c_mem_static_layer(kind, mc, scratch.static_ + k * 3)
-        plain = c_mem_layer_activation(kind, model, mc, OPTION_NONE, 255)
+        plain = c_mem_layer_activation(kind, mc, OPTION_NONE, 255)
+        # What a selective setting the formulas price recomputes: the formulas' plain layer minus
+        # what it keeps (the census's plain layer, where one exists, is not on their scale).
+        plain_formula = plain
+        if kind[MK_census_saved] >= 0.0:
+            plain_formula = c_mem_formula_activation(kind, mc, OPTION_NONE, 255)
         gathered = 0.0
         if mc[MC_fsdp_gathers] != 0.0:
             # ND_REFERENCE §3.7 FSDP extras: a backward holds two layers' gathered parameters.
             gathered = 2.0 * ((kind[MK_p_nonexp] + kind[MK_p_shared]) / tp
                               + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])) * mc[MC_w_param]
         for o in range(n_slots):
-            kept = c_mem_layer_activation(kind, model, mc, options[o], masks[o])
+            kept = c_mem_layer_activation(kind, mc, options[o], masks[o])
             extra = 0.0
             if options[o] == OPTION_FULL:
                 extra = plain                     # §3.7 FULL_REC: the plain layer re-materialised
             elif options[o] == OPTION_SELECTIVE:
-                extra = plain - kept              # the recomputed ops come back, at one micro-batch
+                # The recomputed ops come back, at one micro-batch: measured against the plain
+                # layer of the same pricing (the census's for its policy, else the formulas').
+                base = plain_formula
+                if masks[o] == HYPER_POLICY_MASK and kind[MK_census_sel] >= 0.0:
+                    base = plain
+                extra = base - kept
                 if 0.0 > extra:
                     extra = 0.0
             scratch.act[k * n_slots + o] = kept
             scratch.work[k * n_slots + o] = extra + gathered
-        c_mem_comm_buffers(kind, model, mc, scratch.comm_main + k, scratch.comm_ep + k)
+        c_mem_comm_buffers(kind, mc, scratch.comm_main + k, scratch.comm_ep + k)
 
     for s in range(p):
         for v in range(vp):
@@ -162,8 +230,13 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
     for j in range(p * 3):
         scratch.stage_static[j] = 0.0
     embedding = model[MM_p_embedding] / tp
+    # A vision tower's patch embedding and merger sit with the embedding, sharded as a layer's
+    # non-expert params (over tp, then the ZeRO divisors of non-expert state).
+    vision = model[MM_p_vision_extra] / tp
     for j in range(3):
         scratch.stage_static[emb_stage * 3 + j] += embedding * widths[j] / divisors[j]
+        if vision != 0.0:
+            scratch.stage_static[emb_stage * 3 + j] += vision * widths[j] / divisors[j]
     split_ends = emb_stage != out_stage
     tied = mc[MC_tie_emb] != 0.0
     word = model[MM_word_embedding]

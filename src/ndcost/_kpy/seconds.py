@@ -255,8 +255,8 @@ def _add_gemm(sums, g3) -> None:
 
 
 def _ffn_pair(rows: float, width: float, h: float, n_ff: float, n_split: float, cand, rate, sums) -> float:
-    """A dense FFN of *width* on this rank: up (with the gate: n_ff - 1 = 2 outputs of width, fused)
-    h -> (n_ff - 1)·width/t, then down width/t -> h (Megatron's column- / row-parallel pair).
+    """A dense FFN of *width* on this rank: up h -> (n_ff - 1)·width/t (gate and up fused when gated,
+    n_ff = 3), then down width/t -> h (Megatron's column- / row-parallel pair).
 
     Each GEMM's times go into sums (``_add_gemm``), the up GEMM's first; returns the pair's forward
     time (the FFN matmuls a census share recomputes).
@@ -603,7 +603,9 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
     *counts* (pp x K·O, kind-major) holds the layers of kind k running option slot o on each
     stage (chunks summed); *slot_option* / *slot_mask* say what a slot recomputes (0 none, 1 full,
     2 selective with the keep mask: bit i set keeps SWITCHES[i]); *extras* (pp x
-    SECONDS_EXTRA_FIELDS) places the embedding, the output head and the MTP modules.
+    SECONDS_EXTRA_FIELDS) places the embedding, the output head and the MTP modules. A layer runs
+    on its kind's submodule (``_layer``: sub_h, seq_tokens); the embedding, the output heads, the MTP
+    modules and the pipeline's point-to-point stay on the model's h and the candidate's s.
 
     Per micro-batch: fw, bw, bw_w, rc (compute), tp, cp, ep (exposed after the overlap shares of
     the candidate), pp (point-to-point), dp_mb_gather / dp_mb_reduce (ZeRO-2/3 traffic, exposed).
