@@ -58,7 +58,6 @@ __all__ = [
     "StageMemory",
     "MemoryEstimate",
     "static_layer_bytes",
-    "layer_activation_arguments",
     "memory_kind_table",
     "memory_model_vector",
     "memory_candidate_vector",
@@ -338,48 +337,6 @@ def memory_candidate_vector(model: Any, spec: ExecSpec) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- activations
-
-
-def layer_activation_arguments(model: Any, spec: ExecSpec, kind_index: int,
-                               derived: Derived | None = None) -> dict[str, Any]:
-    """The ``layer_activation_bytes`` arguments of one layer kind, all but
-    ``option`` and ``keep_mask``: the kind's row of :func:`memory_kind_table` and the
-    spec's memory candidate, as the memory kernels pass them (the kind's hidden size, and
-    its own tokens per sample when it has them, split into Seq1F1B's chunks as the
-    candidate's are). The memory kernels also apply the kind's attention window and
-    census, which these arguments cannot carry. *derived* is accepted for
-    compatibility (the candidate is derived from *spec*)."""
-    kind = memory_kind_table(model)[kind_index]
-    mc = memory_candidate_vector(model, spec)
-    cand = {name: float(mc[MEMORY_CAND[name]]) for name in ("seq", "tp", "sp", "cp", "etp", "token_factor")}
-    seq = cand["seq"]
-    seq_tokens = float(kind[MEMORY_KIND["seq_tokens"]])
-    if seq_tokens > 0.0:
-        seq = seq_tokens
-        split = float(mc[MEMORY_CAND["seq_split"]])
-        if mc[MEMORY_CAND["schedule"]] == SCHEDULE_CODES["seq1f1b"] and split > 1.0:
-            seq = seq_tokens / split
-    return {
-        "seq": seq, "batch": float(mc[MEMORY_CAND["b"]]), "hidden": float(kind[MEMORY_KIND["hidden"]]),
-        "tp": cand["tp"], "sp": cand["sp"], "cp": cand["cp"], "etp": cand["etp"],
-        "attention": int(kind[MEMORY_KIND["attention"]]),
-        **{name: float(kind[MEMORY_KIND[name]]) for name in ("heads", "kv_heads", "head_dim")},
-        "out_gate": int(kind[MEMORY_KIND["out_gate"]]), "qk_norm": int(kind[MEMORY_KIND["qk_norm"]]),
-        **{name: float(kind[MEMORY_KIND[name]]) for name in (
-            "q_lora", "kv_lora", "qk_nope", "qk_rope", "v_dim", "lin_k_heads", "lin_k_dim", "lin_v_heads",
-            "lin_v_dim", "lin_conv", "lin_chunk")},
-        "ffn": int(kind[MEMORY_KIND["ffn"]]), "gated": int(kind[MEMORY_KIND["gated"]]),
-        **{name: float(kind[MEMORY_KIND[name]]) for name in ("ffn_width", "experts", "top_k", "shared_width")},
-        # Capacity mode pads every expert to capacity_factor × its fair share;
-        # dropless (grouped GEMM) is priced balanced.
-        "token_factor": cand["token_factor"],
-        "flash": int(mc[MEMORY_CAND["flash"]]),
-        "compute_bytes": float(mc[MEMORY_CAND["bytes_c"]]),
-        "softmax_bytes": float(mc[MEMORY_CAND["bytes_softmax"]]),
-        "dropout_bytes": float(mc[MEMORY_CAND["bytes_dropout"]]),
-        "norm_bytes": float(mc[MEMORY_CAND["bytes_norm"]]),
-        "slice_input": int(mc[MEMORY_CAND["slice_input"]]),
-    }
 
 
 # --------------------------------------------------------------------------- the estimate

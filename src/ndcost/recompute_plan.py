@@ -29,14 +29,14 @@ from typing import Any
 import numpy as np
 
 from . import _backend
-from ._columns import OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
+from ._columns import HYPER_POLICY_MASK, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
 from .derive import derive
 from .errors import SpecError
 from .estimate import as_cluster, as_model, layer_times
 from .exec_spec import ExecSpec
 from .knapsack import plan_stage
 from .layout import build_layout
-from .memory import SCHEDULE_CODES, layer_activation_arguments, memory_estimate
+from .memory import SCHEDULE_CODES, memory_candidate_vector, memory_estimate, memory_kind_table
 from .recompute_spec import ALL_KEPT, SWITCHES, RecomputeRange, switches_from_mask
 from .switch_profile import FULL_KEEP_MASK, Cost, SwitchProfile
 
@@ -71,31 +71,48 @@ class RecomputePlan:
         return float(sum(self.stage_savings))
 
 
-def _activation(arguments: dict, option: int, mask: int) -> float:
-    return float(_backend.kernels.layer_activation_bytes(**arguments, option=option, keep_mask=mask))
-
-
 def kind_profile(model: Any, spec: ExecSpec, cluster: Any, kind: int) -> SwitchProfile:
-    """The SwitchProfile of one layer kind: memory from the memory model, times in ND units."""
-    derived = derive(model, spec, cluster)
-    arguments = layer_activation_arguments(model, spec, kind, derived)
+    """The SwitchProfile of one layer kind: memory from the memory model, times in ND units.
+
+    Each setting's bytes are what ``memory_batch`` charges the kind (``kind_activation_bytes``:
+    its own tokens and attention window, and its census). Where a census prices the kind
+    (ND_REFERENCE §4.4 ``SwitchProfile`` with census), the plain layer is the census's, the
+    settings add up from the layer selective with every op kept (the formulas'), and
+    HyperParallel's policy is taken whole: the census's bytes, its shares' recompute time.
+    """
+    row = memory_kind_table(model)[kind]
+    mc = memory_candidate_vector(model, spec)
+    kernels = _backend.kernels
+
+    def activation(option: int, mask: int) -> float:
+        return float(kernels.kind_activation_bytes(row, mc, option, mask))
+
     forward, backward = layer_times(model, spec, cluster, kind, "none")
-    plain = Cost(_activation(arguments, OPTION_NONE, ALL_KEPT), 0.0, backward)
+    plain = Cost(activation(OPTION_NONE, ALL_KEPT), 0.0, backward)
+    census = model.kind_census(model.kinds[kind].name)
+    extra: dict[str, Any] = {}
+    base = plain
+    if census is not None:
+        _, bw_base = layer_times(model, spec, cluster, kind, "selective", switches_from_mask(ALL_KEPT))
+        base = extra["selective_base"] = Cost(activation(OPTION_SELECTIVE, ALL_KEPT), 0.0, bw_base)
+        _, bw_policy = layer_times(model, spec, cluster, kind, "selective", switches_from_mask(HYPER_POLICY_MASK))
+        recomputed = frozenset(name for bit, name in enumerate(SWITCHES) if not HYPER_POLICY_MASK >> bit & 1)
+        extra["whole"] = {recomputed: Cost(activation(OPTION_SELECTIVE, HYPER_POLICY_MASK), 0.0, bw_policy)}
     alone = {}
     for bit, name in enumerate(SWITCHES):
         mask = ALL_KEPT & ~(1 << bit)
-        memory = _activation(arguments, OPTION_SELECTIVE, mask)
-        if not memory < plain.memory_per_micro_batch:
+        memory = activation(OPTION_SELECTIVE, mask)
+        if not memory < base.memory_per_micro_batch:
             # Recomputing an op that keeps nothing saves nothing: not a choice. (ND's
             # units would otherwise make it a free win: a selective layer that
             # recomputes its gather prices its TP traffic at a third, ND_REFERENCE §2.6.)
-            alone[name] = plain
+            alone[name] = base
             continue
         _, bw = layer_times(model, spec, cluster, kind, "selective", switches_from_mask(mask))
         alone[name] = Cost(memory, 0.0, bw)
     _, bw_full = layer_times(model, spec, cluster, kind, "full")
-    full = Cost(_activation(arguments, OPTION_FULL, 0), 0.0, bw_full)
-    return SwitchProfile(forward_time=forward, plain=plain, alone=alone, full=full)
+    full = Cost(activation(OPTION_FULL, 0), 0.0, bw_full)
+    return SwitchProfile(forward_time=forward, plain=plain, alone=alone, full=full, **extra)
 
 
 def _options_of(profile: SwitchProfile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

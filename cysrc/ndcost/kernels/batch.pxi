@@ -96,7 +96,7 @@ cdef inline double c_mem_layer_activation(const double* kind, const double* mc,
 
 cdef inline double c_mem_formula_activation(const double* kind, const double* mc,
                                             long long option, long long keep_mask) noexcept nogil:
-    # Korthikanti et al. 2022 Table 2 for one layer of the kind (memory.layer_activation_arguments),
+    # Korthikanti et al. 2022 Table 2 for one layer of the kind,
     # on the kind's hidden size, tokens and attention window.
     return c_layer_activation_bytes(
         c_mem_kind_seq(kind, mc), mc[MC_b], kind[MK_hidden], mc[MC_tp], mc[MC_sp], mc[MC_cp], mc[MC_etp],
@@ -507,3 +507,15 @@ def memory_batch(const double[:, ::1] kinds,          # IN (K, MK_COUNT)
         free(scratch.extra_act)
         free(scratch.comm)
         free(scratch.out)
+
+
+def kind_activation_bytes(const double[::1] kind,   # IN (MK_COUNT,): one row of the memory kind table
+                          const double[::1] mc,     # IN (MC_COUNT,): one memory candidate
+                          long long option, long long keep_mask):
+    """Bytes one layer of a kind keeps for one micro-batch, as memory_batch prices it (the kind's
+    tokens, attention window and census included)."""
+    if kind.shape[0] != MK_COUNT:
+        raise ValueError(f"kind must have length {MK_COUNT}, got {kind.shape[0]}")
+    if mc.shape[0] != MC_COUNT:
+        raise ValueError(f"mc must have length {MC_COUNT}, got {mc.shape[0]}")
+    return c_mem_layer_activation(&kind[0], &mc[0], option, keep_mask)

@@ -38,9 +38,9 @@ from .._columns import (
     MODEL_FIELDS, ND_OPTION_FIELDS, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART_NAMES, STAGE_FIELDS,
 )
 from .memory import N_MEMORY_COLUMNS, inflight_micro_batches, stage_memory, windowed_layer_activation_bytes
-from .nd import nd_apply_ratios, nd_combine, nd_stage_sums
+from .nd import _check_len, nd_apply_ratios, nd_combine, nd_stage_sums
 
-__all__ = ["nd_estimate_batch", "memory_batch"]
+__all__ = ["nd_estimate_batch", "memory_batch", "kind_activation_bytes"]
 
 NAN = math.nan
 _ALL_KEPT = 255
@@ -250,12 +250,20 @@ def _census_activation(kind, mc, option: int, keep_mask: int) -> float | None:
 
 def _layer_activation(kind, mc, option: int, keep_mask: int) -> float:
     """One layer of the kind for one micro-batch: its census where one prices the setting, else
-    windowed_layer_activation_bytes with the arguments memory.layer_activation_arguments gives
-    (the kind's hidden size and tokens) and the kind's attention window."""
+    windowed_layer_activation_bytes on the kind's hidden size, tokens and attention window."""
     census = _census_activation(kind, mc, option, keep_mask)
     if census is not None:
         return census
     return _formula_activation(kind, mc, option, keep_mask)
+
+
+def kind_activation_bytes(kind, mc, option: int, keep_mask: int) -> float:
+    """Bytes one layer of a kind keeps for one micro-batch, as ``memory_batch`` prices it: *kind*
+    is a row of the memory kind table, *mc* a memory candidate vector. The recompute planner
+    asks it for each setting, so that it sees the kind's tokens, window and census too."""
+    _check_len(kind, "kind", len(MEMORY_KIND_FIELDS))
+    _check_len(mc, "mc", len(MEMORY_CAND_FIELDS))
+    return _layer_activation(kind, mc, int(option), int(keep_mask))
 
 
 def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:

@@ -45,6 +45,7 @@ from .._columns import (
     SECONDS_EXTRA_FIELDS, SECONDS_KIND_FIELDS, SECONDS_LAYER_FIELDS, SECONDS_MODEL_FIELDS,
     SECONDS_STAGE_FIELDS, HYPER_POLICY_MASK, OPTION_FULL, OPTION_SELECTIVE,
 )
+from .nd import _check_len
 
 __all__ = ["seconds_collective", "seconds_layer_times", "seconds_stage_sums", "seconds_combine"]
 
@@ -546,10 +547,6 @@ def _check_rows(array, name: str, rows: int, width: int) -> None:
         if len(row) != width:
             raise ValueError(f"{name} must have {width} columns, got {len(row)}")
 
-
-def _check_len(array, name: str, expected: int) -> None:
-    if len(array) != expected:
-        raise ValueError(f"{name} must have length {expected}, got {len(array)}")
 
 
 def seconds_layer_times(kinds, skinds, model, smodel, cand, rate, out) -> None:
