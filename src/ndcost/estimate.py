@@ -139,6 +139,12 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         raise SpecError("spec", "estimate", "be an ExecSpec", spec)
     model = as_model(model)
     cluster = as_cluster(cluster, spec)
+    if units == "seconds":
+        # Seconds mode prices a per-layer plan as it runs (plan.spec's ranges), so ND's
+        # stage_savings adjustment and its stage_focused view have no meaning there.
+        for name, value in (("stage_savings", stage_savings), ("stage_focused", stage_focused)):
+            if value is not None:
+                raise SpecError(name, "estimate", "be given in nd units only (in seconds, price plan.spec)", value)
     if units == "nd" and stage_savings is None and stage_focused is None:
         return _estimate_nd_one(model, spec, cluster, ratios, ratio_type, rec_type, p2p, with_memory)
     validate(model, spec, cluster)
@@ -148,7 +154,7 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         priced = nd_estimate(model, spec, cluster, layout, ratios=ratios, ratio_type=ratio_type,
                              rec_type=rec_type, p2p=p2p, stage_savings=stage_savings, stage_focused=stage_focused)
     else:
-        priced = _seconds(model, spec, cluster, layout, ratios=ratios, stage_savings=stage_savings)
+        priced = _seconds(model, spec, cluster, layout, ratios=ratios)
     check_parts_sum(priced["parts"], priced["step_time"])
     fits = True if memory is None else bool(memory.peak <= cluster.device.hbm_bytes)
     return Estimate(
@@ -293,7 +299,7 @@ def _memory(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout):
     return memory_estimate(model, spec, cluster, layout)
 
 
-def _seconds(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout, *, ratios: Any, stage_savings: Any) -> dict:
+def _seconds(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout, *, ratios: Any) -> dict:
     from .seconds import seconds_estimate  # the physics model
 
     priced = dict(seconds_estimate(model, spec, cluster, layout, derived=derive(model, spec, cluster)))

@@ -5,8 +5,10 @@ knapsack.py), rebuilt on ndcost's pieces:
 
 1. Per layer kind, a :class:`~ndcost.switch_profile.SwitchProfile`: the plain
    layer, each switch recomputed alone, and full recompute, priced by the
-   memory model (activation bytes per micro-batch) and by the ND per-layer
-   times (``layer_times``, forward and backward with its recompute).
+   memory model (activation bytes per micro-batch) and by per-layer times in
+   the estimate's units: seconds (``seconds_layer_time``: compute, recompute
+   and exposed communication of one micro-batch), or ND's (``layer_times``,
+   forward and backward with its recompute, as ND's own search prices them).
 2. Its dominance front: the settings no other setting beats on memory and time.
 3. Per stage, a multiple-choice knapsack over memory (1 MiB buckets, rounded so
    a plan never exceeds its budget) picks each layer's option to minimise the
@@ -32,12 +34,13 @@ from . import _backend
 from ._columns import HYPER_POLICY_MASK, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
 from .derive import derive
 from .errors import SpecError
-from .estimate import as_cluster, as_model, layer_times
+from .estimate import UNITS, as_cluster, as_model, layer_times
 from .exec_spec import ExecSpec
 from .knapsack import plan_stage
 from .layout import build_layout
 from .memory import SCHEDULE_CODES, memory_candidate_vector, memory_estimate, memory_kind_table
 from .recompute_spec import ALL_KEPT, SWITCHES, RecomputeRange, switches_from_mask
+from .seconds import seconds_layer_time
 from .switch_profile import FULL_KEEP_MASK, Cost, SwitchProfile
 
 __all__ = ["RecomputePlan", "plan_recompute", "kind_profile"]
@@ -71,8 +74,18 @@ class RecomputePlan:
         return float(sum(self.stage_savings))
 
 
-def kind_profile(model: Any, spec: ExecSpec, cluster: Any, kind: int) -> SwitchProfile:
-    """The SwitchProfile of one layer kind: memory from the memory model, times in ND units.
+def _layer_timer(model: Any, spec: ExecSpec, cluster: Any, kind: int, units: str):
+    """(option, keep mask) -> (forward, backward) of one layer of *kind*, in *units*."""
+    if units == "nd":
+        names = {OPTION_NONE: "none", OPTION_FULL: "full", OPTION_SELECTIVE: "selective"}
+        return lambda option, mask: layer_times(model, spec, cluster, kind, names[option],
+                                                switches_from_mask(mask) if option == OPTION_SELECTIVE else None)
+    return lambda option, mask: seconds_layer_time(model, spec, cluster, kind, option, mask)
+
+
+def kind_profile(model: Any, spec: ExecSpec, cluster: Any, kind: int, *, units: str = "seconds") -> SwitchProfile:
+    """The SwitchProfile of one layer kind: memory from the memory model, times in *units*
+    (``"seconds"`` or ``"nd"``).
 
     Each setting's bytes are what ``memory_batch`` charges the kind (``kind_activation_bytes``:
     its own tokens and attention window, and its census). Where a census prices the kind
@@ -87,15 +100,18 @@ def kind_profile(model: Any, spec: ExecSpec, cluster: Any, kind: int) -> SwitchP
     def activation(option: int, mask: int) -> float:
         return float(kernels.kind_activation_bytes(row, mc, option, mask))
 
-    forward, backward = layer_times(model, spec, cluster, kind, "none")
+    if units not in UNITS:
+        raise SpecError("units", "kind_profile", f"be one of {', '.join(map(repr, UNITS))}", units)
+    time = _layer_timer(model, spec, cluster, kind, units)
+    forward, backward = time(OPTION_NONE, ALL_KEPT)
     plain = Cost(activation(OPTION_NONE, ALL_KEPT), 0.0, backward)
     census = model.kind_census(model.kinds[kind].name)
     extra: dict[str, Any] = {}
     base = plain
     if census is not None:
-        _, bw_base = layer_times(model, spec, cluster, kind, "selective", switches_from_mask(ALL_KEPT))
+        _, bw_base = time(OPTION_SELECTIVE, ALL_KEPT)
         base = extra["selective_base"] = Cost(activation(OPTION_SELECTIVE, ALL_KEPT), 0.0, bw_base)
-        _, bw_policy = layer_times(model, spec, cluster, kind, "selective", switches_from_mask(HYPER_POLICY_MASK))
+        _, bw_policy = time(OPTION_SELECTIVE, HYPER_POLICY_MASK)
         recomputed = frozenset(name for bit, name in enumerate(SWITCHES) if not HYPER_POLICY_MASK >> bit & 1)
         extra["whole"] = {recomputed: Cost(activation(OPTION_SELECTIVE, HYPER_POLICY_MASK), 0.0, bw_policy)}
     alone = {}
@@ -108,9 +124,9 @@ def kind_profile(model: Any, spec: ExecSpec, cluster: Any, kind: int) -> SwitchP
             # recomputes its gather prices its TP traffic at a third, ND_REFERENCE §2.6.)
             alone[name] = base
             continue
-        _, bw = layer_times(model, spec, cluster, kind, "selective", switches_from_mask(mask))
+        _, bw = time(OPTION_SELECTIVE, mask)
         alone[name] = Cost(memory, 0.0, bw)
-    _, bw_full = layer_times(model, spec, cluster, kind, "full")
+    _, bw_full = time(OPTION_FULL, 0)
     full = Cost(activation(OPTION_FULL, 0), 0.0, bw_full)
     return SwitchProfile(forward_time=forward, plain=plain, alone=alone, full=full, **extra)
 
@@ -145,14 +161,20 @@ def _ranges(choices: list[tuple[int, int]]) -> tuple[RecomputeRange, ...]:
     return tuple(out)
 
 
-def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: float | None = None) -> RecomputePlan:
+def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: float | None = None,
+                   units: str = "seconds") -> RecomputePlan:
     """Choose each layer's recompute (none, a selective setting, or full) to fit each stage's memory.
 
     Args:
         model, spec, cluster: As :func:`ndcost.estimate`; the spec's own recompute is
             the baseline the savings are measured against.
         memory_limit: Bytes a device may use (default: its HBM).
+        units: The units of the layer times the plan minimises, as :func:`ndcost.estimate`'s:
+            ``"seconds"`` (default) or ``"nd"`` (ND's per-layer times; the plan's
+            ``stage_savings`` then feed ``estimate(units="nd", stage_savings=...)``).
     """
+    if units not in UNITS:
+        raise SpecError("units", "plan_recompute", f"be one of {', '.join(map(repr, UNITS))}", units)
     model = as_model(model)
     cluster = as_cluster(cluster, spec)
     capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
@@ -163,7 +185,7 @@ def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: fl
     base = memory_estimate(model, plain_spec, cluster, layout)
     derived = derive(model, plain_spec, cluster)
     p, vp = spec.pp, spec.vpp
-    profiles = [kind_profile(model, plain_spec, cluster, k) for k in range(len(model.kinds))]
+    profiles = [kind_profile(model, plain_spec, cluster, k, units=units) for k in range(len(model.kinds))]
     options = [_options_of(profile) for profile in profiles]
     schedule = SCHEDULE_CODES[spec.schedule]
     inflight = np.array([[_backend.kernels.inflight_micro_batches(schedule, p, derived.micro_batch_num, vp, s, c,
@@ -213,7 +235,7 @@ def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: fl
 
 def _stage_savings(model: Any, before: ExecSpec, after: ExecSpec, cluster: Any,
                    profiles: list[SwitchProfile]) -> tuple[float, ...]:
-    """Per stage, Σ layer times under *before*'s recompute minus under *after*'s (ND units)."""
+    """Per stage, Σ layer times under *before*'s recompute minus under *after*'s (the profiles' units)."""
 
     def stage_times(spec: ExecSpec) -> np.ndarray:
         layout = build_layout(model, spec)

@@ -186,7 +186,7 @@ def _planned(model: Any, cluster: Any, best: list[Ranked], capacity: float, unit
     for ranked in best:
         if ranked.spec.recompute_option == "none":
             continue  # nothing recomputed: a plan can only match it
-        plan = plan_recompute(model, ranked.spec, cluster, memory_limit=capacity)
+        plan = plan_recompute(model, ranked.spec, cluster, memory_limit=capacity, units=units)
         if not plan.feasible or not plan.ranges:
             continue
         priced = estimate(model, plan.spec, cluster, units=units, ratios=ratios)

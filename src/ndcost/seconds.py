@@ -31,7 +31,7 @@ from . import _backend
 from ._columns import (
     PART_NAMES, RATE, RATE_FIELDS, SCHEDULES, SECONDS_CAND, SECONDS_CAND_FIELDS, SECONDS_EXTRA,
     SECONDS_EXTRA_FIELDS, SECONDS_KIND, SECONDS_KIND_FIELDS, SECONDS_MODEL, SECONDS_MODEL_FIELDS,
-    SECONDS_STAGE_FIELDS,
+    SECONDS_STAGE, SECONDS_STAGE_FIELDS,
 )
 from .derive import derive
 from .errors import SpecError
@@ -272,3 +272,30 @@ def seconds_estimate(model: Any, spec: Any, cluster: Any, layout: Any = None, *,
         "model_flops": model_flops,
         "stage_sums": stage,
     }
+
+
+#: What one micro-batch of a layer takes in seconds mode: compute, recompute, exposed comm.
+_LAYER_TIME_FIELDS = ("fw", "bw", "bw_w", "rc", "tp", "cp", "ep", "dp_mb_gather", "dp_mb_reduce")
+
+
+def seconds_layer_time(model: Any, spec: Any, cluster: Any, kind: int, option: int, keep_mask: int) -> tuple:
+    """(forward, backward) seconds of one layer of *kind* running (option, keep mask), per micro-batch.
+
+    The layer is priced alone on one stage by the seconds kernels (``seconds_stage_sums``),
+    as a stage prices it: forward is its forward compute; backward the rest of its
+    micro-batch -- backward compute, recompute, and the communication left exposed.
+    The recompute planner's times in seconds (``plan_recompute(units="seconds")``).
+    """
+    arrays = seconds_arrays(model, spec, cluster)
+    n_kinds = len(model.kinds)
+    counts = np.zeros((1, n_kinds), dtype=np.float64)
+    counts[0, kind] = 1.0
+    extras = np.zeros((1, len(SECONDS_EXTRA_FIELDS)), dtype=np.float64)
+    stage = np.empty((1, len(SECONDS_STAGE_FIELDS)), dtype=np.float64)
+    _backend.kernels.seconds_stage_sums(
+        arrays["kinds"], arrays["skinds"], arrays["model"], arrays["smodel"], arrays["cand"], arrays["rate"],
+        counts, np.array([option], dtype=np.int64), np.array([keep_mask], dtype=np.int64), extras, stage)
+    row = stage[0]
+    total = float(sum(row[SECONDS_STAGE[name]] for name in _LAYER_TIME_FIELDS))
+    forward = float(row[SECONDS_STAGE["fw"]])
+    return forward, total - forward
