@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from ndcost import Candidates, Cluster, ExecSpec, Model, _backend, estimate, estimate_many
+from ratio_guard import guard, record
 
 # model -> (device, global batch, sequence, ep choices, the realistic one-candidate strategy)
 CASES = {
@@ -77,16 +78,6 @@ def batch(name: str, size: int) -> tuple[Model, Cluster, Candidates]:
     return model, cluster, space.take(rows)
 
 
-def _record(benchmark, key: tuple, backend: str, candidates: int) -> None:
-    stats = getattr(benchmark, "stats", None)
-    if stats is None:  # --benchmark-disable: the function ran once, nothing was timed
-        return
-    median = stats.stats.median
-    MEDIANS[(key, backend)] = median
-    benchmark.extra_info["candidates"] = candidates
-    benchmark.extra_info["candidates_per_second"] = candidates / median if median > 0 else float("inf")
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def bench_estimate_one(benchmark, api_backend, name):
     """Per-call overhead: one candidate, memory included, ND units."""
@@ -96,7 +87,7 @@ def bench_estimate_one(benchmark, api_backend, name):
     benchmark.group = f"estimate(), one candidate, {name}"
     result = benchmark(estimate, model, spec, cluster, units="nd")
     assert result.step_time > 0 and result.memory.peak > 0
-    _record(benchmark, ("one", name), api_backend, 1)
+    record(benchmark, MEDIANS, ("one", name), api_backend, 1)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=[f"{size}" for size in SIZES])
@@ -110,14 +101,6 @@ def bench_estimate_many(benchmark, api_backend, name, size):
     result = benchmark.pedantic(estimate_many, args=(model, cands, cluster), kwargs={"units": "nd"},
                                 rounds=ROUNDS[(api_backend, size)], iterations=1, warmup_rounds=1 if size < 10**6 else 0)
     assert len(result) == size and result.valid.all()
-    _record(benchmark, ("many", name, size), api_backend, size)
-
-
-@pytest.mark.parametrize("name", list(CASES))
-def bench_zz_compiled_vs_oracle(name):
-    """The guard: compiled >= 20x the oracle on the same 10,000 candidates, measured above in this run."""
-    key = ("many", name, 10_000)
-    if (key, "cython") not in MEDIANS or (key, "python") not in MEDIANS:
-        pytest.skip("needs both backends' 10,000-candidate medians from this run (not under --benchmark-disable)")
-    ratio = MEDIANS[(key, "python")] / MEDIANS[(key, "cython")]
-    assert ratio >= 20.0, f"compiled is only {ratio:.1f}x the oracle on {name} (target 100x)"
+    record(benchmark, MEDIANS, ("many", name, size), api_backend, size)
+    if size == 10_000:
+        guard(MEDIANS, ("many", name, size), f"estimate_many on {name}")

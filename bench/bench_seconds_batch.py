@@ -25,6 +25,7 @@ import pytest
 from ndcost import Candidates, Cluster, Model, _backend
 from ndcost.reasons import FIRST_INVALID
 from ndcost.seconds_batch import seconds_batch
+from ratio_guard import guard, record
 
 # model -> (device, global batch, sequence, ep choices)
 CASES = {
@@ -36,7 +37,7 @@ DEVICES = 1024
 ROUNDS = {("cython", "llama3-70b", 10_000): 20, ("python", "llama3-70b", 10_000): 2,
           ("cython", "deepseek-v3", 10_000): 20, ("python", "deepseek-v3", 10_000): 2,
           ("cython", "llama3-70b", 1_000_000): 3}
-#: (model, size, backend) -> median seconds of this run, for the ratio guard.
+#: ((model, size), backend) -> median seconds of this run, for the ratio guard.
 MEDIANS: dict[tuple, float] = {}
 
 
@@ -89,19 +90,6 @@ def bench_seconds_batch(benchmark, api_backend, name, size):
     result = benchmark.pedantic(seconds_batch, args=(model, cands, cluster), rounds=rounds, iterations=1,
                                 warmup_rounds=1 if size < 10**6 else 0)
     assert (result["reason"] < FIRST_INVALID).all() and np.isfinite(result["step_time"]).all()
-    stats = getattr(benchmark, "stats", None)
-    if stats is None:  # --benchmark-disable: the function ran once, nothing was timed
-        return
-    median = stats.stats.median
-    MEDIANS[(name, size, api_backend)] = median
-    benchmark.extra_info["candidates"] = size
-    benchmark.extra_info["candidates_per_second"] = size / median if median > 0 else float("inf")
-
-
-@pytest.mark.parametrize("name", list(CASES))
-def bench_zz_seconds_compiled_vs_oracle(name):
-    """The guard: compiled >= 20x the oracle on the same 10,000 candidates, measured above in this run."""
-    if (name, 10_000, "cython") not in MEDIANS or (name, 10_000, "python") not in MEDIANS:
-        pytest.skip("needs both backends' 10,000-candidate medians from this run (not under --benchmark-disable)")
-    ratio = MEDIANS[(name, 10_000, "python")] / MEDIANS[(name, 10_000, "cython")]
-    assert ratio >= 20.0, f"compiled seconds_batch is only {ratio:.1f}x the oracle on {name}"
+    record(benchmark, MEDIANS, (name, size), api_backend, size)
+    if size == 10_000:
+        guard(MEDIANS, (name, size), f"seconds_batch on {name}")

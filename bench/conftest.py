@@ -1,8 +1,8 @@
 """Benchmarks: both backends side by side, per-call overhead and throughput.
 
-Run: ``pytest bench --benchmark-only --benchmark-group-by=group``. The CI test
-job runs them once with ``--benchmark-disable`` so that they cannot rot; only
-ratios measured in one run are ever asserted, never absolute times.
+Run: ``pytest bench --benchmark-only --benchmark-group-by=group``. CI (``.ci/run``)
+runs them timed, without the million-candidate batches, and keeps ``.ci-bench.json``;
+only ratios measured in one run are ever asserted, never absolute times.
 """
 from __future__ import annotations
 
