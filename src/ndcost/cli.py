@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import SpecError
 
-__all__ = ["main", "load_model_argument"]
+__all__ = ["main", "load_model_argument", "add_model_arguments", "model_from_args"]
 
 
 def load_model_argument(text: str):
@@ -43,6 +44,28 @@ def load_model_argument(text: str):
         return Model.from_catalog(text)
     raise SpecError("MODEL", "ndcost", "be a catalog name (see `ndcost models`), a config.json path "
                     "or a YAML model file", text)
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """MODEL and what refines it: a HyperParallel census, a VLM's vision tokens."""
+    p.add_argument("model", help="catalog name, config.json path or YAML model file")
+    p.add_argument("--census", metavar="FILE",
+                   help="a HyperParallel census JSON of the model's layer kinds (ndcost.census)")
+    p.add_argument("--vision-tokens", type=int, metavar="N",
+                   help="patches per sample the vision tower runs (VLMs; default the tower's)")
+
+
+def model_from_args(args: argparse.Namespace):
+    """The Model that MODEL, --census and --vision-tokens state."""
+    model = load_model_argument(args.model)
+    if getattr(args, "vision_tokens", None) is not None:
+        if model.vision is None:
+            raise SpecError("--vision-tokens", "ndcost", "be given only for a model with a vision tower",
+                            f"{args.vision_tokens} for {model.name}")
+        model = model.with_vision_tokens(args.vision_tokens)
+    if getattr(args, "census", None) is not None:
+        model = model.with_census(args.census)
+    return model
 
 
 def _print_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> None:
@@ -94,7 +117,7 @@ def _cmd_devices(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    model = load_model_argument(args.model)
+    model = model_from_args(args)
     card = model.describe()
     if args.json:
         print(json.dumps(card, indent=2, default=str))
@@ -126,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_devices)
     p = sub.add_parser("show", help="dims, layer kinds and parameter counts of a model")
-    p.add_argument("model", help="catalog name, config.json path or YAML model file")
+    add_model_arguments(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_show)
     from .cli_estimate import add_estimate_commands
@@ -154,6 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as exc:
         print(f"ndcost: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`ndcost search ... | head`): stop quietly, as Unix tools do,
+        # and keep Python from complaining again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":  # pragma: no cover

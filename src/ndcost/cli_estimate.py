@@ -12,7 +12,9 @@ _INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "
 
 
 def _add_strategy_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="catalog name, config.json path or YAML model file")
+    from .cli import add_model_arguments
+
+    add_model_arguments(p)
     p.add_argument("--device", required=True, help="catalog device (see `ndcost devices`)")
     p.add_argument("--devices", type=int, help="number of devices (default: dp*tp*pp*cp)")
     for name in _INT_FIELDS:
@@ -54,10 +56,10 @@ def _fmt(value: float, units: str) -> str:
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
-    from .cli import load_model_argument
+    from .cli import model_from_args
     from .estimate import estimate
 
-    model = load_model_argument(args.model)
+    model = model_from_args(args)
     spec = spec_from_args(args)
     cluster = _cluster(args, spec)
     result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios)
@@ -85,10 +87,10 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from .cli import load_model_argument
+    from .cli import model_from_args
     from .explain import explain
 
-    model = load_model_argument(args.model)
+    model = model_from_args(args)
     spec = spec_from_args(args)
     cluster = _cluster(args, spec)
     reasons = explain(model, spec, cluster)

@@ -20,12 +20,12 @@ def _cmd_search_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_strategy_plot(args: argparse.Namespace) -> int:
-    from .cli import load_model_argument
+    from .cli import model_from_args
     from .cli_estimate import _cluster, spec_from_args
     from .estimate import estimate
     from .plot import plot_memory, plot_timeline
 
-    model = load_model_argument(args.model)
+    model = model_from_args(args)
     spec = spec_from_args(args)
     cluster = _cluster(args, spec)
     result = estimate(model, spec, cluster, units=args.units)

@@ -92,7 +92,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of a search (shared with `ndcost plot pareto|parts`)."""
-    p.add_argument("model", help="catalog name, config.json path or YAML model file")
+    from .cli import add_model_arguments
+
+    add_model_arguments(p)
     p.add_argument("--devices", type=int, required=True, help="number of devices")
     p.add_argument("--device", required=True, help="catalog device (see `ndcost devices`)")
     p.add_argument("--global-batch-size", type=int, required=True)
@@ -112,11 +114,11 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_search(args: argparse.Namespace):
     """(model, cluster, SearchResult) of parsed search arguments."""
-    from .cli import load_model_argument
+    from .cli import model_from_args
     from .device import Cluster
     from .search import print_progress, search
 
-    model = load_model_argument(args.model)
+    model = model_from_args(args)
     cluster = Cluster(args.device, num_devices=args.devices)
     dims: dict[str, Any] = {}
     for name in _INT_DIMS:
