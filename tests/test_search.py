@@ -111,8 +111,10 @@ def test_emitters_name_the_degrees():
     spec = ndcost.ExecSpec(dp=64, tp=2, pp=8, vpp=2, ep=64, global_batch_size=4096, seq_length=4096,
                            sequence_parallel=True, recompute="full")
     flags = megatron_flags(model, spec)
+    # 61 layers + 1 MTP do not split evenly over 16 virtual stages: the layout says where each runs
+    assert "--num-layers-per-virtual-pipeline-stage" not in flags
     for flag in ("--tensor-model-parallel-size 2", "--pipeline-model-parallel-size 8", "--expert-model-parallel-size 64",
-                 "--num-layers-per-virtual-pipeline-stage 3", "--sequence-parallel", "--use-distributed-optimizer",
+                 "--pipeline-model-parallel-layout", "--sequence-parallel", "--use-distributed-optimizer",
                  "--recompute-granularity full", "--global-batch-size 4096"):
         assert flag in flags
     toml = torchtitan_toml(model, spec)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from .exec_spec import ExecSpec
+from .launch_layout import megatron_layout, needs_layout, torchtitan_fqns
 
 __all__ = ["megatron_flags", "torchtitan_toml", "EMITTERS"]
 
@@ -25,7 +26,10 @@ def megatron_flags(model: Any, spec: ExecSpec) -> str:
         flags.append(f"--expert-model-parallel-size {spec.ep}")
         if spec.etp is not None:
             flags.append(f"--expert-tensor-parallel-size {spec.etp}")
-    if spec.vpp > 1:
+    if needs_layout(model, spec):
+        # Not the even split: the layout states every virtual stage (and with it vpp).
+        flags.append(f'--pipeline-model-parallel-layout "{megatron_layout(model, spec)}"')
+    elif spec.vpp > 1:
         layers = model.num_hidden_layers // (spec.pp * spec.vpp)
         flags.append(f"--num-layers-per-virtual-pipeline-stage {max(1, layers)}")
     if spec.sequence_parallel and spec.tp > 1:
@@ -83,6 +87,9 @@ def torchtitan_toml(model: Any, spec: ExecSpec) -> str:
     ]
     if getattr(model, "is_moe", False):
         lines.append(f"expert_parallel_degree = {spec.ep}")
+    if needs_layout(model, spec):
+        parts = ", ".join("[" + ", ".join(f'"{name}"' for name in part) + "]" for part in torchtitan_fqns(model, spec))
+        lines.append(f"module_fqns_per_model_part = [{parts}]")
     lines += [
         "",
         "[training]",
