@@ -18,6 +18,7 @@ from .exec_spec import ExecSpec
 from .explain import explain
 from .model import LayerKind, Model, OpCounts, ParamCount
 from .model_catalog import models
+from .pipeline_balance import BalancedPipeline, balance_pipeline
 from .knapsack import plan_stage
 from .ratios import Ratios
 from .reasons import REASONS, explain_reason
@@ -36,5 +37,6 @@ __all__ = [
     "ExecSpec", "RecomputeRange", "SWITCHES",
     "Ratios", "Estimate", "estimate", "layer_times", "explain",
     "Cost", "SwitchProfile", "plan_stage", "RecomputePlan", "plan_recompute",
+    "BalancedPipeline", "balance_pipeline",
     "search", "SearchResult",
 ]

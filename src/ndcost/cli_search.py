@@ -59,6 +59,9 @@ def _print_result(result: Any, model: Any, cluster: Any, emit: str | None) -> No
         print(f"{rank:>3} {s.dp:>5} {s.tp:>3} {s.pp:>3} {s.vpp:>3} {s.cp:>3} {s.ep:>4} {s.micro_batch_size:>3} "
               f"{s.resolved_micro_batch_num:>5} {mode:>10} {_fmt_time(e.step_time, e.units)} {mfu} {tps} "
               f"{e.memory.peak / 2**30:9.1f}  {share}")
+    for rank, ranked in enumerate(result.results, 1):
+        if ranked.rebalanced:
+            print(f"#{rank}: rebalanced pipeline, offset {_offset_text(ranked.spec.offset)}")
     print(f"Pareto front (step time vs peak memory): {len(result.pareto)} strategies")
     if emit:
         best = result.results[0]
@@ -66,16 +69,24 @@ def _print_result(result: Any, model: Any, cluster: Any, emit: str | None) -> No
         print(EMITTERS[emit](model, best.spec))
 
 
+def _offset_text(offset: Any) -> str:
+    """An offset as a launch flag would read it: ``-4,2,1,1`` or, per chunk, ``-1,0|1,0``."""
+    if offset and isinstance(offset[0], tuple):
+        return "|".join(",".join(map(str, row)) for row in offset)
+    return ",".join(map(str, offset))
+
+
 def _write_csv(path: str, result: Any) -> None:
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["rank", "dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "micro_batch_num",
-                         "recompute", "step_time", "peak_memory", "mfu", "tokens_per_second",
+                         "recompute", "offset", "step_time", "peak_memory", "mfu", "tokens_per_second",
                          *result.results[0].estimate.parts.keys()] if result.results else ["rank"])
         for rank, ranked in enumerate(result.results, 1):
             s, e = ranked.spec, ranked.estimate
             writer.writerow([rank, s.dp, s.tp, s.pp, s.vpp, s.cp, s.ep, s.micro_batch_size,
                              s.resolved_micro_batch_num, "per_layer" if ranked.per_layer_recompute else s.recompute_option,
+                             _offset_text(s.offset) if s.offset is not None else "",
                              e.step_time, e.memory.peak, e.mfu, e.tokens_per_second, *e.parts.values()])
 
 
@@ -105,6 +116,8 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-limit-gib", type=float, help="memory a device may use (default: its HBM)")
     p.add_argument("--allow-cross-node-tp", action="store_true")
     p.add_argument("--plan-top", type=int, default=3, help="offer a per-layer recompute plan to the best N")
+    p.add_argument("--balance-top", type=int, default=3,
+                   help="offer the best N a rebalanced pipeline (layers moved off the slowest stages; 0: none)")
     for name in _INT_DIMS + _STR_DIMS:
         p.add_argument("--" + name.replace("_", "-"), dest=name, metavar="V[,V...]",
                        help=f"fix {name}, or give a list to search (default: searched)")
@@ -136,7 +149,7 @@ def run_search(args: argparse.Namespace):
         model, cluster, global_batch_size=args.global_batch_size, seq_length=args.seq_length, top=args.top,
         units=args.units, ratios=args.ratios,
         memory_limit=None if args.memory_limit_gib is None else args.memory_limit_gib * 2**30,
-        allow_cross_node_tp=args.allow_cross_node_tp, per_layer_recompute=args.plan_top,
+        allow_cross_node_tp=args.allow_cross_node_tp, per_layer_recompute=args.plan_top, balance=args.balance_top,
         progress=print_progress if show_progress else None, **dims,
     )
     return model, cluster, result

@@ -156,6 +156,12 @@ def _spread_remainder(per: int, remainder: int, pp: int, vpp: int) -> list[list[
     return counts
 
 
+def placed_counts(model: Any, spec: ExecSpec) -> list[list[int]]:
+    """Layers each chunk of each stage takes as the offset counts them, counts[chunk][stage]
+    (ND's ``lay`` placed: body, + MTP if mtp_in_offset, + 2 if emb_out_in_offset)."""
+    return _chunk_counts(model, spec, offset_layer_count(model, spec))
+
+
 def _chunk_counts(model: Any, spec: ExecSpec, lay: int) -> list[list[int]]:
     """Layers per chunk per stage, counts[chunk][stage], as ND's generator assigns them."""
     pp, vpp = spec.pp, spec.vpp

@@ -4,8 +4,9 @@ The space (``search_space.build_space``) is priced in batches by
 ``estimate_many`` — never a Python loop per candidate. Each candidate either
 fits, or is counted under the reason it lost (an invalid rule, or memory), so
 that ``fitting`` plus the rejected counts is the space size. The best few are
-then offered a per-layer recompute plan (``plan_recompute``) that may beat the
-uniform modes. Ranking is deterministic: step time, then peak memory, then the
+then offered a rebalanced pipeline (``balance_pipeline``: layers moved off the
+slowest stages) and a per-layer recompute plan (``plan_recompute``) that may beat
+the even split and the uniform modes. Ranking is deterministic: step time, then peak memory, then the
 search dimensions in order (smaller first).
 """
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Ranked:
     spec: ExecSpec
     estimate: Estimate
     per_layer_recompute: bool = False
+    rebalanced: bool = False    # layers placed by balance_pipeline (spec.offset), not the even split
 
     def to_dict(self) -> dict:
         strategy = {name: getattr(self.spec, name) for name in
@@ -49,6 +51,8 @@ class Ranked:
             strategy["recompute_ranges"] = [
                 {"first": r.first, "count": r.count, "option": r.option,
                  **({"switches": dict(r.switches)} if r.switches else {})} for r in self.spec.recompute]
+        if self.rebalanced:
+            strategy["offset"] = self.spec.offset
         return {"strategy": strategy, "estimate": self.estimate.to_dict()}
 
 
@@ -108,7 +112,7 @@ def _spec_of(columns: Mapping[str, np.ndarray], i: int, fixed: Mapping[str, Any]
 
 def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int, top: int = 10,
            units: str = "seconds", ratios: Any = None, memory_limit: float | None = None,
-           allow_cross_node_tp: bool = False, per_layer_recompute: int = 3,
+           allow_cross_node_tp: bool = False, per_layer_recompute: int = 3, balance: int = 3,
            progress: Callable[[int, int], None] | None = None, **dims: Any) -> SearchResult:
     """The *top* strategies for *model* on *cluster*, ranked by step time.
 
@@ -121,6 +125,8 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         memory_limit: Bytes a device may use (default its HBM).
         allow_cross_node_tp: Let tp exceed a node.
         per_layer_recompute: How many of the best to offer a per-layer recompute plan (0: none).
+        balance: How many of the best to offer a rebalanced pipeline (0: none): layers moved
+            between stages while the step gets faster (``ndcost.pipeline_balance``).
         progress: Called with (priced, total) after each batch.
         **dims: Each search dimension (tp, pp, cp, dp, ep, micro_batch_size, vpp, zero_stage,
             sequence_parallel, pp_schedule, recompute) fixed (a value), a list, or searched (absent).
@@ -134,6 +140,9 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     for name, value in (("global_batch_size", global_batch_size), ("seq_length", seq_length), ("top", top)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(name, "search", "be an integer >= 1", value)
+    for name, value in (("per_layer_recompute", per_layer_recompute), ("balance", balance)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SpecError(name, "search", "be an integer >= 0", value)
     capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
     space = build_space(model, cluster.num_devices, cluster.device.devices_per_node,
                         global_batch_size=global_batch_size, seq_length=seq_length, dims=dims,
@@ -162,20 +171,40 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     keys = [space.columns[d] if space.columns[d].dtype != object else np.unique(space.columns[d], return_inverse=True)[1]
             for d in reversed(SEARCH_DIMENSIONS)]
     order = np.lexsort(tuple(keys) + (memory, np.where(fits, step, np.inf)))
-    ranked_rows = [int(i) for i in order[: max(top, per_layer_recompute)] if fits[i]]
+    ranked_rows = [int(i) for i in order[: max(top, per_layer_recompute, balance)] if fits[i]]
     fixed = {"global_batch_size": global_batch_size, "seq_length": seq_length}
     results = []
-    for i in ranked_rows[:top]:
+    for i in ranked_rows:
         spec = _spec_of({k: v for k, v in space.columns.items() if k not in fixed}, i, fixed)
         results.append(Ranked(spec, estimate(model, spec, cluster, units=units, ratios=ratios)))
+    results += _balanced(model, cluster, results[:balance], capacity, units, ratios)
+    results.sort(key=_rank_key)
     results += _planned(model, cluster, results[:per_layer_recompute], capacity, units, ratios)
-    results.sort(key=lambda r: (r.estimate.step_time, r.estimate.memory.peak))
+    results.sort(key=_rank_key)
     front = pareto_front(step, memory, fits)
     return SearchResult(
         results=tuple(results[:top]), space_size=n, fitting=int(fits.sum()), rejected=dict(rejected),
         pareto=tuple((float(step[i]), float(memory[i]), i) for i in front), units=units,
         columns=space.columns, step_time=step, peak_memory=memory,
     )
+
+
+def _rank_key(ranked: Ranked) -> tuple:
+    return ranked.estimate.step_time, ranked.estimate.memory.peak
+
+
+def _balanced(model: Any, cluster: Any, best: list[Ranked], capacity: float, units: str, ratios: Any) -> list[Ranked]:
+    """Rebalanced pipelines for the best few, kept where a layer moved (each move made the step faster)."""
+    from .pipeline_balance import balance_pipeline
+
+    out = []
+    for ranked in best:
+        if ranked.spec.pp == 1:
+            continue
+        balanced = balance_pipeline(model, ranked.spec, cluster, units=units, ratios=ratios, memory_limit=capacity)
+        if balanced.moves:
+            out.append(Ranked(balanced.spec, balanced.estimate, rebalanced=True))
+    return out
 
 
 def _planned(model: Any, cluster: Any, best: list[Ranked], capacity: float, units: str, ratios: Any) -> list[Ranked]:
@@ -191,7 +220,7 @@ def _planned(model: Any, cluster: Any, best: list[Ranked], capacity: float, unit
             continue
         priced = estimate(model, plan.spec, cluster, units=units, ratios=ratios)
         if priced.memory.peak <= capacity and priced.step_time < ranked.estimate.step_time:
-            out.append(Ranked(plan.spec, priced, per_layer_recompute=True))
+            out.append(Ranked(plan.spec, priced, per_layer_recompute=True, rebalanced=ranked.rebalanced))
     return out
 
 
