@@ -52,10 +52,8 @@ def _tower_alone(model, spec, cluster, stage):
 
 
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
-@pytest.mark.parametrize("backend", ["cython", "python"])
+@pytest.mark.parametrize("backend", [pytest.param("cython", marks=pytest.mark.cython), "python"])
 def test_nd_stage_sums_are_the_text_model_plus_the_tower(recompute, backend):
-    if backend == "cython" and _backend.BACKEND != "cython":
-        pytest.skip("compiled backend not built")
     vl = ndcost.Model.from_catalog(VL)
     text = dataclasses.replace(vl, vision=None)
     spec = _spec(recompute=recompute)
