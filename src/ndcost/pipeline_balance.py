@@ -63,14 +63,16 @@ def balance_pipeline(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "
     """
     if units not in UNITS:
         raise SpecError("units", "balance_pipeline", f"be one of {', '.join(map(repr, UNITS))}", units)
+    if max_moves is not None and (isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0):
+        raise SpecError("max_moves", "balance_pipeline", "be an integer >= 0", max_moves)
     model = as_model(model)
     cluster = as_cluster(cluster, spec)
     capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
     best = estimate(model, spec, cluster, units=units, ratios=ratios)
+    # From a start already over the budget a move may not raise the peak; else it must fit.
+    capacity = max(capacity, best.memory.peak)
     counts = [list(row) for row in placed_counts(model, spec)]
     limit = offset_layer_count(model, spec) if max_moves is None else max_moves
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise SpecError("max_moves", "balance_pipeline", "be an integer >= 0", max_moves)
     current, moves = spec, 0
     while moves < limit and spec.pp > 1:
         step = _best_move(model, current, cluster, counts, best, units, ratios, capacity)
@@ -100,8 +102,7 @@ def _best_move(model, spec, cluster, counts, best, units, ratios, capacity):
                 priced = estimate(model, candidate, cluster, units=units, ratios=ratios)
             except SpecError:
                 continue  # a placement the spec's other fields forbid (per-stage recompute counts, ...)
-            allowed = max(capacity, best.memory.peak)
-            if priced.step_time < best.step_time and priced.memory.peak <= allowed:
+            if priced.step_time < best.step_time and priced.memory.peak <= capacity:
                 return candidate, priced, trial
             break  # the most loaded chunk did not help: the next stage, not a lighter chunk
     return None
