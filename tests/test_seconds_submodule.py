@@ -251,6 +251,9 @@ def test_projection_matmul_times_by_hand(kernels):
     assert row[L["att_mm_f"]] == pytest.approx(att, rel=1e-12)
     assert row[L["ffn_mm_f"]] == pytest.approx(ffn, rel=1e-12)
     assert row[L["gemm_f"]] == pytest.approx(att + ffn, rel=1e-12)
+    # their FLOPs, whole micro-batch (not split over t): 2·rows·h·(QKV + proj widths), 2·rows·h·3·ffn
+    assert row[L["att_mm_flops"]] == pytest.approx(2.0 * rows * VH * 4 * VA * VD, rel=1e-12)
+    assert row[L["ffn_mm_flops"]] == pytest.approx(2.0 * rows * VH * 3 * VFF, rel=1e-12)
 
 
 @pytest.mark.parametrize("name", ["qwen3-30b-a3b", "deepseek-v3"])
@@ -295,7 +298,10 @@ def test_census_adds_its_share_of_the_projection_matmuls(kernels):
     switches = sum(row[L[f]] for f in ("sw_headCast", "sw_dropout", "sw_softmax", "sw_normOp", "sw_ffAct"))
     assert plain[0, S["rc"]] == pytest.approx(4 * switches, rel=1e-12)
     assert census[0, S["rc"]] == pytest.approx(4 * switches + extra, rel=1e-12)
-    others = [i for i in range(len(SECONDS_STAGE_FIELDS)) if i != S["rc"]]
+    # and the hardware FLOPs (HFU) count what it re-runs; the model FLOPs (MFU) do not
+    flops = 4 * (0.25 * row[L["att_mm_flops"]] + 0.5 * row[L["ffn_mm_flops"]])
+    assert census[0, S["hw_flops"]] - plain[0, S["hw_flops"]] == pytest.approx(flops, rel=1e-9)
+    others = [i for i in range(len(SECONDS_STAGE_FIELDS)) if i not in (S["rc"], S["hw_flops"])]
     np.testing.assert_array_equal(census[:, others], plain[:, others])
 
 

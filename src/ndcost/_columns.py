@@ -198,6 +198,7 @@ SECONDS_LAYER_FIELDS = (
     "p_dense", "p_expert",            # params per device: reduced over dp*cp / over the expert-data-parallel ranks
     "flops_f", "flops_core", "flops_up",  # model FLOPs of one forward (whole micro-batch, unsplit): all, core, MLA up
     "att_mm_f", "ffn_mm_f",           # forward time of the attention projections / the FFN matmuls (census shares)
+    "att_mm_flops", "ffn_mm_flops",   # their FLOPs (whole micro-batch): what a census share recomputes, for HFU
 )
 
 # --- per stage raw sums of seconds mode (float64, pp x SECONDS_STAGE_FIELDS) ---

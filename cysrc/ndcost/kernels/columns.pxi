@@ -237,7 +237,9 @@ cdef enum:
     SL_flops_up = 25
     SL_att_mm_f = 26
     SL_ffn_mm_f = 27
-    SL_COUNT = 28
+    SL_att_mm_flops = 28
+    SL_ffn_mm_flops = 29
+    SL_COUNT = 30
 
 cdef enum:
     SS_fw = 0

@@ -403,6 +403,8 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     out[SL_flops_core] = flops_core
     out[SL_att_mm_f] = f_att
     out[SL_ffn_mm_f] = ffn_f
+    out[SL_att_mm_flops] = flops_att
+    out[SL_ffn_mm_flops] = flops_ffn
 
 
 cdef inline void c_sec_head(const double* cand, const double* rate, double tokens, double h, double v,
@@ -499,9 +501,9 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                 census_att = kinds[k * K_COUNT + K_census_att]
                 if mask == HYPER_POLICY_MASK and census_att >= 0.0:
                     # HyperParallel's policy: a census share of the projection matmuls too
-                    census_ffn = kinds[k * K_COUNT + K_census_ffn]
-                    rc += census_att * layer[SL_att_mm_f] + (
-                        census_ffn * layer[SL_ffn_mm_f] if census_ffn > 0.0 else 0.0)
+                    census_ffn = max(kinds[k * K_COUNT + K_census_ffn], 0.0)
+                    rc += census_att * layer[SL_att_mm_f] + census_ffn * layer[SL_ffn_mm_f]
+                    rc_flops += census_att * layer[SL_att_mm_flops] + census_ffn * layer[SL_ffn_mm_flops]
             for st in range(n_stages):
                 count = counts[st * n_kinds * n_slots + k * n_slots + o]
                 if count == 0.0:

@@ -538,6 +538,8 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     out[_L["flops_core"]] = flops_core
     out[_L["att_mm_f"]] = f_att
     out[_L["ffn_mm_f"]] = ffn_f
+    out[_L["att_mm_flops"]] = flops_att
+    out[_L["ffn_mm_flops"]] = flops_ffn
 
 
 def _check_rows(array, name: str, rows: int, width: int) -> None:
@@ -612,7 +614,8 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
     forward -- compute and its tp / cp / ep traffic; a selective one the forward of the ops whose
     switch is 0 (an SP all-gather when ``gather`` is 0), and, running HyperParallel's policy (keep
     mask HYPER_POLICY_MASK) on a kind with a census (census_att >= 0), census_att·att_mm_f +
-    census_ffn·ffn_mm_f more: the projection matmuls the policy recomputes.
+    census_ffn·ffn_mm_f more: the projection matmuls the policy recomputes (their FLOPs,
+    census_att·att_mm_flops + census_ffn·ffn_mm_flops, count in hw_flops).
     """
     n_kinds = len(kinds)
     n_slots = len(slot_option)
@@ -684,9 +687,9 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
                     # HyperParallel's policy also recomputes a census share of the projection
                     # matmuls no switch prices (ND_REFERENCE §2.4 selective_shares); a missing FFN
                     # share (negative) counts as none
-                    census_ffn = kinds[k][_K["census_ffn"]]
-                    rc += census_att * layer[_L["att_mm_f"]] + (
-                        census_ffn * layer[_L["ffn_mm_f"]] if census_ffn > 0.0 else 0.0)
+                    census_ffn = max(kinds[k][_K["census_ffn"]], 0.0)
+                    rc += census_att * layer[_L["att_mm_f"]] + census_ffn * layer[_L["ffn_mm_f"]]
+                    rc_flops += census_att * layer[_L["att_mm_flops"]] + census_ffn * layer[_L["ffn_mm_flops"]]
             for st in range(n_stages):
                 count = counts[st][k * n_slots + o]
                 if count == 0.0:
