@@ -29,7 +29,7 @@ from ndcost.validate import validate
 from strategies import REALISTIC
 
 RTOL = 1e-12
-PARITY_MODELS = ("llama3-70b", "deepseek-v3", "qwen3-next-80b-a3b", "mixtral-8x7b", "gpt3-175b")
+PARITY_MODELS = ("llama3-70b", "deepseek-v3", "qwen3-next-80b-a3b", "mixtral-8x7b", "gpt3-175b", "qwen2.5-vl-7b")
 OUTPUTS = ("step_time", "mfu", "hfu", "tokens_per_second")
 
 
@@ -105,7 +105,7 @@ def _compare_row(batch: dict, i: int, single: dict) -> None:
 
 
 def test_candidate_matrix_equals_seconds_candidate_vector_row_by_row():
-    """>= 1000 random valid specs over five models, default and stated overlap shares: every field equal."""
+    """>= 1000 random valid specs over six models (a VLM among them), default and stated overlap shares: every field equal."""
     compared = 0
     for m, name in enumerate(PARITY_MODELS):
         model = Model.from_catalog(name)
@@ -203,7 +203,7 @@ def test_rates_and_overlap_reach_every_row():
 
 @pytest.mark.cython
 def test_compiled_equals_oracle_on_3000_candidates():
-    """>= 3000 seeded candidates over five models: every output and reason, compiled == oracle (1e-12)."""
+    """>= 3000 seeded candidates over six models, a VLM among them: every output and reason, compiled == oracle (1e-12)."""
     total = 0
     for m, name in enumerate(PARITY_MODELS):
         model = Model.from_catalog(name)
