@@ -105,7 +105,8 @@ def _compare_row(batch: dict, i: int, single: dict) -> None:
 
 
 def test_candidate_matrix_equals_seconds_candidate_vector_row_by_row():
-    """>= 1000 random valid specs over six models (a VLM among them), default and stated overlap shares: every field equal."""
+    """>= 1000 random valid specs over six models (a VLM among them), default and stated overlap
+    shares: every field equal."""
     compared = 0
     for m, name in enumerate(PARITY_MODELS):
         model = Model.from_catalog(name)
@@ -203,7 +204,8 @@ def test_rates_and_overlap_reach_every_row():
 
 @pytest.mark.cython
 def test_compiled_equals_oracle_on_3000_candidates():
-    """>= 3000 seeded candidates over six models, a VLM among them: every output and reason, compiled == oracle (1e-12)."""
+    """>= 3000 seeded candidates over six models, a VLM among them: every output and reason,
+    compiled == oracle (1e-12)."""
     total = 0
     for m, name in enumerate(PARITY_MODELS):
         model = Model.from_catalog(name)
