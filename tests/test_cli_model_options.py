@@ -74,3 +74,46 @@ def test_a_reader_that_goes_away_stops_the_cli_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141
     assert err == ""
+
+
+# ----------------------------------------------------------------------------- layouts on the command line
+
+TOWER = [*VLM, "--vision-tokens", "16384"]
+
+
+def test_balance_then_price_the_printed_offset(capsys):
+    """`estimate --balance` prints the offset it found; `estimate --offset=...` prices that very strategy."""
+    assert main(["estimate", *TOWER, "--balance"]) == 0
+    text = capsys.readouterr().out
+    line = next(line for line in text.splitlines() if line.startswith("balanced:"))
+    flag = line.split(", ")[-1]
+    assert flag.startswith("--offset=")
+    balanced = _json(capsys, "estimate", *TOWER, "--balance")
+    again = _json(capsys, "estimate", *TOWER, flag)
+    assert again["step_time"] == balanced["step_time"]
+    assert balanced["balanced"]["moves"] > 0
+    even = _json(capsys, "estimate", *TOWER)
+    assert balanced["step_time"] < even["step_time"]
+
+
+@pytest.mark.parametrize("text, value", [("-4,2,1,1", (-4, 2, 1, 1)), ("-1,0|1,0", ((-1, 0), (1, 0))), ("7", (7,))])
+def test_layer_grids_read_as_printed(text, value):
+    from ndcost.cli_estimate import offset_text, parse_layer_grid
+
+    assert parse_layer_grid("--offset", text) == value
+    assert offset_text(value) == text
+
+
+def test_pp_partition_flag(capsys):
+    out = _json(capsys, "estimate", *VLM, "--pp-partition", "4,8,8,8", "--units", "nd")
+    model = ndcost.Model.from_catalog("qwen2.5-vl-7b")
+    spec = ndcost.ExecSpec(dp=4, tp=2, pp=4, global_batch_size=256, seq_length=8192, sequence_parallel=True,
+                           recompute="selective", pp_partition=(4, 8, 8, 8))
+    assert out["step_time"] == ndcost.estimate(model, spec, ndcost.Cluster("h100-sxm", num_devices=32),
+                                               units="nd").step_time
+
+
+@pytest.mark.parametrize("flag", ["--offset=1,x", "--pp-partition=4;8"])
+def test_bad_layer_grids_are_one_clear_line(capsys, flag):
+    assert main(["estimate", *VLM, flag]) == 2
+    assert "must be integers separated by commas" in capsys.readouterr().err

@@ -5,7 +5,9 @@ import argparse
 import json
 from typing import Any
 
-__all__ = ["add_estimate_commands", "spec_from_args"]
+from .errors import SpecError
+
+__all__ = ["add_estimate_commands", "spec_from_args", "offset_text", "parse_layer_grid"]
 
 _INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "micro_batch_num",
                "global_batch_size", "seq_length", "zero_stage", "seq_split")
@@ -25,6 +27,25 @@ def _add_strategy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pp-schedule", choices=("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b"))
     p.add_argument("--cp-algo", choices=("ring", "ulysses"))
     p.add_argument("--precision", choices=("bf16", "fp16", "fp8"))
+    p.add_argument("--offset", metavar="N,N,...[|N,...]",
+                   help="layers added per stage (per chunk: rows separated by |), as `ndcost search` prints it")
+    p.add_argument("--pp-partition", metavar="N,N,...", help="layers per stage (instead of an offset)")
+
+
+def offset_text(offset: Any) -> str:
+    """An offset as the CLI reads and prints it: ``-4,2,1,1`` or, per chunk, ``-1,0|1,0``."""
+    if offset and isinstance(offset[0], tuple):
+        return "|".join(",".join(map(str, row)) for row in offset)
+    return ",".join(map(str, offset))
+
+
+def parse_layer_grid(name: str, text: str) -> tuple:
+    """``-4,2,1,1`` -> (-4, 2, 1, 1); ``-1,0|1,0`` -> ((-1, 0), (1, 0)): the inverse of offset_text."""
+    try:
+        rows = tuple(tuple(int(item) for item in row.split(",")) for row in text.split("|"))
+    except ValueError:
+        raise SpecError(name, "ndcost", "be integers separated by commas (chunks separated by |)", text) from None
+    return rows[0] if len(rows) == 1 else rows
 
 
 def spec_from_args(args: argparse.Namespace):
@@ -36,6 +57,10 @@ def spec_from_args(args: argparse.Namespace):
         value = getattr(args, name)
         if value is not None:
             fields[name] = value
+    for name, flag in (("offset", "--offset"), ("pp_partition", "--pp-partition")):
+        text = getattr(args, name, None)
+        if text is not None:
+            fields[name] = parse_layer_grid(flag, text)
     if "global_batch_size" not in fields and "micro_batch_num" not in fields:
         fields["micro_batch_num"] = max(1, fields.get("pp", 1))
     return ExecSpec(**fields)
@@ -62,15 +87,26 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     model = model_from_args(args)
     spec = spec_from_args(args)
     cluster = _cluster(args, spec)
-    result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios)
+    moved = None
+    if args.balance:
+        from .pipeline_balance import balance_pipeline
+
+        balanced = balance_pipeline(model, spec, cluster, units=args.units, ratios=args.ratios)
+        spec, result, moved = balanced.spec, balanced.estimate, balanced.moves
+    else:
+        result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios)
     if args.json:
         out = result.to_dict()
         out["model"] = model.name
+        if moved is not None:
+            out["balanced"] = {"moves": moved, "offset": spec.offset}
         print(json.dumps(out, indent=2))
         return 0
     print(f"{model.name} on {cluster.num_devices} x {cluster.device.name}: "
           f"dp={spec.dp} tp={spec.tp} pp={spec.pp} vpp={spec.vpp} cp={spec.cp} ep={spec.ep} "
           f"mbs={spec.micro_batch_size} m={spec.resolved_micro_batch_num} seq={spec.seq_length}")
+    if moved is not None:
+        print(f"balanced: {moved} layer(s) moved" + (f", --offset={offset_text(spec.offset)}" if moved else ""))
     print(f"step time: {_fmt(result.step_time, result.units)}")
     if result.mfu == result.mfu:
         print(f"MFU: {100 * result.mfu:.1f}%   tokens/s: {result.tokens_per_second:,.0f}")
@@ -109,6 +145,8 @@ def add_estimate_commands(sub: Any) -> None:
     _add_strategy_arguments(p)
     p.add_argument("--units", choices=("seconds", "nd"), default="seconds")
     p.add_argument("--ratios", help="a ratios JSON file (ND's calibration)")
+    p.add_argument("--balance", action="store_true",
+                   help="first move layers off the slowest stages while the step gets faster (balance_pipeline)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_estimate)
     p = sub.add_parser("explain", help="why a strategy is invalid or does not fit")

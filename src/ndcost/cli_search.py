@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from .cli_estimate import offset_text
 from .errors import SpecError
 
 __all__ = ["add_search_command", "parse_dimension"]
@@ -61,19 +62,12 @@ def _print_result(result: Any, model: Any, cluster: Any, emit: str | None) -> No
               f"{e.memory.peak / 2**30:9.1f}  {share}")
     for rank, ranked in enumerate(result.results, 1):
         if ranked.rebalanced:
-            print(f"#{rank}: rebalanced pipeline, offset {_offset_text(ranked.spec.offset)}")
+            print(f"#{rank}: rebalanced pipeline, --offset={offset_text(ranked.spec.offset)}")
     print(f"Pareto front (step time vs peak memory): {len(result.pareto)} strategies")
     if emit:
         best = result.results[0]
         print(f"\n# {emit} settings of #1:")
         print(EMITTERS[emit](model, best.spec))
-
-
-def _offset_text(offset: Any) -> str:
-    """An offset as a launch flag would read it: ``-4,2,1,1`` or, per chunk, ``-1,0|1,0``."""
-    if offset and isinstance(offset[0], tuple):
-        return "|".join(",".join(map(str, row)) for row in offset)
-    return ",".join(map(str, offset))
 
 
 def _write_csv(path: str, result: Any) -> None:
@@ -86,7 +80,7 @@ def _write_csv(path: str, result: Any) -> None:
             s, e = ranked.spec, ranked.estimate
             writer.writerow([rank, s.dp, s.tp, s.pp, s.vpp, s.cp, s.ep, s.micro_batch_size,
                              s.resolved_micro_batch_num, "per_layer" if ranked.per_layer_recompute else s.recompute_option,
-                             _offset_text(s.offset) if s.offset is not None else "",
+                             offset_text(s.offset) if s.offset is not None else "",
                              e.step_time, e.memory.peak, e.mfu, e.tokens_per_second, *e.parts.values()])
 
 
