@@ -444,3 +444,35 @@ def test_batch_compiled_matches_oracle_with_a_submodule_table():
         base = seconds_batch(vision_model(-1.0), cands, "h100-sxm")
     assert (c["step_time"][:3] > base["step_time"][:3]).all()
     np.testing.assert_array_equal(c["step_time"][3:], base["step_time"][3:])
+
+
+# ----------------------------------------------------------------------------- the tower's edges
+
+def _pointwise(moved, kernels, rate) -> float:
+    return moved / (rate[RATE["hbm_eff"]] * rate[RATE["hbm_bw"]]) + kernels * rate[RATE["kernel_s"]]
+
+
+@pytest.mark.parametrize("sequence_parallel", [True, False])
+def test_patch_embedding_and_merger_by_hand(kernels, sequence_parallel):
+    """Qwen2.5-VL-7B's tower edges on the embedding's stage, tp 2, b 1, 4096 patches: the Conv3d
+    as one GEMM [4096/sp x 1176]·[1176 x 1280], the merger's fc1 [1024 x 5120]·[5120 x 5120/2] and
+    fc2 [1024 x 5120/2]·[5120/2 x 3584], its norm and GELU passes; FLOPs 3·2·4096·(1176·1280 +
+    (5120² + 5120·3584)/4) = 310,797,926,400 a micro-batch, in model and hardware FLOPs alike."""
+    from ndcost._columns import SECONDS_MODEL
+
+    model = ndcost.Model.from_catalog("qwen2.5-vl-7b")
+    spec = ndcost.ExecSpec(dp=1, tp=2, pp=2, micro_batch_size=1, micro_batch_num=2, seq_length=8192,
+                           sequence_parallel=sequence_parallel)
+    a = _arrays(model, spec)
+    no_tower = dict(a, smodel=np.where(np.arange(len(a["smodel"])) == SECONDS_MODEL["v_patches"], 0.0, a["smodel"]))
+    edge = _stages(kernels, a) - _stages(kernels, no_tower)
+    assert not edge[1:].any()                       # the embedding's stage only
+    rate, sp = a["rate"], 2.0 if sequence_parallel else 1.0
+    assert edge[0, S["model_flops"]] == edge[0, S["hw_flops"]] == 310_797_926_400.0
+    gemms = [(4096 / sp, 1280, 1176), (1024, 5120 / 2, 5120), (1024, 3584, 5120 / 2)]   # (m, n, k)
+    forward = sum(_gemm(m, n, k, 1, 2.0, 2.0, rate) for m, n, k in gemms)
+    moved = 2 * 2 * 2.0 * 4096 * 1280 / sp + 2 * 2.0 * 1024 * 5120 / 2
+    assert edge[0, S["fw"]] == pytest.approx(forward + _pointwise(moved, 2, rate), rel=1e-12)
+    weight_grads = sum(_gemm(k, n, m, 1, 2.0, 2 * 4.0, rate) for m, n, k in gemms)   # fp32 main grads
+    assert edge[0, S["bw_w"]] == pytest.approx(weight_grads, rel=1e-12)
+    assert edge[0, S["tp"]] > 0.0

@@ -149,6 +149,13 @@ SECONDS_MODEL_FIELDS = (
     "p_pos",          # learned position table params (0 without one); not split over tp
     "p_final_norm",   # the norm before the output head
     "p_mtp_extra",    # one MTP module's own params beyond its layer (norms, eh_proj)
+    # a vision tower's edges, run where the embedding runs (0 patches: no tower)
+    "v_patches",      # patches per sample the tower runs
+    "v_patch_in",     # the patch embedding's input width: channels x temporal x patch²
+    "v_hidden",       # the tower's hidden size
+    "v_merge",        # patches merged into one text token (spatial_merge_size²)
+    "v_out",          # the merger's output width (the text model's hidden size)
+    "p_vision_extra", # patch embedding + merger params (split over tp, as the memory model holds them)
 )
 
 # --- one candidate of seconds mode (float64 vector) ---

@@ -125,6 +125,14 @@ def seconds_model_vector(model: Any) -> np.ndarray:
     vec[SECONDS_MODEL["p_final_norm"]] = model.final_norm_parameters()
     n_mtp = model.num_nextn_predict_layers
     vec[SECONDS_MODEL["p_mtp_extra"]] = model.mtp_extra_parameters() / n_mtp if n_mtp else 0.0
+    tower = model.vision
+    if tower is not None:
+        vec[SECONDS_MODEL["v_patches"]] = tower.tokens
+        vec[SECONDS_MODEL["v_patch_in"]] = tower.in_channels * tower.temporal_patch_size * tower.patch_size ** 2
+        vec[SECONDS_MODEL["v_hidden"]] = tower.hidden_size
+        vec[SECONDS_MODEL["v_merge"]] = tower.spatial_merge_size ** 2
+        vec[SECONDS_MODEL["v_out"]] = tower.out_hidden_size
+        vec[SECONDS_MODEL["p_vision_extra"]] = tower.extra_parameters()
     vec.setflags(write=False)
     return vec
 

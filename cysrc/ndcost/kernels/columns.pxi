@@ -140,7 +140,13 @@ cdef enum:
     SM_p_pos = 2
     SM_p_final_norm = 3
     SM_p_mtp_extra = 4
-    SM_COUNT = 5
+    SM_v_patches = 5
+    SM_v_patch_in = 6
+    SM_v_hidden = 7
+    SM_v_merge = 8
+    SM_v_out = 9
+    SM_p_vision_extra = 10
+    SM_COUNT = 11
 
 cdef enum:
     SC_b = 0

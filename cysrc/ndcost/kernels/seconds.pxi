@@ -423,6 +423,45 @@ cdef inline void c_sec_head(const double* cand, const double* rate, double token
     out3[2] = g3[2]
 
 
+cdef inline void c_sec_vision_edges(const double* smodel, const double* cand, const double* rate,
+                                    double* out5) noexcept nogil:
+    # A vision tower's patch embedding and merger on this rank (the oracle's _vision_edges):
+    # forward, backward, weight grads, tp comm, forward FLOPs of the whole micro-batch.
+    cdef double patches = smodel[SM_v_patches]
+    cdef double b = cand[SC_b], t = cand[SC_t], cp = cand[SC_cp], sp = cand[SC_sp], bc = cand[SC_bytes_c]
+    cdef double hv = smodel[SM_v_hidden], m = smodel[SM_v_merge], v_out = smodel[SM_v_out]
+    cdef double patch_in = smodel[SM_v_patch_in]
+    cdef double rows, merged, wide, fw, bw, bw_w, moved, comm = 0.0
+    cdef double g3[3]
+    c_sec_fill(out5, 5, 0.0)
+    if patches <= 0.0:
+        return
+    rows = b * patches / cp
+    merged = rows / m
+    wide = hv * m
+    c_sec_mm3(rows / sp, hv, patch_in, 1.0, cand, rate, g3)     # the patch embedding
+    fw, bw, bw_w = g3[0], g3[1], g3[2]
+    c_sec_mm3(merged, wide / t, wide, 1.0, cand, rate, g3)      # merger fc1, column parallel
+    fw, bw, bw_w = fw + g3[0], bw + g3[1], bw_w + g3[2]
+    c_sec_mm3(merged, v_out, wide / t, 1.0, cand, rate, g3)     # merger fc2, row parallel
+    fw, bw, bw_w = fw + g3[0], bw + g3[1], bw_w + g3[2]
+    moved = 2.0 * 2.0 * bc * rows * hv / sp + 2.0 * bc * merged * wide / t
+    fw += c_sec_pass(moved, 2.0, rate)
+    bw += c_sec_pass(SEC_POINTWISE_BACKWARD_BYTES * moved, 2.0, rate)
+    if t > 1.0:
+        if sp > 1.0:
+            comm = 2.0 * (c_sec_collective(SEC_GATHER_OR_SCATTER, rows * hv * bc, t, 1.0, rate)
+                          + c_sec_collective(SEC_GATHER_OR_SCATTER, merged * v_out * bc, t, 1.0, rate))
+        else:
+            comm = (c_sec_collective(SEC_ALL_REDUCE, merged * v_out * bc, t, 1.0, rate)
+                    + c_sec_collective(SEC_ALL_REDUCE, rows * hv * bc, t, 1.0, rate))
+    out5[0] = fw
+    out5[1] = bw
+    out5[2] = bw_w
+    out5[3] = comm
+    out5[4] = 2.0 * b * patches * (patch_in * hv + (wide * wide + wide * v_out) / m)
+
+
 cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, const double* model,
                                   const double* smodel, const double* cand, const double* rate,
                                   const double* counts, const long long* slot_option,
@@ -450,6 +489,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     cdef double layer[SL_COUNT]
     cdef double head[3]
     cdef double g3[3]
+    cdef double edges[5]
     cdef const double* row_in
     cdef double* row
     c_sec_fill(out, n_stages * SS_COUNT, 0.0)
@@ -547,6 +587,16 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                 else:
                     row[SS_tp] += c_sec_collective(SEC_ALL_REDUCE, full, t, 1.0, rate)
             p_dense[st] += smodel[SM_p_embed] / t + smodel[SM_p_pos]
+            if smodel[SM_v_patches] > 0.0:
+                # a vision tower's patch embedding and merger run here too, before the embedding
+                c_sec_vision_edges(smodel, cand, rate, edges)
+                row[SS_fw] += edges[0]
+                row[SS_bw] += edges[1]
+                row[SS_bw_w] += edges[2]
+                row[SS_tp] += edges[3]
+                row[SS_model_flops] += 3.0 * edges[4]
+                row[SS_hw_flops] += 3.0 * edges[4]
+                p_dense[st] += smodel[SM_p_vision_extra] / t
         heads = 0.0
         if row_in[SX_has_out] != 0.0:
             out_stage = st
