@@ -392,3 +392,20 @@ def test_zero_stages_shard_what_they_say():
     assert by_stage[3].working_set > 0  # two gathered layers (ND_REFERENCE §3.7 FSDP extras)
     deferred = memory_estimate(model, spec.replace(zero_stage=3, deferred_grad_accumulation=True), cluster, layout)
     assert deferred.stages[0].grads == by_stage[0].grads
+
+
+@pytest.mark.parametrize("recompute", ["full", "selective"])
+def test_dualpipev_holds_a_working_set_per_chunk(recompute):
+    """zero_bubble_v overlaps one chunk's forward with the other's backward (ND_REFERENCE §3.7):
+    with one layer kind and one recompute mode, twice the interleaved schedule's working set."""
+    model = Model.from_catalog("llama3-8b")
+    cluster = Cluster("h100-sxm", num_devices=8)
+    v = ExecSpec(dp=2, tp=1, pp=4, vpp=2, pp_schedule="zero_bubble_v", global_batch_size=64, seq_length=4096,
+                 recompute=recompute)
+    from ndcost.layout import build_layout
+
+    interleaved = v.replace(pp_schedule="interleaved")
+    dual = memory_estimate(model, v, cluster, build_layout(model, v)).stages
+    single = memory_estimate(model, interleaved, cluster, build_layout(model, interleaved)).stages
+    for a, b in zip(dual, single):
+        assert b.working_set > 0 and a.working_set == 2 * b.working_set

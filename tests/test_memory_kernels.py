@@ -175,10 +175,10 @@ def random_stage_inputs(rng: np.random.Generator, p: int, vp: int, k: int, o: in
     }
 
 
-def run_stage_memory(kernels, inputs: dict) -> np.ndarray:
+def run_stage_memory(kernels, inputs: dict, overlapped_chunks: int = 0) -> np.ndarray:
     p = inputs["counts"].shape[0]
     out = np.full((p, 8), -1.0)
-    kernels.stage_memory(**inputs, out=out)
+    kernels.stage_memory(**inputs, out=out, overlapped_chunks=overlapped_chunks)
     return out
 
 
@@ -189,8 +189,10 @@ def test_stage_memory_parity(ckernels, pykernels):
                                                  rng.integers(1, 5))) for _ in range(60)]
     for p, vp, k, o in shapes:
         inputs = random_stage_inputs(rng, p, vp, k, o)
-        np.testing.assert_allclose(run_stage_memory(ckernels, inputs), run_stage_memory(pykernels, inputs),
-                                   rtol=RTOL, atol=0, equal_nan=True)
+        for overlapped in (0, 1):
+            np.testing.assert_allclose(run_stage_memory(ckernels, inputs, overlapped),
+                                       run_stage_memory(pykernels, inputs, overlapped), rtol=RTOL, atol=0,
+                                       equal_nan=True)
 
 
 def test_stage_memory_sums(kernels):
@@ -215,6 +217,23 @@ def test_stage_memory_sums(kernels):
     inputs["counts"][1, 1, 0] = 1.0
     out = run_stage_memory(kernels, inputs)
     assert math.isnan(out[1, 5]) and math.isnan(out[1, 7])
+
+
+def test_overlapped_chunks_hold_both_working_sets(kernels):
+    """DualPipeV runs one chunk's forward beside the other's backward: each chunk's largest
+    working set counts (7 from chunk 0's kind 0, 3 from chunk 1's kind 1), not the last chunk's alone."""
+    inputs = random_stage_inputs(np.random.default_rng(5), 3, 2, 2, 2)
+    inputs["counts"][:] = 0.0
+    inputs["counts"][1, 0, 0] = 2.0
+    inputs["counts"][1, 1, 3] = 1.0
+    inputs["counts"][2, 1, 3] = 1.0   # stage 2 has chunk 1 only
+    inputs["act_per_layer"] = np.array([[10.0, 20.0], [30.0, 40.0]])
+    inputs["work_per_layer"] = np.array([[7.0, 0.0], [0.0, 3.0]])
+    single, dual = run_stage_memory(kernels, inputs), run_stage_memory(kernels, inputs, 1)
+    assert single[1, 5] == 3.0 and dual[1, 5] == 10.0
+    assert dual[2, 5] == single[2, 5] == 3.0
+    assert dual[1, 7] - single[1, 7] == 7.0
+    np.testing.assert_array_equal(np.delete(dual, [5, 7], axis=1), np.delete(single, [5, 7], axis=1))
 
 
 def test_stage_memory_shape_checks(kernels):
@@ -250,7 +269,7 @@ def test_stage_memory_reads_only(kernels):
 def test_signatures_are_the_documented_ones(pykernels):
     params = list(inspect.signature(pykernels.stage_memory).parameters)
     assert params == ["static_per_layer", "act_per_layer", "work_per_layer", "counts", "inflight", "stage_static",
-                      "extra_act", "comm_buffers", "reserve", "out"]
+                      "extra_act", "comm_buffers", "reserve", "out", "overlapped_chunks"]
     assert list(inspect.signature(pykernels.inflight_micro_batches).parameters) == [
         "schedule", "p", "m", "vp", "stage", "chunk", "seq_split"]
 

@@ -11,7 +11,9 @@ run holds at its peak, as warm-up ends -- built from:
   GPT layer), times the micro-batches in flight of its (stage, chunk)
   (kernel ``inflight_micro_batches``, ND_REFERENCE §3.6);
 * the embedding, output head and MTP extras on their stages;
-* communication buffers, the backward working set that ends warm-up, and the
+* communication buffers, the backward working set that ends warm-up (under
+  DualPipeV, zero_bubble_v, one per chunk: a forward and a backward run at once,
+  ND's max(fwd_first + bwd_last, fwd_last + bwd_first), §3.7), and the
   cluster's reserve (ND's 1 GiB safety buffer, ND_REFERENCE §3.7).
 
 The kernel ``stage_memory`` adds them up per stage. The kernel ``memory_batch``
@@ -23,8 +25,7 @@ formulas for one candidate and for many (``ndcost._formulas``).
 
 Not implemented from ND_REFERENCE §3: the FSDP backward-end peak of deferred
 gradient reduction as a separate candidate (§3.7; its gradients are priced
-unsharded at every moment instead, which dominates it), DualPipeV's max(fwd_first + bwd_last, fwd_last +
-bwd_first) working set (§3.7; the 1F1B rule is used), swap_optimizer and
+unsharded at every moment instead, which dominates it), swap_optimizer and
 ``vpp_less_memory`` (§3.2), and the CP insight / validators (§3.8, §3.9).
 """
 from __future__ import annotations

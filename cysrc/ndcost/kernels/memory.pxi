@@ -282,17 +282,31 @@ def layer_activation_bytes(double seq, double batch, double hidden, double tp, d
                                     0.0)
 
 
+cdef inline double c_largest_work(const double* work_per_layer, const double* row, Py_ssize_t n_kinds,
+                                  Py_ssize_t n_slots) noexcept nogil:
+    # The largest working set of the layers present in one chunk's row (a NaN wins and stays).
+    cdef double working = 0.0, work
+    cdef Py_ssize_t kind, slot
+    for kind in range(n_kinds):
+        for slot in range(n_slots):
+            work = work_per_layer[kind * n_slots + slot]
+            if row[kind * n_slots + slot] != 0.0 and working == working and (work != work or work > working):
+                working = work
+    return working
+
+
 cdef void c_stage_memory(const double* static_per_layer, const double* act_per_layer,
                          const double* work_per_layer, Py_ssize_t n_kinds, Py_ssize_t n_slots,
                          const double* counts, Py_ssize_t n_stages, Py_ssize_t n_chunks,
                          const double* inflight, const double* stage_static, const double* extra_act,
-                         const double* comm_buffers, double reserve, double* out) noexcept nogil:
+                         const double* comm_buffers, double reserve, double* out,
+                         bint overlapped_chunks) noexcept nogil:
     # Per-stage memory breakdown (ND_REFERENCE §3.4-3.7) on raw row-major pointers: static
     # (K, 3), act and work (K, O), counts (p, vp, K*O), inflight and extra_act (p, vp),
     # stage_static (p, 3), comm_buffers (p,), out (p, 8). The caller has checked the shapes.
     cdef Py_ssize_t n_cols = n_kinds * n_slots
     cdef Py_ssize_t stage, chunk, kind, slot, last_chunk
-    cdef double params, grads, optimizer, activations, working, chunk_bytes, layers, work, comm, total
+    cdef double params, grads, optimizer, activations, working, chunk_bytes, layers, comm, total
     cdef const double* row
     cdef double* out_row
     for stage in range(n_stages):
@@ -317,13 +331,15 @@ cdef void c_stage_memory(const double* static_per_layer, const double* act_per_l
                     chunk_bytes += layers * act_per_layer[kind * n_slots + slot]
             activations += inflight[stage * n_chunks + chunk] * chunk_bytes
         if last_chunk >= 0:
-            # Working set: the largest of the layers in the last non-empty chunk (a NaN wins and stays).
-            row = counts + (stage * n_chunks + last_chunk) * n_cols
-            for kind in range(n_kinds):
-                for slot in range(n_slots):
-                    work = work_per_layer[kind * n_slots + slot]
-                    if row[kind * n_slots + slot] != 0.0 and working == working and (work != work or work > working):
-                        working = work
+            # Working set: the largest of the layers in the last non-empty chunk; with overlapped
+            # chunks (DualPipeV) the sum of each chunk's largest (the oracle's docstring)
+            if overlapped_chunks:
+                for chunk in range(n_chunks):
+                    working += c_largest_work(work_per_layer, counts + (stage * n_chunks + chunk) * n_cols,
+                                              n_kinds, n_slots)
+            else:
+                working = c_largest_work(work_per_layer, counts + (stage * n_chunks + last_chunk) * n_cols,
+                                         n_kinds, n_slots)
         comm = comm_buffers[stage]
         total = params + grads + optimizer + activations + comm + working + reserve
         out_row = out + stage * _MEM_COLUMNS
@@ -346,7 +362,8 @@ def stage_memory(const double[:, ::1] static_per_layer,   # IN (K, 3)
                  const double[:, ::1] extra_act,          # IN (p, vp)
                  const double[::1] comm_buffers,          # IN (p,)
                  double reserve,
-                 double[:, ::1] out) -> None:             # OUT (p, 8)
+                 double[:, ::1] out,                      # OUT (p, 8)
+                 long long overlapped_chunks=0) -> None:
     """Per-stage memory breakdown, written to ``out`` (p, 8): params, grads, optimizer,
     activations, comm_buffers, working_set, reserve, total (ND_REFERENCE §3.4-3.7)."""
     cdef Py_ssize_t n_kinds = static_per_layer.shape[0]
@@ -376,4 +393,4 @@ def stage_memory(const double[:, ::1] static_per_layer,   # IN (K, 3)
     with nogil:
         c_stage_memory(&static_per_layer[0, 0], &act_per_layer[0, 0], &work_per_layer[0, 0], n_kinds, n_slots,
                        &counts[0, 0, 0], n_stages, n_chunks, &inflight[0, 0], &stage_static[0, 0],
-                       &extra_act[0, 0], &comm_buffers[0], reserve, &out[0, 0])
+                       &extra_act[0, 0], &comm_buffers[0], reserve, &out[0, 0], overlapped_chunks != 0)

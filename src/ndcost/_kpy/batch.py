@@ -49,6 +49,7 @@ _UNDEFINED = KERNEL_REASON["undefined"]
 _NO_FIT = KERNEL_REASON["no_fit"]
 _L, _MK, _MM, _MC = LAYOUT, MEMORY_KIND, MEMORY_MODEL, MEMORY_CAND
 _ATT_MLA, _ATT_LINEAR, _FFN_MOE = 1.0, 2.0, 1.0
+_SCHED_ZB_V = 2.0      # memory.SCHEDULE_CODES["zero_bubble_v"]
 _SCHED_SEQ1F1B = 3.0   # memory.SCHEDULE_CODES["seq1f1b"]
 
 
@@ -418,7 +419,8 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
     at = row[_L["mcounts_at"]]
     counts = [[pool[at + (s * vp + chunk) * k_o: at + (s * vp + chunk + 1) * k_o] for chunk in range(vp)]
               for s in range(p)]
-    stage_memory(static, act, work, counts, inflight, stage_static, extra_act, comm, reserve, out)
+    stage_memory(static, act, work, counts, inflight, stage_static, extra_act, comm, reserve, out,
+                 1 if mc[_MC["schedule"]] == _SCHED_ZB_V else 0)
     return _max_nan([out[s][N_MEMORY_COLUMNS - 1] for s in range(p)])
 
 

@@ -379,8 +379,19 @@ def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp:
 # --------------------------------------------------------------------------- one stage
 
 
+def _largest_work(work_per_layer, row, n_kinds: int, n_slots: int) -> float:
+    """The largest working set of the layers present in one chunk's *row*; a NaN wins."""
+    working = 0.0
+    for kind in range(n_kinds):
+        for slot in range(n_slots):
+            work = float(work_per_layer[kind][slot])
+            if row[kind * n_slots + slot] != 0.0 and working == working and (work != work or work > working):
+                working = work
+    return working
+
+
 def stage_memory(static_per_layer, act_per_layer, work_per_layer, counts, inflight, stage_static,
-                 extra_act, comm_buffers, reserve: float, out) -> None:
+                 extra_act, comm_buffers, reserve: float, out, overlapped_chunks: int = 0) -> None:
     """Per-stage memory breakdown, written to ``out`` (p, 8): params, grads,
     optimizer, activations, comm_buffers, working_set, reserve, total.
 
@@ -396,11 +407,17 @@ def stage_memory(static_per_layer, act_per_layer, work_per_layer, counts, inflig
         extra_act: (p, vp) activation bytes outside the layers for one micro-batch.
         comm_buffers: (p,) communication buffer bytes.
         reserve: bytes kept back on every device (ND's safety buffer, §3.7).
+        overlapped_chunks: 1 when the schedule runs one chunk's forward beside another
+            chunk's backward (DualPipeV, zero_bubble_v), else 0.
 
     Activations: Σ over chunks of in-flight × (layers' + extra) bytes (§3.4).
     Working set: the largest of the layers in the stage's last non-empty chunk
-    (the first backward after warm-up runs there, §3.7). Layers with count 0
-    are skipped, so their (possibly NaN) entries never reach the sums.
+    (the first backward after warm-up runs there, §3.7). With overlapped chunks,
+    the sum over the chunks of each chunk's largest: DualPipeV runs a forward of one
+    chunk and a backward of the other at once (DeepSeek-V3 report §3.2.1), ND's
+    max(fwd_first + bwd_last, fwd_last + bwd_first) (§3.7) with each chunk's own
+    layers. Layers with count 0 are skipped, so their (possibly NaN) entries never
+    reach the sums.
     """
     n_kinds = len(static_per_layer)
     n_stages = len(counts)
@@ -449,13 +466,8 @@ def stage_memory(static_per_layer, act_per_layer, work_per_layer, counts, inflig
                     chunk_bytes += layers * act_per_layer[kind][slot]
             activations += float(inflight[stage][chunk]) * chunk_bytes
         if last_chunk >= 0:
-            row = counts[stage][last_chunk]
-            for kind in range(n_kinds):
-                for slot in range(n_slots):
-                    work = float(work_per_layer[kind][slot])
-                    # The largest; a NaN wins and then stays.
-                    if row[kind * n_slots + slot] != 0.0 and working == working and (work != work or work > working):
-                        working = work
+            for chunk in (range(n_chunks) if overlapped_chunks else (last_chunk,)):
+                working += _largest_work(work_per_layer, counts[stage][chunk], n_kinds, n_slots)
         comm = float(comm_buffers[stage])
         total = params + grads + optimizer + activations + comm + working + reserve
         values = (params, grads, optimizer, activations, comm, working, float(reserve), total)
