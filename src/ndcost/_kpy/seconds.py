@@ -542,6 +542,17 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     out[_L["ffn_mm_flops"]] = flops_ffn
 
 
+def _check_tables(kinds, skinds, model, smodel, cand, rate) -> None:
+    """The shapes every seconds kernel reads: the kind tables, the model, candidate and rate vectors."""
+    n_kinds = len(kinds)
+    _check_rows(kinds, "kinds", n_kinds, len(KIND_FIELDS))
+    _check_rows(skinds, "skinds", n_kinds, len(SECONDS_KIND_FIELDS))
+    _check_len(model, "model", len(MODEL_FIELDS))
+    _check_len(smodel, "smodel", len(SECONDS_MODEL_FIELDS))
+    _check_len(cand, "cand", len(SECONDS_CAND_FIELDS))
+    _check_len(rate, "rate", len(RATE_FIELDS))
+
+
 def _check_rows(array, name: str, rows: int, width: int) -> None:
     if len(array) != rows:
         raise ValueError(f"{name} must have {rows} rows, got {len(array)}")
@@ -558,12 +569,7 @@ def seconds_layer_times(kinds, skinds, model, smodel, cand, rate, out) -> None:
     positive.
     """
     n_kinds = len(kinds)
-    _check_rows(kinds, "kinds", n_kinds, len(KIND_FIELDS))
-    _check_rows(skinds, "skinds", n_kinds, len(SECONDS_KIND_FIELDS))
-    _check_len(model, "model", len(MODEL_FIELDS))
-    _check_len(smodel, "smodel", len(SECONDS_MODEL_FIELDS))
-    _check_len(cand, "cand", len(SECONDS_CAND_FIELDS))
-    _check_len(rate, "rate", len(RATE_FIELDS))
+    _check_tables(kinds, skinds, model, smodel, cand, rate)
     _check_rows(out, "out", n_kinds, _L_COUNT)
     ok = _cand_ok(cand, rate)
     for k in range(n_kinds):
@@ -670,12 +676,7 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
     n_kinds = len(kinds)
     n_slots = len(slot_option)
     n_stages = len(counts)
-    _check_rows(kinds, "kinds", n_kinds, len(KIND_FIELDS))
-    _check_rows(skinds, "skinds", n_kinds, len(SECONDS_KIND_FIELDS))
-    _check_len(model, "model", len(MODEL_FIELDS))
-    _check_len(smodel, "smodel", len(SECONDS_MODEL_FIELDS))
-    _check_len(cand, "cand", len(SECONDS_CAND_FIELDS))
-    _check_len(rate, "rate", len(RATE_FIELDS))
+    _check_tables(kinds, skinds, model, smodel, cand, rate)
     _check_len(slot_mask, "slot_mask", n_slots)
     _check_rows(counts, "counts", n_stages, n_kinds * n_slots)
     _check_rows(extras, "extras", n_stages, len(SECONDS_EXTRA_FIELDS))
