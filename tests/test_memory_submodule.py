@@ -490,3 +490,34 @@ def test_backend_parity_on_random_rows(ckernels, pykernels):
         n_rows += n
         n_finite += int(np.isfinite(py_peak).sum())
     assert n_rows == 300 and n_finite >= 200
+
+
+def test_tower_edges_keep_their_activations_on_the_embedding_stage(kernels, monkeypatch):
+    """Qwen2.5-VL-7B, 4,096 patches, b 1, tp 2 with SP: the patch embedding keeps its input patches
+    (4096/2 x 1176 at bytes_c), the merger its norm input (4096/2 x 1280 at bytes_norm), fc1's
+    input (1024 x 5120 / 2) and GELU's input and output (2 x 1024 x 5120/2), each micro-batch in
+    flight on the embedding's stage (4 at 1F1B, pp 4); no other stage changes."""
+    import ndcost.memory
+    from ndcost import Cluster, ExecSpec, _backend
+    from ndcost._columns import MEMORY_CAND, MEMORY_MODEL
+    from ndcost.layout import build_layout
+    from ndcost.memory import memory_candidate_vector, memory_estimate
+
+    model = Model.from_catalog("qwen2.5-vl-7b")
+    spec = ExecSpec(dp=4, tp=2, pp=4, global_batch_size=256, seq_length=8192, sequence_parallel=True)
+    cluster = Cluster("h100-sxm", num_devices=32)
+    layout = build_layout(model, spec)
+    mc = memory_candidate_vector(model, spec)
+    c, n = mc[MEMORY_CAND["bytes_c"]], mc[MEMORY_CAND["bytes_norm"]]
+    per_micro_batch = 4096 / 2 * (1176 * c + 1280 * n) + 1024 * 5120 * c / 2 + 2 * 1024 * 5120 / 2 * c
+    with _backend.use("cython" if kernels.__name__.endswith("_c") else "python"):
+        tower = memory_estimate(model, spec, cluster, layout).stages
+        vector = memory_model_vector(model)
+        assert vector[MEMORY_MODEL["v_patches"]] == 4096
+        no_edges = np.array(vector)          # the same model vector, the tower's edges left out
+        no_edges[MEMORY_MODEL["v_patches"]] = 0.0
+        monkeypatch.setattr(ndcost.memory, "memory_model_vector", lambda _model: no_edges)
+        without = memory_estimate(model, spec, cluster, layout).stages
+    assert tower[0].activations - without[0].activations == pytest.approx(4 * per_micro_batch, rel=1e-12)
+    for a, b in zip(tower[1:], without[1:]):
+        assert a.activations == b.activations

@@ -271,6 +271,7 @@ MEMORY_MODEL_FIELDS = (
     "p_mtp_module",            # Model.mtp_extra_parameters / MTP layers (0 without MTP)
     "n_mtp",                   # MTP layers of the model
     "p_vision_extra",          # a vision tower's patch embedding and merger params (on the embedding's stage)
+    "v_patches", "v_patch_in", "v_hidden", "v_merge",  # the tower's patches a sample, patch width, hidden, merge²
 )
 
 # --- one candidate of the memory model (float64 vector; derived by ndcost._formulas) ---

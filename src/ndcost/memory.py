@@ -323,6 +323,10 @@ def memory_model_vector(model: Any) -> np.ndarray:
         "n_mtp": n_mtp,
         "p_vision_extra": 0 if model.vision is None else model.vision.extra_parameters(),
     }
+    tower = model.vision
+    if tower is not None:
+        values.update(v_patches=tower.tokens, v_hidden=tower.hidden_size, v_merge=tower.spatial_merge_size ** 2,
+                      v_patch_in=tower.in_channels * tower.temporal_patch_size * tower.patch_size ** 2)
     vector = np.zeros(len(MEMORY_MODEL_FIELDS), dtype=np.float64)
     for name, value in values.items():
         vector[MEMORY_MODEL[name]] = value

@@ -27,6 +27,20 @@ cdef inline double c_batch_max_nan(double best, double value) noexcept nogil:
     return best
 
 
+cdef inline double c_vision_edge_bytes(const double* model, const double* mc) noexcept nogil:
+    # A vision tower's patch embedding and merger, kept for one micro-batch (the oracle's
+    # _vision_edge_bytes): patches and the norm input on the token shard, fc1's input, GELU's
+    # input and output on the merged tokens.
+    cdef double patches = model[MM_v_patches], rows, wide, merged
+    if patches <= 0.0:
+        return 0.0
+    rows = mc[MC_b] * patches / mc[MC_cp]
+    wide = model[MM_v_hidden] * model[MM_v_merge]
+    merged = rows / model[MM_v_merge]
+    return (rows * (model[MM_v_patch_in] * mc[MC_bytes_c] + model[MM_v_hidden] * mc[MC_bytes_norm]) / mc[MC_sp]
+            + merged * wide * mc[MC_bytes_c] / mc[MC_sp] + 2.0 * merged * wide / mc[MC_tp] * mc[MC_bytes_c])
+
+
 cdef inline void c_mem_static_layer(const double* kind, const double* mc, double* out3) noexcept nogil:
     # (params, grads, optimizer) bytes of one layer of the kind on one rank (memory.static_layer_bytes):
     # non-expert + shared over tp, ZeRO-sharded over the dense group; routed over ep·etp and the
@@ -257,6 +271,7 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
     dropout = mc[MC_bytes_dropout]
     logits = tokens * v_size * 4.0 / tp                              # fp32 logits, memory.LOGIT_BYTES (Korthikanti §4.3)
     emb_act = tokens * 8.0 + tokens * h * dropout / sp               # int64 token ids (memory.TOKEN_ID_BYTES) + dropout mask
+    emb_act += c_vision_edge_bytes(model, mc)
     out_act = tokens * h * n / sp + tokens * h * c / sp + logits      # final norm, head input, logits
     mtp_act = tokens * (2.0 * h * n + 2.0 * h * c + h * n + h * c) / sp + logits
     for j in range(p * vp):

@@ -311,7 +311,11 @@ cdef enum:
     MM_p_mtp_module = 5
     MM_n_mtp = 6
     MM_p_vision_extra = 7
-    MM_COUNT = 8
+    MM_v_patches = 8
+    MM_v_patch_in = 9
+    MM_v_hidden = 10
+    MM_v_merge = 11
+    MM_COUNT = 12
 
 cdef enum:
     MC_seq = 0

@@ -401,6 +401,7 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
     c, n, dropout = mc[_MC["bytes_c"]], mc[_MC["bytes_norm"]], mc[_MC["bytes_dropout"]]
     logits = tokens * v * 4.0 / tp                                   # fp32 logits, memory.LOGIT_BYTES (Korthikanti §4.3)
     emb_act = tokens * 8.0 + tokens * h * dropout / sp               # int64 token ids (memory.TOKEN_ID_BYTES) + dropout mask
+    emb_act += _vision_edge_bytes(model, mc)
     out_act = tokens * h * n / sp + tokens * h * c / sp + logits      # final norm, head input, logits
     mtp_act = tokens * (2.0 * h * n + 2.0 * h * c + h * n + h * c) / sp + logits
     extra_act = [[0.0] * vp for _ in range(p)]
@@ -422,6 +423,22 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
     stage_memory(static, act, work, counts, inflight, stage_static, extra_act, comm, reserve, out,
                  1 if mc[_MC["schedule"]] == _SCHED_ZB_V else 0)
     return _max_nan([out[s][N_MEMORY_COLUMNS - 1] for s in range(p)])
+
+
+def _vision_edge_bytes(model, mc) -> float:
+    """What a vision tower's patch embedding and merger keep for one micro-batch on the embedding's
+    stage (seconds mode prices them: ``_kpy.seconds._vision_edges``): the patches and the merger's
+    norm input on the token shard, fc1's input, and GELU's input and output on the merged tokens,
+    tensor-parallel as the blocks'."""
+    patches = model[_MM["v_patches"]]
+    if patches <= 0.0:
+        return 0.0
+    c, tp, sp = mc[_MC["bytes_c"]], mc[_MC["tp"]], mc[_MC["sp"]]
+    rows = mc[_MC["b"]] * patches / mc[_MC["cp"]]
+    wide = model[_MM["v_hidden"]] * model[_MM["v_merge"]]
+    merged = rows / model[_MM["v_merge"]]
+    return (rows * (model[_MM["v_patch_in"]] * c + model[_MM["v_hidden"]] * mc[_MC["bytes_norm"]]) / sp
+            + merged * wide * c / sp + 2.0 * merged * wide / tp * c)
 
 
 def memory_batch(kinds, model, cands, layout_index, layouts, pool, slot_pool, reserve, capacity,
