@@ -78,16 +78,18 @@ def batch(name: str, size: int) -> tuple[Model, Cluster, Candidates]:
     return model, cluster, space.take(rows)
 
 
+@pytest.mark.parametrize("units", ["nd", "seconds"])
 @pytest.mark.parametrize("name", list(CASES))
-def bench_estimate_one(benchmark, api_backend, name):
-    """Per-call overhead: one candidate, memory included, ND units."""
+def bench_estimate_one(benchmark, api_backend, name, units):
+    """Per-call overhead: one candidate, memory included, in ND units and in seconds (the default)."""
     device, _, _, _, fields = CASES[name]
     spec = ExecSpec(**fields)
     model, cluster = Model.from_catalog(name), Cluster(device, num_devices=spec.num_devices)
-    benchmark.group = f"estimate(), one candidate, {name}"
-    result = benchmark(estimate, model, spec, cluster, units="nd")
+    label = name if units == "nd" else f"{name}, seconds"
+    benchmark.group = f"estimate(), one candidate, {label}"
+    result = benchmark(estimate, model, spec, cluster, units=units)
     assert result.step_time > 0 and result.memory.peak > 0
-    record(benchmark, MEDIANS, ("one", name), api_backend, 1)
+    record(benchmark, MEDIANS, ("one", label), api_backend, 1)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=[f"{size}" for size in SIZES])

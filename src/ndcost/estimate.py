@@ -149,12 +149,13 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         return _estimate_nd_one(model, spec, cluster, ratios, ratio_type, rec_type, p2p, with_memory)
     validate(model, spec, cluster)
     layout = build_layout(model, spec)
-    memory = _memory(model, spec, cluster, layout) if with_memory else None
+    derived = derive(model, spec, cluster)
+    memory = _memory(model, spec, cluster, derived) if with_memory else None
     if units == "nd":
         priced = nd_estimate(model, spec, cluster, layout, ratios=ratios, ratio_type=ratio_type,
                              rec_type=rec_type, p2p=p2p, stage_savings=stage_savings, stage_focused=stage_focused)
     else:
-        priced = _seconds(model, spec, cluster, layout, ratios=ratios)
+        priced = _seconds(model, spec, cluster, layout, derived, ratios=ratios)
     check_parts_sum(priced["parts"], priced["step_time"])
     fits = True if memory is None else bool(memory.peak <= cluster.device.hbm_bytes)
     return Estimate(
@@ -293,16 +294,20 @@ def _estimate_nd_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any
     return estimate
 
 
-def _memory(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout):
-    from .memory import memory_estimate  # the memory model
+def _memory(model: Model, spec: ExecSpec, cluster: Cluster, derived: Any):
+    """The memory model's estimate of a validated spec (its *derived* values given), on the
+    layout pool the ND path caches per model (``memory_estimate`` packs it on every call)."""
+    from .memory import run_memory_batch
 
-    return memory_estimate(model, spec, cluster, layout)
+    pool = _single_layout(model, spec, _model_tables(model).layouts)
+    column = np.array(memory_candidate_columns_scalar(SCALAR, spec.__dict__, vars(derived)), dtype=np.float64)
+    return run_memory_batch(model, column.reshape(-1, 1), pool, cluster)
 
 
-def _seconds(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout, *, ratios: Any) -> dict:
+def _seconds(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout, derived: Any, *, ratios: Any) -> dict:
     from .seconds import seconds_estimate  # the physics model
 
-    priced = dict(seconds_estimate(model, spec, cluster, layout, derived=derive(model, spec, cluster)))
+    priced = dict(seconds_estimate(model, spec, cluster, layout, derived=derived))
     priced["units"] = "seconds"
     ratio_set = Ratios.coerce(ratios)
     if ratio_set is not None:

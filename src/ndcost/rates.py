@@ -130,7 +130,13 @@ class Rates:
         object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
 
     def __hash__(self) -> int:
-        return hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sources"))
+        # Hashed on every seconds estimate (the rates vector's cache key): computed once, the
+        # fields being frozen.
+        known = self.__dict__.get("_hash")
+        if known is None:
+            known = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sources"))
+            object.__setattr__(self, "_hash", known)
+        return known
 
     def __reduce__(self):
         state = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
