@@ -90,6 +90,7 @@ def plot_memory(estimate: Any, path: str, capacity_bytes: float | None = None) -
         bottoms = [b + v for b, v in zip(bottoms, values)]
     if capacity_bytes:
         ax.axhline(capacity_bytes / 2**30, color="black", linestyle="--", label="device memory")
+    ax.set_xticks(range(len(stages)))        # one tick per stage, not matplotlib's fractional ones
     ax.set_xlabel("pipeline stage")
     ax.set_ylabel("GiB")
     ax.legend(fontsize=7)
