@@ -50,3 +50,18 @@ def test_launch_order_is_model_order(name, fields):
     assert text.count("t") == model.num_hidden_layers and text.count("m") == model.num_nextn_predict_layers
     names = [name for part in torchtitan_fqns(model, spec) for name in part]
     assert names == ["tok_embeddings", *(f"layers.{i}" for i in range(model.num_hidden_layers)), "norm", "output"]
+
+
+def test_whether_a_layout_is_stated_follows_the_placement_not_the_fields():
+    """An offset of zeros is the even split; MTP layers counted in the offset move layers even
+    when the body divides (60 + 1 over 4 stages: 15, 16, 15, 14 + MTP), and then must be stated."""
+    import dataclasses
+
+    llama = ndcost.Model.from_catalog("llama3-8b")
+    spec = ndcost.ExecSpec(dp=2, tp=1, pp=4, global_batch_size=64, seq_length=4096)
+    assert not needs_layout(llama, spec.replace(offset=(0, 0, 0, 0)))
+    mtp = dataclasses.replace(ndcost.Model.from_catalog("deepseek-v3"), num_hidden_layers=60)
+    spec = ndcost.ExecSpec(dp=64, tp=1, pp=4, ep=8, global_batch_size=4096, seq_length=4096)
+    assert megatron_layout(mtp, spec).split("|") == ["E" + "t" * 15, "t" * 16, "t" * 15, "t" * 14 + "mL"]
+    assert needs_layout(mtp, spec)
+    assert not needs_layout(mtp, spec.replace(mtp_in_offset=False))   # 15 each, the MTP after the last

@@ -30,9 +30,17 @@ _EMBEDDING, _OUTPUT, _VISION = -1, -2, -3
 
 
 def needs_layout(model: Any, spec: ExecSpec) -> bool:
-    """Whether the launchers' even split differs from the spec's placement."""
-    return (spec.offset is not None or spec.pp_partition is not None
-            or model.num_hidden_layers % (spec.pp * spec.vpp) != 0)
+    """Whether the spec's placement differs from the launchers' even split: the body layers
+    split evenly over the virtual stages, the embedding on the first, the MTP layers and the
+    loss on the last. Judged on the placement itself, not on which fields are set: an offset
+    of zeros is the even split, and MTP layers counted in the offset can move it."""
+    virtual = spec.pp * spec.vpp
+    if model.num_hidden_layers % virtual:
+        return True
+    even = ["t" * (model.num_hidden_layers // virtual)] * virtual
+    even[0] = "E" + even[0]
+    even[-1] += "m" * model.num_nextn_predict_layers + "L"
+    return megatron_layout(model, spec) != "|".join(even)
 
 
 def virtual_stages(model: Any, spec: ExecSpec) -> list[tuple[int, ...]]:
