@@ -297,11 +297,10 @@ def _estimate_nd_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any
 def _memory(model: Model, spec: ExecSpec, cluster: Cluster, derived: Any):
     """The memory model's estimate of a validated spec (its *derived* values given), on the
     layout pool the ND path caches per model (``memory_estimate`` packs it on every call)."""
-    from .memory import run_memory_batch
+    from .memory import memory_candidate_vector, run_memory_batch
 
     pool = _single_layout(model, spec, _model_tables(model).layouts)
-    column = np.array(memory_candidate_columns_scalar(SCALAR, spec.__dict__, vars(derived)), dtype=np.float64)
-    return run_memory_batch(model, column.reshape(-1, 1), pool, cluster)
+    return run_memory_batch(model, memory_candidate_vector(model, spec, derived).reshape(-1, 1), pool, cluster)
 
 
 def _seconds(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout, derived: Any, *, ratios: Any) -> dict:

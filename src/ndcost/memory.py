@@ -335,9 +335,13 @@ def memory_model_vector(model: Any) -> np.ndarray:
     return vector
 
 
-def memory_candidate_vector(model: Any, spec: ExecSpec) -> np.ndarray:
-    """(MEMORY_CAND_FIELDS,) float64: *spec*'s memory candidate (ndcost._formulas, the batch's formulas)."""
-    values = memory_candidate_columns_scalar(SCALAR, spec.__dict__, derived_values(model, spec))
+def memory_candidate_vector(model: Any, spec: ExecSpec, derived: Any = None) -> np.ndarray:
+    """(MEMORY_CAND_FIELDS,) float64: *spec*'s memory candidate (ndcost._formulas, the batch's formulas).
+
+    *derived* (``ndcost.derive.derive(model, spec)``) saves deriving again when the caller has it.
+    """
+    values = memory_candidate_columns_scalar(SCALAR, spec.__dict__,
+                                             derived_values(model, spec) if derived is None else vars(derived))
     return np.array(values, dtype=np.float64)
 
 
