@@ -28,8 +28,18 @@ class SpecError(ValueError):
         self.rule = rule
         self.value = value
         super().__init__(
-            f"The {parameter!r} parameter of {owner} must {rule}. Got {value!r} instead."
+            f"The {parameter!r} parameter of {owner} must {rule}. Got {_shown(value)} instead."
         )
+
+
+def _shown(value: Any) -> str:
+    """repr(value); an int too long for Python to print (over 4300 digits) by its size."""
+    try:
+        return repr(value)
+    except ValueError:
+        if isinstance(value, int):
+            return f"an integer of {value.bit_length()} bits"
+        raise
 
 
 def require(condition: bool, parameter: str, owner: str, rule: str, value: Any) -> None:
@@ -38,13 +48,23 @@ def require(condition: bool, parameter: str, owner: str, rule: str, value: Any) 
         raise SpecError(parameter, owner, rule, value)
 
 
-def check_positive_int(value: Any, parameter: str, owner: str, *, minimum: int = 1) -> int:
-    """Return *value* if it is an int (not a bool) of at least *minimum*, else raise."""
+def check_positive_int(value: Any, parameter: str, owner: str, *, minimum: int = 1,
+                       maximum: int | None = None) -> int:
+    """Return *value* if it is an int (not a bool) of at least *minimum* and at most
+    *maximum* (one of ndcost's bounds, :mod:`ndcost.limits`), else raise."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(parameter, owner, f"be an integer >= {minimum}", value)
     if value < minimum:
         raise SpecError(parameter, owner, f"be an integer >= {minimum}", value)
+    if maximum is not None and value > maximum:
+        raise SpecError(parameter, owner, above_limit(maximum), value)
     return value
+
+
+def above_limit(maximum: float) -> str:
+    """The rule a size above its bound breaks, stating the bound."""
+    bound = int(maximum) if float(maximum).is_integer() else maximum
+    return f"be at most {bound} (ndcost's upper bound for this size; see docs/LIMITS.md)"
 
 
 def check_positive_number(value: Any, parameter: str, owner: str, *, allow_zero: bool = False) -> float:
