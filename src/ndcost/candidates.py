@@ -93,7 +93,10 @@ def _is_bool(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    """A real number a float64 column can store (an int past float64's range is not)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return -(2**1023) < value < 2**1023
+    return isinstance(value, (float, np.integer, np.floating)) and not isinstance(value, np.bool_)
 
 
 def _freeze(value: Any) -> Any:

@@ -14,12 +14,13 @@ comm flags, ...) come from :func:`ndcost.derive.derive`.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .errors import SpecError, above_limit, check_bool, check_choice, check_positive_int, check_positive_number
+from .errors import (
+    SpecError, above_limit, check_bool, check_choice, check_positive_int, check_positive_number, is_finite_number,
+)
 from .limits import (
     MAX_BATCH, MAX_BYTE_WIDTH, MAX_CAPACITY_FACTOR, MAX_DEVICES, MAX_LAYERS, MAX_OPTIMIZER_STATES, MAX_SEQ_LENGTH,
 )
@@ -242,8 +243,7 @@ class ExecSpec:
         # MindFormers refuses a capacity factor below 1 (ND_REFERENCE §1.4,
         # moe_config.capacity_factor (>= 1)): fewer slots than tokens routed.
         factor = self.capacity_factor
-        is_number = isinstance(factor, (int, float)) and not isinstance(factor, bool)
-        if not is_number or not math.isfinite(factor) or factor < 1:
+        if not is_finite_number(factor) or factor < 1:
             raise SpecError("capacity_factor", _OWNER, "be a finite number >= 1", factor)
         if factor > MAX_CAPACITY_FACTOR:
             raise SpecError("capacity_factor", _OWNER, above_limit(MAX_CAPACITY_FACTOR), factor)

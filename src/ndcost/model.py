@@ -21,13 +21,12 @@ memory model shards differently (ND_REFERENCE §3.3).
 from __future__ import annotations
 
 import difflib
-import math
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from os import PathLike
 from typing import Any, Mapping
 
-from .errors import SpecError, check_bool, check_choice, check_positive_int
+from .errors import SpecError, check_bool, check_choice, check_positive_int, is_finite_number
 from .census import KindCensus, read_census
 from .limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH
 from .vision import VisionTower
@@ -87,8 +86,7 @@ class OpCounts:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not is_number or not math.isfinite(value) or value < 0:
+            if not is_finite_number(value) or value < 0:
                 raise SpecError(f.name, "OpCounts", "be a finite number >= 0", value)
             object.__setattr__(self, f.name, float(value))
 
