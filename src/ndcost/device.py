@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from .errors import SpecError, check_positive_int, check_positive_number
-from .limits import MAX_DEVICES
+from .limits import MAX_DEVICES, MAX_HBM_BYTES, MAX_LATENCY, MAX_RATE, MIN_RATE
 
 __all__ = ["Device", "Cluster", "devices", "DEVICE_ALIASES", "ND_MEMORY_RESERVE_BYTES"]
 
@@ -116,12 +116,16 @@ class Device:
         for dtype, flops in self.peak_flops.items():
             if not isinstance(dtype, str) or not dtype.strip():
                 raise SpecError("peak_flops", owner, "have dtype names (non-empty strings) as keys", dtype)
-            peaks[dtype.strip().lower()] = check_positive_number(flops, f"peak_flops.{dtype}", owner)
+            peaks[dtype.strip().lower()] = check_positive_number(flops, f"peak_flops.{dtype}", owner,
+                                                                 minimum=MIN_RATE, maximum=MAX_RATE)
         object.__setattr__(self, "peak_flops", MappingProxyType(peaks))
-        for name in ("hbm_bytes", "hbm_bandwidth", "intra_node_bandwidth", "inter_node_bandwidth"):
-            object.__setattr__(self, name, check_positive_number(getattr(self, name), name, owner))
+        object.__setattr__(self, "hbm_bytes", check_positive_number(self.hbm_bytes, "hbm_bytes", owner,
+                                                                    maximum=MAX_HBM_BYTES))
+        for name in ("hbm_bandwidth", "intra_node_bandwidth", "inter_node_bandwidth"):
+            rate = check_positive_number(getattr(self, name), name, owner, minimum=MIN_RATE, maximum=MAX_RATE)
+            object.__setattr__(self, name, rate)
         for name in ("intra_node_latency", "inter_node_latency"):
-            latency = check_positive_number(getattr(self, name), name, owner, allow_zero=True)
+            latency = check_positive_number(getattr(self, name), name, owner, allow_zero=True, maximum=MAX_LATENCY)
             object.__setattr__(self, name, latency)
         check_positive_int(self.devices_per_node, "devices_per_node", owner, maximum=MAX_DEVICES)
         if self.nd_name is not None and (not isinstance(self.nd_name, str) or not self.nd_name.strip()):

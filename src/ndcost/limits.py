@@ -25,7 +25,8 @@ from __future__ import annotations
 
 __all__ = [
     "MAX_LAYERS", "MAX_WIDTH", "MAX_HEADS", "MAX_EXPERTS", "MAX_VOCAB", "MAX_SEQ_LENGTH", "MAX_BATCH",
-    "MAX_DEVICES", "MAX_BYTE_WIDTH", "MAX_OPTIMIZER_STATES", "MAX_CAPACITY_FACTOR",
+    "MAX_DEVICES", "MAX_BYTE_WIDTH", "MAX_OPTIMIZER_STATES", "MAX_CAPACITY_FACTOR", "MIN_RATE", "MAX_RATE",
+    "MAX_HBM_BYTES", "MAX_LATENCY",
 ]
 
 #: Transformer layers of a model (num_hidden_layers, MTP layers, first_k_dense_replace, a vision
@@ -82,3 +83,22 @@ MAX_OPTIMIZER_STATES = 64
 #: every expert already has room for every token, so no factor above MAX_EXPERTS changes
 #: anything; a larger one only risks overflowing the slot counts.
 MAX_CAPACITY_FACTOR = float(MAX_EXPERTS)
+
+# -- a device's figures (Device, Cluster overrides)
+
+#: A rate: peak FLOP/s per dtype, HBM and link bytes/s. Real: 1e10-1e13 bytes/s (a 100 Gb/s
+#: NIC to B200's 8 TB/s HBM), 1e14-5e15 FLOP/s. The lower bound keeps every time finite: with
+#: the sizes above a step moves at most ~1e40 FLOPs or bytes, so at one per second or faster
+#: every part stays far below float64's range and no inf - inf turns into a NaN (a rate of
+#: 1e-300 did, differently per formula). The upper bound is 1e15x the fastest part.
+MIN_RATE = 1.0
+MAX_RATE = 1e30
+
+#: HBM capacity in bytes. Real: 80e9 (H100), 192e9 (B200), 288e9 (B300). 2**60 (an exbibyte) is
+#: ~4,000,000x that.
+MAX_HBM_BYTES = 2**60
+
+#: Seconds per message of a link (0 turns latency off). Real: 1e-6 to 1e-5 s (NCCL's tuning
+#: model). A second is 100,000x the slowest; with at most ~1e15 messages a step (devices x
+#: micro-batches) the latency terms stay finite.
+MAX_LATENCY = 1.0
