@@ -288,11 +288,14 @@ def test_one_bad_row_never_sinks_a_batch(backends, case, changes, data):
     if isinstance(cands, SpecError):
         return
     event(f"bad row: {'refused' if cands.reason[at] >= FIRST_INVALID else 'valid'}")
+    # The row's reason is ExecSpec's first error (valid iff ExecSpec accepts it, as Candidates promises).
+    code = int(cands.reason[at])
     try:
         ExecSpec(**bad_row)
     except SpecError as error:
-        code = int(cands.reason[at])
-        assert code >= FIRST_INVALID and error.parameter.split(".")[0] in REASON_TABLE[code].parameters
+        assert code >= FIRST_INVALID and error.parameter.split(".")[0] in REASON_TABLE[code].parameters, str(error)
+    else:
+        assert code == 0, REASON_TABLE[code]
     for units in ("seconds", "nd"):
         results = {}
         for backend in backends:

@@ -1,4 +1,4 @@
-"""Upper bounds on every size a person or a config can state, in one place.
+"""Upper bounds on every size a person or a config can state (and the range of a device's rates), in one place.
 
 ndcost refuses a size above its bound with a :class:`~ndcost.errors.SpecError`
 that names the parameter and states the bound (docs/LIMITS.md lists them for
@@ -13,9 +13,9 @@ users). The bounds exist for two reasons:
   dp*tp*pp*cp <= MAX_DEVICES = 2**24 (a rule of its own, as the degrees could
   multiply past int64), micro_batch_size*dp <= 2**48, the global batch times the
   sequence <= 2**50; and the float quantities the kernels form from them (FLOPs,
-  bytes, s**2 attention scores over every layer) stay below about 1e40, far
-  from float64 overflow, so neither backend ever sees an inf or a NaN that the
-  other computes differently.
+  bytes, s**2 attention scores over every layer) stay below about 1e40 (5e35
+  measured at the largest sizes), far from float64 overflow, so neither backend
+  meets an inf or a NaN it could compute differently from the other.
 
 Each bound is far above the largest real value (cited beside it), so no real
 model, cluster or strategy comes near one. Every number here is a power of two
@@ -81,7 +81,7 @@ MAX_OPTIMIZER_STATES = 64
 
 #: A MoE capacity factor. Real: 1.0-2.0 (Switch Transformer, GShard). At num_experts / top_k
 #: every expert already has room for every token, so no factor above MAX_EXPERTS changes
-#: anything; a larger one only risks overflowing the slot counts.
+#: anything; a larger one only inflates the numbers.
 MAX_CAPACITY_FACTOR = float(MAX_EXPERTS)
 
 # -- a device's figures (Device, Cluster overrides)
@@ -89,8 +89,8 @@ MAX_CAPACITY_FACTOR = float(MAX_EXPERTS)
 #: A rate: peak FLOP/s per dtype, HBM and link bytes/s. Real: 1e10-1e13 bytes/s (a 100 Gb/s
 #: NIC to B200's 8 TB/s HBM), 1e14-5e15 FLOP/s. The lower bound keeps every time finite: with
 #: the sizes above a step moves at most ~1e40 FLOPs or bytes, so at one per second or faster
-#: every part stays far below float64's range and no inf - inf turns into a NaN (a rate of
-#: 1e-300 did, differently per formula). The upper bound is 1e15x the fastest part.
+#: every part stays far below float64's range (a rate of 1e-300 overflowed to inf, and inf - inf
+#: gave NaN step times). The upper bound is 1e14x the fastest part.
 MIN_RATE = 1.0
 MAX_RATE = 1e30
 
