@@ -423,3 +423,12 @@ def test_the_largest_global_batch_prices_alike_on_both_backends():
         single = estimate(model, spec, cluster)
         batch = estimate_many(model, [spec], cluster)
         assert math.isfinite(single.memory.peak) and same(single.memory.peak, float(batch.peak_memory[0]))
+
+
+def test_search_refuses_sizes_past_their_bounds():
+    """search() put global_batch_size into an int64 column (10**30 raised OverflowError)."""
+    from ndcost import search
+
+    model, cluster = Model.from_catalog("llama3-8b"), Cluster("h100-sxm", num_devices=64)
+    _refused_fast(lambda: search(model, cluster, global_batch_size=10**30, seq_length=4096), "global_batch_size")
+    _refused_fast(lambda: search(model, cluster, global_batch_size=64, seq_length=MAX_SEQ_LENGTH * 2), "seq_length")
