@@ -43,7 +43,8 @@ import numpy as np
 
 from ._formulas import CHOICES, NONE_INT
 from .errors import SpecError
-from .exec_spec import ExecSpec
+from .exec_spec import BYTE_LIMITS, DEGREE_LIMITS, ExecSpec
+from .limits import MAX_BATCH, MAX_CAPACITY_FACTOR, MAX_DEVICES, MAX_SEQ_LENGTH
 from .reasons import REASON_CODES
 from .recompute_spec import SELECTIVE_RULES, mask_from_switches, selective_keep_mask, switches_from_mask
 
@@ -92,7 +93,10 @@ def _is_bool(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    """A real number a float64 column can store (an int past float64's range is not)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return -(2**1023) < value < 2**1023
+    return isinstance(value, (float, np.integer, np.floating)) and not isinstance(value, np.bool_)
 
 
 def _freeze(value: Any) -> Any:
@@ -312,19 +316,26 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
     with np.errstate(all="ignore"):
         # _check_scalars
         for name in _DEGREE_FIELDS:
-            rules.add("bad_degree", _bad(cols[name]) | (a[name] < 1))
-        rules.add("bad_degree", (a["etp"] != NONE_INT) & (_bad(cols["etp"]) | (a["etp"] < 1)))
+            rules.add("bad_degree", _bad(cols[name]) | (a[name] < 1) | (a[name] > DEGREE_LIMITS[name]))
+        rules.add("bad_degree", (a["etp"] != NONE_INT) & (_bad(cols["etp"]) | (a["etp"] < 1)
+                                                          | (a["etp"] > MAX_DEVICES)))
+        # In float64: four bounded degrees can multiply past int64, never past float64's range, and a
+        # product above 2**24 cannot round down to it.
+        devices = (a["dp"].astype(np.float64) * a["tp"] * a["pp"] * a["cp"])
+        rules.add("too_many_devices", devices > MAX_DEVICES)
         for name in _BOOL_FIELDS:
             rules.add("bad_flag", _bad(cols[name]))
-        for name in ("micro_batch_size", "seq_length", "seq_split"):
-            rules.add("bad_size", _bad(cols[name]) | (a[name] < 1))
+        for name, limit in (("micro_batch_size", MAX_BATCH), ("seq_length", MAX_SEQ_LENGTH),
+                            ("seq_split", MAX_SEQ_LENGTH)):
+            rules.add("bad_size", _bad(cols[name]) | (a[name] < 1) | (a[name] > limit))
         for name, minimum in _BYTE_MINIMUM.items():
-            rules.add("bad_bytes", _bad(cols[name]) | (a[name] < minimum))
+            rules.add("bad_bytes", _bad(cols[name]) | (a[name] < minimum) | (a[name] > BYTE_LIMITS[name]))
         for name in ("cp_algo", "precision", "selective_rule"):
             rules.add("bad_choice", a[name] >= len(CHOICES[name]))
         rules.add("bad_flag", _bad(cols["tie_embeddings"]))
         factor = a["capacity_factor"]
-        rules.add("bad_moe_setting", _bad(cols["capacity_factor"]) | ~np.isfinite(factor) | ~(factor >= 1.0))
+        rules.add("bad_moe_setting", _bad(cols["capacity_factor"]) | ~np.isfinite(factor) | ~(factor >= 1.0)
+                  | (factor > MAX_CAPACITY_FACTOR))
         dispatch = a["moe_dispatch"]
         rules.add("bad_moe_setting", _bad(cols["moe_dispatch"])
                   | (~np.isnan(dispatch) & (~np.isfinite(dispatch) | (dispatch < 0.0))))
@@ -344,13 +355,17 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
         # _check_batch
         mbn, gbs = a["micro_batch_num"], a["global_batch_size"]
         mbn_stated, gbs_stated = mbn != NONE_INT, gbs != NONE_INT
-        rules.add("bad_batch", mbn_stated & (_bad(cols["micro_batch_num"]) | (mbn < 1)))
-        rules.add("bad_batch", gbs_stated & (_bad(cols["global_batch_size"]) | (gbs < 1)))
+        rules.add("bad_batch", mbn_stated & (_bad(cols["micro_batch_num"]) | (mbn < 1) | (mbn > MAX_BATCH)))
+        rules.add("bad_batch", gbs_stated & (_bad(cols["global_batch_size"]) | (gbs < 1) | (gbs > MAX_BATCH)))
         rules.add("bad_batch", ~mbn_stated & ~gbs_stated)
         per_micro_batch = a["micro_batch_size"] * a["dp"]
         safe = np.where(per_micro_batch > 0, per_micro_batch, 1)
         rules.add("batch_not_divisible", gbs_stated & (gbs % safe != 0))
-        rules.add("batch_mismatch", gbs_stated & mbn_stated & (gbs != per_micro_batch * mbn))
+        # gbs is a multiple of per_micro_batch here (the rule above comes first), so it equals
+        # per_micro_batch*mbn iff gbs // per_micro_batch == mbn: no product that could overflow.
+        rules.add("batch_mismatch", gbs_stated & mbn_stated & (gbs // safe != mbn))
+        # ExecSpec bounds the global batch micro_batch_num states (mbs*dp*mbn <= MAX_BATCH).
+        rules.add("bad_batch", ~gbs_stated & mbn_stated & (mbn > MAX_BATCH // safe))
     probe_rows = (pp >= 1) & (vpp >= 1) & ~((vpp > 1) & (pp == 1)) & ~_bad(cols["pp"]) & ~_bad(cols["vpp"])
     return rules.reason, probe_rows
 
@@ -365,7 +380,7 @@ def _sharding_rules(cols: dict[str, _Column], reason: np.ndarray) -> None:
         shard = a["optimizer_shard"]
         safe = np.where(shard > 0, shard, 1)
         rules.add("bad_optimizer_shard", (shard != NONE_INT)
-                  & (_bad(cols["optimizer_shard"]) | (shard < 1) | (a["dp"] % safe != 0)))
+                  & (_bad(cols["optimizer_shard"]) | (shard < 1) | (shard > MAX_DEVICES) | (a["dp"] % safe != 0)))
         rules.add("bad_flag", _bad(cols["reshard_params"]))
         rules.add("bad_reshard", (a["reshard_params"] == 1) & (zero != 3))
 

@@ -26,13 +26,12 @@ keep mask ``HYPER_POLICY_MASK``).
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import asdict, dataclass
 from os import PathLike
 from typing import Any, Mapping
 
-from .errors import SpecError
+from .errors import SpecError, is_finite_number
 
 __all__ = ["KindCensus", "read_census"]
 
@@ -58,14 +57,14 @@ class KindCensus:
             raise SpecError("kind", _OWNER, "be a layer kind name", self.kind)
         for name in _SHARES:
             value = getattr(self, name)
-            if not _is_number(value) or not 0.0 <= value <= 1.0:
+            if not is_finite_number(value) or not 0.0 <= value <= 1.0:
                 raise SpecError(name, _OWNER, "be a share in [0, 1]", value)
             object.__setattr__(self, name, float(value))
         for name in _BYTES:
             value = getattr(self, name)
             if value is None:
                 continue
-            if not _is_number(value) or not math.isfinite(value) or value < 0:
+            if not is_finite_number(value) or value < 0:
                 raise SpecError(name, _OWNER, "be bytes per token, a finite number >= 0 (or None)", value)
             object.__setattr__(self, name, float(value))
         for plain, split in (("saved", "saved_tp"), ("selective", "selective_tp")):
@@ -74,10 +73,6 @@ class KindCensus:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _census_entries(data: Mapping[str, Any], owner: str) -> tuple[KindCensus, ...]:

@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from .errors import SpecError, check_positive_int, check_positive_number
+from .limits import MAX_DEVICES, MAX_HBM_BYTES, MAX_LATENCY, MAX_RATE, MIN_RATE
 
 __all__ = ["Device", "Cluster", "devices", "DEVICE_ALIASES", "ND_MEMORY_RESERVE_BYTES"]
 
@@ -115,18 +116,22 @@ class Device:
         for dtype, flops in self.peak_flops.items():
             if not isinstance(dtype, str) or not dtype.strip():
                 raise SpecError("peak_flops", owner, "have dtype names (non-empty strings) as keys", dtype)
-            peaks[dtype.strip().lower()] = check_positive_number(flops, f"peak_flops.{dtype}", owner)
+            peaks[dtype.strip().lower()] = check_positive_number(flops, f"peak_flops.{dtype}", owner,
+                                                                 minimum=MIN_RATE, maximum=MAX_RATE)
         object.__setattr__(self, "peak_flops", MappingProxyType(peaks))
-        for name in ("hbm_bytes", "hbm_bandwidth", "intra_node_bandwidth", "inter_node_bandwidth"):
-            object.__setattr__(self, name, check_positive_number(getattr(self, name), name, owner))
+        object.__setattr__(self, "hbm_bytes", check_positive_number(self.hbm_bytes, "hbm_bytes", owner,
+                                                                    maximum=MAX_HBM_BYTES))
+        for name in ("hbm_bandwidth", "intra_node_bandwidth", "inter_node_bandwidth"):
+            rate = check_positive_number(getattr(self, name), name, owner, minimum=MIN_RATE, maximum=MAX_RATE)
+            object.__setattr__(self, name, rate)
         for name in ("intra_node_latency", "inter_node_latency"):
-            latency = check_positive_number(getattr(self, name), name, owner, allow_zero=True)
+            latency = check_positive_number(getattr(self, name), name, owner, allow_zero=True, maximum=MAX_LATENCY)
             object.__setattr__(self, name, latency)
-        check_positive_int(self.devices_per_node, "devices_per_node", owner)
+        check_positive_int(self.devices_per_node, "devices_per_node", owner, maximum=MAX_DEVICES)
         if self.nd_name is not None and (not isinstance(self.nd_name, str) or not self.nd_name.strip()):
             raise SpecError("nd_name", owner, "be None or a non-empty string", self.nd_name)
         if self.nd_devices_per_node is not None:
-            check_positive_int(self.nd_devices_per_node, "nd_devices_per_node", owner)
+            check_positive_int(self.nd_devices_per_node, "nd_devices_per_node", owner, maximum=MAX_DEVICES)
         if not isinstance(self.sources, Mapping) or not all(
             isinstance(key, str) and isinstance(text, str) for key, text in self.sources.items()
         ):
@@ -308,7 +313,7 @@ class Cluster:
             base = dataclasses.replace(base, **overrides)
         if not isinstance(num_devices, (bool, int)) and hasattr(num_devices, "__index__"):
             num_devices = operator.index(num_devices)  # numpy integers from a search loop
-        check_positive_int(num_devices, "num_devices", owner)
+        check_positive_int(num_devices, "num_devices", owner, maximum=MAX_DEVICES)
         per_node = base.devices_per_node
         if num_devices > per_node and num_devices % per_node:
             rule = f"be at most devices_per_node ({per_node}) or a multiple of it (whole nodes)"

@@ -9,6 +9,7 @@ value it got, in the form (after scikit-learn's ``InvalidParameterError``)::
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -28,8 +29,18 @@ class SpecError(ValueError):
         self.rule = rule
         self.value = value
         super().__init__(
-            f"The {parameter!r} parameter of {owner} must {rule}. Got {value!r} instead."
+            f"The {parameter!r} parameter of {owner} must {rule}. Got {_shown(value)} instead."
         )
+
+
+def _shown(value: Any) -> str:
+    """repr(value); an int too long for Python to print (over 4300 digits) by its size."""
+    try:
+        return repr(value)
+    except ValueError:
+        if isinstance(value, int):
+            return f"an integer of {value.bit_length()} bits"
+        raise
 
 
 def require(condition: bool, parameter: str, owner: str, rule: str, value: Any) -> None:
@@ -38,25 +49,57 @@ def require(condition: bool, parameter: str, owner: str, rule: str, value: Any) 
         raise SpecError(parameter, owner, rule, value)
 
 
-def check_positive_int(value: Any, parameter: str, owner: str, *, minimum: int = 1) -> int:
-    """Return *value* if it is an int (not a bool) of at least *minimum*, else raise."""
+def check_positive_int(value: Any, parameter: str, owner: str, *, minimum: int = 1,
+                       maximum: int | None = None) -> int:
+    """Return *value* if it is an int (not a bool) of at least *minimum* and at most
+    *maximum* (one of ndcost's bounds, :mod:`ndcost.limits`), else raise."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(parameter, owner, f"be an integer >= {minimum}", value)
     if value < minimum:
         raise SpecError(parameter, owner, f"be an integer >= {minimum}", value)
+    if maximum is not None and value > maximum:
+        raise SpecError(parameter, owner, above_limit(maximum), value)
     return value
 
 
-def check_positive_number(value: Any, parameter: str, owner: str, *, allow_zero: bool = False) -> float:
-    """Return *value* as a float if it is a finite real number > 0 (>= 0 with *allow_zero*)."""
+def _bound_text(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() and abs(bound) < 2**53 else f"{bound:g}"
+
+
+def above_limit(maximum: float) -> str:
+    """The rule a size above its bound breaks, stating the bound."""
+    return f"be at most {_bound_text(maximum)} (ndcost's upper bound for this size; see docs/LIMITS.md)"
+
+
+def below_limit(minimum: float) -> str:
+    """The rule a figure below its lower bound breaks, stating the bound."""
+    return f"be at least {_bound_text(minimum)} (ndcost's lower bound for this figure; see docs/LIMITS.md)"
+
+
+def is_finite_number(value: Any) -> bool:
+    """Whether *value* is a real number (an int or a float, not a bool) that a float64 holds
+    finitely. An int past float64's range is not (``math.isfinite`` would raise on it)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return -(2**1023) < value < 2**1023
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def check_positive_number(value: Any, parameter: str, owner: str, *, allow_zero: bool = False,
+                          minimum: float | None = None, maximum: float | None = None) -> float:
+    """Return *value* as a float if it is a finite real number > 0 (>= 0 with *allow_zero*),
+    and within [*minimum*, *maximum*] where they are given (:mod:`ndcost.limits`)."""
     rule = "be a finite number >= 0" if allow_zero else "be a finite number > 0"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_finite_number(value):
         raise SpecError(parameter, owner, rule, value)
     number = float(value)
-    if number != number or number in (float("inf"), float("-inf")):
-        raise SpecError(parameter, owner, rule, value)
     if number < 0 or (number == 0 and not allow_zero):
         raise SpecError(parameter, owner, rule, value)
+    if minimum is not None and number < minimum and not (allow_zero and number == 0):
+        raise SpecError(parameter, owner, below_limit(minimum), value)
+    if maximum is not None and number > maximum:
+        raise SpecError(parameter, owner, above_limit(maximum), value)
     return number
 
 

@@ -44,7 +44,7 @@ from .nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_
 from .ratios import Ratios
 from .reasons import REASON_CODES, REASONS
 from .seconds_batch import seconds_batch, seconds_layouts
-from .validate import _layout_rules
+from .validate import _layout_rules, pipeline_depth_error
 
 __all__ = ["estimate_many", "REASONS", "UNITS", "DEFAULT_CHUNK"]
 
@@ -90,7 +90,10 @@ def _layout_pool(model: Any, cands: Candidates) -> tuple[LayoutPool, np.ndarray,
         entry = pieces_of.get(key)
         if entry is None:
             spec = cands.layout_spec(index)
-            broken = any(True for _ in _layout_rules(model, spec))
+            # A pipeline deeper than the model (rule 4; its rows have that reason) is never built:
+            # a layout's work grows with pp*vpp.
+            broken = (pipeline_depth_error(model, spec.pp, spec.vpp) is not None
+                      or any(True for _ in _layout_rules(model, spec)))
             piece = None
             if not broken:
                 try:

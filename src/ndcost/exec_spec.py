@@ -14,12 +14,16 @@ comm flags, ...) come from :func:`ndcost.derive.derive`.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .errors import SpecError, check_bool, check_choice, check_positive_int, check_positive_number
+from .errors import (
+    SpecError, above_limit, check_bool, check_choice, check_positive_int, check_positive_number, is_finite_number,
+)
+from .limits import (
+    MAX_BATCH, MAX_BYTE_WIDTH, MAX_CAPACITY_FACTOR, MAX_DEVICES, MAX_LAYERS, MAX_OPTIMIZER_STATES, MAX_SEQ_LENGTH,
+)
 from .recompute_spec import (
     RECOMPUTE_OPTIONS,
     SELECTIVE_RULES,
@@ -46,6 +50,10 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 
 _DEGREES = ("dp", "tp", "pp", "vpp", "cp", "ep")
+#: Each degree's bound (ndcost.limits): a device count, but pp and vpp, whose stages and chunks
+#: each hold a layer.
+DEGREE_LIMITS = MappingProxyType({"dp": MAX_DEVICES, "tp": MAX_DEVICES, "pp": MAX_LAYERS, "vpp": MAX_LAYERS,
+                                  "cp": MAX_DEVICES, "ep": MAX_DEVICES})
 _BOOL_FIELDS = (
     "sequence_parallel",
     "mtp_in_offset",
@@ -74,6 +82,9 @@ _BYTE_FIELDS = (
     ("norm_bytes", 1),
     ("dropout_bytes", 0),
 )
+#: A byte field's bound (ndcost.limits): a width in bytes, or a count of optimizer states.
+BYTE_LIMITS = MappingProxyType({name: MAX_OPTIMIZER_STATES if name == "optimizer_states" else MAX_BYTE_WIDTH
+                                for name, _ in _BYTE_FIELDS})
 
 
 def _is_int(value: Any) -> bool:
@@ -211,16 +222,19 @@ class ExecSpec:
 
     def _check_scalars(self) -> None:
         for name in _DEGREES:
-            check_positive_int(getattr(self, name), name, _OWNER)
+            check_positive_int(getattr(self, name), name, _OWNER, maximum=DEGREE_LIMITS[name])
         if self.etp is not None:
-            check_positive_int(self.etp, "etp", _OWNER)
+            check_positive_int(self.etp, "etp", _OWNER, maximum=MAX_DEVICES)
+        if self.num_devices > MAX_DEVICES:
+            # Each degree is bounded, but four of them multiply past any cluster (and past int64).
+            raise SpecError("dp*tp*pp*cp", _OWNER, above_limit(MAX_DEVICES), self.num_devices)
         for name in _BOOL_FIELDS:
             check_bool(getattr(self, name), name, _OWNER)
-        check_positive_int(self.micro_batch_size, "micro_batch_size", _OWNER)
-        check_positive_int(self.seq_length, "seq_length", _OWNER)
-        check_positive_int(self.seq_split, "seq_split", _OWNER)
+        check_positive_int(self.micro_batch_size, "micro_batch_size", _OWNER, maximum=MAX_BATCH)
+        check_positive_int(self.seq_length, "seq_length", _OWNER, maximum=MAX_SEQ_LENGTH)
+        check_positive_int(self.seq_split, "seq_split", _OWNER, maximum=MAX_SEQ_LENGTH)
         for name, minimum in _BYTE_FIELDS:
-            check_positive_int(getattr(self, name), name, _OWNER, minimum=minimum)
+            check_positive_int(getattr(self, name), name, _OWNER, minimum=minimum, maximum=BYTE_LIMITS[name])
         check_choice(self.cp_algo, "cp_algo", _OWNER, CP_ALGOS)
         check_choice(self.precision, "precision", _OWNER, PRECISIONS)
         check_choice(self.selective_rule, "selective_rule", _OWNER, SELECTIVE_RULES)
@@ -229,9 +243,10 @@ class ExecSpec:
         # MindFormers refuses a capacity factor below 1 (ND_REFERENCE §1.4,
         # moe_config.capacity_factor (>= 1)): fewer slots than tokens routed.
         factor = self.capacity_factor
-        is_number = isinstance(factor, (int, float)) and not isinstance(factor, bool)
-        if not is_number or not math.isfinite(factor) or factor < 1:
+        if not is_finite_number(factor) or factor < 1:
             raise SpecError("capacity_factor", _OWNER, "be a finite number >= 1", factor)
+        if factor > MAX_CAPACITY_FACTOR:
+            raise SpecError("capacity_factor", _OWNER, above_limit(MAX_CAPACITY_FACTOR), factor)
         object.__setattr__(self, "capacity_factor", float(factor))
         if self.moe_dispatch is not None:
             # 0 prices no dispatch at all (ND_REFERENCE §2.3: "0 = none").
@@ -261,9 +276,9 @@ class ExecSpec:
 
     def _check_batch(self) -> None:
         if self.micro_batch_num is not None:
-            check_positive_int(self.micro_batch_num, "micro_batch_num", _OWNER)
+            check_positive_int(self.micro_batch_num, "micro_batch_num", _OWNER, maximum=MAX_BATCH)
         if self.global_batch_size is not None:
-            check_positive_int(self.global_batch_size, "global_batch_size", _OWNER)
+            check_positive_int(self.global_batch_size, "global_batch_size", _OWNER, maximum=MAX_BATCH)
         if self.micro_batch_num is None and self.global_batch_size is None:
             raise SpecError("global_batch_size", _OWNER,
                             "be given when micro_batch_num is not (state one of them)", None)
@@ -282,6 +297,11 @@ class ExecSpec:
                     f"equal micro_batch_size*dp*micro_batch_num (= {per_micro_batch * self.micro_batch_num})",
                     self.global_batch_size,
                 )
+        elif per_micro_batch * self.micro_batch_num > MAX_BATCH:
+            # The global batch this states is bounded as a stated one is.
+            raise SpecError("micro_batch_num", _OWNER,
+                            f"keep micro_batch_size*dp*micro_batch_num (the global batch) at most {MAX_BATCH} "
+                            "(ndcost's upper bound for this size; see docs/LIMITS.md)", self.micro_batch_num)
 
     def _check_layout(self) -> None:
         if self.offset is not None:
@@ -352,7 +372,7 @@ class ExecSpec:
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
             raise SpecError("zero_stage", _OWNER, "be one of 0, 1, 2, 3", self.zero_stage)
         if self.optimizer_shard is not None:
-            check_positive_int(self.optimizer_shard, "optimizer_shard", _OWNER)
+            check_positive_int(self.optimizer_shard, "optimizer_shard", _OWNER, maximum=MAX_DEVICES)
             # ND: the OP ranks are "any divisor of DP" (ND_REFERENCE §4.1 loop 7).
             if self.dp % self.optimizer_shard:
                 raise SpecError("optimizer_shard", _OWNER, f"divide dp ({self.dp})", self.optimizer_shard)

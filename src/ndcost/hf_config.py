@@ -16,11 +16,13 @@ vision-language models qwen2_vl and qwen2_5_vl (a Qwen2 text model with a
 from __future__ import annotations
 
 import json
+import math
 import os
 from os import PathLike
 from typing import Any, Mapping
 
 from .errors import SpecError
+from .limits import MAX_LAYERS
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "read_hf_config", "model_kwargs_from_hf_config"]
 
@@ -44,6 +46,13 @@ _VLM_TYPES = ("qwen2_vl", "qwen2_5_vl")
 # parser aliases). The first present wins.
 _EXPERT_COUNT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
 _MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+
+def _layer_count(layers: Any) -> bool:
+    """Whether *layers* is a layer count a per-layer list may be built for: an int within
+    ndcost's bound. Any other value passes through to :class:`Model`, which refuses it by
+    name, before a list of a billion entries is built here."""
+    return isinstance(layers, int) and not isinstance(layers, bool) and 0 <= layers <= MAX_LAYERS
+
 
 # Qwen3NextConfig's default when neither layer_types nor full_attention_interval
 # is given: every 4th layer (1-based) is full attention.
@@ -172,14 +181,21 @@ def _vision_kwargs(read: _Reader, model_type: str) -> dict[str, Any]:
     if model_type == "qwen2_vl":
         width = read.required("embed_dim")
         ratio = read.optional("mlp_ratio", default=4)
-        inner = int(width * ratio) if isinstance(width, int) and isinstance(ratio, (int, float)) else ratio
+        inner = width * ratio if isinstance(width, int) and isinstance(ratio, (int, float)) else ratio
+        # A finite product becomes the int width; NaN or inf passes through for VisionTower to refuse.
+        inner = int(inner) if isinstance(inner, float) and math.isfinite(inner) else inner
         return {**common, "hidden_size": width, "intermediate_size": inner,
                 "out_hidden_size": read.required("hidden_size"), "gated_ffn": False, "norm": "layernorm"}
     return {**common, "hidden_size": read.required("hidden_size"),
             "intermediate_size": read.required("intermediate_size"),
             "out_hidden_size": read.required("out_hidden_size"), "gated_ffn": True, "norm": "rmsnorm",
             "window_size": read.optional("window_size", default=0),
-            "fullatt_block_indexes": tuple(read.optional("fullatt_block_indexes", default=()))}
+            "fullatt_block_indexes": _as_tuple(read.optional("fullatt_block_indexes", default=()))}
+
+
+def _as_tuple(value: Any) -> Any:
+    """A JSON list as a tuple; any other value as it is (the Model or tower refuses it by name)."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _gpt2_kwargs(read: _Reader) -> dict[str, Any]:
@@ -277,13 +293,13 @@ def _add_layer_types(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> 
         layers = kwargs["num_hidden_layers"]
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise SpecError("full_attention_interval", read.owner, "be an integer >= 1", interval)
-        if isinstance(layers, int) and not isinstance(layers, bool):
+        if _layer_count(layers):
             # Qwen3NextConfig: layer i (0-based) is full attention when (i + 1) % interval == 0.
             layer_types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
     if layer_types is None:
         return
-    kwargs["layer_types"] = tuple(layer_types) if isinstance(layer_types, list) else layer_types
-    if "linear_attention" in (layer_types or ()):
+    kwargs["layer_types"] = _as_tuple(layer_types)
+    if isinstance(layer_types, (list, tuple)) and "linear_attention" in layer_types:
         kwargs["linear_num_key_heads"] = read.required("linear_num_key_heads")
         kwargs["linear_key_head_dim"] = read.required("linear_key_head_dim")
         kwargs["linear_num_value_heads"] = read.required("linear_num_value_heads")
@@ -340,9 +356,14 @@ def _dense_prefix(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> int
         mlp_only = read.optional("mlp_only_layers", default=[])
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
             raise SpecError("decoder_sparse_step", read.owner, "be an integer >= 1", step)
-        if not isinstance(mlp_only, (list, tuple)) or not isinstance(layers, int):
+        if not isinstance(mlp_only, (list, tuple)):
             raise SpecError("mlp_only_layers", read.owner, "be a list of layer indices", mlp_only)
-        dense = sorted({i for i in range(layers) if i in mlp_only or (i + 1) % step != 0})
+        if not _layer_count(layers):
+            return 0      # Model refuses the layer count
+        # A set of the entries that can name a layer (an int; 1.0 == 1 as in the list): one
+        # look-up a layer, however long the list.
+        only = {index for index in mlp_only if isinstance(index, (int, float))}
+        dense = sorted({i for i in range(layers) if i in only or (i + 1) % step != 0})
         if dense != list(range(len(dense))):
             raise SpecError(
                 "mlp_only_layers",

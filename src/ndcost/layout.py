@@ -48,7 +48,7 @@ from ._columns import OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
 from .errors import SpecError
 from .exec_spec import ExecSpec
 from .recompute_spec import ALL_KEPT
-from .validate import offset_chunk_counts, offset_layer_count
+from .validate import offset_chunk_counts, offset_layer_count, pipeline_depth_error
 
 __all__ = ["Layout", "build_layout", "LAYOUT_FIELDS"]
 
@@ -132,7 +132,15 @@ _LAYOUTS_PER_MODEL = 4096
 
 
 def build_layout(model: Any, spec: ExecSpec) -> Layout:
-    """The :class:`Layout` of *spec* on *model*, cached per model object and distinct layout key."""
+    """The :class:`Layout` of *spec* on *model*, cached per model object and distinct layout key.
+
+    Raises:
+        SpecError: For a pipeline deeper than the model (validate's rule 4), before any work:
+            a layout's grid and loops grow with pp*vpp.
+    """
+    depth = pipeline_depth_error(model, spec.pp, spec.vpp)
+    if depth is not None:
+        raise depth
     key = _layout_key(spec)
     cache = per_object(model)
     layouts = cache.get("layouts")

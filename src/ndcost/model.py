@@ -21,14 +21,14 @@ memory model shards differently (ND_REFERENCE §3.3).
 from __future__ import annotations
 
 import difflib
-import math
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from os import PathLike
 from typing import Any, Mapping
 
-from .errors import SpecError, check_bool, check_choice, check_positive_int
+from .errors import SpecError, check_bool, check_choice, check_positive_int, is_finite_number
 from .census import KindCensus, read_census
+from .limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH
 from .vision import VisionTower
 
 __all__ = ["OpCounts", "LayerKind", "ParamCount", "Model"]
@@ -86,8 +86,7 @@ class OpCounts:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not is_number or not math.isfinite(value) or value < 0:
+            if not is_finite_number(value) or value < 0:
                 raise SpecError(f.name, "OpCounts", "be a finite number >= 0", value)
             object.__setattr__(self, f.name, float(value))
 
@@ -204,6 +203,20 @@ _LINEAR_FIELDS = (
     "linear_conv_kernel_dim",
 )
 _MLA_FIELDS = ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+#: The upper bound of every int field (ndcost.limits; docs/LIMITS.md).
+_SIZE_LIMITS: Mapping[str, int] = {
+    "num_hidden_layers": MAX_LAYERS, "num_nextn_predict_layers": MAX_LAYERS, "first_k_dense_replace": MAX_LAYERS,
+    "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS, "linear_num_key_heads": MAX_HEADS,
+    "linear_num_value_heads": MAX_HEADS,
+    "num_experts": MAX_EXPERTS, "num_experts_per_tok": MAX_EXPERTS,
+    "vocab_size": MAX_VOCAB, "learned_position_embeddings": MAX_SEQ_LENGTH,
+    **{name: MAX_WIDTH for name in ("hidden_size", "head_dim", "intermediate_size", "moe_intermediate_size",
+                                    "shared_expert_intermediate_size", "kv_lora_rank", "q_lora_rank",
+                                    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "linear_key_head_dim",
+                                    "linear_value_head_dim", "linear_conv_kernel_dim")},
+}
+if set(_SIZE_LIMITS) != set(_REQUIRED_POSITIVE + _OPTIONAL_POSITIVE + _NON_NEGATIVE):  # pragma: no cover
+    raise ImportError("every int field of Model needs a bound in _SIZE_LIMITS")
 
 
 @dataclass(frozen=True)
@@ -265,13 +278,14 @@ class Model:
         if not isinstance(self.name, str) or not self.name:
             raise SpecError("name", _OWNER, "be a non-empty string", self.name)
         for field_name in _REQUIRED_POSITIVE:
-            check_positive_int(getattr(self, field_name), field_name, _OWNER)
+            check_positive_int(getattr(self, field_name), field_name, _OWNER, maximum=_SIZE_LIMITS[field_name])
         for field_name in _OPTIONAL_POSITIVE:
             value = getattr(self, field_name)
             if value is not None:
-                check_positive_int(value, field_name, _OWNER)
+                check_positive_int(value, field_name, _OWNER, maximum=_SIZE_LIMITS[field_name])
         for field_name in _NON_NEGATIVE:
-            check_positive_int(getattr(self, field_name), field_name, _OWNER, minimum=0)
+            check_positive_int(getattr(self, field_name), field_name, _OWNER, minimum=0,
+                               maximum=_SIZE_LIMITS[field_name])
         for field_name in _BOOLS:
             check_bool(getattr(self, field_name), field_name, _OWNER)
         check_choice(self.norm, "norm", _OWNER, NORMS)

@@ -17,12 +17,11 @@ or a hand-built ``Rates``.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .errors import SpecError
+from .errors import SpecError, is_finite_number
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS"]
 
@@ -105,7 +104,7 @@ class Rates:
 
     def __post_init__(self) -> None:
         fetch = self.zero3_fetch_bandwidth
-        if not _is_number(fetch) or fetch < 0.0:
+        if not is_finite_number(fetch) or fetch < 0.0:
             raise SpecError("zero3_fetch_bandwidth", _OWNER, "be a finite number of bytes/s >= 0 (0: off)", fetch)
         object.__setattr__(self, "zero3_fetch_bandwidth", float(fetch))
         for name in ("zero3_recompute_gather", "zero3_grad_all_reduce", "grad_accumulation_fusion"):
@@ -116,13 +115,13 @@ class Rates:
             value = getattr(self, name)
             if value is None and name == "fp8_matmul_efficiency":
                 continue
-            if not _is_number(value) or not 0.0 < value <= 1.0:
+            if not is_finite_number(value) or not 0.0 < value <= 1.0:
                 raise SpecError(name, _OWNER, "be a number in (0, 1]", value)
             object.__setattr__(self, name, float(value))
         if isinstance(self.sm_count, bool) or not isinstance(self.sm_count, int) or self.sm_count < 1:
             raise SpecError("sm_count", _OWNER, "be an integer >= 1", self.sm_count)
         overhead = self.kernel_overhead
-        if not _is_number(overhead) or not math.isfinite(overhead) or overhead < 0.0:
+        if not is_finite_number(overhead) or overhead < 0.0:
             raise SpecError("kernel_overhead", _OWNER, "be a finite number of seconds >= 0", overhead)
         object.__setattr__(self, "kernel_overhead", float(overhead))
         if not isinstance(self.sources, Mapping):
@@ -180,10 +179,6 @@ class Rates:
 
 def _rebuild(state: dict) -> Rates:
     return Rates(**state)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 #: Sources of the software figures' defaults: today's Megatron-LM / PyTorch FSDP.

@@ -44,21 +44,23 @@ _TABLE = (
     ("undefined", (), "no finite price (a degenerate size or degree)"),
     ("no_fit", (), "does not fit in memory"),
     # ExecSpec's own checks.
-    ("bad_degree", _DEGREES, "a parallel degree (dp, tp, pp, vpp, cp, ep, etp) is not an integer >= 1"),
+    ("bad_degree", _DEGREES,
+     "a parallel degree (dp, tp, pp, vpp, cp, ep, etp) is not an integer >= 1, or is above its bound (docs/LIMITS.md)"),
     ("bad_flag", _FLAGS, "an on/off field is not True or False"),
     ("bad_size", ("micro_batch_size", "seq_length", "seq_split"),
-     "micro_batch_size, seq_length or seq_split is not an integer >= 1"),
-    ("bad_bytes", _BYTES, "a byte width is not an integer of at least its minimum"),
+     "micro_batch_size, seq_length or seq_split is not an integer >= 1, or is above its bound (docs/LIMITS.md)"),
+    ("bad_bytes", _BYTES, "a byte width is not an integer of at least its minimum and at most its bound"),
     ("bad_choice", ("pp_schedule", "cp_algo", "precision", "selective_rule"),
      "a named choice (pp_schedule, cp_algo, precision, selective_rule) is not one ndcost knows"),
     ("bad_moe_setting", ("capacity_factor", "moe_dispatch"),
-     "capacity_factor is not a finite number >= 1, or moe_dispatch not a finite number >= 0"),
+     "capacity_factor is not a finite number in [1, its bound], or moe_dispatch not a finite number >= 0"),
     ("vpp_without_pp", ("vpp",), "vpp > 1 with pp = 1 (virtual stages without a pipeline)"),
     ("schedule_vpp", ("vpp",),
      "vpp does not suit the schedule (interleaved needs vpp > 1, zero_bubble_v 2, gpipe 1)"),
     ("bad_seq_split", ("seq_split",), "seq_split is not 1 outside seq1f1b, or does not divide seq_length"),
     ("bad_batch", ("micro_batch_num", "global_batch_size"),
-     "neither micro_batch_num nor global_batch_size is stated, or one is not an integer >= 1"),
+     "neither micro_batch_num nor global_batch_size is stated, or one is not an integer >= 1, or the global "
+     "batch is above its bound (docs/LIMITS.md)"),
     ("batch_not_divisible", ("global_batch_size",), "global_batch_size is not a multiple of micro_batch_size*dp"),
     ("batch_mismatch", ("global_batch_size",), "global_batch_size is not micro_batch_size*dp*micro_batch_num"),
     ("bad_layout_field", ("offset", "pp_partition"), "offset or pp_partition does not have the pipeline's shape"),
@@ -99,6 +101,8 @@ _TABLE = (
      "the vision tower's tokens do not split over tp*cp (SP), 2*cp (ring) or cp (Ulysses)"),
     ("vision_ulysses_heads", ("tp*cp",), "tp*cp does not divide the vision tower's heads (Ulysses)"),
     ("vision_seq1f1b", ("pp_schedule",), "seq1f1b with a vision tower (Seq1F1B splits the text sequence only)"),
+    # ExecSpec's bound on dp*tp*pp*cp (checked after the degrees); appended to keep codes stable.
+    ("too_many_devices", ("dp*tp*pp*cp",), "dp*tp*pp*cp is above ndcost's bound on devices (docs/LIMITS.md)"),
 )
 
 #: Every reason (code, name, parameters, words), indexed by its code.

@@ -11,12 +11,14 @@ silently: ``space_size`` counts every combination that fills the devices.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .errors import SpecError
+from .errors import SpecError, check_positive_int
+from .limits import MAX_BATCH, MAX_SEQ_LENGTH
 
 __all__ = ["SEARCH_DIMENSIONS", "SearchSpace", "build_space", "divisors"]
 
@@ -26,8 +28,9 @@ SEARCH_DIMENSIONS = ("tp", "pp", "cp", "ep", "micro_batch_size", "vpp", "zero_st
 
 
 def divisors(n: int) -> list[int]:
-    """The divisors of *n*, ascending."""
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of *n*, ascending (pairs up to sqrt(n): a 2**24-device cluster takes 4096 steps)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -69,6 +72,9 @@ def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_b
     sequence_parallel: on when tp > 1; pp_schedule: 1f1b (interleaved when vpp > 1);
     recompute: none, selective, full.
     """
+    # The sizes every row states, bounded as ExecSpec bounds them (an int64 column holds them).
+    check_positive_int(global_batch_size, "global_batch_size", "search", maximum=MAX_BATCH)
+    check_positive_int(seq_length, "seq_length", "search", maximum=MAX_SEQ_LENGTH)
     dims = dict(dims or {})
     unknown = set(dims) - set(SEARCH_DIMENSIONS) - {"dp"}
     if unknown:

@@ -41,7 +41,7 @@ from .reasons import REASON_CODES
 from .seconds import (
     _DEFAULT_OVERLAP, Overlap, _extras, _optimizer_bytes, rates_vector, seconds_kind_table, seconds_model_vector,
 )
-from .validate import _layout_rules
+from .validate import _layout_rules, pipeline_depth_error
 
 __all__ = ["SecondsLayouts", "seconds_layouts", "seconds_candidate_columns", "seconds_candidate_matrix",
            "seconds_batch", "STEP_RATE_FIELDS"]
@@ -162,7 +162,10 @@ def seconds_layouts(model: Any, candidates: Candidates) -> SecondsLayouts:
         entry = built.get(key)
         if entry is None:
             spec = candidates.layout_spec(index)
-            broken = any(True for _ in _layout_rules(model, spec))
+            # A pipeline deeper than the model (rule 4; its rows have that reason) is never built:
+            # a layout's work grows with pp*vpp.
+            broken = (pipeline_depth_error(model, spec.pp, spec.vpp) is not None
+                      or any(True for _ in _layout_rules(model, spec)))
             piece = extra = None
             if not broken:
                 try:

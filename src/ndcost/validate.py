@@ -50,7 +50,7 @@ from .errors import SpecError
 from .exec_spec import ExecSpec
 from .model import Model
 
-__all__ = ["validate", "explain", "offset_layer_count", "offset_chunk_counts"]
+__all__ = ["validate", "explain", "offset_layer_count", "offset_chunk_counts", "pipeline_depth_error"]
 
 _OWNER = "ExecSpec"
 # Schedules of the 1F1B family: the first stage runs up to pp warm-up
@@ -175,15 +175,24 @@ def _expert_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
                         f"divide moe_intermediate_size ({width}) (the experts' TP degree)", t_exp)
 
 
-def _pipeline_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
+def pipeline_depth_error(model: Any, pp: int, vpp: int) -> SpecError | None:
+    """Rule 4, the pipeline's depth against the layers: the error, or None when pp*vpp chunks
+    fit the model. It costs nothing, and everything that builds a layout (work and memory
+    proportional to pp*vpp) checks it first."""
     layers = model.num_layers_with_mtp
-    pp, vpp = spec.pp, spec.vpp
     # ND's search bound PP <= total_layers // vpp (ND_REFERENCE §4.1).
     if pp > layers:
-        yield SpecError("pp", _OWNER, f"be at most the layer count ({layers}, MTP layers included)", pp)
-    elif vpp > 1 and vpp * pp > layers:
-        yield SpecError("vpp", _OWNER,
-                        f"keep vpp*pp within the layer count ({layers}, MTP layers included)", vpp)
+        return SpecError("pp", _OWNER, f"be at most the layer count ({layers}, MTP layers included)", pp)
+    if vpp > 1 and vpp * pp > layers:
+        return SpecError("vpp", _OWNER, f"keep vpp*pp within the layer count ({layers}, MTP layers included)", vpp)
+    return None
+
+
+def _pipeline_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
+    pp = spec.pp
+    depth = pipeline_depth_error(model, pp, spec.vpp)
+    if depth is not None:
+        yield depth
     if pp > 1:
         micro_batches = spec.resolved_micro_batch_num
         schedule = spec.schedule
@@ -243,6 +252,10 @@ def _vision_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
 
 
 def _layout_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
+    if pipeline_depth_error(model, spec.pp, spec.vpp) is not None:
+        # Rule 4 already refuses the pipeline; counting layers per chunk of it would take work
+        # proportional to pp*vpp and say nothing more.
+        return
     placed = offset_layer_count(model, spec)
     counts = offset_chunk_counts(model, spec)
     if counts is not None:

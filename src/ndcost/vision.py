@@ -22,12 +22,19 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
 from .errors import SpecError, check_bool, check_choice, check_positive_int
+from .limits import MAX_HEADS, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_WIDTH
 
 __all__ = ["VisionTower", "DEFAULT_VISION_TOKENS"]
 
 _OWNER = "VisionTower"
 #: Patches per sample the encoder sees by default: 1024 merged tokens x a 2x2 merge (ND's default).
 DEFAULT_VISION_TOKENS = 4096
+#: Each int field's upper bound (ndcost.limits; docs/LIMITS.md): patching sizes (pixels, frames,
+#: channels) are bounded as widths, tokens as a sequence.
+_SIZE_LIMITS = {"depth": MAX_LAYERS, "hidden_size": MAX_WIDTH, "num_heads": MAX_HEADS,
+                "intermediate_size": MAX_WIDTH, "out_hidden_size": MAX_WIDTH, "patch_size": MAX_WIDTH,
+                "temporal_patch_size": MAX_WIDTH, "spatial_merge_size": MAX_WIDTH, "in_channels": MAX_WIDTH,
+                "tokens": MAX_SEQ_LENGTH}
 
 
 @dataclass(frozen=True)
@@ -66,10 +73,9 @@ class VisionTower:
     tokens: int = DEFAULT_VISION_TOKENS
 
     def __post_init__(self) -> None:
-        for name in ("depth", "hidden_size", "num_heads", "intermediate_size", "out_hidden_size", "patch_size",
-                     "temporal_patch_size", "spatial_merge_size", "in_channels", "tokens"):
-            check_positive_int(getattr(self, name), name, _OWNER)
-        check_positive_int(self.window_size, "window_size", _OWNER, minimum=0)
+        for name, limit in _SIZE_LIMITS.items():
+            check_positive_int(getattr(self, name), name, _OWNER, maximum=limit)
+        check_positive_int(self.window_size, "window_size", _OWNER, minimum=0, maximum=MAX_WIDTH)
         check_bool(self.gated_ffn, "gated_ffn", _OWNER)
         check_choice(self.norm, "norm", _OWNER, ("rmsnorm", "layernorm"))
         if self.hidden_size % self.num_heads:
