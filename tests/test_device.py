@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import json
 import pickle
+import math
 import re
 from collections.abc import Mapping
 from importlib import resources
@@ -19,7 +20,8 @@ import pytest
 from ndcost.device import DEVICE_ALIASES, ND_MEMORY_RESERVE_BYTES, Cluster, Device, devices
 from ndcost.errors import SpecError
 
-CATALOG = ["a100-40g", "a100-80g", "ascend-910b", "ascend-910c", "b200", "h100-sxm", "h200", "h800"]
+CATALOG = ["a100-40g", "a100-80g", "ascend-910b", "ascend-910c", "b200", "gb200-nvl72", "gb300-nvl72", "h100-sxm",
+           "h200", "h800"]
 
 GIB = 2**30
 
@@ -31,9 +33,17 @@ EXPECTED = {
                  80e9, 3.35e12, 8, 450e9, 50e9, None, 8),
     "h200": ({"bf16": 989.5e12, "fp16": 989.5e12, "tf32": 494.5e12, "fp8": 1979e12},
              141e9, 4.8e12, 8, 450e9, 50e9, None, 8),
-    "h800": ({"bf16": 989.43e12, "fp16": 989.43e12}, 80e9, 3.35e12, 8, 200e9, 50e9, None, 8),
+    "h800": ({"bf16": 989.43e12, "fp16": 989.43e12, "fp8": 1978.86e12}, 80e9, 3.35e12, 8, 200e9, 50e9, None, 8),
     "b200": ({"bf16": 2250e12, "fp16": 2250e12, "tf32": 1100e12, "fp8": 4500e12, "fp4": 9000e12},
              180e9, 8e12, 8, 900e9, 50e9, None, 8),
+    # The NVL72 racks: per GPU, a node is the 72-GPU NVLink domain (not the 4-GPU tray); dense peaks from
+    # NVIDIA's figures (GB200: Blackwell datasheet at 1,200 W; GB300: Blackwell Ultra), HBM as NVIDIA's
+    # MLPerf systems state it (186 GB, 288 GB), NVLink 5 1800 GB/s halved, one ConnectX-7 400 Gb/s (GB200)
+    # or ConnectX-8 800 Gb/s (GB300) NIC per GPU.
+    "gb200-nvl72": ({"bf16": 2500e12, "fp16": 2500e12, "tf32": 1250e12, "fp8": 5000e12, "fp4": 10000e12},
+                    186e9, 8e12, 72, 900e9, 50e9, None, 72),
+    "gb300-nvl72": ({"bf16": 2500e12, "fp16": 2500e12, "tf32": 1250e12, "fp8": 5000e12, "fp4": 15000e12},
+                    288e9, 8e12, 72, 900e9, 100e9, None, 72),
     "ascend-910b": ({"bf16": 353.9e12, "fp16": 376e12}, 64 * GIB, 1.6 * 2**40, 8, 196e9, 25e9, "A2", 8),
     "ascend-910c": ({"bf16": 353.9e12, "fp16": 376e12}, 64 * GIB, 1.6 * 2**40, 16, 196e9, 25e9, "A3", 16),
 }
@@ -46,6 +56,8 @@ BF16_SOURCE_KEY = {
     "h200": "nv_h200_datasheet",
     "h800": "waredb_h800",
     "b200": "nv_blackwell_datasheet",
+    "gb200-nvl72": "nv_blackwell_datasheet",
+    "gb300-nvl72": "aiconfigurator_systems",
     "ascend-910b": "huawei_msmodeling",
     "ascend-910c": "huawei_msmodeling",
 }
@@ -134,7 +146,7 @@ def test_catalog_files_have_only_known_keys():
     ("alias", "name"),
     [("a100", "a100-80g"), ("A100", "a100-80g"), ("h100", "h100-sxm"), ("H100", "h100-sxm"),
      ("A2", "ascend-910b"), ("a2", "ascend-910b"), ("A3", "ascend-910c"), (" H100-SXM ", "h100-sxm"),
-     ("B200", "b200")],
+     ("B200", "b200"), ("GB200", "gb200-nvl72"), ("gb300", "gb300-nvl72")],
 )
 def test_aliases_and_names_are_case_insensitive(alias, name):
     assert Device.from_catalog(alias) is Device.from_catalog(name)
@@ -142,7 +154,8 @@ def test_aliases_and_names_are_case_insensitive(alias, name):
 
 
 def test_alias_table():
-    assert dict(DEVICE_ALIASES) == {"a100": "a100-80g", "h100": "h100-sxm", "a2": "ascend-910b", "a3": "ascend-910c"}
+    assert dict(DEVICE_ALIASES) == {"a100": "a100-80g", "h100": "h100-sxm", "gb200": "gb200-nvl72",
+                                    "gb300": "gb300-nvl72", "a2": "ascend-910b", "a3": "ascend-910c"}
 
 
 def test_peak_accepts_dtype_spellings():
@@ -243,8 +256,9 @@ def test_cluster_takes_a_device():
     assert Cluster(device, 12, nd_name="A2").device.nd_name == "A2"
 
 
-CATALOG_RULE = ("be a catalog device (a100-40g, a100-80g, ascend-910b, ascend-910c, b200, h100-sxm, h200, h800) "
-                "or an alias (a100 -> a100-80g, h100 -> h100-sxm, a2 -> ascend-910b, a3 -> ascend-910c)")
+CATALOG_RULE = ("be a catalog device (a100-40g, a100-80g, ascend-910b, ascend-910c, b200, gb200-nvl72, gb300-nvl72, "
+                "h100-sxm, h200, h800) or an alias (a100 -> a100-80g, h100 -> h100-sxm, gb200 -> gb200-nvl72, "
+                "gb300 -> gb300-nvl72, a2 -> ascend-910b, a3 -> ascend-910c)")
 KEYWORDS = ("peak_flops, hbm_bytes, hbm_bandwidth, devices_per_node, intra_node_bandwidth, inter_node_bandwidth, "
             "intra_node_latency, inter_node_latency, nd_name, nd_devices_per_node, sources, memory_reserve_bytes")
 
@@ -266,6 +280,8 @@ KEYWORDS = ("peak_flops, hbm_bytes, hbm_bandwidth, devices_per_node, intra_node_
         (lambda: Cluster("h100", True), message("num_devices", "Cluster", "be an integer >= 1", True)),
         (lambda: Cluster("h100", 12),
          message("num_devices", "Cluster", "be at most devices_per_node (8) or a multiple of it (whole nodes)", 12)),
+        (lambda: Cluster("gb200-nvl72", 128),
+         message("num_devices", "Cluster", "be at most devices_per_node (72) or a multiple of it (whole nodes)", 128)),
         (lambda: Cluster("A3", 24),
          message("num_devices", "Cluster", "be at most devices_per_node (16) or a multiple of it (whole nodes)", 24)),
         (lambda: Cluster("h100", 8, memory_reserve_bytes=-1),
@@ -291,7 +307,7 @@ KEYWORDS = ("peak_flops, hbm_bytes, hbm_bandwidth, devices_per_node, intra_node_
          message("dtype", "Device 'a100-80g'", "be one of 'bf16', 'fp16', 'tf32' (the dtypes it has a peak for)",
                  "fp8")),
         (lambda: Device.from_catalog("h800").peak("tf32"),
-         message("dtype", "Device 'h800'", "be one of 'bf16', 'fp16' (the dtypes it has a peak for)", "tf32")),
+         message("dtype", "Device 'h800'", "be one of 'bf16', 'fp16', 'fp8' (the dtypes it has a peak for)", "tf32")),
     ],
 )
 def test_bad_input_messages(build, expected):
@@ -303,3 +319,116 @@ def test_spec_error_is_a_value_error_with_fields():
     with pytest.raises(ValueError) as info:
         Cluster("h100", 12)
     assert (info.value.parameter, info.value.owner, info.value.value) == ("num_devices", "Cluster", 12)
+
+
+# ----------------------------------------------------------------------------- the NVL72 racks
+
+
+def test_nvl72_figures_cite_nvidias_own_systems():
+    for name, system, nic in (("gb200-nvl72", "Tyche (1x NVIDIA GB200 NVL72)", "4x ConnectX-7 IB NDR 400 Gb/s"),
+                              ("gb300-nvl72", "Theia (1x NVIDIA GB300 NVL72)", "4x ConnectX-8 IB XDR 800 Gb/s")):
+        sources = Device.from_catalog(name).sources
+        # The node is the NVLink domain of NVIDIA's MLPerf system: 18 nodes of 4 GPUs on NVLink Switch.
+        assert system in sources["devices_per_node"] and "number_of_nodes 18" in sources["devices_per_node"]
+        assert "NVLink domain, not the 4-GPU compute tray" in sources["devices_per_node"]
+        assert nic in sources["inter_node_bandwidth"]
+        assert "NVLINK Gen5 1800 GB/s" in sources["intra_node_bandwidth"]
+        assert "GB200-NVL72_GB200-186GB" in Device.from_catalog("gb200-nvl72").sources["hbm_bytes"]
+        assert "GB300-NVL72_GB300-288GB" in Device.from_catalog("gb300-nvl72").sources["hbm_bytes"]
+
+
+def test_describe_lists_every_figure_with_its_unit_and_source():
+    device = Device.from_catalog("gb300")
+    card = device.describe()
+    assert set(card) == set(device.sources)
+    assert card["peak_flops.fp4"] == {"value": 15000e12, "unit": "FLOP/s", "source": device.sources["peak_flops.fp4"]}
+    assert card["devices_per_node"]["value"] == 72 and card["devices_per_node"]["unit"] == "devices"
+    assert card["inter_node_bandwidth"]["unit"] == "bytes/s per direction"
+    assert card["name"]["value"] == "gb300-nvl72"
+    assert Device.from_catalog("A3").describe()["nd_name"]["value"] == "A3"
+    hand = Device("lab-part", {"bf16": 1e14}, 16e9, 1e12, 4, 100e9, 12.5e9).describe()
+    assert hand["hbm_bytes"] == {"value": 16e9, "unit": "bytes", "source": "not stated"}
+    assert "nd_name" not in hand
+
+
+def test_an_ep64_all_to_all_stays_on_nvlink_in_an_nvl72_domain(kernels):
+    from ndcost.rates import Rates
+    from ndcost.seconds import rates_vector
+
+    moved, a2a = 1e9, 2
+    rack = rates_vector(Cluster("gb200-nvl72", 72), Rates.for_device("gb200-nvl72"), "bf16")
+    # all 64 ranks inside the 72-GPU domain: the pairwise exchange runs at NVLink's 900 GB/s x 0.8 only
+    assert kernels.seconds_collective(a2a, moved, 64.0, 1.0, rack) == pytest.approx(
+        63 / 64 * moved / (900e9 * 0.8) + 63 * 5e-6)
+    # a group of 72 at stride 1 still fits the domain; at stride 2 it spans two racks and takes the NIC
+    assert kernels.seconds_collective(a2a, moved, 72.0, 1.0, rack) == pytest.approx(
+        71 / 72 * moved / (900e9 * 0.8) + 71 * 5e-6)
+    assert kernels.seconds_collective(a2a, moved, 72.0, 2.0, rack) == pytest.approx(
+        36 / 72 * moved / (50e9 * 0.9) + 36 * 1e-5)
+    # on 8-GPU H100 nodes the same group puts 56 of its 64 peers behind the NIC (50 GB/s x 0.9)
+    hgx = rates_vector(Cluster("h100-sxm", 64), Rates.for_device("h100-sxm"), "bf16")
+    assert kernels.seconds_collective(a2a, moved, 64.0, 1.0, hgx) == pytest.approx(
+        56 / 64 * moved / (50e9 * 0.9) + 56 * 1e-5)
+
+
+def test_an_expert_parallel_step_on_gb200_crosses_no_nic():
+    from ndcost import ExecSpec, Model, estimate
+
+    model = Model.from_catalog("qwen3-30b-a3b")  # 128 experts
+    spec = ExecSpec(dp=64, ep=64, global_batch_size=256, seq_length=4096)
+
+    def parts(device, devices, **overrides):
+        return estimate(model, spec.replace(dp=devices), Cluster(device, devices, **overrides)).parts
+
+    # 64 GPUs of one NVL72 rack: a NIC 50x slower changes nothing, neither the EP all-to-all nor DP
+    assert parts("gb200-nvl72", 64) == parts("gb200-nvl72", 64, inter_node_bandwidth=1e9)
+    # 64 H100 are 8 nodes: the same strategy's all-to-all and gradient reduction take the NIC
+    fast, slow = parts("h100-sxm", 64), parts("h100-sxm", 64, inter_node_bandwidth=1e9)
+    assert slow["ep_comm"] > 10 * fast["ep_comm"] and slow["dp_comm"] > fast["dp_comm"]
+    # 128 GPUs placed as two NVLink segments of 64 (the documented override): EP stays on NVLink,
+    # the data-parallel reduction across the segments takes the NIC
+    fast, slow = parts("gb200", 128, devices_per_node=64), parts("gb200", 128, devices_per_node=64,
+                                                                  inter_node_bandwidth=1e9)
+    assert slow["ep_comm"] == fast["ep_comm"] > 0.0
+    assert slow["dp_comm"] > 10 * fast["dp_comm"]
+
+
+def test_nvl72_rules_read_the_domain_not_eight():
+    from ndcost import ExecSpec, Model
+    from ndcost.validate import validate
+
+    model = Model.from_catalog("gpt3-175b")  # 96 heads, no GQA: tp 16 and 24 divide them
+    # The search's rule (tp within a node): tp 16 or 24 spans several 4-GPU trays but stays inside the
+    # NVLink domain
+    strict = dict(allow_cross_node_tp=False)
+    validate(model, ExecSpec(dp=4, tp=16, global_batch_size=64, seq_length=2048), Cluster("gb200-nvl72", 64), **strict)
+    validate(model, ExecSpec(dp=3, tp=24, pp=2, global_batch_size=48, seq_length=2048), Cluster("gb300", 144), **strict)
+    # on 8-GPU nodes the same tp crosses the node
+    with pytest.raises(SpecError, match=re.escape("be at most devices_per_node (8) unless allow_cross_node_tp")):
+        validate(model, ExecSpec(dp=4, tp=16, global_batch_size=64, seq_length=2048), Cluster("h100-sxm", 64),
+                 **strict)
+    assert Cluster("gb200-nvl72", 144).num_nodes == 2 and Cluster("gb300", 36).num_nodes == 1
+
+
+# ----------------------------------------------------------------------------- H800 in fp8
+
+
+def test_deepseek_v3_prices_on_its_own_2048_h800_in_fp8():
+    """DeepSeek-V3's pre-training setup (DeepSeek-V3 report, arXiv 2412.19437, §3.1-3.3 and §4.2): 2,048 H800,
+    16-way PP with DualPipe, 64-way EP over 8 nodes, ZeRO-1 DP, no TP, FP8 GEMMs, RMSNorm and MLA
+    up-projections recomputed, batch 15,360 sequences of 4K tokens."""
+    from ndcost import ExecSpec, Model, estimate
+
+    spec = ExecSpec(dp=128, tp=1, pp=16, vpp=2, ep=64, pp_schedule="zero_bubble_v", zero_stage=1,
+                    micro_batch_size=1, global_batch_size=15360, seq_length=4096, precision="fp8",
+                    recompute="selective", selective_switches={"normOp": 0, "attUp": 0})
+    result = estimate(Model.from_catalog("deepseek-v3"), spec, Cluster("h800", num_devices=2048))
+    assert math.isfinite(result.step_time) and result.step_time > 0.0
+    assert all(math.isfinite(part) for part in result.parts.values())
+    assert result.parts["ep_comm"] > 0.0 and result.parts["tp_comm"] == 0.0
+    assert 0.0 < result.mfu <= result.hfu <= 1.0
+    # The memory model puts the peak stage over the H800's 80 GB (112.7 GiB when written): priced, not fitting.
+    assert math.isfinite(result.memory.peak) and result.memory.peak > 0.0
+    # The same run in bf16 is slower: the fp8 peak is the one the GEMMs ran at.
+    bf16 = estimate(Model.from_catalog("deepseek-v3"), spec.replace(precision="bf16"), Cluster("h800", 2048))
+    assert bf16.parts["fw_compute"] > result.parts["fw_compute"]

@@ -103,6 +103,15 @@ def _cmd_models(args: argparse.Namespace) -> int:
 def _cmd_devices(args: argparse.Namespace) -> int:
     from .device import Device, devices
 
+    if args.name is not None or args.sources:
+        # The detail view: every figure of a part with the source it was read from.
+        names = [args.name] if args.name is not None else devices()
+        cards = [Device.from_catalog(name).describe() for name in names]
+        if args.json:
+            print(json.dumps(cards[0] if args.name is not None else cards, indent=2))
+        else:
+            print("\n\n".join(_device_card(card) for card in cards))
+        return 0
     rows = []
     for name in devices():
         d = Device.from_catalog(name)
@@ -110,10 +119,38 @@ def _cmd_devices(args: argparse.Namespace) -> int:
                      d.devices_per_node, f"{d.intra_node_bandwidth / 1e9:.0f}", f"{d.inter_node_bandwidth / 1e9:.1f}"))
     header = ("device", "bf16 TFLOP/s", "HBM GiB", "HBM TB/s", "per node", "intra GB/s", "inter GB/s")
     if args.json:
-        print(json.dumps([dict(zip(header, r)) for r in rows], indent=2))
+        print(json.dumps([{**dict(zip(header, r)), "sources": dict(Device.from_catalog(r[0]).sources)} for r in rows],
+                         indent=2))
     else:
         _print_table(rows, header)
     return 0
+
+
+# How the detail view shows a figure held in SI units: (scale, unit).
+_FIGURE_DISPLAY = {"FLOP/s": (1e12, "TFLOP/s"), "bytes": (1e9, "GB"), "bytes/s": (1e12, "TB/s"),
+                   "bytes/s per direction": (1e9, "GB/s per direction"), "s": (1e-6, "us")}
+
+
+def _device_card(card: dict) -> str:
+    """One part's figures, each with its source (split at its ' || ' parts), wrapped for a terminal."""
+    import textwrap
+
+    def source(text: str) -> list[str]:
+        return [line for part in text.split(" || ") for line in textwrap.wrap(
+            part, 100, initial_indent="      ", subsequent_indent="        ", break_on_hyphens=False)]
+
+    lines = [card["name"]["value"]] + source(card["name"]["source"])
+    for figure, entry in card.items():
+        if figure == "name":
+            continue
+        value, unit = entry["value"], entry["unit"]
+        scale, shown = _FIGURE_DISPLAY.get(unit, (1, unit))
+        text = f"{value / scale:g} {shown}" if isinstance(value, (int, float)) else str(value)
+        if unit == "bytes":
+            text += f" ({value / 2**30:.1f} GiB)"
+        lines.append(f"  {figure} = {text.rstrip()}")
+        lines += source(entry["source"])
+    return "\n".join(lines)
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -145,8 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("models", help="list the model catalog")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_models)
-    p = sub.add_parser("devices", help="list the device catalog")
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("devices", help="list the device catalog; NAME or --sources: every figure with its source")
+    p.add_argument("name", nargs="?", metavar="NAME", help="one part (or alias): every figure with its source")
+    p.add_argument("--sources", action="store_true", help="every figure of every part with its source")
+    p.add_argument("--json", action="store_true", help="JSON; the list carries each part's sources")
     p.set_defaults(func=_cmd_devices)
     p = sub.add_parser("show", help="dims, layer kinds and parameter counts of a model")
     add_model_arguments(p)

@@ -37,6 +37,9 @@ ND_MEMORY_RESERVE_BYTES = 2**30
 DEVICE_ALIASES: Mapping[str, str] = MappingProxyType({
     "a100": "a100-80g",
     "h100": "h100-sxm",
+    # NVIDIA's own runs name the GPU of an NVL72 rack "GB200" / "GB300" (MLPerf system descriptions).
+    "gb200": "gb200-nvl72",
+    "gb300": "gb300-nvl72",
     "a2": "ascend-910b",
     "a3": "ascend-910c",
 })
@@ -59,6 +62,18 @@ _SCALAR_FIGURES = (
 _OPTIONAL_FIGURES = ("nd_name", "nd_devices_per_node")
 _CATALOG_KEYS = frozenset(("name", "part", "peak_flops") + _SCALAR_FIGURES + _OPTIONAL_FIGURES)
 _FIGURE_KEYS = frozenset(("value", "source", "note"))
+# The unit of each figure as the Device holds it (Device.describe).
+_UNITS = {
+    "hbm_bytes": "bytes",
+    "hbm_bandwidth": "bytes/s",
+    "devices_per_node": "devices",
+    "intra_node_bandwidth": "bytes/s per direction",
+    "inter_node_bandwidth": "bytes/s per direction",
+    "intra_node_latency": "s",
+    "inter_node_latency": "s",
+    "nd_name": "",
+    "nd_devices_per_node": "devices",
+}
 
 
 def _read_only(mapping: Mapping) -> Mapping:
@@ -76,7 +91,9 @@ class Device:
             optionally ``"fp8"``, ``"tf32"``, ...); read-only, keys lower-case.
         hbm_bytes: HBM capacity in bytes.
         hbm_bandwidth: HBM bandwidth in bytes/s.
-        devices_per_node: Devices that share the scale-up link.
+        devices_per_node: Devices that share the scale-up link: a "node" is the scale-up domain
+            (8 on an HGX board; 72 on a GB200/GB300 NVL72 rack, whose 4-GPU trays share one
+            NVLink Switch fabric), and every collective within it runs at the scale-up rate.
         intra_node_bandwidth: Scale-up bytes/s per device per direction
             (datasheets quote bidirectional totals; the catalog halves them).
         inter_node_bandwidth: Scale-out NIC bytes/s per device per direction.
@@ -183,9 +200,25 @@ class Device:
             raise SpecError("dtype", f"Device {self.name!r}", rule, dtype)
         return flops
 
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """Every figure of the part with its unit and the source it was read from.
+
+        ``{figure: {"value", "unit", "source"}}``, figures named as in `sources` (``"name"``,
+        ``"peak_flops.bf16"``, ``"hbm_bytes"``, ...), values in SI units as the fields hold them;
+        ``nd_name`` and ``nd_devices_per_node`` only where set. A figure with no recorded source
+        (a hand-built Device) says ``"not stated"``.
+        """
+        figures: list[tuple[str, Any, str]] = [("name", self.name, "")]
+        figures += [(f"peak_flops.{dtype}", flops, "FLOP/s") for dtype, flops in self.peak_flops.items()]
+        figures += [(name, getattr(self, name), _UNITS[name]) for name in _SCALAR_FIGURES]
+        figures += [(name, getattr(self, name), _UNITS[name]) for name in _OPTIONAL_FIGURES
+                    if getattr(self, name) is not None]
+        return {name: {"value": value, "unit": unit, "source": self.sources.get(name, "not stated")}
+                for name, value, unit in figures}
+
     @classmethod
     def from_catalog(cls, name: str) -> "Device":
-        """The catalog part *name* (or an alias: a100, h100, A2, A3), case-insensitive.
+        """The catalog part *name* (or an alias: a100, h100, gb200, gb300, A2, A3), case-insensitive.
 
         Raises:
             SpecError: When *name* is neither a catalog name nor an alias.

@@ -227,9 +227,26 @@ _H800 = _rates(794.5 / 989.0, f"{_MAMF}: NVIDIA H100 SXM 794.5 of 989 TFLOPS; th
                "silicon and HBM (aiconfigurator systems/h800_sxm.yaml: compute 'identical to H100 SXM')",
                0.55, _FA3, 132, f"{_GH100} (the H800 is the same SM90 part)", 1402.6 / 1979.0,
                f"{_MAMF}: NVIDIA H100 SXM FP8 1402.6 of 1979 TFLOPS (70.9%)")
+_FA_BLACKWELL = f"assumption: no published Blackwell flash-attention utilization; the H100 figure ({_FA3})"
 _B200 = _rates(1745.0 / 2250.0, f"{_MAMF}: NVIDIA B200 SXM 1745.0 of 2250 TFLOPS (77.6%), torch 2.7.1+cu128",
-               0.55, "assumption: no published Blackwell flash-attention utilization; the H100 figure "
-               f"({_FA3})", 148, _GB200, 3432.5 / 4500.0, f"{_MAMF}: NVIDIA B200 SXM FP8 3432.5 of 4500 TFLOPS (76.3%)")
+               0.55, _FA_BLACKWELL, 148, _GB200, 3432.5 / 4500.0,
+               f"{_MAMF}: NVIDIA B200 SXM FP8 3432.5 of 4500 TFLOPS (76.3%)")
+_NVL72_NOTE = (" [assumption for the NVL72 rack: no public measurement of this figure on the part; the figure "
+               "measured on earlier NVIDIA parts is used, the NVLink share across the rack's NVLink Switch trays "
+               "taken as inside an 8-GPU NVSwitch node]")
+_GB200_NVL72 = _rates(1822.0 / 2500.0, f"{_MAMF}: NVIDIA GB200 SXM 1822.0 of 2500 TFLOPS (72.9%), torch "
+                      "2.10.0.dev20250916+cu130", 0.55, _FA_BLACKWELL, 148,
+                      f"{_GB200}; the GB200 superchip carries two of the same B200 GPUs (stas00/ml-engineering "
+                      "compute/accelerator/README.md, TFLOPS table note 23)", 3615.6 / 5000.0,
+                      f"{_MAMF}: NVIDIA GB200 SXM FP8 3615.6 of 5000 TFLOPS (72.3%)", assumed=_NVL72_NOTE)
+_GB300_NVL72 = _rates(1822.0 / 2500.0, "assumption: no public MAMF measurement of the GB300; the GB200's share "
+                      f"(1822.0 of 2500 TFLOPS, 72.9%), the part with the same dense BF16 and FP8 peaks in the same "
+                      f"rack ({_MAMF}; there the B300, the same Blackwell Ultra silicon at 1,100 W, reached 1769.0 "
+                      "of 2250, 78.6%)", 0.55, _FA_BLACKWELL, 160,
+                      "NVIDIA Technical Blog, 'Inside NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era': "
+                      "'160 Streaming Multiprocessors (SMs) across two dies'", 3615.6 / 5000.0,
+                      "assumption: no public FP8 MAMF measurement of the GB300; the GB200's share (3615.6 of 5000 "
+                      f"TFLOPS, 72.3%; {_MAMF}; there the B300 reached 3353.3 of 4500, 74.5%)", assumed=_NVL72_NOTE)
 _ASCEND_NOTE = (" [assumption for Ascend: no public measurement found; the NVIDIA figure is used and HCCS/"
                 "RoCE are taken to reach the same shares as NVLink/InfiniBand]")
 _ASCEND = _rates(794.5 / 989.0, "assumption: no public MAMF measurement of Ascend; the median of the NVIDIA "
@@ -245,6 +262,8 @@ DEFAULT_RATES: Mapping[str, Rates] = MappingProxyType({
     "h200": _H200,
     "h800": _H800,
     "b200": _B200,
+    "gb200-nvl72": _GB200_NVL72,
+    "gb300-nvl72": _GB300_NVL72,
     "ascend-910b": _ASCEND,
     "ascend-910c": _ASCEND,
 })
