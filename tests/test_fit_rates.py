@@ -148,6 +148,7 @@ def test_accepted_exactly_when_left_out_beats_the_defaults(model):
 def test_fit_only_asked_figures_within_bounds(planted):
     runs, _ = planted
     fit = fit_rates(runs, fit=["matmul_efficiency"], bounds={"matmul_efficiency": (0.7, 0.9)})
+    # The planted 0.62 is below the bound: the fit stops on it and says so.
     assert fit.fitted == ("matmul_efficiency",) and fit.rates.matmul_efficiency == pytest.approx(0.7)
     assert fit.at_bound == {"matmul_efficiency": "lower"}
     assert fit.rates.kernel_overhead == Rates.for_device(DEVICE).kernel_overhead
@@ -160,6 +161,7 @@ def test_fit_only_asked_figures_within_bounds(planted):
     ({"bounds": {"matmul_efficiency": (0.0, 1.0)}}, "bounds['matmul_efficiency']"),
     ({"bounds": {"kernel_overhead": (1e-5, 1e-6)}}, "bounds['kernel_overhead']"),
     ({"bounds": {"fp8_matmul_efficiency": (0.1, 0.9)}}, "bounds"),
+    ({"bounds": {"hbm_efficiency": (0.1, 0.5)}}, "bounds['hbm_efficiency']"),
     ({"device": "a100-80g"}, "device"),
     ({"base_rates": "fast"}, "base_rates"),
 ])
@@ -381,3 +383,25 @@ def test_fp8_runs_fit_the_fp8_gemm_share_by_default(model):
     # fp8 GEMMs do not run at matmul_efficiency: these runs cannot tell it.
     assert "these runs do not determine it" in fit.held["matmul_efficiency"]
     assert fit.accepted and fit.predict(runs) == pytest.approx(fit.measured, rel=1e-9)
+
+
+def test_cli_validate_and_search_take_rates(model, tmp_path, capsys):
+    path = tmp_path / "planted.json"
+    save_rates(PLANTED, path, device=DEVICE)
+    assert main(["search", "llama3-8b", "--devices", "8", "--device", DEVICE, "--global-batch-size", "128",
+                 "--seq-length", "4096", "--top", "1", "--plan-top", "0", "--balance-top", "0", "--json",
+                 "--rates", str(path)]) == 0
+    best = json.loads(capsys.readouterr().out)["results"][0]
+    spec = ndcost.ExecSpec(**best["strategy"])
+    assert best["estimate"]["step_time"] == pytest.approx(
+        ndcost.estimate(model, spec, ndcost.Cluster(DEVICE, 8), rates=PLANTED).step_time, rel=1e-12)
+    if not PUBLIC_RUNS.exists():
+        return
+    from ndcost.validation import validate_runs
+
+    a100 = Rates.for_software("a100-80g", "megatron-2021").replace(matmul_efficiency=0.7)
+    save_rates(a100, tmp_path / "a100.json", device="a100-80g")
+    assert main(["validate", str(PUBLIC_RUNS), "--rates", str(tmp_path / "a100.json"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    expected = {row.id: row.estimate_s for row in validate_runs(PUBLIC_RUNS, rates=a100).rows}
+    assert {row["id"]: row["estimate_s"] for row in rows} == expected

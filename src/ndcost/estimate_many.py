@@ -114,7 +114,8 @@ def _layout_pool(model: Any, cands: Candidates) -> tuple[LayoutPool, np.ndarray,
 def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "seconds", ratios: Any = None,
                   ratio_type: str = "DYNAMIC", rec_type: str = "WITH", p2p: bool = False,
                   with_memory: bool = True, stage_times: bool = False, stage_memory: bool = False,
-                  allow_cross_node_tp: bool = True, chunk_size: int = DEFAULT_CHUNK, rates: Any = None) -> BatchEstimate:
+                  allow_cross_node_tp: bool = True, chunk_size: int = DEFAULT_CHUNK,
+                  rates: Any = None) -> BatchEstimate:
     """Price N candidates at once; an invalid or infeasible one is a value, never an exception.
 
     Args:

@@ -138,10 +138,12 @@ class _Pricer:
         self.prepared = [(build_layout(run.model, run.spec), derive(run.model, run.spec)) for run in self.runs]
         self.log_measured = np.log(np.array([run.step_time for run in self.runs]))
 
-    def rates_of(self, run: MeasuredRun, theta: Sequence[float]) -> Rates:
-        return dataclasses.replace(run.rates or self.base, **dict(zip(self.names, map(float, theta))))
+    def rates_of(self, run: MeasuredRun, theta: Sequence[float] | None) -> Rates:
+        own = run.rates or self.base
+        return own if theta is None else dataclasses.replace(own, **dict(zip(self.names, map(float, theta))))
 
-    def steps(self, theta: Sequence[float], index: Sequence[int]) -> np.ndarray:
+    def steps(self, theta: Sequence[float] | None, index: Sequence[int]) -> np.ndarray:
+        """The step of each run of *index* with the figures at *theta* (None: the rates unchanged)."""
         out = np.empty(len(index))
         for k, i in enumerate(index):
             run = self.runs[i]
@@ -266,6 +268,11 @@ def _solve(pricer: _Pricer, space: _Space, theta0: np.ndarray, index: np.ndarray
 # --------------------------------------------------------------------------- the result
 
 
+def _json(value: float) -> float | None:
+    """A float for JSON: None for NaN (a run not predicted)."""
+    return None if not math.isfinite(value) else float(value)
+
+
 @dataclass(frozen=True, eq=False)
 class RatesFit:
     """Rates fitted to measured runs, with how well they predict runs left out.
@@ -347,25 +354,20 @@ class RatesFit:
 
     def summary(self) -> dict[str, Any]:
         """What the fit did, JSON-ready: figures fitted and held, errors, accepted."""
-        def num(value: float) -> float | None:
-            return None if not math.isfinite(value) else float(value)
-
         return {"runs": len(self.runs), "source": self.source or None, "fitted": list(self.fitted),
-                "held": dict(self.held), "at_bound": dict(self.at_bound), "default_error": num(self.default_error), "fit_error": num(self.fit_error),
-                "loo_error": num(self.loo_error), "accepted": self.accepted, "reason": self.reason or None}
+                "held": dict(self.held), "at_bound": dict(self.at_bound), "default_error": _json(self.default_error),
+                "fit_error": _json(self.fit_error), "loo_error": _json(self.loo_error), "accepted": self.accepted,
+                "reason": self.reason or None}
 
     def to_dict(self) -> dict[str, Any]:
         """The summary, the rates (fitted figures) and every run, JSON-ready."""
-        def num(value: float) -> float | None:
-            return None if not math.isfinite(value) else float(value)
-
         out = self.summary()
         out["rates"] = {name: getattr(self.rates, name) for name in FITTABLE}
         out["base"] = {name: getattr(self.base, name) for name in FITTABLE}
         out["rows"] = [{"label": run.label, "measured": float(self.measured[i]), "default": float(self.default[i]),
-                        "estimate": float(self.estimate[i]), "left_out": num(self.left_out[i]),
+                        "estimate": float(self.estimate[i]), "left_out": _json(self.left_out[i]),
                         "default_error": float(self.default_errors[i]), "residual": float(self.residuals[i]),
-                        "left_out_error": num(self.left_out_errors[i])} for i, run in enumerate(self.runs)]
+                        "left_out_error": _json(self.left_out_errors[i])} for i, run in enumerate(self.runs)]
         out["spearman_default"] = spearman(self.default.tolist(), self.measured.tolist())
         out["spearman_left_out"] = (spearman(self.left_out.tolist(), self.measured.tolist())
                                     if np.all(np.isfinite(self.left_out)) else None)
@@ -425,7 +427,8 @@ def _space(names: Any, bounds: Any) -> tuple[tuple[str, ...], np.ndarray, np.nda
         valid = (all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (lo, hi))
                  and lo < hi and (0.0 < lo and hi <= 1.0 if share else 0.0 <= lo))
         if not valid:
-            rule = "be (lower, upper) with 0 < lower < upper <= 1" if share else "be (lower, upper) with 0 <= lower < upper"
+            rule = ("be (lower, upper) with 0 < lower < upper <= 1" if share
+                    else "be (lower, upper) with 0 <= lower < upper")
             raise SpecError(f"bounds[{name!r}]", _OWNER, rule, bounds.get(name))
         lower.append(float(lo))
         upper.append(float(hi))
@@ -457,7 +460,8 @@ def fit_rates(runs: Any, *, cluster: Any = None, device: Any = None, base_rates:
             runs' own software rates when they all share one, else the device's defaults).
         fit: The figures to fit (names of :data:`FITTABLE`); None: :data:`DEFAULT_FIT`, with
             ``fp8_matmul_efficiency`` when a run trains in fp8 and the base rates state that figure.
-        bounds: Per fitted figure, (lower, upper) replacing :data:`FITTABLE`'s.
+        bounds: Per fitted figure, (lower, upper) replacing :data:`FITTABLE`'s; they must contain
+            the base value.
         source: Names the runs in the fitted figures' sources (default: the runs' file).
 
     Returns:
@@ -493,13 +497,15 @@ def fit_rates(runs: Any, *, cluster: Any = None, device: Any = None, base_rates:
         value = getattr(base, name)
         if value is None:   # fp8_matmul_efficiency unstated: fp8 GEMMs run at matmul_efficiency
             value = base.matmul_efficiency
-        starting.append(min(max(value, lo), hi))
+        if not lo <= value <= hi:   # held figures stay at the base: it must be a point of the box
+            raise SpecError(f"bounds[{name!r}]", _OWNER, f"contain the base value ({value:g})", (lo, hi))
+        starting.append(value)
     theta0 = np.array(starting)
     pricer = _Pricer(fit_runs, base, names)
     n = len(fit_runs)
     everything = np.arange(n)
     solution = _solve(pricer, space, theta0, everything)
-    default = pricer.steps(theta0, everything)
+    default = pricer.steps(None, everything)
     estimate = pricer.steps(solution.theta, everything)
     left_out = np.full(n, math.nan)
     if n > 1:
