@@ -16,11 +16,14 @@ from .estimate import estimate, layer_times
 from .estimate_many import estimate_many
 from .exec_spec import ExecSpec
 from .explain import explain
+from .fit_rates import RatesFit, fit_rates
+from .fit_runs import MeasuredRun
 from .model import LayerKind, Model, OpCounts, ParamCount
 from .model_catalog import models
 from .pipeline_balance import BalancedPipeline, balance_pipeline
 from .knapsack import plan_stage
 from .ratios import Ratios
+from .rates_io import load_rates, save_rates
 from .reasons import REASONS, explain_reason
 from .recompute_plan import RecomputePlan, plan_recompute
 from .recompute_spec import SWITCHES, RecomputeRange
@@ -39,4 +42,5 @@ __all__ = [
     "Cost", "SwitchProfile", "plan_stage", "RecomputePlan", "plan_recompute",
     "BalancedPipeline", "balance_pipeline",
     "search", "SearchResult",
+    "fit_rates", "RatesFit", "MeasuredRun", "load_rates", "save_rates",
 ]

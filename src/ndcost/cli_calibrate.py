@@ -1,13 +1,19 @@
-"""``ndcost calibrate``: fit ratios to measured runs, write them, report leave-one-out.
+"""``ndcost calibrate``: fit ratios (or rates) to measured runs, write them, report leave-one-out.
 
     ndcost calibrate runs.csv --model llama3-8b --device h100-sxm --devices 8 \\
         --seq-length 4096 [--global-batch-size 64] [--units nd|seconds] [--method nd|nnls] -o ratios.json
+    ndcost calibrate --fit rates runs.yaml --device h100-sxm [--figures a,b,...] -o rates.json
 
 The CSV is ND's measured format (:mod:`ndcost.measured`). The ratios file is
 ND's (``run_nd -c`` and ``ndcost estimate --ratios`` read it); then, for each
 run, the error of the raw estimate (scaled by one least-squares factor) and
 of the estimate calibrated by ratios fitted on the other runs, their means,
 and the rank correlations with the measured step before and after.
+
+``--fit rates`` fits seconds mode's rates instead (:func:`ndcost.fit_rates`) to a runs file
+(:mod:`ndcost.fit_runs`: CSV or YAML, or a validation file): it prints the figures fitted and
+held, each run's error with the defaults, in sample and left out, and writes the rates JSON only
+when the fit predicts left-out runs better than the defaults; a refused fit exits with status 1.
 """
 from __future__ import annotations
 
@@ -18,13 +24,52 @@ from typing import Any
 __all__ = ["add_calibrate_command"]
 
 
+def _cmd_fit_rates(args: argparse.Namespace) -> int:
+    import sys
+
+    from .errors import SpecError
+    from .fit_rates import fit_rates
+    from .fit_runs import read_runs
+
+    for flag, value in (("--model", args.model), ("--devices", args.devices), ("--seq-length", args.seq_length),
+                        ("--global-batch-size", args.global_batch_size), ("--recompute", args.recompute)):
+        if value is not None:
+            raise SpecError(flag, "ndcost calibrate --fit rates", "be left out: the runs file states each run", value)
+    figures = None if args.figures is None else tuple(n.strip() for n in args.figures.split(",") if n.strip())
+    runs = read_runs(args.measured, device=args.device)
+    result = fit_rates(runs, device=args.device, fit=figures)
+    if result.accepted:
+        result.save(args.output)
+    if args.json:
+        print(json.dumps({**result.to_dict(), "output": args.output if result.accepted else None,
+                          "skipped": dict(runs.skipped)}, indent=2))
+    else:
+        for label, why in runs.skipped:
+            print(f"skipped {label}: {why}")
+        for line in result.report():
+            print(line)
+        if result.accepted:
+            print(f"rates written to {args.output}")
+    if not result.accepted:
+        print(f"ndcost: fit refused, {args.output} not written: {result.reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.fit == "rates":
+        return _cmd_fit_rates(args)
     from .calibrate import leave_one_out
     from .cli import load_model_argument
     from .device import Cluster
     from .errors import SpecError
     from .measured import read_measured
 
+    for flag, value in (("--model", args.model), ("--device", args.device), ("--seq-length", args.seq_length)):
+        if value is None:
+            raise SpecError(flag, "ndcost calibrate", "be given to fit ratios", None)
+    if args.figures is not None:
+        raise SpecError("--figures", "ndcost calibrate", "be given with --fit rates only", args.figures)
     model = load_model_argument(args.model)
     fields: dict[str, Any] = {}
     if args.recompute is not None:
@@ -57,14 +102,24 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def add_calibrate_command(sub: Any) -> None:
     """Register ``ndcost calibrate`` on the CLI's subparsers."""
-    p = sub.add_parser("calibrate", help="fit ratios to measured runs (ND's CSV) and check them by leave-one-out")
-    p.add_argument("measured", metavar="MEASURED.csv",
-                   help="ND's measured CSV: time, the degrees (dp, tp/mp, pp, ...), comp and the *_wait columns")
-    p.add_argument("--model", required=True, help="catalog name, config.json path or YAML model file")
-    p.add_argument("--device", required=True, help="catalog device (see `ndcost devices`)")
+    p = sub.add_parser("calibrate", help="fit ratios (ND's CSV) or, with --fit rates, seconds mode's rates to "
+                                         "measured runs, and check them by leave-one-out")
+    p.add_argument("measured", metavar="MEASURED",
+                   help="ratios: ND's measured CSV (time, the degrees dp, tp/mp, pp, ..., comp and the *_wait "
+                        "columns); rates: a runs file (CSV/YAML: step_time and ExecSpec fields per run, see "
+                        "ndcost.fit_runs) or a validation YAML")
+    p.add_argument("--fit", choices=("ratios", "rates"), default="ratios",
+                   help="ratios (default): ND's per-part ratios; rates: seconds mode's rates (GEMM, attention, "
+                        "HBM, kernel overhead, link efficiencies) by bounded least squares, refused unless "
+                        "their leave-one-out error beats the defaults' (exit 1)")
+    p.add_argument("--figures", metavar="NAME[,NAME...]",
+                   help="--fit rates: the Rates figures to fit (default: the six physical rates)")
+    p.add_argument("--model", help="ratios: catalog name, config.json path or YAML model file (required)")
+    p.add_argument("--device", help="catalog device (see `ndcost devices`); required for ratios and for a "
+                                    "runs file that does not state it")
     p.add_argument("--devices", type=int,
                    help="number of devices every run used (default: each run's dp*tp*pp*cp)")
-    p.add_argument("--seq-length", dest="seq_length", type=int, required=True, help="the runs' sequence length")
+    p.add_argument("--seq-length", dest="seq_length", type=int, help="ratios: the runs' sequence length (required)")
     p.add_argument("--global-batch-size", dest="global_batch_size", type=int,
                    help="the runs' global batch (gives mb where the CSV has no mb column)")
     p.add_argument("--recompute", choices=("none", "full", "selective"),
@@ -75,6 +130,6 @@ def add_calibrate_command(sub: Any) -> None:
                    help="nd: ND's fit, each part to its measured columns; nnls: least squares on the step time")
     p.add_argument("--time-unit", dest="time_unit", choices=("ms", "s"), default="ms",
                    help="the unit of the CSV's times (ND writes ms)")
-    p.add_argument("-o", "--output", required=True, help="the ratios JSON file to write")
+    p.add_argument("-o", "--output", required=True, help="the ratios (or rates) JSON file to write")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=_cmd_calibrate)

@@ -91,10 +91,10 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     if args.balance:
         from .pipeline_balance import balance_pipeline
 
-        balanced = balance_pipeline(model, spec, cluster, units=args.units, ratios=args.ratios)
+        balanced = balance_pipeline(model, spec, cluster, units=args.units, ratios=args.ratios, rates=args.rates)
         spec, result, moved = balanced.spec, balanced.estimate, balanced.moves
     else:
-        result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios)
+        result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios, rates=args.rates)
     if args.json:
         out = result.to_dict()
         out["model"] = model.name
@@ -145,6 +145,7 @@ def add_estimate_commands(sub: Any) -> None:
     _add_strategy_arguments(p)
     p.add_argument("--units", choices=("seconds", "nd"), default="seconds")
     p.add_argument("--ratios", help="a ratios JSON file (ND's calibration)")
+    p.add_argument("--rates", metavar="FILE", help="seconds mode's rates from a JSON (`ndcost calibrate --fit rates`)")
     p.add_argument("--balance", action="store_true",
                    help="first move layers off the slowest stages while the step gets faster (balance_pipeline)")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -116,7 +116,7 @@ def nd_estimate(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout, 
 def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds", ratios: Any = None,
              ratio_type: str = "DYNAMIC", rec_type: str = "WITH", p2p: bool = False,
              stage_savings: Any = None, stage_focused: int | None = None,
-             with_memory: bool = True) -> Estimate:
+             with_memory: bool = True, rates: Any = None) -> Estimate:
     """Price one strategy.
 
     Args:
@@ -129,6 +129,8 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         stage_savings: Per stage, the recompute time a per-layer plan saves (ND's stage_savings).
         stage_focused: The stage whose parts are reported (ND's stage_focused); default the straggler.
         with_memory: Also estimate memory per stage and whether it fits.
+        rates: Seconds mode's achievable rates: a :class:`~ndcost.rates.Rates` or a rates JSON
+            (``ndcost.rates_io``, e.g. fitted by ``ndcost.fit_rates``); default the device's.
 
     Raises:
         SpecError: For anything invalid, naming the parameter, the rule and the value.
@@ -139,6 +141,8 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         raise SpecError("spec", "estimate", "be an ExecSpec", spec)
     model = as_model(model)
     cluster = as_cluster(cluster, spec)
+    if units == "nd" and rates is not None:
+        raise SpecError("rates", "estimate", "be given in seconds units only (ND's units price no rates)", rates)
     if units == "seconds":
         # Seconds mode prices a per-layer plan as it runs (plan.spec's ranges), so ND's
         # stage_savings adjustment and its stage_focused view have no meaning there.
@@ -155,7 +159,7 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         priced = nd_estimate(model, spec, cluster, layout, ratios=ratios, ratio_type=ratio_type,
                              rec_type=rec_type, p2p=p2p, stage_savings=stage_savings, stage_focused=stage_focused)
     else:
-        priced = _seconds(model, spec, cluster, layout, derived, ratios=ratios)
+        priced = _seconds(model, spec, cluster, layout, derived, ratios=ratios, rates=rates)
     check_parts_sum(priced["parts"], priced["step_time"])
     fits = True if memory is None else bool(memory.peak <= cluster.device.hbm_bytes)
     return Estimate(
@@ -303,10 +307,13 @@ def _memory(model: Model, spec: ExecSpec, cluster: Cluster, derived: Any):
     return run_memory_batch(model, memory_candidate_vector(model, spec, derived).reshape(-1, 1), pool, cluster)
 
 
-def _seconds(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout, derived: Any, *, ratios: Any) -> dict:
+def _seconds(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout, derived: Any, *, ratios: Any,
+             rates: Any = None) -> dict:
+    from .rates_io import as_rates
     from .seconds import seconds_estimate  # the physics model
 
-    priced = dict(seconds_estimate(model, spec, cluster, layout, derived=derived))
+    rate_set = as_rates(rates, device=cluster, owner="estimate")
+    priced = dict(seconds_estimate(model, spec, cluster, layout, derived=derived, rates=rate_set))
     priced["units"] = "seconds"
     ratio_set = Ratios.coerce(ratios)
     if ratio_set is not None:

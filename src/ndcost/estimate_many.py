@@ -41,6 +41,7 @@ from .exec_spec import ExecSpec
 from .layout import build_layout
 from .memory import MEMORY_PARTS, memory_kind_table, memory_model_vector
 from .nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector
+from .rates_io import as_rates
 from .ratios import Ratios
 from .reasons import REASON_CODES, REASONS
 from .seconds_batch import seconds_batch, seconds_layouts
@@ -116,7 +117,8 @@ def _layout_pool(model: Any, cands: Candidates) -> tuple[LayoutPool, np.ndarray,
 def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "seconds", ratios: Any = None,
                   ratio_type: str = "DYNAMIC", rec_type: str = "WITH", p2p: bool = False,
                   with_memory: bool = True, stage_times: bool = False, stage_memory: bool = False,
-                  allow_cross_node_tp: bool = True, chunk_size: int = DEFAULT_CHUNK) -> BatchEstimate:
+                  allow_cross_node_tp: bool = True, chunk_size: int = DEFAULT_CHUNK,
+                  rates: Any = None) -> BatchEstimate:
     """Price N candidates at once; an invalid or infeasible one is a value, never an exception.
 
     Args:
@@ -131,6 +133,7 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
         stage_times, stage_memory: Also return each stage's time / memory breakdown.
         allow_cross_node_tp: False gives tp above a node's devices a reason (validate's option).
         chunk_size: Rows per kernel call.
+        rates: Seconds mode's rates, as :func:`ndcost.estimate`'s.
 
     Raises:
         SpecError: For bad arguments (never for a bad candidate: see ``BatchEstimate.reason``).
@@ -139,9 +142,12 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
         raise SpecError("units", _OWNER, f"be one of {', '.join(map(repr, UNITS))}", units)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise SpecError("chunk_size", _OWNER, "be an integer >= 1", chunk_size)
+    if units == "nd" and rates is not None:
+        raise SpecError("rates", _OWNER, "be given in seconds units only (ND's units price no rates)", rates)
     model = as_model(model)
     cands = _as_candidates(candidates)
     cc, reserve = _cluster_of(cluster)
+    rate_set = as_rates(rates, device=cluster, owner=_OWNER)
     options = nd_options(ratio_type, rec_type, bool(p2p))
     ratio_set = Ratios.coerce(ratios)
     ratio_vector = (np.zeros(0, dtype=np.float64) if ratio_set is None
@@ -187,7 +193,7 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
             d = derived_columns(ARRAY, c, mc)
             index = row_by_layout[li]
             if seconds is not None:
-                seconds_batch(model, c, cluster, rows, li, seconds, derived=d, out={
+                seconds_batch(model, c, cluster, rows, li, seconds, derived=d, rates=rate_set, out={
                     "step_time": step[start:stop], "parts": parts[:, start:stop], "mfu": mfu[start:stop],
                     "tokens_per_second": tps[start:stop],
                     "stage_times": None if times is None else times[start:stop]})

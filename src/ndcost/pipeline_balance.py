@@ -23,6 +23,7 @@ from .errors import SpecError
 from .estimate import UNITS, Estimate, as_cluster, as_model, estimate
 from .exec_spec import ExecSpec
 from .layout import placed_counts
+from .rates_io import as_rates
 from .validate import offset_layer_count
 
 __all__ = ["BalancedPipeline", "balance_pipeline"]
@@ -47,7 +48,8 @@ def _with_counts(model: Any, spec: ExecSpec, counts: list[list[int]]) -> ExecSpe
 
 
 def balance_pipeline(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds", ratios: Any = None,
-                     memory_limit: float | None = None, max_moves: int | None = None) -> BalancedPipeline:
+                     memory_limit: float | None = None, max_moves: int | None = None,
+                     rates: Any = None) -> BalancedPipeline:
     """Move layers off the slowest stages while each move shortens the step and the plan fits.
 
     Args:
@@ -57,6 +59,7 @@ def balance_pipeline(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "
         memory_limit: Bytes a device may use (default: its HBM). A move must keep the peak
             within it or, from a start already over it, not raise the peak.
         max_moves: Most layers moved (default: the layers placed).
+        rates: Seconds mode's rates, as :func:`ndcost.estimate`'s.
 
     Returns:
         A :class:`BalancedPipeline`; ``moves == 0`` and the spec unchanged when no move helps.
@@ -67,15 +70,16 @@ def balance_pipeline(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "
         raise SpecError("max_moves", "balance_pipeline", "be an integer >= 0", max_moves)
     model = as_model(model)
     cluster = as_cluster(cluster, spec)
+    rates = as_rates(rates, device=cluster, owner="balance_pipeline")   # a rates file read once
     capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
-    best = estimate(model, spec, cluster, units=units, ratios=ratios)
+    best = estimate(model, spec, cluster, units=units, ratios=ratios, rates=rates)
     # From a start already over the budget a move may not raise the peak; else it must fit.
     capacity = max(capacity, best.memory.peak)
     counts = [list(row) for row in placed_counts(model, spec)]
     limit = offset_layer_count(model, spec) if max_moves is None else max_moves
     current, moves = spec, 0
     while moves < limit and spec.pp > 1:
-        step = _best_move(model, current, cluster, counts, best, units, ratios, capacity)
+        step = _best_move(model, current, cluster, counts, best, units, ratios, capacity, rates)
         if step is None:
             break
         current, best, counts = step
@@ -84,7 +88,7 @@ def balance_pipeline(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "
     return BalancedPipeline(spec=current, estimate=best, moves=moves, layers_per_stage=per_stage)
 
 
-def _best_move(model, spec, cluster, counts, best, units, ratios, capacity):
+def _best_move(model, spec, cluster, counts, best, units, ratios, capacity, rates=None):
     """The first move, slowest stage to the fastest that helps, or None."""
     times = best.stage_times
     order = sorted(range(spec.pp), key=lambda s: times[s])
@@ -99,7 +103,7 @@ def _best_move(model, spec, cluster, counts, best, units, ratios, capacity):
             trial[chunk][target] += 1
             try:
                 candidate = _with_counts(model, spec, trial)
-                priced = estimate(model, candidate, cluster, units=units, ratios=ratios)
+                priced = estimate(model, candidate, cluster, units=units, ratios=ratios, rates=rates)
             except SpecError:
                 continue  # a placement the spec's other fields forbid (per-stage recompute counts, ...)
             if priced.step_time < best.step_time and priced.memory.peak <= capacity:

@@ -40,6 +40,7 @@ from .knapsack import plan_stage
 from .layout import build_layout
 from .memory import SCHEDULE_CODES, memory_candidate_vector, memory_estimate, memory_kind_table
 from .recompute_spec import ALL_KEPT, SWITCHES, RecomputeRange, switches_from_mask
+from .rates_io import as_rates
 from .seconds import seconds_layer_time
 from .switch_profile import FULL_KEEP_MASK, Cost, SwitchProfile
 
@@ -74,16 +75,17 @@ class RecomputePlan:
         return float(sum(self.stage_savings))
 
 
-def _layer_timer(model: Any, spec: ExecSpec, cluster: Any, kind: int, units: str):
+def _layer_timer(model: Any, spec: ExecSpec, cluster: Any, kind: int, units: str, rates: Any = None):
     """(option, keep mask) -> (forward, backward) of one layer of *kind*, in *units*."""
     if units == "nd":
         names = {OPTION_NONE: "none", OPTION_FULL: "full", OPTION_SELECTIVE: "selective"}
         return lambda option, mask: layer_times(model, spec, cluster, kind, names[option],
                                                 switches_from_mask(mask) if option == OPTION_SELECTIVE else None)
-    return lambda option, mask: seconds_layer_time(model, spec, cluster, kind, option, mask)
+    return lambda option, mask: seconds_layer_time(model, spec, cluster, kind, option, mask, rates=rates)
 
 
-def kind_profile(model: Any, spec: ExecSpec, cluster: Any, kind: int, *, units: str = "seconds") -> SwitchProfile:
+def kind_profile(model: Any, spec: ExecSpec, cluster: Any, kind: int, *, units: str = "seconds",
+                 rates: Any = None) -> SwitchProfile:
     """The SwitchProfile of one layer kind: memory from the memory model, times in *units*
     (``"seconds"`` or ``"nd"``).
 
@@ -102,7 +104,7 @@ def kind_profile(model: Any, spec: ExecSpec, cluster: Any, kind: int, *, units: 
 
     if units not in UNITS:
         raise SpecError("units", "kind_profile", f"be one of {', '.join(map(repr, UNITS))}", units)
-    time = _layer_timer(model, spec, cluster, kind, units)
+    time = _layer_timer(model, spec, cluster, kind, units, rates)
     forward, backward = time(OPTION_NONE, ALL_KEPT)
     plain = Cost(activation(OPTION_NONE, ALL_KEPT), 0.0, backward)
     census = model.kind_census(model.kinds[kind].name)
@@ -162,7 +164,7 @@ def _ranges(choices: list[tuple[int, int]]) -> tuple[RecomputeRange, ...]:
 
 
 def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: float | None = None,
-                   units: str = "seconds") -> RecomputePlan:
+                   units: str = "seconds", rates: Any = None) -> RecomputePlan:
     """Choose each layer's recompute (none, a selective setting, or full) to fit each stage's memory.
 
     Args:
@@ -172,11 +174,15 @@ def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: fl
         units: The units of the layer times the plan minimises, as :func:`ndcost.estimate`'s:
             ``"seconds"`` (default) or ``"nd"`` (ND's per-layer times; the plan's
             ``stage_savings`` then feed ``estimate(units="nd", stage_savings=...)``).
+        rates: Seconds mode's rates, as :func:`ndcost.estimate`'s.
     """
     if units not in UNITS:
         raise SpecError("units", "plan_recompute", f"be one of {', '.join(map(repr, UNITS))}", units)
+    if units == "nd" and rates is not None:
+        raise SpecError("rates", "plan_recompute", "be given in seconds units only (ND's units price no rates)", rates)
     model = as_model(model)
     cluster = as_cluster(cluster, spec)
+    rates = as_rates(rates, device=cluster, owner="plan_recompute")
     capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
     if not capacity > 0:
         raise SpecError("memory_limit", "plan_recompute", "be a positive number of bytes", memory_limit)
@@ -185,7 +191,7 @@ def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: fl
     base = memory_estimate(model, plain_spec, cluster, layout)
     derived = derive(model, plain_spec, cluster)
     p, vp = spec.pp, spec.vpp
-    profiles = [kind_profile(model, plain_spec, cluster, k, units=units) for k in range(len(model.kinds))]
+    profiles = [kind_profile(model, plain_spec, cluster, k, units=units, rates=rates) for k in range(len(model.kinds))]
     options = [_options_of(profile) for profile in profiles]
     schedule = SCHEDULE_CODES[spec.schedule]
     inflight = np.array([[_backend.kernels.inflight_micro_batches(schedule, p, derived.micro_batch_num, vp, s, c,

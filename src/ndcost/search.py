@@ -23,6 +23,7 @@ from ._columns import PART_NAMES
 from .errors import SpecError
 from .estimate import as_cluster, as_model, estimate
 from .exec_spec import ExecSpec
+from .rates_io import as_rates
 from .result import Estimate
 from .search_space import SEARCH_DIMENSIONS, build_space
 
@@ -113,7 +114,7 @@ def _spec_of(columns: Mapping[str, np.ndarray], i: int, fixed: Mapping[str, Any]
 def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int, top: int = 10,
            units: str = "seconds", ratios: Any = None, memory_limit: float | None = None,
            allow_cross_node_tp: bool = False, per_layer_recompute: int = 3, balance: int = 3,
-           progress: Callable[[int, int], None] | None = None, **dims: Any) -> SearchResult:
+           progress: Callable[[int, int], None] | None = None, rates: Any = None, **dims: Any) -> SearchResult:
     """The *top* strategies for *model* on *cluster*, ranked by step time.
 
     Args:
@@ -128,6 +129,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         balance: How many of the best to offer a rebalanced pipeline (0: none): layers moved
             between stages while the step gets faster (``ndcost.pipeline_balance``).
         progress: Called with (priced, total) after each batch.
+        rates: Seconds mode's rates, as :func:`ndcost.estimate`'s (a rates JSON is read once).
         **dims: Each search dimension (tp, pp, cp, dp, ep, micro_batch_size, vpp, zero_stage,
             sequence_parallel, pp_schedule, recompute) fixed (a value), a list, or searched (absent).
     """
@@ -143,6 +145,9 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     for name, value in (("per_layer_recompute", per_layer_recompute), ("balance", balance)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise SpecError(name, "search", "be an integer >= 0", value)
+    if units == "nd" and rates is not None:
+        raise SpecError("rates", "search", "be given in seconds units only (ND's units price no rates)", rates)
+    rates = as_rates(rates, device=cluster, owner="search")
     capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
     space = build_space(model, cluster.num_devices, cluster.device.devices_per_node,
                         global_batch_size=global_batch_size, seq_length=seq_length, dims=dims,
@@ -153,7 +158,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     reason = np.zeros(n, dtype=np.int64)
     for start in range(0, n, BATCH):
         chunk = {name: col[start:start + BATCH] for name, col in space.columns.items()}
-        batch = estimate_many(model, Candidates.from_arrays(**chunk), cluster, units=units, ratios=ratios)
+        batch = estimate_many(model, Candidates.from_arrays(**chunk), cluster, units=units, ratios=ratios, rates=rates)
         step[start:start + BATCH] = batch.step_time
         memory[start:start + BATCH] = batch.peak_memory
         reason[start:start + BATCH] = batch.reason
@@ -176,10 +181,10 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     results = []
     for i in ranked_rows:
         spec = _spec_of({k: v for k, v in space.columns.items() if k not in fixed}, i, fixed)
-        results.append(Ranked(spec, estimate(model, spec, cluster, units=units, ratios=ratios)))
-    results += _balanced(model, cluster, results[:balance], capacity, units, ratios)
+        results.append(Ranked(spec, estimate(model, spec, cluster, units=units, ratios=ratios, rates=rates)))
+    results += _balanced(model, cluster, results[:balance], capacity, units, ratios, rates)
     results.sort(key=_rank_key)
-    results += _planned(model, cluster, results[:per_layer_recompute], capacity, units, ratios)
+    results += _planned(model, cluster, results[:per_layer_recompute], capacity, units, ratios, rates)
     results.sort(key=_rank_key)
     front = pareto_front(step, memory, fits)
     return SearchResult(
@@ -193,7 +198,8 @@ def _rank_key(ranked: Ranked) -> tuple:
     return ranked.estimate.step_time, ranked.estimate.memory.peak
 
 
-def _balanced(model: Any, cluster: Any, best: list[Ranked], capacity: float, units: str, ratios: Any) -> list[Ranked]:
+def _balanced(model: Any, cluster: Any, best: list[Ranked], capacity: float, units: str, ratios: Any,
+              rates: Any = None) -> list[Ranked]:
     """Rebalanced pipelines for the best few, kept where a layer moved (each move made the step faster)."""
     from .pipeline_balance import balance_pipeline
 
@@ -201,13 +207,15 @@ def _balanced(model: Any, cluster: Any, best: list[Ranked], capacity: float, uni
     for ranked in best:
         if ranked.spec.pp == 1:
             continue
-        balanced = balance_pipeline(model, ranked.spec, cluster, units=units, ratios=ratios, memory_limit=capacity)
+        balanced = balance_pipeline(model, ranked.spec, cluster, units=units, ratios=ratios, memory_limit=capacity,
+                                    rates=rates)
         if balanced.moves:
             out.append(Ranked(balanced.spec, balanced.estimate, rebalanced=True))
     return out
 
 
-def _planned(model: Any, cluster: Any, best: list[Ranked], capacity: float, units: str, ratios: Any) -> list[Ranked]:
+def _planned(model: Any, cluster: Any, best: list[Ranked], capacity: float, units: str, ratios: Any,
+             rates: Any = None) -> list[Ranked]:
     """Per-layer recompute plans for the best few, kept where they beat their uniform mode."""
     from .recompute_plan import plan_recompute
 
@@ -215,10 +223,10 @@ def _planned(model: Any, cluster: Any, best: list[Ranked], capacity: float, unit
     for ranked in best:
         if ranked.spec.recompute_option == "none":
             continue  # nothing recomputed: a plan can only match it
-        plan = plan_recompute(model, ranked.spec, cluster, memory_limit=capacity, units=units)
+        plan = plan_recompute(model, ranked.spec, cluster, memory_limit=capacity, units=units, rates=rates)
         if not plan.feasible or not plan.ranges:
             continue
-        priced = estimate(model, plan.spec, cluster, units=units, ratios=ratios)
+        priced = estimate(model, plan.spec, cluster, units=units, ratios=ratios, rates=rates)
         if priced.memory.peak <= capacity and priced.step_time < ranked.estimate.step_time:
             out.append(Ranked(plan.spec, priced, per_layer_recompute=True, rebalanced=ranked.rebalanced))
     return out

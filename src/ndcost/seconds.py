@@ -286,7 +286,8 @@ def seconds_estimate(model: Any, spec: Any, cluster: Any, layout: Any = None, *,
 _LAYER_TIME_FIELDS = ("fw", "bw", "bw_w", "rc", "tp", "cp", "ep", "dp_mb_gather", "dp_mb_reduce")
 
 
-def seconds_layer_time(model: Any, spec: Any, cluster: Any, kind: int, option: int, keep_mask: int) -> tuple:
+def seconds_layer_time(model: Any, spec: Any, cluster: Any, kind: int, option: int, keep_mask: int, *,
+                       rates: Rates | None = None) -> tuple:
     """(forward, backward) seconds of one layer of *kind* running (option, keep mask), per micro-batch.
 
     The layer is priced alone on one stage by the seconds kernels (``seconds_stage_sums``),
@@ -294,7 +295,7 @@ def seconds_layer_time(model: Any, spec: Any, cluster: Any, kind: int, option: i
     micro-batch -- backward compute, recompute, and the communication left exposed.
     The recompute planner's times in seconds (``plan_recompute(units="seconds")``).
     """
-    arrays = seconds_arrays(model, spec, cluster)
+    arrays = seconds_arrays(model, spec, cluster, rates=rates)
     n_kinds = len(model.kinds)
     counts = np.zeros((1, n_kinds), dtype=np.float64)
     counts[0, kind] = 1.0
