@@ -25,21 +25,23 @@ S = SECONDS_STAGE
 # One GPT-3 175B layer (h = 12288, 96 heads of 128, GELU MLP 4h, LayerNorm) on an A100 80GB at
 # tp = 8, no SP, b = 1, s = 2048, fp16 activations, no flash attention, 1-byte dropout masks,
 # fp32 gradients; default rates: peak 312e12 x MAMF 271.2/312, HBM 2.039e12 x 0.8, 3 us per
-# kernel, 108 SMs x 256 x 128 outputs per wave, NVLink 300e9 x 0.8 per direction, 5 us per step.
+# kernel, 108 SMs x 256 x 128 outputs per wave with half a wave idle on average (the A100
+# gemm_wave_tail), NVLink 300e9 x 0.8 per direction, 5 us per step.
 PEAK_EFF = 271.2e12                    # 312e12 x (271.2 / 312)
 HBM = 2.039e12 * 0.8                   # achievable HBM bytes/s
 KERNEL = 3e-6
 WAVE = 108 * 256 * 128
+WAVE_TAIL = 0.5
 NVLINK = 300e9 * 0.8
 H, A, D, FFN, SEQ, TP = 12288, 96, 128, 49152, 2048, 8
 
 
 def _gemm(m, n, k, batch=1.0, out_bytes=2.0):
-    """The documented GEMM price, restated: max(FLOPs/(eff·peak)·(1 + 1/(2·waves)), bytes/HBM) + 3 us."""
+    """The documented GEMM price, restated: max(FLOPs/(eff·peak)·(1 + tail/waves), bytes/HBM) + 3 us."""
     flops = 2.0 * m * n * k * batch
     waves = batch * m * n / WAVE
     moved = batch * (2.0 * (m * k + k * n) + out_bytes * m * n)
-    return max(flops / PEAK_EFF * (1.0 + 0.5 / waves), moved / HBM) + KERNEL
+    return max(flops / PEAK_EFF * (1.0 + WAVE_TAIL / waves), moved / HBM) + KERNEL
 
 
 def _model_175b():

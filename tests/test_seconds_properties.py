@@ -174,7 +174,9 @@ def test_software_presets_are_sourced_and_validated():
         for field_name, value in figures.items():
             assert getattr(rates, field_name) == value
             assert rates.sources[field_name] == cited[field_name]
-            assert "DeepSpeed" in cited[field_name] or "Megatron" in cited[field_name]
+            # each figure cites the framework's own code, docs or configs
+            assert any(word in cited[field_name] for word in ("DeepSpeed", "Megatron", "torchtitan",
+                                                               "Transformer Engine", "TE")), (name, field_name)
         # the silicon figures are the device's own
         assert rates.matmul_efficiency == DEFAULT_RATES["a100-80g"].matmul_efficiency
     today = DEFAULT_RATES["a100-80g"]

@@ -156,6 +156,8 @@ SECONDS_MODEL_FIELDS = (
     "v_merge",        # patches merged into one text token (spatial_merge_size²)
     "v_out",          # the merger's output width (the text model's hidden size)
     "p_vision_extra", # patch embedding + merger params (split over tp, as the memory model holds them)
+    "rms_norm",       # 1: the norms are RMSNorm (0: LayerNorm)
+    "rope",           # 1: attention rotates q and k (RoPE); 0: learned or no positions
 )
 
 # --- one candidate of seconds mode (float64 vector) ---
@@ -186,6 +188,12 @@ RATE_FIELDS = (
     "z3_rc_gather",    # 1: a recompute forward gathers its parameters again (released after every use)
     "z3_grad_ar",      # 1: ZeRO-3 reduces gradients with an all-reduce instead of a reduce-scatter
     "grad_acc_pass",   # 1: weight gradients added to the main gradient by a separate pass (no wgrad fusion)
+    "wave_tail",       # waves of a GEMM left idle on average beyond its work (wave quantization)
+    "mm16_eff",        # achievable share of peak_attn (16-bit) of a GEMM kept 16-bit under fp8
+    "f8_cast_b", "f8_cast_k",  # fp8 cast of a 16-bit tensor: bytes moved per element, kernels
+    "f8_w_mb",         # 1: weights cast to fp8 every micro-batch (0: stored fp8 or cast once a step)
+    "ew_eager",        # 1: elementwise ops run unfused, one PyTorch op per kernel
+    "attn_copies",     # 1: the attention copies K/V per query head and its output to SDPA's layout
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---

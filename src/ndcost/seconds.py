@@ -125,6 +125,8 @@ def seconds_model_vector(model: Any) -> np.ndarray:
     vec[SECONDS_MODEL["p_final_norm"]] = model.final_norm_parameters()
     n_mtp = model.num_nextn_predict_layers
     vec[SECONDS_MODEL["p_mtp_extra"]] = model.mtp_extra_parameters() / n_mtp if n_mtp else 0.0
+    vec[SECONDS_MODEL["rms_norm"]] = 1.0 if model.norm == "rmsnorm" else 0.0
+    vec[SECONDS_MODEL["rope"]] = 0.0 if model.learned_position_embeddings else 1.0
     tower = model.vision
     if tower is not None:
         vec[SECONDS_MODEL["v_patches"]] = tower.tokens
@@ -153,7 +155,7 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     vec[RATE["peak_mm"]] = device.peak("fp8") if precision == "fp8" else sixteen
     vec[RATE["peak_attn"]] = sixteen
     vec[RATE["mm_eff"]] = rates.matmul_share(precision)
-    vec[RATE["attn_eff"]] = rates.attention_efficiency
+    vec[RATE["attn_eff"]] = rates.attention_share()
     vec[RATE["hbm_bw"]] = device.hbm_bandwidth
     vec[RATE["hbm_eff"]] = rates.hbm_efficiency
     vec[RATE["kernel_s"]] = rates.kernel_overhead
@@ -169,6 +171,14 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     vec[RATE["z3_rc_gather"]] = float(rates.zero3_recompute_gather)
     vec[RATE["z3_grad_ar"]] = float(rates.zero3_grad_all_reduce)
     vec[RATE["grad_acc_pass"]] = 0.0 if rates.grad_accumulation_fusion else 1.0
+    vec[RATE["wave_tail"]] = rates.gemm_wave_tail
+    vec[RATE["mm16_eff"]] = rates.matmul_efficiency
+    moved, kernels, every = rates.fp8_cast()
+    vec[RATE["f8_cast_b"]] = moved
+    vec[RATE["f8_cast_k"]] = kernels
+    vec[RATE["f8_w_mb"]] = every
+    vec[RATE["ew_eager"]] = 1.0 if rates.elementwise == "eager" else 0.0
+    vec[RATE["attn_copies"]] = 1.0 if rates.attention_copies else 0.0
     vec.setflags(write=False)
     return vec
 

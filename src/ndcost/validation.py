@@ -56,10 +56,11 @@ from .errors import SpecError
 from .exec_spec import ExecSpec
 from .model import Model
 from .rates import Rates
+from .run_facts import facts_for, modern_run
 from .seconds import DEEPSPEED_2021, Overlap, seconds_estimate
 from .validate import validate
 
-__all__ = ["RunResult", "ValidationReport", "validate_runs", "build_run", "software", "SOURCE_FACTS", "EQ3_FRAMEWORKS"]
+__all__ = ["gpt_model", "RunResult", "ValidationReport", "validate_runs", "build_run", "software", "SOURCE_FACTS", "EQ3_FRAMEWORKS"]
 
 #: Strategy fields a row omits but its cited source states: row id -> (fields, citation).
 SOURCE_FACTS: Mapping[str, tuple[dict, str]] = {
@@ -261,6 +262,24 @@ def software(row: Mapping) -> tuple[str, Overlap | None, str | None]:
     return "megatron-2021", None, None
 
 
+def gpt_model(model_block: Mapping, run_id: str, *, untied: bool) -> Model:
+    """The GPT-style Model of a row's model block: GELU 2-matmul MLP, LayerNorm, biases, learned
+    positions (the GPT-2/3 family Megatron-LM trains; GPT-3 has no config.json)."""
+    for key in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len"):
+        if _int(model_block.get(key)) is None:
+            raise SpecError(key, run_id, "be stated in the model block", model_block.get(key))
+    heads = _int(model_block["heads"])
+    return Model(
+        name=run_id, hidden_size=_int(model_block["hidden"]), num_hidden_layers=_int(model_block["layers"]),
+        num_attention_heads=heads,
+        num_key_value_heads=_int(model_block.get("kv_heads")) or heads,
+        intermediate_size=_int(model_block["ffn_hidden"]), vocab_size=_int(model_block["vocab"]),
+        gated_ffn=False, norm="layernorm", attention_bias=True, mlp_bias=True,
+        learned_position_embeddings=_int(model_block["seq_len"]), tie_word_embeddings=not untied,
+        family="gpt2",
+    )
+
+
 def build_run(row: Mapping, hardware_table: Mapping) -> tuple[Any, Any, Any, float | None, bool, list[str]]:
     """(model, spec, cluster, measured seconds, measured derived?, notes) of one row.
 
@@ -276,9 +295,7 @@ def build_run(row: Mapping, hardware_table: Mapping) -> tuple[Any, Any, Any, flo
     if filled:
         strategy.update({key: value for key, value in facts.items() if key not in strategy})
         notes.append(f"{', '.join(filled)} from {citation.split(':')[0]}")
-    for key in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len"):
-        if _int(model_block.get(key)) is None:
-            raise SpecError(key, run_id, "be stated in the model block", model_block.get(key))
+    model = gpt_model(model_block, run_id, untied="untied" in str(model_block.get("note", "")).lower())
     gpus, tp, pp, dp = (_int(strategy.get(key)) for key in ("gpus", "tp", "pp", "dp"))
     for name, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("dp", dp)):
         if value is None:
@@ -306,18 +323,6 @@ def build_run(row: Mapping, hardware_table: Mapping) -> tuple[Any, Any, Any, flo
     if device is None:
         raise SpecError("hardware", run_id, "name an A100 40GB or 80GB", row.get("hardware"))
 
-    untied = "untied" in str(model_block.get("note", "")).lower()
-    h = _int(model_block["hidden"])
-    heads = _int(model_block["heads"])
-    model = Model(
-        name=run_id, hidden_size=h, num_hidden_layers=_int(model_block["layers"]),
-        num_attention_heads=heads,
-        num_key_value_heads=_int(model_block.get("kv_heads")) or heads,
-        intermediate_size=_int(model_block["ffn_hidden"]), vocab_size=_int(model_block["vocab"]),
-        gated_ffn=False, norm="layernorm", attention_bias=True, mlp_bias=True,
-        learned_position_embeddings=_int(model_block["seq_len"]), tie_word_embeddings=not untied,
-        family="gpt2",
-    )
     spec = ExecSpec(
         dp=dp, tp=tp, pp=pp, vpp=_int(strategy.get("vpp")) or 1, micro_batch_size=micro_batch,
         global_batch_size=global_batch, seq_length=_int(model_block["seq_len"]),
@@ -366,16 +371,28 @@ def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap |
     for row in doc.get("runs") or []:
         run_id = str(row.get("id", "?"))
         family = _family(run_id)
+        facts = facts_for(path, run_id)
         try:
-            model, spec, cluster, measured, derived, notes = build_run(row, hardware_table)
+            if facts is not None:
+                built = modern_run(row, hardware_table, facts, gpt_model)
+                model, spec, cluster, measured, derived = (built.model, built.spec, built.cluster,
+                                                           built.measured_s, False)
+                notes, generation, row_overlap = list(built.notes), built.software, built.overlap
+                note = f"software {generation}" + "".join(f", {k} {v}" for k, v in built.rates_changes.items())
+            else:
+                model, spec, cluster, measured, derived, notes = build_run(row, hardware_table)
+                generation, row_overlap, note = software(row)
             validate(model, spec, cluster)
         except SpecError as exc:
             results.append(RunResult(run_id, family, skipped=str(exc)))
             continue
-        generation, row_overlap, note = software(row)
         if note and (rates is None or overlap is None):
             notes = [*notes, note]
         row_rates = Rates.for_software(cluster.device, generation) if rates is None else rates
+        if rates is None and facts is not None and built.rates_changes:
+            sources = dict(row_rates.sources)
+            sources.update({name: f"the run's facts ({run_id})" for name in built.rates_changes})
+            row_rates = row_rates.replace(sources=sources, **built.rates_changes)
         row_overlap = row_overlap if overlap is None else overlap
         result = seconds_estimate(model, spec, cluster, rates=row_rates, overlap=row_overlap)
         results.append(RunResult(run_id, family, estimate_s=result["step_time"], measured_s=measured,

@@ -146,7 +146,9 @@ cdef enum:
     SM_v_merge = 8
     SM_v_out = 9
     SM_p_vision_extra = 10
-    SM_COUNT = 11
+    SM_rms_norm = 11
+    SM_rope = 12
+    SM_COUNT = 13
 
 cdef enum:
     SC_b = 0
@@ -206,7 +208,14 @@ cdef enum:
     R_z3_rc_gather = 16
     R_z3_grad_ar = 17
     R_grad_acc_pass = 18
-    R_COUNT = 19
+    R_wave_tail = 19
+    R_mm16_eff = 20
+    R_f8_cast_b = 21
+    R_f8_cast_k = 22
+    R_f8_w_mb = 23
+    R_ew_eager = 24
+    R_attn_copies = 25
+    R_COUNT = 26
 
 cdef enum:
     SX_has_emb = 0

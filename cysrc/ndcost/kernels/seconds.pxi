@@ -27,18 +27,28 @@ cdef double SEC_CE_BACKWARD_BYTES = 6.0
 cdef double SEC_CE_FORWARD_KERNELS = 4.0
 cdef double SEC_CE_ALL_REDUCES = 3.0
 cdef double SEC_CE_REDUCE_BYTES = 4.0
+cdef double SEC_EAGER_RMSNORM_FP32_BYTES = 28.0
+cdef double SEC_EAGER_RMSNORM_KERNELS = 8.0
+cdef double SEC_EAGER_ROPE_FP32_BYTES = 16.0
+cdef double SEC_EAGER_ROPE_KERNELS = 3.0
+cdef double SEC_EAGER_SWIGLU_PASSES = 5.0
 
 
 cdef inline double c_sec_gemm(double m, double n, double k, double batch, double in_bytes,
-                              double out_bytes, const double* rate) noexcept nogil:
-    # One (batched) GEMM kernel: roofline with expected wave quantization + kernel_s; 0 when empty.
-    cdef double flops, moved, waves, compute, memory
+                              double out_bytes, const double* rate, bint sixteen) noexcept nogil:
+    # One (batched) GEMM kernel: roofline with expected wave quantization (wave_tail idle waves)
+    # + kernel_s; 0 when empty. `sixteen`: at the 16-bit rate (mm16_eff x peak_attn).
+    cdef double flops, moved, waves, compute, memory, peak
     if m <= 0.0 or n <= 0.0 or k <= 0.0 or batch <= 0.0:
         return 0.0
     flops = 2.0 * m * n * k * batch
     moved = batch * (in_bytes * (m * k + k * n) + out_bytes * m * n)
     waves = batch * m * n / rate[R_wave]
-    compute = flops / (rate[R_mm_eff] * rate[R_peak_mm]) * (1.0 + 0.5 / waves)
+    if sixteen:
+        peak = rate[R_mm16_eff] * rate[R_peak_attn]
+    else:
+        peak = rate[R_mm_eff] * rate[R_peak_mm]
+    compute = flops / peak * (1.0 + rate[R_wave_tail] / waves)
     memory = moved / (rate[R_hbm_eff] * rate[R_hbm_bw])
     return (compute if compute > memory else memory) + rate[R_kernel_s]
 
@@ -48,6 +58,13 @@ cdef inline double c_sec_pass(double moved, double kernels, const double* rate) 
     if moved <= 0.0:
         return 0.0
     return moved / (rate[R_hbm_eff] * rate[R_hbm_bw]) + kernels * rate[R_kernel_s]
+
+
+cdef inline double c_sec_cast(double elements, const double* cand, const double* rate) noexcept nogil:
+    # Casting `elements` 16-bit values to fp8 (f8_cast_b bytes each, f8_cast_k kernels); 0 unless fp8.
+    if cand[SC_bytes_mm] != 1.0 or elements <= 0.0:
+        return 0.0
+    return c_sec_pass(rate[R_f8_cast_b] * elements, rate[R_f8_cast_k], rate)
 
 
 cdef inline void c_sec_fill(double* out, Py_ssize_t count, double value) noexcept nogil:
@@ -125,12 +142,17 @@ cdef inline bint c_sec_cand_ok(const double* cand, const double* rate) noexcept 
 
 
 cdef inline void c_sec_mm3(double m, double n, double k, double chunks, const double* cand,
-                           const double* rate, double* out3) noexcept nogil:
-    # A weight GEMM run `chunks` times: (forward, input grad, weight grad accumulating at bytes_grad).
-    cdef double bm = cand[SC_bytes_mm], bc = cand[SC_bytes_c], bg = cand[SC_bytes_grad]
-    out3[0] = chunks * c_sec_gemm(m, n, k, 1.0, bm, bc, rate)
-    out3[1] = chunks * c_sec_gemm(m, k, n, 1.0, bm, bc, rate)
-    out3[2] = chunks * c_sec_gemm(k, n, m, 1.0, bm, 2.0 * bg, rate)
+                           const double* rate, double* out3, bint sixteen) noexcept nogil:
+    # A weight GEMM run `chunks` times: (forward, input grad, weight grad accumulating at bytes_grad);
+    # under fp8 (not `sixteen`) the input (and weight with f8_w_mb) cast forward, the output grad back.
+    cdef double bc = cand[SC_bytes_c], bg = cand[SC_bytes_grad]
+    cdef double bm = bc if sixteen else cand[SC_bytes_mm]
+    out3[0] = chunks * c_sec_gemm(m, n, k, 1.0, bm, bc, rate, sixteen)
+    out3[1] = chunks * c_sec_gemm(m, k, n, 1.0, bm, bc, rate, sixteen)
+    out3[2] = chunks * c_sec_gemm(k, n, m, 1.0, bm, 2.0 * bg, rate, sixteen)
+    if not sixteen:
+        out3[0] += chunks * c_sec_cast(m * k, cand, rate) + rate[R_f8_w_mb] * c_sec_cast(k * n, cand, rate)
+        out3[1] += chunks * c_sec_cast(m * n, cand, rate)
 
 
 cdef inline void c_sec_add_gemm(double* sums, double f, double d, double w) noexcept nogil:
@@ -148,10 +170,10 @@ cdef inline double c_sec_ffn_pair(double rows, double width, double h, double n_
     # GEMM's times into sums, the up GEMM's first; returns the pair's forward time.
     cdef double t = cand[SC_t], forward
     cdef double g3[3]
-    c_sec_mm3(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g3)
+    c_sec_mm3(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g3, 0)
     c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
     forward = g3[0]
-    c_sec_mm3(rows, h, width / t, n_split, cand, rate, g3)
+    c_sec_mm3(rows, h, width / t, n_split, cand, rate, g3, 0)
     c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
     return forward + g3[0]
 
@@ -167,7 +189,8 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double bc = cand[SC_bytes_c], bm = cand[SC_bytes_mm], bg = cand[SC_bytes_grad]
     cdef double db = cand[SC_dropout_bytes]
     cdef bint flash = cand[SC_flash] != 0.0
-    cdef double mm_rate = rate[R_mm_eff] * rate[R_peak_mm]
+    cdef double mm16_rate = rate[R_mm16_eff] * rate[R_peak_attn]
+    cdef bint eager = rate[R_ew_eager] != 0.0
     cdef double attn_rate = rate[R_attn_eff] * rate[R_peak_attn]
     cdef double hbm = rate[R_hbm_eff] * rate[R_hbm_bw]
     cdef double kernel_s = rate[R_kernel_s]
@@ -186,6 +209,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double topk, n_exp, cap, tok_moe, slots, local, per, wide, e_f, e_d, e_w, shared = 0.0
     cdef double norm_bytes, norm_kernels, softmax_bytes, dropout_bytes, permute_bytes, act_kernels
     cdef double ew_bytes, ew_kernels, full, gather, tp_pass, kv, step, qkv, o, ulysses, routed, a2a
+    cdef double rotated
     c_sec_fill(out, SL_COUNT, 0.0)
     if not (a > 0.0 and h > 0.0):
         c_sec_fill(out, SL_COUNT, NAN)
@@ -207,7 +231,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     # attention projections
     if kind[K_is_mla] != 0.0:
         w_att = kind[K_mla_w]
-        c_sec_mm3(rows, w_att / (h * t), h, n_split, cand, rate, g3)
+        c_sec_mm3(rows, w_att / (h * t), h, n_split, cand, rate, g3, 0)
         extra = 4.0 * n_split * kernel_s
         f_att = g3[0] + extra
         d_att = g3[1] + extra
@@ -217,11 +241,11 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         flops_att = 2.0 * b * s * w_att
         out[SL_flops_up] = 2.0 * b * s * kind[K_mla_up]
     else:
-        c_sec_mm3(rows, n_qkv / t, h, n_split, cand, rate, g3)
+        c_sec_mm3(rows, n_qkv / t, h, n_split, cand, rate, g3, 0)
         f_att = g3[0]
         d_att = g3[1]
         w_grad = g3[2]
-        c_sec_mm3(rows, h, a * dh / t, n_split, cand, rate, g3)
+        c_sec_mm3(rows, h, a * dh / t, n_split, cand, rate, g3, 0)
         f_att = f_att + g3[0]
         d_att = d_att + g3[1]
         w_grad = w_grad + g3[2]
@@ -249,12 +273,12 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
             keys = s * (n_split + 1.0) / (2.0 * n_split) if causal else span
             q_rows = s / cp / n_split
             scores = heads * (s / cp) * keys
-            core_f = n_split * (c_sec_gemm(q_rows, keys, d_qk, heads, bc, bc, rate)
-                                + c_sec_gemm(q_rows, d_v, keys, heads, bc, bc, rate))
-            core_b = n_split * (c_sec_gemm(q_rows, d_qk, keys, heads, bc, bc, rate)
-                                + c_sec_gemm(keys, d_qk, q_rows, heads, bc, bc, rate)
-                                + c_sec_gemm(q_rows, keys, d_v, heads, bc, bc, rate)
-                                + c_sec_gemm(keys, d_v, q_rows, heads, bc, bc, rate))
+            core_f = n_split * (c_sec_gemm(q_rows, keys, d_qk, heads, bc, bc, rate, 1)
+                                + c_sec_gemm(q_rows, d_v, keys, heads, bc, bc, rate, 1))
+            core_b = n_split * (c_sec_gemm(q_rows, d_qk, keys, heads, bc, bc, rate, 1)
+                                + c_sec_gemm(keys, d_qk, q_rows, heads, bc, bc, rate, 1)
+                                + c_sec_gemm(q_rows, keys, d_v, heads, bc, bc, rate, 1)
+                                + c_sec_gemm(keys, d_v, q_rows, heads, bc, bc, rate, 1))
         out[SL_sw_attBMM] = core_f
 
     # gated DeltaNet recurrence
@@ -263,7 +287,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     dv_lin = kind[K_lin_d_v]
     if n_v * d_k * dv_lin != 0.0:
         flops_rec = b * s * n_v * (2.0 * 64.0 * (3.0 * d_k + 2.0 * dv_lin) + 6.0 * d_k * dv_lin)
-        compute = flops_rec / (t * cp) / mm_rate
+        compute = flops_rec / (t * cp) / mm16_rate
         memory = bc * tokens * (n_qkv + a * dh) / t / hbm
         rec_f = (compute if compute > memory else memory) + n_split * kernel_s
         core_f += rec_f
@@ -285,16 +309,19 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         tok_moe = tokens / sp
         slots = tokens * topk * cap
         local = n_exp / ep
-        c_sec_mm3(tok_moe / n_split, n_exp, h, n_split, cand, rate, g3)
+        c_sec_mm3(tok_moe / n_split, n_exp, h, n_split, cand, rate, g3, 1)
         c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
         per = slots / local / n_split if local > 0.0 else 0.0
         wide = (n_ff - 1.0) * width / t_exp
-        e_f = n_split * (c_sec_gemm(per, wide, h, local, bm, bc, rate)
-                         + c_sec_gemm(per, h, width / t_exp, local, bm, bc, rate))
-        e_d = n_split * (c_sec_gemm(per, h, wide, local, bm, bc, rate)
-                         + c_sec_gemm(per, width / t_exp, h, local, bm, bc, rate))
-        e_w = n_split * (c_sec_gemm(h, wide, per, local, bm, 2.0 * bg, rate)
-                         + c_sec_gemm(width / t_exp, h, per, local, bm, 2.0 * bg, rate))
+        e_f = n_split * (c_sec_gemm(per, wide, h, local, bm, bc, rate, 0)
+                         + c_sec_gemm(per, h, width / t_exp, local, bm, bc, rate, 0))
+        e_d = n_split * (c_sec_gemm(per, h, wide, local, bm, bc, rate, 0)
+                         + c_sec_gemm(per, width / t_exp, h, local, bm, bc, rate, 0))
+        e_w = n_split * (c_sec_gemm(h, wide, per, local, bm, 2.0 * bg, rate, 0)
+                         + c_sec_gemm(width / t_exp, h, per, local, bm, 2.0 * bg, rate, 0))
+        e_f += n_split * (c_sec_cast(per * local * h, cand, rate) + c_sec_cast(per * local * width / t_exp, cand, rate))
+        e_f += rate[R_f8_w_mb] * local * c_sec_cast(h * (wide + width / t_exp), cand, rate)
+        e_d += n_split * (c_sec_cast(per * local * wide, cand, rate) + c_sec_cast(per * local * h, cand, rate))
         c_sec_add_gemm(sums, e_f, e_d, e_w)
         ffn_f = e_f
         act_bytes += n_ff * bc * slots * width / t_exp
@@ -307,7 +334,9 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         flops_ffn = 2.0 * b * s * h * (topk * n_ff * width + n_exp + n_ff * shared)
     else:
         ffn_f = c_sec_ffn_pair(rows, width, h, n_ff, n_split, cand, rate, sums)
-        act_bytes = n_ff * bc * tokens * width / t
+        act_bytes = (SEC_EAGER_SWIGLU_PASSES if eager and n_ff == 3.0 else n_ff) * bc * tokens * width / t
+        if eager and n_ff == 3.0:
+            other_kernels += 1.0
         flops_ffn = 2.0 * b * s * h * n_ff * width
     fw = sums[0]
     bw = sums[1]
@@ -318,6 +347,9 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     # elementwise work
     norm_bytes = 2.0 * 2.0 * bc * x_sp
     norm_kernels = 2.0
+    if eager and smodel[SM_rms_norm] != 0.0:
+        norm_bytes = 2.0 * (SEC_EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp
+        norm_kernels = 2.0 * SEC_EAGER_RMSNORM_KERNELS
     if kind[K_n_qknorm] != 0.0:
         norm_bytes += 2.0 * bc * tokens * (a + n_kv) * dh / t
         norm_kernels += 2.0
@@ -329,6 +361,25 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         if db > 0.0:
             dropout_bytes = (2.0 * bc + db) * scores
         permute_bytes = 2.0 * bc * tokens * a * d_v / t
+    # rotary embedding of q and k: fused (read + write) or eager (fp32 complex multiply)
+    if smodel[SM_rope] != 0.0 and has_core:
+        if kind[K_is_mla] != 0.0:
+            rotated = tokens * (a / t + 1.0) * kind[K_dhr]
+        else:
+            rotated = tokens * (a + n_kv) * dh / t
+        if eager:
+            other_bytes += (2.0 * bc + SEC_EAGER_ROPE_FP32_BYTES) * rotated
+            other_kernels += 2.0 * SEC_EAGER_ROPE_KERNELS
+        else:
+            other_bytes += 2.0 * bc * rotated
+            other_kernels += 2.0
+    if rate[R_attn_copies] != 0.0 and has_core and kind[K_is_mla] == 0.0:
+        # repeat_kv's K/V copies for every query head (GQA) and the output made contiguous again
+        if n_kv < a:
+            other_bytes += bc * tokens * (2.0 * n_kv * dh + 2.0 * a * dh) / t
+            other_kernels += 2.0
+        other_bytes += 2.0 * bc * tokens * a * dh / t
+        other_kernels += 1.0
     other_bytes += 2.0 * (3.0 * bc + db) * x_sp + conv_bytes
     if conv_bytes > 0.0:
         other_kernels += 2.0
@@ -412,7 +463,7 @@ cdef inline void c_sec_head(const double* cand, const double* rate, double token
     # One output head on this rank: logits GEMM and Megatron's vocab-parallel cross entropy.
     cdef double t = cand[SC_t], n_split = cand[SC_seq_split], logits, forward
     cdef double g3[3]
-    c_sec_mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3)
+    c_sec_mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3, 1)
     logits = tokens * v / t
     forward = g3[0] + c_sec_pass(SEC_CE_FORWARD_BYTES * logits, SEC_CE_FORWARD_KERNELS * n_split, rate)
     if t > 1.0:
@@ -439,11 +490,11 @@ cdef inline void c_sec_vision_edges(const double* smodel, const double* cand, co
     rows = b * patches / cp
     merged = rows / m
     wide = hv * m
-    c_sec_mm3(rows / sp, hv, patch_in, 1.0, cand, rate, g3)     # the patch embedding
+    c_sec_mm3(rows / sp, hv, patch_in, 1.0, cand, rate, g3, 0)     # the patch embedding
     fw, bw, bw_w = g3[0], g3[1], g3[2]
-    c_sec_mm3(merged, wide / t, wide, 1.0, cand, rate, g3)      # merger fc1, column parallel
+    c_sec_mm3(merged, wide / t, wide, 1.0, cand, rate, g3, 0)      # merger fc1, column parallel
     fw, bw, bw_w = fw + g3[0], bw + g3[1], bw_w + g3[2]
-    c_sec_mm3(merged, v_out, wide / t, 1.0, cand, rate, g3)     # merger fc2, row parallel
+    c_sec_mm3(merged, v_out, wide / t, 1.0, cand, rate, g3, 0)     # merger fc2, row parallel
     fw, bw, bw_w = fw + g3[0], bw + g3[1], bw_w + g3[2]
     moved = 2.0 * 2.0 * bc * rows * hv / sp + 2.0 * bc * merged * wide / t
     fw += c_sec_pass(moved, 2.0, rate)
@@ -615,7 +666,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
         if n_mtp > 0.0:
             heads += n_mtp
             norm = 3.0 * 2.0 * 2.0 * bc * x_sp
-            c_sec_mm3(tokens / n_split, h / t, 2.0 * h, n_split, cand, rate, g3)
+            c_sec_mm3(tokens / n_split, h / t, 2.0 * h, n_split, cand, rate, g3, 0)
             row[SS_fw] += n_mtp * (g3[0] + c_sec_pass(norm, 3.0 * n_split, rate))
             row[SS_bw] += n_mtp * (g3[1] + c_sec_pass(SEC_POINTWISE_BACKWARD_BYTES * norm, 3.0 * n_split, rate))
             row[SS_bw_w] += n_mtp * g3[2]

@@ -92,6 +92,21 @@ FLASH_CAUSAL_SHARE = 0.5
 CE_FORWARD_BYTES = 20.0
 CE_BACKWARD_BYTES = 6.0
 CE_FORWARD_KERNELS = 4.0
+#: An RMSNorm written in PyTorch ops and run eagerly (torchtitan@9dec370 torchtitan/models/norms.py
+#: RMSNorm: ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight``), per
+#: element: upcast (read 16-bit, write 4), pow (4 + 4), mean (4), scale (4 + 4), downcast (4 +
+#: 16-bit), weight (16-bit + 16-bit): 28 fp32 bytes plus 4 16-bit ones, in 8 kernels (with the
+#: tiny add and rsqrt over the row means).
+EAGER_RMSNORM_FP32_BYTES = 28.0
+EAGER_RMSNORM_KERNELS = 8.0
+#: torchtitan's apply_rotary_emb (llama/model.py@9dec370): ``view_as_complex(x.float())``,
+#: multiply by freqs_cis, ``view_as_real(...).type_as(x)``: upcast (16-bit + 4), complex multiply
+#: (4 + 4), downcast (4 + 16-bit): 16 fp32 bytes plus 2 16-bit ones per element, 3 kernels a tensor.
+EAGER_ROPE_FP32_BYTES = 16.0
+EAGER_ROPE_KERNELS = 3.0
+#: Unfused SwiGLU, ``F.silu(w1(x)) * w3(x)`` (torchtitan FeedForward): silu reads and writes the
+#: gate (2 passes), the product reads two and writes one (3): 5 passes of the width, in 2 kernels.
+EAGER_SWIGLU_PASSES = 5.0
 #: The three small all-reduces of the vocab-parallel loss (max, sum, target logit), fp32 per token.
 CE_ALL_REDUCES = 3.0
 CE_REDUCE_BYTES = 4.0
@@ -99,12 +114,14 @@ CE_REDUCE_BYTES = 4.0
 
 # --------------------------------------------------------------------------- scalar pieces
 
-def _gemm(m: float, n: float, k: float, batch: float, in_bytes: float, out_bytes: float, rate) -> float:
+def _gemm(m: float, n: float, k: float, batch: float, in_bytes: float, out_bytes: float, rate,
+          sixteen: bool = False) -> float:
     """One (batched) GEMM kernel, (batch x) [m x k]·[k x n]: roofline + kernel_s; 0 when empty.
 
     Compute: 2·m·n·k·batch / (mm_eff·peak_mm) (MAMF, the best achievable share of peak on a
-    large GEMM); memory: the inputs at in_bytes and the output at out_bytes per element, once,
-    at hbm_eff·hbm_bw.
+    large GEMM), or at the 16-bit rate (mm16_eff·peak_attn) for a GEMM that stays 16-bit under
+    fp8 (*sixteen*: the output head, the router, the attention BMMs); memory: the inputs at
+    in_bytes and the output at out_bytes per element, once, at hbm_eff·hbm_bw.
     """
     if m <= 0.0 or n <= 0.0 or k <= 0.0 or batch <= 0.0:
         return 0.0
@@ -112,13 +129,30 @@ def _gemm(m: float, n: float, k: float, batch: float, in_bytes: float, out_bytes
     moved = batch * (in_bytes * (m * k + k * n) + out_bytes * m * n)
     # Wave quantization (NVIDIA, Matrix Multiplication Background User's Guide §3.2): the output
     # is cut into tiles, one per SM at a time; w = outputs / (SMs x tile) waves run, the last one
-    # partly empty. For a shape not chosen to fill it the last wave is on average half idle:
-    # w + 1/2 waves of time for w of work. mm_eff is the full-wave share (MAMF's best shapes
-    # fill >= 97% of their last wave).
+    # partly idle: (w + wave_tail) waves of time for w of work. The guide's worst case leaves half
+    # a wave idle on average (0.5); the device's rates carry the share its cuBLAS really leaves,
+    # measured by shape (Rates.gemm_wave_tail: Hopper's persistent kernels leave little).
     waves = batch * m * n / rate[_R["wave"]]
-    compute = flops / (rate[_R["mm_eff"]] * rate[_R["peak_mm"]]) * (1.0 + 0.5 / waves)
+    if sixteen:
+        peak = rate[_R["mm16_eff"]] * rate[_R["peak_attn"]]
+    else:
+        peak = rate[_R["mm_eff"]] * rate[_R["peak_mm"]]
+    compute = flops / peak * (1.0 + rate[_R["wave_tail"]] / waves)
     memory = moved / (rate[_R["hbm_eff"]] * rate[_R["hbm_bw"]])
     return (compute if compute > memory else memory) + rate[_R["kernel_s"]]
+
+
+def _cast(elements: float, cand, rate) -> float:
+    """Casting *elements* 16-bit values to fp8 for a GEMM: 0 unless the GEMMs run fp8 (bytes_mm 1).
+
+    f8_cast_b bytes move per element (the recipe's passes: TE's fused cast-transpose reads 2 and
+    writes 1 + 1 under delayed scaling; current scaling first reads the tensor once more for its
+    amax) in f8_cast_k kernels (``Rates.fp8_recipe``). Checked against public fp8 GEMM
+    measurements in tests/test_seconds_fp8.py.
+    """
+    if cand[_C["bytes_mm"]] != 1.0 or elements <= 0.0:
+        return 0.0
+    return _pass(rate[_R["f8_cast_b"]] * elements, rate[_R["f8_cast_k"]], rate)
 
 
 def _pass(moved: float, kernels: float, rate) -> float:
@@ -233,17 +267,26 @@ def _exposed_tail(comm: float, window: float, share: float, layers: float) -> fl
     return exposed if exposed > floor else floor
 
 
-def _mm3(m: float, n: float, k: float, chunks: float, cand, rate, out3) -> None:
+def _mm3(m: float, n: float, k: float, chunks: float, cand, rate, out3, sixteen: bool = False) -> None:
     """A weight GEMM [m x k]·[k x n] run *chunks* times: out3 = (forward, input grad, weight grad).
 
     The input gradient [m x n]·[n x k] has the forward's FLOPs; the weight gradient
     [k x m]·[m x n] accumulates into the main gradient buffer, read and written at bytes_grad
     (Megatron's gradient-accumulation fusion: the wgrad GEMM adds into main_grad).
+
+    Under fp8 (and not *sixteen*) the forward casts its input (and, with f8_w_mb, its weight, once
+    per micro-batch: torchao casts the gathered bf16 weight every forward; TE keeps fp8 weights or
+    caches their cast across micro-batches) and the backward casts the output gradient; the
+    weight-gradient GEMM reads the transposed copies the casts wrote (``_cast``).
     """
-    bm, bc, bg = cand[_C["bytes_mm"]], cand[_C["bytes_c"]], cand[_C["bytes_grad"]]
-    out3[0] = chunks * _gemm(m, n, k, 1.0, bm, bc, rate)
-    out3[1] = chunks * _gemm(m, k, n, 1.0, bm, bc, rate)
-    out3[2] = chunks * _gemm(k, n, m, 1.0, bm, 2.0 * bg, rate)
+    bc, bg = cand[_C["bytes_c"]], cand[_C["bytes_grad"]]
+    bm = bc if sixteen else cand[_C["bytes_mm"]]
+    out3[0] = chunks * _gemm(m, n, k, 1.0, bm, bc, rate, sixteen)
+    out3[1] = chunks * _gemm(m, k, n, 1.0, bm, bc, rate, sixteen)
+    out3[2] = chunks * _gemm(k, n, m, 1.0, bm, 2.0 * bg, rate, sixteen)
+    if not sixteen:
+        out3[0] += chunks * _cast(m * k, cand, rate) + rate[_R["f8_w_mb"]] * _cast(k * n, cand, rate)
+        out3[1] += chunks * _cast(m * n, cand, rate)
 
 
 def _add_gemm(sums, g3) -> None:
@@ -288,7 +331,8 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     bc, bm, bg = cand[_C["bytes_c"]], cand[_C["bytes_mm"]], cand[_C["bytes_grad"]]
     db = cand[_C["dropout_bytes"]]
     flash = cand[_C["flash"]] != 0.0
-    mm_rate = rate[_R["mm_eff"]] * rate[_R["peak_mm"]]
+    mm16_rate = rate[_R["mm16_eff"]] * rate[_R["peak_attn"]]   # GDN's chunked recurrence runs 16-bit
+    eager = rate[_R["ew_eager"]] != 0.0
     attn_rate = rate[_R["attn_eff"]] * rate[_R["peak_attn"]]
     hbm = rate[_R["hbm_eff"]] * rate[_R["hbm_bw"]]
     kernel_s = rate[_R["kernel_s"]]
@@ -364,13 +408,13 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
             keys = s * (n_split + 1.0) / (2.0 * n_split) if causal else span
             q_rows = s / cp / n_split
             scores = heads * (s / cp) * keys                  # score elements of the micro-batch
-            core_f = n_split * (_gemm(q_rows, keys, d_qk, heads, bc, bc, rate)
-                                + _gemm(q_rows, d_v, keys, heads, bc, bc, rate))
+            core_f = n_split * (_gemm(q_rows, keys, d_qk, heads, bc, bc, rate, True)
+                                + _gemm(q_rows, d_v, keys, heads, bc, bc, rate, True))
             # dQ = dS·K, dK = dS^T·Q, dP = dO·V^T, dV = P^T·dO: four BMMs of the forward's size
-            core_b = n_split * (_gemm(q_rows, d_qk, keys, heads, bc, bc, rate)
-                                + _gemm(keys, d_qk, q_rows, heads, bc, bc, rate)
-                                + _gemm(q_rows, keys, d_v, heads, bc, bc, rate)
-                                + _gemm(keys, d_v, q_rows, heads, bc, bc, rate))
+            core_b = n_split * (_gemm(q_rows, d_qk, keys, heads, bc, bc, rate, True)
+                                + _gemm(keys, d_qk, q_rows, heads, bc, bc, rate, True)
+                                + _gemm(q_rows, keys, d_v, heads, bc, bc, rate, True)
+                                + _gemm(keys, d_v, q_rows, heads, bc, bc, rate, True))
         out[_L["sw_attBMM"]] = core_f
 
     # ---- gated DeltaNet: the chunked recurrence, per token and value head
@@ -382,7 +426,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     conv_bytes = 0.0
     if n_v * d_k * dv_lin != 0.0:
         flops_rec = b * s * n_v * (2.0 * 64.0 * (3.0 * d_k + 2.0 * dv_lin) + 6.0 * d_k * dv_lin)
-        compute = flops_rec / (t * cp) / mm_rate
+        compute = flops_rec / (t * cp) / mm16_rate
         memory = bc * tokens * (n_qkv + a * dh) / t / hbm
         rec_f = (compute if compute > memory else memory) + n_split * kernel_s
         core_f += rec_f
@@ -408,8 +452,9 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         tok_moe = tokens / sp                 # tokens routed by this rank
         slots = tokens * topk * cap           # token-expert rows an EP rank computes, balanced
         local = n_exp / ep                    # experts on this rank
-        # router: tokens x h x n_exp, replicated over tp, fp32 logits
-        _mm3(tok_moe / n_split, n_exp, h, n_split, cand, rate, g3)
+        # router: tokens x h x n_exp, replicated over tp, a plain 16-bit linear (Megatron-Core's
+        # TopKRouter is not a Transformer Engine module: it never runs fp8)
+        _mm3(tok_moe / n_split, n_exp, h, n_split, cand, rate, g3, True)
         _add_gemm(sums, g3)
         # grouped GEMM over the local experts: FLOPs of every slot, weights of every local expert
         per = slots / local / n_split if local > 0.0 else 0.0
@@ -418,6 +463,10 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         e_d = n_split * (_gemm(per, h, wide, local, bm, bc, rate) + _gemm(per, width / t_exp, h, local, bm, bc, rate))
         e_w = n_split * (_gemm(h, wide, per, local, bm, 2.0 * bg, rate)
                          + _gemm(width / t_exp, h, per, local, bm, 2.0 * bg, rate))
+        # fp8 grouped GEMMs (TE GroupedLinear) cast both inputs forward and both output gradients back
+        e_f += n_split * (_cast(per * local * h, cand, rate) + _cast(per * local * width / t_exp, cand, rate))
+        e_f += rate[_R["f8_w_mb"]] * local * _cast(h * (wide + width / t_exp), cand, rate)
+        e_d += n_split * (_cast(per * local * wide, cand, rate) + _cast(per * local * h, cand, rate))
         _add_gemm(sums, (e_f, e_d, e_w))
         ffn_f = e_f
         act_bytes += n_ff * bc * slots * width / t_exp
@@ -432,14 +481,21 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         flops_ffn = 2.0 * b * s * h * (topk * n_ff * width + n_exp + n_ff * shared)
     else:
         ffn_f = _ffn_pair(rows, width, h, n_ff, n_split, cand, rate, sums)
-        # GELU reads one tensor and writes one (2 passes); SwiGLU reads two and writes one (3)
-        act_bytes = n_ff * bc * tokens * width / t
+        # GELU reads one tensor and writes one (2 passes); SwiGLU reads two and writes one (3), or,
+        # unfused, silu(gate) (read, write) then its product with up (read 2, write): 5 passes
+        act_bytes = (EAGER_SWIGLU_PASSES if eager and n_ff == 3.0 else n_ff) * bc * tokens * width / t
+        if eager and n_ff == 3.0:
+            other_kernels += 1.0
         flops_ffn = 2.0 * b * s * h * n_ff * width
     fw, bw, bw_w, gemm_f, gemm_b = sums
 
     # ---- elementwise work, forward (bytes, kernels) per op class -- the recompute switches' classes
     norm_bytes = 2.0 * 2.0 * bc * x_sp                      # two norms, read + write each
     norm_kernels = 2.0
+    if eager and smodel[_SM["rms_norm"]] != 0.0:
+        # an RMSNorm written in PyTorch ops and run eagerly, one kernel each
+        norm_bytes = 2.0 * (EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp
+        norm_kernels = 2.0 * EAGER_RMSNORM_KERNELS
     if kind[_K["n_qknorm"]] != 0.0:
         norm_bytes += 2.0 * bc * tokens * (a + n_kv) * dh / t
         norm_kernels += 2.0
@@ -449,6 +505,28 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         if db > 0.0:
             dropout_bytes = (2.0 * bc + db) * scores         # read, write, keep the mask
         permute_bytes = 2.0 * bc * tokens * a * d_v / t      # context [b·a, s, d] -> [s, b, a·d]
+    # rotary position embedding on q and k (no learned position table): fused, read + write
+    # each element once (Megatron's apply_rope_fusion, TE's fused RoPE, an inductor kernel); eager
+    # (torchtitan's apply_rotary_emb): upcast to fp32, complex multiply, cast back, per tensor
+    if smodel[_SM["rope"]] != 0.0 and has_core:
+        if kind[_K["is_mla"]] != 0.0:
+            rotated = tokens * (a / t + 1.0) * kind[_K["dhr"]]   # each head's q_pe and the shared k_pe
+        else:
+            rotated = tokens * (a + n_kv) * dh / t
+        if eager:
+            other_bytes += (2.0 * bc + EAGER_ROPE_FP32_BYTES) * rotated
+            other_kernels += 2.0 * EAGER_ROPE_KERNELS
+        else:
+            other_bytes += 2.0 * bc * rotated
+            other_kernels += 2.0
+    if rate[_R["attn_copies"]] != 0.0 and has_core and kind[_K["is_mla"]] == 0.0:
+        # torchtitan's attention: repeat_kv materialises K and V for every query head (GQA), and
+        # the core's output is made contiguous again after its transpose (copies: read + write)
+        if n_kv < a:
+            other_bytes += bc * tokens * (2.0 * n_kv * dh + 2.0 * a * dh) / t
+            other_kernels += 2.0
+        other_bytes += 2.0 * bc * tokens * a * dh / t
+        other_kernels += 1.0
     # the two fused bias-dropout-add kernels: read the output and the residual, write (+ mask)
     other_bytes += 2.0 * (3.0 * bc + db) * x_sp + conv_bytes
     if conv_bytes > 0.0:
@@ -590,7 +668,9 @@ def _head(cand, rate, tokens: float, h: float, v: float, out3) -> None:
     t = cand[_C["t"]]
     n_split = cand[_C["seq_split"]]
     g3 = [0.0, 0.0, 0.0]
-    _mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3)
+    # the output layer stays 16-bit under fp8 (Megatron-Core's output layer is a plain
+    # ColumnParallelLinear, torchtitan's float8 conversion skips it)
+    _mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3, True)
     logits = tokens * v / t
     forward = g3[0] + _pass(CE_FORWARD_BYTES * logits, CE_FORWARD_KERNELS * n_split, rate)
     if t > 1.0:

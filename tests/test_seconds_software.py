@@ -1,0 +1,91 @@
+"""Software stacks in seconds mode: unfused (eager) elementwise work, RoPE, torchtitan's attention
+copies and FlashAttention-2, by hand on one Llama 3 8B layer, both backends."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ndcost
+from ndcost._columns import RATE, SECONDS_LAYER
+from ndcost.rates import SOFTWARE_PRESETS, Rates
+from ndcost.seconds import seconds_arrays, seconds_estimate
+
+L = SECONDS_LAYER
+TOKENS, H, HEADS, KV, DH, FFN = 4096.0, 4096.0, 32.0, 8.0, 128.0, 14336.0
+
+
+def _layer(kernels, rates: Rates) -> tuple[np.ndarray, np.ndarray]:
+    model = ndcost.Model.from_catalog("llama3-8b")
+    spec = ndcost.ExecSpec(dp=8, global_batch_size=64, seq_length=int(TOKENS))
+    arrays = seconds_arrays(model, spec, ndcost.Cluster("h100-sxm", 8), rates=rates)
+    out = np.empty((len(model.kinds), len(L)))
+    kernels.seconds_layer_times(*(arrays[name] for name in ("kinds", "skinds", "model", "smodel", "cand", "rate")),
+                                out)
+    return out[0], arrays["rate"]
+
+
+def test_eager_elementwise_by_hand(kernels):
+    """Eager minus fused forward: RMSNorm (torchtitan's PyTorch ops), SwiGLU unfused and RoPE in fp32
+    complex arithmetic, each at its bytes and kernels (ndcost._kpy.seconds EAGER_* constants)."""
+    base = Rates.for_device("h100-sxm")
+    fused, rate = _layer(kernels, base)
+    eager, _ = _layer(kernels, base.replace(elementwise="eager"))
+    hbm = rate[RATE["hbm_eff"]] * rate[RATE["hbm_bw"]]
+    kernel = rate[RATE["kernel_s"]]
+    x = TOKENS * H
+    norm = 2 * (28 + 4 * 2) * x - 2 * 2 * 2 * x                 # two norms: 36 bytes an element vs 4
+    act = (5 - 3) * 2 * TOKENS * FFN                              # silu, then the product: 5 passes vs 3
+    rotated = TOKENS * (HEADS + KV) * DH
+    rope = (2 * 2 + 16) * rotated - 2 * 2 * rotated               # upcast, complex multiply, downcast
+    kernels_more = (16 - 2) + 1 + (6 - 2)
+    expected = (norm + act + rope) / hbm + kernels_more * kernel
+    assert eager[L["fw"]] - fused[L["fw"]] == pytest.approx(expected, rel=1e-9)
+    # backward reads 1.5x a pointwise op's forward bytes, with the same kernels
+    assert eager[L["bw"]] - fused[L["bw"]] == pytest.approx(1.5 * (norm + act + rope) / hbm
+                                                            + kernels_more * kernel, rel=1e-9)
+    # a selective recompute of the norms re-runs them at their eager cost
+    assert eager[L["sw_normOp"]] > 5 * fused[L["sw_normOp"]]
+
+
+def test_torchtitan_attention_copies_by_hand(kernels):
+    base = Rates.for_device("h100-sxm")
+    plain, rate = _layer(kernels, base)
+    copies, _ = _layer(kernels, base.replace(attention_copies=True))
+    hbm = rate[RATE["hbm_eff"]] * rate[RATE["hbm_bw"]]
+    # repeat_kv reads K and V (8 heads) and writes them for all 32; the output is copied once
+    moved = 2 * TOKENS * (2 * KV * DH + 2 * HEADS * DH) + 2 * 2 * TOKENS * HEADS * DH
+    assert copies[L["fw"]] - plain[L["fw"]] == pytest.approx(moved / hbm + 3 * rate[RATE["kernel_s"]], rel=1e-9)
+
+
+def test_fa2_on_hopper_runs_at_its_published_share():
+    rates = Rates.for_software("h100-sxm", "torchtitan-eager")
+    assert rates.attention_share() == 0.35
+    assert Rates.for_software("h100-sxm", "megatron-te").attention_share() == Rates.for_device("h100-sxm").attention_efficiency
+    # A100's best kernel is FlashAttention-2 already
+    assert Rates.for_software("a100-80g", "torchtitan-eager").attention_share() == 0.615
+
+
+def test_presets_order_the_stacks_as_their_kernels_do():
+    """The same strategy is slowest eager, faster compiled, fastest on Megatron-TE."""
+    model = ndcost.Model.from_catalog("llama3-8b")
+    spec = ndcost.ExecSpec(dp=8, global_batch_size=16, micro_batch_size=2, seq_length=8192, zero_stage=3)
+    cluster = ndcost.Cluster("h100-sxm", 8)
+    step = {name: seconds_estimate(model, spec, cluster, rates=Rates.for_software("h100-sxm", name))["step_time"]
+            for name in ("torchtitan-eager", "torchtitan-compile", "megatron-te")}
+    assert step["torchtitan-eager"] > step["torchtitan-compile"] > step["megatron-te"]
+    assert set(SOFTWARE_PRESETS) >= {"megatron-te", "nemo", "torchtitan-eager", "torchtitan-compile"}
+
+
+@pytest.mark.parametrize("name", sorted(SOFTWARE_PRESETS))
+def test_each_preset_prices_the_same_on_both_backends(name):
+    model = ndcost.Model.from_catalog("qwen3-30b-a3b")
+    spec = ndcost.ExecSpec(dp=8, ep=8, pp=2, global_batch_size=64, seq_length=4096, precision="fp8")
+    cluster = ndcost.Cluster("h100-sxm", 16)
+    rates = Rates.for_software("h100-sxm", name)
+    results = {}
+    for backend in ("cython", "python"):
+        with ndcost._backend.use(backend):
+            results[backend] = seconds_estimate(model, spec, cluster, rates=rates)
+    assert results["cython"]["step_time"] == pytest.approx(results["python"]["step_time"], rel=1e-12)
+    for part, value in results["python"]["parts"].items():
+        assert results["cython"]["parts"][part] == pytest.approx(value, rel=1e-12, abs=1e-300)
