@@ -89,3 +89,23 @@ def test_each_preset_prices_the_same_on_both_backends(name):
     assert results["cython"]["step_time"] == pytest.approx(results["python"]["step_time"], rel=1e-12)
     for part, value in results["python"]["parts"].items():
         assert results["cython"]["parts"][part] == pytest.approx(value, rel=1e-12, abs=1e-300)
+
+
+def test_cli_software_and_api_preset_name(capsys):
+    from ndcost.cli import main
+
+    args = ["estimate", "llama3-8b", "--device", "h100-sxm", "--devices", "8", "--dp", "8",
+            "--global-batch-size", "16", "--micro-batch-size", "2", "--seq-length", "8192", "--zero-stage", "3"]
+    assert main(args + ["--software", "torchtitan-eager", "--json"]) == 0
+    import json
+
+    eager = json.loads(capsys.readouterr().out)["step_time"]
+    assert main(args + ["--json"]) == 0
+    default = json.loads(capsys.readouterr().out)["step_time"]
+    assert eager > default
+    model = ndcost.Model.from_catalog("llama3-8b")
+    spec = ndcost.ExecSpec(dp=8, global_batch_size=16, micro_batch_size=2, seq_length=8192, zero_stage=3)
+    api = ndcost.estimate(model, spec, ndcost.Cluster("h100-sxm", 8), rates="torchtitan-eager").step_time
+    assert api == pytest.approx(eager, rel=1e-9)
+    assert main(args + ["--software", "nope"]) == 2
+    assert "--software" in capsys.readouterr().err

@@ -5,6 +5,7 @@ import argparse
 import json
 from typing import Any
 
+from .rates_io import rates_argument
 from .errors import SpecError
 
 __all__ = ["add_estimate_commands", "spec_from_args", "offset_text", "parse_layer_grid"]
@@ -88,13 +89,14 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     cluster = _cluster(args, spec)
     moved = None
+    rates = rates_argument(args.rates, args.software)
     if args.balance:
         from .pipeline_balance import balance_pipeline
 
-        balanced = balance_pipeline(model, spec, cluster, units=args.units, ratios=args.ratios, rates=args.rates)
+        balanced = balance_pipeline(model, spec, cluster, units=args.units, ratios=args.ratios, rates=rates)
         spec, result, moved = balanced.spec, balanced.estimate, balanced.moves
     else:
-        result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios, rates=args.rates)
+        result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios, rates=rates)
     if args.json:
         out = result.to_dict()
         out["model"] = model.name
@@ -146,6 +148,9 @@ def add_estimate_commands(sub: Any) -> None:
     p.add_argument("--units", choices=("seconds", "nd"), default="seconds")
     p.add_argument("--ratios", help="a ratios JSON file (ND's calibration)")
     p.add_argument("--rates", metavar="FILE", help="seconds mode's rates from a JSON (`ndcost calibrate --fit rates`)")
+    p.add_argument("--software", metavar="NAME",
+                   help="the training software's rates preset (megatron-te, nemo, torchtitan-eager, "
+                        "torchtitan-compile, megatron-2021, deepspeed-2021; default: today's Megatron-LM)")
     p.add_argument("--balance", action="store_true",
                    help="first move layers off the slowest stages while the step gets faster (balance_pipeline)")
     p.add_argument("--json", action="store_true", help="print JSON")

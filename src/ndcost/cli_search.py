@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from .rates_io import rates_argument
 from .cli_estimate import offset_text
 from .errors import SpecError
 
@@ -108,6 +109,9 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--units", choices=("seconds", "nd"), default="seconds")
     p.add_argument("--ratios", help="a ratios JSON (calibration)")
     p.add_argument("--rates", metavar="FILE", help="seconds mode's rates from a JSON (`ndcost calibrate --fit rates`)")
+    p.add_argument("--software", metavar="NAME",
+                   help="the training software's rates preset (megatron-te, nemo, torchtitan-eager, "
+                        "torchtitan-compile, megatron-2021, deepspeed-2021; default: today's Megatron-LM)")
     p.add_argument("--memory-limit-gib", type=float, help="memory a device may use (default: its HBM)")
     p.add_argument("--allow-cross-node-tp", action="store_true")
     p.add_argument("--plan-top", type=int, default=3, help="offer a per-layer recompute plan to the best N")
@@ -142,7 +146,7 @@ def run_search(args: argparse.Namespace):
     show_progress = not getattr(args, "json", False) and not args.no_progress and sys.stderr.isatty()
     result = search(
         model, cluster, global_batch_size=args.global_batch_size, seq_length=args.seq_length, top=args.top,
-        units=args.units, ratios=args.ratios, rates=args.rates,
+        units=args.units, ratios=args.ratios, rates=rates_argument(args.rates, args.software),
         memory_limit=None if args.memory_limit_gib is None else args.memory_limit_gib * 2**30,
         allow_cross_node_tp=args.allow_cross_node_tp, per_layer_recompute=args.plan_top, balance=args.balance_top,
         progress=print_progress if show_progress else None, **dims,

@@ -98,9 +98,27 @@ def load_rates(path: str | os.PathLike, *, device: Any = None) -> Rates:
 
 
 def as_rates(value: Any, *, device: Any = None, owner: str = "rates") -> Rates | None:
-    """None, a Rates, or a rates file's path as Rates (:func:`load_rates`)."""
+    """None, a Rates, a training-software preset name (``Rates.for_software(device, name)``, e.g.
+    "torchtitan-eager") or a rates file's path as Rates (:func:`load_rates`)."""
+    from .rates import SOFTWARE_PRESETS
+
     if value is None or isinstance(value, Rates):
         return value
+    if isinstance(value, str) and value in SOFTWARE_PRESETS:
+        if device is None:
+            raise SpecError("rates", owner, "come with a device when it names a software preset", value)
+        return Rates.for_software(device, value)
     if isinstance(value, (str, os.PathLike)):
         return load_rates(value, device=device)
-    raise SpecError("rates", owner, "be a Rates, a rates JSON path or None", value)
+    raise SpecError("rates", owner, "be a Rates, a software preset name, a rates JSON path or None", value)
+
+
+def rates_argument(rates_file: Any, software: Any, owner: str = "ndcost") -> Any:
+    """What ``--rates FILE`` / ``--software NAME`` on the command line ask for: one of them or None."""
+    from .rates import SOFTWARE_PRESETS
+
+    if rates_file is not None and software is not None:
+        raise SpecError("--software", owner, "be given without --rates (a rates file states its software)", software)
+    if software is not None and software not in SOFTWARE_PRESETS:
+        raise SpecError("--software", owner, f"be one of {', '.join(SOFTWARE_PRESETS)}", software)
+    return software if software is not None else rates_file
