@@ -109,3 +109,38 @@ def test_cli_software_and_api_preset_name(capsys):
     assert api == pytest.approx(eager, rel=1e-9)
     assert main(args + ["--software", "nope"]) == 2
     assert "--software" in capsys.readouterr().err
+
+
+def test_tp_comm_overlap_runs_gemms_in_userbuffers_chunks_by_hand(kernels, pykernels):
+    """With TP overlap (TE userbuffers) a GEMM before a reduce-scatter runs as 4 pipelined chunks on the
+    SMs the reduce-scatter leaves (132 - 22 of an H100's), its input gradient as tp ring chunks; a GEMM
+    after an all-gather runs forward as tp ring chunks (ndcost._kpy.seconds._mm3)."""
+    from ndcost._kpy import seconds as oracle
+
+    model = ndcost.Model.from_catalog("llama3-70b")
+    cluster = ndcost.Cluster("h100-sxm", 8)
+    spec = ndcost.ExecSpec(dp=2, tp=4, global_batch_size=8, seq_length=4096, sequence_parallel=True,
+                           tp_overlap=True)
+    arrays = seconds_arrays(model, spec, cluster)
+    cand, rate = arrays["cand"], arrays["rate"]
+    m, n, k = 4096.0, 8192.0, 7168.0
+    g = [0.0] * 3
+    oracle._mm3(m, n, k, 1.0, cand, rate, g, False, 2)
+    keep = 1.0 - 22.0 / 132.0
+    assert g[0] == pytest.approx(4 * oracle._gemm(m / 4, n, k, 1.0, 2.0, 2.0, rate) / keep, rel=1e-12)
+    assert g[1] == pytest.approx(4 * oracle._gemm(m / 4, k, n, 1.0, 2.0, 2.0, rate), rel=1e-12)
+    oracle._mm3(m, n, k, 1.0, cand, rate, g, False, 1)
+    assert g[0] == pytest.approx(4 * oracle._gemm(m / 4, n, k, 1.0, 2.0, 2.0, rate), rel=1e-12)
+    assert g[1] == pytest.approx(oracle._gemm(m, k, n, 1.0, 2.0, 2.0, rate), rel=1e-12)
+    # the layer: slower GEMMs with overlap than without, the same on both backends
+    args = [arrays[name] for name in ("kinds", "skinds", "model", "smodel", "cand", "rate")]
+    out, ref = np.empty((1, len(L))), np.empty((1, len(L)))
+    kernels.seconds_layer_times(*args, out)
+    pykernels.seconds_layer_times(*args, ref)
+    np.testing.assert_allclose(out, ref, rtol=1e-12)
+    plain = seconds_arrays(model, ndcost.ExecSpec(dp=2, tp=4, global_batch_size=8, seq_length=4096,
+                                                  sequence_parallel=True), cluster)
+    bare = np.empty((1, len(L)))
+    kernels.seconds_layer_times(*(plain[name] for name in ("kinds", "skinds", "model", "smodel", "cand", "rate")),
+                                bare)
+    assert out[0, L["gemm_f"]] > bare[0, L["gemm_f"]]

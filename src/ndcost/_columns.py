@@ -194,6 +194,8 @@ RATE_FIELDS = (
     "f8_w_mb",         # 1: weights cast to fp8 every micro-batch (0: stored fp8 or cast once a step)
     "ew_eager",        # 1: elementwise ops run unfused, one PyTorch op per kernel
     "attn_copies",     # 1: the attention copies K/V per query head and its output to SDPA's layout
+    "tp_ov_splits",    # TP comm overlap: chunks of a pipelined reduce-scatter GEMM
+    "tp_ov_sm",        # TP comm overlap: share of the SMs the pipelined reduce-scatter kernels hold
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---

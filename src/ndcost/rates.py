@@ -129,6 +129,10 @@ class Rates:
             PyTorch op per kernel: RMSNorm, RoPE and SwiGLU unfused). Software.
         attention_copies: The model code copies K/V per query head (GQA's repeat_kv) and the
             attention output back to its layout (torchtitan's Llama). Software.
+        tp_overlap_splits: With TP comm overlap, the chunks a GEMM before a reduce-scatter runs in
+            (Transformer Engine userbuffers' "pipeline" method, num_splits). Software.
+        tp_overlap_sms: With TP comm overlap, SMs the pipelined reduce-scatter kernels hold while
+            that GEMM runs (userbuffers num_sm). Software.
         sources: Figure name -> where its value comes from; read-only.
 
     The last four describe the training software, not the silicon; the defaults are today's
@@ -154,6 +158,8 @@ class Rates:
     fp8_recipe: str = "delayed"
     elementwise: str = "fused"
     attention_copies: bool = False
+    tp_overlap_splits: int = 4
+    tp_overlap_sms: float = 22.0
 
     def __post_init__(self) -> None:
         fetch = self.zero3_fetch_bandwidth
@@ -183,6 +189,13 @@ class Rates:
             object.__setattr__(self, name, float(value))
         if isinstance(self.sm_count, bool) or not isinstance(self.sm_count, int) or self.sm_count < 1:
             raise SpecError("sm_count", _OWNER, "be an integer >= 1", self.sm_count)
+        if isinstance(self.tp_overlap_splits, bool) or not isinstance(self.tp_overlap_splits, int) or not \
+                1 <= self.tp_overlap_splits <= 64:
+            raise SpecError("tp_overlap_splits", _OWNER, "be an integer in [1, 64]", self.tp_overlap_splits)
+        if not is_finite_number(self.tp_overlap_sms) or not 0.0 <= self.tp_overlap_sms <= self.sm_count / 2:
+            raise SpecError("tp_overlap_sms", _OWNER, f"be a number of SMs in [0, {self.sm_count / 2}]",
+                            self.tp_overlap_sms)
+        object.__setattr__(self, "tp_overlap_sms", float(self.tp_overlap_sms))
         overhead = self.kernel_overhead
         if not is_finite_number(overhead) or overhead < 0.0:
             raise SpecError("kernel_overhead", _OWNER, "be a finite number of seconds >= 0", overhead)
@@ -271,6 +284,11 @@ _TODAY_SOFTWARE = {
     "fp8_recipe": "default 'delayed': Transformer Engine's DelayedScaling, its default recipe",
     "elementwise": "default 'fused': Megatron-Core / Transformer Engine fused norm, RoPE, SwiGLU, bias-dropout-add",
     "attention_copies": "default False: Transformer Engine attention takes GQA's K/V heads as they are",
+    "tp_overlap_splits": "default 4: NeMo's H100 userbuffers configs run proj_fprop and fc2_fprop as 'pipeline' "
+                         "with num_splits 4 (NVIDIA/dgxc-benchmarking, data/validation/h100_run_facts.yaml "
+                         "'tp_comm_overlap')",
+    "tp_overlap_sms": "default 22: the same configs give the pipelined reduce-scatters num_sm 24 (proj_fprop) and "
+                      "20 (fc2_fprop) on H100; their mean",
 }
 
 

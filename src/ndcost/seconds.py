@@ -179,6 +179,8 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     vec[RATE["f8_w_mb"]] = every
     vec[RATE["ew_eager"]] = 1.0 if rates.elementwise == "eager" else 0.0
     vec[RATE["attn_copies"]] = 1.0 if rates.attention_copies else 0.0
+    vec[RATE["tp_ov_splits"]] = rates.tp_overlap_splits
+    vec[RATE["tp_ov_sm"]] = min(rates.tp_overlap_sms / rates.sm_count, 0.5)
     vec.setflags(write=False)
     return vec
 

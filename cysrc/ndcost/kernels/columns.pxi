@@ -215,7 +215,9 @@ cdef enum:
     R_f8_w_mb = 23
     R_ew_eager = 24
     R_attn_copies = 25
-    R_COUNT = 26
+    R_tp_ov_splits = 26
+    R_tp_ov_sm = 27
+    R_COUNT = 28
 
 cdef enum:
     SX_has_emb = 0

@@ -142,13 +142,23 @@ cdef inline bint c_sec_cand_ok(const double* cand, const double* rate) noexcept 
 
 
 cdef inline void c_sec_mm3(double m, double n, double k, double chunks, const double* cand,
-                           const double* rate, double* out3, bint sixteen) noexcept nogil:
+                           const double* rate, double* out3, bint sixteen, int side) noexcept nogil:
     # A weight GEMM run `chunks` times: (forward, input grad, weight grad accumulating at bytes_grad);
     # under fp8 (not `sixteen`) the input (and weight with f8_w_mb) cast forward, the output grad back.
+    # `side` (1 after an all-gather, 2 before a reduce-scatter) shapes it under TP comm overlap as
+    # TE userbuffers run it (see the oracle's _mm3).
     cdef double bc = cand[SC_bytes_c], bg = cand[SC_bytes_grad]
     cdef double bm = bc if sixteen else cand[SC_bytes_mm]
-    out3[0] = chunks * c_sec_gemm(m, n, k, 1.0, bm, bc, rate, sixteen)
-    out3[1] = chunks * c_sec_gemm(m, k, n, 1.0, bm, bc, rate, sixteen)
+    cdef double t = cand[SC_t], f_split = 1.0, d_split = 1.0, f_keep = 1.0
+    if side != 0 and cand[SC_ov_tp] > 0.0 and t > 1.0:
+        if side == 1:
+            f_split = t
+        else:
+            f_split = rate[R_tp_ov_splits]
+            f_keep = 1.0 - rate[R_tp_ov_sm]
+            d_split = t
+    out3[0] = chunks * f_split * c_sec_gemm(m / f_split, n, k, 1.0, bm, bc, rate, sixteen) / f_keep
+    out3[1] = chunks * d_split * c_sec_gemm(m / d_split, k, n, 1.0, bm, bc, rate, sixteen)
     out3[2] = chunks * c_sec_gemm(k, n, m, 1.0, bm, 2.0 * bg, rate, sixteen)
     if not sixteen:
         out3[0] += chunks * c_sec_cast(m * k, cand, rate) + rate[R_f8_w_mb] * c_sec_cast(k * n, cand, rate)
@@ -170,10 +180,10 @@ cdef inline double c_sec_ffn_pair(double rows, double width, double h, double n_
     # GEMM's times into sums, the up GEMM's first; returns the pair's forward time.
     cdef double t = cand[SC_t], forward
     cdef double g3[3]
-    c_sec_mm3(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g3, 0)
+    c_sec_mm3(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g3, 0, 1)
     c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
     forward = g3[0]
-    c_sec_mm3(rows, h, width / t, n_split, cand, rate, g3, 0)
+    c_sec_mm3(rows, h, width / t, n_split, cand, rate, g3, 0, 2)
     c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
     return forward + g3[0]
 
@@ -231,7 +241,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     # attention projections
     if kind[K_is_mla] != 0.0:
         w_att = kind[K_mla_w]
-        c_sec_mm3(rows, w_att / (h * t), h, n_split, cand, rate, g3, 0)
+        c_sec_mm3(rows, w_att / (h * t), h, n_split, cand, rate, g3, 0, 1)
         extra = 4.0 * n_split * kernel_s
         f_att = g3[0] + extra
         d_att = g3[1] + extra
@@ -241,11 +251,11 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         flops_att = 2.0 * b * s * w_att
         out[SL_flops_up] = 2.0 * b * s * kind[K_mla_up]
     else:
-        c_sec_mm3(rows, n_qkv / t, h, n_split, cand, rate, g3, 0)
+        c_sec_mm3(rows, n_qkv / t, h, n_split, cand, rate, g3, 0, 1)
         f_att = g3[0]
         d_att = g3[1]
         w_grad = g3[2]
-        c_sec_mm3(rows, h, a * dh / t, n_split, cand, rate, g3, 0)
+        c_sec_mm3(rows, h, a * dh / t, n_split, cand, rate, g3, 0, 2)
         f_att = f_att + g3[0]
         d_att = d_att + g3[1]
         w_grad = w_grad + g3[2]
@@ -309,7 +319,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         tok_moe = tokens / sp
         slots = tokens * topk * cap
         local = n_exp / ep
-        c_sec_mm3(tok_moe / n_split, n_exp, h, n_split, cand, rate, g3, 1)
+        c_sec_mm3(tok_moe / n_split, n_exp, h, n_split, cand, rate, g3, 1, 0)
         c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
         per = slots / local / n_split if local > 0.0 else 0.0
         wide = (n_ff - 1.0) * width / t_exp
@@ -463,7 +473,7 @@ cdef inline void c_sec_head(const double* cand, const double* rate, double token
     # One output head on this rank: logits GEMM and Megatron's vocab-parallel cross entropy.
     cdef double t = cand[SC_t], n_split = cand[SC_seq_split], logits, forward
     cdef double g3[3]
-    c_sec_mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3, 1)
+    c_sec_mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3, 1, 0)
     logits = tokens * v / t
     forward = g3[0] + c_sec_pass(SEC_CE_FORWARD_BYTES * logits, SEC_CE_FORWARD_KERNELS * n_split, rate)
     if t > 1.0:
@@ -490,11 +500,11 @@ cdef inline void c_sec_vision_edges(const double* smodel, const double* cand, co
     rows = b * patches / cp
     merged = rows / m
     wide = hv * m
-    c_sec_mm3(rows / sp, hv, patch_in, 1.0, cand, rate, g3, 0)     # the patch embedding
+    c_sec_mm3(rows / sp, hv, patch_in, 1.0, cand, rate, g3, 0, 0)     # the patch embedding
     fw, bw, bw_w = g3[0], g3[1], g3[2]
-    c_sec_mm3(merged, wide / t, wide, 1.0, cand, rate, g3, 0)      # merger fc1, column parallel
+    c_sec_mm3(merged, wide / t, wide, 1.0, cand, rate, g3, 0, 0)      # merger fc1, column parallel
     fw, bw, bw_w = fw + g3[0], bw + g3[1], bw_w + g3[2]
-    c_sec_mm3(merged, v_out, wide / t, 1.0, cand, rate, g3, 0)     # merger fc2, row parallel
+    c_sec_mm3(merged, v_out, wide / t, 1.0, cand, rate, g3, 0, 0)     # merger fc2, row parallel
     fw, bw, bw_w = fw + g3[0], bw + g3[1], bw_w + g3[2]
     moved = 2.0 * 2.0 * bc * rows * hv / sp + 2.0 * bc * merged * wide / t
     fw += c_sec_pass(moved, 2.0, rate)
@@ -666,7 +676,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
         if n_mtp > 0.0:
             heads += n_mtp
             norm = 3.0 * 2.0 * 2.0 * bc * x_sp
-            c_sec_mm3(tokens / n_split, h / t, 2.0 * h, n_split, cand, rate, g3, 0)
+            c_sec_mm3(tokens / n_split, h / t, 2.0 * h, n_split, cand, rate, g3, 0, 0)
             row[SS_fw] += n_mtp * (g3[0] + c_sec_pass(norm, 3.0 * n_split, rate))
             row[SS_bw] += n_mtp * (g3[1] + c_sec_pass(SEC_POINTWISE_BACKWARD_BYTES * norm, 3.0 * n_split, rate))
             row[SS_bw_w] += n_mtp * g3[2]

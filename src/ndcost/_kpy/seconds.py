@@ -267,7 +267,8 @@ def _exposed_tail(comm: float, window: float, share: float, layers: float) -> fl
     return exposed if exposed > floor else floor
 
 
-def _mm3(m: float, n: float, k: float, chunks: float, cand, rate, out3, sixteen: bool = False) -> None:
+def _mm3(m: float, n: float, k: float, chunks: float, cand, rate, out3, sixteen: bool = False,
+         side: int = 0) -> None:
     """A weight GEMM [m x k]·[k x n] run *chunks* times: out3 = (forward, input grad, weight grad).
 
     The input gradient [m x n]·[n x k] has the forward's FLOPs; the weight gradient
@@ -278,11 +279,30 @@ def _mm3(m: float, n: float, k: float, chunks: float, cand, rate, out3, sixteen:
     per micro-batch: torchao casts the gathered bf16 weight every forward; TE keeps fp8 weights or
     caches their cast across micro-batches) and the backward casts the output gradient; the
     weight-gradient GEMM reads the transposed copies the casts wrote (``_cast``).
+
+    *side* places the GEMM beside the tensor-parallel traffic it overlaps when TP comm overlap is on
+    (ov_tp > 0, t > 1), as Transformer Engine's userbuffers run it (TE module/base.py
+    initialize_ub; the methods of NeMo's H100 configs, data/validation/h100_run_facts.yaml
+    'tp_comm_overlap'): 1, a column-parallel GEMM after an all-gather (QKV, FC1): its forward
+    runs as t ring-exchange chunks of m/t rows, its input gradient under a bulk reduce-scatter,
+    whole; 2, a row-parallel GEMM before a reduce-scatter (attention out, FC2): its forward runs
+    as tp_ov_splits pipelined chunks while the reduce-scatter kernels hold tp_ov_sm of the SMs,
+    its input gradient as t ring-exchange chunks. The weight gradients run whole (bulk overlaps).
     """
     bc, bg = cand[_C["bytes_c"]], cand[_C["bytes_grad"]]
     bm = bc if sixteen else cand[_C["bytes_mm"]]
-    out3[0] = chunks * _gemm(m, n, k, 1.0, bm, bc, rate, sixteen)
-    out3[1] = chunks * _gemm(m, k, n, 1.0, bm, bc, rate, sixteen)
+    t = cand[_C["t"]]
+    f_split = d_split = 1.0
+    f_keep = 1.0                                  # share of the SMs the forward GEMM keeps
+    if side != 0 and cand[_C["ov_tp"]] > 0.0 and t > 1.0:
+        if side == 1:
+            f_split = t
+        else:
+            f_split = rate[_R["tp_ov_splits"]]
+            f_keep = 1.0 - rate[_R["tp_ov_sm"]]
+            d_split = t
+    out3[0] = chunks * f_split * _gemm(m / f_split, n, k, 1.0, bm, bc, rate, sixteen) / f_keep
+    out3[1] = chunks * d_split * _gemm(m / d_split, k, n, 1.0, bm, bc, rate, sixteen)
     out3[2] = chunks * _gemm(k, n, m, 1.0, bm, 2.0 * bg, rate, sixteen)
     if not sixteen:
         out3[0] += chunks * _cast(m * k, cand, rate) + rate[_R["f8_w_mb"]] * _cast(k * n, cand, rate)
@@ -307,10 +327,10 @@ def _ffn_pair(rows: float, width: float, h: float, n_ff: float, n_split: float, 
     """
     t = cand[_C["t"]]
     g3 = [0.0, 0.0, 0.0]
-    _mm3(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g3)
+    _mm3(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g3, False, 1)
     _add_gemm(sums, g3)
     forward = g3[0]
-    _mm3(rows, h, width / t, n_split, cand, rate, g3)
+    _mm3(rows, h, width / t, n_split, cand, rate, g3, False, 2)
     _add_gemm(sums, g3)
     return forward + g3[0]
 
@@ -362,7 +382,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         # MLA: every attention weight W (ND's mla_weights, ND_REFERENCE §2.2) as one GEMM of the
         # same FLOPs (k = h, n = W/(h·t)), plus 4 more kernels (q_a, q_b, kv_a, kv_b, o: 5 GEMMs).
         w_att = kind[_K["mla_w"]]
-        _mm3(rows, w_att / (h * t), h, n_split, cand, rate, g3)
+        _mm3(rows, w_att / (h * t), h, n_split, cand, rate, g3, False, 1)
         extra = 4.0 * n_split * kernel_s
         f_att, d_att, w_grad = g3[0] + extra, g3[1] + extra, g3[2] + extra
         up_share = kind[_K["mla_up"]] / w_att if w_att > 0.0 else 0.0
@@ -370,9 +390,9 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         flops_att = 2.0 * b * s * w_att
         out[_L["flops_up"]] = 2.0 * b * s * kind[_K["mla_up"]]
     else:
-        _mm3(rows, n_qkv / t, h, n_split, cand, rate, g3)
+        _mm3(rows, n_qkv / t, h, n_split, cand, rate, g3, False, 1)
         f_att, d_att, w_grad = g3[0], g3[1], g3[2]
-        _mm3(rows, h, a * dh / t, n_split, cand, rate, g3)
+        _mm3(rows, h, a * dh / t, n_split, cand, rate, g3, False, 2)
         f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
         flops_att = 2.0 * b * s * h * (n_qkv + a * dh)
     fw += f_att
