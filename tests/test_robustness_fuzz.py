@@ -127,11 +127,12 @@ def price_everywhere(model, spec: ExecSpec, cluster, backends, note=event) -> No
             assert batch.reason[0] < FIRST_INVALID and bool(batch.fits[0]) is single.fits
             assert same(float(batch.step_time[0]), single.step_time)
             assert same(float(batch.peak_memory[0]), single.memory.peak)
-        if units == "seconds":
-            # What a priced spec must satisfy (issue 13 #3), as far as it holds today: ND units'
-            # parts are left out (a negative bubble at pp = 1 is being fixed separately).
-            for result in results:
-                assert all(part >= 0 for part in result.parts.values()), dict(result.parts)
+        # What a priced spec must satisfy (issue 13 #3): no negative part, in either unit (ND's
+        # bubble is never negative, nd_combine), parts summing to the step; in seconds MFU <= HFU <= 1.
+        for result in results:
+            assert all(part >= 0 for part in result.parts.values()), dict(result.parts)
+            assert sum(result.parts.values()) == pytest.approx(result.step_time, rel=1e-12)
+            if units == "seconds":
                 assert result.mfu <= result.hfu <= 1, (result.mfu, result.hfu)
         if len(backends) == 2:
             assert_estimates_agree(*results)

@@ -123,8 +123,11 @@ def test_hand_worked_gpt3_layer_at_tp8(kernels):
     assert row[L["sw_ffAct"]] == pytest.approx(act / HBM + KERNEL, rel=1e-12)
     assert row[L["sw_headCast"]] == 0.0 and row[L["sw_attUp"]] == 0.0
 
-    # Model FLOPs of the forward: Narayanan et al. 2021 Eq. 2's 24·b·s·h²·(1 + s/6h) per layer.
-    assert row[L["flops_f"]] == pytest.approx(24.0 * SEQ * H * H * (1.0 + SEQ / (6.0 * H)), rel=1e-12)
+    # Model FLOPs of the forward: Narayanan et al. 2021 Eq. 2's 24·b·s·h²·(1 + s/6h) per layer counts the
+    # whole s x s matrix; a causal model needs half of it (s/12h), and this unfused kernel runs the
+    # other half too (HFU's flops_core_extra).
+    assert row[L["flops_f"]] == pytest.approx(24.0 * SEQ * H * H * (1.0 + SEQ / (12.0 * H)), rel=1e-12)
+    assert row[L["flops_core_extra"]] == pytest.approx(24.0 * SEQ * H * H * SEQ / (12.0 * H), rel=1e-12)
     # Parameters on this device: the layer's real count (12h² weights + 13h biases and norms) / 8.
     assert row[L["p_dense"]] == pytest.approx((12 * H * H + 13 * H) / TP)
     assert row[L["p_dense"]] == pytest.approx(sum(_model_175b().kind_parameters(0)) / TP)

@@ -168,10 +168,12 @@ def test_bidirectional_flash_runs_the_whole_score_matrix(kernels):
     b, s, t, cp, attn_rate, kernel_s = _core_inputs(a)
     causal = _layers(kernels, a)[0]
     bidir = _layers(kernels, _with_kind(a, bidirectional=1))[0]
-    # model FLOPs: 2·b·s·s·a·(d_qk + d_v), the same either way
+    # model FLOPs: 2·b·s·s·a·(d_qk + d_v) for the bidirectional kind, half of it for a causal one
     flops = 2.0 * b * s * s * VA * (VD + VD)
     assert flops == 2.0 * 2 * 1024 * 1024 * 16 * 160
-    assert causal[L["flops_core"]] == bidir[L["flops_core"]] == pytest.approx(flops, rel=1e-12)
+    assert bidir[L["flops_core"]] == pytest.approx(flops, rel=1e-12)
+    assert causal[L["flops_core"]] == pytest.approx(0.5 * flops, rel=1e-12)
+    assert causal[L["flops_core_extra"]] == bidir[L["flops_core_extra"]] == 0.0   # flash runs what is needed
     # a causal flash kernel runs half of it, a bidirectional one all of it; backward 2.5x
     half = 0.5 * flops / (t * cp)
     assert causal[L["core_f"]] == pytest.approx(half / attn_rate + kernel_s, rel=1e-12)

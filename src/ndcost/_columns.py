@@ -214,6 +214,7 @@ SECONDS_LAYER_FIELDS = (
     "sw_normOp", "sw_gather", "sw_ffAct", "sw_attUp",        #   (sw_gather is comm: the SP all-gathers)
     "p_dense", "p_expert",            # params per device: reduced over dp*cp / over the expert-data-parallel ranks
     "flops_f", "flops_core", "flops_up",  # model FLOPs of one forward (whole micro-batch, unsplit): all, core, MLA up
+    "flops_core_extra",               # attention FLOPs run beyond the model's (a masked matrix without flash)
     "att_mm_f", "ffn_mm_f",           # forward time of the attention projections / the FFN matmuls (census shares)
     "att_mm_flops", "ffn_mm_flops",   # their FLOPs (whole micro-batch): what a census share recomputes, for HFU
 )

@@ -12,9 +12,11 @@ ep_comm, pp_comm are the straggler stage's exposed times over the step's micro-b
 ``bubble`` is what the pipeline schedule adds beyond them; dp_reduce is the exposed gradient
 reduction (all-reduce, or the ZeRO reduce-scatter), dp_comm the exposed parameter all-gathers
 (ZeRO-1/2 after the optimizer, ZeRO-3/FSDP before each layer); the optimizer step (Adam,
-HBM-bound) is counted in bw_compute. MFU counts the model's FLOPs as Narayanan et al. 2021 and
-Korthikanti et al. 2022 do -- attention over the full s x s matrix, no recompute -- so a causal
-flash kernel, which runs half of it, can show an MFU above its hardware utilisation.
+HBM-bound) is counted in bw_compute. MFU counts the FLOPs the model needs -- a causal attention
+over half the s x s matrix (Megatron-Bridge's flop_utils, newer Megatron-LM), no recompute; HFU
+what runs -- recompute, and the masked half an unfused kernel computes too. Every FLOP is priced
+at or below its dtype's dense peak, so MFU <= HFU <= 1. (Narayanan et al. 2021 Eq. 3 and the
+dgxc-benchmarking READMEs count the full matrix: their MFU is higher by s/(12h)-ish shares.)
 
 The inputs are not validated here: the caller (``ndcost.estimate``) runs
 ``ndcost.validate.validate`` once.

@@ -252,11 +252,12 @@ cdef enum:
     SL_flops_f = 23
     SL_flops_core = 24
     SL_flops_up = 25
-    SL_att_mm_f = 26
-    SL_ffn_mm_f = 27
-    SL_att_mm_flops = 28
-    SL_ffn_mm_flops = 29
-    SL_COUNT = 30
+    SL_flops_core_extra = 26
+    SL_att_mm_f = 27
+    SL_ffn_mm_f = 28
+    SL_att_mm_flops = 29
+    SL_ffn_mm_flops = 30
+    SL_COUNT = 31
 
 cdef enum:
     SS_fw = 0

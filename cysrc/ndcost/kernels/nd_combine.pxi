@@ -118,6 +118,10 @@ cdef double c_nd_combine(const double* stage, Py_ssize_t n_stages, const double*
     # the parts and the bubble sum to the total; then DP_COMM gives DP_REDUCE its share.
     time_sum = dp + tp + ep + cp + fw + bw + rec
     bubble = pipeline - time_sum
+    if bubble < 0.0:
+        # never a negative part: a step is at least its straggler's work (see the oracle)
+        bubble = 0.0
+        pipeline = time_sum
     dp = dp - dp_reduce
     p2p = 0.0
     if options[O_p2p] == P2P_MANUAL:

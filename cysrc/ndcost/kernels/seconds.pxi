@@ -210,7 +210,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double g3[3]
     cdef double fw = 0.0, bw = 0.0, bw_w = 0.0, gemm_f = 0.0, gemm_b = 0.0, p_dense, p_expert
     cdef double w_att, extra, f_att, d_att, w_grad, up_share, flops_att
-    cdef double core_f = 0.0, core_b = 0.0, flops_core = 0.0, scores = 0.0
+    cdef double core_f = 0.0, core_b = 0.0, flops_core = 0.0, scores = 0.0, core_extra = 0.0
     cdef double heads, run, keys, q_rows, window, span
     cdef bint windowed, causal
     cdef double flops_rec = 0.0, n_v, d_k, dv_lin, conv_bytes = 0.0, compute, memory, rec_f
@@ -275,14 +275,19 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     if has_core:
         heads = b * a / t
         flops_core = 2.0 * b * s * span * a * (d_qk + d_v)
+        if causal:
+            flops_core *= SEC_FLASH_CAUSAL_SHARE     # the keys a causal query needs: half the matrix
         if flash:
-            run = (SEC_FLASH_CAUSAL_SHARE * flops_core if causal else flops_core) / (t * cp)
+            run = flops_core / (t * cp)
             core_f = run / attn_rate + n_split * kernel_s
             core_b = SEC_FLASH_BACKWARD_FLOPS * run / attn_rate + n_split * kernel_s
         else:
             keys = s * (n_split + 1.0) / (2.0 * n_split) if causal else span
             q_rows = s / cp / n_split
             scores = heads * (s / cp) * keys
+            core_extra = 2.0 * b * s * keys * a * (d_qk + d_v) - flops_core   # the masked part that runs
+            if core_extra < 0.0:
+                core_extra = 0.0
             core_f = n_split * (c_sec_gemm(q_rows, keys, d_qk, heads, bc, bc, rate, 1)
                                 + c_sec_gemm(q_rows, d_v, keys, heads, bc, bc, rate, 1))
             core_b = n_split * (c_sec_gemm(q_rows, d_qk, keys, heads, bc, bc, rate, 1)
@@ -462,6 +467,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     out[SL_p_expert] = p_expert
     out[SL_flops_f] = flops_att + flops_core + flops_rec + flops_ffn
     out[SL_flops_core] = flops_core
+    out[SL_flops_core_extra] = core_extra
     out[SL_att_mm_f] = f_att
     out[SL_ffn_mm_f] = ffn_f
     out[SL_att_mm_flops] = flops_att
@@ -537,6 +543,8 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     cdef double sp = cand[SC_sp], ep = cand[SC_ep], p = cand[SC_p]
     cdef double n_split = cand[SC_seq_split], bc = cand[SC_bytes_c]
     cdef double ov_tp = cand[SC_ov_tp], ov_cp = cand[SC_ov_cp], ov_ep = cand[SC_ov_ep]
+    if cand[SC_cp_ring] == 0.0:
+        ov_cp = 0.0      # Ulysses' all-to-alls are on the critical path (see the oracle)
     cdef double h = model[M_h], v = model[M_v], tokens = b * s / cp
     cdef double tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, rc, rc_tp, rc_cp, rc_ep, rc_flops, count
     cdef double census_att, census_ffn
@@ -585,7 +593,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                 rc_tp = tp_f
                 rc_cp = cp_f
                 rc_ep = ep_f
-                rc_flops = layer[SL_flops_f]
+                rc_flops = layer[SL_flops_f] + layer[SL_flops_core_extra]
             elif option == OPTION_SELECTIVE:
                 mask = slot_mask[o]
                 for bit in range(8):
@@ -596,7 +604,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                     else:
                         rc += layer[SL_sw_attBMM + bit]
                 if not (mask & 1):
-                    rc_flops += layer[SL_flops_core]
+                    rc_flops += layer[SL_flops_core] + layer[SL_flops_core_extra]
                 if not ((mask >> 7) & 1):
                     rc_flops += layer[SL_flops_up]
                 census_att = kinds[k * K_COUNT + K_census_att]
@@ -619,7 +627,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                 row[SS_ep] += count * (ep_f + ep_b + rc_ep)
                 row[SS_layers] += count
                 row[SS_model_flops] += count * 3.0 * layer[SL_flops_f]
-                row[SS_hw_flops] += count * (3.0 * layer[SL_flops_f] + rc_flops)
+                row[SS_hw_flops] += count * (3.0 * (layer[SL_flops_f] + layer[SL_flops_core_extra]) + rc_flops)
                 p_dense[st] += count * layer[SL_p_dense]
                 p_expert[st] += count * layer[SL_p_expert]
 

@@ -712,6 +712,13 @@ def nd_combine(stage, cand, model, options, stage_savings, stage_focused, parts,
     # parts and the bubble sum to the total; then DP_COMM gives DP_REDUCE its share.
     time_sum = dp + tp + ep + cp + fw + bw + rec
     bubble = pipeline - time_sum
+    if bubble < 0.0:
+        # Never a negative part: the seed's pipeline formula can come out below the straggler's
+        # own parts x m -- by rounding at pp = 1 (m x t against the sum of t's parts x m), or where
+        # its formula undercounts. A step is at least its straggler's work: ndcost's deliberate
+        # difference from upstream (ND_REFERENCE §2.9), the score then being that work.
+        bubble = 0.0
+        pipeline = time_sum
     dp = dp - dp_reduce
     p2p = 0.0
     if options[_O["p2p"]] == _P2P_MANUAL:

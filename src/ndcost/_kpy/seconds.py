@@ -401,16 +401,18 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     gemm_f += f_att
     gemm_b += d_att + w_grad
 
-    # ---- attention core: QK^T and AV, 2·b·s·span·a·(d_qk + d_v) model FLOPs forward, span the
-    # keys a query meets: the FULL s x s matrix (span = s), as Narayanan et al. 2021 (Eq. 2-3) and
-    # Korthikanti et al. 2022 (Eq. 7) count it: 4·b·s²·h with d = h/a. What runs: without flash,
+    # ---- attention core: QK^T and AV over the keys each query needs: 2·b·s·span·a·(d_qk + d_v)
+    # FLOPs forward for a bidirectional or windowed kind, half of it for a causal one (the masked
+    # half is no model work; the count of Megatron-Bridge's flop_utils and newer Megatron-LM's
+    # num_floating_point_operations, where Narayanan et al. 2021 Eq. 3 counts the full s x s
+    # matrix): so that MFU <= HFU, the model's FLOPs never exceeding what runs. What runs: without flash,
     # Megatron's baddbmm computes the whole matrix and masks it (a Seq1F1B chunk i of n only
     # against its i·s/n prefix: on average (n+1)/(2n) of it); a causal flash kernel skips the
     # upper half (FLASH_CAUSAL_SHARE). A bidirectional kind (a vision encoder) is not masked: every
     # query meets all s keys. A windowed kind (att_window < s; Qwen2.5-VL's window attention:
     # block-diagonal windows, bidirectional inside each) meets span = att_window keys a query, in
     # the FLOPs, in the flash run and in the score matrix alike.
-    core_f = core_b = flops_core = 0.0
+    core_f = core_b = flops_core = core_extra = 0.0
     scores = 0.0
     window = kind[_K["att_window"]]
     windowed = window > 0.0 and window < s
@@ -419,8 +421,10 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     if has_core:
         heads = b * a / t
         flops_core = 2.0 * b * s * span * a * (d_qk + d_v)
+        if causal:
+            flops_core *= FLASH_CAUSAL_SHARE
         if flash:
-            run = (FLASH_CAUSAL_SHARE * flops_core if causal else flops_core) / (t * cp)
+            run = flops_core / (t * cp)
             core_f = run / attn_rate + n_split * kernel_s
             core_b = FLASH_BACKWARD_FLOPS * run / attn_rate + n_split * kernel_s
         else:
@@ -428,6 +432,10 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
             keys = s * (n_split + 1.0) / (2.0 * n_split) if causal else span
             q_rows = s / cp / n_split
             scores = heads * (s / cp) * keys                  # score elements of the micro-batch
+            # what runs beyond what the model needs: the masked part of the matrix (HFU counts it)
+            core_extra = 2.0 * b * s * keys * a * (d_qk + d_v) - flops_core
+            if core_extra < 0.0:
+                core_extra = 0.0
             core_f = n_split * (_gemm(q_rows, keys, d_qk, heads, bc, bc, rate, True)
                                 + _gemm(q_rows, d_v, keys, heads, bc, bc, rate, True))
             # dQ = dS·K, dK = dS^T·Q, dP = dO·V^T, dV = P^T·dO: four BMMs of the forward's size
@@ -634,6 +642,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     out[_L["p_expert"]] = p_expert
     out[_L["flops_f"]] = flops_att + flops_core + flops_rec + flops_ffn
     out[_L["flops_core"]] = flops_core
+    out[_L["flops_core_extra"]] = core_extra
     out[_L["att_mm_f"]] = f_att
     out[_L["ffn_mm_f"]] = ffn_f
     out[_L["att_mm_flops"]] = flops_att
@@ -790,6 +799,11 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
     sp, ep, p = cand[_C["sp"]], cand[_C["ep"]], cand[_C["p"]]
     n_split, bc = cand[_C["seq_split"]], cand[_C["bytes_c"]]
     ov_tp, ov_cp, ov_ep = cand[_C["ov_tp"]], cand[_C["ov_cp"]], cand[_C["ov_ep"]]
+    if cand[_C["cp_ring"]] == 0.0:
+        # Ulysses' all-to-alls sit on the critical path: the attention waits for its heads (before)
+        # and the projection for its tokens (after) -- Jacobs et al. 2023, DeepSpeed-Ulysses §3,
+        # Megatron-LM's cp_comm_type "a2a". Only ring attention hides its KV exchange.
+        ov_cp = 0.0
     h, v = model[_M["h"]], model[_M["v"]]
     tokens = b * s / cp
     p_dense = [0.0] * n_stages
@@ -819,7 +833,7 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
             rc = rc_tp = rc_cp = rc_ep = rc_flops = 0.0
             if option == OPTION_FULL:
                 rc, rc_tp, rc_cp, rc_ep = layer[_L["fw"]], tp_f, cp_f, ep_f
-                rc_flops = layer[_L["flops_f"]]
+                rc_flops = layer[_L["flops_f"]] + layer[_L["flops_core_extra"]]
             elif option == OPTION_SELECTIVE:
                 mask = slot_mask[o]
                 for bit in range(8):
@@ -830,7 +844,7 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
                     else:
                         rc += layer[_SWITCH_COLUMNS[bit]]
                 if not mask & 1:
-                    rc_flops += layer[_L["flops_core"]]
+                    rc_flops += layer[_L["flops_core"]] + layer[_L["flops_core_extra"]]
                 if not (mask >> 7) & 1:
                     rc_flops += layer[_L["flops_up"]]
                 census_att = kinds[k][_K["census_att"]]
@@ -855,7 +869,8 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
                 row[_S["ep"]] += count * (ep_f + ep_b + rc_ep)
                 row[_S["layers"]] += count
                 row[_S["model_flops"]] += count * 3.0 * layer[_L["flops_f"]]
-                row[_S["hw_flops"]] += count * (3.0 * layer[_L["flops_f"]] + rc_flops)
+                row[_S["hw_flops"]] += count * (3.0 * (layer[_L["flops_f"]] + layer[_L["flops_core_extra"]])
+                                                + rc_flops)
                 p_dense[st] += count * layer[_L["p_dense"]]
                 p_expert[st] += count * layer[_L["p_expert"]]
 
