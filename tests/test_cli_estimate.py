@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-RUNS = Path(__file__).resolve().parents[2] / "shared" / "validation" / "public_runs.yaml"
+from ndcost.validation import BUILTIN_RUNS
+
+RUNS = BUILTIN_RUNS["a100"]
 STRATEGY = ["llama3-70b", "--device", "h100-sxm", "--dp", "16", "--tp", "8", "--pp", "8",
             "--global-batch-size", "1024", "--seq-length", "8192", "--sequence-parallel", "--recompute", "selective"]
 
@@ -49,7 +50,6 @@ def test_explain_a_good_strategy():
     assert "valid, and it fits" in run("explain", *STRATEGY).stdout
 
 
-@pytest.mark.skipif(not RUNS.exists(), reason="shared/ not beside the repo")
 def test_validate_reports_every_row():
     out = json.loads(run("validate", str(RUNS), "--json").stdout)
     assert len(out["rows"]) >= 20

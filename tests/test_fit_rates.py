@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+
+from ndcost.validation import BUILTIN_RUNS
 import yaml
 
 import ndcost
@@ -26,7 +27,7 @@ from ndcost.rates import Rates
 from ndcost.rates_io import load_rates, save_rates
 
 DEVICE = "h100-sxm"
-PUBLIC_RUNS = Path(__file__).resolve().parents[1] / ".." / "shared" / "validation" / "public_runs.yaml"
+PUBLIC_RUNS = BUILTIN_RUNS["a100"]
 
 PLANTED = dataclasses.replace(Rates.for_device(DEVICE), matmul_efficiency=0.62, attention_efficiency=0.41,
                               hbm_efficiency=0.7, kernel_overhead=7e-6, intra_node_efficiency=0.66,

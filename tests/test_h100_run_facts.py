@@ -11,13 +11,15 @@ import re
 from pathlib import Path
 
 import pytest
+
+from ndcost.validation import BUILTIN_RUNS
 import yaml
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "ndcost" / "data" / "validation"
 FACTS = DATA / "h100_run_facts.yaml"
 MEMORY = DATA / "h100_memory_facts.yaml"
-# The lead switches this to the packaged copy when the shared validation files land in the package.
-SHARED_RUNS = Path(__file__).resolve().parents[2] / "shared" / "validation" / "h100_runs.yaml"
+# The packaged copy of the shared runs file (ndcost.validation.BUILTIN_RUNS).
+SHARED_RUNS = BUILTIN_RUNS["h100"]
 
 BASES = {"stated", "preset", "code_default", "derived", "inferred"}
 KINDS = {"reserved", "active", "allocated", "unknown"}
@@ -36,8 +38,6 @@ def facts() -> dict:
 
 @pytest.fixture(scope="module")
 def shared_runs() -> list[dict]:
-    if not SHARED_RUNS.exists():
-        pytest.skip("the shared validation runs are not next to the repository")
     return _load(SHARED_RUNS)["runs"]
 
 

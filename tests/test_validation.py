@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from ndcost.validation import BUILTIN_RUNS
+
 from ndcost.validation import ValidationReport, validate_runs
 
-SHARED_RUNS = Path(__file__).resolve().parents[1] / ".." / "shared" / "validation" / "public_runs.yaml"
+SHARED_RUNS = BUILTIN_RUNS["a100"]
 
 
 @pytest.fixture(scope="module")
 def shared_report() -> ValidationReport:
-    if not SHARED_RUNS.exists():
-        pytest.skip("the shared validation runs are not next to the repository")
     return validate_runs(SHARED_RUNS)
 
 
@@ -146,3 +146,12 @@ def test_row_rules(tmp_path):
     assert "gpus" in rows["badgrid_1p3b_16gpu"].skipped
     assert len(report.scored) == 2
     assert report.mae == pytest.approx((abs(stated.error) + abs(guessed.error)) / 2)
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_RUNS))
+def test_the_shipped_runs_are_the_shared_files(name):
+    """The package ships the shared validation files byte for byte (when ../shared is beside the clone)."""
+    shared = Path(__file__).resolve().parents[2] / "shared" / "validation" / BUILTIN_RUNS[name].name
+    if not shared.exists():
+        pytest.skip("../shared is not beside this clone")
+    assert BUILTIN_RUNS[name].read_bytes() == shared.read_bytes()

@@ -1,15 +1,15 @@
 """The H100 runs of validation/h100_runs.yaml, read with their facts file (data/validation/h100_run_facts.yaml)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
+
+from ndcost.validation import BUILTIN_RUNS
 
 from ndcost.run_facts import CATALOG_BY_NAME, facts_for, load_run_facts, FACTS_FILES
 from ndcost.validation import validate_runs
 
-H100_RUNS = Path(__file__).resolve().parents[2] / "shared" / "validation" / "h100_runs.yaml"
-pytestmark = pytest.mark.skipif(not H100_RUNS.exists(), reason="needs ../shared/validation/h100_runs.yaml")
+H100_RUNS = BUILTIN_RUNS["h100"]
 
 
 @pytest.fixture(scope="module")

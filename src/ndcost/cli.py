@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import SpecError
+from .files import read_mapping
 
 __all__ = ["main", "load_model_argument", "add_model_arguments", "model_from_args"]
 
@@ -28,16 +29,10 @@ def load_model_argument(text: str):
         return Model.from_hf_config(path / "config.json")
     if path.is_file():
         if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            with path.open(encoding="utf-8") as handle:
-                data = yaml.safe_load(handle)
-            if not isinstance(data, dict):
-                raise SpecError("MODEL", str(path), "hold a mapping of Model fields", type(data).__name__)
-            return Model.from_dict(data)
+            return Model.from_dict(read_mapping(path, "a YAML file of Model fields"))
         if path.suffix == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(data, dict) and ("model_type" in data or "architectures" in data):
+            data = read_mapping(path, "a config.json or a JSON file of Model fields")
+            if "model_type" in data or "architectures" in data:
                 return Model.from_hf_config(data, name=path.stem)
             return Model.from_dict(data)
     if text in models():

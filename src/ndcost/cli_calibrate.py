@@ -57,6 +57,9 @@ def _cmd_fit_rates(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from .files import output_path
+
+    output_path(args.output, "the fitted ratios or rates")     # refused before the fit, not after it
     if args.fit == "rates":
         return _cmd_fit_rates(args)
     from .calibrate import leave_one_out

@@ -9,8 +9,10 @@ __all__ = ["add_plot_command"]
 
 def _cmd_search_plot(args: argparse.Namespace) -> int:
     from .cli_search import run_search
+    from .files import output_path
     from .plot import plot_pareto, plot_parts
 
+    output_path(args.output, "a plot")
     _, _, result = run_search(args)
     if args.kind == "pareto":
         print(plot_pareto(result, args.output))
@@ -23,8 +25,10 @@ def _cmd_strategy_plot(args: argparse.Namespace) -> int:
     from .cli import model_from_args
     from .cli_estimate import _cluster, spec_from_args
     from .estimate import estimate
+    from .files import output_path
     from .plot import plot_memory, plot_timeline
 
+    output_path(args.output, "a plot")
     model = model_from_args(args)
     spec = spec_from_args(args)
     cluster = _cluster(args, spec)

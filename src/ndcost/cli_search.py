@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from .files import output_path
 from .rates_io import rates_argument
 from .cli_estimate import offset_text
 from .errors import SpecError
@@ -72,7 +73,7 @@ def _print_result(result: Any, model: Any, cluster: Any, emit: str | None) -> No
 
 
 def _write_csv(path: str, result: Any) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with output_path(path, "the search's CSV").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["rank", "dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "micro_batch_num",
                          "recompute", "offset", "step_time", "peak_memory", "mfu", "tokens_per_second",
@@ -86,6 +87,8 @@ def _write_csv(path: str, result: Any) -> None:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    if args.csv:
+        output_path(args.csv, "the search's CSV")      # refused before the search, not after it
     model, cluster, result = run_search(args)
     if args.csv:
         _write_csv(args.csv, result)

@@ -1,4 +1,4 @@
-"""``ndcost validate FILE``: estimate each published run and show the error."""
+"""``ndcost validate FILE`` / ``--builtin``: estimate each published run and show the error."""
 from __future__ import annotations
 
 import argparse
@@ -9,24 +9,46 @@ __all__ = ["add_validate_command"]
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from .errors import SpecError
     from .rates_io import load_rates
-    from .validation import validate_runs
+    from .validation import BUILTIN_RUNS, validate_runs
 
-    report = validate_runs(args.file, rates=None if args.rates is None else load_rates(args.rates))
+    if (args.file is None) == (args.builtin is None):
+        raise SpecError("FILE", "ndcost validate", "be given, or --builtin, but not both",
+                        args.file if args.file is not None else None)
+    names = ()
+    if args.builtin is not None:
+        names = tuple(BUILTIN_RUNS) if args.builtin == "all" else (args.builtin,)
+    paths = [BUILTIN_RUNS[name] for name in names] or [args.file]
+    rates = None if args.rates is None else load_rates(args.rates)
+    reports = [(str(path), validate_runs(path, rates=rates)) for path in paths]
     if args.json:
-        print(json.dumps({
-            "mae": report.mae, "max_abs_error": report.max_abs_error, "family_mae": report.family_mae(),
+        out = [{
+            "file": path, "mae": report.mae, "max_abs_error": report.max_abs_error,
+            "family_mae": report.family_mae(),
             "rows": [{"id": r.id, "family": r.family, "estimate_s": r.estimate_s, "measured_s": r.measured_s,
-                      "error": r.error, "skipped": r.skipped, "notes": list(r.notes)} for r in report.rows],
-        }, indent=2))
+                      "error": r.error, "mfu": r.mfu, "skipped": r.skipped, "notes": list(r.notes)}
+                     for r in report.rows],
+        } for path, report in reports]
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
     else:
-        print(report.table())
+        for number, (path, report) in enumerate(reports):
+            if len(reports) > 1:
+                print(("\n" if number else "") + f"## {path}\n")
+            print(report.table())
     return 0
 
 
 def add_validate_command(sub: Any) -> None:
-    p = sub.add_parser("validate", help="estimate published runs (a YAML like shared/validation/public_runs.yaml)")
-    p.add_argument("file", help="the runs YAML")
+    from .validation import BUILTIN_RUNS
+
+    p = sub.add_parser("validate", help="estimate published runs and show the error per row",
+                       description="Estimate each run of a runs YAML (shaped like validation/public_runs.yaml) "
+                                   "and compare with its measured step time.")
+    p.add_argument("file", nargs="?", help="the runs YAML (or give --builtin)")
+    p.add_argument("--builtin", nargs="?", const="all", choices=(*BUILTIN_RUNS, "all"),
+                   help="the published runs shipped with ndcost: a100 (25 Megatron-LM/DeepSpeed runs), h100 (31 "
+                        "NVIDIA and torchtitan runs), or all (the default when no name is given)")
     p.add_argument("--rates", metavar="FILE",
                    help="rates JSON (`ndcost calibrate --fit rates`) for every row, in place of each row's "
                         "software defaults")

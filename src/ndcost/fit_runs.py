@@ -43,6 +43,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from .device import Cluster, Device
 from .errors import SpecError
+from .files import read_yaml
 from .estimate import as_cluster, as_model
 from .exec_spec import ExecSpec
 from .model import Model
@@ -209,14 +210,12 @@ def validation_runs(source: Any, *, family: str | None = None, ids: Sequence[str
 
     Rows that cannot be built (``validation.build_run`` refuses them) are skipped, with the reason.
     """
-    import yaml
-
     from .validation import _family, build_run, software
 
     path = None
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        doc = read_yaml(path, "a validation runs file")
     else:
         doc = source
     if not _is_validation(doc):
@@ -246,8 +245,6 @@ def read_runs(path: str | os.PathLike, *, device: Any = None) -> FitRuns:
         device: The cluster's device (a name, Device or Cluster) for a runs file; a YAML runs file
             may state it as ``device:`` instead (both given: they must agree).
     """
-    import yaml
-
     name = os.fspath(path)
     file = Path(name)
     if not file.is_file():
@@ -267,7 +264,7 @@ def read_runs(path: str | os.PathLike, *, device: Any = None) -> FitRuns:
                 runs.append(_run_from_fields(fields, f"{name}, line {line}", model=None, device=wanted,
                                              base=base, models=models))
         return FitRuns(runs, name)
-    doc = yaml.safe_load(file.read_text(encoding="utf-8"))
+    doc = read_yaml(file, "a runs file")
     if _is_validation(doc):
         return validation_runs(name)
     if not isinstance(doc, Mapping) or not isinstance(doc.get("runs"), list):

@@ -29,7 +29,9 @@ def _pyplot():
 def _save(fig: Any, path: str) -> str:
     if not str(path).lower().endswith((".png", ".svg")):
         raise SpecError("output", "ndcost plot", "end in .png or .svg", path)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    from .files import output_path
+
+    fig.savefig(output_path(path, "a plot"), dpi=120, bbox_inches="tight")
     import matplotlib.pyplot as plt
 
     plt.close(fig)

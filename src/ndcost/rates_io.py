@@ -47,7 +47,9 @@ def save_rates(rates: Rates, path: str | os.PathLike, *, device: str | None = No
     }
     if fit is not None:
         doc["fit"] = dict(fit)
-    Path(path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    from .files import output_path
+
+    output_path(path, "a rates JSON").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
 
 def load_rates(path: str | os.PathLike, *, device: Any = None) -> Rates:

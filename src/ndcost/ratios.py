@@ -248,7 +248,9 @@ class Ratios:
         doc: dict[str, Any] = {key: self.values[key] for key in RATIO_KEYS if key in self.values}
         if self.fitted_on is not None:
             doc[_FITTED_ON] = _thaw(self.fitted_on)
-        target = Path(os.fspath(path))
+        from .files import output_path
+
+        target = output_path(os.fspath(path), "a ratios JSON")
         # Write then rename, so that a reader (cached by mtime and size) never sees half a file.
         handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:

@@ -53,6 +53,7 @@ from typing import Any, Mapping
 
 from .device import Cluster
 from .errors import SpecError
+from .files import read_mapping
 from .exec_spec import ExecSpec
 from .model import Model
 from .rates import Rates
@@ -60,7 +61,7 @@ from .run_facts import facts_for, modern_run
 from .seconds import DEEPSPEED_2021, Overlap, seconds_estimate
 from .validate import validate
 
-__all__ = ["gpt_model", "RunResult", "ValidationReport", "validate_runs", "build_run", "software", "SOURCE_FACTS", "EQ3_FRAMEWORKS"]
+__all__ = ["BUILTIN_RUNS", "gpt_model", "RunResult", "ValidationReport", "validate_runs", "build_run", "software", "SOURCE_FACTS", "EQ3_FRAMEWORKS"]
 
 #: Strategy fields a row omits but its cited source states: row id -> (fields, citation).
 SOURCE_FACTS: Mapping[str, tuple[dict, str]] = {
@@ -80,6 +81,13 @@ SOURCE_FACTS: Mapping[str, tuple[dict, str]] = {
 EQ3_FRAMEWORKS: Mapping[str, str] = {
     "gptneox20b_96gpu": "EleutherAI/gpt-neox megatron/logging.py get_flops: 24·4·B·s·l·h²·(1 + s/6h + V/16lh) "
                         "with checkpoint_activations",
+}
+
+#: The published runs the project checks itself against, shipped with the package (copies of
+#: ../shared/validation, each row with its source): name -> path. ``ndcost validate --builtin``.
+BUILTIN_RUNS: Mapping[str, Path] = {
+    "a100": Path(__file__).parent / "data" / "validation" / "public_runs.yaml",
+    "h100": Path(__file__).parent / "data" / "validation" / "h100_runs.yaml",
 }
 
 #: Intel Omni-Path 100 series: 100 Gb/s per port (Intel OPA HFI datasheet).
@@ -363,12 +371,17 @@ def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap |
         rates: :class:`~ndcost.rates.Rates` for every row (default: each device's).
         overlap: :class:`~ndcost.seconds.Overlap` for every row (default: Overlap()).
     """
-    import yaml  # a test/validation dependency; the estimator itself does not need it
-
-    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    doc = read_mapping(path, "a runs file shaped like validation/public_runs.yaml")
     hardware_table = doc.get("hardware") or {}
+    runs = doc.get("runs")
+    if not isinstance(hardware_table, Mapping):
+        raise SpecError(str(path), "ndcost", "map hardware names to their blocks under 'hardware:'",
+                        type(hardware_table).__name__)
+    if not isinstance(runs, list) or not all(isinstance(row, Mapping) for row in runs):
+        raise SpecError(str(path), "ndcost", "hold a list of runs (mappings with id, model, strategy, measured) "
+                        "under 'runs:'", runs if not isinstance(runs, list) else "a list with a non-mapping entry")
     results = []
-    for row in doc.get("runs") or []:
+    for row in runs:
         run_id = str(row.get("id", "?"))
         family = _family(run_id)
         facts = facts_for(path, run_id)
