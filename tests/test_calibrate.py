@@ -506,3 +506,32 @@ def test_read_measured_round_trip_feeds_the_same_fit(dense, tmp_path):
     assert [r.spec for r in runs] == [r.spec for r in rows]
     assert [dict(r.parts) for r in runs] == [dict(r.parts) for r in rows]
     assert fit_ratios(runs, model, DEVICE).ratios.values == fit_ratios(rows, model, DEVICE).ratios.values
+
+
+def test_calibrate_warns_when_left_out_runs_get_worse(dense, tmp_path, capsys):
+    """Measured columns that split each step at random: one scale factor predicts a left-out run better
+    than ratios fitted per part; the file is still written (it is what was asked), with a warning."""
+    import dataclasses
+    import random
+
+    from ndcost.cli import main
+
+    _, rows = dense
+    rng = random.Random(5)
+    noisy = []
+    for row in rows:
+        total = sum(row.parts.values())
+        weights = {k: (rng.uniform(0.2, 3.0) if v > 0 else 0.0) for k, v in row.parts.items()}
+        scale = sum(weights.values())
+        noisy.append(dataclasses.replace(row, parts={k: total * weights[k] / scale for k in row.parts}))
+    measured = write_csv(tmp_path / "noisy.csv", noisy)
+    out = tmp_path / "ratios.json"
+    assert main(["calibrate", str(measured), "--model", "llama3-8b", "--device", DEVICE, "--devices", "8",
+                 "--seq-length", str(SEQ), "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert out.exists()
+    assert "WARNING: the fitted ratios predict left-out runs worse" in captured.out
+    assert "warning:" in captured.err and str(out) in captured.err
+    assert main(["calibrate", str(measured), "--model", "llama3-8b", "--device", DEVICE, "--devices", "8",
+                 "--seq-length", str(SEQ), "-o", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["worse_after"] is True

@@ -391,6 +391,8 @@ def test_pure_wheel_installs_the_python_backend(pure_env):
     _assert_installed_here(result, pure_env)
     assert [n for n in result["next_to_kernels"] if n.startswith("_kernels_c") and not n.endswith(".pyi")] == []
     assert math.isfinite(result["step_time"]) and result["step_time"] > 0
+    # a deliberate pure install imports without a word, even with every warning an error
+    _run([_venv_python(pure_env), "-I", "-W", "error", "-c", "import ndcost"], cwd=pure_env.parent, env=_env())
 
 
 @pytest.mark.cython

@@ -526,6 +526,11 @@ class LeaveOneOut:
         return _mean([abs(r.left_out - r.measured) for r in self.rows if r.left_out is not None])
 
     @property
+    def worse_after(self) -> bool:
+        """Whether the ratios predict left-out runs worse (mean absolute error) than the scaled raw estimate."""
+        return math.isfinite(self.mae_after) and math.isfinite(self.mae_before) and self.mae_after > self.mae_before
+
+    @property
     def spearman_before(self) -> float | None:
         """Rank correlation of the raw estimate with the measured step."""
         return spearman([r.raw for r in self.rows], [r.step for r in self.rows])
@@ -558,7 +563,7 @@ class LeaveOneOut:
             "mape_before": num(self.mape_before), "mape_after": num(self.mape_after),
             "mae_before": num(self.mae_before), "mae_after": num(self.mae_after),
             "spearman_before": self.spearman_before, "spearman_after": self.spearman_after,
-            "spearman_fitted": self.spearman_fitted,
+            "spearman_fitted": self.spearman_fitted, "worse_after": self.worse_after,
         }
 
     def report(self) -> list[str]:
@@ -596,6 +601,9 @@ class LeaveOneOut:
                      f"after {amount(self.mae_after)} ({pct(self.mape_after)})")
         lines.append(f"Spearman rank correlation with the measured step: before {rho(self.spearman_before)}, "
                      f"after {rho(self.spearman_after)} (in sample {rho(self.spearman_fitted)})")
+        if self.worse_after:
+            lines.append("WARNING: the fitted ratios predict left-out runs worse than one scale factor does "
+                         f"({amount(self.mae_after)} against {amount(self.mae_before)}): too few or too alike runs")
         return lines
 
 

@@ -89,6 +89,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         cluster = args.device  # each run on exactly its strategy's devices
     result = leave_one_out(runs, model, cluster, args.units, args.method)
     result.fit.ratios.save(args.output)
+    if result.worse_after:
+        import sys
+
+        print(f"ndcost: warning: {args.output} written, but its ratios predict left-out runs worse "
+              f"({result.mae_after:.4g} {result.unit}) than one scale factor ({result.mae_before:.4g} {result.unit})",
+              file=sys.stderr)
     if args.json:
         out = result.to_dict()
         out.update(model=model.name, csv=runs.path, output=args.output, ignored_columns=list(runs.ignored))

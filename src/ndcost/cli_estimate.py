@@ -53,6 +53,11 @@ def spec_from_args(args: argparse.Namespace):
     """The ExecSpec the strategy flags state (unstated fields keep ExecSpec's defaults)."""
     from .exec_spec import ExecSpec
 
+    return ExecSpec(**spec_fields_from_args(args))
+
+
+def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The ExecSpec fields the strategy flags state."""
     fields: dict[str, Any] = {name: getattr(args, name) for name in _INT_FIELDS if getattr(args, name) is not None}
     for name in ("sequence_parallel", "recompute", "selective_rule", "pp_schedule", "cp_algo", "precision"):
         value = getattr(args, name)
@@ -64,7 +69,7 @@ def spec_from_args(args: argparse.Namespace):
             fields[name] = parse_layer_grid(flag, text)
     if "global_batch_size" not in fields and "micro_batch_num" not in fields:
         fields["micro_batch_num"] = max(1, fields.get("pp", 1))
-    return ExecSpec(**fields)
+    return fields
 
 
 def _cluster(args: argparse.Namespace, spec):
@@ -128,10 +133,23 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from .cli import model_from_args
     from .explain import explain
 
+    from .exec_spec import ExecSpec
+
     model = model_from_args(args)
-    spec = spec_from_args(args)
-    cluster = _cluster(args, spec)
-    reasons = explain(model, spec, cluster)
+    fields = spec_fields_from_args(args)
+    problems = ExecSpec.problems(**fields)
+    if problems:
+        # the spec cannot be built: every rule group it breaks, and whether it fills the devices
+        reasons = [str(problem) for problem in problems]
+        degrees = [fields.get(name, 1) for name in ("dp", "tp", "pp", "cp")]
+        if args.devices is not None and all(isinstance(d, int) for d in degrees):
+            devices = degrees[0] * degrees[1] * degrees[2] * degrees[3]
+            if devices != args.devices:
+                reasons.append(f"The 'dp*tp*pp*cp' parameter of ExecSpec on --devices {args.devices} must equal "
+                               f"the devices ({args.devices}). Got {devices} instead.")
+    else:
+        spec = ExecSpec(**fields)
+        reasons = explain(model, spec, _cluster(args, spec))
     if args.json:
         print(json.dumps({"valid": not reasons, "reasons": reasons}, indent=2))
     elif not reasons:

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from ._columns import PART_NAMES
 from .files import output_path
 from .rates_io import rates_argument
 from .cli_estimate import offset_text
@@ -41,12 +42,12 @@ def _print_result(result: Any, model: Any, cluster: Any, emit: str | None) -> No
 
     print(f"{model.name} on {cluster.num_devices} x {cluster.device.name}: "
           f"{result.space_size} candidates priced, {result.fitting} fit")
-    if result.rejected:
-        print("rejected:")
-        for reason, count in sorted(result.rejected.items(), key=lambda kv: (-kv[1], kv[0])):
-            print(f"  {count:>8}  {reason}")
+    for title, counts in (("rejected:", result.rejected), ("not in the space (the values given):", result.excluded)):
+        if counts:
+            print(title)
+            for reason, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+                print(f"  {count:>8}  {reason}")
     if not result.results:
-        print("no strategy fits: see the rejected reasons above")
         return
     header = (f"{'#':>3} {'dp':>5} {'tp':>3} {'pp':>3} {'vpp':>3} {'cp':>3} {'ep':>4} {'mbs':>3} {'m':>5} "
               f"{'recompute':>10} {'step':>13} {'MFU':>6} {'tokens/s':>12} {'peak GiB':>9}  top parts")
@@ -77,13 +78,15 @@ def _write_csv(path: str, result: Any) -> None:
         writer = csv.writer(handle)
         writer.writerow(["rank", "dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "micro_batch_num",
                          "recompute", "offset", "step_time", "peak_memory", "mfu", "tokens_per_second",
-                         *result.results[0].estimate.parts.keys()] if result.results else ["rank"])
+                         # the parts of the step, prefixed: "recompute" above is the mode, part_recompute its time
+                         *(f"part_{name}" for name in PART_NAMES)] if result.results else ["rank"])
         for rank, ranked in enumerate(result.results, 1):
             s, e = ranked.spec, ranked.estimate
             writer.writerow([rank, s.dp, s.tp, s.pp, s.vpp, s.cp, s.ep, s.micro_batch_size,
                              s.resolved_micro_batch_num, "per_layer" if ranked.per_layer_recompute else s.recompute_option,
                              offset_text(s.offset) if s.offset is not None else "",
-                             e.step_time, e.memory.peak, e.mfu, e.tokens_per_second, *e.parts.values()])
+                             e.step_time, e.memory.peak, e.mfu, e.tokens_per_second,
+                             *(e.parts[name] for name in PART_NAMES)])
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
@@ -96,6 +99,10 @@ def _cmd_search(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
         _print_result(result, model, cluster, args.emit)
+    if not result.results:
+        # status 1: the search ran but nothing fits (2 is bad input)
+        print(f"ndcost: no strategy fits; most were rejected because: {result.main_rejection()}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -115,7 +122,8 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--software", metavar="NAME",
                    help="the training software's rates preset (megatron-te, nemo, torchtitan-eager, "
                         "torchtitan-compile, megatron-2021, deepspeed-2021; default: today's Megatron-LM)")
-    p.add_argument("--memory-limit-gib", type=float, help="memory a device may use (default: its HBM)")
+    p.add_argument("--memory-limit-gib", type=float,
+                   help="GiB a device may use, at least 1 (default: its HBM); exit status 1 when nothing fits")
     p.add_argument("--allow-cross-node-tp", action="store_true")
     p.add_argument("--plan-top", type=int, default=3, help="offer a per-layer recompute plan to the best N")
     p.add_argument("--balance-top", type=int, default=3,
@@ -133,6 +141,9 @@ def run_search(args: argparse.Namespace):
     from .device import Cluster
     from .search import print_progress, search
 
+    limit = args.memory_limit_gib
+    if limit is not None and not (limit == limit and 1.0 <= limit < float("inf")):
+        raise SpecError("--memory-limit-gib", "ndcost search", "be a finite number of GiB >= 1", limit)
     model = model_from_args(args)
     cluster = Cluster(args.device, num_devices=args.devices)
     dims: dict[str, Any] = {}

@@ -213,12 +213,31 @@ class ExecSpec:
     # ------------------------------------------------------------------ validation
 
     def __post_init__(self) -> None:
-        self._check_scalars()
-        self._check_pipeline()
-        self._check_batch()
-        self._check_layout()
-        self._check_recompute()
-        self._check_sharding()
+        for check in _CHECKS:
+            check(self)
+
+    @classmethod
+    def problems(cls, **fields: Any) -> list[SpecError]:
+        """Every group of rules *fields* break, one SpecError each, where ``ExecSpec(**fields)`` stops at
+        the first: the scalars, then (when they hold) the pipeline, the batch, the layout, recompute
+        and sharding rules -- each group checked on its own. [] when the spec is valid."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - names)
+        if unknown:
+            return [SpecError(unknown[0], _OWNER, "be an ExecSpec field", fields[unknown[0]])]
+        spec = object.__new__(cls)
+        for field_ in dataclasses.fields(cls):
+            default = field_.default if field_.default is not dataclasses.MISSING else None
+            object.__setattr__(spec, field_.name, fields.get(field_.name, default))
+        found: list[SpecError] = []
+        for check in _CHECKS:
+            try:
+                check(spec)
+            except SpecError as exc:
+                found.append(exc)
+                if check is ExecSpec._check_scalars:
+                    break       # the other groups read the scalars: undefined past a bad one
+        return found
 
     def _check_scalars(self) -> None:
         for name in _DEGREES:
@@ -570,3 +589,8 @@ _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(ExecSpec))
 
 def _rebuild(state: dict[str, Any]) -> ExecSpec:
     return ExecSpec(**state)
+
+
+#: The rule groups of an ExecSpec, in the order __post_init__ runs them (ExecSpec.problems runs each).
+_CHECKS = (ExecSpec._check_scalars, ExecSpec._check_pipeline, ExecSpec._check_batch, ExecSpec._check_layout,
+           ExecSpec._check_recompute, ExecSpec._check_sharding)

@@ -20,12 +20,17 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ._columns import PART_NAMES
-from .errors import SpecError
+from .errors import SpecError, is_finite_number
 from .estimate import as_cluster, as_model, estimate
 from .exec_spec import ExecSpec
 from .rates_io import as_rates
 from .result import Estimate
 from .search_space import SEARCH_DIMENSIONS, build_space
+
+#: The smallest memory limit a search takes: below 1 GiB no device holds a CUDA context and a model.
+MIN_MEMORY_LIMIT = 2**30
+#: The reason a priced candidate over the memory limit is counted under (the kernels' own word).
+OVER_LIMIT = "does not fit in memory"
 
 __all__ = ["SearchResult", "Ranked", "search", "pareto_front"]
 
@@ -70,10 +75,17 @@ class SearchResult:
     columns: Mapping[str, np.ndarray] = field(repr=False, default_factory=dict)
     step_time: np.ndarray = field(repr=False, default=None)
     peak_memory: np.ndarray = field(repr=False, default=None)
+    #: Given dimension values that fill no combination of the devices, with why (not in the space).
+    excluded: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def best(self) -> Ranked | None:
         return self.results[0] if self.results else None
+
+    def main_rejection(self) -> str | None:
+        """Why most candidates lost (the largest rejected count), or why the space is empty."""
+        counts = dict(self.rejected) or dict(self.excluded)
+        return max(sorted(counts), key=lambda reason: counts[reason]) if counts else None
 
     def to_dict(self) -> dict:
         return {
@@ -81,6 +93,7 @@ class SearchResult:
             "space_size": self.space_size,
             "fitting": self.fitting,
             "rejected": dict(self.rejected),
+            "excluded": dict(self.excluded),
             "results": [r.to_dict() for r in self.results],
             "pareto": [{"step_time": t, "peak_memory": m, "strategy": _row_strategy(self.columns, i)}
                        for t, m, i in self.pareto],
@@ -148,6 +161,9 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     if units == "nd" and rates is not None:
         raise SpecError("rates", "search", "be given in seconds units only (ND's units price no rates)", rates)
     rates = as_rates(rates, device=cluster, owner="search")
+    if memory_limit is not None and not (is_finite_number(memory_limit) and memory_limit >= MIN_MEMORY_LIMIT):
+        raise SpecError("memory_limit", "search", f"be a finite number of bytes >= {MIN_MEMORY_LIMIT} (1 GiB)",
+                        memory_limit)
     capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
     space = build_space(model, cluster.num_devices, cluster.device.devices_per_node,
                         global_batch_size=global_batch_size, seq_length=seq_length, dims=dims,
@@ -166,11 +182,19 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
             progress(min(n, start + BATCH), n)
 
     valid = reason == 0
-    fits = valid & (memory <= capacity) & np.isfinite(step)
+    priced = valid & np.isfinite(step) & np.isfinite(memory)
+    fits = priced & (memory <= capacity)
     rejected = Counter(REASONS[int(code)] for code in reason[~valid])
-    over = int((valid & ~fits).sum())
+    over = int((priced & ~fits).sum())
     if over:
-        rejected["does not fit in memory"] = over
+        rejected[OVER_LIMIT] += over
+    unpriced = int((valid & ~priced).sum())
+    if unpriced:
+        rejected["not priced (an undefined step or memory)"] += unpriced
+    if int(fits.sum()) + sum(rejected.values()) != n:
+        # every candidate is ranked or counted under one reason: a mismatch is a bug here, not input
+        raise RuntimeError(f"search accounting: {int(fits.sum())} fit + {sum(rejected.values())} rejected "
+                           f"!= {n} candidates")
 
     # Deterministic order: step time, peak memory, then each search dimension (smaller first).
     keys = [space.columns[d] if space.columns[d].dtype != object else np.unique(space.columns[d], return_inverse=True)[1]
@@ -189,6 +213,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     front = pareto_front(step, memory, fits)
     return SearchResult(
         results=tuple(results[:top]), space_size=n, fitting=int(fits.sum()), rejected=dict(rejected),
+        excluded=dict(space.excluded or {}),
         pareto=tuple((float(step[i]), float(memory[i]), i) for i in front), units=units,
         columns=space.columns, step_time=step, peak_memory=memory,
     )

@@ -17,8 +17,10 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .errors import SpecError, check_positive_int
-from .limits import MAX_BATCH, MAX_SEQ_LENGTH
+from collections import Counter
+
+from .errors import SpecError, check_bool, check_choice, check_positive_int
+from .limits import MAX_BATCH, MAX_DEVICES, MAX_SEQ_LENGTH
 
 __all__ = ["SEARCH_DIMENSIONS", "SearchSpace", "build_space", "divisors"]
 
@@ -47,6 +49,27 @@ class SearchSpace:
 
     columns: Mapping[str, np.ndarray]
     size: int
+    #: Given values that fill no combination, with why: "tp 3 does not divide the 8 devices" -> 1.
+    excluded: Mapping[str, int] = None  # type: ignore[assignment]
+
+
+def _checked(name: str, values: list) -> list:
+    """The values a search is given for *name*, each checked by ExecSpec's rule for the field."""
+    from .exec_spec import PP_SCHEDULES, ZERO_STAGES
+    from .recompute_spec import RECOMPUTE_OPTIONS
+
+    for value in values:
+        if name == "pp_schedule":
+            check_choice(value, name, "search", PP_SCHEDULES)
+        elif name == "recompute":
+            check_choice(value, name, "search", RECOMPUTE_OPTIONS)
+        elif name == "zero_stage":
+            check_choice(value, name, "search", ZERO_STAGES)
+        elif name == "sequence_parallel":
+            check_bool(value, name, "search")
+        else:
+            check_positive_int(value, name, "search", maximum=MAX_BATCH if name == "micro_batch_size" else MAX_DEVICES)
+    return values
 
 
 def _choices(name: str, given: Any, default: Iterable) -> list:
@@ -55,8 +78,8 @@ def _choices(name: str, given: Any, default: Iterable) -> list:
     if isinstance(given, (list, tuple)):
         if not given:
             raise SpecError(name, "search", "be a value, a non-empty list, or None (searched)", given)
-        return list(given)
-    return [given]
+        return _checked(name, list(given))
+    return _checked(name, [given])
 
 
 def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_batch_size: int, seq_length: int,
@@ -83,21 +106,30 @@ def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_b
     layers = model.num_hidden_layers + model.num_nextn_predict_layers
     tp_limit = num_devices if allow_cross_node_tp else min(devices_per_node, num_devices)
     tps = _choices("tp", dims.get("tp"), [t for t in _powers_of_two(tp_limit) if num_devices % t == 0])
+    excluded: Counter = Counter()
+    for name in ("micro_batch_size", "vpp", "zero_stage", "sequence_parallel", "pp_schedule", "recompute", "ep", "dp"):
+        if dims.get(name) is not None:
+            _choices(name, dims[name], [])          # every given value checked, even where no tp reaches it
     cps_default = [1] if seq_length < 16384 else _powers_of_two(8)
     rows: dict[str, list] = {name: [] for name in SEARCH_DIMENSIONS + ("dp",)}
     other_dims = ("micro_batch_size", "vpp", "zero_stage", "sequence_parallel", "pp_schedule", "recompute")
     for tp in tps:
         if num_devices % tp:
+            excluded[f"tp {tp} does not divide the {num_devices} devices"] += 1
             continue
         pps = _choices("pp", dims.get("pp"), [p for p in divisors(num_devices // tp) if p <= layers])
         for pp in pps:
             if (num_devices // tp) % pp:
+                excluded[f"pp {pp} does not divide the {num_devices // tp} devices left by tp {tp}"] += 1
                 continue
             for cp in _choices("cp", dims.get("cp"), cps_default):
                 if (num_devices // tp // pp) % cp:
+                    excluded[f"cp {cp} does not divide the {num_devices // tp // pp} devices left by tp {tp} "
+                             f"and pp {pp}"] += 1
                     continue
                 dp = num_devices // (tp * pp * cp)
                 if dims.get("dp") is not None and dp not in _choices("dp", dims["dp"], []):
+                    excluded[f"dp would be {dp} at tp {tp}, pp {pp}, cp {cp}, not one given"] += 1
                     continue
                 eps = [1]
                 if model.is_moe:
@@ -129,4 +161,4 @@ def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_b
     }
     columns["global_batch_size"] = np.full(size, global_batch_size, dtype=np.int64)
     columns["seq_length"] = np.full(size, seq_length, dtype=np.int64)
-    return SearchSpace(columns=columns, size=size)
+    return SearchSpace(columns=columns, size=size, excluded=dict(excluded))
