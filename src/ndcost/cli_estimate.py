@@ -31,6 +31,9 @@ def _add_strategy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offset", metavar="N,N,...[|N,...]",
                    help="layers added per stage (per chunk: rows separated by |), as `ndcost search` prints it")
     p.add_argument("--pp-partition", metavar="N,N,...", help="layers per stage (instead of an offset)")
+    p.add_argument("--recompute-plan", metavar="FILE|JSON",
+                   help="a per-layer recompute plan: ranges of layers {first, count, option, switches}, as "
+                        "`ndcost search --save-plan` writes them (or that JSON inline, as search prints it)")
 
 
 def offset_text(offset: Any) -> str:
@@ -69,6 +72,13 @@ def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
             fields[name] = parse_layer_grid(flag, text)
     if "global_batch_size" not in fields and "micro_batch_num" not in fields:
         fields["micro_batch_num"] = max(1, fields.get("pp", 1))
+    plan = getattr(args, "recompute_plan", None)
+    if plan is not None:
+        from .cli_reproduce import read_plan
+
+        if "recompute" in fields:
+            raise SpecError("--recompute-plan", "ndcost", "be given without --recompute", plan)
+        fields["recompute"] = read_plan(plan)
     return fields
 
 

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ._columns import PART_NAMES
+from .cli_reproduce import emit_report, estimate_command, write_plan
 from .files import output_path
 from .rates_io import rates_argument
 from .cli_estimate import offset_text
@@ -37,9 +38,7 @@ def _fmt_time(value: float, units: str) -> str:
     return f"{value * 1e3:10.1f} ms" if units == "seconds" else f"{value:12.4e}"
 
 
-def _print_result(result: Any, model: Any, cluster: Any, emit: str | None) -> None:
-    from .emit import EMITTERS
-
+def _print_result(result: Any, model: Any, cluster: Any) -> None:
     print(f"{model.name} on {cluster.num_devices} x {cluster.device.name}: "
           f"{result.space_size} candidates priced, {result.fitting} fit")
     for title, counts in (("rejected:", result.rejected), ("not in the space (the values given):", result.excluded)):
@@ -67,10 +66,6 @@ def _print_result(result: Any, model: Any, cluster: Any, emit: str | None) -> No
         if ranked.rebalanced:
             print(f"#{rank}: rebalanced pipeline, --offset={offset_text(ranked.spec.offset)}")
     print(f"Pareto front (step time vs peak memory): {len(result.pareto)} strategies")
-    if emit:
-        best = result.results[0]
-        print(f"\n# {emit} settings of #1:")
-        print(EMITTERS[emit](model, best.spec))
 
 
 def _write_csv(path: str, result: Any) -> None:
@@ -92,13 +87,28 @@ def _write_csv(path: str, result: Any) -> None:
 def _cmd_search(args: argparse.Namespace) -> int:
     if args.csv:
         output_path(args.csv, "the search's CSV")      # refused before the search, not after it
+    if args.save_plan:
+        output_path(args.save_plan, "a recompute plan")
     model, cluster, result = run_search(args)
     if args.csv:
         _write_csv(args.csv, result)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
-        _print_result(result, model, cluster, args.emit)
+        _print_result(result, model, cluster)
+    if result.results:
+        best = result.results[0]
+        if args.save_plan:
+            write_plan(args.save_plan, best.spec)
+        if not args.json:
+            print("\n# price #1 again:")
+            print(estimate_command(args, best.spec, args.save_plan))
+            if args.emit:
+                print()
+                print("\n".join(emit_report(args.emit, model, cluster, best, units=args.units, ratios=args.ratios,
+                                             rates=rates_argument(args.rates, args.software),
+                                             memory_limit=None if args.memory_limit_gib is None
+                                             else args.memory_limit_gib * 2**30)))
     if not result.results:
         # status 1: the search ran but nothing fits (2 is bad input)
         print(f"ndcost: no strategy fits; most were rejected because: {result.main_rejection()}", file=sys.stderr)
@@ -173,5 +183,9 @@ def add_search_command(sub: Any) -> None:
     add_search_arguments(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--csv", metavar="FILE", help="write the top strategies as CSV")
-    p.add_argument("--emit", choices=("megatron", "torchtitan"), help="print the launch settings of the best")
+    p.add_argument("--emit", choices=("megatron", "torchtitan"),
+                   help="print the launch settings of the best (and, when they cannot state its recompute plan, "
+                        "what they approximate and their own price)")
+    p.add_argument("--save-plan", metavar="FILE",
+                   help="write the best strategy's per-layer recompute plan as JSON (for estimate --recompute-plan)")
     p.set_defaults(func=_cmd_search)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from .exec_spec import ExecSpec
+from .emit_recompute import launcher_recompute
 from .launch_layout import megatron_layout, needs_layout, torchtitan_fqns
 
 __all__ = ["megatron_flags", "torchtitan_toml", "EMITTERS"]
@@ -45,20 +46,7 @@ def megatron_flags(model: Any, spec: ExecSpec) -> str:
         flags.append("--use-torch-fsdp2")
     elif spec.zero_stage >= 1:
         flags.append("--use-distributed-optimizer")
-    option = spec.recompute_option
-    if option == "full":
-        flags += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
-    elif option == "selective":
-        flags.append("--recompute-granularity selective")
-    elif option in ("ranges", "per_stage"):
-        # Megatron recomputes whole layers per stage: the count of full layers is the closest flag.
-        full_layers = sum(r.count for r in spec.recompute if r.option == "full") if option == "ranges" else None
-        if full_layers:
-            per_stage = max(1, -(-full_layers // spec.pp))
-            flags += ["--recompute-granularity full", "--recompute-method block",
-                      f"--recompute-num-layers {per_stage}"]
-        elif option == "ranges" and any(r.option == "selective" for r in spec.recompute):
-            flags.append("--recompute-granularity selective")
+    flags += launcher_recompute("megatron", model, spec).lines
     if spec.precision == "fp8":
         flags += ["--fp8-format hybrid", "--bf16"]
     else:
@@ -73,8 +61,6 @@ def torchtitan_toml(model: Any, spec: ExecSpec) -> str:
     shard = spec.dp if spec.zero_stage >= 1 else 1  # torchtitan shards with FSDP2 over dp_shard
     replicate = spec.dp // shard
     schedule = _TORCHTITAN_SCHEDULES[spec.schedule]
-    option = spec.recompute_option
-    mode = {"none": "none", "full": "full", "selective": "selective"}.get(option, "selective")
     lines = [
         "[parallelism]",
         f"data_parallel_replicate_degree = {replicate}",
@@ -98,10 +84,8 @@ def torchtitan_toml(model: Any, spec: ExecSpec) -> str:
         f"seq_len = {spec.seq_length}",
         "",
         "[activation_checkpoint]",
-        f'mode = "{mode}"',
+        *launcher_recompute("torchtitan", model, spec).lines,
     ]
-    if mode == "selective":
-        lines.append('selective_ac_option = "op"')
     if spec.precision == "fp8":
         lines += ["", "[float8]", 'recipe_name = "rowwise"']
     return "\n".join(lines)

@@ -54,9 +54,9 @@ class Ranked:
         strategy["micro_batch_num"] = self.spec.resolved_micro_batch_num
         strategy["recompute"] = ("per_layer" if self.per_layer_recompute else self.spec.recompute_option)
         if self.per_layer_recompute:
-            strategy["recompute_ranges"] = [
-                {"first": r.first, "count": r.count, "option": r.option,
-                 **({"switches": dict(r.switches)} if r.switches else {})} for r in self.spec.recompute]
+            from .emit_recompute import plan_document
+
+            strategy["recompute_ranges"] = plan_document(self.spec)   # what estimate --recompute-plan reads
         if self.rebalanced:
             strategy["offset"] = self.spec.offset
         return {"strategy": strategy, "estimate": self.estimate.to_dict()}

@@ -1,0 +1,110 @@
+"""What is emitted is what was priced (issue 13 #6): a search's #1 is priced again by the command it
+prints, and a launcher's recompute settings either state the plan or say what they approximate,
+with their own price."""
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+import ndcost
+from ndcost import Cluster, ExecSpec, Model
+from ndcost.cli import main
+from ndcost.emit_recompute import launcher_recompute, layer_plan
+from ndcost.exec_spec import RecomputeRange
+
+SEARCH = ["search", "llama3-70b", "--devices", "64", "--device", "h100-sxm", "--global-batch-size", "256",
+          "--seq-length", "8192", "--tp", "8", "--pp", "4", "--micro-batch-size", "1", "--memory-limit-gib", "40",
+          "--plan-top", "3", "--balance-top", "0", "--top", "3", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Model.from_catalog("llama3-70b")
+
+
+def _printed_command(out: str) -> list[str]:
+    lines = out.splitlines()
+    return shlex.split(lines[lines.index("# price #1 again:") + 1])
+
+
+def _estimate_json(capsys, words: list[str]) -> dict:
+    assert words[:2] == ["ndcost", "estimate"]
+    assert main(words[1:] + ["--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("saved", (True, False), ids=("plan-file", "plan-inline"))
+def test_the_printed_command_prices_the_planned_best_again(tmp_path, monkeypatch, capsys, saved):
+    monkeypatch.chdir(tmp_path)
+    argv = SEARCH + (["--save-plan", "plan.json"] if saved else [])
+    assert main(argv + ["--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["results"][0]
+    assert best["strategy"]["recompute"] == "per_layer" and best["strategy"]["recompute_ranges"]
+    assert main(argv) == 0
+    words = _printed_command(capsys.readouterr().out)
+    assert "--recompute-plan" in words
+    if saved:
+        assert words[words.index("--recompute-plan") + 1] == "plan.json" and (tmp_path / "plan.json").exists()
+    again = _estimate_json(capsys, words)
+    assert again["step_time"] == pytest.approx(best["estimate"]["step_time"], rel=1e-12)
+    assert again["memory"]["peak"] == pytest.approx(best["estimate"]["memory"]["peak"], rel=1e-12)
+
+
+def test_emitted_flags_that_approximate_say_so_and_price_what_they_state(capsys, model):
+    assert main(SEARCH + ["--emit", "megatron"]) == 0
+    out = capsys.readouterr().out
+    assert "# NOTE: these megatron settings approximate the priced recompute plan" in out
+    stated = [line for line in out.splitlines() if line.startswith("#   these settings:")][0]
+    # the approximation's price is an estimate of the ExecSpec the flags mean
+    spec = ExecSpec(dp=2, tp=8, pp=4, global_batch_size=256, seq_length=8192, sequence_parallel=True,
+                    recompute=_plan_from_output(out))
+    emitted = launcher_recompute("megatron", model, spec)
+    assert not emitted.exact
+    meant = ndcost.estimate(model, emitted.meaning, Cluster("h100-sxm", 64))
+    assert f"{meant.step_time:.6g} s" in stated
+    # what the flags state is itself stated exactly by them
+    assert launcher_recompute("megatron", model, emitted.meaning).exact
+    assert launcher_recompute("megatron", model, emitted.meaning).lines == emitted.lines
+
+
+def _plan_from_output(out: str) -> tuple:
+    words = _printed_command(out)
+    return tuple(json.loads(words[words.index("--recompute-plan") + 1]))
+
+
+def test_uniform_recompute_is_stated_exactly(model):
+    for recompute, expected in (("none", ()), ("full", ("--recompute-method uniform",)),
+                                ("selective", ("--recompute-modules core_attn",))):
+        spec = ExecSpec(dp=2, tp=8, pp=4, global_batch_size=256, seq_length=8192, sequence_parallel=True,
+                        recompute=recompute)
+        emitted = launcher_recompute("megatron", model, spec)
+        assert emitted.exact and all(flag in emitted.lines for flag in expected)
+        # torchtitan states none and full; its selective policy is its own ("op"), never ndcost's switches
+        assert launcher_recompute("torchtitan", model, spec).exact == (recompute != "selective")
+
+
+def test_block_recompute_is_megatrons_first_layers_of_every_stage(model):
+    spec = ExecSpec(dp=2, tp=8, pp=4, global_batch_size=256, seq_length=8192, sequence_parallel=True)
+    ranges = tuple(RecomputeRange(20 * stage, 3, "full") for stage in range(4))
+    planned = ExecSpec(dp=2, tp=8, pp=4, global_batch_size=256, seq_length=8192, sequence_parallel=True,
+                       recompute=ranges)
+    emitted = launcher_recompute("megatron", model, planned)
+    assert emitted.exact and "--recompute-num-layers 3" in emitted.lines and "--recompute-method block" in emitted.lines
+    # not the first layers of a stage: approximated by the block the flags state, priced as such
+    shifted = ExecSpec(dp=2, tp=8, pp=4, global_batch_size=256, seq_length=8192, sequence_parallel=True,
+                       recompute=tuple(RecomputeRange(20 * stage + 5, 3, "full") for stage in range(4)))
+    approx = launcher_recompute("megatron", model, shifted)
+    assert not approx.exact and approx.meaning is not None
+    full = [index for chunk in layer_plan(model, approx.meaning) for index, option, _ in chunk if option == 1]
+    assert full == [i for stage in range(4) for i in range(20 * stage, 20 * stage + 3)]
+    assert spec.recompute == "none"
+
+
+def test_torchtitan_every_kth_block(model):
+    every_4th = tuple(RecomputeRange(i, 1, "full") for i in range(0, 80, 4))
+    spec = ExecSpec(dp=2, tp=8, pp=4, global_batch_size=256, seq_length=8192, sequence_parallel=True,
+                    recompute=every_4th)
+    emitted = launcher_recompute("torchtitan", model, spec)
+    assert emitted.exact and 'selective_ac_option = "4"' in emitted.lines
