@@ -61,11 +61,13 @@ def test_bad_census_names_the_field(entry, parameter):
 
 
 def test_bad_census_files(tmp_path):
-    with pytest.raises(SpecError, match="name an existing JSON file"):
+    with pytest.raises(SpecError, match=r"name an existing file \(a census JSON\)"):
         read_census(tmp_path / "missing.json")
+    with pytest.raises(SpecError, match="not a directory"):
+        read_census(tmp_path)
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    with pytest.raises(SpecError, match="hold valid JSON"):
+    with pytest.raises(SpecError, match="valid JSON"):
         read_census(bad)
     with pytest.raises(SpecError, match="'kinds' parameter"):
         read_census({"kinds": {}})

@@ -102,13 +102,9 @@ def read_census(source: str | PathLike | Mapping[str, Any]) -> tuple[KindCensus,
         raise SpecError("census", "read_census", "be a path to a census JSON or a mapping", source)
     path = os.fspath(source)
     owner = f"census {path}"
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        raise SpecError("census", "read_census", "name an existing JSON file", path) from None
-    except json.JSONDecodeError as exc:
-        raise SpecError("census", "read_census", f"hold valid JSON ({exc.msg}, line {exc.lineno})", path) from None
+    from .files import read_json
+
+    data = read_json(path, "a census JSON")
     if not isinstance(data, Mapping):
         raise SpecError("census", "read_census", "hold a JSON object", path)
     return _census_entries(data, owner)

@@ -85,7 +85,7 @@ def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def _cluster(args: argparse.Namespace, spec):
     from .device import Cluster
 
-    return Cluster(args.device, num_devices=args.devices or spec.num_devices)
+    return Cluster(args.device, num_devices=spec.num_devices if args.devices is None else args.devices)
 
 
 def _fmt(value: float, units: str) -> str:

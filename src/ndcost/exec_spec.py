@@ -133,6 +133,10 @@ def _as_range(item: Any) -> Any:
     for key in item:
         if key not in _RANGE_KEYS:
             raise SpecError("recompute", _OWNER, f"hold ranges with only the keys {', '.join(_RANGE_KEYS)}", key)
+    missing = [key for key in ("first", "count", "option") if key not in item]
+    if missing:
+        raise SpecError("recompute", _OWNER, "hold ranges that state first, count and option",
+                        f"{dict(item)} (no {', '.join(missing)})")
     return RecomputeRange(**item)
 
 
