@@ -452,6 +452,14 @@ _TITAN_COPIES = ("pytorch/torchtitan@9dec370 llama/model.py Attention.forward: r
 _TITAN_FP8 = ("pytorch/torchtitan@9dec370 float8.py: torchao Float8Linear, tensorwise dynamic scaling for input, "
               "weight and grad_output (h100_run_facts.yaml 'float8_scaling')")
 
+#: Megatron-Core with Transformer Engine (2024-25): the figures of the "megatron-te" and "nemo" presets.
+_MCORE_TE = (
+    MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "best", "elementwise": "fused",
+                      "attention_copies": False, "fp8_recipe": "delayed"}),
+    MappingProxyType({"grad_accumulation_fusion": _MCORE_GRAD, "attention_kernel": _MCORE_ATTN,
+                      "elementwise": _MCORE_FUSED, "attention_copies": _MCORE_ATTN, "fp8_recipe": _TE_RECIPE}),
+)
+
 #: Training-software generations: name -> (Rates figures, their sources). ``Rates.for_software``.
 SOFTWARE_PRESETS: Mapping[str, tuple[Mapping[str, Any], Mapping[str, str]]] = MappingProxyType({
     "megatron-2021": (
@@ -464,20 +472,9 @@ SOFTWARE_PRESETS: Mapping[str, tuple[Mapping[str, Any], Mapping[str, str]]] = Ma
         MappingProxyType({"grad_accumulation_fusion": _MEGATRON_2021_GRAD, "zero3_fetch_bandwidth": _DS_FETCH,
                           "zero3_recompute_gather": _DS_RELEASE, "zero3_grad_all_reduce": _DS_ALLREDUCE}),
     ),
-    "megatron-te": (
-        MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "best", "elementwise": "fused",
-                          "attention_copies": False, "fp8_recipe": "delayed"}),
-        MappingProxyType({"grad_accumulation_fusion": _MCORE_GRAD, "attention_kernel": _MCORE_ATTN,
-                          "elementwise": _MCORE_FUSED, "attention_copies": _MCORE_ATTN,
-                          "fp8_recipe": _TE_RECIPE}),
-    ),
-    "nemo": (
-        MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "best", "elementwise": "fused",
-                          "attention_copies": False, "fp8_recipe": "delayed"}),
-        MappingProxyType({"grad_accumulation_fusion": _MCORE_GRAD, "attention_kernel": _MCORE_ATTN,
-                          "elementwise": _MCORE_FUSED, "attention_copies": _MCORE_ATTN,
-                          "fp8_recipe": _TE_RECIPE + "; NeMo 1.x/2.x trains Megatron-Core models with TE"}),
-    ),
+    "megatron-te": _MCORE_TE,
+    "nemo": (_MCORE_TE[0], MappingProxyType({
+        **_MCORE_TE[1], "fp8_recipe": _TE_RECIPE + "; NeMo 1.x/2.x trains Megatron-Core models with TE"})),
     "torchtitan-eager": (
         MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "fa2", "elementwise": "eager",
                           "attention_copies": True, "fp8_recipe": "torchao"}),

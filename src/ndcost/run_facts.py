@@ -23,7 +23,7 @@ from .errors import SpecError
 from .exec_spec import ExecSpec
 from .model import Model
 
-__all__ = ["BuiltRun", "RunFacts", "load_run_facts", "facts_for", "modern_run", "FACTS_FILES", "CATALOG_BY_NAME"]
+__all__ = ["BuiltRun", "RunFacts", "figure_value", "figure_int", "load_run_facts", "facts_for", "modern_run", "FACTS_FILES", "CATALOG_BY_NAME"]
 
 _DATA = Path(__file__).parent / "data" / "validation"
 
@@ -111,12 +111,14 @@ def facts_for(runs_path: str | Path, run_id: str) -> RunFacts | None:
     return load_run_facts(str(facts_path)).get(run_id)
 
 
-def _value(entry: Any) -> Any:
+def figure_value(entry: Any) -> Any:
+    """A runs-file figure's value: the plain value, or the ``value`` of a {value, derived, how} mapping."""
     return entry.get("value") if isinstance(entry, Mapping) else entry
 
 
-def _int(entry: Any) -> int | None:
-    value = _value(entry)
+def figure_int(entry: Any) -> int | None:
+    """A figure's value as an int (an integral float too), else None."""
+    value = figure_value(entry)
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
@@ -132,7 +134,7 @@ def _catalog_model(block: Mapping, run_id: str) -> tuple[Model, str]:
         if re.search(pattern, name):
             model = Model.from_catalog(catalog)
             for key, field in _DIMENSION_CHECKS:
-                stated = _int(block.get(key))
+                stated = figure_int(block.get(key))
                 if stated is not None and stated != getattr(model, field):
                     raise SpecError(key, run_id, f"equal the catalog {catalog}'s {field} ({getattr(model, field)})",
                                     stated)
@@ -203,27 +205,27 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
     else:
         model, note = _catalog_model(block, run_id)
         notes.append(note)
-    gpus = _int(strategy.get("gpus"))
-    tp = _int(facts.value("tp")) or _int(strategy.get("tp")) or 1
-    pp = _int(facts.value("pp")) or _int(strategy.get("pp")) or 1
-    cp = _int(facts.value("cp")) or _int(strategy.get("cp")) or 1
-    vpp = _int(facts.value("vpp")) or _int(strategy.get("vpp")) or 1
-    if vpp != (_int(strategy.get("vpp")) or 1):
-        notes.append(f"vpp {vpp} per the run's config (runs file: {_int(strategy.get('vpp'))})")
-    ep = _int(strategy.get("ep")) or 1
+    gpus = figure_int(strategy.get("gpus"))
+    tp = figure_int(facts.value("tp")) or figure_int(strategy.get("tp")) or 1
+    pp = figure_int(facts.value("pp")) or figure_int(strategy.get("pp")) or 1
+    cp = figure_int(facts.value("cp")) or figure_int(strategy.get("cp")) or 1
+    vpp = figure_int(facts.value("vpp")) or figure_int(strategy.get("vpp")) or 1
+    if vpp != (figure_int(strategy.get("vpp")) or 1):
+        notes.append(f"vpp {vpp} per the run's config (runs file: {figure_int(strategy.get('vpp'))})")
+    ep = figure_int(strategy.get("ep")) or 1
     if gpus is None or gpus % (tp * pp * cp):
         raise SpecError("gpus", run_id, f"be a multiple of tp*pp*cp ({tp * pp * cp})", gpus)
     dp = gpus // (tp * pp * cp)
-    seq = _int(block.get("seq_len"))
-    micro = _int(strategy.get("micro_batch")) or _int(strategy.get("local_batch")) or 1
-    global_batch = _int(strategy.get("global_batch"))
+    seq = figure_int(block.get("seq_len"))
+    micro = figure_int(strategy.get("micro_batch")) or figure_int(strategy.get("local_batch")) or 1
+    global_batch = figure_int(strategy.get("global_batch"))
     if seq is None or global_batch is None:
         raise SpecError("seq_len/global_batch", run_id, "be stated", (seq, global_batch))
     recompute, extra, note = _recompute(facts)
     precision_text = facts.text("precision")
     if not precision_text or precision_text.startswith("not determinable"):
         # the facts cannot tell from the layout; the page's own notes (the runs file) say fp8
-        precision_text = str(_value(strategy.get("precision")) or "").lower()
+        precision_text = str(figure_value(strategy.get("precision")) or "").lower()
         notes.append(f"precision per the runs file: {precision_text}")
     fp8 = precision_text.startswith(("fp8", "unstated (fp8")) or "float8" in precision_text
     fsdp = facts.text("fsdp")
@@ -247,9 +249,9 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
         raise SpecError("hardware", run_id, "name an H100", row.get("hardware"))
     cluster = Cluster("h100-sxm", gpus, **overrides)
     measured = row.get("measured") or {}
-    seconds = _value(measured.get("iteration_s"))
+    seconds = figure_value(measured.get("iteration_s"))
     if not isinstance(seconds, (int, float)):
-        per_gpu = _value(measured.get("tokens_per_s_per_gpu"))
+        per_gpu = figure_value(measured.get("tokens_per_s_per_gpu"))
         if not isinstance(per_gpu, (int, float)) or per_gpu <= 0:
             raise SpecError("measured", run_id, "state iteration_s or tokens_per_s_per_gpu", measured)
         seconds = global_batch * seq / (per_gpu * gpus)  # the step's tokens over the measured rate

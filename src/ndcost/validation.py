@@ -57,7 +57,7 @@ from .files import read_mapping
 from .exec_spec import ExecSpec
 from .model import Model
 from .rates import Rates
-from .run_facts import facts_for, modern_run
+from .run_facts import facts_for, figure_int as _int, figure_value as _value, modern_run
 from .seconds import DEEPSPEED_2021, Overlap, seconds_estimate
 from .validate import validate
 
@@ -92,24 +92,6 @@ BUILTIN_RUNS: Mapping[str, Path] = {
 
 #: Intel Omni-Path 100 series: 100 Gb/s per port (Intel OPA HFI datasheet).
 OMNI_PATH_GBPS = 100.0
-
-
-def _value(entry: Any) -> Any:
-    """A figure's value: the plain value, or the ``value`` of a {value, derived, how} mapping."""
-    if isinstance(entry, Mapping):
-        return entry.get("value")
-    return entry
-
-
-def _int(entry: Any) -> int | None:
-    value = _value(entry)
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
 
 
 @dataclass(frozen=True)
