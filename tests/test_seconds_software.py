@@ -144,3 +144,21 @@ def test_tp_comm_overlap_runs_gemms_in_userbuffers_chunks_by_hand(kernels, pyker
     kernels.seconds_layer_times(*(plain[name] for name in ("kinds", "skinds", "model", "smodel", "cand", "rate")),
                                 bare)
     assert out[0, L["gemm_f"]] > bare[0, L["gemm_f"]]
+
+
+def test_torchtitan_op_sac_census_by_hand():
+    """torchtitan's per-op SAC recomputes wk, wo (of wq, wk, wv, wo) and w3 (of w1, w3, w2)."""
+    from ndcost.torchtitan_sac import torchtitan_op_census
+
+    model = ndcost.Model.from_catalog("llama3-8b")
+    (census,) = torchtitan_op_census(model)
+    assert census.selective_attention_mm == pytest.approx((1024 + 4096) / (4096 + 1024 + 1024 + 4096), rel=1e-15)
+    assert census.selective_ffn_mm == pytest.approx(1 / 3, rel=1e-15)
+    spec = ndcost.ExecSpec(dp=8, global_batch_size=16, micro_batch_size=2, seq_length=8192, zero_stage=3,
+                           recompute="selective", selective_rule="hyperparallel")
+    cluster = ndcost.Cluster("h100-sxm", 8)
+    sac = ndcost.estimate(model.with_census(torchtitan_op_census(model)), spec, cluster)
+    plain = ndcost.estimate(model, spec, cluster)
+    assert sac.parts["recompute"] > plain.parts["recompute"]          # the matmuls re-run too
+    with pytest.raises(ndcost.SpecError, match="dense"):
+        torchtitan_op_census(ndcost.Model.from_catalog("qwen3-30b-a3b"))

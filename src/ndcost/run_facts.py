@@ -222,6 +222,13 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
     if seq is None or global_batch is None:
         raise SpecError("seq_len/global_batch", run_id, "be stated", (seq, global_batch))
     recompute, extra, note = _recompute(facts)
+    if recompute == "selective" and facts.text("selective_ac_option") == "op":
+        # torchtitan's per-op SAC: the attention kept, wk, wo, w3 and the pointwise ops recomputed
+        from .torchtitan_sac import torchtitan_op_census
+
+        model = model.with_census(torchtitan_op_census(model))
+        extra["selective_rule"] = "hyperparallel"
+        notes.append("torchtitan per-op SAC (census: wk, wo, w3 recomputed)")
     precision_text = facts.text("precision")
     if not precision_text or precision_text.startswith("not determinable"):
         # the facts cannot tell from the layout; the page's own notes (the runs file) say fp8
