@@ -23,7 +23,7 @@ class BatchEstimate:
         parts: PART_NAMES -> float64 (N,): the step taken apart (they sum to step_time).
         peak_memory: float64 (N,): bytes of the fullest pipeline stage (NaN: not priced,
             or ``with_memory=False``).
-        fits: bool (N,): peak_memory <= the device's HBM (True for every priced row
+        fits: bool (N,): device_memory <= the device's HBM (True for every priced row
             when memory was not asked for; False for an invalid row).
         reason: int64 (N,): 0 priced and fits; ``ndcost.REASONS[code]`` says it in words.
         mfu, tokens_per_second: float64 (N,): NaN where not defined (ND units).
@@ -43,6 +43,9 @@ class BatchEstimate:
     tokens_per_second: np.ndarray
     stage_times: Any = None
     stage_memory: Any = None
+    #: float64 (N,): what the device holds at the peak -- in seconds units the allocator's reserve and
+    #: the process's fixed costs with the tensors (MemoryEstimate.device_peak); else peak_memory.
+    device_memory: Any = None
 
     def __len__(self) -> int:
         return int(self.step_time.shape[0])

@@ -132,11 +132,25 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     for name, value in result.parts.items():
         print(f"  {name:<11} {_fmt(value, result.units):>16}  {100 * value / total:6.2f}%")
     if result.memory is not None:
-        print(f"memory: peak {result.memory.peak / 2**30:.2f} GiB of {cluster.device.hbm_bytes / 2**30:.1f} GiB "
-              f"-> {'fits' if result.fits else 'DOES NOT FIT'}")
-        for i, stage in enumerate(result.memory.stages):
-            print(f"  stage {i:>3}: {stage.total / 2**30:8.2f} GiB")
+        _print_memory(result, cluster)
     return 0
+
+
+def _print_memory(result: Any, cluster: Any) -> None:
+    """The peak against what the device can give, then each stage's parts (GiB)."""
+    memory, gib = result.memory, 2**30
+    verdict = "fits" if result.fits else "DOES NOT FIT"
+    if memory.fixed_bytes:
+        print(f"memory: peak {memory.peak_reserved / gib:.2f} GiB reserved ({memory.peak_allocated / gib:.2f} "
+              f"allocated) of {memory.usable_bytes / gib:.2f} GiB usable ({cluster.device.hbm_bytes / gib:.1f} GiB "
+              f"less {memory.fixed_bytes / gib:.2f} fixed: CUDA context, workspaces, NCCL) -> {verdict}")
+    else:
+        print(f"memory: peak {memory.peak / gib:.2f} GiB of {cluster.device.hbm_bytes / gib:.1f} GiB -> {verdict}")
+    parts = ("params", "grads", "optimizer", "activations", "working_set", "comm_buffers", "reserve")
+    print("  stage " + "".join(f"{name:>13}" for name in parts) + f"{'total':>10}")
+    for i, stage in enumerate(memory.stages):
+        print(f"  {i:>5} " + "".join(f"{getattr(stage, name) / gib:13.2f}" for name in parts)
+              + f"{stage.total / gib:10.2f}")
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:

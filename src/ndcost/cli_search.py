@@ -61,7 +61,7 @@ def _print_result(result: Any, model: Any, cluster: Any) -> None:
         tps = f"{e.tokens_per_second:12,.0f}" if e.tokens_per_second == e.tokens_per_second else f"{'-':>12}"
         print(f"{rank:>3} {s.dp:>5} {s.tp:>3} {s.pp:>3} {s.vpp:>3} {s.cp:>3} {s.ep:>4} {s.micro_batch_size:>3} "
               f"{s.resolved_micro_batch_num:>5} {mode:>10} {_fmt_time(e.step_time, e.units)} {mfu} {tps} "
-              f"{e.memory.peak / 2**30:9.1f}  {share}")
+              f"{e.memory.device_peak / 2**30:9.1f}  {share}")
     for rank, ranked in enumerate(result.results, 1):
         if ranked.rebalanced:
             print(f"#{rank}: rebalanced pipeline, --offset={offset_text(ranked.spec.offset)}")

@@ -161,7 +161,13 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
     else:
         priced = _seconds(model, spec, cluster, layout, derived, ratios=ratios, rates=rates)
     check_parts_sum(priced["parts"], priced["step_time"])
-    fits = True if memory is None else bool(memory.peak <= cluster.device.hbm_bytes)
+    if memory is not None and units == "seconds":
+        # seconds mode holds the process to what it really takes (ndcost.memory_overheads)
+        from .memory_overheads import fixed_bytes
+
+        memory.with_overheads(float(fixed_bytes(spec.dp, spec.tp, spec.pp, spec.cp, spec.ep)),
+                              float(cluster.memory_reserve_bytes))
+    fits = True if memory is None else memory.fits(cluster.device.hbm_bytes)
     return Estimate(
         units=priced["units"], step_time=priced["step_time"], parts=priced["parts"],
         stage_times=priced["stage_times"], memory=memory, fits=fits,

@@ -43,7 +43,10 @@ from .memory import MEMORY_PARTS, memory_kind_table, memory_model_vector
 from .nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector
 from .rates_io import as_rates
 from .ratios import Ratios
+from .memory_overheads import ALLOCATOR_RESERVE_FACTOR, fixed_bytes
 from .reasons import REASON_CODES, REASONS
+
+NO_FIT = REASON_CODES["no_fit"]
 from .seconds_batch import seconds_batch, seconds_layouts
 from .validate import _layout_rules, pipeline_depth_error
 
@@ -162,6 +165,7 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
     parts = np.empty((len(PART_NAMES), n), dtype=np.float64)
     reason = np.empty(n, dtype=np.int64)
     peak = np.full(n, np.nan)
+    device = peak.copy() if units == "seconds" else peak     # what the device holds (seconds mode)
     fits = np.ones(n, dtype=bool)
     max_pp = pool.max_pp
     times = np.empty((n, max_pp)) if stage_times else None
@@ -212,6 +216,16 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
                                      pool.slot_pool, reserve, cc.capacity, rows, peak[start:stop],
                                      fits[start:stop].view(np.uint8),
                                      stages[start:stop] if stages is not None else no_stages)
+                if seconds is not None:
+                    # seconds mode: what the device holds, the allocator's slack and the fixed costs
+                    # in (MemoryEstimate.device_peak, ndcost.memory_overheads), decides the fit
+                    device[start:stop] = ((peak[start:stop] - reserve) * ALLOCATOR_RESERVE_FACTOR
+                                          + fixed_bytes(c["dp"], c["tp"], c["pp"], c["cp"], c["ep"]))
+                    priced = (rows == 0) | (rows == NO_FIT)
+                    over = device[start:stop] > cc.capacity
+                    rows[priced & over] = NO_FIT
+                    rows[priced & ~over] = 0
+                    fits[start:stop] = rows == 0
             reason[start:stop] = rows
     if not with_memory:
         fits = reason == 0
@@ -220,12 +234,12 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
         parts *= ratio_vector[:, None]
         step[:] = parts.sum(axis=0)
     not_defined = np.broadcast_to(np.float64(np.nan), (n,))
-    for array in (step, parts, reason, peak, fits) + tuple(a for a in (times, stages) if a is not None):
+    for array in (step, parts, reason, peak, device, fits) + tuple(a for a in (times, stages) if a is not None):
         array.setflags(write=False)
     result_parts = {name: parts[i] for i, name in enumerate(PART_NAMES)}
     return BatchEstimate(
         units="seconds" if seconds is not None else ("nd" if ratio_set is None else "nd_ms"),
-        step_time=step, parts=result_parts, peak_memory=peak, fits=fits, reason=reason,
+        step_time=step, parts=result_parts, peak_memory=peak, fits=fits, reason=reason, device_memory=device,
         mfu=not_defined if mfu is None else mfu, tokens_per_second=not_defined if tps is None else tps,
         stage_times=times,
         stage_memory=stages,

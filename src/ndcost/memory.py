@@ -172,13 +172,57 @@ class MemoryEstimate:
 
     def fits(self, capacity_bytes: float | None = None) -> bool:
         """Whether every stage fits: peak <= capacity (the device's HBM by default;
-        the reserve is already a part of each total)."""
+        the reserve is already a part of each total). With the process overheads known
+        (:meth:`with_overheads`, seconds mode), what the device holds -- peak_reserved plus
+        the fixed costs -- is compared instead."""
         capacity = self.capacity_bytes if capacity_bytes is None else capacity_bytes
-        return bool(self.peak <= capacity)
+        return bool(self.device_peak <= capacity)
+
+    # ---- what the process holds beyond the tensors (ndcost.memory_overheads)
+
+    def with_overheads(self, fixed: float, reserve: float) -> "MemoryEstimate":
+        """This estimate with a process's fixed costs (CUDA context, workspaces, NCCL buffers) and the
+        reserve its totals hold (ND's safety buffer, which the allocator's slack replaces)."""
+        self.__dict__.update(_fixed=float(fixed), _reserve=float(reserve))
+        return self
+
+    @property
+    def fixed_bytes(self) -> float:
+        """Bytes the process holds outside its tensors (0 until :meth:`with_overheads`)."""
+        return self.__dict__.get("_fixed", 0.0)
+
+    @property
+    def peak_allocated(self) -> float:
+        """Tensors alive at the worst moment: what torch.cuda.max_memory_allocated reports."""
+        return self.peak - self.__dict__.get("_reserve", 0.0)
+
+    @property
+    def peak_reserved(self) -> float:
+        """What the caching allocator holds at that moment (torch.cuda.max_memory_reserved): the
+        allocated peak times the allocator's published slack (memory_overheads.ALLOCATOR_RESERVE_FACTOR)."""
+        if "_fixed" not in self.__dict__:
+            return self.peak
+        from .memory_overheads import ALLOCATOR_RESERVE_FACTOR
+
+        return self.peak_allocated * ALLOCATOR_RESERVE_FACTOR
+
+    @property
+    def device_peak(self) -> float:
+        """What the device holds at the peak (nvidia-smi): peak_reserved plus the fixed costs."""
+        return self.peak_reserved + self.fixed_bytes
+
+    @property
+    def usable_bytes(self) -> float:
+        """The HBM the allocator can use: capacity less the fixed costs."""
+        return self.capacity_bytes - self.fixed_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "peak": self.peak,
+            "peak_allocated": self.peak_allocated,
+            "peak_reserved": self.peak_reserved,
+            "fixed": self.fixed_bytes,
+            "device_peak": self.device_peak,
             "peak_stage": self.peak_stage,
             "capacity_bytes": self.capacity_bytes,
             "stages": [stage.to_dict() for stage in self.stages],

@@ -74,7 +74,7 @@ def balance_pipeline(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "
     capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
     best = estimate(model, spec, cluster, units=units, ratios=ratios, rates=rates)
     # From a start already over the budget a move may not raise the peak; else it must fit.
-    capacity = max(capacity, best.memory.peak)
+    capacity = max(capacity, best.memory.device_peak)
     counts = [list(row) for row in placed_counts(model, spec)]
     limit = offset_layer_count(model, spec) if max_moves is None else max_moves
     current, moves = spec, 0
@@ -106,7 +106,7 @@ def _best_move(model, spec, cluster, counts, best, units, ratios, capacity, rate
                 priced = estimate(model, candidate, cluster, units=units, ratios=ratios, rates=rates)
             except SpecError:
                 continue  # a placement the spec's other fields forbid (per-stage recompute counts, ...)
-            if priced.step_time < best.step_time and priced.memory.peak <= capacity:
+            if priced.step_time < best.step_time and priced.memory.device_peak <= capacity:
                 return candidate, priced, trial
             break  # the most loaded chunk did not help: the next stage, not a lighter chunk
     return None

@@ -186,6 +186,12 @@ def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: fl
     capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
     if not capacity > 0:
         raise SpecError("memory_limit", "plan_recompute", "be a positive number of bytes", memory_limit)
+    if units == "seconds":
+        # what the device holds must fit: the tensors' budget leaves the allocator's slack and the
+        # process's fixed costs (ndcost.memory_overheads)
+        from .memory_overheads import tensor_budget
+
+        capacity = tensor_budget(capacity, spec, float(cluster.memory_reserve_bytes))
     plain_spec = spec.replace(recompute="none", full_recompute=None, selective_recompute=None)
     layout = build_layout(model, plain_spec)
     base = memory_estimate(model, plain_spec, cluster, layout)

@@ -176,7 +176,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         chunk = {name: col[start:start + BATCH] for name, col in space.columns.items()}
         batch = estimate_many(model, Candidates.from_arrays(**chunk), cluster, units=units, ratios=ratios, rates=rates)
         step[start:start + BATCH] = batch.step_time
-        memory[start:start + BATCH] = batch.peak_memory
+        memory[start:start + BATCH] = batch.device_memory   # what the device holds (seconds: + slack, fixed)
         reason[start:start + BATCH] = batch.reason
         if progress is not None:
             progress(min(n, start + BATCH), n)
@@ -252,7 +252,7 @@ def _planned(model: Any, cluster: Any, best: list[Ranked], capacity: float, unit
         if not plan.feasible or not plan.ranges:
             continue
         priced = estimate(model, plan.spec, cluster, units=units, ratios=ratios, rates=rates)
-        if priced.memory.peak <= capacity and priced.step_time < ranked.estimate.step_time:
+        if priced.memory.device_peak <= capacity and priced.step_time < ranked.estimate.step_time:
             out.append(Ranked(plan.spec, priced, per_layer_recompute=True, rebalanced=ranked.rebalanced))
     return out
 

@@ -1,0 +1,84 @@
+"""What a process holds beyond its tensors (issue 15): the allocator's reserve and the fixed costs, by
+hand; fits and the search keep to what the device really gives; ND units keep ND's memory rule."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ndcost
+from ndcost.memory_overheads import (
+    ALLOCATOR_RESERVE_FACTOR, CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, NCCL_ALL_TO_ALL_BYTES,
+    NCCL_PAIR_COMM_BYTES, NCCL_RING_COMM_BYTES, fixed_bytes, tensor_budget,
+)
+
+
+def test_the_sourced_figures():
+    # Megatron-Bridge cards: 73.893/68.547, 72.356/65.223, 45.637/44.252 GiB reserved/allocated
+    assert ALLOCATOR_RESERVE_FACTOR == pytest.approx((1.07800 + 1.10937 + 1.03130) / 3, rel=1e-4)
+    assert CUDA_CONTEXT_BYTES == 400 * 2**20 and CUBLAS_WORKSPACE_BYTES == 64 * 2**20
+
+
+@pytest.mark.parametrize("degrees, rings, pairs, a2a", [
+    ((8, 1, 1, 1, 1), 2, 0, 0),          # FSDP on one node: the data-parallel group and the world
+    ((1, 8, 1, 1, 1), 2, 0, 0),          # tp and the world
+    ((2, 4, 4, 2, 1), 4, 1, 0),          # tp, dp·cp, cp, world; pipeline pairs
+    ((8, 1, 2, 1, 8), 2, 1, 1),          # + an expert all-to-all group
+    ((1, 1, 1, 1, 1), 0, 0, 0),          # one device: no NCCL at all
+])
+def test_fixed_costs_by_hand(degrees, rings, pairs, a2a):
+    expected = (CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + rings * NCCL_RING_COMM_BYTES
+                + pairs * NCCL_PAIR_COMM_BYTES + a2a * (NCCL_RING_COMM_BYTES + NCCL_ALL_TO_ALL_BYTES))
+    assert float(fixed_bytes(*degrees)) == pytest.approx(expected, rel=1e-15)
+
+
+def test_estimate_states_allocated_reserved_and_fits_on_what_the_device_holds():
+    model = ndcost.Model.from_catalog("llama3-8b")
+    cluster = ndcost.Cluster("h100-sxm", 8)
+    spec = ndcost.ExecSpec(dp=8, global_batch_size=64, seq_length=4096, recompute="full")
+    e = ndcost.estimate(model, spec, cluster)
+    memory = e.memory
+    assert memory.peak_allocated == pytest.approx(memory.peak - 2**30, rel=1e-15)   # ND's reserve out
+    assert memory.peak_reserved == pytest.approx(memory.peak_allocated * ALLOCATOR_RESERVE_FACTOR, rel=1e-15)
+    assert memory.device_peak == pytest.approx(memory.peak_reserved + float(fixed_bytes(8, 1, 1, 1, 1)), rel=1e-15)
+    assert e.fits == (memory.device_peak <= cluster.device.hbm_bytes)
+    assert memory.usable_bytes == pytest.approx(cluster.device.hbm_bytes - memory.fixed_bytes, rel=1e-15)
+    # ND units: ND's own rule (the stage total with its reserve against the HBM)
+    nd = ndcost.estimate(model, spec, cluster, units="nd")
+    assert nd.memory.fixed_bytes == 0.0 and nd.memory.device_peak == nd.memory.peak
+
+
+@pytest.mark.parametrize("backend", ["cython", "python"])
+def test_the_batch_fits_as_estimate_does(backend):
+    model = ndcost.Model.from_catalog("llama3-8b")
+    cluster = ndcost.Cluster("h100-sxm", 8)
+    cands = ndcost.Candidates.from_arrays(dp=[8, 8, 8, 4], tp=[1, 1, 1, 2], micro_batch_size=[1, 2, 4, 1],
+                                          global_batch_size=64, seq_length=8192,
+                                          recompute=["none", "none", "selective", "full"])
+    with ndcost._backend.use(backend):
+        batch = ndcost.estimate_many(model, cands, cluster)
+        for i in range(len(cands)):
+            spec = cands.spec(i)
+            single = ndcost.estimate(model, spec, cluster)
+            assert bool(batch.fits[i]) == single.fits
+            assert batch.device_memory[i] == pytest.approx(single.memory.device_peak, rel=1e-12)
+    assert not batch.fits.all() and batch.fits.any()         # the grid straddles the limit
+
+
+def test_a_budget_for_the_tensors_keeps_the_device_within_its_limit():
+    spec = ndcost.ExecSpec(dp=2, tp=4, global_batch_size=64, seq_length=4096)
+    limit = 60 * 2**30
+    budget = tensor_budget(limit, spec, 2**30)
+    assert ((budget - 2**30) * ALLOCATOR_RESERVE_FACTOR + float(fixed_bytes(2, 4, 1, 1, 1))
+            == pytest.approx(limit, rel=1e-15))
+
+
+def test_the_readme_search_keeps_its_best_within_the_device(capsys):
+    from ndcost import Cluster, Model, search
+
+    cluster = Cluster("h800", 1024)
+    result = search(Model.from_catalog("deepseek-v3"), cluster, global_batch_size=4096, seq_length=4096)
+    assert result.results
+    for ranked in result.results:
+        assert ranked.estimate.memory.device_peak <= cluster.device.hbm_bytes
+        assert ranked.estimate.fits
+    assert np.all(np.asarray([r.estimate.memory.device_peak for r in result.results]) <= cluster.device.hbm_bytes)
