@@ -301,6 +301,7 @@ MEMORY_CAND_FIELDS = (
     "shards_grads",            # 1: ZeRO-2/3 reducing as the backward goes (not deferred)
     "cp_ring",                 # 1 ring, 0 Ulysses
     "tie_emb",                 # 1 when embedding and output share weights
+    "bytes_logit",             # bytes a logit of the loss holds at its peak (ExecSpec.logit_bytes)
 )
 
 # --- one distinct layout (int64 rows of a layout table) ---

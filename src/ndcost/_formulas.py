@@ -357,6 +357,7 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         where(shards_grads, 1.0, 0.0),
         where(ops.is_choice(c, "cp_algo", "ring"), 1.0, 0.0),
         where(d["tie_embeddings"], 1.0, 0.0),
+        float_(c["logit_bytes"]),
     )
 
 

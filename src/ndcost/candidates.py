@@ -58,7 +58,7 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ExecSpec)}
 
 _BYTE_MINIMUM = {"param_bytes": 1, "compute_bytes": 1, "softmax_bytes": 1, "grad_bytes": 1,
                  "optimizer_state_bytes": 1, "optimizer_states": 0, "main_param_bytes": 0, "norm_bytes": 1,
-                 "dropout_bytes": 0}
+                 "dropout_bytes": 0, "logit_bytes": 1}
 _DEGREE_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep")
 _INT_FIELDS = _DEGREE_FIELDS + ("micro_batch_size", "seq_length", "seq_split", "zero_stage") + tuple(_BYTE_MINIMUM)
 _OPT_INT_FIELDS = ("etp", "micro_batch_num", "global_batch_size", "optimizer_shard")

@@ -13,6 +13,22 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from .rates_io import load_rates
     from .validation import BUILTIN_RUNS, validate_runs
 
+    if args.memory:
+        from .validation_memory import MEMORY_FACTS, validate_memory
+
+        if args.builtin is not None:
+            raise SpecError("--memory", "ndcost validate", "take a memory facts FILE or none (the shipped one)",
+                            args.builtin)
+        memory_report = validate_memory(args.file or MEMORY_FACTS)
+        if args.json:
+            print(json.dumps({"mae": memory_report.mae, "max_abs_error": memory_report.max_abs_error,
+                              "rows": [{"id": r.id, "figure": r.kind, "estimate_gib": r.estimate_gib,
+                                        "allocated_gib": r.allocated_gib, "measured_gib": r.measured_gib,
+                                        "error": r.error, "skipped": r.skipped, "notes": list(r.notes)}
+                                       for r in memory_report.rows]}, indent=2))
+        else:
+            print(memory_report.table())
+        return 0
     if (args.file is None) == (args.builtin is None):
         raise SpecError("FILE", "ndcost validate", "be given, or --builtin, but not both",
                         args.file if args.file is not None else None)
@@ -52,5 +68,9 @@ def add_validate_command(sub: Any) -> None:
     p.add_argument("--rates", metavar="FILE",
                    help="rates JSON (`ndcost calibrate --fit rates`) for every row, in place of each row's "
                         "software defaults")
+    p.add_argument("--memory", action="store_true",
+                   help="score peak memory instead: published peaks (allocated or reserved, as each source "
+                        "reports) against the matching estimate; FILE defaults to the shipped "
+                        "data/validation/h100_memory_facts.yaml")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_validate)

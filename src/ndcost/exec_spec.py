@@ -81,6 +81,7 @@ _BYTE_FIELDS = (
     ("main_param_bytes", 0),
     ("norm_bytes", 1),
     ("dropout_bytes", 0),
+    ("logit_bytes", 1),
 )
 #: A byte field's bound (ndcost.limits): a width in bytes, or a count of optimizer states.
 BYTE_LIMITS = MappingProxyType({name: MAX_OPTIMIZER_STATES if name == "optimizer_states" else MAX_BYTE_WIDTH
@@ -196,6 +197,10 @@ class ExecSpec:
     compute_bytes: int = 2
     softmax_bytes: int = 4
     grad_bytes: int = 4
+    #: Bytes each logit of the loss holds at its peak: 4, Megatron's fp32 logits of its vocab-parallel
+    #: cross entropy (Korthikanti et al. 2022 §4.3); 10 where the loss upcasts a copy and keeps its
+    #: fp32 log-softmax beside the 16-bit logits (torchtitan's cross_entropy_loss, pred.float()).
+    logit_bytes: int = 4
     optimizer_state_bytes: int = 4
     optimizer_states: int = 2  # Adam's two moments
     main_param_bytes: int = 4  # fp32 master copy of the params (0: none)

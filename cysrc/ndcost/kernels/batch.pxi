@@ -269,7 +269,7 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
     c = mc[MC_bytes_c]
     n = mc[MC_bytes_norm]
     dropout = mc[MC_bytes_dropout]
-    logits = tokens * v_size * 4.0 / tp                              # fp32 logits, memory.LOGIT_BYTES (Korthikanti §4.3)
+    logits = tokens * v_size * mc[MC_bytes_logit] / tp               # the loss's logits (ExecSpec.logit_bytes)
     emb_act = tokens * 8.0 + tokens * h * dropout / sp               # int64 token ids (memory.TOKEN_ID_BYTES) + dropout mask
     emb_act += c_vision_edge_bytes(model, mc)
     out_act = tokens * h * n / sp + tokens * h * c / sp + logits      # final norm, head input, logits

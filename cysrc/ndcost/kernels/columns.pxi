@@ -362,7 +362,8 @@ cdef enum:
     MC_shards_grads = 29
     MC_cp_ring = 30
     MC_tie_emb = 31
-    MC_COUNT = 32
+    MC_bytes_logit = 32
+    MC_COUNT = 33
 
 cdef enum:
     LY_pp = 0

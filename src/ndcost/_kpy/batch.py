@@ -399,7 +399,7 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
     tokens = mc[_MC["seq"]] * mc[_MC["b"]] / mc[_MC["cp"]]
     h, v = model[_MM["h"]], model[_MM["v"]]
     c, n, dropout = mc[_MC["bytes_c"]], mc[_MC["bytes_norm"]], mc[_MC["bytes_dropout"]]
-    logits = tokens * v * 4.0 / tp                                   # fp32 logits, memory.LOGIT_BYTES (Korthikanti §4.3)
+    logits = tokens * v * mc[_MC["bytes_logit"]] / tp                # the loss's logits (ExecSpec.logit_bytes)
     emb_act = tokens * 8.0 + tokens * h * dropout / sp               # int64 token ids (memory.TOKEN_ID_BYTES) + dropout mask
     emb_act += _vision_edge_bytes(model, mc)
     out_act = tokens * h * n / sp + tokens * h * c / sp + logits      # final norm, head input, logits
