@@ -53,3 +53,12 @@ def test_catalog_names_are_unambiguous():
     for name in names:
         hits = [catalog for pattern, catalog in CATALOG_BY_NAME if re.search(pattern, name.lower())]
         assert len(hits) == 1, (name, hits)
+
+
+def test_mfu_in_the_sources_convention_is_within_eight_points(report):
+    """Where a row publishes its MFU (the dgxc READMEs: full attention, 989/1979 TFLOP/s peaks), the
+    estimate's MFU in that convention (the source's FLOPs over the estimated step) is within 8 points."""
+    published = [row for row in report.rows if row.published_mfu is not None]
+    assert len(published) == 22
+    for row in published:
+        assert abs(row.estimated_mfu - row.published_mfu) <= 0.08, (row.id, row.estimated_mfu, row.published_mfu)

@@ -107,6 +107,16 @@ class RunResult:
     skipped: str | None = None
     parts: Mapping[str, float] = field(default_factory=dict)
     mfu: float | None = None
+    #: The MFU the source publishes (a fraction, its own FLOP count and peak), when it gives one.
+    published_mfu: float | None = None
+
+    @property
+    def estimated_mfu(self) -> float | None:
+        """The estimate's MFU in the source's own convention: its FLOPs over the estimated step
+        (published MFU x measured / estimated step), to compare with :attr:`published_mfu`."""
+        if self.published_mfu is None or not self.estimate_s or not self.measured_s:
+            return None
+        return self.published_mfu * self.measured_s / self.estimate_s
 
     @property
     def error(self) -> float | None:
@@ -144,15 +154,21 @@ class ValidationReport:
 
     def table(self) -> str:
         """A markdown table: one line per row, then the MAE per family and overall."""
-        lines = ["| run | family | estimate (s) | measured (s) | error | notes |",
-                 "|---|---|---:|---:|---:|---|"]
+        with_mfu = any(row.published_mfu is not None for row in self.rows)
+        lines = ["| run | family | estimate (s) | measured (s) | error |" + (" MFU est / published |" if with_mfu
+                                                                            else "") + " notes |",
+                 "|---|---|---:|---:|---:|" + ("---:|" if with_mfu else "") + "---|"]
         for row in self.rows:
             if row.skipped:
-                lines.append(f"| {row.id} | {row.family} | - | - | skipped | {row.skipped} |")
+                lines.append(f"| {row.id} | {row.family} | - | - | skipped |{' - |' if with_mfu else ''} {row.skipped} |")
                 continue
             measured = f"{row.measured_s:.2f}" + ("*" if row.measured_derived else "")
+            mfu = ""
+            if with_mfu:
+                mfu = (f" {100 * row.estimated_mfu:.1f} / {100 * row.published_mfu:.1f} |"
+                       if row.published_mfu is not None else " - |")
             lines.append(f"| {row.id} | {row.family} | {row.estimate_s:.2f} | {measured} | "
-                         f"{100.0 * row.error:+.1f}% | {'; '.join(row.notes)} |")
+                         f"{100.0 * row.error:+.1f}% |{mfu} {'; '.join(row.notes)} |")
         lines.append("")
         lines.append("| family | rows | MAE |")
         lines.append("|---|---:|---:|")
@@ -390,9 +406,11 @@ def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap |
             row_rates = row_rates.replace(sources=sources, **built.rates_changes)
         row_overlap = row_overlap if overlap is None else overlap
         result = seconds_estimate(model, spec, cluster, rates=row_rates, overlap=row_overlap)
+        published = _value((row.get("measured") or {}).get("mfu"))
         results.append(RunResult(run_id, family, estimate_s=result["step_time"], measured_s=measured,
                                  measured_derived=derived, notes=tuple(notes), parts=result["parts"],
-                                 mfu=result["mfu"]))
+                                 mfu=result["mfu"], published_mfu=published / 100.0
+                                 if isinstance(published, (int, float)) else None))
     return ValidationReport(tuple(results))
 
 
