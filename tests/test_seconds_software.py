@@ -162,3 +162,13 @@ def test_torchtitan_op_sac_census_by_hand():
     assert sac.parts["recompute"] > plain.parts["recompute"]          # the matmuls re-run too
     with pytest.raises(ndcost.SpecError, match="dense"):
         torchtitan_op_census(ndcost.Model.from_catalog("qwen3-30b-a3b"))
+
+
+def test_torchtitan_op_sac_keeps_what_its_policy_saves_by_hand():
+    """Per token of a block: q, v, w1's output and SDPA's output (bf16) with its fp32 logsumexp over tp;
+    the block input and w2's output over the sequence-parallel ranks."""
+    from ndcost.torchtitan_sac import torchtitan_op_census
+
+    (census,) = torchtitan_op_census(ndcost.Model.from_catalog("llama3-8b"))
+    assert census.selective_tp == 2 * (4096 + 1024 + 14336 + 4096) + 4 * 32
+    assert census.selective == 2 * 2 * 4096

@@ -34,4 +34,10 @@ def torchtitan_op_census(model: Any) -> tuple[KindCensus, ...]:
     q, k, v, o = heads * dim, kv * dim, kv * dim, heads * dim      # output widths; each reads hidden_size
     attention = (k + o) / (q + k + v + o)
     ffn = 1.0 / 3.0 if model.gated_ffn else 0.5                     # w3 of (w1, w3, w2); fc2 of (fc1, fc2)
-    return tuple(KindCensus(kind.name, attention, ffn) for kind in model.kinds)
+    # What a token of a block keeps (bf16): the outputs the policy saves -- wq's (q), wv's (v), w1's
+    # (the FFN width) and SDPA's output with its fp32 logsumexp per head, split over tp -- and, split
+    # over the sequence-parallel ranks, the block's input (the checkpoint's) and w2's output.
+    kept_tp = 2.0 * (q + v + model.intermediate_size + o) + 4.0 * heads
+    kept_sp = 2.0 * (2 * model.hidden_size)
+    return tuple(KindCensus(kind.name, attention, ffn, selective=kept_sp, selective_tp=kept_tp)
+                 for kind in model.kinds)

@@ -125,17 +125,22 @@ def build_memory_run(row: Mapping) -> tuple[Model, ExecSpec, Cluster, list[str]]
         micro = max(1, local // pp)    # torchtitan's default: as many micro-batches as stages
         notes.append(f"{local // micro} micro-batches of {micro} (torchtitan's default: one per stage)")
         fields["pp_schedule"] = "interleaved" if "interleaved" in schedule else "1f1b"
-        # torchtitan's FSDP2 keeps a pipelined stage's parameters unsharded from forward to backward
-        # (reshard_after_forward False with PP: parallelize_llama.py:L309-339)
-        fields["reshard_params"] = False
-        notes.append("parameters kept unsharded between forward and backward (FSDP2 under PP)")
+        # torchtitan's FSDP2 keeps a pipelined stage's parameters unsharded in bf16 for the whole step
+        # beside their fp32 shards (reshard_after_forward False with PP: parallelize_llama.py:L309-339),
+        # and torch's pipeline stage accumulates the micro-batches' gradients unsharded in the fp32
+        # reduce dtype until the last backward (torch.distributed.pipelining: gradient sync off but for
+        # the last micro-batch)
+        fields.update(reshard_params=False, deferred_grad_accumulation=True, param_bytes=2, main_param_bytes=4)
+        notes.append("FSDP2 under PP: bf16 params unsharded, fp32 gradients accumulated unsharded")
         if fields["pp_schedule"] == "interleaved":
             fields["vpp"] = 2            # torchtitan's Interleaved1F1B: two stages per rank by default
+    widths = dict(param_bytes=4, main_param_bytes=0)      # FSDP2's sharded parameters are fp32
+    widths.update({key: fields.pop(key) for key in ("param_bytes", "main_param_bytes") if key in fields})
     spec = ExecSpec(dp=dp, tp=tp, pp=pp, cp=cp, micro_batch_size=micro, global_batch_size=local * dp,
                     seq_length=seq, sequence_parallel=tp > 1, zero_stage=3,
                     precision="fp8" if _text(st.get("float8")).startswith("torchao") else "bf16",
-                    param_bytes=4, main_param_bytes=0, grad_bytes=4, optimizer_state_bytes=4, optimizer_states=2,
-                    logit_bytes=TORCHTITAN_LOGIT_BYTES, **fields)
+                    grad_bytes=4, optimizer_state_bytes=4, optimizer_states=2,
+                    logit_bytes=TORCHTITAN_LOGIT_BYTES, **widths, **fields)
     hardware = str((row.get("hardware") or {}).get("gpu", "")).lower()
     overrides = dict(GRAND_TETON_H100) if "hbm2e" in hardware else {}
     device = "h200" if "h200" in hardware else "h100-sxm"
