@@ -53,6 +53,10 @@ def communicators(dp: Any, tp: Any, pp: Any, cp: Any, ep: Any) -> tuple:
     """(ring groups, pair groups, all-to-all groups) a rank uses: tp, the data-parallel group (dp·cp,
     the gradients' and ZeRO's), cp, the pipeline's send/recv pairs, ep's all-to-all, and the world
     (the loss and gradient-norm reductions). Arrays or scalars."""
+    if all(isinstance(x, (int, float)) for x in (dp, tp, pp, cp, ep)):
+        # one candidate (estimate()): plain floats, no numpy on the per-call path
+        ring = float(tp > 1) + float(dp * cp > 1) + float(cp > 1) + float(dp * tp * pp * cp > 1)
+        return ring, float(pp > 1), float(ep > 1)
     dp, tp, pp, cp, ep = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, cp, ep))
     ring = (tp > 1).astype(float) + (dp * cp > 1).astype(float) + (cp > 1).astype(float) \
         + (dp * tp * pp * cp > 1).astype(float)
