@@ -88,6 +88,7 @@ def random_rows(model: Model, n: int, seed: int = 0) -> list[dict[str, Any]]:
                    selective_rule=str(rng.choice(("megatron", "mindformers", "hyperparallel"))),
                    flash_attention=bool(rng.random() < 0.8), grouped_gemm=bool(rng.random() < 0.7),
                    capacity_factor=float(rng.choice((1.0, 1.25, 2.0))),
+                   moe_imbalance=float(rng.choice((1.0, 1.0, 1.3))),
                    optimizer_shard=int(rng.choice(_divisors(dp, dp))) if zero and rng.random() < 0.3 else None,
                    deferred_grad_accumulation=bool(rng.random() < 0.2), shard_spans_cp=bool(rng.random() < 0.8),
                    tie_embeddings=None if rng.random() < 0.7 else bool(rng.random() < 0.5),

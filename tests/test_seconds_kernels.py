@@ -283,7 +283,8 @@ def _random_spec(rng, model):
         recompute=str(rng.choice(["none", "full", "selective"])), zero_stage=int(rng.choice([0, 1, 2, 3])),
         pp_schedule=schedule, seq_split=2 if schedule == "seq1f1b" else 1,
         flash_attention=bool(rng.random() < 0.7), grouped_gemm=bool(rng.random() < 0.5),
-        capacity_factor=float(rng.choice([1.0, 1.25])), cp_algo=str(rng.choice(["ring", "ulysses"])),
+        capacity_factor=float(rng.choice([1.0, 1.25])),
+        moe_imbalance=float(rng.choice([1.0, 1.2])), cp_algo=str(rng.choice(["ring", "ulysses"])),
         tp_overlap=bool(rng.random() < 0.3), overlapped_grad_reduce=bool(rng.random() < 0.5),
         deferred_grad_accumulation=bool(rng.random() < 0.3), precision=str(rng.choice(["bf16", "fp8"])),
     )

@@ -167,6 +167,7 @@ SECONDS_CAND_FIELDS = (
     "bytes_c", "bytes_mm", "bytes_p", "bytes_grad", "bytes_opt", "dropout_bytes",
     #   activations, matmul inputs (1 for fp8), params, gradients, optimizer bytes per param per step, dropout mask
     "flash", "dropless", "cap_fact", "cp_ring",  # 0/1, 0/1 (grouped GEMM) or capacity mode, factor, 1 ring / 0 Ulysses
+    "moe_imb",                                    # dropless: the busiest expert's load over the mean
     "zero", "zero_ranks", "defer_grads", "reshard", "tie_emb",
     "schedule",                                   # SCHEDULES index: 1f1b, interleaved, zero_bubble_v, gpipe, seq1f1b
     "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep",  # overlap: share of the window that hides comm
@@ -291,7 +292,7 @@ MEMORY_CAND_FIELDS = (
     "b", "tp", "sp", "cp", "etp", "ep",   # micro-batch size; degrees (sp: tp with SP, else 1; etp: ND's t_exp)
     "p", "vp", "m", "seq_split",          # pipeline: stages, chunks, micro-batches, Seq1F1B chunks
     "schedule",                # memory.SCHEDULE_CODES
-    "token_factor",            # routed-token load factor: 1 dropless, capacity_factor in capacity mode
+    "token_factor",            # routed-token load: moe_imbalance dropless, capacity_factor in capacity mode
     "flash", "slice_input",    # 0/1 flags
     "bytes_c", "bytes_softmax", "bytes_dropout", "bytes_norm",  # activation byte widths
     "w_param", "w_grad", "w_optim",        # bytes per parameter of params, gradients, optimizer state

@@ -345,7 +345,7 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         float_(d["t_exp"]), float_(c["ep"]),
         float_(c["pp"]), float_(c["vpp"]), float_(d["micro_batch_num"]), float_(c["seq_split"]),
         ops.memory_schedule(c),
-        where(c["grouped_gemm"], 1.0, c["capacity_factor"]),                   # token_factor
+        where(c["grouped_gemm"], c["moe_imbalance"], c["capacity_factor"]),    # token_factor
         where(c["flash_attention"], 1.0, 0.0), where(c["recompute_slice_activation"], 1.0, 0.0),
         float_(c["compute_bytes"]), float_(c["softmax_bytes"]), float_(c["dropout_bytes"]),
         float_(c["norm_bytes"]),

@@ -66,7 +66,7 @@ _BOOL_FIELDS = ("sequence_parallel", "mtp_in_offset", "emb_out_in_offset", "sele
                 "recompute_slice_activation", "overlapped_grad_reduce", "deferred_grad_accumulation",
                 "shard_spans_cp", "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap")
 _OPT_BOOL_FIELDS = ("tie_embeddings", "reshard_params")
-_FLOAT_FIELDS = ("capacity_factor",)
+_FLOAT_FIELDS = ("capacity_factor", "moe_imbalance")
 _OPT_FLOAT_FIELDS = ("moe_dispatch",)
 _CHOICE_FIELDS = tuple(CHOICES)
 _OBJECT_FIELDS = ("recompute", "offset", "pp_partition", "full_recompute", "selective_recompute",
@@ -336,6 +336,9 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
         factor = a["capacity_factor"]
         rules.add("bad_moe_setting", _bad(cols["capacity_factor"]) | ~np.isfinite(factor) | ~(factor >= 1.0)
                   | (factor > MAX_CAPACITY_FACTOR))
+        imbalance = a["moe_imbalance"]
+        rules.add("bad_moe_setting", _bad(cols["moe_imbalance"]) | ~np.isfinite(imbalance) | ~(imbalance >= 1.0)
+                  | (imbalance > MAX_CAPACITY_FACTOR))
         dispatch = a["moe_dispatch"]
         rules.add("bad_moe_setting", _bad(cols["moe_dispatch"])
                   | (~np.isnan(dispatch) & (~np.isfinite(dispatch) | (dispatch < 0.0))))

@@ -212,6 +212,9 @@ class ExecSpec:
     flash_attention: bool = True
     grouped_gemm: bool = True  # dropless MoE; False: capacity mode with capacity_factor
     capacity_factor: float = 1.0
+    #: Dropless MoE: the busiest expert's routed tokens over the mean (1: balanced, as NVIDIA's
+    #: published runs force it); the straggler's grouped GEMMs and all-to-all carry this load.
+    moe_imbalance: float = 1.0
     cp_algo: str = "ring"  # "ring" (ND's colossalai_cp) | "ulysses"
     vocab_emb_dp: bool = False  # ND: the embedding is not split over tp when pp == 1
     tie_embeddings: bool | None = None  # None: the model's tie_word_embeddings
@@ -276,6 +279,10 @@ class ExecSpec:
         if factor > MAX_CAPACITY_FACTOR:
             raise SpecError("capacity_factor", _OWNER, above_limit(MAX_CAPACITY_FACTOR), factor)
         object.__setattr__(self, "capacity_factor", float(factor))
+        imbalance = self.moe_imbalance
+        if isinstance(imbalance, bool) or not is_finite_number(imbalance) or not 1.0 <= imbalance <= MAX_CAPACITY_FACTOR:
+            raise SpecError("moe_imbalance", _OWNER, f"be a finite number in [1, {MAX_CAPACITY_FACTOR:g}]", imbalance)
+        object.__setattr__(self, "moe_imbalance", float(imbalance))
         if self.moe_dispatch is not None:
             # 0 prices no dispatch at all (ND_REFERENCE §2.3: "0 = none").
             dispatch = check_positive_number(self.moe_dispatch, "moe_dispatch", _OWNER, allow_zero=True)

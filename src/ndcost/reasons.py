@@ -36,7 +36,7 @@ _FLAGS = ("sequence_parallel", "mtp_in_offset", "emb_out_in_offset", "selective_
           "recompute_slice_activation", "overlapped_grad_reduce", "deferred_grad_accumulation", "shard_spans_cp",
           "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap", "tie_embeddings", "reshard_params")
 _BYTES = ("param_bytes", "compute_bytes", "softmax_bytes", "grad_bytes", "optimizer_state_bytes",
-          "optimizer_states", "main_param_bytes", "norm_bytes", "dropout_bytes")
+          "optimizer_states", "main_param_bytes", "norm_bytes", "dropout_bytes", "logit_bytes")
 
 _TABLE = (
     # Written by the kernels (KERNEL_REASONS).
@@ -52,8 +52,9 @@ _TABLE = (
     ("bad_bytes", _BYTES, "a byte width is not an integer of at least its minimum and at most its bound"),
     ("bad_choice", ("pp_schedule", "cp_algo", "precision", "selective_rule"),
      "a named choice (pp_schedule, cp_algo, precision, selective_rule) is not one ndcost knows"),
-    ("bad_moe_setting", ("capacity_factor", "moe_dispatch"),
-     "capacity_factor is not a finite number in [1, its bound], or moe_dispatch not a finite number >= 0"),
+    ("bad_moe_setting", ("capacity_factor", "moe_imbalance", "moe_dispatch"),
+     "capacity_factor or moe_imbalance is not a finite number in [1, its bound], or moe_dispatch not a finite "
+     "number >= 0"),
     ("vpp_without_pp", ("vpp",), "vpp > 1 with pp = 1 (virtual stages without a pipeline)"),
     ("schedule_vpp", ("vpp",),
      "vpp does not suit the schedule (interleaved needs vpp > 1, zero_bubble_v 2, gpipe 1)"),

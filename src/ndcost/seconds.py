@@ -206,6 +206,7 @@ def seconds_candidate_vector(model: Any, spec: Any, derived: Any = None, overlap
         "bytes_p": spec.param_bytes, "bytes_grad": derived.bytes_grad, "bytes_opt": _optimizer_bytes(spec),
         "dropout_bytes": spec.dropout_bytes,
         "flash": spec.flash_attention, "dropless": spec.grouped_gemm, "cap_fact": spec.capacity_factor,
+        "moe_imb": spec.moe_imbalance,
         "cp_ring": spec.cp_algo == "ring",
         "zero": spec.zero_stage, "zero_ranks": derived.zero_shard_ranks, "defer_grads": derived.defers_grads,
         "reshard": derived.reshards, "tie_emb": derived.tie_embeddings,

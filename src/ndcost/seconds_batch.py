@@ -96,6 +96,7 @@ def seconds_candidate_columns(c: Mapping[str, Any], d: Mapping[str, Any], overla
         "bytes_p": c["param_bytes"], "bytes_grad": d["bytes_grad"], "bytes_opt": _optimizer_bytes(_Fields(c)),
         "dropout_bytes": c["dropout_bytes"],
         "flash": c["flash_attention"], "dropless": c["grouped_gemm"], "cap_fact": c["capacity_factor"],
+        "moe_imb": c["moe_imbalance"],
         "cp_ring": c["cp_algo"] == _RING,
         "zero": c["zero_stage"], "zero_ranks": d["zero_shard_ranks"], "defer_grads": d["defers_grads"],
         "reshard": d["reshards"], "tie_emb": d["tie_embeddings"],

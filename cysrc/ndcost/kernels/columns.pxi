@@ -174,19 +174,20 @@ cdef enum:
     SC_dropless = 20
     SC_cap_fact = 21
     SC_cp_ring = 22
-    SC_zero = 23
-    SC_zero_ranks = 24
-    SC_defer_grads = 25
-    SC_reshard = 26
-    SC_tie_emb = 27
-    SC_schedule = 28
-    SC_ov_dp = 29
-    SC_ov_dp_gather = 30
-    SC_ov_fsdp = 31
-    SC_ov_tp = 32
-    SC_ov_cp = 33
-    SC_ov_ep = 34
-    SC_COUNT = 35
+    SC_moe_imb = 23
+    SC_zero = 24
+    SC_zero_ranks = 25
+    SC_defer_grads = 26
+    SC_reshard = 27
+    SC_tie_emb = 28
+    SC_schedule = 29
+    SC_ov_dp = 30
+    SC_ov_dp_gather = 31
+    SC_ov_fsdp = 32
+    SC_ov_tp = 33
+    SC_ov_cp = 34
+    SC_ov_ep = 35
+    SC_COUNT = 36
 
 cdef enum:
     R_peak_mm = 0

@@ -320,7 +320,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     if moe:
         topk = model[M_n_chosen]
         n_exp = model[M_n_exp]
-        cap = 1.0 if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
+        cap = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
         tok_moe = tokens / sp
         slots = tokens * topk * cap
         local = n_exp / ep
@@ -445,7 +445,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
 
     # expert parallelism
     if moe and ep > 1.0:
-        cap = 1.0 if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
+        cap = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
         routed = (tokens / sp) * model[M_n_chosen] * cap * h * bc
         a2a = 2.0 * c_sec_collective(SEC_ALL_TO_ALL, routed, ep, t * cp, rate)
         out[SL_ep_f] = a2a

@@ -476,7 +476,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     if moe:
         topk = model[_M["n_chosen"]]
         n_exp = model[_M["n_exp"]]
-        cap = 1.0 if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
+        cap = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
         tok_moe = tokens / sp                 # tokens routed by this rank
         slots = tokens * topk * cap           # token-expert rows an EP rank computes, balanced
         local = n_exp / ep                    # experts on this rank
@@ -617,7 +617,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     # ---- expert parallelism, in the ep group (stride t·cp): dispatch and combine all-to-all of the
     # routed token slots (tokens x top-k x capacity x h), forward and backward.
     if moe and ep > 1.0:
-        cap = 1.0 if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
+        cap = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
         routed = (tokens / sp) * model[_M["n_chosen"]] * cap * h * bc
         a2a = 2.0 * _collective(ALL_TO_ALL, routed, ep, t * cp, rate)
         out[_L["ep_f"]] = a2a
