@@ -225,6 +225,15 @@ def _base_configs() -> dict[str, dict]:
 BASE_CONFIGS = _base_configs()
 
 
+def price_if_accepted(model, backends):
+    """A model the constructor accepted prices everywhere on one device; a refusal is a SpecError."""
+    event(f"Model: {'refused' if isinstance(model, SpecError) else 'accepted'}")
+    if isinstance(model, SpecError):
+        return
+    spec = ExecSpec(dp=1, global_batch_size=1, seq_length=1024)
+    price_everywhere(model, spec, Cluster("h100-sxm", num_devices=1), backends)
+
+
 @FUZZ
 @given(st.sampled_from(sorted(BASE_CONFIGS)), st.dictionaries(st.sampled_from(CONFIG_KEYS), wild, max_size=3),
        st.dictionaries(st.sampled_from(VISION_KEYS), wild, max_size=2))
@@ -235,11 +244,7 @@ def test_hf_config_takes_anything(backends, base, changes, vision_changes):
     before = frozen(config)
     model = timed(lambda: Model.from_hf_config(config))
     assert frozen(config) == before
-    event(f"Model: {'refused' if isinstance(model, SpecError) else 'accepted'}")
-    if isinstance(model, SpecError):
-        return
-    spec = ExecSpec(dp=1, global_batch_size=1, seq_length=1024)
-    price_everywhere(model, spec, Cluster("h100-sxm", num_devices=1), backends)
+    price_if_accepted(model, backends)
 
 
 MODEL_FIELDS = tuple(name for name in Model.__dataclass_fields__ if name not in ("name", "census"))
@@ -252,11 +257,7 @@ def test_model_from_dict_takes_anything(backends, model_name, changes):
     before = frozen(data)
     model = timed(lambda: Model.from_dict(data))
     assert frozen(data) == before
-    event(f"Model: {'refused' if isinstance(model, SpecError) else 'accepted'}")
-    if isinstance(model, SpecError):
-        return
-    spec = ExecSpec(dp=1, global_batch_size=1, seq_length=1024)
-    price_everywhere(model, spec, Cluster("h100-sxm", num_devices=1), backends)
+    price_if_accepted(model, backends)
 
 
 # --------------------------------------------------------------------------- Candidates + estimate_many

@@ -460,6 +460,16 @@ _MCORE_TE = (
                       "elementwise": _MCORE_FUSED, "attention_copies": _MCORE_ATTN, "fp8_recipe": _TE_RECIPE}),
 )
 
+
+def _torchtitan(elementwise: str, elementwise_source: str) -> tuple[Mapping[str, Any], Mapping[str, str]]:
+    """torchtitan's figures: eager and torch.compile differ only in how the elementwise ops run."""
+    return (MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "fa2", "elementwise": elementwise,
+                              "attention_copies": True, "fp8_recipe": "torchao"}),
+            MappingProxyType({"grad_accumulation_fusion": _TITAN_GRAD, "attention_kernel": _TITAN_SDPA,
+                              "elementwise": elementwise_source, "attention_copies": _TITAN_COPIES,
+                              "fp8_recipe": _TITAN_FP8}))
+
+
 #: Training-software generations: name -> (Rates figures, their sources). ``Rates.for_software``.
 SOFTWARE_PRESETS: Mapping[str, tuple[Mapping[str, Any], Mapping[str, str]]] = MappingProxyType({
     "megatron-2021": (
@@ -475,18 +485,6 @@ SOFTWARE_PRESETS: Mapping[str, tuple[Mapping[str, Any], Mapping[str, str]]] = Ma
     "megatron-te": _MCORE_TE,
     "nemo": (_MCORE_TE[0], MappingProxyType({
         **_MCORE_TE[1], "fp8_recipe": _TE_RECIPE + "; NeMo 1.x/2.x trains Megatron-Core models with TE"})),
-    "torchtitan-eager": (
-        MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "fa2", "elementwise": "eager",
-                          "attention_copies": True, "fp8_recipe": "torchao"}),
-        MappingProxyType({"grad_accumulation_fusion": _TITAN_GRAD, "attention_kernel": _TITAN_SDPA,
-                          "elementwise": _TITAN_EAGER, "attention_copies": _TITAN_COPIES,
-                          "fp8_recipe": _TITAN_FP8}),
-    ),
-    "torchtitan-compile": (
-        MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "fa2", "elementwise": "fused",
-                          "attention_copies": True, "fp8_recipe": "torchao"}),
-        MappingProxyType({"grad_accumulation_fusion": _TITAN_GRAD, "attention_kernel": _TITAN_SDPA,
-                          "elementwise": _TITAN_COMPILE, "attention_copies": _TITAN_COPIES,
-                          "fp8_recipe": _TITAN_FP8}),
-    ),
+    "torchtitan-eager": _torchtitan("eager", _TITAN_EAGER),
+    "torchtitan-compile": _torchtitan("fused", _TITAN_COMPILE),
 })
