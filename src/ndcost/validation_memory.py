@@ -32,9 +32,18 @@ from .run_facts import GRAND_TETON_H100, figure_int, figure_value
 __all__ = ["MEMORY_FACTS", "MemoryRow", "MemoryReport", "validate_memory", "build_memory_run"]
 
 MEMORY_FACTS = Path(__file__).parent / "data" / "validation" / "h100_memory_facts.yaml"
-#: torchtitan's loss at its peak: the 16-bit logits, their fp32 copy (pred.flatten(0, 1).float()) and
-#: cross_entropy's fp32 log-softmax kept for backward (torchtitan@9dec370 train.py:L131-134).
-TORCHTITAN_LOGIT_BYTES = 2 + 4 + 4
+#: torchtitan's loss at its peak, bytes per logit element on this rank (torchtitan@9dec370 train.py:L131-134,
+#: L303-308: ``cross_entropy(pred.flatten(0, 1).float(), labels)``, then ``del pred`` before ``backward``).
+#: Without TP (plain cross_entropy) the forward holds the 16-bit logits, their fp32 copy and the fp32
+#: log-softmax (2 + 4 + 4); backward, with ``pred`` gone, holds the kept log-softmax, nll_loss's dense
+#: gradient and log_softmax_backward's output (4 + 4 + 4) -- the larger is the peak.
+TORCHTITAN_LOGIT_BYTES = max(2 + 4 + 4, 4 + 4 + 4)
+#: With TP, torchtitan runs DTensor's loss_parallel (torch/distributed/tensor/parallel/loss.py, torch@1963fc8):
+#: its forward ``_log_softmax`` holds the 16-bit logits, the fp32 copy, ``shifted`` and ``exp(shifted)``
+#: (2 + 4 + 4 + 4); its fused backward ``_nll_loss_and_log_softmax_backward`` holds the kept
+#: log-softmax, ``zeros_like`` (the one-hot), ``exp(x)`` and their sum (4 + 4 + 4 + 4), then the product
+#: while ``exp(x)`` is freed (still 16).
+TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES = max(2 + 4 + 4 + 4, 4 + 4 + 4 + 4)
 _GIB = 2**30
 
 
@@ -140,7 +149,7 @@ def build_memory_run(row: Mapping) -> tuple[Model, ExecSpec, Cluster, list[str]]
                     seq_length=seq, sequence_parallel=tp > 1, zero_stage=3,
                     precision="fp8" if _text(st.get("float8")).startswith("torchao") else "bf16",
                     grad_bytes=4, optimizer_state_bytes=4, optimizer_states=2,
-                    logit_bytes=TORCHTITAN_LOGIT_BYTES, **widths, **fields)
+                    logit_bytes=TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES if tp > 1 else TORCHTITAN_LOGIT_BYTES, **widths, **fields)
     hardware = str((row.get("hardware") or {}).get("gpu", "")).lower()
     overrides = dict(GRAND_TETON_H100) if "hbm2e" in hardware else {}
     device = "h200" if "h200" in hardware else "h100-sxm"
