@@ -216,8 +216,6 @@ def test_windowed_attention_meets_a_window_of_keys(kernels):
     # model FLOPs of the forward lose (s - 64)/s of the core
     assert full[L["flops_f"]] - row[L["flops_f"]] == pytest.approx(
         2.0 * b * s * (s - window) * VA * (VD + VD), rel=1e-12)
-    # a windowed kind is windowed whatever its bidirectional flag says
-    np.testing.assert_array_equal(_layers(kernels, _with_kind(a, att_window=window, bidirectional=0))[0], row)
     # without flash: [s x 64] scores per head
     nf = _with_cand(a, flash=0.0)
     row = _layers(kernels, _with_kind(nf, att_window=window))[0]
@@ -226,6 +224,29 @@ def test_windowed_attention_meets_a_window_of_keys(kernels):
     assert row[L["sw_softmax"]] == pytest.approx(2.0 * 2.0 * heads * s * window / hbm + kernel_s, rel=1e-12)
     core = _gemm(s, window, VD, heads, 2.0, 2.0, a["rate"]) + _gemm(s, VD, window, heads, 2.0, 2.0, a["rate"])
     assert row[L["core_f"]] == pytest.approx(core, rel=1e-12)
+
+
+def test_a_causal_sliding_window_meets_its_prefix_then_the_window(kernels):
+    """A causal sliding window of w keys (Mistral, Gemma 2/3, gpt-oss): query i meets min(i + 1, w)
+    keys, so a sequence of s tokens meets s·w - w(w-1)/2 key pairs a head (w = 64: s·64 - 2016), by hand:
+    2·b·(s·w - w(w-1)/2)·a·(d_qk + d_v) FLOPs, run whole by a windowed flash kernel; without flash
+    the unfused kernel computes the whole s x s matrix and masks it (HFU counts the masked part)."""
+    window = 64
+    a = _vision_kind(_arrays(_host(), _spec(seq_length=4096)), bidirectional=0)
+    b, s, t, cp, attn_rate, kernel_s = _core_inputs(a)
+    row = _layers(kernels, _with_kind(a, att_window=window))[0]
+    pairs = s * 64 - 64 * 63 / 2
+    flops = 2.0 * b * pairs * VA * (VD + VD)
+    assert row[L["flops_core"]] == pytest.approx(flops, rel=1e-12)
+    assert row[L["core_f"]] == pytest.approx(flops / (t * cp) / attn_rate + kernel_s, rel=1e-12)
+    bidirectional = _layers(kernels, _with_kind(a, att_window=window, bidirectional=1))[0]
+    assert bidirectional[L["flops_core"]] == pytest.approx(2.0 * b * s * window * VA * (VD + VD), rel=1e-12)
+    nf = _with_cand(a, flash=0.0)
+    row = _layers(kernels, _with_kind(nf, att_window=window))[0]
+    heads = b * VA / t
+    core = _gemm(s, s, VD, heads, 2.0, 2.0, a["rate"]) + _gemm(s, VD, s, heads, 2.0, 2.0, a["rate"])
+    assert row[L["core_f"]] == pytest.approx(core, rel=1e-12)
+    assert row[L["flops_core"]] == pytest.approx(flops, rel=1e-12)
 
 
 def test_a_window_of_the_whole_sequence_is_no_window(kernels):

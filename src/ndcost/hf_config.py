@@ -7,11 +7,14 @@ than in its config (Qwen2's q/k/v biases, Qwen3's QK-norm, Qwen3-Next's gated
 attention and shared-expert gate, GPT-2's LayerNorm and biases) is set here,
 per ``model_type``, with the modelling file it comes from.
 
-Supported ``model_type``: llama, qwen2, qwen3, qwen3_moe, qwen3_next, mixtral,
-deepseek_v3, gpt2 (also GPT-3-like configs written with GPT-2's field names
-n_embd / n_layer / n_head / n_inner / n_positions), gpt_neox, and the
-vision-language models qwen2_vl and qwen2_5_vl (a Qwen2 text model with a
-:class:`~ndcost.vision.VisionTower`).
+Supported ``model_type``: llama, mistral, phi3, olmo2, gemma2, gemma3_text, qwen2,
+qwen2_moe, qwen3, qwen3_moe, qwen3_next, mixtral, gpt_oss, deepseek_v2, deepseek_v3
+(and kimi_k2, DeepSeek-V3's architecture with its own sizes), gpt2 (also GPT-3-like
+configs written with GPT-2's field names n_embd / n_layer / n_head / n_inner /
+n_positions), gpt_neox, and the vision-language models qwen2_vl and qwen2_5_vl (a
+Qwen2 text model with a :class:`~ndcost.vision.VisionTower`) and gemma3 (its
+``text_config`` is read; the SigLIP tower, about 0.4B of Gemma 3's parameters, is
+not priced: ndcost models Qwen-VL towers only).
 """
 from __future__ import annotations
 
@@ -27,18 +30,40 @@ from .limits import MAX_LAYERS
 __all__ = ["SUPPORTED_MODEL_TYPES", "read_hf_config", "model_kwargs_from_hf_config"]
 
 SUPPORTED_MODEL_TYPES = (
+    "deepseek_v2",
     "deepseek_v3",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
     "gpt2",
     "gpt_neox",
+    "gpt_oss",
+    "kimi_k2",
     "llama",
+    "mistral",
     "mixtral",
+    "olmo2",
+    "phi3",
     "qwen2",
+    "qwen2_moe",
     "qwen3",
     "qwen3_moe",
     "qwen3_next",
     "qwen2_vl",
     "qwen2_5_vl",
 )
+#: model_type -> the family whose code it runs (Kimi K2 ships DeepSeek-V3's modelling code under
+#: auto_map; gemma3_text is Gemma 3's text model).
+_FAMILY_OF = {"kimi_k2": "deepseek_v3", "gemma3_text": "gemma3"}
+#: MLA families (DeepSeek-V2 introduced it; V3 and Kimi K2 keep it).
+_MLA_FAMILIES = ("deepseek_v2", "deepseek_v3")
+#: Families whose every layer is MoE with the expert width in intermediate_size (no dense FFN).
+_ALL_MOE_FAMILIES = ("mixtral", "gpt_oss")
+#: Families with q_norm / k_norm in code: Qwen3's per-head RMSNorm, Gemma 3's, OLMo 2's over the projection.
+_QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "olmo2")
+#: Families whose sliding_window applies to every layer when set (MistralAttention, Phi3Attention pass
+#: config.sliding_window to every layer).
+_EVERY_LAYER_WINDOW_FAMILIES = ("mistral", "phi3")
 #: Vision-language model types: a qwen2 text model and a vision_config.
 _VLM_TYPES = ("qwen2_vl", "qwen2_5_vl")
 
@@ -135,12 +160,14 @@ def model_kwargs_from_hf_config(config: Mapping[str, Any], *, owner: str = "conf
         raise SpecError("model_type", owner, f"be one of {', '.join(map(repr, SUPPORTED_MODEL_TYPES))}", model_type)
     if model_type in _VLM_TYPES:
         return _vlm_kwargs(config, owner, model_type)
+    if model_type == "gemma3" and isinstance(config.get("text_config"), Mapping):
+        config = {**config, **{k: v for k, v in config["text_config"].items() if v is not None}}
     read = _Reader(config, owner)
     if model_type == "gpt2":
         return _gpt2_kwargs(read)
     if model_type == "gpt_neox":
         return _gpt_neox_kwargs(read)
-    return _decoder_kwargs(read, model_type)
+    return _decoder_kwargs(read, _FAMILY_OF.get(model_type, model_type))
 
 
 def _vlm_kwargs(config: Mapping[str, Any], owner: str, model_type: str) -> dict[str, Any]:
@@ -245,22 +272,37 @@ def _gpt_neox_kwargs(read: _Reader) -> dict[str, Any]:
     }
 
 
+#: Config-class defaults of the Gemma families for keys their published config.json files may omit
+#: (Gemma2Config, Gemma3TextConfig: vocabulary, head width, tied embeddings, window and its pattern).
+_GEMMA_DEFAULTS = {
+    "gemma2": {"vocab_size": 256_000, "head_dim": 256, "sliding_window": 4096},
+    "gemma3": {"vocab_size": 262_208, "head_dim": 256, "sliding_window": 4096, "sliding_window_pattern": 6},
+}
+
+
 def _decoder_kwargs(read: _Reader, model_type: str) -> dict[str, Any]:
-    """The SwiGLU/RMSNorm families: llama, qwen2, qwen3, qwen3_moe,
-    qwen3_next, mixtral, deepseek_v3."""
+    """The gated-MLP/RMSNorm families: llama, mistral, phi3, olmo2, gemma2, gemma3,
+    qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_next, mixtral, gpt_oss, deepseek_v2,
+    deepseek_v3. *model_type* is the family (:data:`_FAMILY_OF` applied)."""
+    defaults = _GEMMA_DEFAULTS.get(model_type, {})
     kwargs: dict[str, Any] = {
         "hidden_size": read.required("hidden_size"),
         "num_hidden_layers": read.required("num_hidden_layers"),
         "num_attention_heads": read.required("num_attention_heads"),
-        "vocab_size": read.required("vocab_size"),
+        "vocab_size": read.optional("vocab_size", default=defaults.get("vocab_size")),
         "num_key_value_heads": read.optional("num_key_value_heads"),
-        # Every family's config class defaults tie_word_embeddings to False.
-        "tie_word_embeddings": read.optional("tie_word_embeddings", default=False),
+        # Every family's config class defaults tie_word_embeddings to False but Gemma's (True).
+        "tie_word_embeddings": read.optional("tie_word_embeddings", default=bool(defaults)),
         "attention_bias": read.optional("attention_bias", default=False),
         "mlp_bias": read.optional("mlp_bias", default=False) if model_type == "llama" else False,
         "family": model_type,
     }
-    if model_type == "deepseek_v3":
+    if kwargs["vocab_size"] is None:
+        raise SpecError("vocab_size", read.owner, "be present", None)
+    if model_type == "gpt_oss":
+        # GptOssExperts: gate_up_proj_bias and down_proj_bias on every expert, in code.
+        kwargs["mlp_bias"] = True
+    if model_type in _MLA_FAMILIES:
         # MLA: head_dim is left to Model (v_head_dim, ND's convention);
         # DeepseekV3Config's own head_dim (= qk_rope_head_dim) is not a head width.
         kwargs["kv_lora_rank"] = read.required("kv_lora_rank")
@@ -269,12 +311,13 @@ def _decoder_kwargs(read: _Reader, model_type: str) -> dict[str, Any]:
         kwargs["qk_nope_head_dim"] = read.required("qk_nope_head_dim")
         kwargs["v_head_dim"] = read.required("v_head_dim")
     else:
-        kwargs["head_dim"] = read.optional("head_dim")
-    if model_type == "qwen2":
-        # modeling_qwen2: q/k/v projections have bias=True in code (no config field).
+        kwargs["head_dim"] = read.optional("head_dim", default=defaults.get("head_dim"))
+    if model_type in ("qwen2", "qwen2_moe"):
+        # modeling_qwen2, modeling_qwen2_moe: q/k/v projections have bias=True in code (no config field).
         kwargs["attention_bias"] = True
-    if model_type in ("qwen3", "qwen3_moe", "qwen3_next"):
-        # modeling_qwen3*: q_norm and k_norm (RMSNorm over head_dim) in code.
+    if model_type in _QK_NORM_FAMILIES:
+        # modeling_qwen3*, modeling_gemma3: q_norm and k_norm (RMSNorm over head_dim) in code;
+        # modeling_olmo2: over the whole q and k projections.
         kwargs["qk_norm"] = True
     if model_type == "qwen3_next":
         # modeling_qwen3_next: q_proj emits query and a sigmoid output gate.
@@ -286,8 +329,39 @@ def _decoder_kwargs(read: _Reader, model_type: str) -> dict[str, Any]:
     return kwargs
 
 
+def _default_sliding_layers(read: _Reader, model_type: str, layers: Any) -> list[str] | None:
+    """The per-layer attention of a Gemma config that does not list ``layer_types``."""
+    if model_type not in _GEMMA_DEFAULTS or not _layer_count(layers):
+        return None
+    if model_type == "gemma2":
+        # Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2): even layers slide.
+        return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+    pattern = read.optional("sliding_window_pattern", default=_GEMMA_DEFAULTS["gemma3"]["sliding_window_pattern"])
+    if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+        raise SpecError("sliding_window_pattern", read.owner, "be an integer >= 1", pattern)
+    # Gemma3TextConfig: layer i slides unless (i + 1) % sliding_window_pattern == 0.
+    return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+
+
+def _add_sliding_window(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> None:
+    """The window of the layers that slide: every layer's for Mistral and Phi-3 (when set), the
+    ``sliding_attention`` layers' for the families that list them (Gemma 2/3, gpt-oss)."""
+    layer_types = kwargs.get("layer_types")
+    slides = isinstance(layer_types, tuple) and "sliding_attention" in layer_types
+    if model_type in _EVERY_LAYER_WINDOW_FAMILIES and layer_types is None:
+        slides = read.optional("sliding_window") is not None
+    if slides:
+        default = _GEMMA_DEFAULTS.get(model_type, {}).get("sliding_window")
+        window = read.optional("sliding_window", default=default)
+        if window is None:
+            raise SpecError("sliding_window", read.owner, "be present when a layer is sliding_attention", None)
+        kwargs["sliding_window"] = window
+
+
 def _add_layer_types(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> None:
     layer_types = read.optional("layer_types")
+    if layer_types is None:
+        layer_types = _default_sliding_layers(read, model_type, kwargs["num_hidden_layers"])
     if layer_types is None and model_type == "qwen3_next":
         interval = read.optional("full_attention_interval", default=_QWEN3_NEXT_DEFAULT_FULL_ATTENTION_INTERVAL)
         layers = kwargs["num_hidden_layers"]
@@ -297,8 +371,10 @@ def _add_layer_types(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> 
             # Qwen3NextConfig: layer i (0-based) is full attention when (i + 1) % interval == 0.
             layer_types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
     if layer_types is None:
+        _add_sliding_window(read, model_type, kwargs)
         return
     kwargs["layer_types"] = _as_tuple(layer_types)
+    _add_sliding_window(read, model_type, kwargs)
     if isinstance(layer_types, (list, tuple)) and "linear_attention" in layer_types:
         kwargs["linear_num_key_heads"] = read.required("linear_num_key_heads")
         kwargs["linear_key_head_dim"] = read.required("linear_key_head_dim")
@@ -309,7 +385,7 @@ def _add_layer_types(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> 
 
 def _add_ffn(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> None:
     num_experts = read.optional(*_EXPERT_COUNT_KEYS, default=0)
-    if model_type in ("qwen3_moe", "qwen3_next", "mixtral", "deepseek_v3"):
+    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next", "mixtral", "gpt_oss") + _MLA_FAMILIES:
         num_experts = read.required(*_EXPERT_COUNT_KEYS)
     kwargs["intermediate_size"] = read.optional("intermediate_size")
     if not num_experts:
@@ -317,8 +393,8 @@ def _add_ffn(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> None:
         return
     kwargs["num_experts"] = num_experts
     kwargs["num_experts_per_tok"] = read.required("num_experts_per_tok")
-    if model_type == "mixtral":
-        # MixtralSparseMoeBlock: every layer is MoE and each expert has width
+    if model_type in _ALL_MOE_FAMILIES:
+        # MixtralSparseMoeBlock, GptOssMLP: every layer is MoE and each expert has width
         # intermediate_size; there is no dense FFN and no shared expert.
         kwargs["moe_intermediate_size"] = read.required("intermediate_size")
         return
@@ -333,8 +409,9 @@ def _add_ffn(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> None:
         else:
             raise SpecError("n_shared_experts", read.owner, "be an integer", shared_count)
     kwargs["shared_expert_intermediate_size"] = shared_width
-    if model_type == "qwen3_next" and shared_width:
-        # Qwen3NextSparseMoeBlock: sigmoid(shared_expert_gate(x)) scales the shared expert.
+    if model_type in ("qwen2_moe", "qwen3_next") and shared_width:
+        # Qwen2MoeSparseMoeBlock, Qwen3NextSparseMoeBlock: sigmoid(shared_expert_gate(x)) scales the
+        # shared expert.
         kwargs["shared_expert_gate"] = True
     kwargs["first_k_dense_replace"] = _dense_prefix(read, model_type, kwargs)
 
@@ -343,14 +420,14 @@ def _dense_prefix(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> int
     """How many leading layers are dense. ndcost's stacks are dense-then-MoE,
     so a config whose dense layers are not a prefix is refused."""
     layers = kwargs["num_hidden_layers"]
-    if model_type == "deepseek_v3":
-        # DeepseekV3: layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0.
+    if model_type in _MLA_FAMILIES:
+        # DeepseekV2/V3: layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0.
         freq = read.optional("moe_layer_freq", default=1)
         if freq != 1:
             raise SpecError("moe_layer_freq", read.owner, "be 1 (ndcost models dense-then-MoE stacks)", freq)
         return read.optional("first_k_dense_replace", default=0)
-    if model_type in ("qwen3_moe", "qwen3_next"):
-        # Qwen3Moe/Qwen3Next: layer i is dense when i is in mlp_only_layers or
+    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
+        # Qwen2Moe/Qwen3Moe/Qwen3Next: layer i is dense when i is in mlp_only_layers or
         # (i + 1) % decoder_sparse_step != 0.
         step = read.optional("decoder_sparse_step", default=1)
         mlp_only = read.optional("mlp_only_layers", default=[])

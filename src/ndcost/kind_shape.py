@@ -67,4 +67,5 @@ def kind_shape(model: Any, k: int) -> KindShape:
         head_dim=model.head_dim, ffn_width=model.moe_intermediate_size if moe else model.intermediate_size,
         gated=model.gated_ffn, out_gate=model.attn_output_gate, qk_norm=model.qk_norm,
         nd_hff=model.intermediate_size or model.moe_intermediate_size,
+        window=kind.window,     # a causal sliding window (bidirectional stays False)
     )

@@ -36,7 +36,7 @@ __all__ = ["OpCounts", "LayerKind", "ParamCount", "Model"]
 _OWNER = "Model"
 
 #: Values of ``layer_types`` ndcost can price (Transformers' names).
-LAYER_TYPES = ("full_attention", "linear_attention")
+LAYER_TYPES = ("full_attention", "linear_attention", "sliding_attention")
 #: Attention flavours of a :class:`LayerKind`.
 ATTENTION_KINDS = ("full", "mla", "linear")
 #: FFN flavours of a :class:`LayerKind`.
@@ -56,7 +56,20 @@ FAMILIES = (
     "deepseek_v3",
     "gpt2",
     "gpt_neox",
+    "mistral",
+    "phi3",
+    "olmo2",
+    "gemma2",
+    "gemma3",
+    "gpt_oss",
+    "qwen2_moe",
+    "deepseek_v2",
 )
+#: Families whose decoder layer has four norms (before and after attention and FFN: Gemma2DecoderLayer,
+#: Gemma3DecoderLayer), not two.
+_FOUR_NORM_FAMILIES = ("gemma2", "gemma3")
+#: Families that put biases on q/k/v but not on o_proj (modeling_qwen2, modeling_qwen2_moe).
+_QKV_BIAS_ONLY_FAMILIES = ("qwen2", "qwen2_moe")
 
 
 # --------------------------------------------------------------------------- OpCounts
@@ -129,9 +142,10 @@ class LayerKind:
 
     ``name`` is unique within a model: ``"dense"``/``"moe"`` for a stack of
     full (or MLA) attention layers, ``"<attention>_<ffn>"`` (``"linear_moe"``,
-    ``"full_moe"``, ...) when the model mixes attention flavours; a vision
-    tower's blocks are ``"vision"`` (and ``"vision_window"`` for its windowed
-    blocks), with ``module = "vision"``.
+    ``"full_moe"``, ``"sliding_dense"``, ...) when the model mixes attention flavours
+    or windows; a vision tower's blocks are ``"vision"`` (and ``"vision_window"`` for
+    its windowed blocks), with ``module = "vision"``. ``window`` is the keys a
+    sliding-window text layer's query attends to (0: the whole causal prefix).
     """
 
     name: str
@@ -139,6 +153,7 @@ class LayerKind:
     ffn: str
     ops: OpCounts
     module: str = "text"
+    window: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -148,6 +163,7 @@ class LayerKind:
         if not isinstance(self.ops, OpCounts):
             raise SpecError("ops", "LayerKind", "be an OpCounts", self.ops)
         check_choice(self.module, "module", "LayerKind", MODULES)
+        check_positive_int(self.window, "window", "LayerKind", minimum=0, maximum=MAX_SEQ_LENGTH)
 
 
 # --------------------------------------------------------------------------- ParamCount
@@ -185,6 +201,7 @@ _NON_NEGATIVE = (
     "linear_conv_kernel_dim",
     "num_nextn_predict_layers",
     "learned_position_embeddings",
+    "sliding_window",
 )
 _BOOLS = (
     "tie_word_embeddings",
@@ -209,7 +226,7 @@ _SIZE_LIMITS: Mapping[str, int] = {
     "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS, "linear_num_key_heads": MAX_HEADS,
     "linear_num_value_heads": MAX_HEADS,
     "num_experts": MAX_EXPERTS, "num_experts_per_tok": MAX_EXPERTS,
-    "vocab_size": MAX_VOCAB, "learned_position_embeddings": MAX_SEQ_LENGTH,
+    "vocab_size": MAX_VOCAB, "learned_position_embeddings": MAX_SEQ_LENGTH, "sliding_window": MAX_SEQ_LENGTH,
     **{name: MAX_WIDTH for name in ("hidden_size", "head_dim", "intermediate_size", "moe_intermediate_size",
                                     "shared_expert_intermediate_size", "kv_lora_rank", "q_lora_rank",
                                     "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "linear_key_head_dim",
@@ -232,6 +249,9 @@ class Model:
 
     A MoE model (``num_experts > 0``) has ``first_k_dense_replace`` dense layers
     first, then MoE layers; a hybrid model lists ``layer_types`` per body layer.
+    ``sliding_window`` is the keys a sliding-attention layer's query attends to:
+    the layers ``layer_types`` names ``"sliding_attention"``, or every layer when
+    ``layer_types`` is not given (Mistral's and Phi-3's convention); 0: none.
     """
 
     name: str
@@ -258,6 +278,7 @@ class Model:
     linear_value_head_dim: int = 0
     linear_conv_kernel_dim: int = 0
     layer_types: tuple[str, ...] | None = None
+    sliding_window: int = 0
     tie_word_embeddings: bool = False
     qk_norm: bool = False
     attn_output_gate: bool = False
@@ -372,6 +393,9 @@ class Model:
                     f"hold only {', '.join(map(repr, LAYER_TYPES))}",
                     entry,
                 )
+        if "sliding_attention" in layer_types and self.sliding_window < 1:
+            rule = "be an integer >= 1 when a layer is sliding_attention"
+            raise SpecError("sliding_window", _OWNER, rule, self.sliding_window)
         if "linear_attention" in layer_types:
             for field_name in _LINEAR_FIELDS:
                 if getattr(self, field_name) < 1:
@@ -531,8 +555,14 @@ class Model:
     def num_layers_with_mtp(self) -> int:
         return self.num_hidden_layers + self.num_nextn_predict_layers
 
-    def _body_layer_flavours(self) -> list[tuple[str, str]]:
-        """(attention, ffn) of each body layer, in model order."""
+    def _layer_window(self, index: int) -> int:
+        """Keys body layer *index*'s query attends to: the sliding window, or 0 (all)."""
+        if self.layer_types is None:
+            return self.sliding_window      # Mistral / Phi-3: one window for every layer, or none
+        return self.sliding_window if self.layer_types[index] == "sliding_attention" else 0
+
+    def _body_layer_flavours(self) -> list[tuple[str, str, int]]:
+        """(attention, ffn, window) of each body layer, in model order."""
         flavours = []
         for index in range(self.num_hidden_layers):
             if self.layer_types is not None and self.layer_types[index] == "linear_attention":
@@ -542,28 +572,31 @@ class Model:
             else:
                 attention = "full"
             ffn = "moe" if self.is_moe and index >= self.first_k_dense_replace else "dense"
-            flavours.append((attention, ffn))
+            window = self._layer_window(index) if attention == "full" else 0
+            flavours.append((attention, ffn, window))
         return flavours
 
     @cached_property
     def _stack(self) -> tuple[tuple[LayerKind, ...], tuple[int, ...]]:
         flavours = self._body_layer_flavours()
-        # A model that mixes attention flavours names kinds "<attention>_<ffn>";
-        # otherwise the FFN flavour alone is the name (ND's "dense"/"moe").
-        mixed_attention = len({attention for attention, _ in flavours}) > 1 or self.has_linear_attention
+        # A model that mixes attention flavours or windows names kinds "<attention>_<ffn>"
+        # ("sliding" for a windowed layer); otherwise the FFN flavour alone is the name (ND's "dense"/"moe").
+        mixed_attention = (len({(attention, window) for attention, _, window in flavours}) > 1
+                           or self.has_linear_attention)
         kinds: list[LayerKind] = []
-        index_of: dict[tuple[str, str], int] = {}
+        index_of: dict[tuple[str, str, int], int] = {}
         order: list[int] = []
-        for attention, ffn in flavours:
-            key = (attention, ffn)
+        for attention, ffn, window in flavours:
+            key = (attention, ffn, window)
             if key not in index_of:
                 if attention == "linear":
                     ops = OpCounts.linear_attention(gated_ffn=self.gated_ffn)
                 else:
                     ops = OpCounts.full_attention(gated_ffn=self.gated_ffn)
-                kind_name = f"{attention}_{ffn}" if mixed_attention else ffn
+                label = "sliding" if window else attention
+                kind_name = f"{label}_{ffn}" if mixed_attention else ffn
                 index_of[key] = len(kinds)
-                kinds.append(LayerKind(kind_name, attention, ffn, ops))
+                kinds.append(LayerKind(kind_name, attention, ffn, ops, window=window))
             order.append(index_of[key])
         # MTP layers repeat the last body layer's kind (ND_REFERENCE §1.5, "Layer stack").
         order.extend([order[-1]] * self.num_nextn_predict_layers)
@@ -632,10 +665,15 @@ class Model:
         params += 2 * (h * kv_heads * d + (kv_heads * d if bias else 0))  # k_proj, v_proj
         # Qwen2 puts biases on q/k/v only (bias=True fixed in its code); the
         # other families use attention_bias for o_proj too.
-        output_bias = bias and self.family != "qwen2"
+        output_bias = bias and self.family not in _QKV_BIAS_ONLY_FAMILIES
         params += heads * d * h + (h if output_bias else 0)  # o_proj
-        if self.qk_norm:  # q_norm, k_norm: one norm over head_dim each, shared by all heads
+        if self.qk_norm and self.family == "olmo2":
+            # modeling_olmo2: q_norm over the whole query projection, k_norm over the key projection
+            params += self._norm_parameters(heads * d) + self._norm_parameters(kv_heads * d)
+        elif self.qk_norm:  # q_norm, k_norm: one norm over head_dim each, shared by all heads
             params += 2 * self._norm_parameters(d)
+        if self.family == "gpt_oss":
+            params += heads  # modeling_gpt_oss: self.sinks, one learned sink logit per head
         return params
 
     def _mla_parameters(self) -> int:
@@ -670,7 +708,9 @@ class Model:
         return params
 
     def _router_parameters(self) -> int:
-        params = self.num_experts * self.hidden_size  # gate: h -> num_experts, no bias
+        params = self.num_experts * self.hidden_size  # gate: h -> num_experts
+        if self.family == "gpt_oss":
+            params += self.num_experts  # GptOssTopKRouter keeps a bias per expert
         if self.family == "deepseek_v3":
             # noaux_tc routing keeps a per-expert e_score_correction_bias in the
             # checkpoint (DeepSeek-V3 report §2.1.2, auxiliary-loss-free balancing).
@@ -698,7 +738,9 @@ class Model:
             non_expert = self._mla_parameters()
         else:
             non_expert = self._full_attention_parameters()
-        non_expert += 2 * self._norm_parameters(self.hidden_size)  # input_layernorm, post_attention_layernorm
+        # input_layernorm, post_attention_layernorm (Gemma 2/3 add pre_ and post_feedforward_layernorm)
+        norms = 4 if self.family in _FOUR_NORM_FAMILIES else 2
+        non_expert += norms * self._norm_parameters(self.hidden_size)
         if kind.ffn == "dense":
             return non_expert + self._ffn_parameters(self.intermediate_size), 0, 0
         non_expert += self._router_parameters()

@@ -38,7 +38,7 @@ MEMORY_FACTS = Path(__file__).parent / "data" / "validation" / "h100_memory_fact
 #: log-softmax (2 + 4 + 4); backward, with ``pred`` gone, holds the kept log-softmax, nll_loss's dense
 #: gradient and log_softmax_backward's output (4 + 4 + 4) -- the larger is the peak.
 TORCHTITAN_LOGIT_BYTES = max(2 + 4 + 4, 4 + 4 + 4)
-#: With TP, torchtitan runs DTensor's loss_parallel (torch/distributed/tensor/parallel/loss.py, torch@1963fc8):
+#: With TP, torchtitan runs DTensor's loss_parallel (torch/distributed/tensor/parallel/loss.py, torch@1963fc83a1c32e162162e2414f78b043f0674bae, the benchmark's torch):
 #: its forward ``_log_softmax`` holds the 16-bit logits, the fp32 copy, ``shifted`` and ``exp(shifted)``
 #: (2 + 4 + 4 + 4); its fused backward ``_nll_loss_and_log_softmax_backward`` holds the kept
 #: log-softmax, ``zeros_like`` (the one-hot), ``exp(x)`` and their sum (4 + 4 + 4 + 4), then the product

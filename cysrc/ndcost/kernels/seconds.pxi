@@ -212,7 +212,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double w_att, extra, f_att, d_att, w_grad, up_share, flops_att
     cdef double core_f = 0.0, core_b = 0.0, flops_core = 0.0, scores = 0.0, core_extra = 0.0
     cdef double heads, run, keys, q_rows, window, span
-    cdef bint windowed, causal
+    cdef bint windowed, causal, masked
     cdef double flops_rec = 0.0, n_v, d_k, dv_lin, conv_bytes = 0.0, compute, memory, rec_f
     cdef double flops_ffn = 0.0, act_bytes = 0.0, other_bytes = 0.0, other_kernels = 2.0, ffn_f = 0.0
     cdef double sums[5]
@@ -266,12 +266,15 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     gemm_f += f_att
     gemm_b += d_att + w_grad
 
-    # attention core: span keys a query meets (s, or a window below s); causal unless the kind is
-    # bidirectional or windowed (block-diagonal windows, bidirectional inside)
+    # attention core: span keys a query meets on average (s; a bidirectional window; a causal
+    # sliding window: w - w(w-1)/(2s)); causal (half the matrix) unless bidirectional or windowed
     window = kind[K_att_window]
     windowed = window > 0.0 and window < s
-    span = window if windowed else s
-    causal = kind[K_bidirectional] == 0.0 and not windowed
+    masked = kind[K_bidirectional] == 0.0
+    span = s
+    if windowed:
+        span = window - window * (window - 1.0) / (2.0 * s) if masked else window
+    causal = masked and not windowed
     if has_core:
         heads = b * a / t
         flops_core = 2.0 * b * s * span * a * (d_qk + d_v)
@@ -282,7 +285,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
             core_f = run / attn_rate + n_split * kernel_s
             core_b = SEC_FLASH_BACKWARD_FLOPS * run / attn_rate + n_split * kernel_s
         else:
-            keys = s * (n_split + 1.0) / (2.0 * n_split) if causal else span
+            keys = s * (n_split + 1.0) / (2.0 * n_split) if masked else span
             q_rows = s / cp / n_split
             scores = heads * (s / cp) * keys
             core_extra = 2.0 * b * s * keys * a * (d_qk + d_v) - flops_core   # the masked part that runs

@@ -409,15 +409,20 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     # Megatron's baddbmm computes the whole matrix and masks it (a Seq1F1B chunk i of n only
     # against its i·s/n prefix: on average (n+1)/(2n) of it); a causal flash kernel skips the
     # upper half (FLASH_CAUSAL_SHARE). A bidirectional kind (a vision encoder) is not masked: every
-    # query meets all s keys. A windowed kind (att_window < s; Qwen2.5-VL's window attention:
-    # block-diagonal windows, bidirectional inside each) meets span = att_window keys a query, in
-    # the FLOPs, in the flash run and in the score matrix alike.
+    # query meets all s keys. A windowed bidirectional kind (att_window < s; Qwen2.5-VL's window
+    # attention: block-diagonal windows, bidirectional inside each) meets span = att_window keys a
+    # query. A windowed causal kind is a sliding window (Mistral, Gemma 2/3, gpt-oss): query i meets
+    # min(i + 1, w) keys, s·w - w(w-1)/2 over the sequence, so span = w - w(w-1)/(2s); a flash kernel
+    # with a window skips the blocks outside it, an unfused one computes the whole matrix and masks it.
     core_f = core_b = flops_core = core_extra = 0.0
     scores = 0.0
     window = kind[_K["att_window"]]
     windowed = window > 0.0 and window < s
-    span = window if windowed else s
-    causal = kind[_K["bidirectional"]] == 0.0 and not windowed
+    masked = kind[_K["bidirectional"]] == 0.0
+    span = s
+    if windowed:
+        span = window - window * (window - 1.0) / (2.0 * s) if masked else window
+    causal = masked and not windowed
     if has_core:
         heads = b * a / t
         flops_core = 2.0 * b * s * span * a * (d_qk + d_v)
@@ -429,7 +434,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
             core_b = FLASH_BACKWARD_FLOPS * run / attn_rate + n_split * kernel_s
         else:
             # keys a chunk meets, on average (causal), or the span of every query
-            keys = s * (n_split + 1.0) / (2.0 * n_split) if causal else span
+            keys = s * (n_split + 1.0) / (2.0 * n_split) if masked else span
             q_rows = s / cp / n_split
             scores = heads * (s / cp) * keys                  # score elements of the micro-batch
             # what runs beyond what the model needs: the masked part of the matrix (HFU counts it)
