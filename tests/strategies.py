@@ -31,6 +31,14 @@ REALISTIC = {
                                       sequence_parallel=True, recompute="full")),
     "gpt3-175b": ("a100-80g", dict(dp=8, tp=8, pp=16, global_batch_size=1536, seq_length=2048,
                                    sequence_parallel=True, recompute="selective")),
+    # Sliding-window families: gpt-oss's alternating 128-token windows, Gemma 3's 5-of-6 1,024-token ones.
+    "gpt-oss-120b": ("h100-sxm", dict(dp=16, tp=1, pp=4, ep=16, global_batch_size=512, seq_length=8192,
+                                      recompute="full")),
+    "gemma3-27b": ("h100-sxm", dict(dp=8, tp=4, pp=2, global_batch_size=256, seq_length=8192,
+                                    sequence_parallel=True, recompute="selective")),
+    "kimi-k2": ("h800", dict(dp=64, tp=1, pp=16, ep=64, global_batch_size=4096, seq_length=4096,
+                             recompute="full", zero_stage=1)),
+    "deepseek-v2-lite": ("h100-sxm", dict(dp=8, tp=1, pp=1, ep=8, global_batch_size=256, seq_length=4096)),
 }
 
 

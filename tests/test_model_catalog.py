@@ -13,8 +13,12 @@ from ndcost.model import Model
 from ndcost.model_catalog import catalog_entry, load_model, models
 
 CATALOG = [
+    "deepseek-v2-lite",
     "deepseek-v3",
+    "gemma3-27b",
+    "gpt-oss-120b",
     "gpt3-175b",
+    "kimi-k2",
     "llama3-70b",
     "llama3-8b",
     "llama3.1-405b",
@@ -40,15 +44,23 @@ CATALOG = [
 #     it would be 2.73B, so Qwen's figure includes them and truncates 3.35.
 #   qwen3-next-80b-a3b "3B": our count is 3.87B (3.25B without embedding and
 #     head); "3B" is the name's nominal A3B, one significant digit.
+#   deepseek-v2-lite "2.4B": 2.451B without the input embedding (its card's convention, stated in its
+#     file), so "2.4B" truncates 2.45.
 TRUNCATED_ACTIVE = {
+    "deepseek-v2-lite": 0.1e9,
     "deepseek-v3": 1e9,
     "qwen3-30b-a3b": 0.1e9,
     "qwen3-next-80b-a3b": 1e9,
 }
 
 
-# Catalog models catalog_facts/models.yaml does not list (it has no vision-language model).
-OUTSIDE_FACTS = ("qwen2.5-vl-7b",)
+# Published totals stated to fewer digits than 1% needs: the allowed distance, the stated rounding.
+#   kimi-k2 "1 trillion": the config's count is 1.026T.
+ROUNDED_TOTAL = {"kimi-k2": 0.05e12}
+
+# Catalog models catalog_facts/models.yaml does not list (it has no vision-language model, nor the
+# families added after it: gpt-oss, Gemma 3, Kimi K2, DeepSeek-V2).
+OUTSIDE_FACTS = ("deepseek-v2-lite", "gemma3-27b", "gpt-oss-120b", "kimi-k2", "qwen2.5-vl-7b")
 
 
 def test_models_lists_the_catalog_sorted():
@@ -76,7 +88,11 @@ def test_catalog_files_have_source_config_and_published(name):
 def test_total_parameters_match_published_within_one_percent(name):
     published = catalog_entry(name)["published"]["total"]
     total = load_model(name).parameter_count().total
-    assert total == pytest.approx(published, rel=0.01)
+    if name in ROUNDED_TOTAL:
+        assert abs(total - published) <= ROUNDED_TOTAL[name]
+        assert total != pytest.approx(published, rel=0.01)  # keep the exception honest
+    else:
+        assert total == pytest.approx(published, rel=0.01)
 
 
 @pytest.mark.parametrize("name", CATALOG)
@@ -84,6 +100,9 @@ def test_active_parameters_match_published(name):
     model = load_model(name)
     published = catalog_entry(name)["published"]
     active = model.parameter_count().active
+    if published.get("active_excludes_input_embedding"):
+        # the card counts without the input embedding (a lookup): its file says so and why
+        active -= model.embedding_parameters()
     if published["active"] is None:
         # dense: the source states no activated figure; every parameter is active
         assert not model.is_moe
@@ -96,7 +115,7 @@ def test_active_parameters_match_published(name):
         assert active == pytest.approx(published["active"], rel=0.01)
 
 
-@pytest.mark.parametrize("name", ["qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-next-80b-a3b"])
+@pytest.mark.parametrize("name", ["gemma3-27b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-next-80b-a3b"])
 def test_non_embedding_parameters_match_published(name):
     model = load_model(name)
     published = catalog_entry(name)["published"]["non_embedding"]

@@ -848,6 +848,13 @@ class Model:
             "parameters": {
                 "total": count.total,
                 "active": count.active,
+                # Model cards count "active" two ways: Qwen with every embedding table, gpt-oss and (by
+                # its rounding) DeepSeek/Kimi without the input embedding, a lookup that runs no FLOPs.
+                "active_without_input_embedding": count.active - self.embedding_parameters(),
+                "convention": ("total: every parameter but the MTP modules; active: the top-k routed "
+                               "experts a token visits plus every other parameter, the input embedding "
+                               "and the output head included (active_without_input_embedding drops the "
+                               "input embedding, as the gpt-oss card counts)"),
                 "embedding": self.embedding_parameters(),
                 "output": self.output_parameters(),
                 "final_norm": self.final_norm_parameters(),

@@ -1,0 +1,153 @@
+"""The config.json families beyond Llama/Qwen/DeepSeek-V3: each read from its public model's real
+fields (``tests/data/hf_configs/<family>.json``, each file naming its source), its parameters
+checked against the published figure, and one estimate in seconds with memory on both backends."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import ndcost
+from ndcost import Cluster, ExecSpec, Model
+from ndcost._columns import PART_NAMES
+from ndcost.errors import SpecError
+
+from strategies import on_both_backends
+
+DATA = Path(__file__).parent / "data" / "hf_configs"
+FAMILIES = sorted(path.stem for path in DATA.glob("*.json"))
+
+
+def _entry(family: str) -> dict:
+    return json.loads((DATA / f"{family}.json").read_text(encoding="utf-8"))
+
+
+def _model(family: str) -> Model:
+    return Model.from_hf_config(_entry(family)["config"], name=family)
+
+
+def test_every_new_family_has_a_config_file():
+    assert set(FAMILIES) >= {"mistral", "phi3", "olmo2", "gemma2", "gemma3", "gpt_oss", "qwen2_moe",
+                             "deepseek_v2", "kimi_k2"}
+    for family in FAMILIES:
+        source = _entry(family)["source"]
+        assert source["hf_repo"] and source["config_source"], family
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_total_parameters_match_the_published_figure(family):
+    """Within 1% of the published total, or within the rounding the source states its figure to."""
+    published = _entry(family)["published"]
+    count = _model(family).parameter_count()
+    tolerance = max(0.01 * published["total"], published.get("total_rounding", 0))
+    assert abs(count.total - published["total"]) <= tolerance, (count.total, published)
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if "active" in _entry(f)["published"]])
+def test_active_parameters_match_in_the_cards_convention(family):
+    published = _entry(family)["published"]
+    model = _model(family)
+    active = model.parameter_count().active
+    if published["active_convention"].startswith("without the input embedding"):
+        active -= model.embedding_parameters()
+    tolerance = max(0.01 * published["active"], published.get("active_rounding", 0))
+    assert abs(active - published["active"]) <= tolerance, (active, published)
+
+
+def test_gemma2_matches_its_report_to_the_parameter():
+    """Gemma 2 report Table 2 states 9B's counts to the unit: four RMSNorms a layer, head_dim 256 with
+    16 heads over a 3,584-wide residual, tied embeddings."""
+    model = _model("gemma2")
+    published = _entry("gemma2")["published"]
+    assert model.embedding_parameters() == published["embedding"]
+    assert model.output_parameters() == 0                        # tied
+    count = model.parameter_count()
+    assert count.total - model.embedding_parameters() == published["non_embedding"]
+
+
+def test_olmo2_by_hand():
+    """OLMo 2 7B, modeling_olmo2: q/k/v/o 4·4096², q_norm over 4096 and k_norm over 4096 (the whole
+    projections, MHA), two post-norms, SwiGLU 3·4096·11008, untied 100,352-token tables."""
+    h, layers, ffn, vocab = 4096, 32, 11008, 100352
+    per_layer = 4 * h * h + 2 * h + 2 * h + 3 * h * ffn
+    assert _model("olmo2").parameter_count().total == layers * per_layer + 2 * vocab * h + h
+
+
+def test_gpt_oss_by_hand():
+    """gpt-oss-120b: q/k/v/o with biases, one sink logit per head, a biased router, 128 SwiGLU experts
+    with biases (gate_up 2·2880 + down 2880), alternating 128-token sliding and full attention."""
+    h, heads, kv, d, experts, width, layers, vocab = 2880, 64, 8, 64, 128, 2880, 36, 201088
+    attention = (h * heads * d + heads * d) + 2 * (h * kv * d + kv * d) + (heads * d * h + h) + heads
+    expert = 3 * h * width + 2 * width + h
+    per_layer = attention + 2 * h + (experts * h + experts) + experts * expert
+    model = _model("gpt_oss")
+    assert model.parameter_count().total == layers * per_layer + 2 * vocab * h + h
+    assert [kind.name for kind in model.kinds] == ["sliding_moe", "full_moe"]
+    assert [kind.window for kind in model.kinds] == [128, 0]
+    assert model.layer_kinds_in_order[:4] == (0, 1, 0, 1)
+
+
+def test_sliding_layers_follow_each_familys_rule():
+    gemma2, gemma3 = _model("gemma2"), _model("gemma3")
+    # Gemma2DecoderLayer: even layers slide (4,096 keys); Gemma3TextConfig: every 6th layer is global
+    assert gemma2.layer_kinds_in_order[:4] == (0, 1, 0, 1) and gemma2.kinds[0].window == 4096
+    order = gemma3.layer_kinds_in_order
+    assert [gemma3.kinds[i].window for i in order[:6]] == [1024] * 5 + [0]
+    assert sum(1 for i in order if gemma3.kinds[i].window == 0) == 62 // 6
+    # Mistral and Phi-3 slide on every layer when sliding_window is set, and on none when it is null
+    assert [k.window for k in _model("mistral").kinds] == [4096]
+    assert [k.window for k in _model("phi3").kinds] == [2047]
+    config = dict(_entry("mistral")["config"], sliding_window=None)
+    assert [k.window for k in Model.from_hf_config(config).kinds] == [0]
+
+
+def test_sliding_window_costs_less_attention_than_full():
+    """Same Mistral, same strategy: the 4,096-key window at 32k tokens runs fewer attention FLOPs."""
+    config = _entry("mistral")["config"]
+    windowed, full = Model.from_hf_config(config), Model.from_hf_config(dict(config, sliding_window=None))
+    spec = ExecSpec(dp=1, tp=8, pp=1, global_batch_size=8, seq_length=32768, sequence_parallel=True)
+    cluster = Cluster("h100-sxm", num_devices=8)
+    a, b = ndcost.estimate(windowed, spec, cluster), ndcost.estimate(full, spec, cluster)
+    assert a.step_time < b.step_time
+    assert a.memory.peak_allocated <= b.memory.peak_allocated
+
+
+_STRATEGY = {
+    "mistral": dict(dp=2, tp=4, pp=1, global_batch_size=32, seq_length=8192, sequence_parallel=True),
+    "phi3": dict(dp=8, tp=1, pp=1, global_batch_size=64, seq_length=4096),
+    "olmo2": dict(dp=4, tp=2, pp=1, global_batch_size=64, seq_length=4096, sequence_parallel=True),
+    "gemma2": dict(dp=2, tp=4, pp=1, global_batch_size=32, seq_length=8192, sequence_parallel=True),
+    "gemma3": dict(dp=2, tp=8, pp=2, global_batch_size=64, seq_length=8192, sequence_parallel=True,
+                   recompute="selective"),
+    "gpt_oss": dict(dp=8, tp=1, pp=4, ep=8, global_batch_size=256, seq_length=4096, recompute="full"),
+    "qwen2_moe": dict(dp=8, tp=1, pp=1, ep=4, global_batch_size=64, seq_length=4096),
+    "deepseek_v2": dict(dp=8, tp=1, pp=1, ep=8, global_batch_size=64, seq_length=4096),
+    "kimi_k2": dict(dp=32, tp=1, pp=16, ep=32, global_batch_size=1024, seq_length=4096, recompute="full"),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_one_estimate_in_seconds_and_memory_on_both_backends(ckernels, family):
+    model = _model(family)
+    spec = ExecSpec(**_STRATEGY[family])
+    cluster = Cluster("h100-sxm", num_devices=spec.num_devices)
+    results = on_both_backends(lambda: ndcost.estimate(model, spec, cluster))
+    c, py = results["cython"], results["python"]
+    assert math.isfinite(c.step_time) and c.step_time > 0
+    assert c.step_time == pytest.approx(py.step_time, rel=1e-12)
+    for part in PART_NAMES:
+        assert c.parts[part] == pytest.approx(py.parts[part], rel=1e-12, abs=1e-15 * c.step_time)
+    assert 0.0 < c.mfu <= c.hfu <= 1.0
+    assert c.memory.peak_allocated == pytest.approx(py.memory.peak_allocated, rel=1e-12)
+    assert c.memory.peak_reserved == pytest.approx(py.memory.peak_reserved, rel=1e-12)
+    nd = on_both_backends(lambda: ndcost.estimate(model, spec, cluster, units="nd"))
+    assert nd["cython"].step_time == pytest.approx(nd["python"].step_time, rel=1e-12)
+
+
+def test_a_sliding_layer_without_a_window_is_refused():
+    config = dict(_entry("gpt_oss")["config"])
+    del config["sliding_window"]
+    with pytest.raises(SpecError, match="sliding_window"):
+        Model.from_hf_config(config)
