@@ -38,6 +38,9 @@ REALISTIC = {
                                     sequence_parallel=True, recompute="selective")),
     "kimi-k2": ("h800", dict(dp=64, tp=1, pp=16, ep=64, global_batch_size=4096, seq_length=4096,
                              recompute="full", zero_stage=1)),
+    # Llama 4: dense and MoE layers alternate; chunked attention at 16k tokens (two 8k chunks).
+    "llama4-maverick": ("h100-sxm", dict(dp=16, tp=4, pp=4, ep=16, global_batch_size=512, seq_length=16384,
+                                         sequence_parallel=True, recompute="full")),
     "deepseek-v2-lite": ("h100-sxm", dict(dp=8, tp=1, pp=1, ep=8, global_batch_size=256, seq_length=4096)),
 }
 

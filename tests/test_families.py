@@ -30,7 +30,7 @@ def _model(family: str) -> Model:
 
 def test_every_new_family_has_a_config_file():
     assert set(FAMILIES) >= {"mistral", "phi3", "olmo2", "gemma2", "gemma3", "gpt_oss", "qwen2_moe",
-                             "deepseek_v2", "kimi_k2"}
+                             "deepseek_v2", "kimi_k2", "llama4"}
     for family in FAMILIES:
         source = _entry(family)["source"]
         assert source["hf_repo"] and source["config_source"], family
@@ -124,6 +124,8 @@ _STRATEGY = {
     "gpt_oss": dict(dp=8, tp=1, pp=4, ep=8, global_batch_size=256, seq_length=4096, recompute="full"),
     "qwen2_moe": dict(dp=8, tp=1, pp=1, ep=4, global_batch_size=64, seq_length=4096),
     "deepseek_v2": dict(dp=8, tp=1, pp=1, ep=8, global_batch_size=64, seq_length=4096),
+    "llama4": dict(dp=8, tp=4, pp=4, ep=8, global_batch_size=256, seq_length=16384, sequence_parallel=True,
+                   recompute="full"),
     "kimi_k2": dict(dp=32, tp=1, pp=16, ep=32, global_batch_size=1024, seq_length=4096, recompute="full"),
 }
 

@@ -213,12 +213,25 @@ def test_hybrid_config_missing_linear_dims():
 
 def test_non_prefix_dense_layers_are_refused():
     cfg = {**config_of("qwen3-30b-a3b"), "mlp_only_layers": [5]}
-    rule = "leave the dense layers as a prefix 0..k-1 with decoder_sparse_step 1 (ndcost models dense-then-MoE stacks)"
+    rule = ("leave the listed dense layers as a prefix 0..k-1 (ndcost models a dense prefix, then every "
+            "decoder_sparse_step-th layer MoE)")
     with pytest.raises(SpecError, match=_msg("mlp_only_layers", "config.json <dict>", rule, [5])):
         Model.from_hf_config(cfg)
     cfg = {**config_of("deepseek-v3"), "moe_layer_freq": 2}
     with pytest.raises(SpecError, match=_msg("moe_layer_freq", "config.json <dict>", "be 1 (ndcost models dense-then-MoE stacks)", 2)):
         Model.from_hf_config(cfg)
+
+
+def test_decoder_sparse_step_interleaves_dense_and_moe_layers():
+    """Qwen3MoeDecoderLayer: layer i is MoE when (i + 1) % decoder_sparse_step == 0 (and not in
+    mlp_only_layers): step 2 alternates dense and MoE, after the listed dense prefix."""
+    cfg = {**config_of("qwen3-30b-a3b"), "decoder_sparse_step": 2, "mlp_only_layers": [0, 1, 2, 3]}
+    model = Model.from_hf_config(cfg)
+    ffn = [model.kinds[i].ffn for i in model.layer_kinds_in_order[:8]]
+    assert ffn == ["dense"] * 5 + ["moe", "dense", "moe"]
+    assert (model.first_k_dense_replace, model.moe_layer_step) == (4, 2)
+    dense_layers = sum(1 for i in model.layer_kinds_in_order if model.kinds[i].ffn == "dense")
+    assert dense_layers == 4 + (48 - 4) // 2
 
 
 def test_bad_value_in_config_is_reported_by_model():

@@ -249,6 +249,23 @@ def test_a_causal_sliding_window_meets_its_prefix_then_the_window(kernels):
     assert row[L["flops_core"]] == pytest.approx(flops, rel=1e-12)
 
 
+def test_chunked_attention_is_causal_inside_each_chunk(kernels):
+    """Llama 4's chunked attention, chunks of c = 100 keys over s tokens: query i meets (i mod c) + 1
+    keys, so k = floor(s/c) full chunks and r = s - k·c left hold k·c(c+1)/2 + r(r+1)/2 pairs a head,
+    by hand; 2·b·pairs·a·(d_qk + d_v) FLOPs, run whole by a chunked flash kernel."""
+    chunk = 100
+    a = _vision_kind(_arrays(_host(), _spec(seq_length=4096)), bidirectional=0)
+    b, s, t, cp, attn_rate, kernel_s = _core_inputs(a)
+    k = s // chunk
+    r = s - k * chunk
+    pairs = k * chunk * (chunk + 1) / 2 + r * (r + 1) / 2
+    row = _layers(kernels, _with_kind(a, att_window=chunk, att_chunked=1))[0]
+    assert row[L["flops_core"]] == pytest.approx(2.0 * b * pairs * VA * (VD + VD), rel=1e-12)
+    assert row[L["core_f"]] == pytest.approx(row[L["flops_core"]] / (t * cp) / attn_rate + kernel_s, rel=1e-12)
+    sliding = _layers(kernels, _with_kind(a, att_window=chunk))[0]
+    assert row[L["flops_core"]] < sliding[L["flops_core"]]     # a chunk's early queries see fewer keys
+
+
 def test_a_window_of_the_whole_sequence_is_no_window(kernels):
     a = _vision_kind(_arrays(_host(), _spec(seq_length=4096)))
     for flash in (0.0, 1.0):

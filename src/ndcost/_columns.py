@@ -44,6 +44,8 @@ KIND_FIELDS = (
     "bidirectional",  # 1: attention is not causal (a vision encoder): the whole score matrix runs
     "att_window",     # tokens a query attends to in a windowed-attention layer; 0 = the whole sequence.
                       #   Seconds and memory only: ND's op table prices s x s whatever the window
+    "att_chunked",    # 1: the window is a chunk (Llama 4's chunked attention: causal inside fixed blocks of
+                      #   att_window tokens), not a sliding window; seconds only
     "census_att",     # HyperParallel census: share of the attention matmuls (attMM) its selective policy
                       #   recomputes; -1 = no census (ND_REFERENCE §2.4 selective_shares)
     "census_ffn",     # the same for the FFN matmuls (ffMM); -1 = no census

@@ -40,6 +40,8 @@ SUPPORTED_MODEL_TYPES = (
     "gpt_oss",
     "kimi_k2",
     "llama",
+    "llama4",
+    "llama4_text",
     "mistral",
     "mixtral",
     "olmo2",
@@ -54,7 +56,9 @@ SUPPORTED_MODEL_TYPES = (
 )
 #: model_type -> the family whose code it runs (Kimi K2 ships DeepSeek-V3's modelling code under
 #: auto_map; gemma3_text is Gemma 3's text model).
-_FAMILY_OF = {"kimi_k2": "deepseek_v3", "gemma3_text": "gemma3"}
+_FAMILY_OF = {"kimi_k2": "deepseek_v3", "gemma3_text": "gemma3", "llama4_text": "llama4"}
+#: Multimodal configs whose text model ndcost reads from ``text_config`` (their vision towers are not priced).
+_TEXT_CONFIG_TYPES = ("gemma3", "llama4")
 #: MLA families (DeepSeek-V2 introduced it; V3 and Kimi K2 keep it).
 _MLA_FAMILIES = ("deepseek_v2", "deepseek_v3")
 #: Families whose every layer is MoE with the expert width in intermediate_size (no dense FFN).
@@ -160,11 +164,13 @@ def model_kwargs_from_hf_config(config: Mapping[str, Any], *, owner: str = "conf
         raise SpecError("model_type", owner, f"be one of {', '.join(map(repr, SUPPORTED_MODEL_TYPES))}", model_type)
     if model_type in _VLM_TYPES:
         return _vlm_kwargs(config, owner, model_type)
-    if model_type == "gemma3" and isinstance(config.get("text_config"), Mapping):
+    if model_type in _TEXT_CONFIG_TYPES and isinstance(config.get("text_config"), Mapping):
         config = {**config, **{k: v for k, v in config["text_config"].items() if v is not None}}
     read = _Reader(config, owner)
     if model_type == "gpt2":
         return _gpt2_kwargs(read)
+    if _FAMILY_OF.get(model_type, model_type) == "llama4":
+        return _llama4_kwargs(read)
     if model_type == "gpt_neox":
         return _gpt_neox_kwargs(read)
     return _decoder_kwargs(read, _FAMILY_OF.get(model_type, model_type))
@@ -280,6 +286,36 @@ _GEMMA_DEFAULTS = {
 }
 
 
+#: Llama4TextConfig's default: every 4th layer (1-based) is a NoPE layer with full attention, the
+#: others use RoPE and chunked attention (no_rope_layer_interval = 4).
+_LLAMA4_NO_ROPE_INTERVAL = 4
+
+
+def _llama4_kwargs(read: _Reader) -> dict[str, Any]:
+    """Llama 4 (modeling_llama4, text model): MoE layers every ``interleave_moe_layer_step``-th
+    layer (Llama4TextConfig: layer i is MoE when (i + 1) % step == 0), each with routed experts of
+    width ``intermediate_size`` (top-k, an unbiased router) and one shared expert of that width, no
+    gate; dense layers of width ``intermediate_size_mlp``; RoPE layers attend causally inside chunks
+    of ``attention_chunk_size`` tokens, NoPE layers (``no_rope_layers`` 0) to the whole prefix; the
+    QK L2-norm has no weights. The vision tower is not priced."""
+    layers = read.required("num_hidden_layers")
+    kwargs = _decoder_kwargs(read, "llama4")
+    kwargs["intermediate_size"] = read.required("intermediate_size_mlp")
+    kwargs["moe_layer_step"] = read.optional("interleave_moe_layer_step", default=1)
+    kwargs["qk_norm"] = False          # Llama4TextL2Norm: no parameters (its elementwise pass is not priced)
+    chunk = read.optional("attention_chunk_size")
+    if chunk is not None and _layer_count(layers) and read.optional("layer_types") is None:
+        no_rope = read.optional("no_rope_layers")
+        if isinstance(no_rope, list) and len(no_rope) == layers:
+            uses_rope = [bool(flag) for flag in no_rope]
+        else:
+            uses_rope = [(i + 1) % _LLAMA4_NO_ROPE_INTERVAL != 0 for i in range(layers)]
+        kwargs["layer_types"] = tuple("chunked_attention" if rope else "full_attention" for rope in uses_rope)
+    if chunk is not None and "chunked_attention" in (kwargs.get("layer_types") or ()):
+        kwargs["attention_chunk_size"] = chunk
+    return kwargs
+
+
 def _decoder_kwargs(read: _Reader, model_type: str) -> dict[str, Any]:
     """The gated-MLP/RMSNorm families: llama, mistral, phi3, olmo2, gemma2, gemma3,
     qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_next, mixtral, gpt_oss, deepseek_v2,
@@ -385,7 +421,7 @@ def _add_layer_types(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> 
 
 def _add_ffn(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> None:
     num_experts = read.optional(*_EXPERT_COUNT_KEYS, default=0)
-    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next", "mixtral", "gpt_oss") + _MLA_FAMILIES:
+    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next", "mixtral", "gpt_oss", "llama4") + _MLA_FAMILIES:
         num_experts = read.required(*_EXPERT_COUNT_KEYS)
     kwargs["intermediate_size"] = read.optional("intermediate_size")
     if not num_experts:
@@ -393,6 +429,11 @@ def _add_ffn(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> None:
         return
     kwargs["num_experts"] = num_experts
     kwargs["num_experts_per_tok"] = read.required("num_experts_per_tok")
+    if model_type == "llama4":
+        # Llama4TextMoe: routed experts and one shared expert, both of width intermediate_size.
+        kwargs["moe_intermediate_size"] = read.required("intermediate_size")
+        kwargs["shared_expert_intermediate_size"] = read.required("intermediate_size")
+        return
     if model_type in _ALL_MOE_FAMILIES:
         # MixtralSparseMoeBlock, GptOssMLP: every layer is MoE and each expert has width
         # intermediate_size; there is no dense FFN and no shared expert.
@@ -439,14 +480,15 @@ def _dense_prefix(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> int
             return 0      # Model refuses the layer count
         # A set of the entries that can name a layer (an int; 1.0 == 1 as in the list): one
         # look-up a layer, however long the list.
-        only = {index for index in mlp_only if isinstance(index, (int, float))}
-        dense = sorted({i for i in range(layers) if i in only or (i + 1) % step != 0})
-        if dense != list(range(len(dense))):
+        only = sorted({int(index) for index in mlp_only if isinstance(index, (int, float)) and 0 <= index < layers})
+        if only != list(range(len(only))):
             raise SpecError(
                 "mlp_only_layers",
                 read.owner,
-                "leave the dense layers as a prefix 0..k-1 with decoder_sparse_step 1 (ndcost models dense-then-MoE stacks)",
+                "leave the listed dense layers as a prefix 0..k-1 (ndcost models a dense prefix, then every "
+                "decoder_sparse_step-th layer MoE)",
                 list(mlp_only),
             )
-        return len(dense)
+        kwargs["moe_layer_step"] = step
+        return len(only)
     return read.optional("first_k_dense_replace", default=0)

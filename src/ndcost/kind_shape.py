@@ -30,6 +30,7 @@ class KindShape:
         tokens: The tokens per sample the layer really runs on; 0 = the candidate's sequence.
         bidirectional: The attention sees every token (an encoder), not a causal prefix.
         window: Tokens a query attends to in a windowed layer; 0 = the whole sequence.
+        chunked: The window is a fixed block (Llama 4's chunked attention), not a sliding window.
     """
 
     hidden: int
@@ -45,6 +46,7 @@ class KindShape:
     tokens: int = 0
     bidirectional: bool = False
     window: int = 0
+    chunked: bool = False
 
 
 def kind_shape(model: Any, k: int) -> KindShape:
@@ -67,5 +69,5 @@ def kind_shape(model: Any, k: int) -> KindShape:
         head_dim=model.head_dim, ffn_width=model.moe_intermediate_size if moe else model.intermediate_size,
         gated=model.gated_ffn, out_gate=model.attn_output_gate, qk_norm=model.qk_norm,
         nd_hff=model.intermediate_size or model.moe_intermediate_size,
-        window=kind.window,     # a causal sliding window (bidirectional stays False)
+        window=kind.window, chunked=kind.chunked,   # a causal sliding window or chunk (bidirectional stays False)
     )

@@ -36,7 +36,7 @@ __all__ = ["OpCounts", "LayerKind", "ParamCount", "Model"]
 _OWNER = "Model"
 
 #: Values of ``layer_types`` ndcost can price (Transformers' names).
-LAYER_TYPES = ("full_attention", "linear_attention", "sliding_attention")
+LAYER_TYPES = ("full_attention", "linear_attention", "sliding_attention", "chunked_attention")
 #: Attention flavours of a :class:`LayerKind`.
 ATTENTION_KINDS = ("full", "mla", "linear")
 #: FFN flavours of a :class:`LayerKind`.
@@ -64,6 +64,7 @@ FAMILIES = (
     "gpt_oss",
     "qwen2_moe",
     "deepseek_v2",
+    "llama4",
 )
 #: Families whose decoder layer has four norms (before and after attention and FFN: Gemma2DecoderLayer,
 #: Gemma3DecoderLayer), not two.
@@ -145,7 +146,9 @@ class LayerKind:
     ``"full_moe"``, ``"sliding_dense"``, ...) when the model mixes attention flavours
     or windows; a vision tower's blocks are ``"vision"`` (and ``"vision_window"`` for
     its windowed blocks), with ``module = "vision"``. ``window`` is the keys a
-    sliding-window text layer's query attends to (0: the whole causal prefix).
+    sliding-window text layer's query attends to (0: the whole causal prefix);
+    ``chunked``: the window is a fixed chunk (Llama 4's chunked attention, causal
+    inside blocks of ``window`` tokens) rather than sliding.
     """
 
     name: str
@@ -154,6 +157,7 @@ class LayerKind:
     ops: OpCounts
     module: str = "text"
     window: int = 0
+    chunked: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -164,6 +168,7 @@ class LayerKind:
             raise SpecError("ops", "LayerKind", "be an OpCounts", self.ops)
         check_choice(self.module, "module", "LayerKind", MODULES)
         check_positive_int(self.window, "window", "LayerKind", minimum=0, maximum=MAX_SEQ_LENGTH)
+        check_bool(self.chunked, "chunked", "LayerKind")
 
 
 # --------------------------------------------------------------------------- ParamCount
@@ -202,6 +207,8 @@ _NON_NEGATIVE = (
     "num_nextn_predict_layers",
     "learned_position_embeddings",
     "sliding_window",
+    "attention_chunk_size",
+    "moe_layer_step",
 )
 _BOOLS = (
     "tie_word_embeddings",
@@ -227,6 +234,7 @@ _SIZE_LIMITS: Mapping[str, int] = {
     "linear_num_value_heads": MAX_HEADS,
     "num_experts": MAX_EXPERTS, "num_experts_per_tok": MAX_EXPERTS,
     "vocab_size": MAX_VOCAB, "learned_position_embeddings": MAX_SEQ_LENGTH, "sliding_window": MAX_SEQ_LENGTH,
+    "attention_chunk_size": MAX_SEQ_LENGTH, "moe_layer_step": MAX_LAYERS,
     **{name: MAX_WIDTH for name in ("hidden_size", "head_dim", "intermediate_size", "moe_intermediate_size",
                                     "shared_expert_intermediate_size", "kv_lora_rank", "q_lora_rank",
                                     "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "linear_key_head_dim",
@@ -248,7 +256,11 @@ class Model:
     Both are normalised to ints after construction.
 
     A MoE model (``num_experts > 0``) has ``first_k_dense_replace`` dense layers
-    first, then MoE layers; a hybrid model lists ``layer_types`` per body layer.
+    first, then MoE layers -- every ``moe_layer_step``-th one (layer i is MoE when
+    ``(i + 1) % moe_layer_step == 0``: Llama 4's interleave_moe_layer_step, Qwen's
+    decoder_sparse_step), the others dense; a hybrid model lists ``layer_types``
+    per body layer. ``chunked_attention`` layers attend causally inside fixed
+    chunks of ``attention_chunk_size`` tokens (Llama 4).
     ``sliding_window`` is the keys a sliding-attention layer's query attends to:
     the layers ``layer_types`` names ``"sliding_attention"``, or every layer when
     ``layer_types`` is not given (Mistral's and Phi-3's convention); 0: none.
@@ -267,6 +279,7 @@ class Model:
     moe_intermediate_size: int | None = None
     shared_expert_intermediate_size: int = 0
     first_k_dense_replace: int = 0
+    moe_layer_step: int = 1
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
     qk_rope_head_dim: int = 0
@@ -279,6 +292,7 @@ class Model:
     linear_conv_kernel_dim: int = 0
     layer_types: tuple[str, ...] | None = None
     sliding_window: int = 0
+    attention_chunk_size: int = 0
     tie_word_embeddings: bool = False
     qk_norm: bool = False
     attn_output_gate: bool = False
@@ -393,6 +407,9 @@ class Model:
                     f"hold only {', '.join(map(repr, LAYER_TYPES))}",
                     entry,
                 )
+        if "chunked_attention" in layer_types and self.attention_chunk_size < 1:
+            rule = "be an integer >= 1 when a layer is chunked_attention"
+            raise SpecError("attention_chunk_size", _OWNER, rule, self.attention_chunk_size)
         if "sliding_attention" in layer_types and self.sliding_window < 1:
             rule = "be an integer >= 1 when a layer is sliding_attention"
             raise SpecError("sliding_window", _OWNER, rule, self.sliding_window)
@@ -427,7 +444,12 @@ class Model:
                     "be set (the routed expert width) when num_experts > 0",
                     None,
                 )
+            if self.moe_layer_step < 1:
+                raise SpecError("moe_layer_step", _OWNER, "be an integer >= 1", self.moe_layer_step)
         else:
+            if self.moe_layer_step != 1:
+                raise SpecError("moe_layer_step", _OWNER, "be 1 when num_experts is 0 (a dense model)",
+                                self.moe_layer_step)
             for field_name in ("num_experts_per_tok", "shared_expert_intermediate_size", "first_k_dense_replace"):
                 if getattr(self, field_name) != 0:
                     rule = "be 0 when num_experts is 0 (a dense model)"
@@ -446,7 +468,7 @@ class Model:
                 f"be <= num_hidden_layers ({self.num_hidden_layers})",
                 self.first_k_dense_replace,
             )
-        has_dense_layer = self.num_experts == 0 or self.first_k_dense_replace > 0
+        has_dense_layer = self.num_experts == 0 or self.first_k_dense_replace > 0 or self.moe_layer_step > 1
         if has_dense_layer and self.intermediate_size is None:
             raise SpecError(
                 "intermediate_size",
@@ -555,14 +577,22 @@ class Model:
     def num_layers_with_mtp(self) -> int:
         return self.num_hidden_layers + self.num_nextn_predict_layers
 
-    def _layer_window(self, index: int) -> int:
-        """Keys body layer *index*'s query attends to: the sliding window, or 0 (all)."""
+    def _layer_window(self, index: int) -> tuple[int, bool]:
+        """(keys body layer *index*'s query attends to -- the sliding window or chunk, 0: all --,
+        whether it is a chunk)."""
         if self.layer_types is None:
-            return self.sliding_window      # Mistral / Phi-3: one window for every layer, or none
-        return self.sliding_window if self.layer_types[index] == "sliding_attention" else 0
+            return self.sliding_window, False   # Mistral / Phi-3: one window for every layer, or none
+        layer_type = self.layer_types[index]
+        if layer_type == "chunked_attention":
+            return self.attention_chunk_size, True
+        return (self.sliding_window if layer_type == "sliding_attention" else 0), False
 
-    def _body_layer_flavours(self) -> list[tuple[str, str, int]]:
-        """(attention, ffn, window) of each body layer, in model order."""
+    def _is_moe_layer(self, index: int) -> bool:
+        return (self.is_moe and index >= self.first_k_dense_replace
+                and (index + 1) % self.moe_layer_step == 0)
+
+    def _body_layer_flavours(self) -> list[tuple[str, str, tuple[int, bool]]]:
+        """(attention, ffn, (window, chunked)) of each body layer, in model order."""
         flavours = []
         for index in range(self.num_hidden_layers):
             if self.layer_types is not None and self.layer_types[index] == "linear_attention":
@@ -571,8 +601,8 @@ class Model:
                 attention = "mla"
             else:
                 attention = "full"
-            ffn = "moe" if self.is_moe and index >= self.first_k_dense_replace else "dense"
-            window = self._layer_window(index) if attention == "full" else 0
+            ffn = "moe" if self._is_moe_layer(index) else "dense"
+            window = self._layer_window(index) if attention == "full" else (0, False)
             flavours.append((attention, ffn, window))
         return flavours
 
@@ -584,7 +614,7 @@ class Model:
         mixed_attention = (len({(attention, window) for attention, _, window in flavours}) > 1
                            or self.has_linear_attention)
         kinds: list[LayerKind] = []
-        index_of: dict[tuple[str, str, int], int] = {}
+        index_of: dict[tuple[str, str, tuple[int, bool]], int] = {}
         order: list[int] = []
         for attention, ffn, window in flavours:
             key = (attention, ffn, window)
@@ -593,10 +623,11 @@ class Model:
                     ops = OpCounts.linear_attention(gated_ffn=self.gated_ffn)
                 else:
                     ops = OpCounts.full_attention(gated_ffn=self.gated_ffn)
-                label = "sliding" if window else attention
+                span, chunked = window
+                label = ("chunked" if chunked else "sliding") if span else attention
                 kind_name = f"{label}_{ffn}" if mixed_attention else ffn
                 index_of[key] = len(kinds)
-                kinds.append(LayerKind(kind_name, attention, ffn, ops, window=window))
+                kinds.append(LayerKind(kind_name, attention, ffn, ops, window=span, chunked=chunked))
             order.append(index_of[key])
         # MTP layers repeat the last body layer's kind (ND_REFERENCE §1.5, "Layer stack").
         order.extend([order[-1]] * self.num_nextn_predict_layers)

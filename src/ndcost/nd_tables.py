@@ -150,6 +150,7 @@ def _fill_submodule(row: np.ndarray, model: Any, kind: Any, shape: Any) -> None:
     row[KIND["seq_tokens"]] = shape.tokens
     row[KIND["bidirectional"]] = 1.0 if shape.bidirectional else 0.0
     row[KIND["att_window"]] = shape.window
+    row[KIND["att_chunked"]] = 1.0 if shape.chunked else 0.0
     census = model.kind_census(kind.name)
     row[KIND["census_att"]] = -1.0 if census is None else census.selective_attention_mm
     row[KIND["census_ffn"]] = -1.0 if census is None else census.selective_ffn_mm

@@ -38,9 +38,10 @@ cdef enum:
     K_seq_tokens = 34
     K_bidirectional = 35
     K_att_window = 36
-    K_census_att = 37
-    K_census_ffn = 38
-    K_COUNT = 39
+    K_att_chunked = 37
+    K_census_att = 38
+    K_census_ffn = 39
+    K_COUNT = 40
 
 cdef enum:
     M_h = 0

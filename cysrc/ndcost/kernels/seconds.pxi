@@ -211,7 +211,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double fw = 0.0, bw = 0.0, bw_w = 0.0, gemm_f = 0.0, gemm_b = 0.0, p_dense, p_expert
     cdef double w_att, extra, f_att, d_att, w_grad, up_share, flops_att
     cdef double core_f = 0.0, core_b = 0.0, flops_core = 0.0, scores = 0.0, core_extra = 0.0
-    cdef double heads, run, keys, q_rows, window, span
+    cdef double heads, run, keys, q_rows, window, span, full_chunks, rest
     cdef bint windowed, causal, masked
     cdef double flops_rec = 0.0, n_v, d_k, dv_lin, conv_bytes = 0.0, compute, memory, rec_f
     cdef double flops_ffn = 0.0, act_bytes = 0.0, other_bytes = 0.0, other_kernels = 2.0, ffn_f = 0.0
@@ -267,13 +267,21 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     gemm_b += d_att + w_grad
 
     # attention core: span keys a query meets on average (s; a bidirectional window; a causal
-    # sliding window: w - w(w-1)/(2s)); causal (half the matrix) unless bidirectional or windowed
+    # sliding window: w - w(w-1)/(2s); causal chunks of w: (k·w(w+1) + r(r+1))/(2s), k = floor(s/w),
+    # r = s - k·w); causal (half the matrix) unless bidirectional or windowed
     window = kind[K_att_window]
     windowed = window > 0.0 and window < s
     masked = kind[K_bidirectional] == 0.0
     span = s
     if windowed:
-        span = window - window * (window - 1.0) / (2.0 * s) if masked else window
+        if not masked:
+            span = window
+        elif kind[K_att_chunked] != 0.0:
+            full_chunks = floor(s / window)
+            rest = s - full_chunks * window
+            span = (full_chunks * window * (window + 1.0) + rest * (rest + 1.0)) / (2.0 * s)
+        else:
+            span = window - window * (window - 1.0) / (2.0 * s)
     causal = masked and not windowed
     if has_core:
         heads = b * a / t

@@ -412,8 +412,10 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     # query meets all s keys. A windowed bidirectional kind (att_window < s; Qwen2.5-VL's window
     # attention: block-diagonal windows, bidirectional inside each) meets span = att_window keys a
     # query. A windowed causal kind is a sliding window (Mistral, Gemma 2/3, gpt-oss): query i meets
-    # min(i + 1, w) keys, s·w - w(w-1)/2 over the sequence, so span = w - w(w-1)/(2s); a flash kernel
-    # with a window skips the blocks outside it, an unfused one computes the whole matrix and masks it.
+    # min(i + 1, w) keys, s·w - w(w-1)/2 over the sequence, so span = w - w(w-1)/(2s); a chunked
+    # causal kind (Llama 4: causal inside fixed chunks of w tokens) meets i mod w + 1 keys, so k full
+    # chunks and a remainder r = s - k·w hold k·w(w+1)/2 + r(r+1)/2 pairs. A flash kernel with a
+    # window or chunks skips the blocks outside them, an unfused one computes the whole matrix and masks it.
     core_f = core_b = flops_core = core_extra = 0.0
     scores = 0.0
     window = kind[_K["att_window"]]
@@ -421,7 +423,14 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     masked = kind[_K["bidirectional"]] == 0.0
     span = s
     if windowed:
-        span = window - window * (window - 1.0) / (2.0 * s) if masked else window
+        if not masked:
+            span = window
+        elif kind[_K["att_chunked"]] != 0.0:
+            full_chunks = math.floor(s / window)
+            rest = s - full_chunks * window
+            span = (full_chunks * window * (window + 1.0) + rest * (rest + 1.0)) / (2.0 * s)
+        else:
+            span = window - window * (window - 1.0) / (2.0 * s)
     causal = masked and not windowed
     if has_core:
         heads = b * a / t
