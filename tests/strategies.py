@@ -41,8 +41,16 @@ REALISTIC = {
     # Llama 4: dense and MoE layers alternate; chunked attention at 16k tokens (two 8k chunks).
     "llama4-maverick": ("h100-sxm", dict(dp=16, tp=4, pp=4, ep=16, global_batch_size=512, seq_length=16384,
                                          sequence_parallel=True, recompute="full")),
+    # A hybrid Mamba-2 stack: 118 one-part blocks over 4 stages; seconds only (ND refuses it).
+    "nemotron-h-56b": ("h100-sxm", dict(dp=8, tp=8, pp=4, global_batch_size=768, seq_length=8192,
+                                        sequence_parallel=True, recompute="selective")),
     "deepseek-v2-lite": ("h100-sxm", dict(dp=8, tp=1, pp=1, ep=8, global_batch_size=256, seq_length=4096)),
 }
+
+#: Catalog models ND's op tables cannot price (a Mamba-2 mixer, one-part blocks): seconds only.
+SECONDS_ONLY = ("nemotron-h-56b",)
+#: The REALISTIC models ND units price.
+ND_PRICED = tuple(sorted(name for name in REALISTIC if name not in SECONDS_ONLY))
 
 
 def realistic(name: str) -> tuple[Model, ExecSpec, Cluster]:

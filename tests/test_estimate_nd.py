@@ -14,10 +14,10 @@ from ndcost._columns import PART_NAMES
 from ndcost.nd import estimate_performance
 from ndcost.ratios import _reset_missing_warnings
 
-from strategies import REALISTIC, on_both_backends, realistic
+from strategies import ND_PRICED, REALISTIC, on_both_backends, realistic
 
 
-@pytest.mark.parametrize("name", sorted(REALISTIC))
+@pytest.mark.parametrize("name", ND_PRICED)
 def test_every_catalog_model_prices_the_same_on_both_backends(ckernels, name):
     model, spec, cluster = realistic(name)
     results = on_both_backends(lambda: ndcost.estimate(model, spec, cluster, units="nd"))

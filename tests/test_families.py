@@ -30,7 +30,7 @@ def _model(family: str) -> Model:
 
 def test_every_new_family_has_a_config_file():
     assert set(FAMILIES) >= {"mistral", "phi3", "olmo2", "gemma2", "gemma3", "gpt_oss", "qwen2_moe",
-                             "deepseek_v2", "kimi_k2", "llama4"}
+                             "deepseek_v2", "kimi_k2", "llama4", "nemotron_h"}
     for family in FAMILIES:
         source = _entry(family)["source"]
         assert source["hf_repo"] and source["config_source"], family
@@ -126,6 +126,8 @@ _STRATEGY = {
     "deepseek_v2": dict(dp=8, tp=1, pp=1, ep=8, global_batch_size=64, seq_length=4096),
     "llama4": dict(dp=8, tp=4, pp=4, ep=8, global_batch_size=256, seq_length=16384, sequence_parallel=True,
                    recompute="full"),
+    "nemotron_h": dict(dp=8, tp=8, pp=4, global_batch_size=768, seq_length=8192, sequence_parallel=True,
+                       recompute="selective"),
     "kimi_k2": dict(dp=32, tp=1, pp=16, ep=32, global_batch_size=1024, seq_length=4096, recompute="full"),
 }
 
@@ -144,6 +146,10 @@ def test_one_estimate_in_seconds_and_memory_on_both_backends(ckernels, family):
     assert 0.0 < c.mfu <= c.hfu <= 1.0
     assert c.memory.peak_allocated == pytest.approx(py.memory.peak_allocated, rel=1e-12)
     assert c.memory.peak_reserved == pytest.approx(py.memory.peak_reserved, rel=1e-12)
+    if model.has_mamba:
+        with pytest.raises(SpecError, match="ND's op tables cannot price a Mamba-2 mixer"):
+            ndcost.estimate(model, spec, cluster, units="nd")
+        return
     nd = on_both_backends(lambda: ndcost.estimate(model, spec, cluster, units="nd"))
     assert nd["cython"].step_time == pytest.approx(nd["python"].step_time, rel=1e-12)
 
@@ -153,3 +159,29 @@ def test_a_sliding_layer_without_a_window_is_refused():
     del config["sliding_window"]
     with pytest.raises(SpecError, match="sliding_window"):
         Model.from_hf_config(config)
+
+
+def test_nemotron_h_blocks_by_hand():
+    """Nemotron-H 56B (modeling_nemotron_h): 54 Mamba-2 blocks -- in_proj 8192 -> 2·16384 + 2·8·256 + 256,
+    conv1d over 16384 + 2·8·256 channels (4 taps + bias), dt_bias/A_log/D per head, a gated RMSNorm over
+    16384, out_proj 16384 -> 8192 -- 10 attention blocks, 54 squared-ReLU MLPs (2 matmuls of 32,768),
+    one RMSNorm a block, untied 131,072-token tables."""
+    h, heads, p, groups, state, conv_k = 8192, 256, 64, 8, 256, 4
+    d_inner, conv = heads * p, heads * p + 2 * groups * state
+    mamba = h * (2 * d_inner + 2 * groups * state + heads) + conv * conv_k + conv + 3 * heads + d_inner + d_inner * h
+    attention = 2 * h * h + 2 * h * 8 * 128
+    mlp = 2 * h * 32768
+    model = _model("nemotron_h")
+    assert model.parameter_count().total == (54 * (mamba + h) + 10 * (attention + h) + 54 * (mlp + h)
+                                             + 2 * 131072 * h + h)
+    assert [(k.attention, k.ffn) for k in model.kinds] == [("mamba", "none"), ("none", "dense"), ("full", "none")]
+
+
+def test_hybrid_rules_refuse_what_is_not_priced():
+    model = _model("nemotron_h")
+    cluster = Cluster("h100-sxm", num_devices=64)
+    four_groups = Model.from_hf_config(dict(_entry("nemotron_h")["config"], n_groups=4))
+    with pytest.raises(SpecError, match=r"divide mamba_n_groups \(4\)"):
+        ndcost.estimate(four_groups, ExecSpec(dp=8, tp=8, global_batch_size=64, seq_length=8192), cluster)
+    with pytest.raises(SpecError, match="context parallelism is not priced"):
+        ndcost.estimate(model, ExecSpec(dp=4, tp=8, cp=2, global_batch_size=64, seq_length=8192), cluster)

@@ -40,7 +40,7 @@ def random_layer_arguments(rng: np.random.Generator) -> dict:
         "sp": float(tp if rng.random() < 0.5 else 1),
         "cp": float(rng.choice([1, 2, 4])),
         "etp": float(rng.choice([1, tp])),
-        "attention": int(rng.integers(0, 3)),
+        "attention": int(rng.integers(0, 5)),     # full, MLA, GDN, Mamba-2, none
         "heads": float(heads),
         "kv_heads": float(rng.choice([1, 2, 8, heads])),
         "head_dim": float(rng.choice([64, 128])),
@@ -57,7 +57,7 @@ def random_layer_arguments(rng: np.random.Generator) -> dict:
         "lin_v_dim": 128.0,
         "lin_conv": float(rng.choice([0, 4])),
         "lin_chunk": 64.0,
-        "ffn": int(rng.integers(0, 2)),
+        "ffn": int(rng.integers(0, 3)),           # dense, MoE, none
         "gated": int(rng.integers(0, 2)),
         "ffn_width": float(rng.choice([512, 2048, 14336])),
         "experts": float(rng.choice([8, 64, 256])),
@@ -78,7 +78,7 @@ def random_layer_arguments(rng: np.random.Generator) -> dict:
 # Edges the random draw may miss: invalid sizes and codes (NaN), p = 1, cp > 1, full recompute.
 LAYER_EDGES = [
     {"seq": 0.0}, {"batch": -1.0}, {"hidden": 0.0}, {"tp": 0.0}, {"sp": 0.5}, {"cp": 0.0}, {"etp": 0.0},
-    {"attention": 3}, {"attention": -1}, {"ffn": 2}, {"option": 3}, {"option": -1}, {"keep_mask": 256},
+    {"attention": 5}, {"attention": -1}, {"ffn": 3}, {"option": 3}, {"option": -1}, {"keep_mask": 256},
     {"keep_mask": -1}, {"compute_bytes": -1.0}, {"heads": 0.0}, {"ffn_width": 0.0},
     {"attention": 0, "kv_heads": 0.0}, {"attention": 1, "kv_lora": 0.0}, {"attention": 2, "lin_chunk": 0.0},
     {"ffn": 1, "experts": 0.0}, {"ffn": 1, "top_k": 0.0}, {"ffn": 1, "token_factor": 0.0},

@@ -24,6 +24,7 @@ CATALOG = [
     "llama3.1-405b",
     "llama4-maverick",
     "mixtral-8x7b",
+    "nemotron-h-56b",
     "qwen2.5-72b",
     "qwen2.5-vl-7b",
     "qwen3-235b-a22b",
@@ -63,7 +64,8 @@ ROUNDED_TOTAL = {"kimi-k2": 0.05e12}
 
 # Catalog models catalog_facts/models.yaml does not list (it has no vision-language model, nor the
 # families added after it: gpt-oss, Gemma 3, Kimi K2, DeepSeek-V2).
-OUTSIDE_FACTS = ("deepseek-v2-lite", "gemma3-27b", "gpt-oss-120b", "kimi-k2", "llama4-maverick", "qwen2.5-vl-7b")
+OUTSIDE_FACTS = ("deepseek-v2-lite", "gemma3-27b", "gpt-oss-120b", "kimi-k2", "llama4-maverick", "nemotron-h-56b",
+                 "qwen2.5-vl-7b")
 
 
 def test_models_lists_the_catalog_sorted():

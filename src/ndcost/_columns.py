@@ -46,6 +46,11 @@ KIND_FIELDS = (
                       #   Seconds and memory only: ND's op table prices s x s whatever the window
     "att_chunked",    # 1: the window is a chunk (Llama 4's chunked attention: causal inside fixed blocks of
                       #   att_window tokens), not a sliding window; seconds only
+    "mixer",          # the layer's token mixer: 0 attention (full, MLA, gated DeltaNet), 1 a Mamba-2 mixer
+                      #   (att_a its heads, att_n_kv its B/C groups, att_dh its head dim, lin_d_k its state),
+                      #   2 none (an MLP-only block of a hybrid stack); seconds only (ND refuses 1 and 2)
+    "has_ffn",        # 1: the layer has an FFN (dense or MoE); 0: a mixer-only block of a hybrid stack
+    "ssm_chunk",      # Mamba-2's SSD chunk length (mamba_chunk_size); 0 for other kinds
     "census_att",     # HyperParallel census: share of the attention matmuls (attMM) its selective policy
                       #   recomputes; -1 = no census (ND_REFERENCE §2.4 selective_shares)
     "census_ffn",     # the same for the FFN matmuls (ffMM); -1 = no census
@@ -260,11 +265,12 @@ GROUPS["SS"] = SECONDS_STAGE_FIELDS
 
 # --- per layer kind, what the memory model reads (float64, K x MEMORY_KIND_FIELDS) ---
 MEMORY_KIND_FIELDS = (
-    "attention",      # memory.ATTENTION_CODES: 0 full, 1 MLA, 2 linear (gated DeltaNet)
+    "attention",      # memory.ATTENTION_CODES: 0 full, 1 MLA, 2 linear (gated DeltaNet), 3 Mamba-2 (its
+                      #   groups, state, heads, head dim, conv and chunk in the lin_* columns), 4 none
     "heads", "kv_heads", "head_dim", "out_gate", "qk_norm",           # full attention (MLA: heads)
     "q_lora", "kv_lora", "qk_nope", "qk_rope", "v_dim",               # MLA dims
     "lin_k_heads", "lin_k_dim", "lin_v_heads", "lin_v_dim", "lin_conv", "lin_chunk",  # gated DeltaNet
-    "ffn",            # memory.FFN_CODES: 0 dense, 1 MoE
+    "ffn",            # memory.FFN_CODES: 0 dense, 1 MoE, 2 none (a mixer-only block)
     "gated",          # 1 SwiGLU, 0 GELU
     "ffn_width",      # dense width, or the routed expert width on a MoE kind
     "experts", "top_k", "shared_width",   # MoE kind only (0 on a dense kind)

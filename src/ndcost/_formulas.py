@@ -171,7 +171,7 @@ class ModelConstants:
 
     __slots__ = ("num_experts", "heads", "kv_heads", "tie", "is_moe", "is_mla", "linear_k_heads",
                  "linear_v_heads", "has_linear", "moe_width", "layers_with_mtp", "has_vision", "vision_heads",
-                 "vision_tokens")
+                 "vision_tokens", "has_mamba", "mamba_heads", "mamba_groups")
 
     def __init__(self, model: Any) -> None:
         self.num_experts = model.num_experts
@@ -188,6 +188,9 @@ class ModelConstants:
         self.has_vision = model.vision is not None
         self.vision_heads = model.vision.num_heads if self.has_vision else 0
         self.vision_tokens = model.vision.tokens if self.has_vision else 0
+        self.has_mamba = model.has_mamba
+        self.mamba_heads = model.mamba_num_heads
+        self.mamba_groups = model.mamba_n_groups
 
 
 class ClusterConstants:
@@ -391,6 +394,8 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
         rules.append(("tp_kv_heads", mc.kv_heads % tp != 0))
     if mc.has_linear:
         rules.append(("tp_linear_heads", (mc.linear_k_heads % tp != 0) | (mc.linear_v_heads % tp != 0)))
+    if mc.has_mamba:
+        rules.append(("tp_mamba_heads", (mc.mamba_heads % tp != 0) | (mc.mamba_groups % tp != 0)))
     # 3. Experts (ND §3.9 C1-C2; Megatron's expert grid).
     if not mc.is_moe:
         rules.append(("ep_dense", ep != 1))
@@ -426,6 +431,8 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     ulysses = (cp > 1) & ops.not_(ring)
     rules.append(("ulysses_heads", ulysses & (mc.kv_heads % (tp * cp) != 0)))
     rules.append(("seq_ulysses", ulysses & (s % cp != 0)))
+    if mc.has_mamba:
+        rules.append(("cp_mamba", cp > 1))
     # 6b. A vision tower shares the strategy (validate._vision_rules).
     if mc.has_vision:
         v_tokens, v_heads = mc.vision_tokens, mc.vision_heads

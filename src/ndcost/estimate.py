@@ -31,6 +31,7 @@ from .memory import MEMORY_PARTS, MemoryEstimate, memory_kind_table, memory_mode
 from .model import Model
 from .nd_tables import (
     MOE_DISPATCH, cluster_constants, nd_candidate_vector, nd_kind_table, nd_model_vector, nd_options_vector,
+    refuse_nd_units,
 )
 from .ratios import Ratios
 from .reasons import REASON_CODES
@@ -143,6 +144,8 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
     cluster = as_cluster(cluster, spec)
     if units == "nd" and rates is not None:
         raise SpecError("rates", "estimate", "be given in seconds units only (ND's units price no rates)", rates)
+    if units == "nd":
+        refuse_nd_units(model, "estimate")
     if units == "seconds":
         # Seconds mode prices a per-layer plan as it runs (plan.spec's ranges), so ND's
         # stage_savings adjustment and its stage_focused view have no meaning there.

@@ -40,7 +40,7 @@ from .estimate import as_model, nd_options
 from .exec_spec import ExecSpec
 from .layout import build_layout
 from .memory import MEMORY_PARTS, memory_kind_table, memory_model_vector
-from .nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector
+from .nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, refuse_nd_units
 from .rates_io import as_rates
 from .ratios import Ratios
 from .memory_overheads import ALLOCATOR_RESERVE_FACTOR, fixed_bytes
@@ -148,6 +148,8 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
     if units == "nd" and rates is not None:
         raise SpecError("rates", _OWNER, "be given in seconds units only (ND's units price no rates)", rates)
     model = as_model(model)
+    if units == "nd":
+        refuse_nd_units(model, _OWNER)
     cands = _as_candidates(candidates)
     cc, reserve = _cluster_of(cluster)
     rate_set = as_rates(rates, device=cluster, owner=_OWNER)

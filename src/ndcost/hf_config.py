@@ -44,6 +44,7 @@ SUPPORTED_MODEL_TYPES = (
     "llama4_text",
     "mistral",
     "mixtral",
+    "nemotron_h",
     "olmo2",
     "phi3",
     "qwen2",
@@ -171,6 +172,8 @@ def model_kwargs_from_hf_config(config: Mapping[str, Any], *, owner: str = "conf
         return _gpt2_kwargs(read)
     if _FAMILY_OF.get(model_type, model_type) == "llama4":
         return _llama4_kwargs(read)
+    if model_type == "nemotron_h":
+        return _nemotron_h_kwargs(read)
     if model_type == "gpt_neox":
         return _gpt_neox_kwargs(read)
     return _decoder_kwargs(read, _FAMILY_OF.get(model_type, model_type))
@@ -284,6 +287,52 @@ _GEMMA_DEFAULTS = {
     "gemma2": {"vocab_size": 256_000, "head_dim": 256, "sliding_window": 4096},
     "gemma3": {"vocab_size": 262_208, "head_dim": 256, "sliding_window": 4096, "sliding_window_pattern": 6},
 }
+
+
+#: NemotronHConfig's hybrid_override_pattern characters -> ndcost's block types (its layers_block_type).
+_NEMOTRON_H_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp"}
+
+
+def _nemotron_h_kwargs(read: _Reader) -> dict[str, Any]:
+    """Nemotron-H (modeling_nemotron_h): one block a character of ``hybrid_override_pattern`` -- a
+    Mamba-2 mixer (M), attention (*) or a squared-ReLU MLP (-, two matmuls, ``mlp_bias``), each with
+    one RMSNorm; the mixer's in/out projections without biases and its conv1d with one (the
+    parameter count ndcost prices; another setting is refused rather than miscounted)."""
+    pattern = read.required("hybrid_override_pattern")
+    if not isinstance(pattern, str) or not pattern:
+        raise SpecError("hybrid_override_pattern", read.owner, "be a non-empty string of M, * and -", pattern)
+    unknown = sorted(set(pattern) - set(_NEMOTRON_H_BLOCKS))
+    if unknown:
+        rule = "hold only M (Mamba-2), * (attention) and - (MLP) blocks; MoE blocks (E) are not priced yet"
+        raise SpecError("hybrid_override_pattern", read.owner, rule, "".join(unknown))
+    for key, expected in (("use_bias", False), ("use_conv_bias", True)):
+        if read.optional(key, default=expected) != expected:
+            raise SpecError(key, read.owner, f"be {expected} (Nemotron-H's mixer as ndcost counts it)",
+                            read.optional(key))
+    act = read.optional("mlp_hidden_act", default="relu2")
+    if act != "relu2":
+        raise SpecError("mlp_hidden_act", read.owner, "be relu2 (Nemotron-H's two-matmul MLP)", act)
+    return {
+        "hidden_size": read.required("hidden_size"),
+        "num_hidden_layers": len(pattern),
+        "num_attention_heads": read.required("num_attention_heads"),
+        "num_key_value_heads": read.optional("num_key_value_heads"),
+        "head_dim": read.optional("attention_head_dim", "head_dim"),
+        "vocab_size": read.required("vocab_size"),
+        "intermediate_size": read.required("intermediate_size"),
+        "tie_word_embeddings": read.optional("tie_word_embeddings", default=False),
+        "attention_bias": read.optional("attention_bias", default=False),
+        "mlp_bias": read.optional("mlp_bias", default=False),
+        "gated_ffn": False,
+        "layer_types": tuple(_NEMOTRON_H_BLOCKS[c] for c in pattern),
+        "mamba_num_heads": read.required("mamba_num_heads"),
+        "mamba_head_dim": read.required("mamba_head_dim"),
+        "mamba_state_size": read.required("ssm_state_size"),
+        "mamba_n_groups": read.required("n_groups"),
+        "mamba_conv_kernel": read.required("conv_kernel"),
+        "mamba_chunk_size": read.optional("chunk_size", default=128),
+        "family": "nemotron_h",
+    }
 
 
 #: Llama4TextConfig's default: every 4th layer (1-based) is a NoPE layer with full attention, the

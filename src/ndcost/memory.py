@@ -75,9 +75,9 @@ MEMORY_PARTS: tuple[str, ...] = (
 #: zero_bubble_v is DualPipeV's V, seq1f1b counts sequence chunks.
 SCHEDULE_CODES: Mapping[str, int] = MEMORY_SCHEDULE_BY_PP_SCHEDULE
 #: Kernel codes of ``LayerKind.attention``.
-ATTENTION_CODES: Mapping[str, int] = MappingProxyType({"full": 0, "mla": 1, "linear": 2})
+ATTENTION_CODES: Mapping[str, int] = MappingProxyType({"full": 0, "mla": 1, "linear": 2, "mamba": 3, "none": 4})
 #: Kernel codes of ``LayerKind.ffn``.
-FFN_CODES: Mapping[str, int] = MappingProxyType({"dense": 0, "moe": 1})
+FFN_CODES: Mapping[str, int] = MappingProxyType({"dense": 0, "moe": 1, "none": 2})
 #: Chunk length of the gated-DeltaNet chunkwise kernel (flash-linear-attention's
 #: chunk_gated_delta_rule, BT = 64; ND's GDN_CHUNK is the same 64).
 GDN_CHUNK = 64
@@ -326,6 +326,7 @@ def memory_kind_table(model: Any) -> np.ndarray:
             "lin_k_heads": model.linear_num_key_heads, "lin_k_dim": model.linear_key_head_dim,
             "lin_v_heads": model.linear_num_value_heads, "lin_v_dim": model.linear_value_head_dim,
             "lin_conv": model.linear_conv_kernel_dim, "lin_chunk": GDN_CHUNK,
+            **_mamba_columns(model, kind),
             "ffn": FFN_CODES[kind.ffn], "gated": int(shape.gated),
             "ffn_width": shape.ffn_width,
             "experts": model.num_experts if moe else 0,
@@ -340,6 +341,16 @@ def memory_kind_table(model: Any) -> np.ndarray:
     table.setflags(write=False)
     cache["memory_kind_table"] = table
     return table
+
+
+def _mamba_columns(model: Any, kind: Any) -> dict:
+    """A Mamba-2 kind's dims in the gated-DeltaNet columns (B/C groups as key heads, the state as key
+    dim, heads and head dim as value heads and dim): the kernels read them by the attention code."""
+    if kind.attention != "mamba":
+        return {}
+    return {"lin_k_heads": model.mamba_n_groups, "lin_k_dim": model.mamba_state_size,
+            "lin_v_heads": model.mamba_num_heads, "lin_v_dim": model.mamba_head_dim,
+            "lin_conv": model.mamba_conv_kernel, "lin_chunk": model.mamba_chunk_size}
 
 
 def _census_columns(census: Any) -> dict:

@@ -29,6 +29,7 @@ from typing import Any, Mapping
 from .errors import SpecError, check_bool, check_choice, check_positive_int, is_finite_number
 from .census import KindCensus, read_census
 from .limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH
+from .mamba import BLOCK_TYPES, MAMBA_FIELDS, block_flavour, mamba_mixer_parameters
 from .vision import VisionTower
 
 __all__ = ["OpCounts", "LayerKind", "ParamCount", "Model"]
@@ -36,11 +37,11 @@ __all__ = ["OpCounts", "LayerKind", "ParamCount", "Model"]
 _OWNER = "Model"
 
 #: Values of ``layer_types`` ndcost can price (Transformers' names).
-LAYER_TYPES = ("full_attention", "linear_attention", "sliding_attention", "chunked_attention")
-#: Attention flavours of a :class:`LayerKind`.
-ATTENTION_KINDS = ("full", "mla", "linear")
-#: FFN flavours of a :class:`LayerKind`.
-FFN_KINDS = ("dense", "moe")
+LAYER_TYPES = ("full_attention", "linear_attention", "sliding_attention", "chunked_attention") + BLOCK_TYPES
+#: Attention flavours of a :class:`LayerKind` ("mamba": a Mamba-2 mixer; "none": an MLP-only block).
+ATTENTION_KINDS = ("full", "mla", "linear", "mamba", "none")
+#: FFN flavours of a :class:`LayerKind` ("none": a mixer-only block of a hybrid stack).
+FFN_KINDS = ("dense", "moe", "none")
 #: The submodules a layer kind can belong to: the language model, or a VLM's vision tower.
 MODULES = ("text", "vision")
 #: Norm flavours: RMSNorm has a weight only, LayerNorm a weight and a bias.
@@ -65,6 +66,7 @@ FAMILIES = (
     "qwen2_moe",
     "deepseek_v2",
     "llama4",
+    "nemotron_h",
 )
 #: Families whose decoder layer has four norms (before and after attention and FFN: Gemma2DecoderLayer,
 #: Gemma3DecoderLayer), not two.
@@ -125,6 +127,19 @@ class OpCounts:
         for a 2-matmul GELU MLP (Qwen2-VL); a SwiGLU tower (Qwen2.5-VL) runs 3 FFN matmuls, as the
         decoder profiles count them."""
         return cls(4, 2, 3 if gated_ffn else 2, 1, 0, 2, 4, 1, 1, 0)
+
+    @classmethod
+    def hybrid_block(cls, attention: str, ffn: str, *, gated_ffn: bool = True) -> OpCounts:
+        """A one-part block of a hybrid stack (:mod:`ndcost.mamba`), counted as ND's profiles count
+        the parts it has, with one norm: a Mamba-2 mixer's in/out projections and its scan (as
+        linrec); attention's four matmuls and score matrix; an MLP's matmuls and activation. ND's
+        tables have no such profile: ND units refuse these kinds, only seconds mode reads them."""
+        mixer = {"mamba": (2, 0, 0, 0, 2, 0, 1), "full": (4, 2, 1, 1, 2, 0, 0), "mla": (4, 2, 1, 1, 2, 0, 0),
+                 "none": (0, 0, 0, 0, 0, 0, 0)}[attention]
+        att_mm, att_bmm, softmax, head_cast, gather, _, linrec = mixer
+        ff_mm = 0 if ffn == "none" else (3 if gated_ffn else 2)
+        gather += 0 if ffn == "none" else 2
+        return cls(att_mm, att_bmm, ff_mm, softmax, 0, 1, gather, head_cast, 0 if ffn == "none" else 1, linrec)
 
     def as_tuple(self) -> tuple[float, ...]:
         """The counts in ND's profile order."""
@@ -209,7 +224,7 @@ _NON_NEGATIVE = (
     "sliding_window",
     "attention_chunk_size",
     "moe_layer_step",
-)
+) + MAMBA_FIELDS
 _BOOLS = (
     "tie_word_embeddings",
     "qk_norm",
@@ -235,6 +250,8 @@ _SIZE_LIMITS: Mapping[str, int] = {
     "num_experts": MAX_EXPERTS, "num_experts_per_tok": MAX_EXPERTS,
     "vocab_size": MAX_VOCAB, "learned_position_embeddings": MAX_SEQ_LENGTH, "sliding_window": MAX_SEQ_LENGTH,
     "attention_chunk_size": MAX_SEQ_LENGTH, "moe_layer_step": MAX_LAYERS,
+    "mamba_num_heads": MAX_HEADS, "mamba_n_groups": MAX_HEADS, "mamba_head_dim": MAX_WIDTH,
+    "mamba_state_size": MAX_WIDTH, "mamba_conv_kernel": MAX_WIDTH, "mamba_chunk_size": MAX_SEQ_LENGTH,
     **{name: MAX_WIDTH for name in ("hidden_size", "head_dim", "intermediate_size", "moe_intermediate_size",
                                     "shared_expert_intermediate_size", "kv_lora_rank", "q_lora_rank",
                                     "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "linear_key_head_dim",
@@ -260,7 +277,11 @@ class Model:
     ``(i + 1) % moe_layer_step == 0``: Llama 4's interleave_moe_layer_step, Qwen's
     decoder_sparse_step), the others dense; a hybrid model lists ``layer_types``
     per body layer. ``chunked_attention`` layers attend causally inside fixed
-    chunks of ``attention_chunk_size`` tokens (Llama 4).
+    chunks of ``attention_chunk_size`` tokens (Llama 4). A hybrid state-space stack
+    (Nemotron-H) lists one block a layer -- ``"mamba"`` (a Mamba-2 mixer of
+    ``mamba_num_heads`` heads of ``mamba_head_dim``, ``mamba_n_groups`` groups of
+    B/C of ``mamba_state_size``), ``"attention"``, ``"mlp"`` or ``"moe"`` -- each
+    with one pre-norm (:mod:`ndcost.mamba`).
     ``sliding_window`` is the keys a sliding-attention layer's query attends to:
     the layers ``layer_types`` names ``"sliding_attention"``, or every layer when
     ``layer_types`` is not given (Mistral's and Phi-3's convention); 0: none.
@@ -293,6 +314,12 @@ class Model:
     layer_types: tuple[str, ...] | None = None
     sliding_window: int = 0
     attention_chunk_size: int = 0
+    mamba_num_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_state_size: int = 0
+    mamba_n_groups: int = 0
+    mamba_conv_kernel: int = 0
+    mamba_chunk_size: int = 0
     tie_word_embeddings: bool = False
     qk_norm: bool = False
     attn_output_gate: bool = False
@@ -413,6 +440,16 @@ class Model:
         if "sliding_attention" in layer_types and self.sliding_window < 1:
             rule = "be an integer >= 1 when a layer is sliding_attention"
             raise SpecError("sliding_window", _OWNER, rule, self.sliding_window)
+        if "mamba" in layer_types:
+            for field_name in MAMBA_FIELDS:
+                if getattr(self, field_name) < 1:
+                    rule = "be an integer >= 1 when a layer is a mamba block"
+                    raise SpecError(field_name, _OWNER, rule, getattr(self, field_name))
+            if self.mamba_num_heads % self.mamba_n_groups != 0:
+                rule = f"divide mamba_num_heads ({self.mamba_num_heads})"
+                raise SpecError("mamba_n_groups", _OWNER, rule, self.mamba_n_groups)
+        if "moe" in layer_types and self.num_experts == 0:
+            raise SpecError("num_experts", _OWNER, "be >= 1 when a layer is a moe block", 0)
         if "linear_attention" in layer_types:
             for field_name in _LINEAR_FIELDS:
                 if getattr(self, field_name) < 1:
@@ -562,6 +599,11 @@ class Model:
         return self.kv_lora_rank > 0
 
     @property
+    def has_mamba(self) -> bool:
+        """A hybrid stack with Mamba-2 mixer blocks (:mod:`ndcost.mamba`)."""
+        return self.layer_types is not None and "mamba" in self.layer_types
+
+    @property
     def has_linear_attention(self) -> bool:
         return self.layer_types is not None and "linear_attention" in self.layer_types
 
@@ -595,6 +637,12 @@ class Model:
         """(attention, ffn, (window, chunked)) of each body layer, in model order."""
         flavours = []
         for index in range(self.num_hidden_layers):
+            if self.layer_types is not None and self.layer_types[index] in BLOCK_TYPES:
+                attention, ffn = block_flavour(self.layer_types[index])
+                if attention == "full" and self.is_mla:
+                    attention = "mla"
+                flavours.append((attention, ffn, (0, False)))
+                continue
             if self.layer_types is not None and self.layer_types[index] == "linear_attention":
                 attention = "linear"
             elif self.is_mla:
@@ -619,7 +667,9 @@ class Model:
         for attention, ffn, window in flavours:
             key = (attention, ffn, window)
             if key not in index_of:
-                if attention == "linear":
+                if attention in ("mamba", "none") or ffn == "none":
+                    ops = OpCounts.hybrid_block(attention, ffn, gated_ffn=self.gated_ffn)
+                elif attention == "linear":
                     ops = OpCounts.linear_attention(gated_ffn=self.gated_ffn)
                 else:
                     ops = OpCounts.full_attention(gated_ffn=self.gated_ffn)
@@ -767,11 +817,15 @@ class Model:
             non_expert = self._linear_attention_parameters()
         elif kind.attention == "mla":
             non_expert = self._mla_parameters()
+        elif kind.attention == "mamba":
+            non_expert = mamba_mixer_parameters(self)
+        elif kind.attention == "none":
+            non_expert = 0
         else:
             non_expert = self._full_attention_parameters()
-        # input_layernorm, post_attention_layernorm (Gemma 2/3 add pre_ and post_feedforward_layernorm)
-        norms = 4 if self.family in _FOUR_NORM_FAMILIES else 2
-        non_expert += norms * self._norm_parameters(self.hidden_size)
+        non_expert += self.norms_per_layer(kind_index) * self._norm_parameters(self.hidden_size)
+        if kind.ffn == "none":
+            return non_expert, 0, 0
         if kind.ffn == "dense":
             return non_expert + self._ffn_parameters(self.intermediate_size), 0, 0
         non_expert += self._router_parameters()
@@ -781,6 +835,15 @@ class Model:
         shared_width = self.shared_expert_intermediate_size
         shared = self._ffn_parameters(shared_width) if shared_width else 0
         return non_expert, routed, shared
+
+    def norms_per_layer(self, kind_index: int) -> int:
+        """Norms of one layer of ``kinds[kind_index]``: one per block of a hybrid stack (NemotronHBlock),
+        four in Gemma 2/3 (before and after attention and FFN), else input_layernorm and
+        post_attention_layernorm."""
+        kind = self.kinds[kind_index]
+        if kind.attention == "none" or kind.ffn == "none":
+            return 1
+        return 4 if self.family in _FOUR_NORM_FAMILIES else 2
 
     def _kind_active_parameters(self, kind_index: int) -> int:
         non_expert, routed, shared = self.kind_parameters(kind_index)

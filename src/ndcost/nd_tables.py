@@ -57,7 +57,14 @@ def nd_mla_weights(h: float, a: float, n_kv: float, dh: float, dc_q: float, dc_k
 
 
 def _attention_dims(model: Any, kind: Any, shape: Any) -> dict:
-    """The attention shape ND prices a kind with (ND_REFERENCE §1.5 bind_layer_stack)."""
+    """The attention shape ND prices a kind with (ND_REFERENCE §1.5 bind_layer_stack); a Mamba-2
+    mixer's heads, B/C groups (as kv heads), head dim and state (as lin_d_k) for seconds mode; no
+    mixer (an MLP-only block): zeros."""
+    if kind.attention == "mamba":
+        return dict(a=model.mamba_num_heads, n_kv=model.mamba_n_groups, dh=model.mamba_head_dim, gate=0.0,
+                    lin=(0, model.mamba_state_size, 0), extra=0.0)
+    if kind.attention == "none":
+        return dict(a=0.0, n_kv=0.0, dh=0.0, gate=0.0, lin=(0, 0, 0), extra=0.0)
     if kind.attention == "linear":
         # Gated DeltaNet mapped onto q/k/v/o: a = n_v, dh = d_v, n_kv = n_k·d_k/d_v, gated output.
         n_v, d_v = model.linear_num_value_heads, model.linear_value_head_dim
@@ -98,6 +105,16 @@ def _nd_layer_params(model: Any, kind: Any, att: dict, shape: Any, n_exp: float,
     return attention + norm + n_ff * (hff * h + hff), 0.0, 0.0
 
 
+def refuse_nd_units(model: Any, owner: str) -> None:
+    """ND's op tables have no profile for a Mamba-2 mixer or a one-part block of a hybrid stack:
+    such a model is priced in seconds only, never as something else."""
+    for kind in model.kinds:
+        if kind.attention in ("mamba", "none") or kind.ffn == "none":
+            block = "a Mamba-2 mixer" if kind.attention == "mamba" else "a hybrid stack's one-part block"
+            rule = f"be 'seconds' for this model (ND's op tables cannot price {block}; kind {kind.name!r})"
+            raise SpecError("units", owner, rule, "nd")
+
+
 def nd_kind_table(model: Any) -> np.ndarray:
     """(K, len(KIND_FIELDS)) float64, read-only: one row per layer kind of *model* (cached per model)."""
     return cached(model, "nd_kind_table", lambda: _nd_kind_table(model))
@@ -132,8 +149,15 @@ def _nd_kind_table(model: Any) -> np.ndarray:
         # ND leaves the dispatch count to a layer kind; ndcost: a MoE layer dispatches once, a dense one never
         # (ND_REFERENCE §2.3, open point).
         row[KIND["n_dispatch"]] = 1.0 if moe else 0.0
-        row[KIND["p_nonexp"]], row[KIND["p_routed_base"]], row[KIND["p_shared"]] = _nd_layer_params(
-            model, kind, att, shape, n_exp, n_shared)
+        if kind.attention in ("mamba", "none") or kind.ffn == "none":
+            # no ND profile prices a hybrid block (ND units refuse it): its real counts
+            row[KIND["p_nonexp"]], row[KIND["p_routed_base"]], row[KIND["p_shared"]] = model.kind_parameters(k)
+        else:
+            row[KIND["p_nonexp"]], row[KIND["p_routed_base"]], row[KIND["p_shared"]] = _nd_layer_params(
+                model, kind, att, shape, n_exp, n_shared)
+        row[KIND["mixer"]] = {"mamba": 1.0, "none": 2.0}.get(kind.attention, 0.0)
+        row[KIND["has_ffn"]] = 0.0 if kind.ffn == "none" else 1.0
+        row[KIND["ssm_chunk"]] = model.mamba_chunk_size if kind.attention == "mamba" else 0.0
         row[KIND["attn_extra_p"]] = att["extra"]
         _fill_submodule(row, model, kind, shape)
     table.setflags(write=False)

@@ -38,6 +38,7 @@ from .estimate import UNITS, as_cluster, as_model, layer_times
 from .exec_spec import ExecSpec
 from .knapsack import plan_stage
 from .layout import build_layout
+from .nd_tables import refuse_nd_units
 from .memory import SCHEDULE_CODES, memory_candidate_vector, memory_estimate, memory_kind_table
 from .recompute_spec import ALL_KEPT, SWITCHES, RecomputeRange, switches_from_mask
 from .rates_io import as_rates
@@ -181,6 +182,8 @@ def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: fl
     if units == "nd" and rates is not None:
         raise SpecError("rates", "plan_recompute", "be given in seconds units only (ND's units price no rates)", rates)
     model = as_model(model)
+    if units == "nd":
+        refuse_nd_units(model, "plan_recompute")
     cluster = as_cluster(cluster, spec)
     rates = as_rates(rates, device=cluster, owner="plan_recompute")
     capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)

@@ -150,6 +150,10 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     from .estimate_many import REASONS, estimate_many
 
     model = as_model(model)
+    if units == "nd":
+        from .nd_tables import refuse_nd_units
+
+        refuse_nd_units(model, "search")
     if not hasattr(cluster, "num_devices"):
         raise SpecError("cluster", "search", "be a Cluster", cluster)
     for name, value in (("global_batch_size", global_batch_size), ("seq_length", seq_length), ("top", top)):

@@ -137,6 +137,12 @@ def _head_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
             heads = getattr(model, name)
             if heads % tp:
                 yield SpecError("tp", _OWNER, f"divide {name} ({heads})", tp)
+    if model.has_mamba:
+        # Megatron's Mamba mixer splits its heads and its B/C groups over TP (mamba_mixer.py).
+        for name in ("mamba_num_heads", "mamba_n_groups"):
+            heads = getattr(model, name)
+            if heads % tp:
+                yield SpecError("tp", _OWNER, f"divide {name} ({heads})", tp)
 
 
 def _expert_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
@@ -206,6 +212,9 @@ def _pipeline_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
 
 def _sequence_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
     s, tp, cp = spec.seq_length, spec.tp, spec.cp
+    if model.has_mamba and cp > 1:
+        yield SpecError("cp", _OWNER, "be 1 on a model with Mamba-2 mixers (their context parallelism is not priced)",
+                        cp)
     if spec.sequence_parallel and tp > 1 and s % (tp * cp):
         divisor = f"tp ({tp})" if cp == 1 else f"tp*cp (= {tp * cp})"
         yield SpecError("seq_length", _OWNER, f"be divisible by {divisor} with sequence parallelism", s)

@@ -39,9 +39,12 @@ cdef enum:
     K_bidirectional = 35
     K_att_window = 36
     K_att_chunked = 37
-    K_census_att = 38
-    K_census_ffn = 39
-    K_COUNT = 40
+    K_mixer = 38
+    K_has_ffn = 39
+    K_ssm_chunk = 40
+    K_census_att = 41
+    K_census_ffn = 42
+    K_COUNT = 43
 
 cdef enum:
     M_h = 0

@@ -11,8 +11,11 @@ cdef enum:
     _MEM_ATT_FULL = 0
     _MEM_ATT_MLA = 1
     _MEM_ATT_LINEAR = 2
+    _MEM_ATT_MAMBA = 3
+    _MEM_ATT_NONE = 4
     _MEM_FFN_DENSE = 0
     _MEM_FFN_MOE = 1
+    _MEM_FFN_NONE = 2
     _MEM_OPT_NONE = 0
     _MEM_OPT_FULL = 1
     _MEM_OPT_SELECTIVE = 2
@@ -172,7 +175,7 @@ cdef inline double c_layer_activation_bytes(
     # vision layers); 0 the whole sequence; NaN for a negative or NaN window. The def wrapper
     # layer_activation_bytes passes 0, the memory batch the kind's att_window column.
     cdef double tokens, residual, divisor, total, heads_local, kv_local, score_elements, keys
-    cdef double routed_local, routed_tokens, routed_elements
+    cdef double routed_local, routed_tokens, routed_elements, norms, d_inner, conv
     cdef long long mask
     if seq <= 0.0 or batch <= 0.0 or hidden <= 0.0:
         return NAN
@@ -196,8 +199,9 @@ cdef inline double c_layer_activation_bytes(
 
     mask = _MEM_ALL_KEPT if option == _MEM_OPT_NONE else keep_mask
     total = 0.0
-    total += c_mem_kept(mask, _MEM_NORMOP) * 2.0 * residual * norm_bytes  # LayerNorms: 4sbh
-    total += 2.0 * residual * dropout_bytes                            # residual dropout masks: 2 × sbh
+    norms = 1.0 if attention == _MEM_ATT_NONE or ffn == _MEM_FFN_NONE else 2.0   # a one-part block: 1
+    total += c_mem_kept(mask, _MEM_NORMOP) * norms * residual * norm_bytes  # LayerNorms: 4sbh
+    total += norms * residual * dropout_bytes                            # residual dropout masks: 2 × sbh
 
     # ---- attention block
     if attention == _MEM_ATT_FULL or attention == _MEM_ATT_MLA:
@@ -230,10 +234,20 @@ cdef inline double c_layer_activation_bytes(
         total += residual * compute_bytes
         total += c_mem_linear_attention_bytes(mask, tokens, batch, tp, lin_k_heads, lin_k_dim, lin_v_heads,
                                           lin_v_dim, lin_conv, lin_chunk, compute_bytes)
-    else:
+    elif attention == _MEM_ATT_MAMBA:
+        # Mamba-2: in_proj input; z, x, B, C, dt; the conv's x, B, C; y; the gated norm's output
+        if lin_k_heads < 1.0 or lin_v_heads < 1.0 or lin_k_dim <= 0.0 or lin_v_dim <= 0.0 or lin_chunk <= 0.0:
+            return NAN
+        d_inner = lin_v_heads * lin_v_dim
+        conv = d_inner + 2.0 * lin_k_heads * lin_k_dim
+        total += residual * compute_bytes
+        total += tokens * compute_bytes * ((d_inner + conv + lin_v_heads) + conv + 2.0 * d_inner) / tp
+    elif attention != _MEM_ATT_NONE:
         return NAN
 
     # ---- FFN block
+    if ffn == _MEM_FFN_NONE:
+        return total
     if ffn_width <= 0.0:
         return NAN
     total += residual * compute_bytes  # MLP / router input: 2sbh

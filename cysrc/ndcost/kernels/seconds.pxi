@@ -20,6 +20,10 @@ cdef enum:
     SEC_GATHER_BIT = 5
 
 cdef double SEC_POINTWISE_BACKWARD_BYTES = 1.5
+# the kind's token mixer (K_mixer): attention (full, MLA, gated DeltaNet), Mamba-2, none (an MLP block)
+cdef double SEC_MIXER_ATTENTION = 0.0
+cdef double SEC_MIXER_MAMBA = 1.0
+cdef double SEC_MIXER_NONE = 2.0
 cdef double SEC_FLASH_BACKWARD_FLOPS = 2.5
 cdef double SEC_FLASH_CAUSAL_SHARE = 0.5
 cdef double SEC_CE_FORWARD_BYTES = 20.0
@@ -220,12 +224,22 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double norm_bytes, norm_kernels, softmax_bytes, dropout_bytes, permute_bytes, act_kernels
     cdef double ew_bytes, ew_kernels, full, gather, tp_pass, kv, step, qkv, o, ulysses, routed, a2a
     cdef double rotated
+    cdef double mixer = kind[K_mixer], parts, ssm_inner = 0.0, ssm_conv = 0.0, n_in, chunk, state, n_norm
+    cdef bint has_ffn = kind[K_has_ffn] != 0.0
     c_sec_fill(out, SL_COUNT, 0.0)
-    if not (a > 0.0 and h > 0.0):
+    if not (h > 0.0 and (a > 0.0 or mixer == SEC_MIXER_NONE)):
         c_sec_fill(out, SL_COUNT, NAN)
         return
+    # sub-blocks (residual add, TP gather/scatter pair, pre-norm each): 2 in a transformer layer, 1 in a
+    # hybrid stack's block
+    parts = (0.0 if mixer == SEC_MIXER_NONE else 1.0) + (1.0 if has_ffn else 0.0)
+    other_kernels = parts
+    f_att = 0.0
+    d_att = 0.0
+    w_grad = 0.0
+    flops_att = 0.0
     n_kv = kind[K_att_n_kv]
-    dh = kind[K_att_dh] if kind[K_att_dh] != 0.0 else h / a
+    dh = kind[K_att_dh] if kind[K_att_dh] != 0.0 else (h / a if a > 0.0 else 0.0)
     gate = 1.0 if kind[K_att_gate] != 0.0 else 0.0
     d_qk = (kind[K_qk_nope] if kind[K_qk_nope] != 0.0 else dh) + kind[K_dhr]
     d_v = dh
@@ -238,8 +252,23 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     has_core = kind[K_n_attBMM] != 0.0
     n_qkv = (a * (1.0 + gate) + 2.0 * n_kv) * dh
 
-    # attention projections
-    if kind[K_is_mla] != 0.0:
+    # attention projections; Mamba-2's in_proj (h -> z, x, B, C, dt) and out_proj (d_inner -> h)
+    if mixer == SEC_MIXER_MAMBA:
+        ssm_inner = a * dh
+        ssm_conv = ssm_inner + 2.0 * n_kv * kind[K_lin_d_k]
+        n_in = ssm_inner + ssm_conv + a
+        c_sec_mm3(rows, n_in / t, h, n_split, cand, rate, g3, 0, 1)
+        f_att = g3[0]
+        d_att = g3[1]
+        w_grad = g3[2]
+        c_sec_mm3(rows, h, ssm_inner / t, n_split, cand, rate, g3, 0, 2)
+        f_att = f_att + g3[0]
+        d_att = d_att + g3[1]
+        w_grad = w_grad + g3[2]
+        flops_att = 2.0 * b * s * h * (n_in + ssm_inner)
+    elif mixer == SEC_MIXER_NONE:
+        pass
+    elif kind[K_is_mla] != 0.0:
         w_att = kind[K_mla_w]
         c_sec_mm3(rows, w_att / (h * t), h, n_split, cand, rate, g3, 0, 1)
         extra = 4.0 * n_split * kernel_s
@@ -319,6 +348,17 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         core_f += rec_f
         core_b += 2.0 * rec_f
         conv_bytes = 2.0 * bc * tokens * (n_qkv - a * dh) / t + 3.0 * bc * tokens * a * dh / t
+    if mixer == SEC_MIXER_MAMBA:
+        # Mamba-2's SSD scan (Dao & Gu 2024 §6): 2·Q·(N + P) + 4·N·P FLOPs a token and head forward
+        chunk = kind[K_ssm_chunk]
+        state = kind[K_lin_d_k]
+        flops_rec = b * s * a * (2.0 * chunk * (state + dh) + 4.0 * state * dh)
+        compute = flops_rec / (t * cp) / mm16_rate
+        memory = bc * tokens * (ssm_conv + a + ssm_inner) / t / hbm
+        rec_f = (compute if compute > memory else memory) + n_split * kernel_s
+        core_f += rec_f
+        core_b += 2.0 * rec_f
+        conv_bytes = 2.0 * bc * tokens * ssm_conv / t + 3.0 * bc * tokens * ssm_inner / t
     fw += core_f
     bw += core_b
 
@@ -328,7 +368,9 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     sums[2] = bw_w
     sums[3] = gemm_f
     sums[4] = gemm_b
-    if moe:
+    if not has_ffn:
+        pass
+    elif moe:
         topk = model[M_n_chosen]
         n_exp = model[M_n_exp]
         cap = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
@@ -371,12 +413,13 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     gemm_b = sums[4]
 
     # elementwise work
-    norm_bytes = 2.0 * 2.0 * bc * x_sp
-    norm_kernels = 2.0
+    n_norm = kind[K_n_normOp]
+    norm_bytes = n_norm * 2.0 * bc * x_sp
+    norm_kernels = n_norm
     if eager and smodel[SM_rms_norm] != 0.0:
-        norm_bytes = 2.0 * (SEC_EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp
-        norm_kernels = 2.0 * SEC_EAGER_RMSNORM_KERNELS
-    if kind[K_n_qknorm] != 0.0:
+        norm_bytes = n_norm * (SEC_EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp
+        norm_kernels = n_norm * SEC_EAGER_RMSNORM_KERNELS
+    if kind[K_n_qknorm] != 0.0 and mixer == SEC_MIXER_ATTENTION:
         norm_bytes += 2.0 * bc * tokens * (a + n_kv) * dh / t
         norm_kernels += 2.0
     softmax_bytes = 0.0
@@ -406,10 +449,12 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
             other_kernels += 2.0
         other_bytes += 2.0 * bc * tokens * a * dh / t
         other_kernels += 1.0
-    other_bytes += 2.0 * (3.0 * bc + db) * x_sp + conv_bytes
+    other_bytes += parts * (3.0 * bc + db) * x_sp + conv_bytes
     if conv_bytes > 0.0:
         other_kernels += 2.0
-    act_kernels = 1.0 + (1.0 if moe and smodel[SM_shared_width] > 0.0 else 0.0)
+    act_kernels = 0.0
+    if has_ffn:
+        act_kernels = 1.0 + (1.0 if moe and smodel[SM_shared_width] > 0.0 else 0.0)
     out[SL_sw_ffAct] = c_sec_pass(act_bytes, act_kernels * n_split, rate)
     out[SL_sw_normOp] = c_sec_pass(norm_bytes, norm_kernels * n_split, rate)
     out[SL_sw_softmax] = c_sec_pass(softmax_bytes, n_split, rate)
@@ -432,10 +477,10 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         full = b * s * h * bc / cp
         if sp > 1.0:
             gather = c_sec_collective(SEC_GATHER_OR_SCATTER, full, t, 1.0, rate)
-            tp_pass = 4.0 * gather
-            out[SL_sw_gather] = 2.0 * gather
+            tp_pass = 2.0 * parts * gather
+            out[SL_sw_gather] = parts * gather
         else:
-            tp_pass = 2.0 * c_sec_collective(SEC_ALL_REDUCE, full, t, 1.0, rate)
+            tp_pass = parts * c_sec_collective(SEC_ALL_REDUCE, full, t, 1.0, rate)
         out[SL_tp_f] = tp_pass
         out[SL_tp_b] = tp_pass
 

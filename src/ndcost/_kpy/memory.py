@@ -32,8 +32,8 @@ N_MEMORY_COLUMNS = 8
 # Schedule codes (ndcost.memory.SCHEDULE_CODES).
 _SCHED_1F1B, _SCHED_GPIPE, _SCHED_ZB_V, _SCHED_SEQ1F1B = 0, 1, 2, 3
 # Attention and FFN flavour codes (ndcost.memory.ATTENTION_CODES / FFN_CODES).
-_ATT_FULL, _ATT_MLA, _ATT_LINEAR = 0, 1, 2
-_FFN_DENSE, _FFN_MOE = 0, 1
+_ATT_FULL, _ATT_MLA, _ATT_LINEAR, _ATT_MAMBA, _ATT_NONE = 0, 1, 2, 3, 4
+_FFN_DENSE, _FFN_MOE, _FFN_NONE = 0, 1, 2
 # Recompute options (ndcost._columns.OPTION_*).
 _OPT_NONE, _OPT_FULL, _OPT_SELECTIVE = 0, 1, 2
 # Keep-mask bits, in recompute_spec.SWITCHES order; a set bit keeps the op's activation.
@@ -302,11 +302,13 @@ def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp:
 
     mask = _ALL_KEPT if option == _OPT_NONE else keep_mask
     total = 0.0
-    # Two pre-norms store their inputs (Korthikanti §4.1 "LayerNorm": 4sbh).
-    total += _kept(mask, _NORMOP) * 2.0 * residual * norm_bytes
+    # Two pre-norms store their inputs (Korthikanti §4.1 "LayerNorm": 4sbh); a hybrid stack's
+    # one-part block (a mixer or an MLP alone) has one.
+    norms = 1.0 if attention == _ATT_NONE or ffn == _FFN_NONE else 2.0
+    total += _kept(mask, _NORMOP) * norms * residual * norm_bytes
     # Residual dropout masks after attention and after the FFN, kept by
     # Megatron's selective recompute (Korthikanti §4.1: sbh each).
-    total += 2.0 * residual * dropout_bytes
+    total += norms * residual * dropout_bytes
 
     # ---- attention block
     if attention == _ATT_FULL or attention == _ATT_MLA:
@@ -343,10 +345,24 @@ def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp:
         total += residual * compute_bytes  # in_proj input
         total += _linear_attention_bytes(mask, tokens, batch, tp, lin_k_heads, lin_k_dim, lin_v_heads,
                                          lin_v_dim, lin_conv, lin_chunk, compute_bytes)
-    else:
+    elif attention == _ATT_MAMBA:
+        # Mamba-2 (lin_k_* its B/C groups and state, lin_v_* its heads and head dim): the in_proj
+        # input, and what its autograd keeps per token, split over tp -- in_proj's z, x, B, C, dt
+        # (the conv's and the gate's inputs), the conv's output x, B, C (the scan's input), the
+        # scan's output y and the gated norm's output (out_proj's input); the scan recomputes its
+        # chunk states in backward (mamba_chunk_scan_combined).
+        if lin_k_heads < 1.0 or lin_v_heads < 1.0 or lin_k_dim <= 0.0 or lin_v_dim <= 0.0 or lin_chunk <= 0.0:
+            return NAN
+        d_inner = lin_v_heads * lin_v_dim
+        conv = d_inner + 2.0 * lin_k_heads * lin_k_dim
+        total += residual * compute_bytes
+        total += tokens * compute_bytes * ((d_inner + conv + lin_v_heads) + conv + 2.0 * d_inner) / tp
+    elif attention != _ATT_NONE:
         return NAN
 
     # ---- FFN block
+    if ffn == _FFN_NONE:
+        return total
     if ffn_width <= 0.0:
         return NAN
     total += residual * compute_bytes  # first linear / router input (Korthikanti "MLP: 2sbh")

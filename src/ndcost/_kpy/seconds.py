@@ -82,6 +82,9 @@ POINTWISE_BACKWARD_BYTES = 1.5
 #: skips the blocks above the diagonal: half of 4·b·s²·heads·d -- the accounting of
 #: Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py flops() (f // 2 if causal;
 #: 2.5·f backward), the one its published utilization (rates.attention_efficiency) is measured in.
+#: Token mixers of a kind (the ``mixer`` column): attention (full, MLA, gated DeltaNet), a Mamba-2 mixer,
+#: none (an MLP-only block of a hybrid stack).
+MIXER_ATTENTION, MIXER_MAMBA, MIXER_NONE = 0.0, 1.0, 2.0
 #: A bidirectional kind (a vision encoder) or a windowed one runs every block it meets: no share.
 FLASH_BACKWARD_FLOPS = 2.5
 FLASH_CAUSAL_SHARE = 0.5
@@ -358,11 +361,16 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     kernel_s = rate[_R["kernel_s"]]
     h = kind[_K["sub_h"]]
     a = kind[_K["att_a"]]
-    if not (a > 0.0 and h > 0.0):
+    mixer = kind[_K["mixer"]]                 # 0 attention (full, MLA, GDN), 1 Mamba-2, 2 none (MLP block)
+    has_ffn = kind[_K["has_ffn"]] != 0.0
+    if not (h > 0.0 and (a > 0.0 or mixer == MIXER_NONE)):
         _fill(out, _L_COUNT, NAN)
         return
+    # sub-blocks with a residual add, a TP gather/scatter pair and a pre-norm each: a transformer
+    # layer has two (mixer, FFN); a hybrid stack's block one (NemotronHBlock)
+    parts = (0.0 if mixer == MIXER_NONE else 1.0) + (1.0 if has_ffn else 0.0)
     n_kv = kind[_K["att_n_kv"]]
-    dh = kind[_K["att_dh"]] if kind[_K["att_dh"]] != 0.0 else h / a
+    dh = kind[_K["att_dh"]] if kind[_K["att_dh"]] != 0.0 else (h / a if a > 0.0 else 0.0)
     gate = 1.0 if kind[_K["att_gate"]] != 0.0 else 0.0
     d_qk = (kind[_K["qk_nope"]] if kind[_K["qk_nope"]] != 0.0 else dh) + kind[_K["dhr"]]
     d_v = dh
@@ -376,9 +384,24 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     n_qkv = (a * (1.0 + gate) + 2.0 * n_kv) * dh   # Q (doubled by an output gate), K, V outputs
     g3 = [0.0, 0.0, 0.0]
     fw = bw = bw_w = gemm_f = gemm_b = 0.0
+    f_att = d_att = w_grad = flops_att = 0.0
+    ssm_inner = ssm_conv = 0.0
 
     # ---- attention projections, 2·tokens·W FLOPs forward; Megatron fuses Q, K, V in one GEMM.
-    if kind[_K["is_mla"]] != 0.0:
+    if mixer == MIXER_MAMBA:
+        # Mamba-2 (ndcost.mamba): in_proj h -> [z, x, B, C, dt] (column-parallel: heads and groups
+        # split over tp) and out_proj d_inner -> h (row-parallel)
+        ssm_inner = a * dh                                    # d_inner = heads x head_dim
+        ssm_conv = ssm_inner + 2.0 * n_kv * kind[_K["lin_d_k"]]   # x, B, C: conv channels
+        n_in = ssm_inner + ssm_conv + a
+        _mm3(rows, n_in / t, h, n_split, cand, rate, g3, False, 1)
+        f_att, d_att, w_grad = g3[0], g3[1], g3[2]
+        _mm3(rows, h, ssm_inner / t, n_split, cand, rate, g3, False, 2)
+        f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
+        flops_att = 2.0 * b * s * h * (n_in + ssm_inner)
+    elif mixer == MIXER_NONE:
+        pass
+    elif kind[_K["is_mla"]] != 0.0:
         # MLA: every attention weight W (ND's mla_weights, ND_REFERENCE §2.2) as one GEMM of the
         # same FLOPs (k = h, n = W/(h·t)), plus 4 more kernels (q_a, q_b, kv_a, kv_b, o: 5 GEMMs).
         w_att = kind[_K["mla_w"]]
@@ -475,6 +498,19 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         core_b += 2.0 * rec_f
         # the short depthwise conv over q, k, v (read + write) and the gated output norm (3 passes)
         conv_bytes = 2.0 * bc * tokens * (n_qkv - a * dh) / t + 3.0 * bc * tokens * a * dh / t
+    if mixer == MIXER_MAMBA:
+        # ---- Mamba-2's SSD scan per token and head (ndcost.mamba.ssd_flops_per_token, Dao & Gu 2024
+        # §6), at 16-bit matmul rate or reading x, B, C, dt and writing y at HBM rate, whichever is
+        # slower; backward 2x, as for the gated DeltaNet's chunked scan
+        chunk, state = kind[_K["ssm_chunk"]], kind[_K["lin_d_k"]]
+        flops_rec = b * s * a * (2.0 * chunk * (state + dh) + 4.0 * state * dh)
+        compute = flops_rec / (t * cp) / mm16_rate
+        memory = bc * tokens * (ssm_conv + a + ssm_inner) / t / hbm
+        rec_f = (compute if compute > memory else memory) + n_split * kernel_s
+        core_f += rec_f
+        core_b += 2.0 * rec_f
+        # the causal depthwise conv1d over x, B, C (read + write) and the gated RMSNorm y·silu(z) (3 passes)
+        conv_bytes = 2.0 * bc * tokens * ssm_conv / t + 3.0 * bc * tokens * ssm_inner / t
     fw += core_f
     bw += core_b
 
@@ -486,8 +522,10 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     ffn_f = 0.0
     sums = [fw, bw, bw_w, gemm_f, gemm_b]
     act_bytes = other_bytes = 0.0             # forward bytes: activation pass (ffAct); never recomputed
-    other_kernels = 2.0                       # the two bias-dropout-add kernels
-    if moe:
+    other_kernels = parts                     # the bias-dropout-add kernels, one a sub-block
+    if not has_ffn:
+        pass                                  # a mixer-only block of a hybrid stack
+    elif moe:
         topk = model[_M["n_chosen"]]
         n_exp = model[_M["n_exp"]]
         cap = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
@@ -532,13 +570,14 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     fw, bw, bw_w, gemm_f, gemm_b = sums
 
     # ---- elementwise work, forward (bytes, kernels) per op class -- the recompute switches' classes
-    norm_bytes = 2.0 * 2.0 * bc * x_sp                      # two norms, read + write each
-    norm_kernels = 2.0
+    n_norm = kind[_K["n_normOp"]]                          # the layer's norms (ND's normOp count)
+    norm_bytes = n_norm * 2.0 * bc * x_sp                  # read + write each
+    norm_kernels = n_norm
     if eager and smodel[_SM["rms_norm"]] != 0.0:
         # an RMSNorm written in PyTorch ops and run eagerly, one kernel each
-        norm_bytes = 2.0 * (EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp
-        norm_kernels = 2.0 * EAGER_RMSNORM_KERNELS
-    if kind[_K["n_qknorm"]] != 0.0:
+        norm_bytes = n_norm * (EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp
+        norm_kernels = n_norm * EAGER_RMSNORM_KERNELS
+    if kind[_K["n_qknorm"]] != 0.0 and mixer == MIXER_ATTENTION:
         norm_bytes += 2.0 * bc * tokens * (a + n_kv) * dh / t
         norm_kernels += 2.0
     softmax_bytes = dropout_bytes = permute_bytes = 0.0
@@ -569,11 +608,13 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
             other_kernels += 2.0
         other_bytes += 2.0 * bc * tokens * a * dh / t
         other_kernels += 1.0
-    # the two fused bias-dropout-add kernels: read the output and the residual, write (+ mask)
-    other_bytes += 2.0 * (3.0 * bc + db) * x_sp + conv_bytes
+    # the fused bias-dropout-add kernels: read the output and the residual, write (+ mask)
+    other_bytes += parts * (3.0 * bc + db) * x_sp + conv_bytes
     if conv_bytes > 0.0:
         other_kernels += 2.0
-    act_kernels = 1.0 + (1.0 if moe and smodel[_SM["shared_width"]] > 0.0 else 0.0)
+    act_kernels = 0.0
+    if has_ffn:
+        act_kernels = 1.0 + (1.0 if moe and smodel[_SM["shared_width"]] > 0.0 else 0.0)
     # each class's forward time is what a selective recompute of its switch re-runs
     out[_L["sw_ffAct"]] = _pass(act_bytes, act_kernels * n_split, rate)
     out[_L["sw_normOp"]] = _pass(norm_bytes, norm_kernels * n_split, rate)
@@ -594,17 +635,17 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     # headCast: Megatron scales, masks and casts the scores inside its fused softmax kernel, so a
     # separate cast pass costs nothing here (sw_headCast stays 0).
 
-    # ---- tensor parallelism, in the tp group (stride 1): per layer 2 all-reduces forward and 2
-    # backward, or with SP 2 all-gathers + 2 reduce-scatters each way (Korthikanti et al. 2022
-    # §4.2.2, Fig. 5), of the full activation b·s·h/cp.
+    # ---- tensor parallelism, in the tp group (stride 1): per sub-block 1 all-reduce forward and 1
+    # backward, or with SP 1 all-gather + 1 reduce-scatter each way (Korthikanti et al. 2022
+    # §4.2.2, Fig. 5), of the full activation b·s·h/cp: a transformer layer has two sub-blocks.
     if t > 1.0:
         full = b * s * h * bc / cp
         if sp > 1.0:
             gather = _collective(GATHER_OR_SCATTER, full, t, 1.0, rate)
-            tp_pass = 4.0 * gather
-            out[_L["sw_gather"]] = 2.0 * gather
+            tp_pass = 2.0 * parts * gather
+            out[_L["sw_gather"]] = parts * gather
         else:
-            tp_pass = 2.0 * _collective(ALL_REDUCE, full, t, 1.0, rate)
+            tp_pass = parts * _collective(ALL_REDUCE, full, t, 1.0, rate)
         out[_L["tp_f"]] = tp_pass
         out[_L["tp_b"]] = tp_pass
 
