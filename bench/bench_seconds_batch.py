@@ -2,8 +2,8 @@
 
 Run: ``pytest bench/bench_seconds_batch.py --benchmark-only --benchmark-group-by=group``
 (``--benchmark-json=bench.json`` keeps the numbers; each benchmark's ``extra_info`` holds its
-candidates per second). 10,000 candidates on both backends for two models; 1,000,000 on the
-compiled backend for llama3-70b.
+candidates per second). 10,000 candidates on both backends for four models (dense, MoE, a
+sliding-window MoE and a Mamba-2 hybrid stack); 1,000,000 on the compiled backend for llama3-70b.
 
 The batch is what a strategy search prices in seconds mode: every (tp, pp, cp, ep, vpp,
 micro-batch size, recompute, ZeRO stage, SP) of a model on 1024 devices at a fixed global batch,
@@ -31,11 +31,16 @@ from ratio_guard import guard, record
 CASES = {
     "llama3-70b": ("h100-sxm", 1024, 8192, (1,)),
     "deepseek-v3": ("h800", 4096, 4096, (8, 16, 32, 64)),
+    # the new layer kinds at the usual speed: sliding-window MoE (gpt-oss), a Mamba-2 hybrid stack
+    "gpt-oss-120b": ("h100-sxm", 1024, 8192, (8, 16, 32)),
+    "nemotron-h-56b": ("h100-sxm", 1536, 8192, (1,)),
 }
 DEVICES = 1024
 #: (backend, model, size) -> rounds; the oracle prices ~5,000 candidates a second, so 10,000 only.
 ROUNDS = {("cython", "llama3-70b", 10_000): 20, ("python", "llama3-70b", 10_000): 2,
           ("cython", "deepseek-v3", 10_000): 20, ("python", "deepseek-v3", 10_000): 2,
+          ("cython", "gpt-oss-120b", 10_000): 20, ("python", "gpt-oss-120b", 10_000): 2,
+          ("cython", "nemotron-h-56b", 10_000): 20, ("python", "nemotron-h-56b", 10_000): 2,
           ("cython", "llama3-70b", 1_000_000): 3}
 #: ((model, size), backend) -> median seconds of this run, for the ratio guard.
 MEDIANS: dict[tuple, float] = {}
