@@ -30,7 +30,7 @@ def _model(family: str) -> Model:
 
 def test_every_new_family_has_a_config_file():
     assert set(FAMILIES) >= {"mistral", "phi3", "olmo2", "gemma2", "gemma3", "gpt_oss", "qwen2_moe",
-                             "deepseek_v2", "kimi_k2", "llama4", "nemotron_h"}
+                             "deepseek_v2", "kimi_k2", "llama4", "nemotron_h", "glm4_moe"}
     for family in FAMILIES:
         source = _entry(family)["source"]
         assert source["hf_repo"] and source["config_source"], family
@@ -54,6 +54,27 @@ def test_active_parameters_match_in_the_cards_convention(family):
         active -= model.embedding_parameters()
     tolerance = max(0.01 * published["active"], published.get("active_rounding", 0))
     assert abs(active - published["active"]) <= tolerance, (active, published)
+
+
+def test_gemma_runs_four_norms_a_layer(kernels):
+    """Gemma 2/3's four RMSNorms a layer are elementwise work seconds mode prices: the same model
+    with the llama family's two norms spends half the norm time (read + write of the residual)."""
+    from ndcost._columns import SECONDS_LAYER, SECONDS_LAYER_FIELDS
+    from ndcost.seconds import seconds_arrays
+    import numpy as np
+
+    spec = ExecSpec(dp=1, tp=2, pp=1, micro_batch_size=1, micro_batch_num=1, seq_length=4096,
+                    sequence_parallel=True)
+    gemma = _model("gemma2")
+    assert {kind.ops.normOp for kind in gemma.kinds} == {4.0}
+    rows = []
+    for model in (gemma, Model(**{**gemma.to_dict(), "family": "llama", "layer_types": None, "sliding_window": 0,
+                                  "census": ()})):
+        a = seconds_arrays(model, spec, Cluster("h100-sxm", 2))
+        out = np.empty((len(model.kinds), len(SECONDS_LAYER_FIELDS)))
+        kernels.seconds_layer_times(a["kinds"], a["skinds"], a["model"], a["smodel"], a["cand"], a["rate"], out)
+        rows.append(out[-1][SECONDS_LAYER["sw_normOp"]])
+    assert rows[0] == pytest.approx(2.0 * rows[1], rel=1e-12)    # bytes and kernels both double
 
 
 def test_gemma2_matches_its_report_to_the_parameter():
@@ -128,6 +149,8 @@ _STRATEGY = {
                    recompute="full"),
     "nemotron_h": dict(dp=8, tp=8, pp=4, global_batch_size=768, seq_length=8192, sequence_parallel=True,
                        recompute="selective"),
+    "glm4_moe": dict(dp=16, tp=2, pp=2, ep=16, global_batch_size=512, seq_length=4096, sequence_parallel=True,
+                     recompute="full"),
     "kimi_k2": dict(dp=32, tp=1, pp=16, ep=32, global_batch_size=1024, seq_length=4096, recompute="full"),
 }
 

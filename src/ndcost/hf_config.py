@@ -35,6 +35,7 @@ SUPPORTED_MODEL_TYPES = (
     "gemma2",
     "gemma3",
     "gemma3_text",
+    "glm4_moe",
     "gpt2",
     "gpt_neox",
     "gpt_oss",
@@ -66,6 +67,9 @@ _MLA_FAMILIES = ("deepseek_v2", "deepseek_v3")
 _ALL_MOE_FAMILIES = ("mixtral", "gpt_oss")
 #: Families with q_norm / k_norm in code: Qwen3's per-head RMSNorm, Gemma 3's, OLMo 2's over the projection.
 _QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "olmo2")
+#: Families like DeepSeek-V3's MoE (n_shared_experts of moe_intermediate_size, first_k_dense_replace, a
+#: sigmoid router with a score-correction bias) on grouped-query attention: GLM-4.5 (modeling_glm4_moe).
+_DEEPSEEK_MOE_GQA_FAMILIES = ("glm4_moe",)
 #: Families whose sliding_window applies to every layer when set (MistralAttention, Phi3Attention pass
 #: config.sliding_window to every layer).
 _EVERY_LAYER_WINDOW_FAMILIES = ("mistral", "phi3")
@@ -400,6 +404,10 @@ def _decoder_kwargs(read: _Reader, model_type: str) -> dict[str, Any]:
     if model_type in ("qwen2", "qwen2_moe"):
         # modeling_qwen2, modeling_qwen2_moe: q/k/v projections have bias=True in code (no config field).
         kwargs["attention_bias"] = True
+    if model_type == "glm4_moe":
+        # Glm4MoeAttention: q/k/v biases per attention_bias, o_proj without; q_norm/k_norm per head
+        # when use_qk_norm (partial_rotary_factor changes no count)
+        kwargs["qk_norm"] = bool(read.optional("use_qk_norm", default=False))
     if model_type in _QK_NORM_FAMILIES:
         # modeling_qwen3*, modeling_gemma3: q_norm and k_norm (RMSNorm over head_dim) in code;
         # modeling_olmo2: over the whole q and k projections.
@@ -470,7 +478,8 @@ def _add_layer_types(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> 
 
 def _add_ffn(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> None:
     num_experts = read.optional(*_EXPERT_COUNT_KEYS, default=0)
-    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next", "mixtral", "gpt_oss", "llama4") + _MLA_FAMILIES:
+    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next", "mixtral", "gpt_oss", "llama4") + _MLA_FAMILIES \
+            + _DEEPSEEK_MOE_GQA_FAMILIES:
         num_experts = read.required(*_EXPERT_COUNT_KEYS)
     kwargs["intermediate_size"] = read.optional("intermediate_size")
     if not num_experts:
@@ -510,8 +519,8 @@ def _dense_prefix(read: _Reader, model_type: str, kwargs: dict[str, Any]) -> int
     """How many leading layers are dense. ndcost's stacks are dense-then-MoE,
     so a config whose dense layers are not a prefix is refused."""
     layers = kwargs["num_hidden_layers"]
-    if model_type in _MLA_FAMILIES:
-        # DeepseekV2/V3: layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0.
+    if model_type in _MLA_FAMILIES + _DEEPSEEK_MOE_GQA_FAMILIES:
+        # DeepseekV2/V3, Glm4Moe: layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0.
         freq = read.optional("moe_layer_freq", default=1)
         if freq != 1:
             raise SpecError("moe_layer_freq", read.owner, "be 1 (ndcost models dense-then-MoE stacks)", freq)

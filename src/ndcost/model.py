@@ -67,12 +67,13 @@ FAMILIES = (
     "deepseek_v2",
     "llama4",
     "nemotron_h",
+    "glm4_moe",
 )
 #: Families whose decoder layer has four norms (before and after attention and FFN: Gemma2DecoderLayer,
 #: Gemma3DecoderLayer), not two.
 _FOUR_NORM_FAMILIES = ("gemma2", "gemma3")
 #: Families that put biases on q/k/v but not on o_proj (modeling_qwen2, modeling_qwen2_moe).
-_QKV_BIAS_ONLY_FAMILIES = ("qwen2", "qwen2_moe")
+_QKV_BIAS_ONLY_FAMILIES = ("qwen2", "qwen2_moe", "glm4_moe")   # and Glm4MoeAttention's o_proj: bias=False
 
 
 # --------------------------------------------------------------------------- OpCounts
@@ -673,6 +674,8 @@ class Model:
                     ops = OpCounts.linear_attention(gated_ffn=self.gated_ffn)
                 else:
                     ops = OpCounts.full_attention(gated_ffn=self.gated_ffn)
+                if self.family in _FOUR_NORM_FAMILIES:
+                    ops = replace(ops, normOp=4)    # Gemma 2/3: pre- and post-norms around both sub-blocks
                 span, chunked = window
                 label = ("chunked" if chunked else "sliding") if span else attention
                 kind_name = f"{label}_{ffn}" if mixed_attention else ffn
@@ -792,7 +795,7 @@ class Model:
         params = self.num_experts * self.hidden_size  # gate: h -> num_experts
         if self.family == "gpt_oss":
             params += self.num_experts  # GptOssTopKRouter keeps a bias per expert
-        if self.family == "deepseek_v3":
+        if self.family in ("deepseek_v3", "glm4_moe"):
             # noaux_tc routing keeps a per-expert e_score_correction_bias in the
             # checkpoint (DeepSeek-V3 report §2.1.2, auxiliary-loss-free balancing).
             params += self.num_experts
