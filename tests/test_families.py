@@ -30,7 +30,7 @@ def _model(family: str) -> Model:
 
 def test_every_new_family_has_a_config_file():
     assert set(FAMILIES) >= {"mistral", "phi3", "olmo2", "gemma2", "gemma3", "gpt_oss", "qwen2_moe",
-                             "deepseek_v2", "kimi_k2", "llama4", "nemotron_h", "glm4_moe"}
+                             "deepseek_v2", "kimi_k2", "llama4", "nemotron_h", "glm4_moe", "jamba"}
     for family in FAMILIES:
         source = _entry(family)["source"]
         assert source["hf_repo"] and source["config_source"], family
@@ -151,6 +151,8 @@ _STRATEGY = {
                        recompute="selective"),
     "glm4_moe": dict(dp=16, tp=2, pp=2, ep=16, global_batch_size=512, seq_length=4096, sequence_parallel=True,
                      recompute="full"),
+    "jamba": dict(dp=8, tp=4, pp=2, ep=8, global_batch_size=256, seq_length=8192, sequence_parallel=True,
+                  recompute="full"),
     "kimi_k2": dict(dp=32, tp=1, pp=16, ep=32, global_batch_size=1024, seq_length=4096, recompute="full"),
 }
 
@@ -170,7 +172,7 @@ def test_one_estimate_in_seconds_and_memory_on_both_backends(ckernels, family):
     assert c.memory.peak_allocated == pytest.approx(py.memory.peak_allocated, rel=1e-12)
     assert c.memory.peak_reserved == pytest.approx(py.memory.peak_reserved, rel=1e-12)
     if model.has_mamba:
-        with pytest.raises(SpecError, match="ND's op tables cannot price a Mamba-2 mixer"):
+        with pytest.raises(SpecError, match="ND's op tables cannot price a Mamba-[12] mixer"):
             ndcost.estimate(model, spec, cluster, units="nd")
         return
     nd = on_both_backends(lambda: ndcost.estimate(model, spec, cluster, units="nd"))
@@ -208,3 +210,21 @@ def test_hybrid_rules_refuse_what_is_not_priced():
         ndcost.estimate(four_groups, ExecSpec(dp=8, tp=8, global_batch_size=64, seq_length=8192), cluster)
     with pytest.raises(SpecError, match="context parallelism is not priced"):
         ndcost.estimate(model, ExecSpec(dp=4, tp=8, cp=2, global_batch_size=64, seq_length=8192), cluster)
+
+
+def test_jamba_layers_by_hand():
+    """Jamba (modeling_jamba): 28 Mamba-1 layers (in_proj 4096 -> 2·8192, conv1d 8192 x 4 + bias,
+    x_proj 8192 -> 256 + 2·16, dt_proj 256 -> 8192 + bias, A_log 8192 x 16, D, the dt/B/C RMSNorms,
+    out_proj 8192 -> 4096) and 4 attention layers (i % 8 == 4); every odd layer a MoE of 16 SwiGLU
+    experts of 14,336 (top-2, unbiased router), the others a SwiGLU MLP; two RMSNorms a layer."""
+    h, d, rank, state, conv_k, ff, experts = 4096, 8192, 256, 16, 4, 14336, 16
+    mamba = 3 * h * d + d * conv_k + d + d * (rank + 2 * state) + rank * d + d + d * state + d + rank + 2 * state
+    attention = 2 * h * h + 2 * h * 1024
+    mlp = 3 * h * ff
+    moe = experts * mlp + experts * h
+    model = _model("jamba")
+    expected = 28 * mamba + 4 * attention + 16 * mlp + 16 * moe + 32 * 2 * h + 2 * 65536 * h + h
+    assert model.parameter_count().total == expected
+    order = [model.kinds[i] for i in model.layer_kinds_in_order]
+    assert [k.attention for k in order[:9]] == ["mamba1"] * 4 + ["full"] + ["mamba1"] * 4
+    assert [k.ffn for k in order[:4]] == ["dense", "moe", "dense", "moe"]

@@ -110,3 +110,41 @@ def test_the_hybrid_model_prices_the_same_on_both_backends(ckernels):
     assert c.step_time == pytest.approx(py.step_time, rel=1e-12)
     assert c.memory.peak_reserved == pytest.approx(py.memory.peak_reserved, rel=1e-12)
     assert 0.0 < c.mfu <= c.hfu <= 1.0
+
+
+def test_mamba1_layer_by_hand(kernels):
+    """A Jamba-style Mamba-1 layer: in_proj h -> 2·d, x_proj d -> R + 2N, dt_proj R -> d, out_proj d -> h,
+    2·b·s FLOPs a weight; the selective scan's 9·b·s·d·N FLOPs run at HBM rate on x, dt, z, y (d over
+    tp each) and B, C (N each, whole), backward twice; and the bytes the layer keeps."""
+    from ndcost._columns import RATE
+
+    d, rank = 512, 16
+    model = ndcost.Model(name="tiny-jamba", hidden_size=H, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=VOCAB, intermediate_size=FF,
+                         layer_types=("mamba1", "full_attention"), mamba_d_inner=d, mamba_dt_rank=rank,
+                         mamba_state_size=N, mamba_conv_kernel=CONV, family="jamba")
+    a = seconds_arrays(model, SPEC, ndcost.Cluster("h100-sxm", SPEC.num_devices))
+    out = np.empty((len(model.kinds), len(SECONDS_LAYER_FIELDS)))
+    kernels.seconds_layer_times(a["kinds"], a["skinds"], a["model"], a["smodel"], a["cand"], a["rate"], out)
+    row = out[0]
+    b, s, t = 2.0, 1024.0, 2.0
+    projections = 2 * b * s * (2 * H * d + d * (rank + 2 * N) + rank * d + d * H)
+    assert row[L["att_mm_flops"]] == pytest.approx(projections, rel=1e-12)
+    scan = 9.0 * b * s * d * N
+    ffn = 2 * b * s * H * 3 * FF
+    assert row[L["flops_f"]] == pytest.approx(projections + scan + ffn, rel=1e-12)
+    rate = a["rate"]
+    hbm = rate[RATE["hbm_eff"]] * rate[RATE["hbm_bw"]]
+    tokens = b * s
+    expected = 2.0 * tokens * (4 * d / t + 2 * N) / hbm + rate[RATE["kernel_s"]]
+    assert row[L["core_f"]] == pytest.approx(expected, rel=1e-12)
+    assert row[L["core_b"]] == pytest.approx(2 * expected, rel=1e-12)
+    # memory: in_proj input (SP-split), x, z, conv x, delta, y (d over tp) and dt, B, C (R + 2N), 2 bytes
+    args = dict(seq=s, batch=b, hidden=float(H), tp=t, sp=t, cp=1.0, etp=1.0, attention=5, heads=0.0,
+                kv_heads=0.0, head_dim=0.0, out_gate=0, qk_norm=0, q_lora=0.0, kv_lora=0.0, qk_nope=0.0,
+                qk_rope=0.0, v_dim=0.0, lin_k_heads=float(rank), lin_k_dim=float(N), lin_v_heads=float(d),
+                lin_v_dim=1.0, lin_conv=float(CONV), lin_chunk=1.0, ffn=2, gated=1, ffn_width=0.0,
+                experts=0.0, top_k=0.0, shared_width=0.0, token_factor=1.0, flash=1, compute_bytes=2.0,
+                softmax_bytes=4.0, dropout_bytes=0.0, norm_bytes=2.0, option=0, keep_mask=0, slice_input=0)
+    kept = tokens * H / t * 2 * 2 + tokens * 2 * (5 * d / t + rank + 2 * N)
+    assert kernels.layer_activation_bytes(**args) == pytest.approx(kept, rel=1e-12)

@@ -40,7 +40,7 @@ def random_layer_arguments(rng: np.random.Generator) -> dict:
         "sp": float(tp if rng.random() < 0.5 else 1),
         "cp": float(rng.choice([1, 2, 4])),
         "etp": float(rng.choice([1, tp])),
-        "attention": int(rng.integers(0, 5)),     # full, MLA, GDN, Mamba-2, none
+        "attention": int(rng.integers(0, 6)),     # full, MLA, GDN, Mamba-2, none, Mamba-1
         "heads": float(heads),
         "kv_heads": float(rng.choice([1, 2, 8, heads])),
         "head_dim": float(rng.choice([64, 128])),
@@ -78,7 +78,7 @@ def random_layer_arguments(rng: np.random.Generator) -> dict:
 # Edges the random draw may miss: invalid sizes and codes (NaN), p = 1, cp > 1, full recompute.
 LAYER_EDGES = [
     {"seq": 0.0}, {"batch": -1.0}, {"hidden": 0.0}, {"tp": 0.0}, {"sp": 0.5}, {"cp": 0.0}, {"etp": 0.0},
-    {"attention": 5}, {"attention": -1}, {"ffn": 3}, {"option": 3}, {"option": -1}, {"keep_mask": 256},
+    {"attention": 6}, {"attention": -1}, {"ffn": 3}, {"option": 3}, {"option": -1}, {"keep_mask": 256},
     {"keep_mask": -1}, {"compute_bytes": -1.0}, {"heads": 0.0}, {"ffn_width": 0.0},
     {"attention": 0, "kv_heads": 0.0}, {"attention": 1, "kv_lora": 0.0}, {"attention": 2, "lin_chunk": 0.0},
     {"ffn": 1, "experts": 0.0}, {"ffn": 1, "top_k": 0.0}, {"ffn": 1, "token_factor": 0.0},

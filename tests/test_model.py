@@ -101,7 +101,7 @@ def test_op_count_profiles_match_nd_reference():
 def test_op_counts_and_layer_kind_reject_bad_values():
     with pytest.raises(SpecError, match=re.escape("The 'softmax' parameter of OpCounts must be a finite number >= 0. Got -1 instead.")):
         OpCounts(4, 2, 3, -1, 0, 2, 4, 1, 1, 0)
-    with pytest.raises(SpecError, match=re.escape("The 'attention' parameter of LayerKind must be one of 'full', 'mla', 'linear', 'mamba', 'none'. Got 'sparse' instead.")):
+    with pytest.raises(SpecError, match=re.escape("The 'attention' parameter of LayerKind must be one of 'full', 'mla', 'linear', 'mamba', 'none', 'mamba1'. Got 'sparse' instead.")):
         LayerKind("x", "sparse", "dense", OpCounts.full_attention())
     with pytest.raises(SpecError, match=re.escape("The 'ops' parameter of LayerKind must be an OpCounts.")):
         LayerKind("x", "full", "dense", (4, 2, 3, 1, 0, 2, 4, 1, 1, 0))
@@ -296,7 +296,7 @@ BAD_MODELS = [
      _msg("layer_types", "have one entry per body layer (num_hidden_layers = 4); its length", 2)),
     (lambda: tiny_hybrid(layer_types=("linear_attention", "mamba2", "linear_attention", "full_attention")),
      _msg("layer_types", "hold only 'full_attention', 'linear_attention', 'sliding_attention', 'chunked_attention', "
-          "'mamba', 'attention', 'mlp', 'moe'", "mamba2")),
+          "'mamba1', 'mamba', 'attention', 'mlp', 'moe'", "mamba2")),
     (lambda: tiny_hybrid(layer_types=("linear_attention", "sliding_attention", "linear_attention", "full_attention")),
      _msg("sliding_window", "be an integer >= 1 when a layer is sliding_attention", 0)),
     (lambda: tiny_hybrid(layer_types="full_attention"), _msg("layer_types", "be a list of layer type names", "full_attention")),

@@ -48,7 +48,8 @@ KIND_FIELDS = (
                       #   att_window tokens), not a sliding window; seconds only
     "mixer",          # the layer's token mixer: 0 attention (full, MLA, gated DeltaNet), 1 a Mamba-2 mixer
                       #   (att_a its heads, att_n_kv its B/C groups, att_dh its head dim, lin_d_k its state),
-                      #   2 none (an MLP-only block of a hybrid stack); seconds only (ND refuses 1 and 2)
+                      #   2 none (an MLP-only block of a hybrid stack), 3 a Mamba-1 mixer (att_a its d_inner,
+                      #   att_n_kv its dt rank, lin_d_k its state); seconds only (ND refuses 1-3)
     "has_ffn",        # 1: the layer has an FFN (dense or MoE); 0: a mixer-only block of a hybrid stack
     "ssm_chunk",      # Mamba-2's SSD chunk length (mamba_chunk_size); 0 for other kinds
     "census_att",     # HyperParallel census: share of the attention matmuls (attMM) its selective policy
@@ -266,7 +267,8 @@ GROUPS["SS"] = SECONDS_STAGE_FIELDS
 # --- per layer kind, what the memory model reads (float64, K x MEMORY_KIND_FIELDS) ---
 MEMORY_KIND_FIELDS = (
     "attention",      # memory.ATTENTION_CODES: 0 full, 1 MLA, 2 linear (gated DeltaNet), 3 Mamba-2 (its
-                      #   groups, state, heads, head dim, conv and chunk in the lin_* columns), 4 none
+                      #   groups, state, heads, head dim, conv and chunk in the lin_* columns), 4 none,
+                      #   5 Mamba-1 (dt rank, state, d_inner, 1, conv, 1 in the lin_* columns)
     "heads", "kv_heads", "head_dim", "out_gate", "qk_norm",           # full attention (MLA: heads)
     "q_lora", "kv_lora", "qk_nope", "qk_rope", "v_dim",               # MLA dims
     "lin_k_heads", "lin_k_dim", "lin_v_heads", "lin_v_dim", "lin_conv", "lin_chunk",  # gated DeltaNet

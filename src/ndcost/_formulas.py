@@ -171,7 +171,7 @@ class ModelConstants:
 
     __slots__ = ("num_experts", "heads", "kv_heads", "tie", "is_moe", "is_mla", "linear_k_heads",
                  "linear_v_heads", "has_linear", "moe_width", "layers_with_mtp", "has_vision", "vision_heads",
-                 "vision_tokens", "has_mamba", "mamba_heads", "mamba_groups")
+                 "vision_tokens", "has_mamba", "mamba_splits")
 
     def __init__(self, model: Any) -> None:
         self.num_experts = model.num_experts
@@ -189,8 +189,7 @@ class ModelConstants:
         self.vision_heads = model.vision.num_heads if self.has_vision else 0
         self.vision_tokens = model.vision.tokens if self.has_vision else 0
         self.has_mamba = model.has_mamba
-        self.mamba_heads = model.mamba_num_heads
-        self.mamba_groups = model.mamba_n_groups
+        self.mamba_splits = tuple(value for _, value in model.mamba_tp_splits)
 
 
 class ClusterConstants:
@@ -395,7 +394,10 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     if mc.has_linear:
         rules.append(("tp_linear_heads", (mc.linear_k_heads % tp != 0) | (mc.linear_v_heads % tp != 0)))
     if mc.has_mamba:
-        rules.append(("tp_mamba_heads", (mc.mamba_heads % tp != 0) | (mc.mamba_groups % tp != 0)))
+        broken = mc.mamba_splits[0] % tp != 0
+        for width in mc.mamba_splits[1:]:
+            broken = broken | (width % tp != 0)
+        rules.append(("tp_mamba_heads", broken))
     # 3. Experts (ND §3.9 C1-C2; Megatron's expert grid).
     if not mc.is_moe:
         rules.append(("ep_dense", ep != 1))

@@ -39,6 +39,7 @@ SUPPORTED_MODEL_TYPES = (
     "gpt2",
     "gpt_neox",
     "gpt_oss",
+    "jamba",
     "kimi_k2",
     "llama",
     "llama4",
@@ -178,6 +179,8 @@ def model_kwargs_from_hf_config(config: Mapping[str, Any], *, owner: str = "conf
         return _llama4_kwargs(read)
     if model_type == "nemotron_h":
         return _nemotron_h_kwargs(read)
+    if model_type == "jamba":
+        return _jamba_kwargs(read)
     if model_type == "gpt_neox":
         return _gpt_neox_kwargs(read)
     return _decoder_kwargs(read, _FAMILY_OF.get(model_type, model_type))
@@ -337,6 +340,56 @@ def _nemotron_h_kwargs(read: _Reader) -> dict[str, Any]:
         "mamba_chunk_size": read.optional("chunk_size", default=128),
         "family": "nemotron_h",
     }
+
+
+def _jamba_kwargs(read: _Reader) -> dict[str, Any]:
+    """Jamba (modeling_jamba): layer i attends (GQA, no biases) when i % attn_layer_period ==
+    attn_layer_offset, else runs a Mamba-1 mixer of expand x hidden channels (JambaMambaMixer); its FFN
+    is a MoE (top-k SwiGLU experts of intermediate_size, an unbiased router) when i %
+    expert_layer_period == expert_layer_offset, else a SwiGLU MLP of that width. ndcost places MoE
+    layers at (i + 1) % step == 0, so the offset must be period - 1 (Jamba's 2 and 1)."""
+    layers = read.required("num_hidden_layers")
+    hidden = read.required("hidden_size")
+    period, offset = read.optional("attn_layer_period", default=8), read.optional("attn_layer_offset", default=4)
+    e_period = read.optional("expert_layer_period", default=2)
+    e_offset = read.optional("expert_layer_offset", default=1)
+    for key, value in (("attn_layer_period", period), ("attn_layer_offset", offset),
+                       ("expert_layer_period", e_period), ("expert_layer_offset", e_offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SpecError(key, read.owner, "be an integer >= 0", value)
+    if period < 1 or e_period < 1:
+        raise SpecError("attn_layer_period", read.owner, "be an integer >= 1 (and expert_layer_period)", period)
+    experts = read.optional("num_experts", default=1)
+    if experts > 1 and e_offset != e_period - 1:
+        rule = f"be expert_layer_period - 1 ({e_period - 1}): ndcost places MoE layers at (i + 1) % period == 0"
+        raise SpecError("expert_layer_offset", read.owner, rule, e_offset)
+    for key, expected in (("mamba_proj_bias", False), ("mamba_conv_bias", True)):
+        if read.optional(key, default=expected) != expected:
+            raise SpecError(key, read.owner, f"be {expected} (Jamba's mixer as ndcost counts it)", read.optional(key))
+    expand = read.optional("mamba_expand", default=2)
+    rank = read.optional("mamba_dt_rank", default="auto")
+    if rank == "auto" and isinstance(hidden, int):
+        rank = math.ceil(hidden / 16)                     # JambaConfig: ceil(hidden_size / 16)
+    kwargs: dict[str, Any] = {
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": read.required("num_attention_heads"),
+        "num_key_value_heads": read.optional("num_key_value_heads"),
+        "vocab_size": read.required("vocab_size"),
+        "intermediate_size": read.required("intermediate_size"),
+        "tie_word_embeddings": read.optional("tie_word_embeddings", default=False),
+        "mamba_d_inner": expand * hidden if isinstance(expand, int) and isinstance(hidden, int) else expand,
+        "mamba_dt_rank": rank,
+        "mamba_state_size": read.optional("mamba_d_state", default=16),
+        "mamba_conv_kernel": read.optional("mamba_d_conv", default=4),
+        "family": "jamba",
+    }
+    if _layer_count(layers):
+        kwargs["layer_types"] = tuple("full_attention" if i % period == offset else "mamba1" for i in range(layers))
+    if experts > 1:
+        kwargs.update(num_experts=experts, num_experts_per_tok=read.required("num_experts_per_tok"),
+                      moe_intermediate_size=read.required("intermediate_size"), moe_layer_step=e_period)
+    return kwargs
 
 
 #: Llama4TextConfig's default: every 4th layer (1-based) is a NoPE layer with full attention, the

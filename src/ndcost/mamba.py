@@ -17,14 +17,20 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BLOCK_TYPES", "MAMBA_FIELDS", "block_flavour", "mamba_dims", "mamba_mixer_parameters",
-           "ssd_flops_per_token"]
+__all__ = ["BLOCK_TYPES", "MAMBA_FIELDS", "MAMBA1_FIELDS", "block_flavour", "mamba_dims", "mamba_mixer_parameters",
+           "mamba1_mixer_parameters", "ssd_flops_per_token", "SELECTIVE_SCAN_FLOPS"]
 
 #: ``layer_types`` entries of a hybrid stack: NemotronHConfig.layers_block_type's names.
 BLOCK_TYPES = ("mamba", "attention", "mlp", "moe")
 #: Model fields of the Mamba-2 mixer.
 MAMBA_FIELDS = ("mamba_num_heads", "mamba_head_dim", "mamba_state_size", "mamba_n_groups",
                 "mamba_conv_kernel", "mamba_chunk_size")
+
+#: Model fields of the Mamba-1 mixer (Jamba's layers: a Mamba mixer or attention, then an MLP or MoE).
+MAMBA1_FIELDS = ("mamba_d_inner", "mamba_dt_rank")
+#: FLOPs of Mamba-1's selective scan per token, channel and state (discretise, update the state, read
+#: it out: 9·B·L·D·N, state-spaces/mamba#110, the count VMamba's flop counter uses).
+SELECTIVE_SCAN_FLOPS = 9.0
 
 _FLAVOURS = {"mamba": ("mamba", "none"), "attention": ("full", "none"), "mlp": ("none", "dense"),
              "moe": ("none", "moe")}
@@ -54,6 +60,21 @@ def mamba_mixer_parameters(model: Any) -> int:
     params += 3 * heads                                  # dt_bias, A_log, D
     params += d_inner                                    # norm (MambaRMSNormGated)
     params += d_inner * h                                # out_proj
+    return params
+
+
+def mamba1_mixer_parameters(model: Any) -> int:
+    """Parameters of one Mamba-1 mixer as Jamba builds it (modeling_jamba JambaMambaMixer): in_proj
+    h -> 2·d_inner and out_proj d_inner -> h without biases (mamba_proj_bias False), the conv1d over
+    d_inner with its bias, x_proj d_inner -> dt_rank + 2·N, dt_proj dt_rank -> d_inner with a bias,
+    A_log (d_inner x N), D (d_inner), and Jamba's RMSNorms of dt, B and C."""
+    d, rank, state, h = model.mamba_d_inner, model.mamba_dt_rank, model.mamba_state_size, model.hidden_size
+    params = h * 2 * d + d * h                           # in_proj, out_proj
+    params += d * model.mamba_conv_kernel + d            # conv1d + bias
+    params += d * (rank + 2 * state)                     # x_proj
+    params += rank * d + d                               # dt_proj + bias
+    params += d * state + d                              # A_log, D
+    params += rank + 2 * state                           # dt_layernorm, b_layernorm, c_layernorm
     return params
 
 

@@ -75,7 +75,8 @@ MEMORY_PARTS: tuple[str, ...] = (
 #: zero_bubble_v is DualPipeV's V, seq1f1b counts sequence chunks.
 SCHEDULE_CODES: Mapping[str, int] = MEMORY_SCHEDULE_BY_PP_SCHEDULE
 #: Kernel codes of ``LayerKind.attention``.
-ATTENTION_CODES: Mapping[str, int] = MappingProxyType({"full": 0, "mla": 1, "linear": 2, "mamba": 3, "none": 4})
+ATTENTION_CODES: Mapping[str, int] = MappingProxyType(
+    {"full": 0, "mla": 1, "linear": 2, "mamba": 3, "none": 4, "mamba1": 5})
 #: Kernel codes of ``LayerKind.ffn``.
 FFN_CODES: Mapping[str, int] = MappingProxyType({"dense": 0, "moe": 1, "none": 2})
 #: Chunk length of the gated-DeltaNet chunkwise kernel (flash-linear-attention's
@@ -346,6 +347,10 @@ def memory_kind_table(model: Any) -> np.ndarray:
 def _mamba_columns(model: Any, kind: Any) -> dict:
     """A Mamba-2 kind's dims in the gated-DeltaNet columns (B/C groups as key heads, the state as key
     dim, heads and head dim as value heads and dim): the kernels read them by the attention code."""
+    if kind.attention == "mamba1":
+        return {"lin_k_heads": model.mamba_dt_rank, "lin_k_dim": model.mamba_state_size,
+                "lin_v_heads": model.mamba_d_inner, "lin_v_dim": 1, "lin_conv": model.mamba_conv_kernel,
+                "lin_chunk": 1}
     if kind.attention != "mamba":
         return {}
     return {"lin_k_heads": model.mamba_n_groups, "lin_k_dim": model.mamba_state_size,

@@ -29,7 +29,9 @@ from typing import Any, Mapping
 from .errors import SpecError, check_bool, check_choice, check_positive_int, is_finite_number
 from .census import KindCensus, read_census
 from .limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH
-from .mamba import BLOCK_TYPES, MAMBA_FIELDS, block_flavour, mamba_mixer_parameters
+from .mamba import (
+    BLOCK_TYPES, MAMBA1_FIELDS, MAMBA_FIELDS, block_flavour, mamba1_mixer_parameters, mamba_mixer_parameters,
+)
 from .vision import VisionTower
 
 __all__ = ["OpCounts", "LayerKind", "ParamCount", "Model"]
@@ -37,9 +39,9 @@ __all__ = ["OpCounts", "LayerKind", "ParamCount", "Model"]
 _OWNER = "Model"
 
 #: Values of ``layer_types`` ndcost can price (Transformers' names).
-LAYER_TYPES = ("full_attention", "linear_attention", "sliding_attention", "chunked_attention") + BLOCK_TYPES
+LAYER_TYPES = ("full_attention", "linear_attention", "sliding_attention", "chunked_attention", "mamba1") + BLOCK_TYPES
 #: Attention flavours of a :class:`LayerKind` ("mamba": a Mamba-2 mixer; "none": an MLP-only block).
-ATTENTION_KINDS = ("full", "mla", "linear", "mamba", "none")
+ATTENTION_KINDS = ("full", "mla", "linear", "mamba", "none", "mamba1")
 #: FFN flavours of a :class:`LayerKind` ("none": a mixer-only block of a hybrid stack).
 FFN_KINDS = ("dense", "moe", "none")
 #: The submodules a layer kind can belong to: the language model, or a VLM's vision tower.
@@ -68,6 +70,7 @@ FAMILIES = (
     "llama4",
     "nemotron_h",
     "glm4_moe",
+    "jamba",
 )
 #: Families whose decoder layer has four norms (before and after attention and FFN: Gemma2DecoderLayer,
 #: Gemma3DecoderLayer), not two.
@@ -135,12 +138,13 @@ class OpCounts:
         the parts it has, with one norm: a Mamba-2 mixer's in/out projections and its scan (as
         linrec); attention's four matmuls and score matrix; an MLP's matmuls and activation. ND's
         tables have no such profile: ND units refuse these kinds, only seconds mode reads them."""
-        mixer = {"mamba": (2, 0, 0, 0, 2, 0, 1), "full": (4, 2, 1, 1, 2, 0, 0), "mla": (4, 2, 1, 1, 2, 0, 0),
-                 "none": (0, 0, 0, 0, 0, 0, 0)}[attention]
+        mixer = {"mamba": (2, 0, 0, 0, 2, 0, 1), "mamba1": (4, 0, 0, 0, 2, 0, 1), "full": (4, 2, 1, 1, 2, 0, 0),
+                 "mla": (4, 2, 1, 1, 2, 0, 0), "none": (0, 0, 0, 0, 0, 0, 0)}[attention]
         att_mm, att_bmm, softmax, head_cast, gather, _, linrec = mixer
         ff_mm = 0 if ffn == "none" else (3 if gated_ffn else 2)
         gather += 0 if ffn == "none" else 2
-        return cls(att_mm, att_bmm, ff_mm, softmax, 0, 1, gather, head_cast, 0 if ffn == "none" else 1, linrec)
+        norms = 1 if attention == "none" or ffn == "none" else 2
+        return cls(att_mm, att_bmm, ff_mm, softmax, 0, norms, gather, head_cast, 0 if ffn == "none" else 1, linrec)
 
     def as_tuple(self) -> tuple[float, ...]:
         """The counts in ND's profile order."""
@@ -225,7 +229,7 @@ _NON_NEGATIVE = (
     "sliding_window",
     "attention_chunk_size",
     "moe_layer_step",
-) + MAMBA_FIELDS
+) + MAMBA_FIELDS + MAMBA1_FIELDS
 _BOOLS = (
     "tie_word_embeddings",
     "qk_norm",
@@ -253,6 +257,7 @@ _SIZE_LIMITS: Mapping[str, int] = {
     "attention_chunk_size": MAX_SEQ_LENGTH, "moe_layer_step": MAX_LAYERS,
     "mamba_num_heads": MAX_HEADS, "mamba_n_groups": MAX_HEADS, "mamba_head_dim": MAX_WIDTH,
     "mamba_state_size": MAX_WIDTH, "mamba_conv_kernel": MAX_WIDTH, "mamba_chunk_size": MAX_SEQ_LENGTH,
+    "mamba_d_inner": MAX_WIDTH, "mamba_dt_rank": MAX_WIDTH,
     **{name: MAX_WIDTH for name in ("hidden_size", "head_dim", "intermediate_size", "moe_intermediate_size",
                                     "shared_expert_intermediate_size", "kv_lora_rank", "q_lora_rank",
                                     "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "linear_key_head_dim",
@@ -282,7 +287,9 @@ class Model:
     (Nemotron-H) lists one block a layer -- ``"mamba"`` (a Mamba-2 mixer of
     ``mamba_num_heads`` heads of ``mamba_head_dim``, ``mamba_n_groups`` groups of
     B/C of ``mamba_state_size``), ``"attention"``, ``"mlp"`` or ``"moe"`` -- each
-    with one pre-norm (:mod:`ndcost.mamba`).
+    with one pre-norm (:mod:`ndcost.mamba`). A ``"mamba1"`` layer (Jamba) is a
+    Mamba-1 mixer (``mamba_d_inner`` channels, state ``mamba_state_size``, dt rank
+    ``mamba_dt_rank``, conv ``mamba_conv_kernel``) followed by the layer's FFN.
     ``sliding_window`` is the keys a sliding-attention layer's query attends to:
     the layers ``layer_types`` names ``"sliding_attention"``, or every layer when
     ``layer_types`` is not given (Mistral's and Phi-3's convention); 0: none.
@@ -321,6 +328,8 @@ class Model:
     mamba_n_groups: int = 0
     mamba_conv_kernel: int = 0
     mamba_chunk_size: int = 0
+    mamba_d_inner: int = 0
+    mamba_dt_rank: int = 0
     tie_word_embeddings: bool = False
     qk_norm: bool = False
     attn_output_gate: bool = False
@@ -449,6 +458,11 @@ class Model:
             if self.mamba_num_heads % self.mamba_n_groups != 0:
                 rule = f"divide mamba_num_heads ({self.mamba_num_heads})"
                 raise SpecError("mamba_n_groups", _OWNER, rule, self.mamba_n_groups)
+        if "mamba1" in layer_types:
+            for field_name in MAMBA1_FIELDS + ("mamba_state_size", "mamba_conv_kernel"):
+                if getattr(self, field_name) < 1:
+                    rule = "be an integer >= 1 when a layer is mamba1"
+                    raise SpecError(field_name, _OWNER, rule, getattr(self, field_name))
         if "moe" in layer_types and self.num_experts == 0:
             raise SpecError("num_experts", _OWNER, "be >= 1 when a layer is a moe block", 0)
         if "linear_attention" in layer_types:
@@ -602,7 +616,18 @@ class Model:
     @property
     def has_mamba(self) -> bool:
         """A hybrid stack with Mamba-2 mixer blocks (:mod:`ndcost.mamba`)."""
-        return self.layer_types is not None and "mamba" in self.layer_types
+        return self.layer_types is not None and ("mamba" in self.layer_types or "mamba1" in self.layer_types)
+
+    @property
+    def mamba_tp_splits(self) -> tuple[tuple[str, int], ...]:
+        """(field, value) of each Mamba width TP splits: Megatron's Mamba-2 mixer its heads and B/C groups
+        (mamba_mixer.py), a Mamba-1 mixer its d_inner channels."""
+        splits: tuple[tuple[str, int], ...] = ()
+        if self.layer_types is not None and "mamba" in self.layer_types:
+            splits += (("mamba_num_heads", self.mamba_num_heads), ("mamba_n_groups", self.mamba_n_groups))
+        if self.layer_types is not None and "mamba1" in self.layer_types:
+            splits += (("mamba_d_inner", self.mamba_d_inner),)
+        return splits
 
     @property
     def has_linear_attention(self) -> bool:
@@ -646,6 +671,8 @@ class Model:
                 continue
             if self.layer_types is not None and self.layer_types[index] == "linear_attention":
                 attention = "linear"
+            elif self.layer_types is not None and self.layer_types[index] == "mamba1":
+                attention = "mamba1"
             elif self.is_mla:
                 attention = "mla"
             else:
@@ -668,7 +695,7 @@ class Model:
         for attention, ffn, window in flavours:
             key = (attention, ffn, window)
             if key not in index_of:
-                if attention in ("mamba", "none") or ffn == "none":
+                if attention in ("mamba", "none", "mamba1") or ffn == "none":
                     ops = OpCounts.hybrid_block(attention, ffn, gated_ffn=self.gated_ffn)
                 elif attention == "linear":
                     ops = OpCounts.linear_attention(gated_ffn=self.gated_ffn)
@@ -822,6 +849,8 @@ class Model:
             non_expert = self._mla_parameters()
         elif kind.attention == "mamba":
             non_expert = mamba_mixer_parameters(self)
+        elif kind.attention == "mamba1":
+            non_expert = mamba1_mixer_parameters(self)
         elif kind.attention == "none":
             non_expert = 0
         else:

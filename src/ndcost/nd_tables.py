@@ -63,6 +63,10 @@ def _attention_dims(model: Any, kind: Any, shape: Any) -> dict:
     if kind.attention == "mamba":
         return dict(a=model.mamba_num_heads, n_kv=model.mamba_n_groups, dh=model.mamba_head_dim, gate=0.0,
                     lin=(0, model.mamba_state_size, 0), extra=0.0)
+    if kind.attention == "mamba1":
+        # Mamba-1: d_inner channels as heads of width 1, the dt rank in the kv-heads column
+        return dict(a=model.mamba_d_inner, n_kv=model.mamba_dt_rank, dh=1.0, gate=0.0,
+                    lin=(0, model.mamba_state_size, 0), extra=0.0)
     if kind.attention == "none":
         return dict(a=0.0, n_kv=0.0, dh=0.0, gate=0.0, lin=(0, 0, 0), extra=0.0)
     if kind.attention == "linear":
@@ -109,8 +113,9 @@ def refuse_nd_units(model: Any, owner: str) -> None:
     """ND's op tables have no profile for a Mamba-2 mixer or a one-part block of a hybrid stack:
     such a model is priced in seconds only, never as something else."""
     for kind in model.kinds:
-        if kind.attention in ("mamba", "none") or kind.ffn == "none":
-            block = "a Mamba-2 mixer" if kind.attention == "mamba" else "a hybrid stack's one-part block"
+        if kind.attention in ("mamba", "none", "mamba1") or kind.ffn == "none":
+            block = {"mamba": "a Mamba-2 mixer", "mamba1": "a Mamba-1 mixer"}.get(
+                kind.attention, "a hybrid stack's one-part block")
             rule = f"be 'seconds' for this model (ND's op tables cannot price {block}; kind {kind.name!r})"
             raise SpecError("units", owner, rule, "nd")
 
@@ -149,13 +154,13 @@ def _nd_kind_table(model: Any) -> np.ndarray:
         # ND leaves the dispatch count to a layer kind; ndcost: a MoE layer dispatches once, a dense one never
         # (ND_REFERENCE §2.3, open point).
         row[KIND["n_dispatch"]] = 1.0 if moe else 0.0
-        if kind.attention in ("mamba", "none") or kind.ffn == "none":
+        if kind.attention in ("mamba", "none", "mamba1") or kind.ffn == "none":
             # no ND profile prices a hybrid block (ND units refuse it): its real counts
             row[KIND["p_nonexp"]], row[KIND["p_routed_base"]], row[KIND["p_shared"]] = model.kind_parameters(k)
         else:
             row[KIND["p_nonexp"]], row[KIND["p_routed_base"]], row[KIND["p_shared"]] = _nd_layer_params(
                 model, kind, att, shape, n_exp, n_shared)
-        row[KIND["mixer"]] = {"mamba": 1.0, "none": 2.0}.get(kind.attention, 0.0)
+        row[KIND["mixer"]] = {"mamba": 1.0, "none": 2.0, "mamba1": 3.0}.get(kind.attention, 0.0)
         row[KIND["has_ffn"]] = 0.0 if kind.ffn == "none" else 1.0
         row[KIND["ssm_chunk"]] = model.mamba_chunk_size if kind.attention == "mamba" else 0.0
         row[KIND["attn_extra_p"]] = att["extra"]

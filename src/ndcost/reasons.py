@@ -77,7 +77,7 @@ _TABLE = (
     ("tp_heads", ("tp",), "tp does not divide the attention heads"),
     ("tp_kv_heads", ("tp",), "tp does not divide the key/value heads"),
     ("tp_linear_heads", ("tp",), "tp does not divide the linear-attention (gated DeltaNet) heads"),
-    ("tp_mamba_heads", ("tp",), "tp does not divide the Mamba-2 heads or B/C groups"),
+    ("tp_mamba_heads", ("tp",), "tp does not divide the Mamba heads or B/C groups (Mamba-2) or d_inner (Mamba-1)"),
     ("ep_dense", ("ep",), "ep > 1 on a dense model"),
     ("ep_experts", ("ep",), "ep does not divide the routed experts"),
     ("ep_grid", ("ep", "ep*etp"),

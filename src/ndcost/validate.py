@@ -138,9 +138,8 @@ def _head_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
             if heads % tp:
                 yield SpecError("tp", _OWNER, f"divide {name} ({heads})", tp)
     if model.has_mamba:
-        # Megatron's Mamba mixer splits its heads and its B/C groups over TP (mamba_mixer.py).
-        for name in ("mamba_num_heads", "mamba_n_groups"):
-            heads = getattr(model, name)
+        # Megatron's Mamba-2 mixer splits its heads and B/C groups over TP (mamba_mixer.py), Mamba-1 d_inner.
+        for name, heads in model.mamba_tp_splits:
             if heads % tp:
                 yield SpecError("tp", _OWNER, f"divide {name} ({heads})", tp)
 

@@ -13,6 +13,7 @@ cdef enum:
     _MEM_ATT_LINEAR = 2
     _MEM_ATT_MAMBA = 3
     _MEM_ATT_NONE = 4
+    _MEM_ATT_MAMBA1 = 5
     _MEM_FFN_DENSE = 0
     _MEM_FFN_MOE = 1
     _MEM_FFN_NONE = 2
@@ -242,6 +243,12 @@ cdef inline double c_layer_activation_bytes(
         conv = d_inner + 2.0 * lin_k_heads * lin_k_dim
         total += residual * compute_bytes
         total += tokens * compute_bytes * ((d_inner + conv + lin_v_heads) + conv + 2.0 * d_inner) / tp
+    elif attention == _MEM_ATT_MAMBA1:
+        # Mamba-1: in_proj input; x, z, the conv's x, delta, y (d_inner each, over tp); dt, B, C (whole)
+        if lin_k_heads < 1.0 or lin_v_heads < 1.0 or lin_k_dim <= 0.0:
+            return NAN
+        total += residual * compute_bytes
+        total += tokens * compute_bytes * (5.0 * lin_v_heads / tp + lin_k_heads + 2.0 * lin_k_dim)
     elif attention != _MEM_ATT_NONE:
         return NAN
 

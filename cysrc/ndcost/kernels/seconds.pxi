@@ -24,6 +24,9 @@ cdef double SEC_POINTWISE_BACKWARD_BYTES = 1.5
 cdef double SEC_MIXER_ATTENTION = 0.0
 cdef double SEC_MIXER_MAMBA = 1.0
 cdef double SEC_MIXER_NONE = 2.0
+cdef double SEC_MIXER_MAMBA1 = 3.0
+# Mamba-1's selective scan: FLOPs per token, channel and state (state-spaces/mamba#110)
+cdef double SEC_SELECTIVE_SCAN_FLOPS = 9.0
 cdef double SEC_FLASH_BACKWARD_FLOPS = 2.5
 cdef double SEC_FLASH_CAUSAL_SHARE = 0.5
 cdef double SEC_CE_FORWARD_BYTES = 20.0
@@ -266,6 +269,27 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         d_att = d_att + g3[1]
         w_grad = w_grad + g3[2]
         flops_att = 2.0 * b * s * h * (n_in + ssm_inner)
+    elif mixer == SEC_MIXER_MAMBA1:
+        # Mamba-1: in_proj h -> [x, z], x_proj d_inner -> dt_rank + 2N, dt_proj dt_rank -> d_inner, out_proj
+        ssm_inner = a
+        state = kind[K_lin_d_k]
+        c_sec_mm3(rows, 2.0 * ssm_inner / t, h, n_split, cand, rate, g3, 0, 1)
+        f_att = g3[0]
+        d_att = g3[1]
+        w_grad = g3[2]
+        c_sec_mm3(rows, n_kv + 2.0 * state, ssm_inner / t, n_split, cand, rate, g3, 0, 0)
+        f_att = f_att + g3[0]
+        d_att = d_att + g3[1]
+        w_grad = w_grad + g3[2]
+        c_sec_mm3(rows, ssm_inner / t, n_kv, n_split, cand, rate, g3, 0, 0)
+        f_att = f_att + g3[0]
+        d_att = d_att + g3[1]
+        w_grad = w_grad + g3[2]
+        c_sec_mm3(rows, h, ssm_inner / t, n_split, cand, rate, g3, 0, 2)
+        f_att = f_att + g3[0]
+        d_att = d_att + g3[1]
+        w_grad = w_grad + g3[2]
+        flops_att = 2.0 * b * s * (3.0 * h * ssm_inner + 2.0 * ssm_inner * (n_kv + state))
     elif mixer == SEC_MIXER_NONE:
         pass
     elif kind[K_is_mla] != 0.0:
@@ -359,6 +383,14 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         core_f += rec_f
         core_b += 2.0 * rec_f
         conv_bytes = 2.0 * bc * tokens * ssm_conv / t + 3.0 * bc * tokens * ssm_inner / t
+    elif mixer == SEC_MIXER_MAMBA1:
+        # Mamba-1's selective scan: HBM-bound (Gu & Dao 2023 §3.3.2), 9 FLOPs a token, channel and state
+        state = kind[K_lin_d_k]
+        flops_rec = SEC_SELECTIVE_SCAN_FLOPS * b * s * ssm_inner * state
+        rec_f = bc * tokens * (4.0 * ssm_inner / t + 2.0 * state) / hbm + n_split * kernel_s
+        core_f += rec_f
+        core_b += 2.0 * rec_f
+        conv_bytes = 2.0 * bc * tokens * ssm_inner / t
     fw += core_f
     bw += core_b
 

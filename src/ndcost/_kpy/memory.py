@@ -32,7 +32,7 @@ N_MEMORY_COLUMNS = 8
 # Schedule codes (ndcost.memory.SCHEDULE_CODES).
 _SCHED_1F1B, _SCHED_GPIPE, _SCHED_ZB_V, _SCHED_SEQ1F1B = 0, 1, 2, 3
 # Attention and FFN flavour codes (ndcost.memory.ATTENTION_CODES / FFN_CODES).
-_ATT_FULL, _ATT_MLA, _ATT_LINEAR, _ATT_MAMBA, _ATT_NONE = 0, 1, 2, 3, 4
+_ATT_FULL, _ATT_MLA, _ATT_LINEAR, _ATT_MAMBA, _ATT_NONE, _ATT_MAMBA1 = 0, 1, 2, 3, 4, 5
 _FFN_DENSE, _FFN_MOE, _FFN_NONE = 0, 1, 2
 # Recompute options (ndcost._columns.OPTION_*).
 _OPT_NONE, _OPT_FULL, _OPT_SELECTIVE = 0, 1, 2
@@ -357,6 +357,15 @@ def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp:
         conv = d_inner + 2.0 * lin_k_heads * lin_k_dim
         total += residual * compute_bytes
         total += tokens * compute_bytes * ((d_inner + conv + lin_v_heads) + conv + 2.0 * d_inner) / tp
+    elif attention == _ATT_MAMBA1:
+        # Mamba-1 (lin_v_heads its d_inner, lin_k_heads its dt rank, lin_k_dim its state): the in_proj
+        # input, and per token x and z (2·d_inner), the conv's x, dt_proj's delta and the scan's y
+        # (d_inner each), split over tp, and x_proj's dt, B, C (dt_rank + 2N, whole on every rank); the
+        # selective scan recomputes its states in backward (Gu & Dao 2023 §3.3.2)
+        if lin_k_heads < 1.0 or lin_v_heads < 1.0 or lin_k_dim <= 0.0:
+            return NAN
+        total += residual * compute_bytes
+        total += tokens * compute_bytes * (5.0 * lin_v_heads / tp + lin_k_heads + 2.0 * lin_k_dim)
     elif attention != _ATT_NONE:
         return NAN
 

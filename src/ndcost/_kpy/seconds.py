@@ -84,7 +84,9 @@ POINTWISE_BACKWARD_BYTES = 1.5
 #: 2.5·f backward), the one its published utilization (rates.attention_efficiency) is measured in.
 #: Token mixers of a kind (the ``mixer`` column): attention (full, MLA, gated DeltaNet), a Mamba-2 mixer,
 #: none (an MLP-only block of a hybrid stack).
-MIXER_ATTENTION, MIXER_MAMBA, MIXER_NONE = 0.0, 1.0, 2.0
+MIXER_ATTENTION, MIXER_MAMBA, MIXER_NONE, MIXER_MAMBA1 = 0.0, 1.0, 2.0, 3.0
+#: Mamba-1's selective scan, FLOPs per token, channel and state (ndcost.mamba.SELECTIVE_SCAN_FLOPS).
+SELECTIVE_SCAN_FLOPS = 9.0
 #: A bidirectional kind (a vision encoder) or a windowed one runs every block it meets: no share.
 FLASH_BACKWARD_FLOPS = 2.5
 FLASH_CAUSAL_SHARE = 0.5
@@ -399,6 +401,21 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         _mm3(rows, h, ssm_inner / t, n_split, cand, rate, g3, False, 2)
         f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
         flops_att = 2.0 * b * s * h * (n_in + ssm_inner)
+    elif mixer == MIXER_MAMBA1:
+        # Mamba-1 (Jamba): in_proj h -> [x, z] (column-parallel), x_proj d_inner -> dt_rank + 2N and
+        # dt_proj dt_rank -> d_inner on this rank's channels, out_proj d_inner -> h (row-parallel);
+        # x_proj's small all-reduce over tp is not priced
+        ssm_inner = a
+        state = kind[_K["lin_d_k"]]
+        _mm3(rows, 2.0 * ssm_inner / t, h, n_split, cand, rate, g3, False, 1)
+        f_att, d_att, w_grad = g3[0], g3[1], g3[2]
+        _mm3(rows, n_kv + 2.0 * state, ssm_inner / t, n_split, cand, rate, g3)
+        f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
+        _mm3(rows, ssm_inner / t, n_kv, n_split, cand, rate, g3)
+        f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
+        _mm3(rows, h, ssm_inner / t, n_split, cand, rate, g3, False, 2)
+        f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
+        flops_att = 2.0 * b * s * (3.0 * h * ssm_inner + 2.0 * ssm_inner * (n_kv + state))
     elif mixer == MIXER_NONE:
         pass
     elif kind[_K["is_mla"]] != 0.0:
@@ -511,6 +528,16 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         core_b += 2.0 * rec_f
         # the causal depthwise conv1d over x, B, C (read + write) and the gated RMSNorm y·silu(z) (3 passes)
         conv_bytes = 2.0 * bc * tokens * ssm_conv / t + 3.0 * bc * tokens * ssm_inner / t
+    elif mixer == MIXER_MAMBA1:
+        # ---- Mamba-1's selective scan: 9 FLOPs a token, channel and state (SELECTIVE_SCAN_FLOPS); its
+        # fused kernel keeps the state in SRAM and is bound by HBM (Gu & Dao 2023 §3.3.2): it reads x,
+        # dt, z and B, C (not split over tp) and writes y once, the gate y·silu(z) fused in; backward 2x
+        state = kind[_K["lin_d_k"]]
+        flops_rec = SELECTIVE_SCAN_FLOPS * b * s * ssm_inner * state
+        rec_f = bc * tokens * (4.0 * ssm_inner / t + 2.0 * state) / hbm + n_split * kernel_s
+        core_f += rec_f
+        core_b += 2.0 * rec_f
+        conv_bytes = 2.0 * bc * tokens * ssm_inner / t        # the causal depthwise conv1d over x
     fw += core_f
     bw += core_b
 
