@@ -228,3 +228,17 @@ def test_jamba_layers_by_hand():
     order = [model.kinds[i] for i in model.layer_kinds_in_order]
     assert [k.attention for k in order[:9]] == ["mamba1"] * 4 + ["full"] + ["mamba1"] * 4
     assert [k.ffn for k in order[:4]] == ["dense", "moe", "dense", "moe"]
+
+
+def test_gemma2_soft_caps_its_logits():
+    """Gemma 2's final_logit_softcapping prices one more elementwise pass over the logits; without it
+    (the same config, the key removed) the step is shorter by that pass only."""
+    config = _entry("gemma2")["config"]
+    capped = Model.from_hf_config(config)
+    plain = Model.from_hf_config({k: v for k, v in config.items() if k != "final_logit_softcapping"})
+    assert capped.logit_softcapping and not plain.logit_softcapping
+    spec = ExecSpec(dp=2, tp=4, pp=1, global_batch_size=32, seq_length=8192, sequence_parallel=True)
+    cluster = Cluster("h100-sxm", num_devices=8)
+    a, b = ndcost.estimate(capped, spec, cluster), ndcost.estimate(plain, spec, cluster)
+    assert a.step_time > b.step_time
+    assert a.parts["tp_comm"] == b.parts["tp_comm"]

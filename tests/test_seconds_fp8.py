@@ -93,7 +93,7 @@ def test_the_output_head_and_router_stay_sixteen_bit(kernels):
         spec = ndcost.ExecSpec(dp=8, global_batch_size=64, seq_length=4096, precision=precision)
         arrays = seconds_arrays(model, spec, cluster)
         head = [0.0, 0.0, 0.0]
-        oracle._head(arrays["cand"], arrays["rate"], 4096.0, 4096.0, float(model.vocab_size), head)
+        oracle._head(arrays["cand"], arrays["rate"], 4096.0, 4096.0, float(model.vocab_size), 0.0, head)
         times[precision] = head
     assert times["fp8"] == pytest.approx(times["bf16"], rel=1e-12)
 

@@ -166,6 +166,7 @@ SECONDS_MODEL_FIELDS = (
     "p_vision_extra", # patch embedding + merger params (split over tp, as the memory model holds them)
     "rms_norm",       # 1: the norms are RMSNorm (0: LayerNorm)
     "rope",           # 1: attention rotates q and k (RoPE); 0: learned or no positions
+    "logit_softcap",  # 1: the logits are soft-capped, cap·tanh(logits/cap), before the loss (Gemma 2)
 )
 
 # --- one candidate of seconds mode (float64 vector) ---

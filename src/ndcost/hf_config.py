@@ -461,6 +461,9 @@ def _decoder_kwargs(read: _Reader, model_type: str) -> dict[str, Any]:
         # Glm4MoeAttention: q/k/v biases per attention_bias, o_proj without; q_norm/k_norm per head
         # when use_qk_norm (partial_rotary_factor changes no count)
         kwargs["qk_norm"] = bool(read.optional("use_qk_norm", default=False))
+    if model_type == "gemma2" and read.optional("final_logit_softcapping") is not None:
+        # Gemma2ForCausalLM: logits = cap·tanh(logits/cap) before the loss (elementwise work on the logits)
+        kwargs["logit_softcapping"] = True
     if model_type in _QK_NORM_FAMILIES:
         # modeling_qwen3*, modeling_gemma3: q_norm and k_norm (RMSNorm over head_dim) in code;
         # modeling_olmo2: over the whole q and k projections.

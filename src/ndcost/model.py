@@ -238,6 +238,7 @@ _BOOLS = (
     "gated_ffn",
     "attention_bias",
     "mlp_bias",
+    "logit_softcapping",
 )
 _LINEAR_FIELDS = (
     "linear_num_key_heads",
@@ -339,6 +340,7 @@ class Model:
     norm: str = "rmsnorm"
     attention_bias: bool = False
     mlp_bias: bool = False
+    logit_softcapping: bool = False
     learned_position_embeddings: int = 0
     family: str = "llama"
     vision: VisionTower | None = None

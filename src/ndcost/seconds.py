@@ -128,7 +128,11 @@ def seconds_model_vector(model: Any) -> np.ndarray:
     n_mtp = model.num_nextn_predict_layers
     vec[SECONDS_MODEL["p_mtp_extra"]] = model.mtp_extra_parameters() / n_mtp if n_mtp else 0.0
     vec[SECONDS_MODEL["rms_norm"]] = 1.0 if model.norm == "rmsnorm" else 0.0
-    vec[SECONDS_MODEL["rope"]] = 0.0 if model.learned_position_embeddings else 1.0
+    # no RoPE with a learned table, nor in Jamba's and Nemotron-H's attention (Jamba, arXiv:2403.19887
+    # §6.5: no explicit positional information; Nemotron-H's configs carry no rope_theta)
+    no_rope = model.learned_position_embeddings or model.family in ("jamba", "nemotron_h")
+    vec[SECONDS_MODEL["rope"]] = 0.0 if no_rope else 1.0
+    vec[SECONDS_MODEL["logit_softcap"]] = 1.0 if model.logit_softcapping else 0.0
     tower = model.vision
     if tower is not None:
         vec[SECONDS_MODEL["v_patches"]] = tower.tokens

@@ -152,7 +152,8 @@ cdef enum:
     SM_p_vision_extra = 10
     SM_rms_norm = 11
     SM_rope = 12
-    SM_COUNT = 13
+    SM_logit_softcap = 13
+    SM_COUNT = 14
 
 cdef enum:
     SC_b = 0

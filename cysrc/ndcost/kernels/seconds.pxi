@@ -31,6 +31,7 @@ cdef double SEC_FLASH_BACKWARD_FLOPS = 2.5
 cdef double SEC_FLASH_CAUSAL_SHARE = 0.5
 cdef double SEC_CE_FORWARD_BYTES = 20.0
 cdef double SEC_CE_BACKWARD_BYTES = 6.0
+cdef double SEC_SOFTCAP_BYTES = 4.0            # Gemma 2's logit soft-capping: one fused pass, read + write
 cdef double SEC_CE_FORWARD_KERNELS = 4.0
 cdef double SEC_CE_ALL_REDUCES = 3.0
 cdef double SEC_CE_REDUCE_BYTES = 4.0
@@ -563,18 +564,22 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
 
 
 cdef inline void c_sec_head(const double* cand, const double* rate, double tokens, double h, double v,
-                            double* out3) noexcept nogil:
+                            double softcap, double* out3) noexcept nogil:
     # One output head on this rank: logits GEMM and Megatron's vocab-parallel cross entropy.
-    cdef double t = cand[SC_t], n_split = cand[SC_seq_split], logits, forward
+    cdef double t = cand[SC_t], n_split = cand[SC_seq_split], logits, forward, backward
     cdef double g3[3]
     c_sec_mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3, 1, 0)
     logits = tokens * v / t
     forward = g3[0] + c_sec_pass(SEC_CE_FORWARD_BYTES * logits, SEC_CE_FORWARD_KERNELS * n_split, rate)
+    backward = g3[1] + c_sec_pass(SEC_CE_BACKWARD_BYTES * logits, n_split, rate)
+    if softcap != 0.0:
+        forward += c_sec_pass(SEC_SOFTCAP_BYTES * logits, n_split, rate)
+        backward += c_sec_pass(SEC_POINTWISE_BACKWARD_BYTES * SEC_SOFTCAP_BYTES * logits, n_split, rate)
     if t > 1.0:
         forward += SEC_CE_ALL_REDUCES * n_split * c_sec_collective(
             SEC_ALL_REDUCE, SEC_CE_REDUCE_BYTES * tokens / n_split, t, 1.0, rate)
     out3[0] = forward
-    out3[1] = g3[1] + c_sec_pass(SEC_CE_BACKWARD_BYTES * logits, n_split, rate)
+    out3[1] = backward
     out3[2] = g3[2]
 
 
@@ -780,7 +785,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
             row[SS_hw_flops] += n_mtp * 3.0 * 2.0 * b * s * 2.0 * h * h
             p_dense[st] += n_mtp * smodel[SM_p_mtp_extra] / t
         if heads > 0.0:
-            c_sec_head(cand, rate, tokens, h, v, head)
+            c_sec_head(cand, rate, tokens, h, v, smodel[SM_logit_softcap], head)
             row[SS_fw] += heads * head[0]
             row[SS_bw] += heads * head[1]
             row[SS_bw_w] += heads * head[2]

@@ -96,6 +96,9 @@ FLASH_CAUSAL_SHARE = 0.5
 #: softmax and writes the 16-bit gradient: 4 + 2 = 6. Kernels: 4 forward, 1 backward.
 CE_FORWARD_BYTES = 20.0
 CE_BACKWARD_BYTES = 6.0
+#: Gemma 2's final-logit soft-capping, cap·tanh(logits/cap) (modeling_gemma2): an elementwise pass over the
+#: 16-bit logits, read + write, as one fused kernel (an estimate: eager runs divide, tanh, multiply as 3).
+SOFTCAP_BYTES = 4.0
 CE_FORWARD_KERNELS = 4.0
 #: An RMSNorm written in PyTorch ops and run eagerly (torchtitan@9dec370 torchtitan/models/norms.py
 #: RMSNorm: ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight``), per
@@ -768,7 +771,7 @@ def seconds_layer_times(kinds, skinds, model, smodel, cand, rate, out) -> None:
             _fill(out[k], _L_COUNT, NAN)
 
 
-def _head(cand, rate, tokens: float, h: float, v: float, out3) -> None:
+def _head(cand, rate, tokens: float, h: float, v: float, softcap: float, out3) -> None:
     """One output head on this rank: the logits GEMM (vocab-parallel over tp) and the loss.
 
     out3 = (forward, backward, weight grads). Logits 2·tokens·h·v/t FLOPs forward (x3 with
@@ -784,11 +787,15 @@ def _head(cand, rate, tokens: float, h: float, v: float, out3) -> None:
     _mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3, True)
     logits = tokens * v / t
     forward = g3[0] + _pass(CE_FORWARD_BYTES * logits, CE_FORWARD_KERNELS * n_split, rate)
+    backward = g3[1] + _pass(CE_BACKWARD_BYTES * logits, n_split, rate)
+    if softcap != 0.0:
+        forward += _pass(SOFTCAP_BYTES * logits, n_split, rate)
+        backward += _pass(POINTWISE_BACKWARD_BYTES * SOFTCAP_BYTES * logits, n_split, rate)
     if t > 1.0:
         forward += CE_ALL_REDUCES * n_split * _collective(
             ALL_REDUCE, CE_REDUCE_BYTES * tokens / n_split, t, 1.0, rate)
     out3[0] = forward
-    out3[1] = g3[1] + _pass(CE_BACKWARD_BYTES * logits, n_split, rate)
+    out3[1] = backward
     out3[2] = g3[2]
 
 
@@ -1028,7 +1035,7 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
             row[_S["hw_flops"]] += n_mtp * 3.0 * 2.0 * b * s * 2.0 * h * h
             p_dense[st] += n_mtp * smodel[_SM["p_mtp_extra"]] / t
         if heads > 0.0:
-            _head(cand, rate, tokens, h, v, head)
+            _head(cand, rate, tokens, h, v, smodel[_SM["logit_softcap"]], head)
             row[_S["fw"]] += heads * head[0]
             row[_S["bw"]] += heads * head[1]
             row[_S["bw_w"]] += heads * head[2]
