@@ -242,3 +242,28 @@ def test_gemma2_soft_caps_its_logits():
     a, b = ndcost.estimate(capped, spec, cluster), ndcost.estimate(plain, spec, cluster)
     assert a.step_time > b.step_time
     assert a.parts["tp_comm"] == b.parts["tp_comm"]
+
+
+def test_gpt_oss_alternating_windows_by_hand(kernels):
+    """gpt-oss-120b at 8,192 tokens: a sliding layer's 64 heads (d 64) meet s·128 - 128·127/2 key pairs,
+    a full layer's the causal half of s²; attention FLOPs 2·b·pairs·heads·(d_qk + d_v) each, and the
+    model's attention core is 18 of each."""
+    import numpy as np
+
+    from ndcost._columns import SECONDS_LAYER, SECONDS_LAYER_FIELDS
+    from ndcost.seconds import seconds_arrays
+
+    model = _model("gpt_oss")
+    spec = ExecSpec(dp=1, tp=1, pp=1, ep=1, micro_batch_size=1, micro_batch_num=1, seq_length=8192)
+    a = seconds_arrays(model, spec, Cluster("h100-sxm", 1))
+    out = np.empty((len(model.kinds), len(SECONDS_LAYER_FIELDS)))
+    kernels.seconds_layer_times(a["kinds"], a["skinds"], a["model"], a["smodel"], a["cand"], a["rate"], out)
+    s, w, heads, d = 8192.0, 128.0, 64.0, 64.0
+    sliding = 2.0 * (s * w - w * (w - 1.0) / 2.0) * heads * (d + d)
+    full = 2.0 * s * s * heads * (d + d) * 0.5
+    names = [kind.name for kind in model.kinds]
+    core = out[:, SECONDS_LAYER["flops_core"]]
+    assert core[names.index("sliding_moe")] == pytest.approx(sliding, rel=1e-12)
+    assert core[names.index("full_moe")] == pytest.approx(full, rel=1e-12)
+    counts = dict(zip(names, (body for body, _ in model.kind_counts())))
+    assert counts == {"sliding_moe": 18, "full_moe": 18}
