@@ -325,7 +325,7 @@ def test_spec_error_is_a_value_error_with_fields():
 def test_from_dict_rejects_unknown_and_missing_keys():
     data = tiny_llama().to_dict()
     data["hiden_size"] = data.pop("hidden_size")
-    with pytest.raises(SpecError, match=_msg("hiden_size", "be a known Model field (did you mean 'hidden_size'?)", 8)):
+    with pytest.raises(SpecError, match=_msg("hiden_size", "be a known Model field; did you mean 'hidden_size'?", 8)):
         Model.from_dict(data)
     with pytest.raises(SpecError, match=_msg("zzz", "be a known Model field", 1)):
         Model.from_dict({**tiny_llama().to_dict(), "zzz": 1})

@@ -37,15 +37,17 @@ def load_model_argument(text: str):
             return Model.from_dict(data)
     if text in models():
         return Model.from_catalog(text)
+    from .suggest import did_you_mean
+
     raise SpecError("MODEL", "ndcost", "be a catalog name (see `ndcost models`), a config.json path "
-                    "or a YAML model file", text)
+                    f"or a YAML model file{did_you_mean(text, models())}", text)
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """MODEL and what refines it: a HyperParallel census, a VLM's vision tokens."""
     p.add_argument("model", help="catalog name, config.json path or YAML model file")
     p.add_argument("--census", metavar="FILE",
-                   help="a HyperParallel census JSON of the model's layer kinds (ndcost.census)")
+                   help="a HyperParallel census JSON of the model's layer kinds (ndcost.census; default: none)")
     p.add_argument("--vision-tokens", type=int, metavar="N",
                    help="patches per sample the vision tower runs (VLMs; default the tower's)")
 
@@ -175,16 +177,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ndcost {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("models", help="list the model catalog")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON (default: a table)")
     p.set_defaults(func=_cmd_models)
     p = sub.add_parser("devices", help="list the device catalog; NAME or --sources: every figure with its source")
     p.add_argument("name", nargs="?", metavar="NAME", help="one part (or alias): every figure with its source")
-    p.add_argument("--sources", action="store_true", help="every figure of every part with its source")
-    p.add_argument("--json", action="store_true", help="JSON; the list carries each part's sources")
+    p.add_argument("--sources", action="store_true", help="every figure of every part with its source (default: the summary table)")
+    p.add_argument("--json", action="store_true", help="JSON; the list carries each part's sources (default: a table)")
     p.set_defaults(func=_cmd_devices)
     p = sub.add_parser("show", help="dims, layer kinds and parameter counts of a model")
     add_model_arguments(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_show)
     from .cli_estimate import add_estimate_commands
 

@@ -123,22 +123,27 @@ def add_calibrate_command(sub: Any) -> None:
                         "their leave-one-out error beats the defaults' (exit 1)")
     p.add_argument("--figures", metavar="NAME[,NAME...]",
                    help="--fit rates: the Rates figures to fit (default: the six physical rates)")
-    p.add_argument("--model", help="ratios: catalog name, config.json path or YAML model file (required)")
+    p.add_argument("--model", help="ratios: catalog name, config.json path or YAML model file (required; "
+                                   "no default)")
     p.add_argument("--device", help="catalog device (see `ndcost devices`); required for ratios and for a "
-                                    "runs file that does not state it")
+                                    "runs file that does not state it (no default)")
     p.add_argument("--devices", type=int,
                    help="number of devices every run used (default: each run's dp*tp*pp*cp)")
-    p.add_argument("--seq-length", dest="seq_length", type=int, help="ratios: the runs' sequence length (required)")
-    p.add_argument("--global-batch-size", dest="global_batch_size", type=int,
-                   help="the runs' global batch (gives mb where the CSV has no mb column)")
+    p.add_argument("--seq-length", dest="seq_length", type=int, metavar="N",
+                   help="ratios: the runs' sequence length, tokens (required; no default)")
+    p.add_argument("--global-batch-size", dest="global_batch_size", type=int, metavar="N",
+                   help="the runs' global batch, sequences (gives mb where the CSV has no mb column; default: "
+                        "the CSV's)")
     p.add_argument("--recompute", choices=("none", "full", "selective"),
                    help="the runs' recompute where the CSV has no recompute column (default none)")
     p.add_argument("--units", choices=("nd", "seconds"), default="nd",
-                   help="the estimate the ratios calibrate (nd: ms per ND unit, ND's files; seconds: a correction)")
+                   help="the estimate the ratios calibrate (nd, the default: ms per ND unit, ND's files; "
+                        "seconds: a correction)")
     p.add_argument("--method", choices=("nd", "nnls"), default="nd",
-                   help="nd: ND's fit, each part to its measured columns; nnls: least squares on the step time")
+                   help="nd (default): ND's fit, each part to its measured columns; nnls: least squares on the "
+                        "step time")
     p.add_argument("--time-unit", dest="time_unit", choices=("ms", "s"), default="ms",
-                   help="the unit of the CSV's times (ND writes ms)")
-    p.add_argument("-o", "--output", required=True, help="the ratios (or rates) JSON file to write")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+                   help="the unit of the CSV's times (default ms, as ND writes them)")
+    p.add_argument("-o", "--output", required=True, help="the ratios (or rates) JSON file to write (required)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (default: text)")
     p.set_defaults(func=_cmd_calibrate)

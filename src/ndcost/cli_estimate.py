@@ -5,6 +5,7 @@ import argparse
 import json
 from typing import Any
 
+from .cli_help import ESTIMATE_EXAMPLES, STRATEGY_HELP, examples_epilog
 from .rates_io import rates_argument
 from .errors import SpecError
 
@@ -18,22 +19,30 @@ def _add_strategy_arguments(p: argparse.ArgumentParser) -> None:
     from .cli import add_model_arguments
 
     add_model_arguments(p)
-    p.add_argument("--device", required=True, help="catalog device (see `ndcost devices`)")
+    p.add_argument("--device", required=True, help="catalog device (see `ndcost devices`; required)")
     p.add_argument("--devices", type=int, help="number of devices (default: dp*tp*pp*cp)")
     for name in _INT_FIELDS:
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=int)
-    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--recompute", choices=("none", "full", "selective"))
-    p.add_argument("--selective-rule", choices=("megatron", "mindformers", "hyperparallel"))
-    p.add_argument("--pp-schedule", choices=("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b"))
-    p.add_argument("--cp-algo", choices=("ring", "ulysses"))
-    p.add_argument("--precision", choices=("bf16", "fp16", "fp8"))
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=int, metavar="N", help=STRATEGY_HELP[name])
+    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
+                   help=STRATEGY_HELP["sequence_parallel"])
+    for name, choices in (("recompute", ("none", "full", "selective")),
+                          ("selective_rule", ("megatron", "mindformers", "hyperparallel")),
+                          ("pp_schedule", ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")),
+                          ("cp_algo", ("ring", "ulysses")), ("precision", ("bf16", "fp16", "fp8"))):
+        p.add_argument("--" + name.replace("_", "-"), dest=name, choices=choices, help=STRATEGY_HELP[name])
+    for name in ("capacity_factor", "moe_imbalance"):
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=float, metavar="X", help=STRATEGY_HELP[name])
+    p.add_argument("--grouped-gemm", action=argparse.BooleanOptionalAction, default=None,
+                   help=STRATEGY_HELP["grouped_gemm"])
     p.add_argument("--offset", metavar="N,N,...[|N,...]",
-                   help="layers added per stage (per chunk: rows separated by |), as `ndcost search` prints it")
-    p.add_argument("--pp-partition", metavar="N,N,...", help="layers per stage (instead of an offset)")
+                   help="layers added per stage (per chunk: rows separated by |), as `ndcost search` prints it "
+                        "(default: the even split)")
+    p.add_argument("--pp-partition", metavar="N,N,...",
+                   help="layers per stage, instead of an offset (default: the even split)")
     p.add_argument("--recompute-plan", metavar="FILE|JSON",
                    help="a per-layer recompute plan: ranges of layers {first, count, option, switches}, as "
-                        "`ndcost search --save-plan` writes them (or that JSON inline, as search prints it)")
+                        "`ndcost search --save-plan` writes them (or that JSON inline, as search prints it; "
+                        "default: --recompute for every layer)")
 
 
 def offset_text(offset: Any) -> str:
@@ -62,7 +71,8 @@ def spec_from_args(args: argparse.Namespace):
 def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The ExecSpec fields the strategy flags state."""
     fields: dict[str, Any] = {name: getattr(args, name) for name in _INT_FIELDS if getattr(args, name) is not None}
-    for name in ("sequence_parallel", "recompute", "selective_rule", "pp_schedule", "cp_algo", "precision"):
+    for name in ("sequence_parallel", "recompute", "selective_rule", "pp_schedule", "cp_algo", "precision",
+                 "capacity_factor", "moe_imbalance", "grouped_gemm"):
         value = getattr(args, name)
         if value is not None:
             fields[name] = value
@@ -185,19 +195,23 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def add_estimate_commands(sub: Any) -> None:
-    p = sub.add_parser("estimate", help="price one strategy")
+    p = sub.add_parser("estimate", help="price one strategy", epilog=examples_epilog(ESTIMATE_EXAMPLES),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_strategy_arguments(p)
-    p.add_argument("--units", choices=("seconds", "nd"), default="seconds")
-    p.add_argument("--ratios", help="a ratios JSON file (ND's calibration)")
-    p.add_argument("--rates", metavar="FILE", help="seconds mode's rates from a JSON (`ndcost calibrate --fit rates`)")
+    p.add_argument("--units", choices=("seconds", "nd"), default="seconds",
+                   help="seconds (default) or ND's relative score")
+    p.add_argument("--ratios", metavar="FILE", help="a ratios JSON file (ND's calibration; default: none)")
+    p.add_argument("--rates", metavar="FILE",
+                   help="seconds mode's rates from a JSON (`ndcost calibrate --fit rates`; default: the "
+                        "device's and the software preset's)")
     p.add_argument("--software", metavar="NAME",
                    help="the training software's rates preset (megatron-te, nemo, torchtitan-eager, "
                         "torchtitan-compile, megatron-2021, deepspeed-2021; default: today's Megatron-LM)")
     p.add_argument("--balance", action="store_true",
-                   help="first move layers off the slowest stages while the step gets faster (balance_pipeline)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+                   help="first move layers off the slowest stages while the step gets faster (balance_pipeline; default: the stated layout)")
+    p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_estimate)
     p = sub.add_parser("explain", help="why a strategy is invalid or does not fit")
     _add_strategy_arguments(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_explain)

@@ -50,12 +50,13 @@ def add_plot_command(sub: Any) -> None:
                        ("parts", "stacked parts of a search's top strategies")):
         p = kinds.add_parser(kind, help=what)
         add_search_arguments(p)
-        p.add_argument("-o", "--output", required=True, help="a .png or .svg path")
+        p.add_argument("-o", "--output", required=True, help="a .png or .svg path to write (required)")
         p.set_defaults(func=_cmd_search_plot)
     for kind, what in (("memory", "memory per pipeline stage of one strategy"),
                        ("timeline", "which micro-batch runs where, when, for one strategy")):
         p = kinds.add_parser(kind, help=what)
         _add_strategy_arguments(p)
-        p.add_argument("--units", choices=("seconds", "nd"), default="seconds")
-        p.add_argument("-o", "--output", required=True, help="a .png or .svg path")
+        p.add_argument("--units", choices=("seconds", "nd"), default="seconds",
+                       help="seconds (default) or ND's relative score")
+        p.add_argument("-o", "--output", required=True, help="a .png or .svg path to write (required)")
         p.set_defaults(func=_cmd_strategy_plot)

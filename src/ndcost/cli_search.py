@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ._columns import PART_NAMES
+from .cli_help import SEARCH_EXAMPLES, examples_epilog
 from .cli_reproduce import emit_report, estimate_command, write_plan
 from .files import output_path
 from .rates_io import rates_argument
@@ -121,28 +122,35 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     from .cli import add_model_arguments
 
     add_model_arguments(p)
-    p.add_argument("--devices", type=int, required=True, help="number of devices")
-    p.add_argument("--device", required=True, help="catalog device (see `ndcost devices`)")
-    p.add_argument("--global-batch-size", type=int, required=True)
-    p.add_argument("--seq-length", type=int, required=True)
-    p.add_argument("--top", type=int, default=10)
-    p.add_argument("--units", choices=("seconds", "nd"), default="seconds")
-    p.add_argument("--ratios", help="a ratios JSON (calibration)")
-    p.add_argument("--rates", metavar="FILE", help="seconds mode's rates from a JSON (`ndcost calibrate --fit rates`)")
+    p.add_argument("--devices", type=int, required=True, help="number of devices (required)")
+    p.add_argument("--device", required=True, help="catalog device (see `ndcost devices`; required)")
+    p.add_argument("--global-batch-size", type=int, required=True, metavar="N", help="sequences per step (required)")
+    p.add_argument("--seq-length", type=int, required=True, metavar="N", help="tokens per sequence (required)")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="strategies to list (default 10)")
+    p.add_argument("--units", choices=("seconds", "nd"), default="seconds",
+                   help="seconds (default) or ND's relative score")
+    p.add_argument("--ratios", metavar="FILE", help="a ratios JSON (calibration; default: none)")
+    p.add_argument("--rates", metavar="FILE",
+                   help="seconds mode's rates from a JSON (`ndcost calibrate --fit rates`; default: the "
+                        "device's and the software preset's)")
     p.add_argument("--software", metavar="NAME",
                    help="the training software's rates preset (megatron-te, nemo, torchtitan-eager, "
                         "torchtitan-compile, megatron-2021, deepspeed-2021; default: today's Megatron-LM)")
     p.add_argument("--memory-limit-gib", type=float,
                    help="GiB a device may use, at least 1 (default: its HBM); exit status 1 when nothing fits")
-    p.add_argument("--allow-cross-node-tp", action="store_true")
-    p.add_argument("--plan-top", type=int, default=3, help="offer a per-layer recompute plan to the best N")
-    p.add_argument("--balance-top", type=int, default=3,
-                   help="offer the best N a rebalanced pipeline (layers moved off the slowest stages; 0: none)")
+    p.add_argument("--allow-cross-node-tp", action="store_true",
+                   help="let tp span nodes (default: tp within a node)")
+    p.add_argument("--plan-top", type=int, default=3, metavar="N",
+                   help="offer a per-layer recompute plan to the best N (default 3)")
+    p.add_argument("--balance-top", type=int, default=3, metavar="N",
+                   help="offer the best N a rebalanced pipeline (layers moved off the slowest stages; 0: none; "
+                        "default 3)")
     for name in _INT_DIMS + _STR_DIMS:
         p.add_argument("--" + name.replace("_", "-"), dest=name, metavar="V[,V...]",
                        help=f"fix {name}, or give a list to search (default: searched)")
-    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
+                   help="fix sequence parallelism on or off (default: searched)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (default: shown)")
 
 
 def run_search(args: argparse.Namespace):
@@ -179,13 +187,15 @@ def run_search(args: argparse.Namespace):
 
 
 def add_search_command(sub: Any) -> None:
-    p = sub.add_parser("search", help="the best strategies for a model on N devices")
+    p = sub.add_parser("search", help="the best strategies for a model on N devices",
+                       epilog=examples_epilog(SEARCH_EXAMPLES), formatter_class=argparse.RawDescriptionHelpFormatter)
     add_search_arguments(p)
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--csv", metavar="FILE", help="write the top strategies as CSV")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (default: a table)")
+    p.add_argument("--csv", metavar="FILE", help="write the top strategies as CSV (default: none)")
     p.add_argument("--emit", choices=("megatron", "torchtitan"),
                    help="print the launch settings of the best (and, when they cannot state its recompute plan, "
-                        "what they approximate and their own price)")
+                        "what they approximate and their own price; default: none)")
     p.add_argument("--save-plan", metavar="FILE",
-                   help="write the best strategy's per-layer recompute plan as JSON (for estimate --recompute-plan)")
+                   help="write the best strategy's per-layer recompute plan as JSON (for estimate --recompute-plan; "
+                        "default: none)")
     p.set_defaults(func=_cmd_search)

@@ -72,5 +72,5 @@ def add_validate_command(sub: Any) -> None:
                    help="score peak memory instead: published peaks (allocated or reserved, as each source "
                         "reports) against the matching estimate; FILE defaults to the shipped "
                         "data/validation/h100_memory_facts.yaml")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON (default: a table)")
     p.set_defaults(func=_cmd_validate)

@@ -249,8 +249,10 @@ def _resolve_name(name: Any, parameter: str, owner: str) -> str:
         key = DEVICE_ALIASES.get(key, key)
         if key in names:
             return key
+    from .suggest import did_you_mean
+
     aliases = ", ".join(f"{alias} -> {target}" for alias, target in DEVICE_ALIASES.items())
-    rule = f"be a catalog device ({', '.join(names)}) or an alias ({aliases})"
+    rule = f"be a catalog device ({', '.join(names)}) or an alias ({aliases}){did_you_mean(name, names)}"
     raise SpecError(parameter, owner, rule, name)
 
 

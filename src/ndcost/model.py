@@ -20,7 +20,6 @@ memory model shards differently (ND_REFERENCE §3.3).
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from os import PathLike
@@ -28,6 +27,7 @@ from typing import Any, Mapping
 
 from .errors import SpecError, check_bool, check_choice, check_positive_int, is_finite_number
 from .census import KindCensus, read_census
+from .suggest import did_you_mean
 from .limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH
 from .mamba import (
     BLOCK_TYPES, MAMBA1_FIELDS, MAMBA_FIELDS, block_flavour, mamba1_mixer_parameters, mamba_mixer_parameters,
@@ -562,9 +562,8 @@ class Model:
         known = [f.name for f in fields(cls)]
         for key in data:
             if key not in known:
-                close = difflib.get_close_matches(str(key), known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise SpecError(str(key), _OWNER, f"be a known Model field{hint}", data[key])
+                raise SpecError(str(key), _OWNER, f"be a known Model field{did_you_mean(str(key), known)}",
+                                data[key])
         kwargs = dict(data)
         if name is not None:
             kwargs["name"] = name

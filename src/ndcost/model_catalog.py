@@ -41,7 +41,9 @@ def models() -> list[str]:
 def _read_entry(name: str) -> dict[str, Any]:
     known = _names()
     if name not in known:
-        raise SpecError("name", _OWNER, f"be one of {', '.join(map(repr, known))}", name)
+        from .suggest import did_you_mean
+
+        raise SpecError("name", _OWNER, f"be one of {', '.join(map(repr, known))}{did_you_mean(name, known)}", name)
     text = _models_dir().joinpath(f"{name}.json").read_text(encoding="utf-8")
     return json.loads(text)
 

@@ -251,7 +251,10 @@ class Rates:
         """The default rates of *device* with the training-software figures of *software*, a
         :data:`SOFTWARE_PRESETS` name (each figure's source recorded)."""
         if software not in SOFTWARE_PRESETS:
-            raise SpecError("software", _OWNER, f"be one of {', '.join(map(repr, SOFTWARE_PRESETS))}", software)
+            from .suggest import did_you_mean
+
+            rule = f"be one of {', '.join(map(repr, SOFTWARE_PRESETS))}{did_you_mean(software, SOFTWARE_PRESETS)}"
+            raise SpecError("software", _OWNER, rule, software)
         base = cls.for_device(device)
         figures, cited = SOFTWARE_PRESETS[software]
         sources = dict(base.sources)

@@ -122,5 +122,8 @@ def rates_argument(rates_file: Any, software: Any, owner: str = "ndcost") -> Any
     if rates_file is not None and software is not None:
         raise SpecError("--software", owner, "be given without --rates (a rates file states its software)", software)
     if software is not None and software not in SOFTWARE_PRESETS:
-        raise SpecError("--software", owner, f"be one of {', '.join(SOFTWARE_PRESETS)}", software)
+        from .suggest import did_you_mean
+
+        rule = f"be one of {', '.join(SOFTWARE_PRESETS)}{did_you_mean(software, SOFTWARE_PRESETS)}"
+        raise SpecError("--software", owner, rule, software)
     return software if software is not None else rates_file

@@ -1,0 +1,49 @@
+"""Help lines of the strategy flags ``ndcost estimate`` and ``ndcost explain`` share: each states
+what the flag sets, its unit and its default (ExecSpec's), and the worked examples of the commands."""
+from __future__ import annotations
+
+__all__ = ["STRATEGY_HELP", "ESTIMATE_EXAMPLES", "SEARCH_EXAMPLES", "examples_epilog"]
+
+#: ExecSpec field -> help line (the defaults are ExecSpec's; tests/test_cli_help.py checks each names one).
+STRATEGY_HELP = {
+    "dp": "data-parallel degree (default 1)",
+    "tp": "tensor-parallel degree (default 1)",
+    "pp": "pipeline stages (default 1)",
+    "vpp": "virtual pipeline chunks per stage (default 1; > 1 runs the interleaved schedule)",
+    "cp": "context-parallel degree: the sequence split over cp ranks (default 1)",
+    "ep": "expert-parallel degree (default 1; MoE models)",
+    "etp": "expert tensor-parallel degree (default: the experts follow tp, ND's derivation)",
+    "micro_batch_size": "sequences per micro-batch (default 1)",
+    "micro_batch_num": "micro-batches per step (default: global batch / (micro-batch size x dp), or pp "
+                       "when no global batch is given)",
+    "global_batch_size": "sequences per step (default: micro-batch size x dp x micro-batches)",
+    "seq_length": "tokens per sequence (default 4096)",
+    "zero_stage": "ZeRO stage: 0 DDP, 1 optimizer states, 2 + gradients, 3 + parameters (FSDP) (default 1)",
+    "seq_split": "Seq1F1B sequence chunks (default 1; with --pp-schedule seq1f1b)",
+    "sequence_parallel": "Megatron sequence parallelism over the tp ranks (default off)",
+    "recompute": "activation recompute of every layer: none, full or selective (default none)",
+    "selective_rule": "which switches selective recompute turns on (default megatron: the core attention)",
+    "pp_schedule": "pipeline schedule (default 1f1b; interleaved when vpp > 1)",
+    "cp_algo": "context-parallel algorithm (default ring)",
+    "precision": "matmul precision (default bf16; fp8 needs a device with an fp8 peak)",
+    "capacity_factor": "MoE capacity factor of the token-dropping mode (default 1.0; with --no-grouped-gemm)",
+    "moe_imbalance": "the busiest expert-parallel rank's routed tokens over the mean, dropless mode "
+                     "(default 1.0: balanced)",
+    "grouped_gemm": "dropless MoE with grouped GEMMs (default on); --no-grouped-gemm: capacity mode",
+}
+
+#: Worked examples, each a whole command the tests run.
+ESTIMATE_EXAMPLES = (
+    "ndcost estimate llama3-70b --device h100-sxm --dp 16 --tp 8 --pp 8 --global-batch-size 1024 "
+    "--seq-length 8192 --sequence-parallel --recompute selective",
+    "ndcost estimate gpt-oss-120b --device h100-sxm --dp 16 --pp 4 --ep 16 --global-batch-size 512 "
+    "--seq-length 8192 --recompute full",
+)
+SEARCH_EXAMPLES = (
+    "ndcost search llama3-8b --device h100-sxm --devices 64 --global-batch-size 512 --seq-length 8192 --top 5",
+)
+
+
+def examples_epilog(examples: tuple[str, ...]) -> str:
+    """The epilog of a command's --help: its examples, one a line."""
+    return "examples:\n" + "\n".join("  " + line for line in examples)
