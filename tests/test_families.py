@@ -267,3 +267,18 @@ def test_gpt_oss_alternating_windows_by_hand(kernels):
     assert core[names.index("full_moe")] == pytest.approx(full, rel=1e-12)
     counts = dict(zip(names, (body for body, _ in model.kind_counts())))
     assert counts == {"sliding_moe": 18, "full_moe": 18}
+
+
+def test_the_new_families_run_end_to_end_on_the_command_line(capsys):
+    from ndcost.cli import main
+
+    assert main(["estimate", "gpt-oss-120b", "--device", "h100-sxm", "--dp", "16", "--pp", "4", "--ep", "16",
+                 "--global-batch-size", "512", "--seq-length", "8192", "--recompute", "full"]) == 0
+    assert "gpt-oss-120b on 64 x h100-sxm" in capsys.readouterr().out
+    assert main(["search", "nemotron-h-56b", "--device", "h100-sxm", "--devices", "256", "--global-batch-size",
+                 "768", "--seq-length", "8192", "--top", "3", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "ndcost estimate nemotron-h-56b" in out
+    assert main(["estimate", "nemotron-h-56b", "--device", "h100-sxm", "--dp", "8", "--tp", "8", "--pp", "4",
+                 "--global-batch-size", "768", "--seq-length", "8192", "--units", "nd"]) == 2
+    assert "ND's op tables cannot price a Mamba-2 mixer" in capsys.readouterr().err
