@@ -5,7 +5,7 @@ import argparse
 import json
 from typing import Any
 
-from .cli_help import ESTIMATE_EXAMPLES, STRATEGY_HELP, examples_epilog
+from .cli_help import ESTIMATE_EXAMPLES, STRATEGY_HELP, add_pricing_arguments, examples_epilog
 from .rates_io import rates_argument
 from .errors import SpecError
 
@@ -198,17 +198,10 @@ def add_estimate_commands(sub: Any) -> None:
     p = sub.add_parser("estimate", help="price one strategy", epilog=examples_epilog(ESTIMATE_EXAMPLES),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_strategy_arguments(p)
-    p.add_argument("--units", choices=("seconds", "nd"), default="seconds",
-                   help="seconds (default) or ND's relative score")
-    p.add_argument("--ratios", metavar="FILE", help="a ratios JSON file (ND's calibration; default: none)")
-    p.add_argument("--rates", metavar="FILE",
-                   help="seconds mode's rates from a JSON (`ndcost calibrate --fit rates`; default: the "
-                        "device's and the software preset's)")
-    p.add_argument("--software", metavar="NAME",
-                   help="the training software's rates preset (megatron-te, nemo, torchtitan-eager, "
-                        "torchtitan-compile, megatron-2021, deepspeed-2021; default: today's Megatron-LM)")
+    add_pricing_arguments(p)
     p.add_argument("--balance", action="store_true",
-                   help="first move layers off the slowest stages while the step gets faster (balance_pipeline; default: the stated layout)")
+                   help="first move layers off the slowest stages while the step gets faster (balance_pipeline; "
+                        "default: the stated layout)")
     p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_estimate)
     p = sub.add_parser("explain", help="why a strategy is invalid or does not fit")

@@ -2,7 +2,7 @@
 what the flag sets, its unit and its default (ExecSpec's), and the worked examples of the commands."""
 from __future__ import annotations
 
-__all__ = ["STRATEGY_HELP", "ESTIMATE_EXAMPLES", "SEARCH_EXAMPLES", "examples_epilog"]
+__all__ = ["STRATEGY_HELP", "ESTIMATE_EXAMPLES", "SEARCH_EXAMPLES", "examples_epilog", "add_pricing_arguments"]
 
 #: ExecSpec field -> help line (the defaults are ExecSpec's; tests/test_cli_help.py checks each names one).
 STRATEGY_HELP = {
@@ -42,6 +42,19 @@ ESTIMATE_EXAMPLES = (
 SEARCH_EXAMPLES = (
     "ndcost search llama3-8b --device h100-sxm --devices 64 --global-batch-size 512 --seq-length 8192 --top 5",
 )
+
+
+def add_pricing_arguments(p) -> None:
+    """--units, --ratios, --rates and --software: how a command prices (estimate, search)."""
+    p.add_argument("--units", choices=("seconds", "nd"), default="seconds",
+                   help="seconds (default) or ND's relative score")
+    p.add_argument("--ratios", metavar="FILE", help="a ratios JSON file (ND's calibration; default: none)")
+    p.add_argument("--rates", metavar="FILE",
+                   help="seconds mode's rates from a JSON (`ndcost calibrate --fit rates`; default: the "
+                        "device's and the software preset's)")
+    p.add_argument("--software", metavar="NAME",
+                   help="the training software's rates preset (megatron-te, nemo, torchtitan-eager, "
+                        "torchtitan-compile, megatron-2021, deepspeed-2021; default: today's Megatron-LM)")
 
 
 def examples_epilog(examples: tuple[str, ...]) -> str:

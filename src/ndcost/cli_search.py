@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from ._columns import PART_NAMES
-from .cli_help import SEARCH_EXAMPLES, examples_epilog
+from .cli_help import SEARCH_EXAMPLES, add_pricing_arguments, examples_epilog
 from .cli_reproduce import emit_report, estimate_command, write_plan
 from .files import output_path
 from .rates_io import rates_argument
@@ -127,15 +127,7 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--global-batch-size", type=int, required=True, metavar="N", help="sequences per step (required)")
     p.add_argument("--seq-length", type=int, required=True, metavar="N", help="tokens per sequence (required)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="strategies to list (default 10)")
-    p.add_argument("--units", choices=("seconds", "nd"), default="seconds",
-                   help="seconds (default) or ND's relative score")
-    p.add_argument("--ratios", metavar="FILE", help="a ratios JSON (calibration; default: none)")
-    p.add_argument("--rates", metavar="FILE",
-                   help="seconds mode's rates from a JSON (`ndcost calibrate --fit rates`; default: the "
-                        "device's and the software preset's)")
-    p.add_argument("--software", metavar="NAME",
-                   help="the training software's rates preset (megatron-te, nemo, torchtitan-eager, "
-                        "torchtitan-compile, megatron-2021, deepspeed-2021; default: today's Megatron-LM)")
+    add_pricing_arguments(p)
     p.add_argument("--memory-limit-gib", type=float,
                    help="GiB a device may use, at least 1 (default: its HBM); exit status 1 when nothing fits")
     p.add_argument("--allow-cross-node-tp", action="store_true",
