@@ -126,3 +126,22 @@ def test_torchtitan_loss_bytes_follow_its_loss_path():
     _, with_tp, _, _ = build_memory_run(rows["tt2412_t4_70b_256gpu_fsdp32_tp8"])
     assert (no_tp.tp, no_tp.logit_bytes) == (1, 12)
     assert (with_tp.tp, with_tp.logit_bytes) == (8, 16)
+
+
+def test_the_memory_plot_stacks_what_the_device_holds():
+    """`ndcost plot memory`'s bars: the tensors' parts, the allocator's slack and the fixed costs; the
+    peak stage's bar is device_peak (seconds mode), a stage's total with ND's reserve (nd units)."""
+    from ndcost.plot import memory_stack
+
+    model = ndcost.Model.from_catalog("llama3-70b")
+    spec = ndcost.ExecSpec(dp=4, tp=8, pp=4, global_batch_size=64, seq_length=4096, sequence_parallel=True,
+                           recompute="selective")
+    cluster = ndcost.Cluster("h100-sxm", 128)
+    memory = ndcost.estimate(model, spec, cluster).memory
+    stack = memory_stack(memory)
+    assert [name for name, _ in stack][-2:] == ["allocator slack", "fixed (context, workspaces, NCCL)"]
+    heights = [sum(parts[i] for _, parts in stack) for i in range(len(memory.stages))]
+    assert max(heights) == pytest.approx(memory.device_peak, rel=1e-12)
+    nd = ndcost.estimate(model, spec, cluster, units="nd").memory
+    heights = [sum(parts[i] for _, parts in memory_stack(nd)) for i in range(len(nd.stages))]
+    assert heights == pytest.approx([stage.total for stage in nd.stages], rel=1e-12)

@@ -79,15 +79,33 @@ def plot_parts(ranked: Sequence[Any], path: str) -> str:
     return _save(fig, path)
 
 
+def memory_stack(memory: Any) -> list[tuple[str, list[float]]]:
+    """The parts a device holds per stage, bottom to top, in bytes: the tensors' parts, then -- once the
+    estimate carries the process's overheads (seconds mode) -- the caching allocator's slack over them
+    and the fixed costs (CUDA context, workspaces, NCCL buffers) in place of ND's flat reserve, so
+    the peak stage's bar is ``device_peak``; without them, ND's reserve, so a bar is the stage's total."""
+    from .memory_overheads import ALLOCATOR_RESERVE_FACTOR
+
+    stages = memory.stages
+    names = ("params", "grads", "optimizer", "activations", "comm_buffers", "working_set")
+    stack = [(name, [getattr(stage, name) for stage in stages]) for name in names]
+    if memory.fixed_bytes > 0.0:
+        allocated = [stage.total - stage.reserve for stage in stages]
+        stack.append(("allocator slack", [a * (ALLOCATOR_RESERVE_FACTOR - 1.0) for a in allocated]))
+        stack.append(("fixed (context, workspaces, NCCL)", [memory.fixed_bytes] * len(stages)))
+    else:
+        stack.append(("reserve", [stage.reserve for stage in stages]))
+    return stack
+
+
 def plot_memory(estimate: Any, path: str, capacity_bytes: float | None = None) -> str:
-    """Per-stage memory, stacked by part, with the device's capacity."""
+    """Per-stage memory, stacked by part (:func:`memory_stack`), with the device's capacity."""
     plt = _pyplot()
     stages = estimate.memory.stages
     fig, ax = plt.subplots(figsize=(max(5, 0.5 * len(stages) + 2), 4.5))
-    names = ("params", "grads", "optimizer", "activations", "comm_buffers", "working_set", "reserve")
     bottoms = [0.0] * len(stages)
-    for name in names:
-        values = [getattr(stage, name) / 2**30 for stage in stages]
+    for name, parts in memory_stack(estimate.memory):
+        values = [value / 2**30 for value in parts]
         ax.bar(range(len(stages)), values, bottom=bottoms, label=name)
         bottoms = [b + v for b, v in zip(bottoms, values)]
     if capacity_bytes:
