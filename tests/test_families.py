@@ -282,3 +282,27 @@ def test_the_new_families_run_end_to_end_on_the_command_line(capsys):
     assert main(["estimate", "nemotron-h-56b", "--device", "h100-sxm", "--dp", "8", "--tp", "8", "--pp", "4",
                  "--global-batch-size", "768", "--seq-length", "8192", "--units", "nd"]) == 2
     assert "ND's op tables cannot price a Mamba-2 mixer" in capsys.readouterr().err
+
+
+def test_gemma_keeps_its_post_norm_inputs(ckernels):
+    """Gemma 2's post-attention and post-feedforward norms keep their inputs: a layer without recompute
+    keeps 2 x tokens x hidden / sp x norm bytes more than the same layer with two norms (both backends)."""
+    from ndcost import _backend
+    from ndcost.memory import memory_candidate_vector, memory_kind_table
+    from ndcost._columns import MEMORY_KIND, OPTION_FULL, OPTION_NONE
+
+    model = _model("gemma2")
+    spec = ExecSpec(dp=1, tp=4, pp=1, micro_batch_size=1, micro_batch_num=1, seq_length=8192,
+                    sequence_parallel=True)
+    table = memory_kind_table(model)
+    mc = memory_candidate_vector(model, spec)
+    assert list(table[:, MEMORY_KIND["extra_norms"]]) == [2.0, 2.0]
+    two = table.copy()
+    two[:, MEMORY_KIND["extra_norms"]] = 0.0
+    for backend in ("cython", "python"):
+        with _backend.use(backend) as kernels:
+            more = kernels.kind_activation_bytes(table[0], mc, OPTION_NONE, 255)
+            less = kernels.kind_activation_bytes(two[0], mc, OPTION_NONE, 255)
+            assert more - less == pytest.approx(2 * 8192 * 3584 / 4 * 2, rel=1e-12)
+            assert kernels.kind_activation_bytes(table[0], mc, OPTION_FULL, 255) == \
+                kernels.kind_activation_bytes(two[0], mc, OPTION_FULL, 255)

@@ -281,6 +281,7 @@ MEMORY_KIND_FIELDS = (
     "hidden",         # the kind's hidden size (its submodule's: a vision tower has its own)
     "seq_tokens",     # tokens per sample the kind runs on; 0 = the candidate's seq (text)
     "att_window",     # tokens a query attends to (windowed attention); 0 = the whole sequence
+    "extra_norms",    # norms a layer runs beyond its pre-norms, each keeping its input (Gemma 2/3's post-norms: 2)
     "census_saved", "census_saved_tp",  # census: bytes per token a plain layer keeps, split over sp / over tp;
     "census_sel", "census_sel_tp",      #   the same under HyperParallel's selective policy; -1 = no census
 )

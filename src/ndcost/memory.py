@@ -334,6 +334,7 @@ def memory_kind_table(model: Any) -> np.ndarray:
             "top_k": model.num_experts_per_tok if moe else 0,
             "shared_width": model.shared_expert_intermediate_size if moe else 0,
             "hidden": shape.hidden, "seq_tokens": shape.tokens, "att_window": shape.window,
+            "extra_norms": model.norms_per_layer(k) - 2 if kind.module == "text" and model.norms_per_layer(k) > 2 else 0,
         }
         values.update(_census_columns(census))
         values["p_nonexp"], values["p_routed"], values["p_shared"] = model.kind_parameters(k)

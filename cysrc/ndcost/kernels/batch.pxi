@@ -110,9 +110,15 @@ cdef inline double c_mem_layer_activation(const double* kind, const double* mc,
 
 cdef inline double c_mem_formula_activation(const double* kind, const double* mc,
                                             long long option, long long keep_mask) noexcept nogil:
-    # Korthikanti et al. 2022 Table 2 for one layer of the kind,
-    # on the kind's hidden size, tokens and attention window.
-    return c_layer_activation_bytes(
+    # Korthikanti et al. 2022 Table 2 for one layer of the kind, on the kind's hidden size, tokens and
+    # attention window, plus the inputs of the norms beyond its pre-norms (Gemma's post-norms)
+    cdef double extra = 0.0, residual
+    cdef long long mask
+    if kind[MK_extra_norms] > 0.0 and option != OPTION_FULL:
+        mask = 255 if option == OPTION_NONE else keep_mask
+        residual = c_mem_kind_seq(kind, mc) * mc[MC_b] / mc[MC_cp] * kind[MK_hidden] / mc[MC_sp]
+        extra = c_mem_kept(mask, _MEM_NORMOP) * kind[MK_extra_norms] * residual * mc[MC_bytes_norm]
+    return extra + c_layer_activation_bytes(
         c_mem_kind_seq(kind, mc), mc[MC_b], kind[MK_hidden], mc[MC_tp], mc[MC_sp], mc[MC_cp], mc[MC_etp],
         <long long>kind[MK_attention], kind[MK_heads], kind[MK_kv_heads], kind[MK_head_dim],
         <long long>kind[MK_out_gate], <long long>kind[MK_qk_norm], kind[MK_q_lora], kind[MK_kv_lora],

@@ -314,11 +314,12 @@ cdef enum:
     MK_hidden = 26
     MK_seq_tokens = 27
     MK_att_window = 28
-    MK_census_saved = 29
-    MK_census_saved_tp = 30
-    MK_census_sel = 31
-    MK_census_sel_tp = 32
-    MK_COUNT = 33
+    MK_extra_norms = 29
+    MK_census_saved = 30
+    MK_census_saved_tp = 31
+    MK_census_sel = 32
+    MK_census_sel_tp = 33
+    MK_COUNT = 34
 
 cdef enum:
     MM_h = 0

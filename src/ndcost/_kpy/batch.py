@@ -37,7 +37,9 @@ from .._columns import (
     MEMORY_CAND, MEMORY_CAND_FIELDS, MEMORY_KIND, MEMORY_KIND_FIELDS, MEMORY_MODEL, MEMORY_MODEL_FIELDS, MODEL,
     MODEL_FIELDS, ND_OPTION_FIELDS, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART_NAMES, STAGE_FIELDS,
 )
-from .memory import N_MEMORY_COLUMNS, inflight_micro_batches, stage_memory, windowed_layer_activation_bytes
+from .memory import (
+    _NORMOP, N_MEMORY_COLUMNS, _kept, inflight_micro_batches, stage_memory, windowed_layer_activation_bytes,
+)
 from .nd import _check_len, nd_apply_ratios, nd_combine, nd_stage_sums
 
 __all__ = ["nd_estimate_batch", "memory_batch", "kind_activation_bytes"]
@@ -268,8 +270,15 @@ def kind_activation_bytes(kind, mc, option: int, keep_mask: int) -> float:
 
 
 def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:
-    """windowed_layer_activation_bytes of one layer of the kind (Korthikanti et al. 2022 Table 2)."""
-    return windowed_layer_activation_bytes(
+    """windowed_layer_activation_bytes of one layer of the kind (Korthikanti et al. 2022 Table 2), plus
+    the inputs of the norms it runs beyond its pre-norms (Gemma's post-norms), kept as the pre-norms'
+    are (not under full recompute; selective recompute drops them with the normOp switch)."""
+    extra = 0.0
+    if kind[_MK["extra_norms"]] > 0.0 and option != OPTION_FULL:
+        mask = 255 if option == OPTION_NONE else keep_mask
+        residual = _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]] * kind[_MK["hidden"]] / mc[_MC["sp"]]
+        extra = _kept(mask, _NORMOP) * kind[_MK["extra_norms"]] * residual * mc[_MC["bytes_norm"]]
+    return extra + windowed_layer_activation_bytes(
         _kind_seq(kind, mc), mc[_MC["b"]], kind[_MK["hidden"]], mc[_MC["tp"]], mc[_MC["sp"]], mc[_MC["cp"]],
         mc[_MC["etp"]], int(kind[_MK["attention"]]), kind[_MK["heads"]], kind[_MK["kv_heads"]],
         kind[_MK["head_dim"]], int(kind[_MK["out_gate"]]), int(kind[_MK["qk_norm"]]), kind[_MK["q_lora"]],
