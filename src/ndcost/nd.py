@@ -19,15 +19,15 @@ every submodule as ND's ``set_shared_strategy`` does.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+import functools
+from collections.abc import Mapping
+from typing import Any
 
 from .device import Cluster
 from .errors import SpecError
-from .estimate import nd_estimate
+from .estimate import estimate
 from .exec_spec import ExecSpec
-from .layout import build_layout
 from .model import Model
-from .validate import validate
 from .vision import VisionTower
 
 __all__ = ["estimate_performance", "model_from_nd", "spec_from_nd", "ND_DEVICES", "RatioType", "RecType"]
@@ -48,10 +48,34 @@ class RecType:
     WITH, NONE, COMPUTE_ONLY, COMM_ONLY = "WITH", "NONE", "COMPUTE_ONLY", "COMM_ONLY"
 
 
+@functools.lru_cache(maxsize=512)
+def _interned_by_value(cls: type, items: tuple) -> Any:
+    return cls(**dict(items))
+
+
+def _interned(cls: type, fields: dict) -> Any:
+    """``cls(**fields)``, one object for equal fields: an ND search loop builds a fresh config for every
+    candidate with the same model fields, and ndcost's per-model tables are cached on the object, so an
+    equal Model (or ExecSpec, Cluster) must be the same object to be priced at batch-of-one speed.
+    Frozen dataclasses only, so sharing is safe; an unhashable field builds a fresh object."""
+    try:
+        # the builders below fill their dicts in a fixed order, so equal fields make equal tuples
+        return _interned_by_value(cls, tuple(fields.items()))
+    except TypeError:
+        return cls(**fields)
+
+
 def _reader(cfg: Any):
+    """get(name, default): the config's field, or *default* when it lacks it or holds None (ND's Config)."""
     if isinstance(cfg, Mapping):
-        return lambda name, default=0: cfg.get(name, default) if cfg.get(name) is not None else default
-    return lambda name, default=0: getattr(cfg, name, default) if getattr(cfg, name, None) is not None else default
+        def get(name: str, default: Any = 0) -> Any:
+            value = cfg.get(name)
+            return default if value is None else value
+    else:
+        def get(name: str, default: Any = 0) -> Any:
+            value = getattr(cfg, name, None)
+            return default if value is None else value
+    return get
 
 
 def _submodules(cfg: Any) -> tuple[Any, Any] | None:
@@ -88,12 +112,16 @@ def model_from_nd(cfg: Any) -> Model:
     if subs is not None:
         text = model_from_nd(subs[0])
         return dataclasses.replace(text, vision=_vision_from_nd(subs[1], text.hidden_size))
+    return _interned(Model, _model_fields(cfg))
+
+
+def _model_fields(cfg: Any) -> dict[str, Any]:
     get = _reader(cfg)
     n_exp = int(get("n_exp", 1))
     moe = n_exp > 1
     hff_exp = int(get("hff_exp", 0)) if moe else None
     n_shared = int(get("n_shared_exp", 0)) if moe else 0
-    return Model(
+    return dict(
         name=str(get("model_name", "nd-config") or "nd-config"),
         hidden_size=int(get("h")), num_hidden_layers=int(get("n_lay")), num_attention_heads=int(get("a")),
         vocab_size=int(get("v")),
@@ -155,7 +183,7 @@ def spec_from_nd(cfg: Any) -> ExecSpec:
         value = get(nd_name, None)
         if value not in (None, False, 0):
             fields[name] = value
-    return ExecSpec(**fields)
+    return _interned(ExecSpec, fields)
 
 
 def _shared_reader(parent: Any, text: Any):
@@ -199,18 +227,19 @@ def estimate_performance(cfg: Any, stages: Any = None, extra_custom_func: Any = 
     spec = spec_from_nd(cfg)
     device = ND_DEVICES.get(str(device_type), str(device_type)) if isinstance(device_type, str) else \
         ND_DEVICES.get(getattr(device_type, "name", ""), "ascend-910b")
-    cluster = Cluster(device, num_devices=spec.num_devices)
-    validate(model, spec, cluster)
+    cluster = _interned(Cluster, {"device": device, "num_devices": spec.num_devices})
 
     def option(name: str, default: str) -> str:
         value = getattr(ccfg, name, None) if ccfg is not None else None
         return default if value is None else getattr(value, "name", str(value)).upper()
 
-    priced = nd_estimate(
-        model, spec, cluster, build_layout(model, spec), ratios=cache_file,
+    # the one path: estimate() in ND units (validation, the batch-of-one kernels), without memory
+    priced = estimate(
+        model, spec, cluster, units="nd", ratios=cache_file,
         ratio_type=option("rtype", "DYNAMIC"), rec_type=option("retype", "WITH"),
         p2p=option("ptype", "NONE") == "MANUAL", stage_savings=stage_savings, stage_focused=stage_focused,
+        with_memory=False,
     )
     if return_parts:
-        return priced["step_time"], priced["parts"]
-    return priced["step_time"]
+        return priced.step_time, dict(priced.parts)
+    return priced.step_time
