@@ -13,7 +13,7 @@ from strategies import REALISTIC
 
 
 @pytest.mark.parametrize("seq", (524288, 1048576))
-def test_long_context_hfu_stays_below_one(seq):
+def test_long_context_hfu_stays_below_one(ckernels, seq):
     """The issue's case: HFU 1.025 (1.054 MFU at longer sequences) came from counting the full s x s
     matrix while the causal kernel runs half of it; both now count what a causal model needs."""
     spec = ndcost.ExecSpec(dp=1, tp=8, cp=32, global_batch_size=1, seq_length=seq, sequence_parallel=True,

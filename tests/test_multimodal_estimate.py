@@ -84,7 +84,7 @@ def test_tower_is_priced_at_its_own_width_in_nd_units():
     assert tower[0, comp] == pytest.approx(out[0, comp], rel=1e-12)
 
 
-def test_vlm_step_is_slower_than_its_text_model_and_the_backends_agree():
+def test_vlm_step_is_slower_than_its_text_model_and_the_backends_agree(ckernels):
     vl = ndcost.Model.from_catalog(VL)
     text = dataclasses.replace(vl, vision=None)
     spec = _spec()
@@ -149,7 +149,7 @@ def _policy_spec(rule):
 
 
 @pytest.mark.parametrize("units", ["nd", "seconds"])
-def test_census_shares_price_the_policy_and_nothing_else(units):
+def test_census_shares_price_the_policy_and_nothing_else(ckernels, units):
     base = ndcost.Model.from_catalog("qwen3-8b")
     census = base.with_census(CENSUS)
     cluster = ndcost.Cluster("h100-sxm", num_devices=32)

@@ -77,7 +77,7 @@ def test_presets_order_the_stacks_as_their_kernels_do():
 
 
 @pytest.mark.parametrize("name", sorted(SOFTWARE_PRESETS))
-def test_each_preset_prices_the_same_on_both_backends(name):
+def test_each_preset_prices_the_same_on_both_backends(ckernels, name):
     model = ndcost.Model.from_catalog("qwen3-30b-a3b")
     spec = ndcost.ExecSpec(dp=8, ep=8, pp=2, global_batch_size=64, seq_length=4096, precision="fp8")
     cluster = ndcost.Cluster("h100-sxm", 16)
