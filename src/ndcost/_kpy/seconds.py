@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import math
 
+from ..mamba import SELECTIVE_SCAN_FLOPS   # Mamba-1's scan FLOPs per token, channel and state
+
 from .._columns import (
     KIND, MODEL, PART, RATE, SECONDS_CAND, SECONDS_EXTRA, SECONDS_KIND, SECONDS_LAYER, SECONDS_MODEL,
     SECONDS_STAGE, KIND_FIELDS, MODEL_FIELDS, PART_NAMES, RATE_FIELDS, SECONDS_CAND_FIELDS,
@@ -85,8 +87,7 @@ POINTWISE_BACKWARD_BYTES = 1.5
 #: Token mixers of a kind (the ``mixer`` column): attention (full, MLA, gated DeltaNet), a Mamba-2 mixer,
 #: none (an MLP-only block of a hybrid stack).
 MIXER_ATTENTION, MIXER_MAMBA, MIXER_NONE, MIXER_MAMBA1 = 0.0, 1.0, 2.0, 3.0
-#: Mamba-1's selective scan, FLOPs per token, channel and state (ndcost.mamba.SELECTIVE_SCAN_FLOPS).
-SELECTIVE_SCAN_FLOPS = 9.0
+
 #: A bidirectional kind (a vision encoder) or a windowed one runs every block it meets: no share.
 FLASH_BACKWARD_FLOPS = 2.5
 FLASH_CAUSAL_SHARE = 0.5
