@@ -172,31 +172,33 @@ def nd_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any],
 def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any]) -> tuple:
     """The memory candidate vector (``_columns.MEMORY_CAND_FIELDS`` order): what
     ``ndcost.memory`` reads off the spec, its ZeRO divisors and byte widths (ZeRO,
-    Rajbhandari et al. 2020 §5; Megatron's expert data-parallel group)."""
+    Rajbhandari et al. 2020 §5; Megatron's expert data-parallel group).
+
+    Entries are ints or floats: the caller packs them into float64, which converts an
+    int exactly as ``float()`` would (so no entry pays for a conversion here)."""
     where = ops.where
-    float_ = ops.float_
     seq_length = c["seq_length"]
-    seq = where(ops.is_choice(c, "pp_schedule", "seq1f1b"), seq_length / c["seq_split"], float_(seq_length))
+    seq = where(ops.is_choice(c, "pp_schedule", "seq1f1b"), seq_length / c["seq_split"], seq_length)
     zero = c["zero_stage"]
     has_op = d["has_op"]
     # Non-expert state shards over the ZeRO group; a routed expert over its expert
     # data-parallel group, narrowed like it when the optimizer shards part of dp or not cp.
-    non_expert = float_(d["zero_shard_ranks"])
+    non_expert = d["zero_shard_ranks"]
     ranks = d["expert_data_parallel"] * d["os_ranks"] / c["dp"]
     ranks = where(c["shard_spans_cp"], ranks, ranks / c["cp"])
     expert = where(has_op, ops.maximum(1.0, ranks), 1.0)
     shards_params = (zero == 3) & d["reshards"]          # ZeRO-3 resharding after forward
     shards_grads = (zero >= 2) & ops.not_(d["defers_grads"])  # reduced as the backward goes
     return (
-        seq, float_(c["micro_batch_size"]), float_(c["tp"]), float_(d["sp"]), float_(c["cp"]),
-        float_(d["t_exp"]), float_(c["ep"]),
-        float_(c["pp"]), float_(c["vpp"]), float_(d["micro_batch_num"]), float_(c["seq_split"]),
+        seq, c["micro_batch_size"], c["tp"], d["sp"], c["cp"],
+        d["t_exp"], c["ep"],
+        c["pp"], c["vpp"], d["micro_batch_num"], c["seq_split"],
         ops.memory_schedule(c),
         where(c["grouped_gemm"], c["moe_imbalance"], c["capacity_factor"]),    # token_factor
         where(c["flash_attention"], 1.0, 0.0), where(c["recompute_slice_activation"], 1.0, 0.0),
-        float_(c["compute_bytes"]), float_(c["softmax_bytes"]), float_(c["dropout_bytes"]),
-        float_(c["norm_bytes"]),
-        float_(c["param_bytes"]), float_(d["bytes_grad"]), float_(d["bytes_optim"]),
+        c["compute_bytes"], c["softmax_bytes"], c["dropout_bytes"],
+        c["norm_bytes"],
+        c["param_bytes"], d["bytes_grad"], d["bytes_optim"],
         where(shards_params, non_expert, 1.0), where(shards_grads, non_expert, 1.0),
         where(zero >= 1, non_expert, 1.0),
         where(shards_params, expert, 1.0), where(shards_grads, expert, 1.0), where(zero >= 1, expert, 1.0),
@@ -204,7 +206,7 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         where(shards_grads, 1.0, 0.0),
         where(ops.is_choice(c, "cp_algo", "ring"), 1.0, 0.0),
         where(d["tie_embeddings"], 1.0, 0.0),
-        float_(c["logit_bytes"]),
+        c["logit_bytes"],
     )
 
 

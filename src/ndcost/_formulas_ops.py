@@ -45,6 +45,7 @@ _CODES = {field: {name: i for i, name in enumerate(names)} for field, names in C
 MEMORY_SCHEDULE_BY_PP_SCHEDULE: Mapping[str, int] = MappingProxyType({
     "1f1b": 0, "interleaved": 0, "gpipe": 1, "zero_bubble_v": 2, "seq1f1b": 3,
 })
+_MEMORY_SCHEDULE = dict(MEMORY_SCHEDULE_BY_PP_SCHEDULE)   # a plain dict reads faster than the proxy
 _MEMORY_SCHEDULE_TABLE = np.array([MEMORY_SCHEDULE_BY_PP_SCHEDULE[name] for name in PP_SCHEDULES], dtype=np.float64)
 
 
@@ -86,7 +87,7 @@ class _ScalarOps:
 
     @staticmethod
     def memory_schedule(c):
-        return float(MEMORY_SCHEDULE_BY_PP_SCHEDULE[c["pp_schedule"]])
+        return _MEMORY_SCHEDULE[c["pp_schedule"]]
 
     @staticmethod
     def first_reason(rules, codes):

@@ -8,10 +8,10 @@ import math
 from typing import Any, Mapping
 
 from ._formulas_ops import (
+    _MEMORY_SCHEDULE,
     ClusterConstants,
     COMM_DP_OVERLAP,
     COMM_TP_OVERLAP,
-    MEMORY_SCHEDULE_BY_PP_SCHEDULE,
     ModelConstants,
 )
 
@@ -137,10 +137,10 @@ def nd_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[str, 
 def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any]) -> tuple:
     """:func:`ndcost._formulas.memory_candidate_columns` on Python scalars (*ops* must be SCALAR)."""
     seq_length = c['seq_length']
-    seq = seq_length / c['seq_split'] if c['pp_schedule'] == 'seq1f1b' else float(seq_length)
+    seq = seq_length / c['seq_split'] if c['pp_schedule'] == 'seq1f1b' else seq_length
     zero = c['zero_stage']
     has_op = d['has_op']
-    non_expert = float(d['zero_shard_ranks'])
+    non_expert = d['zero_shard_ranks']
     ranks = d['expert_data_parallel'] * d['os_ranks'] / c['dp']
     ranks = ranks if c['shard_spans_cp'] else ranks / c['cp']
     expert = max(1.0, ranks) if has_op else 1.0
@@ -148,27 +148,27 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
     shards_grads = (zero >= 2) & (not d['defers_grads'])
     return (
         seq,
-        float(c['micro_batch_size']),
-        float(c['tp']),
-        float(d['sp']),
-        float(c['cp']),
-        float(d['t_exp']),
-        float(c['ep']),
-        float(c['pp']),
-        float(c['vpp']),
-        float(d['micro_batch_num']),
-        float(c['seq_split']),
-        float(MEMORY_SCHEDULE_BY_PP_SCHEDULE[c['pp_schedule']]),
+        c['micro_batch_size'],
+        c['tp'],
+        d['sp'],
+        c['cp'],
+        d['t_exp'],
+        c['ep'],
+        c['pp'],
+        c['vpp'],
+        d['micro_batch_num'],
+        c['seq_split'],
+        _MEMORY_SCHEDULE[c['pp_schedule']],
         c['moe_imbalance'] if c['grouped_gemm'] else c['capacity_factor'],
         1.0 if c['flash_attention'] else 0.0,
         1.0 if c['recompute_slice_activation'] else 0.0,
-        float(c['compute_bytes']),
-        float(c['softmax_bytes']),
-        float(c['dropout_bytes']),
-        float(c['norm_bytes']),
-        float(c['param_bytes']),
-        float(d['bytes_grad']),
-        float(d['bytes_optim']),
+        c['compute_bytes'],
+        c['softmax_bytes'],
+        c['dropout_bytes'],
+        c['norm_bytes'],
+        c['param_bytes'],
+        d['bytes_grad'],
+        d['bytes_optim'],
         non_expert if shards_params else 1.0,
         non_expert if shards_grads else 1.0,
         non_expert if zero >= 1 else 1.0,
@@ -179,7 +179,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         1.0 if shards_grads else 0.0,
         1.0 if c['cp_algo'] == 'ring' else 0.0,
         1.0 if d['tie_embeddings'] else 0.0,
-        float(c['logit_bytes']),
+        c['logit_bytes'],
     )
 
 
