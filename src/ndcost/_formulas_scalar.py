@@ -50,15 +50,15 @@ def derived_columns_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -
         'shard_p_os_non_exp_partial': os_ranks * tp * cp_shard,
         'shard_p_os_exp_partial': math.gcd(n_exp, os_ranks * t_exp),
         'shard_p_os_exp': (d_exp if has_op else 1) * cp_shard * t_exp,
-        'comm_d_non_exp': 0 if (dp == 1) | (not has_op) else 3 if has_grad_shard else 2,
-        'comm_d_exp': 0 if (d_exp == 1) | (not has_op) else 3 if has_grad_shard else 2,
+        'comm_d_non_exp': 0 if dp == 1 or not has_op else 3 if has_grad_shard else 2,
+        'comm_d_exp': 0 if d_exp == 1 or not has_op else 3 if has_grad_shard else 2,
         'comm_t': int(tp > 1),
-        'comm_ep': int((ep > 1) | (n_exp > 1)),
+        'comm_ep': int(ep > 1 or n_exp > 1),
         'comm_cp': int(cp > 1),
         'comm_dp_overlap': COMM_DP_OVERLAP,
         'comm_tp_overlap': COMM_TP_OVERLAP,
         'shard_embed': (dp if has_op else 1) * (1 if c['vocab_emb_dp'] & (pp == 1) else tp),
-        'nd_bytes_grad': c['grad_bytes'] if (pp > 1) | (micro_batch_num > 1) else 0,
+        'nd_bytes_grad': c['grad_bytes'] if pp > 1 or micro_batch_num > 1 else 0,
         'bytes_grad': c['grad_bytes'],
         'bytes_optim': c['optimizer_states'] * c['optimizer_state_bytes'] + c['main_param_bytes'],
         'zero_shard_ranks': os_ranks * cp_shard if has_op else 1,
@@ -145,7 +145,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
     ranks = ranks if c['shard_spans_cp'] else ranks / c['cp']
     expert = max(1.0, ranks) if has_op else 1.0
     shards_params = (zero == 3) & d['reshards']
-    shards_grads = (zero >= 2) & (not d['defers_grads'])
+    shards_grads = zero >= 2 and (not d['defers_grads'])
     return (
         seq,
         c['micro_batch_size'],
@@ -192,7 +192,7 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
             return codes['devices']
     elif cc is not None:
         devices = dp * tp * pp * cp
-        if (devices > cc.devices_per_node) & (devices % cc.devices_per_node != 0):
+        if devices > cc.devices_per_node and devices % cc.devices_per_node != 0:
             return codes['whole_nodes']
     if mc.heads % tp != 0:
         return codes['tp_heads']
@@ -200,12 +200,12 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
         if mc.kv_heads % tp != 0:
             return codes['tp_kv_heads']
     if mc.has_linear:
-        if (mc.linear_k_heads % tp != 0) | (mc.linear_v_heads % tp != 0):
+        if mc.linear_k_heads % tp != 0 or mc.linear_v_heads % tp != 0:
             return codes['tp_linear_heads']
     if mc.has_mamba:
         broken = mc.mamba_splits[0] % tp != 0
         for width in mc.mamba_splits[1:]:
-            broken = broken | (width % tp != 0)
+            broken = broken or width % tp != 0
         if broken:
             return codes['tp_mamba_heads']
     if not mc.is_moe:
@@ -225,28 +225,28 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
     layers = mc.layers_with_mtp
     if pp > layers:
         return codes['pp_layers']
-    if (pp <= layers) & (vpp > 1) & (vpp * pp > layers):
+    if pp <= layers and vpp > 1 and (vpp * pp > layers):
         return codes['vpp_layers']
     mbs, mbn_stated = (c['micro_batch_size'], c['micro_batch_num'] is not None)
     micro_batches = (0 if c['micro_batch_num'] is None else c['micro_batch_num']) if mbn_stated else (0 if c['global_batch_size'] is None else c['global_batch_size']) // (mbs * dp)
     schedule_1f1b = c['pp_schedule'] == '1f1b'
-    interleaved = (c['pp_schedule'] == 'interleaved') | schedule_1f1b & (vpp > 1)
-    family = schedule_1f1b | interleaved | (c['pp_schedule'] == 'seq1f1b') | (c['pp_schedule'] == 'zero_bubble_v')
-    too_few = (pp > 1) & family & (micro_batches < pp)
+    interleaved = c['pp_schedule'] == 'interleaved' or (schedule_1f1b and vpp > 1)
+    family = schedule_1f1b or interleaved or c['pp_schedule'] == 'seq1f1b' or (c['pp_schedule'] == 'zero_bubble_v')
+    too_few = pp > 1 and family and (micro_batches < pp)
     if too_few:
         return codes['micro_batches_lt_pp']
-    if (pp > 1) & (not too_few) & interleaved & (micro_batches % pp != 0):
+    if pp > 1 and (not too_few) and interleaved and (micro_batches % pp != 0):
         return codes['micro_batches_not_multiple']
     sequence_parallel = c['sequence_parallel']
     if sequence_parallel & (tp > 1) & (s % (tp * cp) != 0):
         return codes['seq_sp']
     ring = c['cp_algo'] == 'ring'
-    if (cp > 1) & ring & (s % (2 * cp) != 0):
+    if cp > 1 and ring and (s % (2 * cp) != 0):
         return codes['seq_ring']
-    ulysses = (cp > 1) & (not ring)
-    if ulysses & (mc.kv_heads % (tp * cp) != 0):
+    ulysses = cp > 1 and (not ring)
+    if ulysses and mc.kv_heads % (tp * cp) != 0:
         return codes['ulysses_heads']
-    if ulysses & (s % cp != 0):
+    if ulysses and s % cp != 0:
         return codes['seq_ulysses']
     if mc.has_mamba:
         if cp > 1:
@@ -255,9 +255,9 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
         v_tokens, v_heads = (mc.vision_tokens, mc.vision_heads)
         if v_heads % tp != 0:
             return codes['tp_vision_heads']
-        if sequence_parallel & (tp > 1) & (v_tokens % (tp * cp) != 0) | (cp > 1) & ring & (v_tokens % (2 * cp) != 0) | ulysses & (v_tokens % cp != 0):
+        if sequence_parallel & (tp > 1) & (v_tokens % (tp * cp) != 0) | (cp > 1 and ring and (v_tokens % (2 * cp) != 0)) | (ulysses and v_tokens % cp != 0):
             return codes['vision_tokens']
-        if ulysses & (v_heads % (tp * cp) != 0):
+        if ulysses and v_heads % (tp * cp) != 0:
             return codes['vision_ulysses_heads']
         if c['pp_schedule'] == 'seq1f1b':
             return codes['vision_seq1f1b']
