@@ -49,6 +49,15 @@ def _scalar_rules(ops_tree: ast.Module) -> tuple[dict[str, ast.expr], dict[str, 
     return aliases, inline
 
 
+def _is_simple(node: ast.expr) -> bool:
+    """A name, a constant, or one of them subscripted/attributed: cheap and pure to read twice."""
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, (ast.Constant, ast.Name)):
+            return False
+        node = node.value
+    return isinstance(node, (ast.Name, ast.Constant))
+
+
 class _Substitute(ast.NodeTransformer):
     def __init__(self, values: dict[str, ast.expr]) -> None:
         self.values = values
@@ -106,6 +115,11 @@ class _Scalarise(ast.NodeTransformer):
                                      node)
         if name in self.inline:
             params, body = self.inline[name]
+            for param, arg in zip(params, node.args):
+                uses = sum(isinstance(n, ast.Name) and n.id == param for n in ast.walk(body))
+                if uses > 1 and not _is_simple(arg):
+                    raise ValueError(f"line {node.lineno}: ops.{name} reads {param} twice; "
+                                     f"name {ast.unparse(arg)!r} first (a local)")
             return ast.copy_location(_Substitute(dict(zip(params, node.args))).visit(copy.deepcopy(body)), node)
         raise ValueError(f"ops.{name} has no scalar rule (a one-expression static method of _ScalarOps)")
 

@@ -80,6 +80,7 @@ def derived_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -> dict[
     has_grad_shard = zero >= 2
     os_ranks = where(has_op, ops.opt_int(c["optimizer_shard"], dp), 1)
     cp_shard = where(c["shard_spans_cp"], cp, 1)
+    expert_ranks = dp * cp * tp // (ep * t_exp)
     # Step 10's micro-batches (gbs = b*d*m, §1.3 set_strategy).
     micro_batch_num = where(ops.stated(c["micro_batch_num"]), ops.opt_int(c["micro_batch_num"], 0),
                             ops.opt_int(c["global_batch_size"], 0) // (c["micro_batch_size"] * dp))
@@ -87,7 +88,7 @@ def derived_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -> dict[
         "sp": where(c["sequence_parallel"], tp, 1),                                 # step 1
         "t_exp": t_exp,
         "d_exp": d_exp,
-        "expert_data_parallel": ops.maximum(1, dp * cp * tp // (ep * t_exp)),
+        "expert_data_parallel": ops.maximum(1, expert_ranks),
         "has_op": has_op,
         "has_grad_shard": has_grad_shard,
         "grad_shard_as_params": zero == 3,

@@ -52,10 +52,18 @@ _MEMORY_SCHEDULE_TABLE = np.array([MEMORY_SCHEDULE_BY_PP_SCHEDULE[name] for name
 class _ScalarOps:
     """Python scalars: ``where`` picks a branch, optional fields are ``None``."""
 
-    maximum = staticmethod(max)
     gcd = staticmethod(math.gcd)
     float_ = staticmethod(float)
-    int_ = staticmethod(int)
+
+    @staticmethod
+    def maximum(a, b):
+        # max(a, b) exactly (the first unless the second is greater), without the builtin's call.
+        return b if b > a else a
+
+    @staticmethod
+    def int_(flag):
+        # A bool as 0/1: the formulas convert only flags.
+        return 1 if flag else 0
 
     @staticmethod
     def where(condition, a, b):

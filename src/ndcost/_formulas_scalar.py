@@ -37,12 +37,13 @@ def derived_columns_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -
     has_grad_shard = zero >= 2
     os_ranks = (dp if c['optimizer_shard'] is None else c['optimizer_shard']) if has_op else 1
     cp_shard = cp if c['shard_spans_cp'] else 1
+    expert_ranks = dp * cp * tp // (ep * t_exp)
     micro_batch_num = (0 if c['micro_batch_num'] is None else c['micro_batch_num']) if c['micro_batch_num'] is not None else (0 if c['global_batch_size'] is None else c['global_batch_size']) // (c['micro_batch_size'] * dp)
     return {
         'sp': tp if c['sequence_parallel'] else 1,
         't_exp': t_exp,
         'd_exp': d_exp,
-        'expert_data_parallel': max(1, dp * cp * tp // (ep * t_exp)),
+        'expert_data_parallel': expert_ranks if expert_ranks > 1 else 1,
         'has_op': has_op,
         'has_grad_shard': has_grad_shard,
         'grad_shard_as_params': zero == 3,
@@ -52,9 +53,9 @@ def derived_columns_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -
         'shard_p_os_exp': (d_exp if has_op else 1) * cp_shard * t_exp,
         'comm_d_non_exp': 0 if dp == 1 or not has_op else 3 if has_grad_shard else 2,
         'comm_d_exp': 0 if d_exp == 1 or not has_op else 3 if has_grad_shard else 2,
-        'comm_t': int(tp > 1),
-        'comm_ep': int(ep > 1 or n_exp > 1),
-        'comm_cp': int(cp > 1),
+        'comm_t': 1 if tp > 1 else 0,
+        'comm_ep': 1 if ep > 1 or n_exp > 1 else 0,
+        'comm_cp': 1 if cp > 1 else 0,
         'comm_dp_overlap': COMM_DP_OVERLAP,
         'comm_tp_overlap': COMM_TP_OVERLAP,
         'shard_embed': (dp if has_op else 1) * (1 if c['vocab_emb_dp'] & (pp == 1) else tp),
@@ -143,7 +144,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
     non_expert = d['zero_shard_ranks']
     ranks = d['expert_data_parallel'] * d['os_ranks'] / c['dp']
     ranks = ranks if c['shard_spans_cp'] else ranks / c['cp']
-    expert = max(1.0, ranks) if has_op else 1.0
+    expert = (ranks if ranks > 1.0 else 1.0) if has_op else 1.0
     shards_params = (zero == 3) & d['reshards']
     shards_grads = zero >= 2 and (not d['defers_grads'])
     return (
