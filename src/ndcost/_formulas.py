@@ -81,8 +81,9 @@ def derived_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -> dict[
     os_ranks = where(has_op, ops.opt_int(c["optimizer_shard"], dp), 1)
     cp_shard = where(c["shard_spans_cp"], cp, 1)
     expert_ranks = dp * cp * tp // (ep * t_exp)
-    # Step 10's micro-batches (gbs = b*d*m, §1.3 set_strategy).
-    micro_batch_num = where(ops.stated(c["micro_batch_num"]), ops.opt_int(c["micro_batch_num"], 0),
+    # Step 10's micro-batches (gbs = b*d*m, §1.3 set_strategy). A stated value is read as is (on
+    # columns ``where`` drops the unstated rows' sentinel); the other branch must not see None.
+    micro_batch_num = where(ops.stated(c["micro_batch_num"]), c["micro_batch_num"],
                             ops.opt_int(c["global_batch_size"], 0) // (c["micro_batch_size"] * dp))
     return {
         "sp": where(c["sequence_parallel"], tp, 1),                                 # step 1
@@ -138,7 +139,7 @@ def derived_extra_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants, d:
         "s_fa": where(c["flash_attention"], seq / mc.heads, ops.float_(seq)),             # step 8
         "grad_accumulation": d["micro_batch_num"] > 1,
         "bytes_optim_table": 2 * c["optimizer_state_bytes"] + c["main_param_bytes"],
-        "global_batch_size": where(ops.stated(c["global_batch_size"]), ops.opt_int(c["global_batch_size"], 0),
+        "global_batch_size": where(ops.stated(c["global_batch_size"]), c["global_batch_size"],
                                    mbs_dp * d["micro_batch_num"]),
         "overlaps_grad_reduce": c["overlapped_grad_reduce"],
     }
@@ -263,7 +264,7 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     rules.append(("pp_layers", pp > layers))
     rules.append(("vpp_layers", (pp <= layers) & (vpp > 1) & (vpp * pp > layers)))
     mbs, mbn_stated = c["micro_batch_size"], ops.stated(c["micro_batch_num"])
-    micro_batches = where(mbn_stated, ops.opt_int(c["micro_batch_num"], 0),
+    micro_batches = where(mbn_stated, c["micro_batch_num"],
                           ops.opt_int(c["global_batch_size"], 0) // (mbs * dp))
     schedule_1f1b = ops.is_choice(c, "pp_schedule", "1f1b")
     interleaved = ops.is_choice(c, "pp_schedule", "interleaved") | (schedule_1f1b & (vpp > 1))

@@ -38,7 +38,7 @@ def derived_columns_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -
     os_ranks = (dp if c['optimizer_shard'] is None else c['optimizer_shard']) if has_op else 1
     cp_shard = cp if c['shard_spans_cp'] else 1
     expert_ranks = dp * cp * tp // (ep * t_exp)
-    micro_batch_num = (0 if c['micro_batch_num'] is None else c['micro_batch_num']) if c['micro_batch_num'] is not None else (0 if c['global_batch_size'] is None else c['global_batch_size']) // (c['micro_batch_size'] * dp)
+    micro_batch_num = c['micro_batch_num'] if c['micro_batch_num'] is not None else (0 if c['global_batch_size'] is None else c['global_batch_size']) // (c['micro_batch_size'] * dp)
     return {
         'sp': tp if c['sequence_parallel'] else 1,
         't_exp': t_exp,
@@ -88,7 +88,7 @@ def derived_extra_columns_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConsta
         's_fa': seq / mc.heads if c['flash_attention'] else float(seq),
         'grad_accumulation': d['micro_batch_num'] > 1,
         'bytes_optim_table': 2 * c['optimizer_state_bytes'] + c['main_param_bytes'],
-        'global_batch_size': (0 if c['global_batch_size'] is None else c['global_batch_size']) if c['global_batch_size'] is not None else mbs_dp * d['micro_batch_num'],
+        'global_batch_size': c['global_batch_size'] if c['global_batch_size'] is not None else mbs_dp * d['micro_batch_num'],
         'overlaps_grad_reduce': c['overlapped_grad_reduce'],
     }
 
@@ -229,7 +229,7 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
     if pp <= layers and vpp > 1 and (vpp * pp > layers):
         return codes['vpp_layers']
     mbs, mbn_stated = (c['micro_batch_size'], c['micro_batch_num'] is not None)
-    micro_batches = (0 if c['micro_batch_num'] is None else c['micro_batch_num']) if mbn_stated else (0 if c['global_batch_size'] is None else c['global_batch_size']) // (mbs * dp)
+    micro_batches = c['micro_batch_num'] if mbn_stated else (0 if c['global_batch_size'] is None else c['global_batch_size']) // (mbs * dp)
     schedule_1f1b = c['pp_schedule'] == '1f1b'
     interleaved = c['pp_schedule'] == 'interleaved' or (schedule_1f1b and vpp > 1)
     family = schedule_1f1b or interleaved or c['pp_schedule'] == 'seq1f1b' or (c['pp_schedule'] == 'zero_bubble_v')
