@@ -115,6 +115,8 @@ class _Scalarise(ast.NodeTransformer):
                                      node)
         if name in self.inline:
             params, body = self.inline[name]
+            if len(node.args) != len(params):
+                raise ValueError(f"line {node.lineno}: ops.{name} takes {len(params)} arguments")
             for param, arg in zip(params, node.args):
                 uses = sum(isinstance(n, ast.Name) and n.id == param for n in ast.walk(body))
                 if uses > 1 and not _is_simple(arg):
@@ -126,9 +128,6 @@ class _Scalarise(ast.NodeTransformer):
     def visit_Name(self, node: ast.Name) -> ast.AST:
         if node.id in ("ops", "rules") or node.id in self.local_ops:
             raise ValueError(f"line {node.lineno}: {node.id!r} used other than through a rewritten call")
-        return node
-
-    def visit_arg(self, node: ast.arg) -> ast.AST:
         return node
 
 
