@@ -25,14 +25,42 @@ TWINS = ("derived_columns", "derived_extra_columns", "nd_candidate_columns", "me
 MODELS = ("llama3-70b", "mixtral-8x7b", "deepseek-v3", "qwen3-next-80b-a3b", "nemotron-h-56b", "qwen2.5-vl-7b")
 
 
-def test_generated_scalar_twins_are_in_sync():
+def _generator():
     gen = ROOT / "tools/gen_formulas.py"
     if not gen.exists() or not (ROOT / "src/ndcost/_formulas.py").exists():
         pytest.skip("source tree not available (installed wheel)")
     spec = importlib.util.spec_from_file_location("gen_formulas", gen)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_scalar_twins_are_in_sync():
+    module = _generator()
     assert (ROOT / "src/ndcost/_formulas_scalar.py").read_text() == module.render(), "run: python tools/gen_formulas.py"
+
+
+def _twin_source(gen, source: str) -> str:
+    aliases, inline = gen._scalar_rules(ast.parse((ROOT / "src/ndcost/_formulas_ops.py").read_text()))
+    twin = gen._Scalarise(aliases, inline).visit(ast.parse(source).body[0])
+    return ast.unparse(gen._ShortCircuit(gen._bool_names(twin)).visit(twin))
+
+
+def test_the_generator_rewrites_only_what_it_can_prove():
+    gen = _generator()
+    text = _twin_source(gen, "def f(ops, c):\n    where = ops.where\n    x = (c['a'] > 1) & (c['b'] < 2)\n"
+                             "    return where(x | c['flag'], ops.maximum(1, c['n']), ops.int_(x))")
+    body = text.split("\n", 1)[1]
+    assert "ops" not in body and "where" not in body
+    assert "x = c['a'] > 1 and c['b'] < 2" in text             # bool & bool: short-circuited
+    assert "x | c['flag']" in text                               # c['flag'] is not provably bool: kept
+    assert "c['n'] if c['n'] > 1 else 1" in text                 # max(1, n) exactly
+    for source, message in (("def f(ops, c):\n    return ops.unknown(c)", "no scalar rule"),
+                            ("def f(ops, c):\n    return ops.maximum(1, c['a'] + 1)", "first"),
+                            ("def f(ops, c):\n    return ops", "used other than"),
+                            ("def f(ops, c):\n    return ops.where(c, 1)", "arguments")):
+        with pytest.raises(ValueError, match=message):
+            _twin_source(gen, source)
 
 
 def test_no_source_is_rewritten_at_import():
