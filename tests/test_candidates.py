@@ -240,7 +240,7 @@ def test_vectorised_candidate_vectors_equal_the_single_path():
 
 
 def test_scalar_twins_equal_the_generic_formulas():
-    """The scalar twins (compiled from the formulas' source) == the generic code run on scalars."""
+    """The scalar twins (generated from the formulas' source) == the generic code run on scalars."""
     from ndcost import _formulas as f
 
     cluster = Cluster("h100-sxm", num_devices=64)

@@ -17,9 +17,16 @@ field values:
 The same expressions, in the same order of operations, run in both modes, so a
 batch row and the single-candidate path cannot drift: int64 and Python-int
 arithmetic agree for these magnitudes, and numpy's float64 operations are
-Python's. Both branches of ``ops.where`` are evaluated in both modes, so every
+Python's. Both branches of ``ops.where`` are evaluated on columns, so every
 division below has a divisor that is valid whenever the row is (and invalid rows
 are computed under ``np.errstate(all="ignore")`` and never priced).
+
+One candidate at a time runs the *scalar twins* (``derived_columns_scalar`` ...): these
+functions with each ``ops`` call written out as the plain Python of :class:`SCALAR`'s
+method (``where(a, b, c)`` -> ``b if a else c``, ``ops.stated(x)`` -> ``x is not None``),
+so a call costs no per-operation function calls. ``tools/gen_formulas.py`` writes them
+into ``ndcost._formulas_scalar`` (checked in, do not edit; tests/test_formulas.py fails
+when it is stale). Call them with ``ops=SCALAR``, like the functions here.
 
 The formulas' sources are cited where the values are defined: :class:`ndcost.derive.Derived`
 (ND_REFERENCE §1.4), ``ndcost.nd_tables`` (the ND candidate vector), ``ndcost.memory``
@@ -28,17 +35,16 @@ reason a row with several broken rules reports).
 """
 from __future__ import annotations
 
-import ast
-import inspect
-import math
-import textwrap
-from types import MappingProxyType
 from typing import Any, Mapping
 
-import numpy as np
-
-from .exec_spec import CP_ALGOS, PP_SCHEDULES, PRECISIONS
-from .recompute_spec import SELECTIVE_RULES
+from ._formulas_ops import (
+    ARRAY, CHOICES, COMM_DP_OVERLAP, COMM_TP_OVERLAP, MEMORY_SCHEDULE_BY_PP_SCHEDULE, NONE_INT, SCALAR,
+    ClusterConstants, ModelConstants,
+)
+from ._formulas_scalar import (
+    derived_columns_scalar, derived_extra_columns_scalar, joint_reason_scalar, memory_candidate_columns_scalar,
+    nd_candidate_columns_scalar,
+)
 
 __all__ = [
     "SCALAR", "ARRAY", "NONE_INT", "COMM_DP_OVERLAP", "COMM_TP_OVERLAP", "CHOICES", "MEMORY_SCHEDULE_BY_PP_SCHEDULE",
@@ -47,167 +53,6 @@ __all__ = [
     "joint_reason_scalar",
     "ModelConstants", "ClusterConstants",
 ]
-
-#: Share of DP traffic hidden behind compute (ND_REFERENCE §1.3 comm flags,
-#: §2.6 post-processing step 3: "validated on MindFormers").
-COMM_DP_OVERLAP = 0.9
-#: Share of TP traffic hidden behind compute (same sources).
-COMM_TP_OVERLAP = 0.5
-
-#: The storage code of an unstated optional int (etp, micro_batch_num, global_batch_size, optimizer_shard).
-NONE_INT = np.iinfo(np.int64).min
-
-#: Choice fields and their choices; a column stores the index (an unknown value: an index >= len).
-CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    "pp_schedule": PP_SCHEDULES,
-    "cp_algo": CP_ALGOS,
-    "precision": PRECISIONS,
-    "selective_rule": SELECTIVE_RULES,
-})
-_CODES = {field: {name: i for i, name in enumerate(names)} for field, names in CHOICES.items()}
-
-#: memory.SCHEDULE_CODES by ExecSpec.pp_schedule (1f1b and interleaved share a rule).
-MEMORY_SCHEDULE_BY_PP_SCHEDULE: Mapping[str, int] = MappingProxyType({
-    "1f1b": 0, "interleaved": 0, "gpipe": 1, "zero_bubble_v": 2, "seq1f1b": 3,
-})
-_MEMORY_SCHEDULE_TABLE = np.array([MEMORY_SCHEDULE_BY_PP_SCHEDULE[name] for name in PP_SCHEDULES], dtype=np.float64)
-
-#: ND's 1F1B family: fewer micro-batches than stages never reach the steady state (validate rule 5).
-_ONE_F_ONE_B_FAMILY = ("1f1b", "interleaved", "seq1f1b", "zero_bubble_v")
-
-
-class _ScalarOps:
-    """Python scalars: ``where`` picks a branch, optional fields are ``None``."""
-
-    array = False
-    maximum = staticmethod(max)
-    gcd = staticmethod(math.gcd)
-    float_ = staticmethod(float)
-    int_ = staticmethod(int)
-
-    @staticmethod
-    def where(condition, a, b):
-        return a if condition else b
-
-    @staticmethod
-    def not_(x):
-        return not x
-
-    @staticmethod
-    def stated(x):
-        return x is not None
-
-    @staticmethod
-    def opt_int(x, default):
-        return default if x is None else x
-
-    @staticmethod
-    def opt_bool(x, default):
-        return default if x is None else x
-
-    @staticmethod
-    def opt_float(x, default):
-        return default if x is None else x
-
-    @staticmethod
-    def is_choice(c, field, name):
-        return c[field] == name
-
-    @staticmethod
-    def memory_schedule(c):
-        return float(MEMORY_SCHEDULE_BY_PP_SCHEDULE[c["pp_schedule"]])
-
-
-def _int_column(x):
-    return np.asarray(x).astype(np.int64)
-
-
-class _ArrayOps:
-    """numpy columns: ``where`` is ``np.where``, optional fields carry storage codes."""
-
-    array = True
-    maximum = staticmethod(np.maximum)
-    gcd = staticmethod(np.gcd)
-    where = staticmethod(np.where)
-    not_ = staticmethod(np.logical_not)
-    int_ = staticmethod(_int_column)
-
-    @staticmethod
-    def float_(x):
-        # Values end in float64 matrices, whose assignment converts ints exactly: no copy here.
-        return x
-
-    @staticmethod
-    def stated(x):
-        return x != NONE_INT
-
-    @staticmethod
-    def opt_int(x, default):
-        return np.where(x == NONE_INT, default, x)
-
-    @staticmethod
-    def opt_bool(x, default):
-        return np.where(x < 0, default, x > 0)
-
-    @staticmethod
-    def opt_float(x, default):
-        return np.where(np.isnan(x), default, x)
-
-    @staticmethod
-    def is_choice(c, field, name):
-        return c[field] == _CODES[field][name]
-
-    @staticmethod
-    def memory_schedule(c):
-        return _MEMORY_SCHEDULE_TABLE.take(c["pp_schedule"], mode="clip")
-
-
-SCALAR = _ScalarOps()
-ARRAY = _ArrayOps()
-
-
-class ModelConstants:
-    """What the formulas and the rules read off a model, once (attribute reads are not free)."""
-
-    __slots__ = ("num_experts", "heads", "kv_heads", "tie", "is_moe", "is_mla", "linear_k_heads",
-                 "linear_v_heads", "has_linear", "moe_width", "layers_with_mtp", "has_vision", "vision_heads",
-                 "vision_tokens", "has_mamba", "mamba_splits")
-
-    def __init__(self, model: Any) -> None:
-        self.num_experts = model.num_experts
-        self.heads = model.num_attention_heads
-        self.kv_heads = model.num_key_value_heads
-        self.tie = bool(model.tie_word_embeddings)
-        self.is_moe = model.is_moe
-        self.is_mla = model.is_mla
-        self.has_linear = model.has_linear_attention
-        self.linear_k_heads = model.linear_num_key_heads
-        self.linear_v_heads = model.linear_num_value_heads
-        self.moe_width = model.moe_intermediate_size
-        self.layers_with_mtp = model.num_layers_with_mtp
-        self.has_vision = model.vision is not None
-        self.vision_heads = model.vision.num_heads if self.has_vision else 0
-        self.vision_tokens = model.vision.tokens if self.has_vision else 0
-        self.has_mamba = model.has_mamba
-        self.mamba_splits = tuple(value for _, value in model.mamba_tp_splits)
-
-
-class ClusterConstants:
-    """What the formulas and the rules read off a cluster; ``None`` for a bare device name
-    (every candidate then sized to its own devices: no device-count rule)."""
-
-    __slots__ = ("num_devices", "devices_per_node", "has_fp8", "dpn", "is_a3", "reserve", "capacity")
-
-    def __init__(self, cluster: Any = None, device: Any = None) -> None:
-        if cluster is not None:
-            device = cluster.device
-        self.num_devices = cluster.num_devices if cluster is not None else None
-        self.devices_per_node = device.devices_per_node
-        self.has_fp8 = "fp8" in device.peak_flops
-        self.dpn = float(device.nd_node_size)
-        self.is_a3 = 1.0 if device.nd_name == "A3" else 0.0
-        self.reserve = float(cluster.memory_reserve_bytes) if cluster is not None else None
-        self.capacity = float(device.hbm_bytes)
 
 
 # --------------------------------------------------------------------------- derived values
@@ -235,14 +80,16 @@ def derived_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -> dict[
     has_grad_shard = zero >= 2
     os_ranks = where(has_op, ops.opt_int(c["optimizer_shard"], dp), 1)
     cp_shard = where(c["shard_spans_cp"], cp, 1)
-    # Step 10's micro-batches (gbs = b*d*m, §1.3 set_strategy).
-    micro_batch_num = where(ops.stated(c["micro_batch_num"]), ops.opt_int(c["micro_batch_num"], 0),
+    expert_ranks = dp * cp * tp // (ep * t_exp)
+    # Step 10's micro-batches (gbs = b*d*m, §1.3 set_strategy). A stated value is read as is (on
+    # columns ``where`` drops the unstated rows' sentinel); the other branch must not see None.
+    micro_batch_num = where(ops.stated(c["micro_batch_num"]), c["micro_batch_num"],
                             ops.opt_int(c["global_batch_size"], 0) // (c["micro_batch_size"] * dp))
     return {
         "sp": where(c["sequence_parallel"], tp, 1),                                 # step 1
         "t_exp": t_exp,
         "d_exp": d_exp,
-        "expert_data_parallel": ops.maximum(1, dp * cp * tp // (ep * t_exp)),
+        "expert_data_parallel": ops.maximum(1, expert_ranks),
         "has_op": has_op,
         "has_grad_shard": has_grad_shard,
         "grad_shard_as_params": zero == 3,
@@ -292,7 +139,7 @@ def derived_extra_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants, d:
         "s_fa": where(c["flash_attention"], seq / mc.heads, ops.float_(seq)),             # step 8
         "grad_accumulation": d["micro_batch_num"] > 1,
         "bytes_optim_table": 2 * c["optimizer_state_bytes"] + c["main_param_bytes"],
-        "global_batch_size": where(ops.stated(c["global_batch_size"]), ops.opt_int(c["global_batch_size"], 0),
+        "global_batch_size": where(ops.stated(c["global_batch_size"]), c["global_batch_size"],
                                    mbs_dp * d["micro_batch_num"]),
         "overlaps_grad_reduce": c["overlapped_grad_reduce"],
     }
@@ -327,31 +174,33 @@ def nd_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any],
 def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any]) -> tuple:
     """The memory candidate vector (``_columns.MEMORY_CAND_FIELDS`` order): what
     ``ndcost.memory`` reads off the spec, its ZeRO divisors and byte widths (ZeRO,
-    Rajbhandari et al. 2020 §5; Megatron's expert data-parallel group)."""
+    Rajbhandari et al. 2020 §5; Megatron's expert data-parallel group).
+
+    Entries are ints or floats: the caller packs them into float64, which converts an
+    int exactly as ``float()`` would (so no entry pays for a conversion here)."""
     where = ops.where
-    float_ = ops.float_
     seq_length = c["seq_length"]
-    seq = where(ops.is_choice(c, "pp_schedule", "seq1f1b"), seq_length / c["seq_split"], float_(seq_length))
+    seq = where(ops.is_choice(c, "pp_schedule", "seq1f1b"), seq_length / c["seq_split"], seq_length)
     zero = c["zero_stage"]
     has_op = d["has_op"]
     # Non-expert state shards over the ZeRO group; a routed expert over its expert
     # data-parallel group, narrowed like it when the optimizer shards part of dp or not cp.
-    non_expert = float_(d["zero_shard_ranks"])
+    non_expert = d["zero_shard_ranks"]
     ranks = d["expert_data_parallel"] * d["os_ranks"] / c["dp"]
     ranks = where(c["shard_spans_cp"], ranks, ranks / c["cp"])
     expert = where(has_op, ops.maximum(1.0, ranks), 1.0)
     shards_params = (zero == 3) & d["reshards"]          # ZeRO-3 resharding after forward
     shards_grads = (zero >= 2) & ops.not_(d["defers_grads"])  # reduced as the backward goes
     return (
-        seq, float_(c["micro_batch_size"]), float_(c["tp"]), float_(d["sp"]), float_(c["cp"]),
-        float_(d["t_exp"]), float_(c["ep"]),
-        float_(c["pp"]), float_(c["vpp"]), float_(d["micro_batch_num"]), float_(c["seq_split"]),
+        seq, c["micro_batch_size"], c["tp"], d["sp"], c["cp"],
+        d["t_exp"], c["ep"],
+        c["pp"], c["vpp"], d["micro_batch_num"], c["seq_split"],
         ops.memory_schedule(c),
         where(c["grouped_gemm"], c["moe_imbalance"], c["capacity_factor"]),    # token_factor
         where(c["flash_attention"], 1.0, 0.0), where(c["recompute_slice_activation"], 1.0, 0.0),
-        float_(c["compute_bytes"]), float_(c["softmax_bytes"]), float_(c["dropout_bytes"]),
-        float_(c["norm_bytes"]),
-        float_(c["param_bytes"]), float_(d["bytes_grad"]), float_(d["bytes_optim"]),
+        c["compute_bytes"], c["softmax_bytes"], c["dropout_bytes"],
+        c["norm_bytes"],
+        c["param_bytes"], d["bytes_grad"], d["bytes_optim"],
         where(shards_params, non_expert, 1.0), where(shards_grads, non_expert, 1.0),
         where(zero >= 1, non_expert, 1.0),
         where(shards_params, expert, 1.0), where(shards_grads, expert, 1.0), where(zero >= 1, expert, 1.0),
@@ -359,7 +208,7 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         where(shards_grads, 1.0, 0.0),
         where(ops.is_choice(c, "cp_algo", "ring"), 1.0, 0.0),
         where(d["tie_embeddings"], 1.0, 0.0),
-        float_(c["logit_bytes"]),
+        c["logit_bytes"],
     )
 
 
@@ -415,7 +264,7 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     rules.append(("pp_layers", pp > layers))
     rules.append(("vpp_layers", (pp <= layers) & (vpp > 1) & (vpp * pp > layers)))
     mbs, mbn_stated = c["micro_batch_size"], ops.stated(c["micro_batch_num"])
-    micro_batches = where(mbn_stated, ops.opt_int(c["micro_batch_num"], 0),
+    micro_batches = where(mbn_stated, c["micro_batch_num"],
                           ops.opt_int(c["global_batch_size"], 0) // (mbs * dp))
     schedule_1f1b = ops.is_choice(c, "pp_schedule", "1f1b")
     interleaved = ops.is_choice(c, "pp_schedule", "interleaved") | (schedule_1f1b & (vpp > 1))
@@ -458,103 +307,4 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
         etp = ops.opt_int(c["etp"], 1)
         d_exp = where(etp_stated, dp * tp * cp // etp // ep, where(dp >= ep, dp // ep, dp * tp // ep))
         rules.append(("expert_dp", d_exp < 1))
-    if not ops.array:
-        for name, broken in rules:
-            if broken:
-                return codes[name]
-        return 0
-    reason = np.zeros(np.shape(dp), dtype=np.int64)
-    for name, broken in reversed(rules):
-        reason = np.where(broken, codes[name], reason)
-    return reason
-
-
-# --------------------------------------------------------------------------- scalar twins
-
-
-class _Scalarise(ast.NodeTransformer):
-    """Rewrite a formula function's ``ops`` calls into plain Python expressions.
-
-    ``where(a, b, c)`` becomes ``(b if a else c)``; ``ops.stated(x)`` ``x is not None``;
-    ``ops.opt_*(x, d)`` ``(d if x is None else x)``; ``ops.not_`` ``not``; ``ops.int_`` /
-    ``ops.float_`` / ``ops.maximum`` / ``ops.gcd`` the builtins; ``ops.is_choice(c, f, v)``
-    ``c[f] == v``; ``ops.array`` ``False``; and joint_reason's ``rules.append((name, broken))``
-    ``if broken: return codes[name]``. What the rewrite leaves calls ``ops`` = SCALAR.
-    """
-
-    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-        self.generic_visit(node)
-        if isinstance(node.value, ast.Name) and node.value.id == "ops" and node.attr == "array":
-            return ast.copy_location(ast.Constant(False), node)
-        return node
-
-    def visit_Expr(self, node: ast.Expr) -> ast.AST:
-        # joint_reason's ``rules.append((name, broken))`` becomes ``if broken: return codes[name]``.
-        self.generic_visit(node)
-        call = node.value
-        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "append"
-                and isinstance(call.func.value, ast.Name) and call.func.value.id == "rules"
-                and len(call.args) == 1 and isinstance(call.args[0], ast.Tuple) and len(call.args[0].elts) == 2):
-            name, broken = call.args[0].elts
-            code = ast.Subscript(value=ast.Name(id="codes", ctx=ast.Load()), slice=name, ctx=ast.Load())
-            return ast.copy_location(ast.If(test=broken, body=[ast.Return(value=code)], orelse=[]), node)
-        return node
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        func, args = node.func, node.args
-        name = None
-        if isinstance(func, ast.Name) and func.id == "where":
-            name = "where"
-        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "ops":
-            name = func.attr
-        if name is None or node.keywords:
-            return node
-        if name == "where":
-            new: ast.AST = ast.IfExp(test=args[0], body=args[1], orelse=args[2])
-        elif name == "stated":
-            new = ast.Compare(left=args[0], ops=[ast.IsNot()], comparators=[ast.Constant(None)])
-        elif name in ("opt_int", "opt_bool", "opt_float"):
-            is_none = ast.Compare(left=args[0], ops=[ast.Is()], comparators=[ast.Constant(None)])
-            new = ast.IfExp(test=is_none, body=args[1], orelse=args[0])
-        elif name == "not_":
-            new = ast.UnaryOp(op=ast.Not(), operand=args[0])
-        elif name in ("int_", "float_", "maximum"):
-            builtin = {"int_": "int", "float_": "float", "maximum": "max"}[name]
-            new = ast.Call(func=ast.Name(id=builtin, ctx=ast.Load()), args=args, keywords=[])
-        elif name == "gcd":
-            new = ast.Call(func=ast.Attribute(value=ast.Name(id="math", ctx=ast.Load()), attr="gcd", ctx=ast.Load()),
-                           args=args, keywords=[])
-        elif name == "is_choice":
-            field = ast.Subscript(value=args[0], slice=args[1], ctx=ast.Load())
-            new = ast.Compare(left=field, ops=[ast.Eq()], comparators=[args[2]])
-        else:
-            return node
-        return ast.copy_location(new, node)
-
-
-def _scalar_twin(function: Any) -> Any:
-    """*function* compiled again from its own source for Python scalars (ops = SCALAR), without
-    the per-operation calls of the generic form: the same formulas, one source text."""
-    try:
-        lines, first_line = inspect.getsourcelines(function)
-    except (OSError, TypeError):  # no source shipped (a frozen application): the generic form still works
-        return function
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    ast.increment_lineno(tree, first_line - 1)
-    tree = ast.fix_missing_locations(_Scalarise().visit(tree))
-    namespace: dict[str, Any] = {}
-    exec(compile(tree, inspect.getsourcefile(function) or "<formulas>", "exec"),  # noqa: S102 - our own source
-         {**function.__globals__, "ops": SCALAR}, namespace)
-    twin = namespace[function.__name__]
-    twin.__name__ = twin.__qualname__ = function.__name__ + "_scalar"
-    twin.__doc__ = f"{function.__name__} specialised for Python scalars (call it with ops=SCALAR)."
-    return twin
-
-
-#: The formulas above for one candidate (their first argument must be SCALAR).
-derived_columns_scalar = _scalar_twin(derived_columns)
-derived_extra_columns_scalar = _scalar_twin(derived_extra_columns)
-nd_candidate_columns_scalar = _scalar_twin(nd_candidate_columns)
-memory_candidate_columns_scalar = _scalar_twin(memory_candidate_columns)
-joint_reason_scalar = _scalar_twin(joint_reason)
+    return ops.first_reason(rules, codes)

@@ -1,0 +1,274 @@
+"""Write src/ndcost/_formulas_scalar.py, the scalar twins of the formulas in src/ndcost/_formulas.py.
+
+Run after changing _formulas.py or _formulas_ops.py: ``python tools/gen_formulas.py``.
+tests/test_formulas.py fails when the checked-in file is stale.
+
+A twin is its formula with every ``ops`` call written out as the plain Python of
+``_ScalarOps`` (src/ndcost/_formulas_ops.py): a one-expression static method is inlined
+with its arguments in place of its parameters (``ops.where(a, b, c)`` -> ``b if a else c``),
+a ``staticmethod(f)`` alias becomes ``f`` (``ops.maximum`` -> ``max``), and a local alias
+``where = ops.where`` is resolved and dropped. joint_reason's rule list becomes early
+returns: ``rules.append((name, broken))`` -> ``if broken: return codes[name]``, and
+``return ops.first_reason(rules, codes)`` -> ``return 0``. An ``ops`` use no rule covers
+stops the generator, so a twin never calls ``ops`` and never differs from ``_ScalarOps``.
+Then ``&``/``|`` between provably bool operands (comparisons, ``not``, locals only ever
+bound to such) become ``and``/``or``: the same bool, skipping what cannot change it.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src/ndcost"
+FORMULAS = ("derived_columns", "derived_extra_columns", "nd_candidate_columns", "memory_candidate_columns",
+            "joint_reason")
+OUTPUT = PACKAGE / "_formulas_scalar.py"
+
+
+def _is_ops_attribute(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ops"
+
+
+def _scalar_rules(ops_tree: ast.Module) -> tuple[dict[str, ast.expr], dict[str, tuple[list[str], ast.expr]]]:
+    """``_ScalarOps``'s aliases (name -> callable expression) and one-expression methods (name -> params, body)."""
+    cls = next(node for node in ops_tree.body if isinstance(node, ast.ClassDef) and node.name == "_ScalarOps")
+    aliases: dict[str, ast.expr] = {}
+    inline: dict[str, tuple[list[str], ast.expr]] = {}
+    for node in cls.body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name) and node.value.func.id == "staticmethod"):
+            aliases[node.targets[0].id] = node.value.args[0]
+        elif isinstance(node, ast.FunctionDef):
+            body = [stmt for stmt in node.body
+                    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))]
+            if len(body) == 1 and isinstance(body[0], ast.Return):
+                inline[node.name] = ([arg.arg for arg in node.args.args], body[0].value)
+    return aliases, inline
+
+
+def _is_simple(node: ast.expr) -> bool:
+    """A name, a constant, or one of them subscripted/attributed: cheap and pure to read twice."""
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, (ast.Constant, ast.Name)):
+            return False
+        node = node.value
+    return isinstance(node, (ast.Name, ast.Constant))
+
+
+class _Substitute(ast.NodeTransformer):
+    def __init__(self, values: dict[str, ast.expr]) -> None:
+        self.values = values
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return copy.deepcopy(self.values[node.id]) if node.id in self.values else node
+
+
+class _Scalarise(ast.NodeTransformer):
+    """One formula function -> its scalar twin (see the module docstring)."""
+
+    def __init__(self, aliases: dict[str, ast.expr], inline: dict[str, tuple[list[str], ast.expr]]) -> None:
+        self.aliases, self.inline = aliases, inline
+        self.local_ops: dict[str, str] = {}
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        kept = []
+        for stmt in node.body:
+            if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                    and _is_ops_attribute(stmt.value)):
+                self.local_ops[stmt.targets[0].id] = stmt.value.attr      # where = ops.where
+            elif (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.List) and not stmt.value.elts
+                  and [target.id for target in stmt.targets if isinstance(target, ast.Name)] == ["rules"]):
+                continue                                                  # rules = []
+            else:
+                kept.append(stmt)
+        node.body = kept
+        self.generic_visit(node)
+        return node
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        call = node.value
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "append"
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == "rules"):
+            (rule,) = call.args
+            name, broken = rule.elts
+            code = ast.Subscript(value=ast.Name(id="codes", ctx=ast.Load()), slice=name, ctx=ast.Load())
+            return ast.copy_location(ast.If(test=self.visit(broken), body=[ast.Return(value=code)], orelse=[]), node)
+        return self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        if _is_ops_attribute(node.func):
+            name = node.func.attr
+        elif isinstance(node.func, ast.Name) and node.func.id in self.local_ops:
+            name = self.local_ops[node.func.id]
+        else:
+            return self.generic_visit(node)
+        if name == "first_reason":
+            return ast.copy_location(ast.Constant(0), node)               # no rule broke
+        node.args = [self.visit(arg) for arg in node.args]
+        if node.keywords:
+            raise ValueError(f"ops.{name}: keyword arguments have no scalar rule")
+        if name in self.aliases:
+            return ast.copy_location(ast.Call(func=copy.deepcopy(self.aliases[name]), args=node.args, keywords=[]),
+                                     node)
+        if name in self.inline:
+            params, body = self.inline[name]
+            if len(node.args) != len(params):
+                raise ValueError(f"line {node.lineno}: ops.{name} takes {len(params)} arguments")
+            for param, arg in zip(params, node.args):
+                uses = sum(isinstance(n, ast.Name) and n.id == param for n in ast.walk(body))
+                if uses > 1 and not _is_simple(arg):
+                    raise ValueError(f"line {node.lineno}: ops.{name} reads {param} twice; "
+                                     f"name {ast.unparse(arg)!r} first (a local)")
+            return ast.copy_location(_Substitute(dict(zip(params, node.args))).visit(copy.deepcopy(body)), node)
+        raise ValueError(f"ops.{name} has no scalar rule (a one-expression static method of _ScalarOps)")
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in ("ops", "rules") or node.id in self.local_ops:
+            raise ValueError(f"line {node.lineno}: {node.id!r} used other than through a rewritten call")
+        return node
+
+
+def _bool_names(function: ast.FunctionDef) -> set[str]:
+    """The locals of *function* every assignment of which is a provably bool expression."""
+    assigned: dict[str, list[ast.expr | None]] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        assigned.setdefault(name.id, []).append(node.value if target is name else None)
+        elif isinstance(node, (ast.For, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
+            for name in ast.walk(node.target):
+                if isinstance(name, ast.Name):
+                    assigned.setdefault(name.id, []).append(None)       # not tracked: never bool
+    bools = set(assigned) - {arg.arg for arg in function.args.args}
+    while True:                                                          # drop names until a fixpoint
+        kept = {name for name in bools if all(v is not None and _is_bool(v, bools) for v in assigned[name])}
+        if kept == bools:
+            return bools
+        bools = kept
+
+
+def _is_bool(node: ast.expr, bool_names: set[str]) -> bool:
+    if isinstance(node, ast.Compare) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
+        return True
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, bool)
+    if isinstance(node, ast.Name):
+        return node.id in bool_names
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr)):
+        return _is_bool(node.left, bool_names) and _is_bool(node.right, bool_names)
+    if isinstance(node, ast.BoolOp):
+        return all(_is_bool(value, bool_names) for value in node.values)
+    if isinstance(node, ast.IfExp):
+        return _is_bool(node.body, bool_names) and _is_bool(node.orelse, bool_names)
+    return False
+
+
+class _ShortCircuit(ast.NodeTransformer):
+    """``a & b`` -> ``a and b`` (``|``: ``or``) where both sides are provably bool: the same
+    value (``and``/``or`` return an operand, here a bool), without evaluating what cannot
+    change it. The formulas write ``&``/``|`` because numpy columns need them."""
+
+    def __init__(self, bool_names: set[str]) -> None:
+        self.bool_names = bool_names
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if not (isinstance(node.op, (ast.BitAnd, ast.BitOr)) and _is_bool(node, self.bool_names)):
+            return node
+        op = ast.And() if isinstance(node.op, ast.BitAnd) else ast.Or()
+        values = []
+        for side in (node.left, node.right):                             # a & b & c -> a and b and c
+            values += side.values if isinstance(side, ast.BoolOp) and type(side.op) is type(op) else [side]
+        return ast.copy_location(ast.BoolOp(op=op, values=values), node)
+
+
+def _free_names(functions: list[ast.FunctionDef]) -> set[str]:
+    free = set()
+    for function in functions:
+        bound = {arg.arg for arg in function.args.args}
+        bound |= {node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+        free |= {node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+        free -= bound
+    return free - set(dir(builtins))
+
+
+def _imports(free: set[str], trees: dict[str, ast.Module]) -> list[str]:
+    """Import lines for the twins' free names, taken from the two source modules' own imports and definitions."""
+    plain: set[str] = set()
+    from_module: dict[str, set[str]] = {}
+    for module_name, tree in trees.items():
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                plain |= {f"import {alias.name}" for alias in node.names if alias.name in free}
+                free = free - {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                source = "." * node.level + (node.module or "")
+                names = {alias.name for alias in node.names} & free
+                from_module.setdefault(source, set()).update(names)
+                free = free - names
+        if module_name == "_formulas_ops":
+            defined = {target.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                       for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                       if isinstance(target, ast.Name)}
+            defined |= {node.name for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
+            from_module.setdefault("._formulas_ops", set()).update(defined & free)
+            free = free - defined
+    if free:
+        raise ValueError(f"the twins use names neither source module defines: {sorted(free)}")
+    lines = sorted(plain)
+    for source in sorted(from_module, key=lambda s: (s.startswith("."), s)):
+        names = sorted(from_module[source], key=str.lower)
+        if source.startswith(".") and lines and not lines[-1].startswith("from ."):
+            lines.append("")
+        if names:
+            lines.append(f"from {source} import {', '.join(names)}" if len(names) < 4 else
+                         "\n".join([f"from {source} import (", *(f"    {name}," for name in names), ")"]))
+    return lines
+
+
+def _statement(stmt: ast.stmt) -> str:
+    """*stmt* as source; a returned dict or tuple one entry per line (the twins' outputs are long)."""
+    value = getattr(stmt, "value", None)
+    if isinstance(stmt, ast.Return) and isinstance(value, ast.Dict):
+        entries = [f"        {ast.unparse(k)}: {ast.unparse(v)}," for k, v in zip(value.keys, value.values)]
+        return "\n".join(["    return {", *entries, "    }"])
+    if isinstance(stmt, ast.Return) and isinstance(value, ast.Tuple):
+        return "\n".join(["    return (", *(f"        {ast.unparse(v)}," for v in value.elts), "    )"])
+    return "\n".join("    " + line for line in ast.unparse(stmt).splitlines())
+
+
+def render() -> str:
+    trees = {name: ast.parse((PACKAGE / f"{name}.py").read_text()) for name in ("_formulas", "_formulas_ops")}
+    aliases, inline = _scalar_rules(trees["_formulas_ops"])
+    by_name = {node.name: node for node in trees["_formulas"].body if isinstance(node, ast.FunctionDef)}
+    twins = [_Scalarise(aliases, inline).visit(copy.deepcopy(by_name[name])) for name in FORMULAS]
+    twins = [_ShortCircuit(_bool_names(twin)).visit(twin) for twin in twins]
+    out = [
+        "# Generated by tools/gen_formulas.py from src/ndcost/_formulas.py and _formulas_ops.py: do not edit.",
+        '"""The scalar twins of :mod:`ndcost._formulas`: each formula with its ``ops`` calls written',
+        "out as Python-scalar code (``tools/gen_formulas.py`` says how). Call them with ``ops=SCALAR``.",
+        '"""',
+        "from __future__ import annotations",
+        "",
+        *_imports(_free_names(twins), trees),
+        "",
+        "__all__ = [", *(f'    "{name}_scalar",' for name in FORMULAS), "]",
+    ]
+    for twin in twins:
+        name = twin.name
+        twin.name = name + "_scalar"
+        twin.body = twin.body[1:] if ast.get_docstring(twin) is not None else twin.body
+        returns = f" -> {ast.unparse(twin.returns)}" if twin.returns is not None else ""
+        out += ["", "", f"def {twin.name}({ast.unparse(twin.args)}){returns}:",
+                f'    """:func:`ndcost._formulas.{name}` on Python scalars (*ops* must be SCALAR)."""',
+                *(_statement(stmt) for stmt in twin.body)]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    OUTPUT.write_text(render())
