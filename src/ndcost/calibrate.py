@@ -308,7 +308,7 @@ class _Fitted:
         return by_group[_PART_GROUP]
 
 
-def _fit(table: EstimatedRuns, method: str, index: np.ndarray | None = None, owner: str = "Ratios.fit") -> _Fitted:
+def _fit(table: EstimatedRuns, method: str, index: np.ndarray | None = None, owner: str = "fit_ratios") -> _Fitted:
     """The ratios *method* fits on the rows *index* (default all) of *table*."""
     grouped = table.grouped if index is None else table.grouped[index]
     estimated = grouped.sum(axis=0)
@@ -395,7 +395,7 @@ def fit_ratios(rows: Sequence[MeasuredRow], model: Any, cluster: Any, units: str
         SpecError: Bad units or method, no compute priced, a COMPUTE fitted to 0,
             or a row the estimate refuses.
     """
-    owner = "Ratios.fit"
+    owner = "fit_ratios"
     _check_units_method(units, method, owner)
     if isinstance(rows, EstimatedRuns):
         if rows.units != units:
