@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from os import PathLike
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .errors import SpecError, check_bool, check_choice, check_positive_int, is_finite_number
 from .census import KindCensus, read_census
@@ -37,6 +37,17 @@ from .vision import VisionTower
 __all__ = ["OpCounts", "LayerKind", "ParamCount", "Model"]
 
 _OWNER = "Model"
+
+# The catalog builds its Models from data files, so it imports this module, not the other way round:
+# ndcost.model_catalog (imported by ndcost/__init__, hence before any caller reaches Model) registers
+# its cached loader here, and Model.from_catalog calls it.
+_catalog_loader: Callable[[str], "Model"] | None = None
+
+
+def register_catalog_loader(loader: Callable[[str], "Model"]) -> None:
+    """Make *loader* (name -> Model) what :meth:`Model.from_catalog` calls; ndcost.model_catalog's ``load_model``."""
+    global _catalog_loader
+    _catalog_loader = loader
 
 #: Values of ``layer_types`` ndcost can price (Transformers' names).
 LAYER_TYPES = ("full_attention", "linear_attention", "sliding_attention", "chunked_attention", "mamba1") + BLOCK_TYPES
@@ -546,9 +557,9 @@ class Model:
     @classmethod
     def from_catalog(cls, name: str) -> Model:
         """A model of the built-in catalog (``ndcost.models()`` lists the names)."""
-        from .model_catalog import load_model
-
-        return load_model(name)
+        if _catalog_loader is None:
+            raise RuntimeError("ndcost.model_catalog is not imported (ndcost/__init__ imports it)")
+        return _catalog_loader(name)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, name: str | None = None) -> Model:
