@@ -47,7 +47,7 @@ from .._columns import (
     SECONDS_EXTRA_FIELDS, SECONDS_KIND_FIELDS, SECONDS_LAYER_FIELDS, SECONDS_MODEL_FIELDS,
     SECONDS_STAGE_FIELDS, HYPER_POLICY_MASK, OPTION_FULL, OPTION_SELECTIVE,
 )
-from .nd import _check_len
+from .nd_ops import _check_len
 
 __all__ = ["seconds_collective", "seconds_layer_times", "seconds_stage_sums", "seconds_combine"]
 
