@@ -18,10 +18,17 @@ from ._kpy.memory import *  # noqa: F401,F403
 from ._kpy import memory as _memory
 from ._kpy.batch import *  # noqa: F401,F403
 from ._kpy import batch as _batch
+from ._kpy.seconds_ops import *  # noqa: F401,F403
+from ._kpy import seconds_ops as _seconds_ops
+from ._kpy.seconds_comm import *  # noqa: F401,F403
+from ._kpy import seconds_comm as _seconds_comm
+from ._kpy.seconds_layer import *  # noqa: F401,F403
+from ._kpy import seconds_layer as _seconds_layer
 from ._kpy.seconds import *  # noqa: F401,F403
 from ._kpy import seconds as _seconds
 from ._kpy.seconds_batch import *  # noqa: F401,F403
 from ._kpy import seconds_batch as _seconds_batch
 
 __all__ = [*_pipeline.__all__, *_switches.__all__, *_nd_ops.__all__, *_nd_comm.__all__, *_nd_combine.__all__,
-           *_memory.__all__, *_batch.__all__, *_seconds.__all__, *_seconds_batch.__all__]
+           *_memory.__all__, *_batch.__all__, *_seconds_ops.__all__, *_seconds_comm.__all__,
+           *_seconds_layer.__all__, *_seconds.__all__, *_seconds_batch.__all__]
