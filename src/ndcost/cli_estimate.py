@@ -9,7 +9,6 @@ from .cli_args import (add_strategy_arguments, cluster_from_args, model_from_arg
                        spec_from_args)
 from .cli_help import ESTIMATE_EXAMPLES, add_pricing_arguments, examples_epilog
 from .rates_io import rates_argument
-from .errors import SpecError
 
 __all__ = ["add_estimate_commands"]
 

@@ -7,8 +7,6 @@ The twin is ``cysrc/ndcost/kernels/seconds_ops.pxi``.
 """
 from __future__ import annotations
 
-import math
-
 from .._columns import (
     KIND_FIELDS, MODEL_FIELDS, RATE, RATE_FIELDS, SECONDS_CAND, SECONDS_CAND_FIELDS, SECONDS_KIND_FIELDS,
     SECONDS_MODEL_FIELDS
