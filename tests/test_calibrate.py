@@ -15,9 +15,9 @@ import pytest
 
 from ndcost import Cluster, ExecSpec, Model, Ratios, estimate
 from ndcost import calibrate as calibrate_module
-from ndcost.calibrate import (
-    FITS, FLOOR, EstimatedRuns, average_ranks, corrected, estimate_runs, fit_ratios, leave_one_out, nnls, spearman,
-)
+from ndcost.calibrate import FITS, FLOOR, EstimatedRuns, corrected, estimate_runs, fit_ratios
+from ndcost.fit_stats import average_ranks, nnls, spearman
+from ndcost.leave_one_out import leave_one_out
 from ndcost.errors import SpecError
 from ndcost.measured import MEASURED_COLUMNS, MeasuredRow, read_measured
 from ndcost.ratios import PART_NAMES, RATIO_KEYS, _reset_missing_warnings

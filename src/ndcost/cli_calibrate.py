@@ -62,7 +62,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     output_path(args.output, "the fitted ratios or rates")     # refused before the fit, not after it
     if args.fit == "rates":
         return _cmd_fit_rates(args)
-    from .calibrate import leave_one_out
+    from .leave_one_out import leave_one_out
     from .device import Cluster
     from .errors import SpecError
     from .measured import read_measured
