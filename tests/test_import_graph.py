@@ -135,6 +135,28 @@ def test_the_graph_sees_every_import_form():
     assert graph[f"{PACKAGE}.cli"], "cli imports its commands"
 
 
+def test_every_import_form_is_an_edge(tmp_path):
+    """A planted package: each form, at module level or inside a function, is one edge."""
+    files = {
+        "__init__.py": "",
+        "a.py": "from . import b\n",                                  # from . import x
+        "b.py": "from .c import value\n",                             # from .x import y
+        "c.py": f"import {PACKAGE}.d\nvalue = 1\n",                  # import ndcost.x
+        "d.py": "def late():\n    from .e import thing\n",           # relative import inside a function
+        "e.py": "def late():\n    from ._k.f import g\nthing = 1\n",  # from ._kpy.x import y, lazily
+        "_k/__init__.py": "",
+        "_k/f.py": "from .. import a\ng = 1\n",                     # from .. import x (closes the cycle)
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = import_graph(tmp_path)
+    p = PACKAGE
+    assert graph[f"{p}.a"] == {f"{p}.b"} and graph[f"{p}.b"] == {f"{p}.c"} and graph[f"{p}.c"] == {f"{p}.d"}
+    assert graph[f"{p}.d"] == {f"{p}.e"} and graph[f"{p}.e"] == {f"{p}._k.f"} and graph[f"{p}._k.f"] == {f"{p}.a"}
+    assert cycles(graph) == [sorted(f"{p}.{m}" for m in ("a", "b", "c", "d", "e", "_k.f"))]
+
+
 def test_cycle_finder_finds_a_planted_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
     assert cycles(graph) == [["a", "b", "c"]]
