@@ -15,9 +15,9 @@ import pytest
 
 from ndcost import Cluster, ExecSpec, Model, Ratios, estimate
 from ndcost import calibrate as calibrate_module
-from ndcost.calibrate import (
-    FITS, FLOOR, EstimatedRuns, average_ranks, corrected, estimate_runs, fit_ratios, leave_one_out, nnls, spearman,
-)
+from ndcost.calibrate import FITS, FLOOR, EstimatedRuns, corrected, estimate_runs, fit_ratios
+from ndcost.fit_stats import average_ranks, nnls, spearman
+from ndcost.leave_one_out import leave_one_out
 from ndcost.errors import SpecError
 from ndcost.measured import MEASURED_COLUMNS, MeasuredRow, read_measured
 from ndcost.ratios import PART_NAMES, RATIO_KEYS, _reset_missing_warnings
@@ -119,7 +119,6 @@ def test_fit_recovers_known_ratios(request, case, method):
     unpriced = {"dense": {"DP_REDUCE", "EP_COMM"}, "moe": {"DP_REDUCE", "CP_COMM"}}[case]
     assert fit.fallbacks == {key: "COMPUTE" for key in unpriced}
     assert fit.ratios.values["BUBBLE"] == fit.ratios.values["PP_COMM"]
-    assert Ratios.fit(rows, model, DEVICE, method=method) == fit.ratios  # the classmethod delegates
 
 
 @pytest.mark.parametrize("method", ["nd", "nnls"])
@@ -260,7 +259,7 @@ def test_no_compute_priced_is_refused():
     for method in ("nd", "nnls"):
         with pytest.raises(SpecError) as info:
             fit_ratios(runs, None, None, "nd", method)
-        assert info.value.parameter == "COMPUTE" and info.value.owner == "Ratios.fit"
+        assert info.value.parameter == "COMPUTE" and info.value.owner == "fit_ratios"
         assert "be priced over the rows" in info.value.rule
 
 
@@ -345,9 +344,9 @@ def test_seconds_units_end_to_end():
 
 def test_bad_arguments_and_rows(dense):
     model, rows = dense
-    with pytest.raises(SpecError, match=re.escape("The 'units' parameter of Ratios.fit must be one of")):
+    with pytest.raises(SpecError, match=re.escape("The 'units' parameter of fit_ratios must be one of")):
         fit_ratios(rows, model, DEVICE, "ms")
-    with pytest.raises(SpecError, match=re.escape("The 'method' parameter of Ratios.fit must be one of 'nd', 'nnls'")):
+    with pytest.raises(SpecError, match=re.escape("The 'method' parameter of fit_ratios must be one of 'nd', 'nnls'")):
         fit_ratios(rows, model, DEVICE, method="ols")
     with pytest.raises(SpecError, match="hold at least one measured run"):
         fit_ratios([], model, DEVICE)

@@ -13,7 +13,8 @@ from ndcost._formulas import (
     ARRAY, SCALAR, derived_columns, derived_extra_columns, joint_reason, memory_candidate_columns,
     nd_candidate_columns,
 )
-from ndcost.candidates import FIELDS, Candidates
+from ndcost.candidate_columns import FIELDS
+from ndcost.candidates import Candidates
 from ndcost.derive import derive, model_constants
 from ndcost.layout import build_layout
 from ndcost.memory import memory_candidate_vector

@@ -98,7 +98,7 @@ def test_balance_then_price_the_printed_offset(capsys):
 
 @pytest.mark.parametrize("text, value", [("-4,2,1,1", (-4, 2, 1, 1)), ("-1,0|1,0", ((-1, 0), (1, 0))), ("7", (7,))])
 def test_layer_grids_read_as_printed(text, value):
-    from ndcost.cli_estimate import offset_text, parse_layer_grid
+    from ndcost.cli_args import offset_text, parse_layer_grid
 
     assert parse_layer_grid("--offset", text) == value
     assert offset_text(value) == text

@@ -59,7 +59,7 @@ def test_emitted_flags_that_approximate_say_so_and_price_what_they_state(capsys,
     stated = [line for line in out.splitlines() if line.startswith("#   these settings:")][0]
     # the approximation's price is an estimate of the ExecSpec the flags mean (#1's, as printed)
     from ndcost.cli import build_parser
-    from ndcost.cli_estimate import spec_from_args
+    from ndcost.cli_args import spec_from_args
 
     spec = spec_from_args(build_parser().parse_args(_printed_command(out)[1:]))
     emitted = launcher_recompute("megatron", model, spec)

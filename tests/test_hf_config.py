@@ -9,7 +9,8 @@ import pytest
 
 from ndcost.errors import SpecError
 from ndcost.hf_config import SUPPORTED_MODEL_TYPES, model_kwargs_from_hf_config, read_hf_config
-from ndcost.model import Model, ParamCount
+from ndcost.model import Model
+from ndcost.model_parameters import ParamCount
 from ndcost.model_catalog import catalog_entry
 
 

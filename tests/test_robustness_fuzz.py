@@ -30,7 +30,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from ndcost import Candidates, Cluster, ExecSpec, Model, SpecError, _backend, estimate, estimate_many  # noqa: E402
 from ndcost._columns import PART_NAMES  # noqa: E402
-from ndcost.candidates import FIELDS  # noqa: E402
+from ndcost.candidate_columns import FIELDS  # noqa: E402
 from ndcost.limits import MAX_BATCH, MAX_DEVICES, MAX_LAYERS, MAX_SEQ_LENGTH  # noqa: E402
 from ndcost.model_catalog import catalog_entry  # noqa: E402
 from ndcost.reasons import FIRST_INVALID, REASON_CODES, REASON_TABLE  # noqa: E402

@@ -16,6 +16,7 @@ import pytest
 import ndcost
 from ndcost._columns import RATE, SECONDS_CAND_FIELDS, SECONDS_CAND, SECONDS_LAYER
 from ndcost._kpy import seconds as oracle
+from ndcost._kpy import seconds_ops
 from ndcost.rates import FP8_RECIPES, Rates
 from ndcost.seconds import rates_vector, seconds_arrays
 
@@ -44,11 +45,11 @@ def test_a_cast_moves_the_recipes_bytes_in_its_kernels():
     hbm = rate[RATE["hbm_eff"]] * rate[RATE["hbm_bw"]]
     elements = 8192.0 * 4096.0
     # current scaling: read for the amax, read + write fp8 + write the transposed fp8: 2 + 2 + 1 + 1 bytes
-    assert oracle._cast(elements, cand, rate) == pytest.approx(6.0 * elements / hbm + 2 * 3e-6, rel=1e-12)
+    assert seconds_ops._cast(elements, cand, rate) == pytest.approx(6.0 * elements / hbm + 2 * 3e-6, rel=1e-12)
     delayed = _rate("fp8", "delayed")
-    assert oracle._cast(elements, cand, delayed) == pytest.approx(4.0 * elements / hbm + 3e-6, rel=1e-12)
+    assert seconds_ops._cast(elements, cand, delayed) == pytest.approx(4.0 * elements / hbm + 3e-6, rel=1e-12)
     # nothing to cast in 16-bit
-    assert oracle._cast(elements, _cand("bf16"), _rate("bf16")) == 0.0
+    assert seconds_ops._cast(elements, _cand("bf16"), _rate("bf16")) == 0.0
 
 
 @pytest.mark.parametrize("shape", sorted(AIC_H100_FP8_MS))
@@ -56,10 +57,10 @@ def test_an_fp8_gemm_with_its_input_cast_matches_public_measurements(shape):
     m, n, k = map(float, shape)
     rate, cand = _rate("fp8"), _cand("fp8")
     hbm = rate[RATE["hbm_eff"]] * rate[RATE["hbm_bw"]]
-    gemm = oracle._gemm(m, n, k, 1.0, 1.0, 2.0, rate)
+    gemm = seconds_ops._gemm(m, n, k, 1.0, 1.0, 2.0, rate)
     # the measured kernel casts its input with one amax read and one cast (read 2, write 1): 5 bytes
     # an element in 2 kernels -- the recipe's 6 bytes less the transposed copy only training writes
-    cast = oracle._cast(m * k, cand, rate) - 1.0 * m * k / hbm
+    cast = seconds_ops._cast(m * k, cand, rate) - 1.0 * m * k / hbm
     measured = AIC_H100_FP8_MS[shape] * 1e-3
     assert gemm + cast == pytest.approx(measured, rel=0.15)
     # without the cast, the model would be far too fast on the smaller shapes
@@ -70,15 +71,15 @@ def test_an_fp8_gemm_with_its_input_cast_matches_public_measurements(shape):
 @pytest.mark.parametrize("shape", sorted(AIC_H100_BF16_MS))
 def test_a_bf16_gemm_matches_public_measurements(shape):
     m, n, k = map(float, shape)
-    assert oracle._gemm(m, n, k, 1.0, 2.0, 2.0, _rate("bf16")) == pytest.approx(AIC_H100_BF16_MS[shape] * 1e-3,
+    assert seconds_ops._gemm(m, n, k, 1.0, 2.0, 2.0, _rate("bf16")) == pytest.approx(AIC_H100_BF16_MS[shape] * 1e-3,
                                                                                 rel=0.15)
 
 
 def test_sixteen_bit_gemms_ignore_the_fp8_peak():
     rate = _rate("fp8")
-    fp8 = oracle._gemm(8192.0, 8192.0, 8192.0, 1.0, 1.0, 2.0, rate)
-    sixteen = oracle._gemm(8192.0, 8192.0, 8192.0, 1.0, 2.0, 2.0, rate, True)
-    bf16 = oracle._gemm(8192.0, 8192.0, 8192.0, 1.0, 2.0, 2.0, _rate("bf16"))
+    fp8 = seconds_ops._gemm(8192.0, 8192.0, 8192.0, 1.0, 1.0, 2.0, rate)
+    sixteen = seconds_ops._gemm(8192.0, 8192.0, 8192.0, 1.0, 2.0, 2.0, rate, True)
+    bf16 = seconds_ops._gemm(8192.0, 8192.0, 8192.0, 1.0, 2.0, 2.0, _rate("bf16"))
     assert sixteen == pytest.approx(bf16, rel=1e-12)
     assert fp8 < 0.6 * sixteen
 

@@ -26,7 +26,7 @@ def _layer(kernels, rates: Rates) -> tuple[np.ndarray, np.ndarray]:
 
 def test_eager_elementwise_by_hand(kernels):
     """Eager minus fused forward: RMSNorm (torchtitan's PyTorch ops), SwiGLU unfused and RoPE in fp32
-    complex arithmetic, each at its bytes and kernels (ndcost._kpy.seconds EAGER_* constants)."""
+    complex arithmetic, each at its bytes and kernels (ndcost._kpy.seconds_layer EAGER_* constants)."""
     base = Rates.for_device("h100-sxm")
     fused, rate = _layer(kernels, base)
     eager, _ = _layer(kernels, base.replace(elementwise="eager"))
@@ -114,8 +114,8 @@ def test_cli_software_and_api_preset_name(capsys):
 def test_tp_comm_overlap_runs_gemms_in_userbuffers_chunks_by_hand(kernels, pykernels):
     """With TP overlap (TE userbuffers) a GEMM before a reduce-scatter runs as 4 pipelined chunks on the
     SMs the reduce-scatter leaves (132 - 22 of an H100's), its input gradient as tp ring chunks; a GEMM
-    after an all-gather runs forward as tp ring chunks (ndcost._kpy.seconds._mm3)."""
-    from ndcost._kpy import seconds as oracle
+    after an all-gather runs forward as tp ring chunks (ndcost._kpy.seconds_ops._mm3)."""
+    from ndcost._kpy import seconds_ops as oracle
 
     model = ndcost.Model.from_catalog("llama3-70b")
     cluster = ndcost.Cluster("h100-sxm", 8)

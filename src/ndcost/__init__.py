@@ -18,7 +18,9 @@ from .exec_spec import ExecSpec
 from .explain import explain
 from .fit_rates import RatesFit, fit_rates
 from .fit_runs import MeasuredRun
-from .model import LayerKind, Model, OpCounts, ParamCount
+from .layer_kinds import LayerKind, OpCounts
+from .model import Model
+from .model_parameters import ParamCount
 from .model_catalog import models
 from .pipeline_balance import BalancedPipeline, balance_pipeline
 from .knapsack import plan_stage

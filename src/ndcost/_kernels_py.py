@@ -8,16 +8,27 @@ from ._kpy.pipeline import *  # noqa: F401,F403
 from ._kpy import pipeline as _pipeline
 from ._kpy.switches import *  # noqa: F401,F403
 from ._kpy import switches as _switches
-from ._kpy.nd import *  # noqa: F401,F403
-from ._kpy import nd as _nd
+from ._kpy.nd_ops import *  # noqa: F401,F403
+from ._kpy import nd_ops as _nd_ops
+from ._kpy.nd_comm import *  # noqa: F401,F403
+from ._kpy import nd_comm as _nd_comm
+from ._kpy.nd_combine import *  # noqa: F401,F403
+from ._kpy import nd_combine as _nd_combine
 from ._kpy.memory import *  # noqa: F401,F403
 from ._kpy import memory as _memory
 from ._kpy.batch import *  # noqa: F401,F403
 from ._kpy import batch as _batch
+from ._kpy.seconds_ops import *  # noqa: F401,F403
+from ._kpy import seconds_ops as _seconds_ops
+from ._kpy.seconds_comm import *  # noqa: F401,F403
+from ._kpy import seconds_comm as _seconds_comm
+from ._kpy.seconds_layer import *  # noqa: F401,F403
+from ._kpy import seconds_layer as _seconds_layer
 from ._kpy.seconds import *  # noqa: F401,F403
 from ._kpy import seconds as _seconds
 from ._kpy.seconds_batch import *  # noqa: F401,F403
 from ._kpy import seconds_batch as _seconds_batch
 
-__all__ = [*_pipeline.__all__, *_switches.__all__, *_nd.__all__, *_memory.__all__, *_batch.__all__, *_seconds.__all__,
-           *_seconds_batch.__all__]
+__all__ = [*_pipeline.__all__, *_switches.__all__, *_nd_ops.__all__, *_nd_comm.__all__, *_nd_combine.__all__,
+           *_memory.__all__, *_batch.__all__, *_seconds_ops.__all__, *_seconds_comm.__all__,
+           *_seconds_layer.__all__, *_seconds.__all__, *_seconds_batch.__all__]

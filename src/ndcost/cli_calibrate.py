@@ -62,18 +62,18 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     output_path(args.output, "the fitted ratios or rates")     # refused before the fit, not after it
     if args.fit == "rates":
         return _cmd_fit_rates(args)
-    from .calibrate import leave_one_out
-    from .cli import load_model_argument
+    from .leave_one_out import leave_one_out
     from .device import Cluster
     from .errors import SpecError
     from .measured import read_measured
+    from .model_source import model_from_text
 
     for flag, value in (("--model", args.model), ("--device", args.device), ("--seq-length", args.seq_length)):
         if value is None:
             raise SpecError(flag, "ndcost calibrate", "be given to fit ratios", None)
     if args.figures is not None:
         raise SpecError("--figures", "ndcost calibrate", "be given with --fit rates only", args.figures)
-    model = load_model_argument(args.model)
+    model = model_from_text(args.model)
     fields: dict[str, Any] = {}
     if args.recompute is not None:
         fields["recompute"] = args.recompute

@@ -5,98 +5,12 @@ import argparse
 import json
 from typing import Any
 
-from .cli_help import ESTIMATE_EXAMPLES, STRATEGY_HELP, add_pricing_arguments, examples_epilog
+from .cli_args import (add_strategy_arguments, cluster_from_args, model_from_args, offset_text, spec_fields_from_args,
+                       spec_from_args)
+from .cli_help import ESTIMATE_EXAMPLES, add_pricing_arguments, examples_epilog
 from .rates_io import rates_argument
-from .errors import SpecError
 
-__all__ = ["add_estimate_commands", "spec_from_args", "offset_text", "parse_layer_grid"]
-
-_INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "micro_batch_num",
-               "global_batch_size", "seq_length", "zero_stage", "seq_split")
-
-
-def _add_strategy_arguments(p: argparse.ArgumentParser) -> None:
-    from .cli import add_model_arguments
-
-    add_model_arguments(p)
-    p.add_argument("--device", required=True, help="catalog device (see `ndcost devices`; required)")
-    p.add_argument("--devices", type=int, help="number of devices (default: dp*tp*pp*cp)")
-    for name in _INT_FIELDS:
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=int, metavar="N", help=STRATEGY_HELP[name])
-    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
-                   help=STRATEGY_HELP["sequence_parallel"])
-    for name, choices in (("recompute", ("none", "full", "selective")),
-                          ("selective_rule", ("megatron", "mindformers", "hyperparallel")),
-                          ("pp_schedule", ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")),
-                          ("cp_algo", ("ring", "ulysses")), ("precision", ("bf16", "fp16", "fp8"))):
-        p.add_argument("--" + name.replace("_", "-"), dest=name, choices=choices, help=STRATEGY_HELP[name])
-    for name in ("capacity_factor", "moe_imbalance"):
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=float, metavar="X", help=STRATEGY_HELP[name])
-    p.add_argument("--grouped-gemm", action=argparse.BooleanOptionalAction, default=None,
-                   help=STRATEGY_HELP["grouped_gemm"])
-    p.add_argument("--offset", metavar="N,N,...[|N,...]",
-                   help="layers added per stage (per chunk: rows separated by |), as `ndcost search` prints it "
-                        "(default: the even split)")
-    p.add_argument("--pp-partition", metavar="N,N,...",
-                   help="layers per stage, instead of an offset (default: the even split)")
-    p.add_argument("--recompute-plan", metavar="FILE|JSON",
-                   help="a per-layer recompute plan: ranges of layers {first, count, option, switches}, as "
-                        "`ndcost search --save-plan` writes them (or that JSON inline, as search prints it; "
-                        "default: --recompute for every layer)")
-
-
-def offset_text(offset: Any) -> str:
-    """An offset as the CLI reads and prints it: ``-4,2,1,1`` or, per chunk, ``-1,0|1,0``."""
-    if offset and isinstance(offset[0], tuple):
-        return "|".join(",".join(map(str, row)) for row in offset)
-    return ",".join(map(str, offset))
-
-
-def parse_layer_grid(name: str, text: str) -> tuple:
-    """``-4,2,1,1`` -> (-4, 2, 1, 1); ``-1,0|1,0`` -> ((-1, 0), (1, 0)): the inverse of offset_text."""
-    try:
-        rows = tuple(tuple(int(item) for item in row.split(",")) for row in text.split("|"))
-    except ValueError:
-        raise SpecError(name, "ndcost", "be integers separated by commas (chunks separated by |)", text) from None
-    return rows[0] if len(rows) == 1 else rows
-
-
-def spec_from_args(args: argparse.Namespace):
-    """The ExecSpec the strategy flags state (unstated fields keep ExecSpec's defaults)."""
-    from .exec_spec import ExecSpec
-
-    return ExecSpec(**spec_fields_from_args(args))
-
-
-def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The ExecSpec fields the strategy flags state."""
-    fields: dict[str, Any] = {name: getattr(args, name) for name in _INT_FIELDS if getattr(args, name) is not None}
-    for name in ("sequence_parallel", "recompute", "selective_rule", "pp_schedule", "cp_algo", "precision",
-                 "capacity_factor", "moe_imbalance", "grouped_gemm"):
-        value = getattr(args, name)
-        if value is not None:
-            fields[name] = value
-    for name, flag in (("offset", "--offset"), ("pp_partition", "--pp-partition")):
-        text = getattr(args, name, None)
-        if text is not None:
-            fields[name] = parse_layer_grid(flag, text)
-    if "global_batch_size" not in fields and "micro_batch_num" not in fields:
-        fields["micro_batch_num"] = max(1, fields.get("pp", 1))
-    plan = getattr(args, "recompute_plan", None)
-    if plan is not None:
-        from .cli_reproduce import read_plan
-
-        if "recompute" in fields:
-            raise SpecError("--recompute-plan", "ndcost", "be given without --recompute", plan)
-        fields["recompute"] = read_plan(plan)
-    return fields
-
-
-def _cluster(args: argparse.Namespace, spec):
-    from .device import Cluster
-
-    return Cluster(args.device, num_devices=spec.num_devices if args.devices is None else args.devices)
-
+__all__ = ["add_estimate_commands"]
 
 def _fmt(value: float, units: str) -> str:
     if units == "seconds":
@@ -107,12 +21,11 @@ def _fmt(value: float, units: str) -> str:
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
-    from .cli import model_from_args
     from .estimate import estimate
 
     model = model_from_args(args)
     spec = spec_from_args(args)
-    cluster = _cluster(args, spec)
+    cluster = cluster_from_args(args, spec)
     moved = None
     rates = rates_argument(args.rates, args.software)
     if args.balance:
@@ -164,7 +77,6 @@ def _print_memory(result: Any, cluster: Any) -> None:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from .cli import model_from_args
     from .explain import explain
 
     from .exec_spec import ExecSpec
@@ -183,7 +95,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
                                f"the devices ({args.devices}). Got {devices} instead.")
     else:
         spec = ExecSpec(**fields)
-        reasons = explain(model, spec, _cluster(args, spec))
+        reasons = explain(model, spec, cluster_from_args(args, spec))
     if args.json:
         print(json.dumps({"valid": not reasons, "reasons": reasons}, indent=2))
     elif not reasons:
@@ -197,7 +109,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 def add_estimate_commands(sub: Any) -> None:
     p = sub.add_parser("estimate", help="price one strategy", epilog=examples_epilog(ESTIMATE_EXAMPLES),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_strategy_arguments(p)
+    add_strategy_arguments(p)
     add_pricing_arguments(p)
     p.add_argument("--balance", action="store_true",
                    help="first move layers off the slowest stages while the step gets faster (balance_pipeline; "
@@ -205,6 +117,6 @@ def add_estimate_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_estimate)
     p = sub.add_parser("explain", help="why a strategy is invalid or does not fit")
-    _add_strategy_arguments(p)
+    add_strategy_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_explain)

@@ -22,8 +22,7 @@ def _cmd_search_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_strategy_plot(args: argparse.Namespace) -> int:
-    from .cli import model_from_args
-    from .cli_estimate import _cluster, spec_from_args
+    from .cli_args import cluster_from_args, model_from_args, spec_from_args
     from .estimate import estimate
     from .files import output_path
     from .plot import plot_memory, plot_timeline
@@ -31,7 +30,7 @@ def _cmd_strategy_plot(args: argparse.Namespace) -> int:
     output_path(args.output, "a plot")
     model = model_from_args(args)
     spec = spec_from_args(args)
-    cluster = _cluster(args, spec)
+    cluster = cluster_from_args(args, spec)
     result = estimate(model, spec, cluster, units=args.units)
     if args.kind == "memory":
         print(plot_memory(result, args.output, cluster.device.hbm_bytes))
@@ -41,7 +40,7 @@ def _cmd_strategy_plot(args: argparse.Namespace) -> int:
 
 
 def add_plot_command(sub: Any) -> None:
-    from .cli_estimate import _add_strategy_arguments
+    from .cli_args import add_strategy_arguments
     from .cli_search import add_search_arguments
 
     plot = sub.add_parser("plot", help="draw a search or a strategy (PNG or SVG; needs matplotlib)")
@@ -55,7 +54,7 @@ def add_plot_command(sub: Any) -> None:
     for kind, what in (("memory", "memory per pipeline stage of one strategy"),
                        ("timeline", "which micro-batch runs where, when, for one strategy")):
         p = kinds.add_parser(kind, help=what)
-        _add_strategy_arguments(p)
+        add_strategy_arguments(p)
         p.add_argument("--units", choices=("seconds", "nd"), default="seconds",
                        help="seconds (default) or ND's relative score")
         p.add_argument("-o", "--output", required=True, help="a .png or .svg path to write (required)")

@@ -3,7 +3,7 @@
 * :func:`estimate_command`: the ``ndcost estimate`` line that prices a ranked strategy again -- every
   field that differs from ExecSpec's defaults as its flag, a per-layer recompute plan as
   ``--recompute-plan`` (a file written by ``--save-plan``, or the plan inline as JSON).
-* :func:`read_plan`: what ``estimate --recompute-plan`` reads back.
+* :func:`write_plan`: the plan file ``--save-plan`` writes (``ndcost.cli_args.read_plan`` reads it back).
 * :func:`emit_report`: a launcher's settings for the strategy, and -- when they cannot state its
   recompute plan -- what they approximate and the price of what they do state.
 """
@@ -14,10 +14,11 @@ import json
 import shlex
 from typing import Any
 
+from .cli_args import offset_text
 from .errors import SpecError
 from .exec_spec import ExecSpec
 
-__all__ = ["estimate_command", "read_plan", "write_plan", "emit_report"]
+__all__ = ["estimate_command", "write_plan", "emit_report"]
 
 #: ExecSpec's field defaults (what a command need not state).
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ExecSpec) if f.default is not dataclasses.MISSING}
@@ -32,27 +33,6 @@ def write_plan(path: str, spec: ExecSpec) -> None:
 
     output_path(path, "a recompute plan").write_text(json.dumps(plan_document(spec), indent=2) + "\n",
                                                      encoding="utf-8")
-
-
-def read_plan(text: str) -> tuple:
-    """A recompute plan: a JSON/YAML file of ranges ({first, count, option, switches}), or the JSON inline."""
-    from .files import read_json, read_yaml
-
-    stripped = text.strip()
-    if stripped.startswith("["):
-        try:
-            doc = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise SpecError("--recompute-plan", "ndcost", "be a JSON list of ranges or a file of them",
-                            f"column {exc.colno}: {exc.msg}") from None
-    else:
-        doc = (read_json if text.endswith(".json") else read_yaml)(text, "a recompute plan")
-    if isinstance(doc, dict):
-        doc = doc.get("recompute")
-    if not isinstance(doc, list) or not doc:
-        raise SpecError("--recompute-plan", "ndcost", "hold a non-empty list of ranges "
-                        "({first, count, option, switches})", type(doc).__name__)
-    return tuple(doc)
 
 
 def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) -> str:
@@ -79,8 +59,6 @@ def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) ->
     if spec.sequence_parallel:
         words.append("--sequence-parallel")
     if spec.offset is not None:
-        from .cli_estimate import offset_text
-
         words.append(f"--offset={offset_text(spec.offset)}")
     if spec.pp_partition is not None:
         words += ["--pp-partition", ",".join(map(str, spec.pp_partition))]

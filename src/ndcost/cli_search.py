@@ -12,7 +12,7 @@ from .cli_help import SEARCH_EXAMPLES, add_pricing_arguments, examples_epilog
 from .cli_reproduce import emit_report, estimate_command, write_plan
 from .files import output_path
 from .rates_io import rates_argument
-from .cli_estimate import offset_text
+from .cli_args import offset_text
 from .errors import SpecError
 
 __all__ = ["add_search_command", "parse_dimension"]
@@ -119,7 +119,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of a search (shared with `ndcost plot pareto|parts`)."""
-    from .cli import add_model_arguments
+    from .cli_args import add_model_arguments
 
     add_model_arguments(p)
     p.add_argument("--devices", type=int, required=True, help="number of devices (required)")
@@ -147,7 +147,7 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_search(args: argparse.Namespace):
     """(model, cluster, SearchResult) of parsed search arguments."""
-    from .cli import model_from_args
+    from .cli_args import model_from_args
     from .device import Cluster
     from .search import print_progress, search
 

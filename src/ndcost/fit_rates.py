@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .calibrate import spearman
+from .fit_stats import spearman
 from .derive import derive
 from .errors import SpecError
 from .fit_runs import FitRuns, MeasuredRun, as_runs, device_of

@@ -47,6 +47,7 @@ from .files import read_yaml
 from .estimate import as_cluster, as_model
 from .exec_spec import ExecSpec
 from .model import Model
+from .model_source import model_from_text
 from .rates import Rates
 from .seconds import Overlap
 from .validate import validate
@@ -152,8 +153,6 @@ def _cell(text: str) -> Any:
 
 
 def _load_model(text: Any, base: Path | None, owner: str, cache: dict) -> Model:
-    from .cli import load_model_argument  # the CLI's MODEL argument: catalog name, config.json or model file
-
     if isinstance(text, Model):
         return text
     if not isinstance(text, str) or not text:
@@ -162,7 +161,7 @@ def _load_model(text: Any, base: Path | None, owner: str, cache: dict) -> Model:
     if base is not None and not os.path.isabs(text) and (base / text).exists():
         key = str(base / text)
     if key not in cache:
-        cache[key] = load_model_argument(key)
+        cache[key] = model_from_text(key)
     return cache[key]
 
 

@@ -4,7 +4,7 @@ A Nemotron-H stack (Transformers' NemotronHConfig, ``hybrid_override_pattern``) 
 blocks, each one pre-norm, one mixer and a residual add (NemotronHBlock): ``M`` a Mamba-2 mixer,
 ``*`` self-attention, ``-`` an MLP, ``E`` a MoE. ndcost prices each block as a layer of its own
 (Megatron-LM's hybrid stack partitions pipeline stages by these blocks too): a mixer-only block is a
-:class:`~ndcost.model.LayerKind` with ``ffn = "none"``, an MLP/MoE-only block one with ``attention =
+:class:`~ndcost.layer_kinds.LayerKind` with ``ffn = "none"``, an MLP/MoE-only block one with ``attention =
 "none"``.
 
 The Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", §7 and Fig. 6; modeling_nemotron_h

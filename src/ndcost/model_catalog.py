@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from .errors import SpecError
-from .model import Model
+from .model import Model, register_catalog_loader
 
 __all__ = ["models", "load_model", "catalog_entry"]
 
@@ -66,3 +66,6 @@ def load_model(name: str) -> Model:
 def _load(name: str) -> Model:
     entry = _read_entry(name)
     return Model.from_hf_config(entry["config"], name=name)
+
+
+register_catalog_loader(load_model)

@@ -230,19 +230,6 @@ class Ratios:
         rule = "be a Ratios, a path to a ratios JSON file, a mapping of ratio keys to numbers, or None"
         raise SpecError("ratios", "Ratios.coerce", rule, ratios)
 
-    @classmethod
-    def fit(cls, rows: Any, model: Any, cluster: Any, units: str = "nd", method: str = "nd",
-            **options: Any) -> "Ratios":
-        """Ratios fitted to measured runs (``method="nd"``: ND's fit_ratios; ``"nnls"``: least squares on the step).
-
-        *rows* are :class:`ndcost.measured.MeasuredRow` entries; the rules, the
-        units and the options are :func:`ndcost.calibrate.fit_ratios`'s, which
-        also reports what fell back or was floored.
-        """
-        from .calibrate import fit_ratios  # calibrate imports this module
-
-        return fit_ratios(rows, model, cluster, units, method, **options).ratios
-
     def save(self, path: "str | os.PathLike[str]") -> None:
         """Write the ratios as ND's JSON (keys in `RATIO_KEYS` order, then ``_fitted_on``)."""
         doc: dict[str, Any] = {key: self.values[key] for key in RATIO_KEYS if key in self.values}

@@ -12,8 +12,8 @@ skipped: its outputs are NaN (and ``fits`` False). A priced row whose result is
 NaN gets ``reason`` "undefined"; one whose peak stage exceeds ``capacity`` gets
 "no_fit" (only rows still "ok" change). Nothing raises once the shapes are checked.
 
-The ND batch calls :func:`ndcost._kpy.nd.nd_stage_sums`, :func:`~ndcost._kpy.nd.nd_combine`
-and :func:`~ndcost._kpy.nd.nd_apply_ratios` per candidate. The memory batch prices, per
+The ND batch calls :func:`ndcost._kpy.nd_comm.nd_stage_sums`, :func:`~ndcost._kpy.nd_combine.nd_combine`
+and :func:`~ndcost._kpy.nd_combine.nd_apply_ratios` per candidate. The memory batch prices, per
 candidate, what ``ndcost.memory`` describes -- static bytes per layer of each kind (ZeRO,
 Rajbhandari et al. 2020 §5), activations and backward working set per option slot
 (Korthikanti et al. 2022 Table 2, via :func:`~ndcost._kpy.memory.layer_activation_bytes`),
@@ -40,7 +40,9 @@ from .._columns import (
 from .memory import (
     _NORMOP, N_MEMORY_COLUMNS, _kept, inflight_micro_batches, stage_memory, windowed_layer_activation_bytes,
 )
-from .nd import _check_len, nd_apply_ratios, nd_combine, nd_stage_sums
+from .nd_combine import nd_apply_ratios, nd_combine
+from .nd_comm import nd_stage_sums
+from .nd_ops import _check_len
 
 __all__ = ["nd_estimate_batch", "memory_batch", "kind_activation_bytes"]
 

@@ -1,0 +1,122 @@
+# Seconds mode, the price of one op (twin of ndcost/_kpy/seconds_ops.py): a GEMM, an elementwise
+# pass, an fp8 cast, a GEMM's three passes and an FFN pair; and the checks of the seconds kernels'
+# inputs. Every formula, constant and source is stated once, in the oracle; this file repeats each
+# computation in the oracle's order so that the two agree to rounding. The seconds area is four
+# files, included in this order: seconds_ops, seconds_comm, seconds_layer, seconds.
+# Needs kernels/columns.pxi (the ABI enums) included before it.
+
+cdef double SEC_POINTWISE_BACKWARD_BYTES = 1.5
+
+
+cdef inline double c_sec_gemm(double m, double n, double k, double batch, double in_bytes,
+                              double out_bytes, const double* rate, bint sixteen) noexcept nogil:
+    # One (batched) GEMM kernel: roofline with expected wave quantization (wave_tail idle waves)
+    # + kernel_s; 0 when empty. `sixteen`: at the 16-bit rate (mm16_eff x peak_attn).
+    cdef double flops, moved, waves, compute, memory, peak
+    if m <= 0.0 or n <= 0.0 or k <= 0.0 or batch <= 0.0:
+        return 0.0
+    flops = 2.0 * m * n * k * batch
+    moved = batch * (in_bytes * (m * k + k * n) + out_bytes * m * n)
+    waves = batch * m * n / rate[R_wave]
+    if sixteen:
+        peak = rate[R_mm16_eff] * rate[R_peak_attn]
+    else:
+        peak = rate[R_mm_eff] * rate[R_peak_mm]
+    compute = flops / peak * (1.0 + rate[R_wave_tail] / waves)
+    memory = moved / (rate[R_hbm_eff] * rate[R_hbm_bw])
+    return (compute if compute > memory else memory) + rate[R_kernel_s]
+
+
+cdef inline double c_sec_pass(double moved, double kernels, const double* rate) noexcept nogil:
+    # Elementwise work: bytes over the achievable HBM bandwidth plus kernel_s per kernel.
+    if moved <= 0.0:
+        return 0.0
+    return moved / (rate[R_hbm_eff] * rate[R_hbm_bw]) + kernels * rate[R_kernel_s]
+
+
+cdef inline double c_sec_cast(double elements, const double* cand, const double* rate) noexcept nogil:
+    # Casting `elements` 16-bit values to fp8 (f8_cast_b bytes each, f8_cast_k kernels); 0 unless fp8.
+    if cand[SC_bytes_mm] != 1.0 or elements <= 0.0:
+        return 0.0
+    return c_sec_pass(rate[R_f8_cast_b] * elements, rate[R_f8_cast_k], rate)
+
+
+cdef inline void c_sec_fill(double* out, Py_ssize_t count, double value) noexcept nogil:
+    # out[0:count] = value (a row zeroed before its sums, or NaN for a row that is not priced).
+    cdef Py_ssize_t i
+    for i in range(count):
+        out[i] = value
+
+
+cdef inline bint c_sec_cand_ok(const double* cand, const double* rate) noexcept nogil:
+    if not (cand[SC_b] >= 1.0 and cand[SC_s] >= 1.0 and cand[SC_t] >= 1.0 and cand[SC_sp] >= 1.0
+            and cand[SC_cp] >= 1.0 and cand[SC_ep] >= 1.0 and cand[SC_t_exp] >= 1.0 and cand[SC_d] >= 1.0
+            and cand[SC_edp] >= 1.0 and cand[SC_p] >= 1.0 and cand[SC_vp] >= 1.0 and cand[SC_m] >= 1.0
+            and cand[SC_seq_split] >= 1.0 and cand[SC_bytes_c] >= 1.0 and cand[SC_bytes_mm] >= 1.0):
+        return False
+    if not (rate[R_peak_mm] > 0.0 and rate[R_peak_attn] > 0.0 and rate[R_mm_eff] > 0.0
+            and rate[R_attn_eff] > 0.0 and rate[R_hbm_bw] > 0.0 and rate[R_hbm_eff] > 0.0
+            and rate[R_intra_bw] > 0.0 and rate[R_intra_eff] > 0.0 and rate[R_inter_bw] > 0.0
+            and rate[R_inter_eff] > 0.0 and rate[R_dpn] > 0.0 and rate[R_wave] > 0.0):
+        return False
+    return True
+
+
+cdef inline void c_sec_mm3(double m, double n, double k, double chunks, const double* cand,
+                           const double* rate, double* out3, bint sixteen, int side) noexcept nogil:
+    # A weight GEMM run `chunks` times: (forward, input grad, weight grad accumulating at bytes_grad);
+    # under fp8 (not `sixteen`) the input (and weight with f8_w_mb) cast forward, the output grad back.
+    # `side` (1 after an all-gather, 2 before a reduce-scatter) shapes it under TP comm overlap as
+    # TE userbuffers run it (see the oracle's _mm3).
+    cdef double bc = cand[SC_bytes_c], bg = cand[SC_bytes_grad]
+    cdef double bm = bc if sixteen else cand[SC_bytes_mm]
+    cdef double t = cand[SC_t], f_split = 1.0, d_split = 1.0, f_keep = 1.0
+    if side != 0 and cand[SC_ov_tp] > 0.0 and t > 1.0:
+        if side == 1:
+            f_split = t
+        else:
+            f_split = rate[R_tp_ov_splits]
+            f_keep = 1.0 - rate[R_tp_ov_sm]
+            d_split = t
+    out3[0] = chunks * f_split * c_sec_gemm(m / f_split, n, k, 1.0, bm, bc, rate, sixteen) / f_keep
+    out3[1] = chunks * d_split * c_sec_gemm(m / d_split, k, n, 1.0, bm, bc, rate, sixteen)
+    out3[2] = chunks * c_sec_gemm(k, n, m, 1.0, bm, 2.0 * bg, rate, sixteen)
+    if not sixteen:
+        out3[0] += chunks * c_sec_cast(m * k, cand, rate) + rate[R_f8_w_mb] * c_sec_cast(k * n, cand, rate)
+        out3[1] += chunks * c_sec_cast(m * n, cand, rate)
+
+
+cdef inline void c_sec_add_gemm(double* sums, double f, double d, double w) noexcept nogil:
+    # Add a weight GEMM's (forward, input grad, weight grad) to sums = [fw, bw, bw_w, gemm_f, gemm_b].
+    sums[0] += f
+    sums[1] += d
+    sums[2] += w
+    sums[3] += f
+    sums[4] += d + w
+
+
+cdef inline double c_sec_ffn_pair(double rows, double width, double h, double n_ff, double n_split,
+                                  const double* cand, const double* rate, double* sums) noexcept nogil:
+    # A dense FFN of `width`: up (with the gate) h -> (n_ff - 1)·width/t, down width/t -> h; each
+    # GEMM's times into sums, the up GEMM's first; returns the pair's forward time.
+    cdef double t = cand[SC_t], forward
+    cdef double g3[3]
+    c_sec_mm3(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g3, 0, 1)
+    c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
+    forward = g3[0]
+    c_sec_mm3(rows, h, width / t, n_split, cand, rate, g3, 0, 2)
+    c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
+    return forward + g3[0]
+
+
+cdef inline void c_sec_check_rows(str name, Py_ssize_t rows, Py_ssize_t width, Py_ssize_t got_rows,
+                                  Py_ssize_t got_width) except *:
+    if got_rows != rows:
+        raise ValueError(f"{name} must have {rows} rows, got {got_rows}")
+    if got_rows and got_width != width:
+        raise ValueError(f"{name} must have {width} columns, got {got_width}")
+
+
+cdef inline void c_sec_check_len(str name, Py_ssize_t expected, Py_ssize_t got) except *:
+    if got != expected:
+        raise ValueError(f"{name} must have length {expected}, got {got}")
