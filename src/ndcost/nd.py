@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
+from itertools import repeat
 from typing import Any
 
 from .device import Cluster
@@ -54,9 +55,8 @@ def _interned_by_value(cls: type, items: tuple) -> Any:
 
 
 def _interned(cls: type, fields: dict) -> Any:
-    """``cls(**fields)``, one object for equal fields: an ND search loop builds a fresh config for every
-    candidate with the same model fields, and ndcost's per-model tables are cached on the object, so an
-    equal Model (or ExecSpec, Cluster) must be the same object to be priced at batch-of-one speed.
+    """``cls(**fields)``, one object for equal fields: ndcost's per-model tables are cached on the
+    object, so an equal Model (or Cluster) must be the same object to be priced at batch-of-one speed.
     Frozen dataclasses only, so sharing is safe; an unhashable field builds a fresh object."""
     try:
         # the builders below fill their dicts in a fixed order, so equal fields make equal tuples
@@ -65,17 +65,50 @@ def _interned(cls: type, fields: dict) -> Any:
         return cls(**fields)
 
 
+#: The fields of an ND config the drop-in reads (ND_REFERENCE §1.3): whether it is multimodal, the
+#: model's, the strategy's, then the four whose type matters as well as their value (see _priced_inputs).
+#: A unimodal config is read in one pass over these names.
+ND_FIELDS: tuple[str, ...] = (
+    "multimodal",
+    # model ("Model" and "MoE")
+    "h", "n_lay", "a", "v", "n_kv", "dh", "hff", "n_exp", "hff_exp", "n_shared_exp", "n_chosen_exp",
+    "k_1st_dense", "dc_kv", "dc_q", "dhr", "qk_nope_head_dim", "v_head_dim", "n_mtp", "qk_norm", "n_qknorm",
+    "attn_output_gate", "shared_expert_gate", "tie_emb_out",
+    # strategy
+    "d", "t", "p", "vp", "cp", "ep", "b", "m", "s", "sp", "sequence_parallel", "has_op", "grad_shard_as_params",
+    "has_grad_shard", "os_max_shard", "bytes_p", "bytes_compute", "cap_fact", "has_fa", "cp_algo", "pp_sched",
+    "is_mtp_in_offset", "emb_out_in_offset", "sel_rec_rule", "vocab_emb_dp", "moe_dispatch",
+    # keyed by type as well
+    "model_name", "offset", "full_rec", "sel_rec",
+)
+_TYPED_FROM = ND_FIELDS.index("model_name")
+_NO_VALUES = (None,) * len(ND_FIELDS)
+_NONE_TYPED = _NO_VALUES[_TYPED_FROM:]
+
+
+def _values(cfg: Any) -> tuple:
+    """The config's value of every ND_FIELDS name, None where it has none."""
+    if isinstance(cfg, Mapping):
+        return tuple(map(cfg.get, ND_FIELDS))
+    return tuple(map(getattr, repeat(cfg), ND_FIELDS, _NO_VALUES))
+
+
+def _defaulted(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 def _reader(cfg: Any):
     """get(name, default): the config's field, or *default* when it lacks it or holds None (ND's Config)."""
     if isinstance(cfg, Mapping):
-        def get(name: str, default: Any = 0) -> Any:
-            value = cfg.get(name)
-            return default if value is None else value
-    else:
-        def get(name: str, default: Any = 0) -> Any:
-            value = getattr(cfg, name, None)
-            return default if value is None else value
-    return get
+        return lambda name, default=0: _defaulted(cfg.get(name), default)
+    return lambda name, default=0: _defaulted(getattr(cfg, name, None), default)
+
+
+def _values_reader(values: tuple):
+    """get(name, default) over a config's ND_FIELDS *values*; a name outside ND_FIELDS is a KeyError
+    (the builders read nothing the cache key of :func:`_priced_inputs` does not hold)."""
+    fields = dict(zip(ND_FIELDS, values))
+    return lambda name, default=0: _defaulted(fields[name], default)
 
 
 def _submodules(cfg: Any) -> tuple[Any, Any] | None:
@@ -112,11 +145,10 @@ def model_from_nd(cfg: Any) -> Model:
     if subs is not None:
         text = model_from_nd(subs[0])
         return dataclasses.replace(text, vision=_vision_from_nd(subs[1], text.hidden_size))
-    return _interned(Model, _model_fields(cfg))
+    return _interned(Model, _model_fields(_reader(cfg)))
 
 
-def _model_fields(cfg: Any) -> dict[str, Any]:
-    get = _reader(cfg)
+def _model_fields(get: Any) -> dict[str, Any]:
     n_exp = int(get("n_exp", 1))
     moe = n_exp > 1
     hff_exp = int(get("hff_exp", 0)) if moe else None
@@ -148,7 +180,10 @@ def _model_fields(cfg: Any) -> dict[str, Any]:
 def spec_from_nd(cfg: Any) -> ExecSpec:
     """The ExecSpec an ND config states (seed apply_exec CONFIG_FIELDS, read backwards)."""
     subs = _submodules(cfg)
-    get = _reader(cfg) if subs is None else _shared_reader(cfg, subs[0])
+    return _spec(_reader(cfg) if subs is None else _shared_reader(cfg, subs[0]))
+
+
+def _spec(get: Any) -> ExecSpec:
     t = int(get("t", 1))
     sp = get("sequence_parallel", None)
     sequence_parallel = bool(sp) if sp is not None else int(get("sp", 1)) > 1
@@ -183,7 +218,7 @@ def spec_from_nd(cfg: Any) -> ExecSpec:
         value = get(nd_name, None)
         if value not in (None, False, 0):
             fields[name] = value
-    return _interned(ExecSpec, fields)
+    return ExecSpec(**fields)
 
 
 def _shared_reader(parent: Any, text: Any):
@@ -223,23 +258,85 @@ def estimate_performance(cfg: Any, stages: Any = None, extra_custom_func: Any = 
         raise SpecError("stages", "estimate_performance", "be None (ndcost lays out the config itself)", "a partition")
     if extra_custom_func is not None:
         extra_custom_func(cfg)
-    model = model_from_nd(cfg)
-    spec = spec_from_nd(cfg)
-    device = ND_DEVICES.get(str(device_type), str(device_type)) if isinstance(device_type, str) else \
+    device = ND_DEVICES.get(device_type, device_type) if isinstance(device_type, str) else \
         ND_DEVICES.get(getattr(device_type, "name", ""), "ascend-910b")
-    cluster = _interned(Cluster, {"device": device, "num_devices": spec.num_devices})
-
-    def option(name: str, default: str) -> str:
-        value = getattr(ccfg, name, None) if ccfg is not None else None
-        return default if value is None else getattr(value, "name", str(value)).upper()
-
+    model, spec, cluster = _priced_inputs(cfg, device)
+    ratio_type, rec_type, p2p = _DEFAULT_OPTIONS if ccfg is None else _options(ccfg)
     # the one path: estimate() in ND units (validation, the batch-of-one kernels), without memory
     priced = estimate(
-        model, spec, cluster, units="nd", ratios=cache_file,
-        ratio_type=option("rtype", "DYNAMIC"), rec_type=option("retype", "WITH"),
-        p2p=option("ptype", "NONE") == "MANUAL", stage_savings=stage_savings, stage_focused=stage_focused,
-        with_memory=False,
+        model, spec, cluster, units="nd", ratios=cache_file, ratio_type=ratio_type, rec_type=rec_type, p2p=p2p,
+        stage_savings=stage_savings, stage_focused=stage_focused, with_memory=False,
     )
     if return_parts:
         return priced.step_time, dict(priced.parts)
     return priced.step_time
+
+
+#: ND's CustomConfig defaults: (ratio_type, rec_type, p2p).
+_DEFAULT_OPTIONS = ("DYNAMIC", "WITH", False)
+
+
+def _options(ccfg: Any) -> tuple[str, str, bool]:
+    """(ratio_type, rec_type, p2p) a CustomConfig states (rtype, retype, ptype: names or enums)."""
+    def option(name: str, default: str) -> str:
+        value = getattr(ccfg, name, None)
+        return default if value is None else getattr(value, "name", str(value)).upper()
+
+    return option("rtype", "DYNAMIC"), option("retype", "WITH"), option("ptype", "NONE") == "MANUAL"
+
+
+#: (device, a config's ND_FIELDS values[, the typed forms of the last four]) -> (Model, ExecSpec, Cluster).
+_PRICED_INPUTS: dict[tuple, tuple[Model, ExecSpec, Cluster]] = {}
+_PRICED_INPUTS_SIZE = 4096
+#: The types a config's values must have to be cached (their equal values convert alike).
+_PLAIN_TYPES = frozenset({int, float, bool, str, type(None)})
+
+
+def _priced_inputs(cfg: Any, device: str) -> tuple[Model, ExecSpec, Cluster]:
+    """The Model, ExecSpec and Cluster a config prices on *device*.
+
+    An ND search builds a fresh config object for every candidate, with the same model fields and
+    changing strategy fields. Equal configs are priced from one cache entry, keyed by the config's
+    values read in one pass, so a config seen before is neither rebuilt nor validated again.
+
+    The builders convert a value with int(), float(), bool() or str(), which agree on equal numbers
+    (8, 8.0; 1, True) but for str(): so the model's name, and the fields that pass to ExecSpec as
+    they are (offset, full_rec, sel_rec: an offset of 1 is valid, of True is not), key with the type
+    of every item beside its value. Only configs of plain values are stored (_PLAIN_TYPES); a
+    multimodal one, whose sub-configs are the caller's objects (which may change), is built every call.
+    """
+    values = _values(cfg)
+    if values[0]:     # multimodal
+        model = model_from_nd(cfg)
+        spec = spec_from_nd(cfg)
+        return model, spec, _interned(Cluster, {"device": device, "num_devices": spec.num_devices})
+    typed = values[_TYPED_FROM:]
+    try:
+        key = (device, values) if typed == _NONE_TYPED else (device, values, tuple(map(_typed, typed)))
+        return _PRICED_INPUTS[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable value, or one nested past a 2-D grid: built every call
+        return _built_inputs(values, device)
+    inputs = _built_inputs(values, device)
+    if _PLAIN_TYPES.issuperset(map(type, values[:_TYPED_FROM])):
+        if len(_PRICED_INPUTS) >= _PRICED_INPUTS_SIZE:
+            _PRICED_INPUTS.clear()
+        _PRICED_INPUTS[key] = inputs
+    return inputs
+
+
+def _typed(value: Any, depth: int = 2) -> tuple:
+    """*value* beside its type, a list or tuple item by item (up to a 2-D grid), hashable."""
+    if isinstance(value, (list, tuple)):
+        if not depth:
+            raise TypeError("nested deeper than ExecSpec's grids")
+        return (type(value), tuple(_typed(item, depth - 1) for item in value))
+    return (type(value), value)
+
+
+def _built_inputs(values: tuple, device: str) -> tuple[Model, ExecSpec, Cluster]:
+    get = _values_reader(values)
+    model = _interned(Model, _model_fields(get))   # the model first: its errors come first, as ND's
+    spec = _spec(get)
+    return model, spec, _interned(Cluster, {"device": device, "num_devices": spec.num_devices})
