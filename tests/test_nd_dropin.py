@@ -139,3 +139,10 @@ def test_a_multimodal_config_is_built_every_call_from_its_submodules():
     assert first == pytest.approx(_reference(cfg), rel=1e-12)
     text.n_lay = 32          # the caller's sub-config changed: so does the score
     assert estimate_performance(cfg) != first
+
+
+@pytest.mark.parametrize("field, value", [("h", "wide"), ("vp", [2]), ("cap_fact", "x"), ("d", float("nan")),
+                                          ("m", float("inf")), ("moe_dispatch", (1,))])
+def test_a_field_that_holds_no_number_is_a_spec_error_naming_it(field, value):
+    with pytest.raises(ndcost.SpecError, match=f"The '{field}' parameter of estimate_performance must be a number"):
+        estimate_performance(Config(4, 2, **{field: value}))

@@ -117,7 +117,7 @@ class ExecSpec:
     # ------------------------------------------------------------------ construction and validation
 
     def __init__(self, *args: Any, **fields: Any) -> None:
-        # The dataclass's own __init__ would store the 51 fields one object.__setattr__ at a time (frozen);
+        # The dataclass's own __init__ would store every field with its own object.__setattr__ (frozen);
         # a search builds a spec per candidate, so the fields become the instance dict in one step,
         # and the rule groups then check (and canonicalise) them in place.
         if args:

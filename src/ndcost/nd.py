@@ -9,6 +9,10 @@ faster. A field the config lacks reads as ND's default, never as an error,
 as ND's ``Config`` does; a config that states an impossible strategy raises
 :class:`~ndcost.errors.SpecError` naming the ND field.
 
+A search loop builds a fresh config for every candidate: its fields (:data:`ND_FIELDS`) are read
+in one pass, and a config equal to one seen before takes its Model, ExecSpec and Cluster from a
+cache instead of building and validating them again (see ``_priced_inputs``).
+
 A multimodal config (``multimodal=True`` with ``mm_ccfgs``, ``mm_order`` and
 ``mm_main``, ND_REFERENCE §1.3 "Meta") becomes a text Model with a
 :class:`~ndcost.vision.VisionTower`: the main submodule is the text model, the
@@ -111,6 +115,24 @@ def _values_reader(values: tuple):
     return lambda name, default=0: _defaulted(fields[name], default)
 
 
+def _number(kind: type, get: Any, name: str, default: Any) -> Any:
+    """kind(value) (int or float, as ND reads its numbers) of the config's field *name*, or the
+    SpecError naming the field that holds no number (a list, a word, NaN as an int)."""
+    value = get(name, default)
+    try:
+        return kind(value)
+    except (TypeError, ValueError, OverflowError):
+        raise SpecError(name, "estimate_performance", "be a number", value) from None
+
+
+def _int(get: Any, name: str, default: Any = 0) -> int:
+    return _number(int, get, name, default)
+
+
+def _float(get: Any, name: str, default: Any = 0) -> float:
+    return _number(float, get, name, default)
+
+
 def _submodules(cfg: Any) -> tuple[Any, Any] | None:
     """(text, vision) sub-configs of a multimodal ND config, or None for a unimodal one."""
     get = _reader(cfg)
@@ -129,13 +151,13 @@ def _submodules(cfg: Any) -> tuple[Any, Any] | None:
 
 def _vision_from_nd(sub: Any, text_hidden: int) -> VisionTower:
     get = _reader(sub)
-    merge = int(get("spatial_merge_size", 2))
+    merge = _int(get, "spatial_merge_size", 2)
     return VisionTower(
-        depth=int(get("n_lay")), hidden_size=int(get("h")), num_heads=int(get("a")),
-        intermediate_size=int(get("hff")), out_hidden_size=text_hidden, spatial_merge_size=merge,
+        depth=_int(get, "n_lay"), hidden_size=_int(get, "h"), num_heads=_int(get, "a"),
+        intermediate_size=_int(get, "hff"), out_hidden_size=text_hidden, spatial_merge_size=merge,
         # ND's vision profile counts 2 FFN matmuls (a GELU MLP) unless the sub-config says 3.
-        gated_ffn=float(get("n_ffMM", 2)) == 3.0,
-        tokens=int(get("s")) * merge * merge,      # ND's s is grid // merge²: the encoder runs every patch
+        gated_ffn=_float(get, "n_ffMM", 2) == 3.0,
+        tokens=_int(get, "s") * merge * merge,      # ND's s is grid // merge²: the encoder runs every patch
     )
 
 
@@ -149,31 +171,31 @@ def model_from_nd(cfg: Any) -> Model:
 
 
 def _model_fields(get: Any) -> dict[str, Any]:
-    n_exp = int(get("n_exp", 1))
+    n_exp = _int(get, "n_exp", 1)
     moe = n_exp > 1
-    hff_exp = int(get("hff_exp", 0)) if moe else None
-    n_shared = int(get("n_shared_exp", 0)) if moe else 0
+    hff_exp = _int(get, "hff_exp", 0) if moe else None
+    n_shared = _int(get, "n_shared_exp", 0) if moe else 0
     return dict(
         name=str(get("model_name", "nd-config") or "nd-config"),
-        hidden_size=int(get("h")), num_hidden_layers=int(get("n_lay")), num_attention_heads=int(get("a")),
-        vocab_size=int(get("v")),
-        num_key_value_heads=int(get("n_kv", 0)) or None,
-        head_dim=int(get("dh", 0)) or None,
-        intermediate_size=int(get("hff", 0)) or None,
+        hidden_size=_int(get, "h"), num_hidden_layers=_int(get, "n_lay"), num_attention_heads=_int(get, "a"),
+        vocab_size=_int(get, "v"),
+        num_key_value_heads=_int(get, "n_kv", 0) or None,
+        head_dim=_int(get, "dh", 0) or None,
+        intermediate_size=_int(get, "hff", 0) or None,
         num_experts=n_exp if moe else 0,
-        num_experts_per_tok=int(get("n_chosen_exp", 1)) if moe else 0,
+        num_experts_per_tok=_int(get, "n_chosen_exp", 1) if moe else 0,
         moe_intermediate_size=hff_exp,
         shared_expert_intermediate_size=n_shared * (hff_exp or 0),
-        first_k_dense_replace=int(get("k_1st_dense", 0)) if moe else 0,
-        kv_lora_rank=int(get("dc_kv", 0)), q_lora_rank=int(get("dc_q", 0)),
-        qk_rope_head_dim=int(get("dhr", 0)), qk_nope_head_dim=int(get("qk_nope_head_dim", 0)),
-        v_head_dim=int(get("v_head_dim", 0)),
-        num_nextn_predict_layers=int(get("n_mtp", 0)),
+        first_k_dense_replace=_int(get, "k_1st_dense", 0) if moe else 0,
+        kv_lora_rank=_int(get, "dc_kv", 0), q_lora_rank=_int(get, "dc_q", 0),
+        qk_rope_head_dim=_int(get, "dhr", 0), qk_nope_head_dim=_int(get, "qk_nope_head_dim", 0),
+        v_head_dim=_int(get, "v_head_dim", 0),
+        num_nextn_predict_layers=_int(get, "n_mtp", 0),
         qk_norm=bool(get("qk_norm", False) or get("n_qknorm", 0)),
         attn_output_gate=bool(get("attn_output_gate", False)),
         shared_expert_gate=bool(get("shared_expert_gate", False)),
         tie_word_embeddings=bool(get("tie_emb_out", False)),
-        family="deepseek_v3" if int(get("dc_kv", 0)) else "llama",
+        family="deepseek_v3" if _int(get, "dc_kv", 0) else "llama",
     )
 
 
@@ -184,33 +206,33 @@ def spec_from_nd(cfg: Any) -> ExecSpec:
 
 
 def _spec(get: Any) -> ExecSpec:
-    t = int(get("t", 1))
+    t = _int(get, "t", 1)
     sp = get("sequence_parallel", None)
-    sequence_parallel = bool(sp) if sp is not None else int(get("sp", 1)) > 1
+    sequence_parallel = bool(sp) if sp is not None else _int(get, "sp", 1) > 1
     has_op = bool(get("has_op", False))
     zero = 0
     if has_op:
         zero = 3 if get("grad_shard_as_params", False) else (2 if get("has_grad_shard", False) else 1)
     fields: dict[str, Any] = dict(
-        dp=int(get("d", 1)), tp=t, pp=int(get("p", 1)), vpp=int(get("vp", 1)), cp=int(get("cp", 1)),
-        ep=int(get("ep", 1)), sequence_parallel=sequence_parallel and t > 1,
-        micro_batch_size=int(get("b", 1)), micro_batch_num=int(get("m", 1)), seq_length=int(get("s")),
-        zero_stage=zero, param_bytes=int(get("bytes_p", 2)), compute_bytes=int(get("bytes_compute", 2)),
-        capacity_factor=float(get("cap_fact", 1.0)) or 1.0,
+        dp=_int(get, "d", 1), tp=t, pp=_int(get, "p", 1), vpp=_int(get, "vp", 1), cp=_int(get, "cp", 1),
+        ep=_int(get, "ep", 1), sequence_parallel=sequence_parallel and t > 1,
+        micro_batch_size=_int(get, "b", 1), micro_batch_num=_int(get, "m", 1), seq_length=_int(get, "s"),
+        zero_stage=zero, param_bytes=_int(get, "bytes_p", 2), compute_bytes=_int(get, "bytes_compute", 2),
+        capacity_factor=_float(get, "cap_fact", 1.0) or 1.0,
         flash_attention=bool(get("has_fa", True)),
         cp_algo="ulysses" if str(get("cp_algo", "colossalai_cp")).lower().startswith("ulysses") else "ring",
-        pp_schedule=_schedule(str(get("pp_sched", "1f1b") or "1f1b"), int(get("vp", 1))),
+        pp_schedule=_schedule(str(get("pp_sched", "1f1b") or "1f1b"), _int(get, "vp", 1)),
         mtp_in_offset=bool(get("is_mtp_in_offset", True)),
         emb_out_in_offset=bool(get("emb_out_in_offset", False)),
         selective_rule=str(get("sel_rec_rule", "mindformers") or "mindformers"),
         vocab_emb_dp=bool(get("vocab_emb_dp", False)),
     )
     if has_op and get("os_max_shard", 0):
-        shard = int(get("os_max_shard"))
+        shard = _int(get, "os_max_shard")
         if shard >= 1 and fields["dp"] % shard == 0:
             fields["optimizer_shard"] = shard
     if get("moe_dispatch", None) is not None:
-        fields["moe_dispatch"] = float(get("moe_dispatch"))
+        fields["moe_dispatch"] = _float(get, "moe_dispatch")
     offset = get("offset", None)
     if offset:
         fields["offset"] = offset
