@@ -5,7 +5,8 @@ Run: ``pytest bench/bench_nd_dropin.py --benchmark-only --benchmark-group-by=gro
 drop-in prices one of 16 strategies of a Llama-3-70B-sized config. Two baselines: estimate() on one
 prepared strategy (issue 16's target: the drop-in at most 1.5x it), and estimate() cycling over the
 same 16 prepared strategies (what the drop-in adds on top of pricing them; a changing strategy costs
-estimate() itself a little more). The compiled leg's ratios go to ``extra_info``, from the medians
+estimate() itself a little more). A third drop-in benchmark prices a strategy never seen before on
+every call (``new_strategy_dropin_over_estimate``): no cache entry, the spec built and validated. The compiled leg's ratios go to ``extra_info``, from the medians
 (``dropin_over_estimate``, ``dropin_over_estimate_same_strategies``) and from the minima (``..._min``:
 the least disturbed call on a shared machine).
 
@@ -30,7 +31,8 @@ STRATEGIES = [(t, p) for t in (1, 2, 4, 8) for p in (1, 2, 4, 8)]
 STATS: dict[str, dict[str, float]] = {}
 #: extra_info name -> (numerator, denominator) benchmarks.
 RATIOS = {"dropin_over_estimate": ("dropin", "estimate"),
-          "dropin_over_estimate_same_strategies": ("dropin", "cycling")}
+          "dropin_over_estimate_same_strategies": ("dropin", "cycling"),
+          "new_strategy_dropin_over_estimate": ("new_strategy", "estimate")}
 #: The guard on dropin_over_estimate_same_strategies_min (the target is 1.5).
 MAX_DROPIN_RATIO = 2.0
 
@@ -38,8 +40,8 @@ MAX_DROPIN_RATIO = 2.0
 class _Config:
     """An ND cost-model config as a search loop builds it: plain attributes, ND's field names."""
 
-    def __init__(self, t: int, p: int) -> None:
-        self.d, self.t, self.p, self.vp, self.m, self.b, self.s = 64 // (t * p), t, p, 1, 16, 1, 4096
+    def __init__(self, t: int, p: int, m: int = 16) -> None:
+        self.d, self.t, self.p, self.vp, self.m, self.b, self.s = 64 // (t * p), t, p, 1, m, 1, 4096
         self.h, self.a, self.n_kv, self.hff, self.n_lay, self.v = 8192, 64, 8, 28672, 80, 128256
         self.bytes_p, self.bytes_compute, self.has_op, self.sp = 2, 2, True, t
 
@@ -94,3 +96,12 @@ def bench_nd_dropin_fresh_config(benchmark, api_backend):
     benchmark.group = f"ND drop-in vs estimate(nd), one candidate, {api_backend}"
     benchmark(lambda: estimate_performance(_Config(*next(cycle)), device_type="A2"))
     _record(benchmark, api_backend, "dropin")
+
+
+def bench_nd_dropin_new_strategy(benchmark, api_backend):
+    """estimate_performance(cfg) on a strategy it has not seen (a new micro-batch count every call):
+    a search that prices each candidate once builds and validates every ExecSpec (the Model is cached)."""
+    counts = itertools.count(8)      # micro-batches >= pp (8)
+    benchmark.group = f"ND drop-in vs estimate(nd), one candidate, {api_backend}"
+    benchmark(lambda: estimate_performance(_Config(8, 8, next(counts)), device_type="A2"))
+    _record(benchmark, api_backend, "new_strategy")

@@ -121,7 +121,10 @@ def test_the_builders_read_only_nd_fields(extra):
     if "n_exp" in fields:
         fields.update(h=2048, a=16, hff=10944, n_lay=8)
     cfg = _Recording(**fields)
-    model_from_nd(cfg), spec_from_nd(cfg)
+    model_from_nd(cfg)
+    # the Model is cached by the model's fields (and its name) alone
+    assert cfg.read <= set(ND_FIELDS[:ND_FIELDS.index("d")]) | {"model_name"}
+    spec_from_nd(cfg)
     assert cfg.read <= set(ND_FIELDS)
     # and the cached path, which refuses any other name, prices it
     assert estimate_performance(_Recording(**fields)) == pytest.approx(_reference(_Recording(**fields)), rel=1e-12)

@@ -60,7 +60,7 @@ def _interned_by_value(cls: type, items: tuple) -> Any:
 
 def _interned(cls: type, fields: dict) -> Any:
     """``cls(**fields)``, one object for equal fields: ndcost's per-model tables are cached on the
-    object, so an equal Model (or Cluster) must be the same object to be priced at batch-of-one speed.
+    object, so an equal Model must be the same object to be priced at batch-of-one speed.
     Frozen dataclasses only, so sharing is safe; an unhashable field builds a fresh object."""
     try:
         # the builders below fill their dicts in a fixed order, so equal fields make equal tuples
@@ -86,6 +86,7 @@ ND_FIELDS: tuple[str, ...] = (
     "model_name", "offset", "full_rec", "sel_rec",
 )
 _TYPED_FROM = ND_FIELDS.index("model_name")
+_STRATEGY_FROM = ND_FIELDS.index("d")
 _NO_VALUES = (None,) * len(ND_FIELDS)
 _NONE_TYPED = _NO_VALUES[_TYPED_FROM:]
 
@@ -109,28 +110,31 @@ def _reader(cfg: Any):
 
 
 def _values_reader(values: tuple):
-    """get(name, default) over a config's ND_FIELDS *values*; a name outside ND_FIELDS is a KeyError
-    (the builders read nothing the cache key of :func:`_priced_inputs` does not hold)."""
-    fields = dict(zip(ND_FIELDS, values))
-    return lambda name, default=0: _defaulted(fields[name], default)
-
-
-def _number(kind: type, get: Any, name: str, default: Any) -> Any:
-    """kind(value) (int or float, as ND reads its numbers) of the config's field *name*, or the
-    SpecError naming the field that holds no number (a list, a word, NaN as an int)."""
-    value = get(name, default)
-    try:
-        return kind(value)
-    except (TypeError, ValueError, OverflowError):
-        raise SpecError(name, "estimate_performance", "be a number", value) from None
+    """get(name, default) over a config's ND_FIELDS *values*: the dict.get of the fields it states."""
+    return {name: value for name, value in zip(ND_FIELDS, values) if value is not None}.get
 
 
 def _int(get: Any, name: str, default: Any = 0) -> int:
-    return _number(int, get, name, default)
+    """int() of the config's field *name*, as ND reads its counts, or the SpecError naming it."""
+    value = get(name, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise _not_a_number(name, value) from None
 
 
 def _float(get: Any, name: str, default: Any = 0) -> float:
-    return _number(float, get, name, default)
+    """float() of the config's field *name*, or the SpecError naming it."""
+    value = get(name, default)
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise _not_a_number(name, value) from None
+
+
+def _not_a_number(name: str, value: Any) -> SpecError:
+    """A field that holds no number ND could read (a list, a word, NaN or inf as a count)."""
+    return SpecError(name, "estimate_performance", "be a number", value)
 
 
 def _submodules(cfg: Any) -> tuple[Any, Any] | None:
@@ -331,7 +335,7 @@ def _priced_inputs(cfg: Any, device: str) -> tuple[Model, ExecSpec, Cluster]:
     if values[0]:     # multimodal
         model = model_from_nd(cfg)
         spec = spec_from_nd(cfg)
-        return model, spec, _interned(Cluster, {"device": device, "num_devices": spec.num_devices})
+        return model, spec, _cluster(device, spec.num_devices)
     typed = values[_TYPED_FROM:]
     try:
         key = (device, values) if typed == _NONE_TYPED else (device, values, tuple(map(_typed, typed)))
@@ -359,6 +363,33 @@ def _typed(value: Any, depth: int = 2) -> tuple:
 
 def _built_inputs(values: tuple, device: str) -> tuple[Model, ExecSpec, Cluster]:
     get = _values_reader(values)
-    model = _interned(Model, _model_fields(get))   # the model first: its errors come first, as ND's
+    model = _model(values, get)        # the model first: its errors come first, as ND's
     spec = _spec(get)
-    return model, spec, _interned(Cluster, {"device": device, "num_devices": spec.num_devices})
+    return model, spec, _cluster(device, spec.num_devices)
+
+
+#: A config's model values (and its name, with the name's type) -> its Model: a search prices
+#: thousands of strategies of one model, each a new cache entry above but the same Model.
+_MODELS: dict[tuple, Model] = {}
+_MODELS_SIZE = 512
+
+
+def _model(values: tuple, get: Any) -> Model:
+    name = values[_TYPED_FROM]
+    key = (values[1:_STRATEGY_FROM], name, type(name))
+    try:
+        return _MODELS[key]
+    except (KeyError, TypeError):   # not seen, or unhashable
+        pass
+    model = _interned(Model, _model_fields(get))
+    if _PLAIN_TYPES.issuperset(map(type, key[0])):
+        if len(_MODELS) >= _MODELS_SIZE:
+            _MODELS.clear()
+        _MODELS[key] = model
+    return model
+
+
+@functools.lru_cache(maxsize=256)
+def _cluster(device: str, num_devices: int) -> Cluster:
+    """One Cluster per (device, size): its constants are cached on the object."""
+    return Cluster(device=device, num_devices=num_devices)
