@@ -1,10 +1,21 @@
 """The ND search loop's door: ``ndcost.nd.estimate_performance(cfg)`` with a fresh config object per
-call (same model fields, changing strategy), beside ``estimate(units="nd")`` on a prepared spec.
+call (same model fields, changing strategy), beside ``estimate(units="nd")`` on prepared specs.
 
 Run: ``pytest bench/bench_nd_dropin.py --benchmark-only --benchmark-group-by=group``. Each call of the
-drop-in prices one of 16 strategies of a Llama-3-70B-sized config; the per-call ratio of the two is
-kept in ``extra_info`` (issue 16's target is 1.5x). Nothing is asserted: absolute times never are,
-and the ratio is a target, not yet a guard.
+drop-in prices one of 16 strategies of a Llama-3-70B-sized config. Two baselines: estimate() on one
+prepared strategy (issue 16's target: the drop-in at most 1.5x it), and estimate() cycling over the
+same 16 prepared strategies (what the drop-in adds on top of pricing them; a changing strategy costs
+estimate() itself a little more). A third drop-in benchmark prices a strategy never seen before on
+every call: no cache entry, the spec built and validated (and estimate() meets a new spec object).
+The compiled leg's ratios go to ``extra_info``, from the medians (``dropin_over_estimate``,
+``dropin_over_estimate_same_strategies``, ``new_strategy_dropin_over_estimate``) and from the minima
+(``..._min``: the least disturbed call on a shared machine).
+
+One ratio is asserted, with a wide margin: the drop-in at most MAX_DROPIN_RATIO (2.0) x estimate() on
+the same strategies, from the minima (issue 16's target is 1.5x; measured 1.23-1.31 in seven runs, and
+1.42-1.48 against the one prepared strategy). The medians' ratios are recorded only: on the shared
+2-core machine this was written on they moved between 0.8 and 1.8 from run to run. Absolute times are
+never asserted.
 """
 from __future__ import annotations
 
@@ -17,16 +28,29 @@ from ndcost import _backend
 from ndcost.nd import estimate_performance, model_from_nd, spec_from_nd
 
 STRATEGIES = [(t, p) for t in (1, 2, 4, 8) for p in (1, 2, 4, 8)]
-MEDIANS: dict[str, float] = {}
+#: The compiled leg's statistics ("median", "min") per benchmark ("dropin", "estimate", "cycling", ...).
+STATS: dict[str, dict[str, float]] = {}
+#: extra_info name -> (numerator, denominator) benchmarks.
+RATIOS = {"dropin_over_estimate": ("dropin", "estimate"),
+          "dropin_over_estimate_same_strategies": ("dropin", "cycling"),
+          "new_strategy_dropin_over_estimate": ("new_strategy", "estimate")}
+#: The guard on dropin_over_estimate_same_strategies_min (the target is 1.5).
+MAX_DROPIN_RATIO = 2.0
 
 
 class _Config:
     """An ND cost-model config as a search loop builds it: plain attributes, ND's field names."""
 
-    def __init__(self, t: int, p: int) -> None:
-        self.d, self.t, self.p, self.vp, self.m, self.b, self.s = 64 // (t * p), t, p, 1, 16, 1, 4096
+    def __init__(self, t: int, p: int, m: int = 16) -> None:
+        self.d, self.t, self.p, self.vp, self.m, self.b, self.s = 64 // (t * p), t, p, 1, m, 1, 4096
         self.h, self.a, self.n_kv, self.hff, self.n_lay, self.v = 8192, 64, 8, 28672, 80, 128256
         self.bytes_p, self.bytes_compute, self.has_op, self.sp = 2, 2, True, t
+
+
+def _prepared(t: int, p: int) -> tuple:
+    cfg = _Config(t, p)
+    model, spec = model_from_nd(cfg), spec_from_nd(cfg)
+    return model, spec, ndcost.Cluster("ascend-910b", num_devices=spec.num_devices)
 
 
 @pytest.fixture(params=["cython", "python"], ids=["cython", "python"])
@@ -35,21 +59,36 @@ def api_backend(request):
         yield request.param
 
 
-def _ratio(benchmark) -> None:
-    if "dropin" in MEDIANS and "estimate" in MEDIANS:
-        benchmark.extra_info["dropin_over_estimate"] = MEDIANS["dropin"] / MEDIANS["estimate"]
+def _record(benchmark, api_backend: str, name: str) -> None:
+    """Keep the compiled leg's statistics; write every ratio both of whose benchmarks have run."""
+    stats = getattr(benchmark, "stats", None)
+    if api_backend != "cython" or stats is None:
+        return
+    STATS[name] = {"median": stats.stats.median, "min": stats.stats.min}
+    for ratio, (top, bottom) in RATIOS.items():
+        if name in (top, bottom) and top in STATS and bottom in STATS:
+            benchmark.extra_info[ratio] = STATS[top]["median"] / STATS[bottom]["median"]
+            benchmark.extra_info[f"{ratio}_min"] = STATS[top]["min"] / STATS[bottom]["min"]
+    guarded = benchmark.extra_info.get("dropin_over_estimate_same_strategies_min")
+    assert guarded is None or guarded <= MAX_DROPIN_RATIO, (
+        f"the ND drop-in costs {guarded:.2f}x estimate(nd) on the same strategies "
+        f"(guard {MAX_DROPIN_RATIO}x, target 1.5x)")
 
 
 def bench_nd_estimate_one(benchmark, api_backend):
     """estimate(units="nd"): one prepared candidate, the batch-of-one path."""
-    cfg = _Config(8, 8)
-    model, spec = model_from_nd(cfg), spec_from_nd(cfg)
-    cluster = ndcost.Cluster("ascend-910b", num_devices=spec.num_devices)
+    model, spec, cluster = _prepared(8, 8)
     benchmark.group = f"ND drop-in vs estimate(nd), one candidate, {api_backend}"
     benchmark(ndcost.estimate, model, spec, cluster, units="nd", with_memory=False)
-    if api_backend == "cython" and getattr(benchmark, "stats", None) is not None:
-        MEDIANS["estimate"] = benchmark.stats.stats.median
-        _ratio(benchmark)
+    _record(benchmark, api_backend, "estimate")
+
+
+def bench_nd_estimate_cycling(benchmark, api_backend):
+    """estimate(units="nd") on the drop-in's 16 strategies, prepared, cycling as the drop-in does."""
+    cycle = itertools.cycle([_prepared(t, p) for t, p in STRATEGIES])
+    benchmark.group = f"ND drop-in vs estimate(nd), one candidate, {api_backend}"
+    benchmark(lambda: ndcost.estimate(*next(cycle), units="nd", with_memory=False))
+    _record(benchmark, api_backend, "cycling")
 
 
 def bench_nd_dropin_fresh_config(benchmark, api_backend):
@@ -57,6 +96,13 @@ def bench_nd_dropin_fresh_config(benchmark, api_backend):
     cycle = itertools.cycle(STRATEGIES)
     benchmark.group = f"ND drop-in vs estimate(nd), one candidate, {api_backend}"
     benchmark(lambda: estimate_performance(_Config(*next(cycle)), device_type="A2"))
-    if api_backend == "cython" and getattr(benchmark, "stats", None) is not None:
-        MEDIANS["dropin"] = benchmark.stats.stats.median
-        _ratio(benchmark)
+    _record(benchmark, api_backend, "dropin")
+
+
+def bench_nd_dropin_new_strategy(benchmark, api_backend):
+    """estimate_performance(cfg) on a strategy it has not seen (a new micro-batch count every call):
+    a search that prices each candidate once builds and validates every ExecSpec (the Model is cached)."""
+    counts = itertools.count(8)      # micro-batches >= pp (8)
+    benchmark.group = f"ND drop-in vs estimate(nd), one candidate, {api_backend}"
+    benchmark(lambda: estimate_performance(_Config(8, 8, next(counts)), device_type="A2"))
+    _record(benchmark, api_backend, "new_strategy")

@@ -9,6 +9,10 @@ faster. A field the config lacks reads as ND's default, never as an error,
 as ND's ``Config`` does; a config that states an impossible strategy raises
 :class:`~ndcost.errors.SpecError` naming the ND field.
 
+A search loop builds a fresh config for every candidate: its fields (:data:`ND_FIELDS`) are read
+in one pass, and a config equal to one seen before takes its Model, ExecSpec and Cluster from a
+cache instead of building and validating them again (see ``_priced_inputs``).
+
 A multimodal config (``multimodal=True`` with ``mm_ccfgs``, ``mm_order`` and
 ``mm_main``, ND_REFERENCE §1.3 "Meta") becomes a text Model with a
 :class:`~ndcost.vision.VisionTower`: the main submodule is the text model, the
@@ -21,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
+from itertools import repeat
 from typing import Any
 
 from .device import Cluster
@@ -54,9 +59,8 @@ def _interned_by_value(cls: type, items: tuple) -> Any:
 
 
 def _interned(cls: type, fields: dict) -> Any:
-    """``cls(**fields)``, one object for equal fields: an ND search loop builds a fresh config for every
-    candidate with the same model fields, and ndcost's per-model tables are cached on the object, so an
-    equal Model (or ExecSpec, Cluster) must be the same object to be priced at batch-of-one speed.
+    """``cls(**fields)``, one object for equal fields: ndcost's per-model tables are cached on the
+    object, so an equal Model must be the same object to be priced at batch-of-one speed.
     Frozen dataclasses only, so sharing is safe; an unhashable field builds a fresh object."""
     try:
         # the builders below fill their dicts in a fixed order, so equal fields make equal tuples
@@ -65,17 +69,72 @@ def _interned(cls: type, fields: dict) -> Any:
         return cls(**fields)
 
 
+#: The fields of an ND config the drop-in reads (ND_REFERENCE §1.3): whether it is multimodal, the
+#: model's, the strategy's, then the four whose type matters as well as their value (see _priced_inputs).
+#: A unimodal config is read in one pass over these names.
+ND_FIELDS: tuple[str, ...] = (
+    "multimodal",
+    # model ("Model" and "MoE")
+    "h", "n_lay", "a", "v", "n_kv", "dh", "hff", "n_exp", "hff_exp", "n_shared_exp", "n_chosen_exp",
+    "k_1st_dense", "dc_kv", "dc_q", "dhr", "qk_nope_head_dim", "v_head_dim", "n_mtp", "qk_norm", "n_qknorm",
+    "attn_output_gate", "shared_expert_gate", "tie_emb_out",
+    # strategy
+    "d", "t", "p", "vp", "cp", "ep", "b", "m", "s", "sp", "sequence_parallel", "has_op", "grad_shard_as_params",
+    "has_grad_shard", "os_max_shard", "bytes_p", "bytes_compute", "cap_fact", "has_fa", "cp_algo", "pp_sched",
+    "is_mtp_in_offset", "emb_out_in_offset", "sel_rec_rule", "vocab_emb_dp", "moe_dispatch",
+    # keyed by type as well
+    "model_name", "offset", "full_rec", "sel_rec",
+)
+_TYPED_FROM = ND_FIELDS.index("model_name")
+_STRATEGY_FROM = ND_FIELDS.index("d")
+_NO_VALUES = (None,) * len(ND_FIELDS)
+_NONE_TYPED = _NO_VALUES[_TYPED_FROM:]
+
+
+def _values(cfg: Any) -> tuple:
+    """The config's value of every ND_FIELDS name, None where it has none."""
+    if isinstance(cfg, Mapping):
+        return tuple(map(cfg.get, ND_FIELDS))
+    return tuple(map(getattr, repeat(cfg), ND_FIELDS, _NO_VALUES))
+
+
+def _defaulted(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
 def _reader(cfg: Any):
     """get(name, default): the config's field, or *default* when it lacks it or holds None (ND's Config)."""
     if isinstance(cfg, Mapping):
-        def get(name: str, default: Any = 0) -> Any:
-            value = cfg.get(name)
-            return default if value is None else value
-    else:
-        def get(name: str, default: Any = 0) -> Any:
-            value = getattr(cfg, name, None)
-            return default if value is None else value
-    return get
+        return lambda name, default=0: _defaulted(cfg.get(name), default)
+    return lambda name, default=0: _defaulted(getattr(cfg, name, None), default)
+
+
+def _values_reader(values: tuple):
+    """get(name, default) over a config's ND_FIELDS *values*: the dict.get of the fields it states."""
+    return {name: value for name, value in zip(ND_FIELDS, values) if value is not None}.get
+
+
+def _int(get: Any, name: str, default: Any = 0) -> int:
+    """int() of the config's field *name*, as ND reads its counts, or the SpecError naming it."""
+    value = get(name, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise _not_a_number(name, value) from None
+
+
+def _float(get: Any, name: str, default: Any = 0) -> float:
+    """float() of the config's field *name*, or the SpecError naming it."""
+    value = get(name, default)
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise _not_a_number(name, value) from None
+
+
+def _not_a_number(name: str, value: Any) -> SpecError:
+    """A field that holds no number ND could read (a list, a word, NaN or inf as a count)."""
+    return SpecError(name, "estimate_performance", "be a number", value)
 
 
 def _submodules(cfg: Any) -> tuple[Any, Any] | None:
@@ -96,13 +155,13 @@ def _submodules(cfg: Any) -> tuple[Any, Any] | None:
 
 def _vision_from_nd(sub: Any, text_hidden: int) -> VisionTower:
     get = _reader(sub)
-    merge = int(get("spatial_merge_size", 2))
+    merge = _int(get, "spatial_merge_size", 2)
     return VisionTower(
-        depth=int(get("n_lay")), hidden_size=int(get("h")), num_heads=int(get("a")),
-        intermediate_size=int(get("hff")), out_hidden_size=text_hidden, spatial_merge_size=merge,
+        depth=_int(get, "n_lay"), hidden_size=_int(get, "h"), num_heads=_int(get, "a"),
+        intermediate_size=_int(get, "hff"), out_hidden_size=text_hidden, spatial_merge_size=merge,
         # ND's vision profile counts 2 FFN matmuls (a GELU MLP) unless the sub-config says 3.
-        gated_ffn=float(get("n_ffMM", 2)) == 3.0,
-        tokens=int(get("s")) * merge * merge,      # ND's s is grid // merge²: the encoder runs every patch
+        gated_ffn=_float(get, "n_ffMM", 2) == 3.0,
+        tokens=_int(get, "s") * merge * merge,      # ND's s is grid // merge²: the encoder runs every patch
     )
 
 
@@ -112,70 +171,72 @@ def model_from_nd(cfg: Any) -> Model:
     if subs is not None:
         text = model_from_nd(subs[0])
         return dataclasses.replace(text, vision=_vision_from_nd(subs[1], text.hidden_size))
-    return _interned(Model, _model_fields(cfg))
+    return _interned(Model, _model_fields(_reader(cfg)))
 
 
-def _model_fields(cfg: Any) -> dict[str, Any]:
-    get = _reader(cfg)
-    n_exp = int(get("n_exp", 1))
+def _model_fields(get: Any) -> dict[str, Any]:
+    n_exp = _int(get, "n_exp", 1)
     moe = n_exp > 1
-    hff_exp = int(get("hff_exp", 0)) if moe else None
-    n_shared = int(get("n_shared_exp", 0)) if moe else 0
+    hff_exp = _int(get, "hff_exp", 0) if moe else None
+    n_shared = _int(get, "n_shared_exp", 0) if moe else 0
     return dict(
         name=str(get("model_name", "nd-config") or "nd-config"),
-        hidden_size=int(get("h")), num_hidden_layers=int(get("n_lay")), num_attention_heads=int(get("a")),
-        vocab_size=int(get("v")),
-        num_key_value_heads=int(get("n_kv", 0)) or None,
-        head_dim=int(get("dh", 0)) or None,
-        intermediate_size=int(get("hff", 0)) or None,
+        hidden_size=_int(get, "h"), num_hidden_layers=_int(get, "n_lay"), num_attention_heads=_int(get, "a"),
+        vocab_size=_int(get, "v"),
+        num_key_value_heads=_int(get, "n_kv", 0) or None,
+        head_dim=_int(get, "dh", 0) or None,
+        intermediate_size=_int(get, "hff", 0) or None,
         num_experts=n_exp if moe else 0,
-        num_experts_per_tok=int(get("n_chosen_exp", 1)) if moe else 0,
+        num_experts_per_tok=_int(get, "n_chosen_exp", 1) if moe else 0,
         moe_intermediate_size=hff_exp,
         shared_expert_intermediate_size=n_shared * (hff_exp or 0),
-        first_k_dense_replace=int(get("k_1st_dense", 0)) if moe else 0,
-        kv_lora_rank=int(get("dc_kv", 0)), q_lora_rank=int(get("dc_q", 0)),
-        qk_rope_head_dim=int(get("dhr", 0)), qk_nope_head_dim=int(get("qk_nope_head_dim", 0)),
-        v_head_dim=int(get("v_head_dim", 0)),
-        num_nextn_predict_layers=int(get("n_mtp", 0)),
+        first_k_dense_replace=_int(get, "k_1st_dense", 0) if moe else 0,
+        kv_lora_rank=_int(get, "dc_kv", 0), q_lora_rank=_int(get, "dc_q", 0),
+        qk_rope_head_dim=_int(get, "dhr", 0), qk_nope_head_dim=_int(get, "qk_nope_head_dim", 0),
+        v_head_dim=_int(get, "v_head_dim", 0),
+        num_nextn_predict_layers=_int(get, "n_mtp", 0),
         qk_norm=bool(get("qk_norm", False) or get("n_qknorm", 0)),
         attn_output_gate=bool(get("attn_output_gate", False)),
         shared_expert_gate=bool(get("shared_expert_gate", False)),
         tie_word_embeddings=bool(get("tie_emb_out", False)),
-        family="deepseek_v3" if int(get("dc_kv", 0)) else "llama",
+        family="deepseek_v3" if _int(get, "dc_kv", 0) else "llama",
     )
 
 
 def spec_from_nd(cfg: Any) -> ExecSpec:
     """The ExecSpec an ND config states (seed apply_exec CONFIG_FIELDS, read backwards)."""
     subs = _submodules(cfg)
-    get = _reader(cfg) if subs is None else _shared_reader(cfg, subs[0])
-    t = int(get("t", 1))
+    return _spec(_reader(cfg) if subs is None else _shared_reader(cfg, subs[0]))
+
+
+def _spec(get: Any) -> ExecSpec:
+    t = _int(get, "t", 1)
     sp = get("sequence_parallel", None)
-    sequence_parallel = bool(sp) if sp is not None else int(get("sp", 1)) > 1
+    sequence_parallel = bool(sp) if sp is not None else _int(get, "sp", 1) > 1
     has_op = bool(get("has_op", False))
     zero = 0
     if has_op:
         zero = 3 if get("grad_shard_as_params", False) else (2 if get("has_grad_shard", False) else 1)
     fields: dict[str, Any] = dict(
-        dp=int(get("d", 1)), tp=t, pp=int(get("p", 1)), vpp=int(get("vp", 1)), cp=int(get("cp", 1)),
-        ep=int(get("ep", 1)), sequence_parallel=sequence_parallel and t > 1,
-        micro_batch_size=int(get("b", 1)), micro_batch_num=int(get("m", 1)), seq_length=int(get("s")),
-        zero_stage=zero, param_bytes=int(get("bytes_p", 2)), compute_bytes=int(get("bytes_compute", 2)),
-        capacity_factor=float(get("cap_fact", 1.0)) or 1.0,
+        dp=_int(get, "d", 1), tp=t, pp=_int(get, "p", 1), vpp=_int(get, "vp", 1), cp=_int(get, "cp", 1),
+        ep=_int(get, "ep", 1), sequence_parallel=sequence_parallel and t > 1,
+        micro_batch_size=_int(get, "b", 1), micro_batch_num=_int(get, "m", 1), seq_length=_int(get, "s"),
+        zero_stage=zero, param_bytes=_int(get, "bytes_p", 2), compute_bytes=_int(get, "bytes_compute", 2),
+        capacity_factor=_float(get, "cap_fact", 1.0) or 1.0,
         flash_attention=bool(get("has_fa", True)),
         cp_algo="ulysses" if str(get("cp_algo", "colossalai_cp")).lower().startswith("ulysses") else "ring",
-        pp_schedule=_schedule(str(get("pp_sched", "1f1b") or "1f1b"), int(get("vp", 1))),
+        pp_schedule=_schedule(str(get("pp_sched", "1f1b") or "1f1b"), _int(get, "vp", 1)),
         mtp_in_offset=bool(get("is_mtp_in_offset", True)),
         emb_out_in_offset=bool(get("emb_out_in_offset", False)),
         selective_rule=str(get("sel_rec_rule", "mindformers") or "mindformers"),
         vocab_emb_dp=bool(get("vocab_emb_dp", False)),
     )
     if has_op and get("os_max_shard", 0):
-        shard = int(get("os_max_shard"))
+        shard = _int(get, "os_max_shard")
         if shard >= 1 and fields["dp"] % shard == 0:
             fields["optimizer_shard"] = shard
     if get("moe_dispatch", None) is not None:
-        fields["moe_dispatch"] = float(get("moe_dispatch"))
+        fields["moe_dispatch"] = _float(get, "moe_dispatch")
     offset = get("offset", None)
     if offset:
         fields["offset"] = offset
@@ -183,7 +244,7 @@ def spec_from_nd(cfg: Any) -> ExecSpec:
         value = get(nd_name, None)
         if value not in (None, False, 0):
             fields[name] = value
-    return _interned(ExecSpec, fields)
+    return ExecSpec(**fields)
 
 
 def _shared_reader(parent: Any, text: Any):
@@ -223,23 +284,112 @@ def estimate_performance(cfg: Any, stages: Any = None, extra_custom_func: Any = 
         raise SpecError("stages", "estimate_performance", "be None (ndcost lays out the config itself)", "a partition")
     if extra_custom_func is not None:
         extra_custom_func(cfg)
-    model = model_from_nd(cfg)
-    spec = spec_from_nd(cfg)
-    device = ND_DEVICES.get(str(device_type), str(device_type)) if isinstance(device_type, str) else \
+    device = ND_DEVICES.get(device_type, device_type) if isinstance(device_type, str) else \
         ND_DEVICES.get(getattr(device_type, "name", ""), "ascend-910b")
-    cluster = _interned(Cluster, {"device": device, "num_devices": spec.num_devices})
-
-    def option(name: str, default: str) -> str:
-        value = getattr(ccfg, name, None) if ccfg is not None else None
-        return default if value is None else getattr(value, "name", str(value)).upper()
-
+    model, spec, cluster = _priced_inputs(cfg, device)
+    ratio_type, rec_type, p2p = _DEFAULT_OPTIONS if ccfg is None else _options(ccfg)
     # the one path: estimate() in ND units (validation, the batch-of-one kernels), without memory
     priced = estimate(
-        model, spec, cluster, units="nd", ratios=cache_file,
-        ratio_type=option("rtype", "DYNAMIC"), rec_type=option("retype", "WITH"),
-        p2p=option("ptype", "NONE") == "MANUAL", stage_savings=stage_savings, stage_focused=stage_focused,
-        with_memory=False,
+        model, spec, cluster, units="nd", ratios=cache_file, ratio_type=ratio_type, rec_type=rec_type, p2p=p2p,
+        stage_savings=stage_savings, stage_focused=stage_focused, with_memory=False,
     )
     if return_parts:
         return priced.step_time, dict(priced.parts)
     return priced.step_time
+
+
+#: ND's CustomConfig defaults: (ratio_type, rec_type, p2p).
+_DEFAULT_OPTIONS = ("DYNAMIC", "WITH", False)
+
+
+def _options(ccfg: Any) -> tuple[str, str, bool]:
+    """(ratio_type, rec_type, p2p) a CustomConfig states (rtype, retype, ptype: names or enums)."""
+    def option(name: str, default: str) -> str:
+        value = getattr(ccfg, name, None)
+        return default if value is None else getattr(value, "name", str(value)).upper()
+
+    return option("rtype", "DYNAMIC"), option("retype", "WITH"), option("ptype", "NONE") == "MANUAL"
+
+
+#: (device, a config's ND_FIELDS values[, the typed forms of the last four]) -> (Model, ExecSpec, Cluster).
+_PRICED_INPUTS: dict[tuple, tuple[Model, ExecSpec, Cluster]] = {}
+_PRICED_INPUTS_SIZE = 4096
+#: The types a config's values must have to be cached (their equal values convert alike).
+_PLAIN_TYPES = frozenset({int, float, bool, str, type(None)})
+
+
+def _priced_inputs(cfg: Any, device: str) -> tuple[Model, ExecSpec, Cluster]:
+    """The Model, ExecSpec and Cluster a config prices on *device*.
+
+    An ND search builds a fresh config object for every candidate, with the same model fields and
+    changing strategy fields. Equal configs are priced from one cache entry, keyed by the config's
+    values read in one pass, so a config seen before is neither rebuilt nor validated again.
+
+    The builders convert a value with int(), float(), bool() or str(), which agree on equal numbers
+    (8, 8.0; 1, True) but for str(): so the model's name, and the fields that pass to ExecSpec as
+    they are (offset, full_rec, sel_rec: an offset of 1 is valid, of True is not), key with the type
+    of every item beside its value. Only configs of plain values are stored (_PLAIN_TYPES); a
+    multimodal one, whose sub-configs are the caller's objects (which may change), is built every call.
+    """
+    values = _values(cfg)
+    if values[0]:     # multimodal
+        model = model_from_nd(cfg)
+        spec = spec_from_nd(cfg)
+        return model, spec, _cluster(device, spec.num_devices)
+    typed = values[_TYPED_FROM:]
+    try:
+        key = (device, values) if typed == _NONE_TYPED else (device, values, tuple(map(_typed, typed)))
+        return _PRICED_INPUTS[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable value, or one nested past a 2-D grid: built every call
+        return _built_inputs(values, device)
+    inputs = _built_inputs(values, device)
+    if _PLAIN_TYPES.issuperset(map(type, values[:_TYPED_FROM])):
+        if len(_PRICED_INPUTS) >= _PRICED_INPUTS_SIZE:
+            _PRICED_INPUTS.clear()
+        _PRICED_INPUTS[key] = inputs
+    return inputs
+
+
+def _typed(value: Any, depth: int = 2) -> tuple:
+    """*value* beside its type, a list or tuple item by item (up to a 2-D grid), hashable."""
+    if isinstance(value, (list, tuple)):
+        if not depth:
+            raise TypeError("nested deeper than ExecSpec's grids")
+        return (type(value), tuple(_typed(item, depth - 1) for item in value))
+    return (type(value), value)
+
+
+def _built_inputs(values: tuple, device: str) -> tuple[Model, ExecSpec, Cluster]:
+    get = _values_reader(values)
+    model = _model(values, get)        # the model first: its errors come first, as ND's
+    spec = _spec(get)
+    return model, spec, _cluster(device, spec.num_devices)
+
+
+#: A config's model values (and its name, with the name's type) -> its Model: a search prices
+#: thousands of strategies of one model, each a new cache entry above but the same Model.
+_MODELS: dict[tuple, Model] = {}
+_MODELS_SIZE = 512
+
+
+def _model(values: tuple, get: Any) -> Model:
+    name = values[_TYPED_FROM]
+    key = (values[1:_STRATEGY_FROM], name, type(name))
+    try:
+        return _MODELS[key]
+    except (KeyError, TypeError):   # not seen, or unhashable
+        pass
+    model = _interned(Model, _model_fields(get))
+    if _PLAIN_TYPES.issuperset(map(type, key[0])):
+        if len(_MODELS) >= _MODELS_SIZE:
+            _MODELS.clear()
+        _MODELS[key] = model
+    return model
+
+
+@functools.lru_cache(maxsize=256)
+def _cluster(device: str, num_devices: int) -> Cluster:
+    """One Cluster per (device, size): its constants are cached on the object."""
+    return Cluster(device=device, num_devices=num_devices)
