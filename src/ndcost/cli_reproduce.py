@@ -28,7 +28,7 @@ _FLAG_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", 
 
 
 def write_plan(path: str, spec: ExecSpec) -> None:
-    from .emit_recompute import plan_document
+    from .recompute_spec import plan_document
     from .files import output_path
 
     output_path(path, "a recompute plan").write_text(json.dumps(plan_document(spec), indent=2) + "\n",
@@ -67,7 +67,7 @@ def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) ->
         if plan_path is not None:
             words += ["--recompute-plan", plan_path]
         else:
-            from .emit_recompute import plan_document
+            from .recompute_spec import plan_document
 
             words += ["--recompute-plan", json.dumps(plan_document(spec), separators=(",", ":"))]
     elif option in ("full", "selective") and spec.selective_switches is None:

@@ -27,7 +27,7 @@ from typing import Any
 from .exec_spec import ExecSpec, RecomputeRange
 from .recompute_spec import ALL_KEPT, SWITCHES, switches_from_mask
 
-__all__ = ["RecomputeEmit", "launcher_recompute", "plan_document", "layer_plan"]
+__all__ = ["RecomputeEmit", "launcher_recompute", "layer_plan"]
 
 _OPTION_NAMES = {0: "none", 1: "full", 2: "selective"}
 _BIT = {name: 1 << index for index, name in enumerate(SWITCHES)}
@@ -70,14 +70,6 @@ def layer_plan(model: Any, spec: ExecSpec) -> list[list[tuple[int, int, int]]]:
         option, mask, stage, chunk = by_index[index]
         chunks.setdefault((stage, chunk), []).append((index, option, mask))
     return [chunks[key] for key in sorted(chunks)]
-
-
-def plan_document(spec: ExecSpec) -> list[dict]:
-    """The spec's recompute ranges as JSON-ready mappings (what ``--recompute-plan`` reads)."""
-    if not isinstance(spec.recompute, tuple):
-        return []
-    return [{"first": r.first, "count": r.count, "option": r.option,
-             **({"switches": dict(r.switches)} if r.switches is not None else {})} for r in spec.recompute]
 
 
 def _ranges(layers: list[tuple[int, str, int | None]]) -> tuple[RecomputeRange, ...]:

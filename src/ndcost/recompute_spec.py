@@ -31,6 +31,7 @@ __all__ = [
     "selective_switches",
     "selective_keep_mask",
     "RecomputeRange",
+    "plan_document",
 ]
 
 #: ND's recompute switches, in the seed's order (seed ``recompute/profile.py``
@@ -233,3 +234,11 @@ class RecomputeRange:
         switches = None if self.switches is None else dict(self.switches)
         return (RecomputeRange, (self.first, self.count, self.option, switches))
 
+
+def plan_document(spec: Any) -> list[dict]:
+    """The spec's recompute ranges as JSON-ready mappings (what ``--recompute-plan`` reads): the
+    ranges' plain-data form, beside the class that reads them back; [] when the spec has no ranges."""
+    if not isinstance(spec.recompute, tuple):
+        return []
+    return [{"first": r.first, "count": r.count, "option": r.option,
+             **({"switches": dict(r.switches)} if r.switches is not None else {})} for r in spec.recompute]

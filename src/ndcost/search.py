@@ -54,7 +54,7 @@ class Ranked:
         strategy["micro_batch_num"] = self.spec.resolved_micro_batch_num
         strategy["recompute"] = ("per_layer" if self.per_layer_recompute else self.spec.recompute_option)
         if self.per_layer_recompute:
-            from .emit_recompute import plan_document
+            from .recompute_spec import plan_document
 
             strategy["recompute_ranges"] = plan_document(self.spec)   # what estimate --recompute-plan reads
         if self.rebalanced:
