@@ -10,7 +10,7 @@ import pytest
 
 from batch_cases import columns_of, legal_tp, planted_rows, random_rows
 from ndcost import Cluster, ExecSpec, Model, SpecError, _backend, models
-from ndcost._columns import KERNEL_REASON, LAYOUT, PART_NAMES, RATE_FIELDS, SECONDS_CAND_FIELDS
+from ndcost._columns import KERNEL_REASON, LAYOUT, PART_NAMES, RATE_FIELDS, SECONDS_CAND_FIELDS, SECONDS_STAGE_FIELDS
 from ndcost._formulas import ARRAY, derived_columns
 from ndcost.candidates import Candidates
 from ndcost.derive import derive, model_constants
@@ -31,6 +31,7 @@ from strategies import REALISTIC
 RTOL = 1e-12
 PARITY_MODELS = ("llama3-70b", "deepseek-v3", "qwen3-next-80b-a3b", "mixtral-8x7b", "gpt3-175b", "qwen2.5-vl-7b")
 OUTPUTS = ("step_time", "mfu", "hfu", "tokens_per_second")
+_N_SUMS = len(SECONDS_STAGE_FIELDS)
 
 
 def close(a: float, b: float) -> bool:
@@ -331,7 +332,7 @@ def _kernel_args(name: str = "llama3-8b"):
         layouts=pool.pool.layouts, pool=pool.pool.pool, slot_pool=pool.pool.slot_pool, extras=pool.extras,
         extras_at=pool.extras_at, reason=np.zeros(n, dtype=np.int64), out_step=np.empty(n),
         out_parts=np.empty((len(PART_NAMES), n)), out_rates=np.empty((len(STEP_RATE_FIELDS), n)),
-        out_stage_times=np.empty((n, pool.pool.max_pp)))
+        out_stage_times=np.empty((n, pool.pool.max_pp)), out_stage_sums=np.empty((n, pool.pool.max_pp, _N_SUMS)))
 
 
 def test_kernels_check_shapes_before_pricing(kernels):
@@ -346,6 +347,7 @@ def test_kernels_check_shapes_before_pricing(kernels):
         "out_parts": lambda a: np.empty((len(PART_NAMES) - 1, 3)),
         "out_rates": lambda a: np.empty((3, 3)),
         "out_stage_times": lambda a: np.empty((3, 1)),
+        "out_stage_sums": lambda a: np.empty((3, a["out_stage_sums"].shape[1], _N_SUMS - 1)),
         "out_step": lambda a: np.empty(2),
     }
     for name, make in bad.items():

@@ -68,10 +68,11 @@ def seconds_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT
                            double[::1] out_step,                # OUT (N,)
                            double[:, :] out_parts,              # OUT (P_COUNT, N), any strides
                            double[:, :] out_rates,              # OUT (SR_COUNT, N), any strides
-                           double[:, ::1] out_stage_times) -> None:  # OUT (N, >= max pp) or (0, 0)
+                           double[:, ::1] out_stage_times,      # OUT (N, >= max pp) or (0, 0)
+                           double[:, :, ::1] out_stage_sums) -> None:  # OUT (N, >= max pp, SS_COUNT) or (0, 0, 0)
     """Seconds mode's step time of N candidates, one stage walk, combine and step rates each; see the oracle."""
     cdef Py_ssize_t n = cands.shape[1], n_kinds = kinds.shape[0], n_rates = rates.shape[0]
-    cdef Py_ssize_t i, j, s, li, p, n_slots, n_times, max_p, max_pv, max_slots
+    cdef Py_ssize_t i, j, s, li, p, n_slots, n_times, n_sums, max_p, max_pv, max_slots
     cdef double total
     cdef double cand[SC_COUNT]
     cdef double parts[P_COUNT]
@@ -112,6 +113,10 @@ def seconds_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT
     n_times = out_stage_times.shape[1] if out_stage_times.shape[0] else 0
     if out_stage_times.shape[0] not in (0, n) or (out_stage_times.shape[0] and n_times < max_p):
         raise ValueError(f"out_stage_times must be (0, 0) or ({n}, >= the largest pp ({max_p}))")
+    n_sums = out_stage_sums.shape[1] if out_stage_sums.shape[0] else 0
+    if out_stage_sums.shape[0] not in (0, n) or (out_stage_sums.shape[0] and (
+            n_sums < max_p or out_stage_sums.shape[2] != SS_COUNT)):
+        raise ValueError(f"out_stage_sums must be (0, 0, 0) or ({n}, >= the largest pp ({max_p}), {SS_COUNT})")
     # one block: stage (pp x SS_COUNT), then times, totals, p_dense, p_expert (pp each)
     scratch = <double*>malloc(max_p * (SS_COUNT + 4) * sizeof(double))
     if scratch == NULL:
@@ -154,6 +159,9 @@ def seconds_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT
                     out_rates[j, i] = step_rates[j]
                 for s in range(n_times):
                     out_stage_times[i, s] = times[s] if s < p else NAN
+                for s in range(n_sums):
+                    for j in range(SS_COUNT):
+                        out_stage_sums[i, s, j] = stage[s * SS_COUNT + j] if s < p else NAN
                 if total != total and reason[i] == RS_ok:
                     reason[i] = RS_undefined
     finally:
