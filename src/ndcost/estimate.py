@@ -21,6 +21,7 @@ from .exec_spec import ExecSpec
 from .layout import Layout, build_layout
 from .model import Model
 from .nd_tables import nd_candidate_vector, nd_kind_table, nd_model_vector, refuse_nd_units
+from .rates_io import as_rates
 from .ratios import Ratios
 from .result import Estimate, check_parts_sum
 from .validate import validate
@@ -131,10 +132,9 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         for name, value in (("stage_savings", stage_savings), ("stage_focused", stage_focused)):
             if value is not None:
                 raise SpecError(name, "estimate", "be given in nd units only (in seconds, price plan.spec)", value)
-        from .rates_io import as_rates
-
-        return estimate_seconds_one(model, spec, cluster, ratios, as_rates(rates, device=cluster, owner="estimate"),
-                                    with_memory)
+        if rates is not None:
+            rates = as_rates(rates, device=cluster, owner="estimate")
+        return estimate_seconds_one(model, spec, cluster, ratios, rates, with_memory)
     if stage_savings is None and stage_focused is None:
         return estimate_nd_one(model, spec, cluster, ratios, ratio_type, rec_type, p2p, with_memory)
     # ND's per-layer plan view (stage_savings, stage_focused): the seeds' own walk and combine.

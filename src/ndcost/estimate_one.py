@@ -1,12 +1,13 @@
-"""``estimate()``'s one path for one candidate, in both units: a batch of one through the batch kernels.
+"""``estimate()``'s one path for one candidate, in both units: ``estimate_many``'s kernels on a batch of one.
 
 The joint (model, spec, cluster) rules are ``estimate_many``'s (``ndcost._formulas.joint_reason``)
 on Python scalars; a broken one re-runs :func:`ndcost.validate.validate` for its descriptive
-SpecError. The candidate's derived values and kernel columns are the scalar twins of the
-formulas ``estimate_many`` runs on numpy columns, packed straight into one float64 column;
-the kernels are ``estimate_many``'s (``nd_estimate_batch`` or ``seconds_estimate_batch``, then
-``memory_batch``). Everything that depends only on the model, the layout, the cluster or the
-rates is built once and kept with the object it describes (``ndcost._cache``).
+SpecError. The candidate's derived values and kernel vectors are the scalar twins of the
+formulas ``estimate_many`` runs on numpy columns, packed straight into one float64 vector. The
+kernels (``nd_estimate_one``, ``seconds_estimate_one``: ``ndcost._kpy.one``) price the unit and
+the memory model in one call, each as the batch kernels price a row (the oracle *is* the batch
+kernels on a batch of one). What depends only on the model, the layout, the cluster or the
+spec is built once and kept with the object it describes (``ndcost._cache``).
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from ._cache import cached, per_object
 from ._formulas import (
     SCALAR, derived_columns_scalar, joint_reason_scalar, memory_candidate_columns_scalar, nd_candidate_columns_scalar,
 )
+from ._kpy.one import ND_ONE_COUNT, ONE_FIELDS
+from ._kpy.seconds_batch import STEP_RATE_FIELDS
 from ._layout_pool import LayoutPool, layout_piece, pack_layouts
 from .derive import derived_values, model_constants
 from .device import Cluster
@@ -35,9 +38,11 @@ from .memory import MEMORY_PARTS, MemoryEstimate, memory_kind_table, memory_mode
 from .memory_overheads import fixed_bytes
 from .model import Model
 from .nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, nd_options_vector
+from .rates import Rates
 from .ratios import Ratios
 from .reasons import REASON_CODES
 from .result import Estimate, check_parts_sum
+from .seconds import _extras, rates_vector, seconds_candidate_values, seconds_kind_table, seconds_model_vector
 from .validate import _layout_rules, validate
 
 __all__ = ["estimate_nd_one", "estimate_seconds_one", "nd_options", "single_layout"]
@@ -56,8 +61,6 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     return array
 
 
-#: A batch of one: row 0 of every table (layout, rates, extras offset 0).
-_ONE_ROW = _read_only(np.zeros(1, dtype=np.int64))
 _NO_RATIOS = _read_only(np.zeros(0, dtype=np.float64))
 _NAN = math.nan
 _NO_DETAILS = MappingProxyType({})
@@ -68,6 +71,9 @@ _N_PARTS = len(col.PART_NAMES)
 _N_MEMORY_COLUMNS = len(MEMORY_PARTS) + 1
 _N_STAGE_SUMS = len(col.SECONDS_STAGE_FIELDS)
 _PART_NAMES = col.PART_NAMES
+# Where seconds_estimate_one writes its scalars (ndcost._kpy.one.ONE_FIELDS).
+_ONE_STEP, _ONE_PEAK = ONE_FIELDS.index("step_time"), ONE_FIELDS.index("peak")
+_ONE_PARTS, _ONE_RATES = ONE_FIELDS.index(col.PART_NAMES[0]), ONE_FIELDS.index(STEP_RATE_FIELDS[0])
 # The candidate column, packed as doubles straight from the Python values: the units' own
 # vector, then (with memory) the memory model's.
 _PACK = {(n, memory): struct.Struct(f"={n + (_N_MEMORY_CAND if memory else 0)}d").pack
@@ -90,8 +96,6 @@ class _ModelTables:
     def seconds(self, model: Model) -> tuple:
         """(seconds kind table, seconds model vector)."""
         if self._seconds is None:
-            from .seconds import seconds_kind_table, seconds_model_vector
-
             self._seconds = (seconds_kind_table(model), seconds_model_vector(model))
         return self._seconds
 
@@ -104,10 +108,10 @@ class _OneLayout:
     """A spec's layout packed for the batch kernels: the pool, and seconds mode's per-stage
     extras (embedding, output head, MTP modules), flat."""
 
-    __slots__ = ("pool", "extras")
+    __slots__ = ("pool", "row", "extras")
 
     def __init__(self, pool: LayoutPool, extras: np.ndarray) -> None:
-        self.pool, self.extras = pool, _read_only(extras)
+        self.pool, self.row, self.extras = pool, pool.layouts[0], _read_only(extras)
 
 
 def _one_layout(model: Model, spec: ExecSpec, layouts: dict) -> _OneLayout:
@@ -115,8 +119,6 @@ def _one_layout(model: Model, spec: ExecSpec, layouts: dict) -> _OneLayout:
     key = _layout_key(spec)
     packed = layouts.get(key)
     if packed is None:
-        from .seconds import _extras
-
         if len(layouts) >= 4096:
             layouts.clear()
         layout = build_layout(model, spec)
@@ -140,13 +142,9 @@ class _Scratch(threading.local):
 
     def sized(self, pp: int) -> "_Scratch":
         self.pp = pp
-        self.reason = np.zeros(1, dtype=np.int64)
-        self.step = np.empty(1, dtype=np.float64)
-        self.parts = np.empty((_N_PARTS, 1), dtype=np.float64)
-        self.rates = np.empty((4, 1), dtype=np.float64)
-        self.times = np.empty((1, pp), dtype=np.float64)
-        self.peak = np.empty(1, dtype=np.float64)
-        self.fit = np.empty(1, dtype=np.uint8)
+        self.one = np.empty(len(ONE_FIELDS), dtype=np.float64)
+        self.nd_one = np.empty(ND_ONE_COUNT, dtype=np.float64)
+        self.stage_times = np.empty(pp, dtype=np.float64)
         return self
 
 
@@ -158,33 +156,62 @@ def _scratch(pp: int) -> _Scratch:
     return scratch if scratch.pp == pp else scratch.sized(pp)
 
 
-def _checked(model: Model, spec: ExecSpec, cluster: Cluster) -> tuple:
-    """(spec fields, model tables, cluster constants, derived values) of a spec that passes every
-    joint rule; a broken rule raises validate()'s SpecError (or derive's)."""
-    c = spec.__dict__
-    tables = _model_tables(model)
-    cc = cluster_constants(cluster)
-    layout_bad = False
-    if c["offset"] is not None or c["pp_partition"] is not None or type(c["recompute"]) is tuple:
-        layout_bad = any(True for _ in _layout_rules(model, spec))
-    if joint_reason_scalar(SCALAR, c, tables.constants, cc, layout_bad, True, REASON_CODES):
-        validate(model, spec, cluster)
-        raise SpecError("spec", "estimate", "pass validate() (ndcost.explain says why)", spec)  # pragma: no cover
-    derived = derived_columns_scalar(SCALAR, c, tables.constants)
-    if derived["d_exp"] < 1:
-        derived_values(model, spec)  # raises derive's SpecError
-    return c, tables, cc, derived
+class _Prepared:
+    """One spec made ready for the kernels on one (model, cluster), in one unit: what its joint
+    rules, derived values and candidate columns give, none of which depends on anything else.
+
+    Kept with the spec (``ndcost._cache.per_object``; the spec itself is not touched), so a
+    spec priced again -- a search revisiting a candidate, ND's drop-in, which interns equal
+    configs -- goes straight to the kernels.
+    """
+
+    __slots__ = ("model", "cluster", "tables", "cc", "packed", "column", "pp", "fixed", "seconds_tables", "rate")
+
+    def __init__(self, model: Model, spec: ExecSpec, cluster: Cluster, seconds: bool, with_memory: bool) -> None:
+        c = spec.__dict__
+        tables = _model_tables(model)
+        cc = cluster_constants(cluster)
+        layout_bad = False
+        if c["offset"] is not None or c["pp_partition"] is not None or type(c["recompute"]) is tuple:
+            layout_bad = any(True for _ in _layout_rules(model, spec))
+        if joint_reason_scalar(SCALAR, c, tables.constants, cc, layout_bad, True, REASON_CODES):
+            validate(model, spec, cluster)
+            raise SpecError("spec", "estimate", "pass validate() (ndcost.explain says why)", spec)  # pragma: no cover
+        derived = derived_columns_scalar(SCALAR, c, tables.constants)
+        if derived["d_exp"] < 1:
+            derived_values(model, spec)  # raises derive's SpecError
+        if seconds:
+            values = seconds_candidate_values(spec, derived)
+            n_cand = _N_SECONDS_CAND
+        else:
+            values = nd_candidate_columns_scalar(SCALAR, c, derived, cc, MOE_DISPATCH)
+            n_cand = _N_CAND
+        if with_memory:
+            values += memory_candidate_columns_scalar(SCALAR, c, derived)
+        # One vector holds both candidates: the unit's, then the memory model's.
+        self.column = _read_only(np.frombuffer(_PACK[n_cand, with_memory](*values)))
+        self.model, self.cluster, self.tables, self.cc = model, cluster, tables, cc
+        self.packed = _one_layout(model, spec, tables.layouts)
+        self.pp = c["pp"]
+        self.fixed = float(fixed_bytes(c["dp"], c["tp"], c["pp"], c["cp"], c["ep"])) if seconds and with_memory else 0.0
+        # seconds mode: its kind table and model vector, and the device's own rates of the spec's precision
+        self.seconds_tables = tables.seconds(model) if seconds else None
+        self.rate = _rates_row(cluster, None, c["precision"]) if seconds else None
 
 
-def _memory_of(kernels: Any, tables: _ModelTables, column: np.ndarray, n_cand: int, pool: LayoutPool,
-               cc: Any, scratch: _Scratch, pp: int) -> MemoryEstimate:
-    """memory_batch on the column's memory part (after its first *n_cand* rows)."""
-    stages = np.empty((1, pp, _N_MEMORY_COLUMNS), dtype=np.float64)   # kept by the result
-    scratch.reason[0] = 0
-    kernels.memory_batch(tables.memory_kinds, tables.memory_vector, column[n_cand:], _ONE_ROW, pool.layouts,
-                         pool.pool, pool.slot_pool, cc.reserve, cc.capacity, scratch.reason, scratch.peak,
-                         scratch.fit, stages)
-    return MemoryEstimate.from_kernel(stages[0], scratch.peak.item(), cc.capacity)
+#: per_object(spec) keys of the prepared entries, by (seconds, with_memory).
+_PREPARED_KEYS = {(seconds, memory): f"estimate_one:{'seconds' if seconds else 'nd'}:{int(memory)}"
+                  for seconds in (False, True) for memory in (False, True)}
+
+
+def _prepared(model: Model, spec: ExecSpec, cluster: Cluster, seconds: bool, with_memory: bool) -> _Prepared:
+    """The spec's prepared entry on (model, cluster); a broken joint rule raises validate()'s SpecError."""
+    entries = per_object(spec)
+    key = _PREPARED_KEYS[seconds, with_memory]
+    entry = entries.get(key)
+    if entry is None or entry.model is not model or entry.cluster is not cluster:
+        entry = entries[key] = _Prepared(model, spec, cluster, seconds, with_memory)
+    return entry
 
 
 def _result(units: str, total: float, parts: dict, times: tuple, memory: Any, fits: bool, mfu: float, hfu: float,
@@ -198,54 +225,43 @@ def _result(units: str, total: float, parts: dict, times: tuple, memory: Any, fi
 
 def estimate_nd_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any, ratio_type: str,
                     rec_type: str, p2p: bool, with_memory: bool) -> Estimate:
-    """ND's score of one spec through ``nd_estimate_batch`` (and ``memory_batch``), as a batch of one."""
-    c, tables, cc, derived = _checked(model, spec, cluster)
-    packed = _one_layout(model, spec, tables.layouts)
-    pool = packed.pool
+    """ND's score of one spec (and its memory) through ``nd_estimate_one``."""
+    prep = _prepared(model, spec, cluster, False, with_memory)
+    tables, pool, pp = prep.tables, prep.packed.pool, prep.pp
     ratio_set = Ratios.coerce(ratios) if ratios is not None else None
-    values = nd_candidate_columns_scalar(SCALAR, c, derived, cc, MOE_DISPATCH)
-    if with_memory:
-        values += memory_candidate_columns_scalar(SCALAR, c, derived)
-    column = np.frombuffer(_PACK[_N_CAND, with_memory](*values)).reshape(-1, 1)
-    pp = c["pp"]
     scratch = _scratch(pp)
-    scratch.reason[0] = 0
-    kernels = _backend.kernels
-    kernels.nd_estimate_batch(
-        tables.kinds, tables.vector, column[:_N_CAND], _ONE_ROW, pool.layouts, pool.pool, pool.slot_pool,
-        nd_options(ratio_type, rec_type, bool(p2p)),
+    stages = np.empty((pp, _N_MEMORY_COLUMNS), dtype=np.float64) if with_memory else _NO_MEMORY_STAGES
+    _backend.kernels.nd_estimate_one(
+        tables.kinds, tables.vector, tables.memory_kinds, tables.memory_vector, prep.column, prep.packed.row,
+        pool.pool, pool.slot_pool, nd_options(ratio_type, rec_type, bool(p2p)),
         _NO_RATIOS if ratio_set is None else np.ascontiguousarray(ratio_set.vector(), dtype=np.float64),
-        scratch.reason, scratch.step, scratch.parts, scratch.times)
-    total = scratch.step.item()
-    part_values = dict(zip(_PART_NAMES, scratch.parts.ravel().tolist()))
+        prep.cc.reserve, scratch.nd_one, scratch.stage_times, stages)
+    values = scratch.nd_one.tolist()
+    total = values[_ONE_STEP]
+    part_values = dict(zip(_PART_NAMES, values[_ONE_PARTS:_ONE_RATES]))
     check_parts_sum(part_values, total)
     memory = None
     fits = True
     if with_memory:
-        memory = _memory_of(kernels, tables, column, _N_CAND, pool, cc, scratch, pp)
-        fits = bool(scratch.fit[0])
-    return _result("nd" if ratio_set is None else "nd_ms", total, part_values, tuple(scratch.times[0].tolist()),
+        capacity = prep.cc.capacity
+        peak = values[_ONE_PEAK]
+        memory = MemoryEstimate.from_kernel(stages, peak, capacity)
+        fits = peak <= capacity   # memory_batch's fit: the peak stage (its reserve included) within HBM
+    return _result("nd" if ratio_set is None else "nd_ms", total, part_values, tuple(scratch.stage_times.tolist()),
                    memory, fits, _NAN, _NAN, _NAN, _NO_DETAILS)
 
 
-@functools.lru_cache(maxsize=1024)
-def _fixed_bytes(dp: int, tp: int, pp: int, cp: int, ep: int) -> float:
-    return float(fixed_bytes(dp, tp, pp, cp, ep))
+_NO_MEMORY_STAGES = np.empty((0, _N_MEMORY_COLUMNS), dtype=np.float64)   # nothing is written to it
 
 
 def _rates_row(cluster: Cluster, rates: Any, precision: str) -> np.ndarray:
-    """(1, RATE_FIELDS): the rates of one precision as the batch kernel's rates table; the
-    device's own rates (*rates* None) are kept with the cluster."""
-    from .seconds import rates_vector
-
+    """(RATE_FIELDS,): the rates of one precision; the device's own (*rates* None) are kept with the cluster."""
     if rates is not None:
-        return rates_vector(cluster, rates, precision).reshape(1, -1)
+        return rates_vector(cluster, rates, precision)
     rows = per_object(cluster).setdefault("seconds_rate_rows", {})
     row = rows.get(precision)
     if row is None:
-        from .rates import Rates
-
-        row = rows[precision] = rates_vector(cluster, Rates.for_device(cluster.device), precision).reshape(1, -1)
+        row = rows[precision] = rates_vector(cluster, Rates.for_device(cluster.device), precision)
     return row
 
 
@@ -256,29 +272,22 @@ def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios:
     *rates* is a :class:`~ndcost.rates.Rates` or None (the device's); ``details`` carries the
     step's model FLOPs and the raw per-stage sums (``SECONDS_STAGE_FIELDS`` columns).
     """
-    from .seconds import seconds_candidate_values
-
-    c, tables, cc, derived = _checked(model, spec, cluster)
-    packed = _one_layout(model, spec, tables.layouts)
+    prep = _prepared(model, spec, cluster, True, with_memory)
+    tables, packed = prep.tables, prep.packed
     pool = packed.pool
-    rate_row = _rates_row(cluster, rates, c["precision"])
-    values = seconds_candidate_values(spec, derived)
-    if with_memory:
-        values += memory_candidate_columns_scalar(SCALAR, c, derived)
-    column = np.frombuffer(_PACK[_N_SECONDS_CAND, with_memory](*values)).reshape(-1, 1)
-    pp = c["pp"]
+    pp = prep.pp
     scratch = _scratch(pp)
-    scratch.reason[0] = 0
-    sums = np.empty((1, pp, _N_STAGE_SUMS), dtype=np.float64)   # kept by the result (details["stage_sums"])
-    kernels = _backend.kernels
-    skinds, smodel = tables.seconds(model)
-    kernels.seconds_estimate_batch(
-        tables.kinds, skinds, tables.vector, smodel, column[:_N_SECONDS_CAND], rate_row, _ONE_ROW, _ONE_ROW,
-        pool.layouts, pool.pool, pool.slot_pool, packed.extras, _ONE_ROW, scratch.reason, scratch.step,
-        scratch.parts, scratch.rates, scratch.times, sums)
-    total = scratch.step.item()
-    part_values = dict(zip(_PART_NAMES, scratch.parts.ravel().tolist()))
-    mfu, hfu, tokens_per_second, model_flops = scratch.rates.ravel().tolist()
+    sums = np.empty((pp, _N_STAGE_SUMS), dtype=np.float64)   # kept by the result (details["stage_sums"])
+    stages = np.empty((pp, _N_MEMORY_COLUMNS), dtype=np.float64) if with_memory else _NO_MEMORY_STAGES
+    skinds, smodel = prep.seconds_tables
+    _backend.kernels.seconds_estimate_one(
+        tables.kinds, skinds, tables.vector, smodel, tables.memory_kinds, tables.memory_vector, prep.column,
+        prep.rate if rates is None else _rates_row(cluster, rates, spec.precision), packed.row, pool.pool,
+        pool.slot_pool, packed.extras, prep.cc.reserve, scratch.one, scratch.stage_times, sums, stages)
+    values = scratch.one.tolist()
+    total = values[_ONE_STEP]
+    part_values = dict(zip(_PART_NAMES, values[_ONE_PARTS:_ONE_RATES]))
+    mfu, hfu, tokens_per_second, model_flops = values[_ONE_RATES:]
     ratio_set = Ratios.coerce(ratios) if ratios is not None else None
     if ratio_set is not None:
         # In seconds mode a ratio corrects its part's seconds (issue: calibration in both units).
@@ -288,9 +297,9 @@ def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios:
     memory = None
     fits = True
     if with_memory:
-        memory = _memory_of(kernels, tables, column, _N_SECONDS_CAND, pool, cc, scratch, pp)
+        cc = prep.cc
         # seconds mode holds the process to what it really takes (ndcost.memory_overheads)
-        memory.with_overheads(_fixed_bytes(c["dp"], c["tp"], pp, c["cp"], c["ep"]), cc.reserve)
+        memory = MemoryEstimate.from_kernel(stages, values[_ONE_PEAK], cc.capacity, prep.fixed, cc.reserve)
         fits = memory.fits(cc.capacity)
-    return _result("seconds", total, part_values, tuple(scratch.times[0].tolist()), memory, fits, mfu, hfu,
-                   tokens_per_second, MappingProxyType({"model_flops": model_flops, "stage_sums": sums[0]}))
+    return _result("seconds", total, part_values, tuple(scratch.stage_times.tolist()), memory, fits, mfu, hfu,
+                   tokens_per_second, MappingProxyType({"model_flops": model_flops, "stage_sums": sums}))
