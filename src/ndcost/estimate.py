@@ -129,9 +129,10 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
     else:
         # Seconds mode prices a per-layer plan as it runs (plan.spec's ranges), so ND's
         # stage_savings adjustment and its stage_focused view have no meaning there.
-        for name, value in (("stage_savings", stage_savings), ("stage_focused", stage_focused)):
-            if value is not None:
-                raise SpecError(name, "estimate", "be given in nd units only (in seconds, price plan.spec)", value)
+        if stage_savings is not None or stage_focused is not None:
+            name, value = (("stage_savings", stage_savings) if stage_savings is not None
+                           else ("stage_focused", stage_focused))
+            raise SpecError(name, "estimate", "be given in nd units only (in seconds, price plan.spec)", value)
         if rates is not None:
             rates = as_rates(rates, device=cluster, owner="estimate")
         return estimate_seconds_one(model, spec, cluster, ratios, rates, with_memory)

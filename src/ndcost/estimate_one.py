@@ -267,7 +267,7 @@ def _rates_row(cluster: Cluster, rates: Any, precision: str) -> np.ndarray:
 
 def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any, rates: Any,
                          with_memory: bool) -> Estimate:
-    """Seconds mode of one spec through ``seconds_estimate_batch`` (and ``memory_batch``), as a batch of one.
+    """Seconds mode of one spec (and its memory, with the process's overheads) through ``seconds_estimate_one``.
 
     *rates* is a :class:`~ndcost.rates.Rates` or None (the device's); ``details`` carries the
     step's model FLOPs and the raw per-stage sums (``SECONDS_STAGE_FIELDS`` columns).
