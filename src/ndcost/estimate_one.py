@@ -133,27 +133,23 @@ def single_layout(model: Model, spec: ExecSpec) -> LayoutPool:
 
 
 class _Scratch(threading.local):
-    """Per-thread output buffers of the one-candidate path, read back into Python values
+    """Per-thread output buffers of the one-candidate kernels, read back into Python values
     before the call returns (what the result keeps -- memory stages, stage sums -- is
-    allocated fresh)."""
+    allocated fresh); the stage times' buffer per pipeline depth, as a search varies it."""
 
     def __init__(self) -> None:
-        self.pp = -1
-
-    def sized(self, pp: int) -> "_Scratch":
-        self.pp = pp
         self.one = np.empty(len(ONE_FIELDS), dtype=np.float64)
         self.nd_one = np.empty(ND_ONE_COUNT, dtype=np.float64)
-        self.stage_times = np.empty(pp, dtype=np.float64)
-        return self
+        self.by_pp: dict = {}
+
+    def stage_times(self, pp: int) -> np.ndarray:
+        times = self.by_pp.get(pp)
+        if times is None:
+            times = self.by_pp[pp] = np.empty(pp, dtype=np.float64)
+        return times
 
 
 _SCRATCH = _Scratch()
-
-
-def _scratch(pp: int) -> _Scratch:
-    scratch = _SCRATCH
-    return scratch if scratch.pp == pp else scratch.sized(pp)
 
 
 class _Prepared:
@@ -229,13 +225,14 @@ def estimate_nd_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any,
     prep = _prepared(model, spec, cluster, False, with_memory)
     tables, pool, pp = prep.tables, prep.packed.pool, prep.pp
     ratio_set = Ratios.coerce(ratios) if ratios is not None else None
-    scratch = _scratch(pp)
+    scratch = _SCRATCH
+    times = scratch.stage_times(pp)
     stages = np.empty((pp, _N_MEMORY_COLUMNS), dtype=np.float64) if with_memory else _NO_MEMORY_STAGES
     _backend.kernels.nd_estimate_one(
         tables.kinds, tables.vector, tables.memory_kinds, tables.memory_vector, prep.column, prep.packed.row,
         pool.pool, pool.slot_pool, nd_options(ratio_type, rec_type, bool(p2p)),
         _NO_RATIOS if ratio_set is None else np.ascontiguousarray(ratio_set.vector(), dtype=np.float64),
-        prep.cc.reserve, scratch.nd_one, scratch.stage_times, stages)
+        prep.cc.reserve, scratch.nd_one, times, stages)
     values = scratch.nd_one.tolist()
     total = values[_ONE_STEP]
     part_values = dict(zip(_PART_NAMES, values[_ONE_PARTS:_ONE_RATES]))
@@ -247,7 +244,7 @@ def estimate_nd_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any,
         peak = values[_ONE_PEAK]
         memory = MemoryEstimate.from_kernel(stages, peak, capacity)
         fits = peak <= capacity   # memory_batch's fit: the peak stage (its reserve included) within HBM
-    return _result("nd" if ratio_set is None else "nd_ms", total, part_values, tuple(scratch.stage_times.tolist()),
+    return _result("nd" if ratio_set is None else "nd_ms", total, part_values, tuple(times.tolist()),
                    memory, fits, _NAN, _NAN, _NAN, _NO_DETAILS)
 
 
@@ -276,14 +273,15 @@ def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios:
     tables, packed = prep.tables, prep.packed
     pool = packed.pool
     pp = prep.pp
-    scratch = _scratch(pp)
+    scratch = _SCRATCH
+    times = scratch.stage_times(pp)
     sums = np.empty((pp, _N_STAGE_SUMS), dtype=np.float64)   # kept by the result (details["stage_sums"])
     stages = np.empty((pp, _N_MEMORY_COLUMNS), dtype=np.float64) if with_memory else _NO_MEMORY_STAGES
     skinds, smodel = prep.seconds_tables
     _backend.kernels.seconds_estimate_one(
         tables.kinds, skinds, tables.vector, smodel, tables.memory_kinds, tables.memory_vector, prep.column,
         prep.rate if rates is None else _rates_row(cluster, rates, spec.precision), packed.row, pool.pool,
-        pool.slot_pool, packed.extras, prep.cc.reserve, scratch.one, scratch.stage_times, sums, stages)
+        pool.slot_pool, packed.extras, prep.cc.reserve, scratch.one, times, sums, stages)
     values = scratch.one.tolist()
     total = values[_ONE_STEP]
     part_values = dict(zip(_PART_NAMES, values[_ONE_PARTS:_ONE_RATES]))
@@ -301,5 +299,5 @@ def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios:
         # seconds mode holds the process to what it really takes (ndcost.memory_overheads)
         memory = MemoryEstimate.from_kernel(stages, values[_ONE_PEAK], cc.capacity, prep.fixed, cc.reserve)
         fits = memory.fits(cc.capacity)
-    return _result("seconds", total, part_values, tuple(scratch.stage_times.tolist()), memory, fits, mfu, hfu,
+    return _result("seconds", total, part_values, tuple(times.tolist()), memory, fits, mfu, hfu,
                    tokens_per_second, MappingProxyType({"model_flops": model_flops, "stage_sums": sums}))
