@@ -167,3 +167,15 @@ def test_units_share_nothing_but_validation():
     for units in ("nd", "seconds"):
         with pytest.raises(SpecError):
             ndcost.estimate(model, bad, cluster, units=units)
+
+
+def test_prepared_specs_are_kept_for_a_bounded_few(monkeypatch):
+    from ndcost import estimate_one
+
+    model, spec, cluster = realistic("llama3-70b")
+    monkeypatch.setattr(estimate_one, "_RECENT", {})
+    monkeypatch.setattr(estimate_one, "_RECENT_LIMIT", 4)
+    specs = [spec.replace(micro_batch_size=b, global_batch_size=1024 * b) for b in (1, 2, 4, 8, 16, 32)]
+    first = [ndcost.estimate(model, s, cluster).step_time for s in specs]
+    assert len(estimate_one._RECENT) <= 4
+    assert [ndcost.estimate(model, s, cluster).step_time for s in specs] == first

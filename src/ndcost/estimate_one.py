@@ -15,6 +15,7 @@ import functools
 import math
 import struct
 import threading
+import weakref
 from types import MappingProxyType
 from typing import Any
 
@@ -155,7 +156,7 @@ class _Prepared:
     """One spec made ready for the kernels on one (model, cluster), in one unit: what its joint
     rules, derived values and candidate columns give, none of which depends on anything else.
 
-    Kept with the spec (``ndcost._cache.per_object``; the spec itself is not touched), so a
+    Kept for the specs priced last (:data:`_RECENT`; the spec itself is not touched), so a
     spec priced again -- a search revisiting a candidate, ND's drop-in, which interns equal
     configs -- goes straight to the kernels.
     """
@@ -194,18 +195,25 @@ class _Prepared:
         self.rate = _rates_row(cluster, None, c["precision"]) if seconds else None
 
 
-#: per_object(spec) keys of the prepared entries, by (seconds, with_memory).
-_PREPARED_KEYS = {(seconds, memory): f"estimate_one:{'seconds' if seconds else 'nd'}:{int(memory)}"
-                  for seconds in (False, True) for memory in (False, True)}
+#: The prepared entries of recently priced specs, by (id(spec), seconds, with_memory), each with a
+#: weak reference to its spec (an id is reused once its object dies). Bounded: a caller holding
+#: millions of specs does not hold millions of entries; a search revisits few at a time.
+_RECENT: dict = {}
+_RECENT_LIMIT = 4096
 
 
 def _prepared(model: Model, spec: ExecSpec, cluster: Cluster, seconds: bool, with_memory: bool) -> _Prepared:
     """The spec's prepared entry on (model, cluster); a broken joint rule raises validate()'s SpecError."""
-    entries = per_object(spec)
-    key = _PREPARED_KEYS[seconds, with_memory]
-    entry = entries.get(key)
-    if entry is None or entry.model is not model or entry.cluster is not cluster:
-        entry = entries[key] = _Prepared(model, spec, cluster, seconds, with_memory)
+    key = (id(spec), seconds, with_memory)
+    hit = _RECENT.get(key)
+    if hit is not None:
+        ref, entry = hit
+        if ref() is spec and entry.model is model and entry.cluster is cluster:
+            return entry
+    entry = _Prepared(model, spec, cluster, seconds, with_memory)
+    if len(_RECENT) >= _RECENT_LIMIT:
+        _RECENT.clear()
+    _RECENT[key] = (weakref.ref(spec), entry)
     return entry
 
 
