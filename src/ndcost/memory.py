@@ -152,9 +152,11 @@ class MemoryEstimate:
         """From the memory kernel's (p, 8) stage rows and its peak (stages built on first read); with
         *fixed*, already :meth:`with_overheads` (*fixed*, *reserve*)."""
         estimate = object.__new__(cls)
-        estimate.__dict__.update(_rows=rows, _peak=peak, capacity_bytes=capacity_bytes)
-        if fixed is not None:
-            estimate.__dict__.update(_fixed=float(fixed), _reserve=float(reserve))
+        if fixed is None:
+            estimate.__dict__.update(_rows=rows, _peak=peak, capacity_bytes=capacity_bytes)
+        else:
+            estimate.__dict__.update(_rows=rows, _peak=peak, capacity_bytes=capacity_bytes, _fixed=float(fixed),
+                                     _reserve=float(reserve))
         return estimate
 
     @property
