@@ -16,6 +16,7 @@ absolute times never are.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 
@@ -39,6 +40,8 @@ SIZES = (100, 10_000, 1_000_000)
 #: Rounds per measurement, kept small so that a CI run stays well under a minute.
 ROUNDS = {("cython", 100): 200, ("cython", 10_000): 20, ("cython", 1_000_000): 3,
           ("python", 100): 5, ("python", 10_000): 2}
+#: Rounds of the fresh-spec one-candidate benchmarks (timed one call at a time).
+ROUNDS_FRESH = {"cython": 2000, "python": 200}
 #: (group key, backend) -> median seconds, for the ratio guard and the summary.
 MEDIANS: dict[tuple, float] = {}
 
@@ -90,6 +93,33 @@ def bench_estimate_one(benchmark, api_backend, name, units):
     result = benchmark(estimate, model, spec, cluster, units=units)
     assert result.step_time > 0 and result.memory.peak > 0
     record(benchmark, MEDIANS, ("one", label), api_backend, 1)
+    units_ratio(benchmark, ("one", name), ("one", f"{name}, seconds"), api_backend)
+
+
+@pytest.mark.parametrize("units", ["nd", "seconds"])
+@pytest.mark.parametrize("name", list(CASES))
+def bench_estimate_one_fresh_spec(benchmark, api_backend, name, units):
+    """Per-call overhead on a spec estimate() has not seen yet (a search's next candidate): its joint
+    rules, derived values and kernel vector are built in the call (a spec priced again reuses them)."""
+    device, _, _, _, fields = CASES[name]
+    spec = ExecSpec(**fields)
+    model, cluster = Model.from_catalog(name), Cluster(device, num_devices=spec.num_devices)
+    label = f"{name}, fresh spec" if units == "nd" else f"{name}, fresh spec, seconds"
+    benchmark.group = f"estimate(), one candidate, {label}"
+    fresh = lambda: ((model, copy.copy(spec), cluster), {"units": units})   # noqa: E731 - untimed setup
+    result = benchmark.pedantic(estimate, setup=fresh, rounds=ROUNDS_FRESH[api_backend], iterations=1,
+                                warmup_rounds=1)
+    assert result.step_time > 0 and result.memory.peak > 0
+    record(benchmark, MEDIANS, ("one", label), api_backend, 1)
+    units_ratio(benchmark, ("one", f"{name}, fresh spec"), ("one", f"{name}, fresh spec, seconds"), api_backend)
+
+
+def units_ratio(benchmark, nd_key: tuple, seconds_key: tuple, backend: str) -> None:
+    """Issue 16's side by side: estimate() in seconds over estimate(units="nd") on the same spec and
+    backend, kept in extra_info once both are timed (the target is <= 1.3; never asserted)."""
+    nd, seconds = MEDIANS.get((nd_key, backend)), MEDIANS.get((seconds_key, backend))
+    if nd is not None and seconds is not None and nd > 0:
+        benchmark.extra_info["seconds_over_nd"] = seconds / nd
 
 
 @pytest.mark.parametrize("size", SIZES, ids=[f"{size}" for size in SIZES])

@@ -38,4 +38,9 @@ def pytest_terminal_summary(terminalreporter):
         ratio = ""
         if (key, "cython") in MEDIANS and (key, "python") in MEDIANS:
             ratio = f"  compiled = {MEDIANS[(key, 'python')] / MEDIANS[(key, 'cython')]:.0f}x oracle"
+        if key[0] == "one" and key[1].endswith(", seconds"):
+            nd_key = ("one", key[1][: -len(", seconds")])
+            units = [f"{backend} seconds/nd = {MEDIANS[(key, backend)] / MEDIANS[(nd_key, backend)]:.2f}"
+                     for backend in ("cython", "python") if (key, backend) in MEDIANS and (nd_key, backend) in MEDIANS]
+            ratio += ("  " + ", ".join(units)) if units else ""
         write(f"{label:40s} " + " | ".join(cells) + ratio)

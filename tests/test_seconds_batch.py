@@ -10,7 +10,9 @@ import pytest
 
 from batch_cases import columns_of, legal_tp, planted_rows, random_rows
 from ndcost import Cluster, ExecSpec, Model, SpecError, _backend, models
-from ndcost._columns import KERNEL_REASON, LAYOUT, PART_NAMES, RATE_FIELDS, SECONDS_CAND_FIELDS
+from ndcost._columns import (
+    KERNEL_REASON, LAYOUT, PART_NAMES, RATE_FIELDS, SECONDS_CAND_FIELDS, SECONDS_EXTRA_FIELDS, SECONDS_STAGE_FIELDS,
+)
 from ndcost._formulas import ARRAY, derived_columns
 from ndcost.candidates import Candidates
 from ndcost.derive import derive, model_constants
@@ -31,6 +33,7 @@ from strategies import REALISTIC
 RTOL = 1e-12
 PARITY_MODELS = ("llama3-70b", "deepseek-v3", "qwen3-next-80b-a3b", "mixtral-8x7b", "gpt3-175b", "qwen2.5-vl-7b")
 OUTPUTS = ("step_time", "mfu", "hfu", "tokens_per_second")
+_N_SUMS = len(SECONDS_STAGE_FIELDS)
 
 
 def close(a: float, b: float) -> bool:
@@ -331,7 +334,7 @@ def _kernel_args(name: str = "llama3-8b"):
         layouts=pool.pool.layouts, pool=pool.pool.pool, slot_pool=pool.pool.slot_pool, extras=pool.extras,
         extras_at=pool.extras_at, reason=np.zeros(n, dtype=np.int64), out_step=np.empty(n),
         out_parts=np.empty((len(PART_NAMES), n)), out_rates=np.empty((len(STEP_RATE_FIELDS), n)),
-        out_stage_times=np.empty((n, pool.pool.max_pp)))
+        out_stage_times=np.empty((n, pool.pool.max_pp)), out_stage_sums=np.empty((n, pool.pool.max_pp, _N_SUMS)))
 
 
 def test_kernels_check_shapes_before_pricing(kernels):
@@ -346,6 +349,7 @@ def test_kernels_check_shapes_before_pricing(kernels):
         "out_parts": lambda a: np.empty((len(PART_NAMES) - 1, 3)),
         "out_rates": lambda a: np.empty((3, 3)),
         "out_stage_times": lambda a: np.empty((3, 1)),
+        "out_stage_sums": lambda a: np.empty((3, a["out_stage_sums"].shape[1], _N_SUMS - 1)),
         "out_step": lambda a: np.empty(2),
     }
     for name, make in bad.items():
@@ -373,6 +377,29 @@ def test_kernels_skip_invalid_rows_and_flag_undefined(kernels):
     assert np.isnan(args["out_parts"][:, 1:]).all() and np.isnan(args["out_rates"][:, 1:]).all()
     assert np.isnan(args["out_stage_times"][1:]).all()
     assert np.isnan(args["out_stage_times"][0, args["layouts"][args["layout_index"][0], LAYOUT["pp"]]:]).all()
+    # each stage's raw sums: a priced row's up to its pp, NaN past it and on the rows not priced
+    pp = args["layouts"][args["layout_index"][0], LAYOUT["pp"]]
+    assert np.isfinite(args["out_stage_sums"][0, :pp]).all() and np.isnan(args["out_stage_sums"][0, pp:]).all()
+    assert np.isnan(args["out_stage_sums"][1:]).all()
+
+
+def test_batch_stage_sums_are_seconds_stage_sums(kernels):
+    """out_stage_sums holds, row for row, what seconds_stage_sums gives the candidate alone."""
+    args = _kernel_args()
+    kernels.seconds_estimate_batch(**args)
+    for i in range(args["reason"].shape[0]):
+        row = args["layouts"][args["layout_index"][i]]
+        p, n_slots, k = row[LAYOUT["pp"]], row[LAYOUT["n_slots"]], args["kinds"].shape[0]
+        counts = args["pool"][row[LAYOUT["counts_at"]]: row[LAYOUT["counts_at"]] + p * k * n_slots].reshape(p, -1)
+        slots = args["slot_pool"][row[LAYOUT["slots_at"]]: row[LAYOUT["slots_at"]] + 2 * n_slots]
+        at = args["extras_at"][args["layout_index"][i]]
+        extras = args["extras"][at: at + p * len(SECONDS_EXTRA_FIELDS)]
+        alone = np.empty((p, _N_SUMS))
+        kernels.seconds_stage_sums(args["kinds"], args["skinds"], args["model"], args["smodel"],
+                                   np.ascontiguousarray(args["cands"][:, i]), args["rates"][args["rate_index"][i]],
+                                   np.ascontiguousarray(counts), slots[:n_slots].copy(), slots[n_slots:].copy(),
+                                   extras.reshape(p, -1).copy(), alone)
+        np.testing.assert_allclose(args["out_stage_sums"][i, :p], alone, rtol=RTOL, atol=0)
 
 
 def test_step_rates_kernel(kernels):

@@ -28,7 +28,9 @@ from ._kpy.seconds import *  # noqa: F401,F403
 from ._kpy import seconds as _seconds
 from ._kpy.seconds_batch import *  # noqa: F401,F403
 from ._kpy import seconds_batch as _seconds_batch
+from ._kpy.one import *  # noqa: F401,F403
+from ._kpy import one as _one
 
 __all__ = [*_pipeline.__all__, *_switches.__all__, *_nd_ops.__all__, *_nd_comm.__all__, *_nd_combine.__all__,
            *_memory.__all__, *_batch.__all__, *_seconds_ops.__all__, *_seconds_comm.__all__,
-           *_seconds_layer.__all__, *_seconds.__all__, *_seconds_batch.__all__]
+           *_seconds_layer.__all__, *_seconds.__all__, *_seconds_batch.__all__, *_one.__all__]

@@ -49,6 +49,7 @@ from .derive import Derived, derive, derived_values
 from .errors import SpecError
 from .exec_spec import ExecSpec
 from .kind_shape import kind_shape
+from .memory_overheads import ALLOCATOR_RESERVE_FACTOR
 
 __all__ = [
     "MEMORY_PARTS",
@@ -146,10 +147,16 @@ class MemoryEstimate:
         raise AttributeError(name)
 
     @classmethod
-    def from_kernel(cls, rows: np.ndarray, peak: float, capacity_bytes: float) -> MemoryEstimate:
-        """From the memory kernel's (p, 8) stage rows and its peak (stages built on first read)."""
+    def from_kernel(cls, rows: np.ndarray, peak: float, capacity_bytes: float, fixed: float | None = None,
+                    reserve: float = 0.0) -> MemoryEstimate:
+        """From the memory kernel's (p, 8) stage rows and its peak (stages built on first read); with
+        *fixed*, already :meth:`with_overheads` (*fixed*, *reserve*)."""
         estimate = object.__new__(cls)
-        estimate.__dict__.update(_rows=rows, _peak=peak, capacity_bytes=capacity_bytes)
+        if fixed is None:
+            estimate.__dict__.update(_rows=rows, _peak=peak, capacity_bytes=capacity_bytes)
+        else:
+            estimate.__dict__.update(_rows=rows, _peak=peak, capacity_bytes=capacity_bytes, _fixed=float(fixed),
+                                     _reserve=float(reserve))
         return estimate
 
     @property
@@ -203,8 +210,6 @@ class MemoryEstimate:
         allocated peak times the allocator's published slack (memory_overheads.ALLOCATOR_RESERVE_FACTOR)."""
         if "_fixed" not in self.__dict__:
             return self.peak
-        from .memory_overheads import ALLOCATOR_RESERVE_FACTOR
-
         return self.peak_allocated * ALLOCATOR_RESERVE_FACTOR
 
     @property

@@ -31,7 +31,7 @@ import numpy as np
 
 from . import _backend
 from ._columns import (
-    PART_NAMES, RATE, RATE_FIELDS, SCHEDULES, SECONDS_CAND, SECONDS_CAND_FIELDS, SECONDS_EXTRA,
+    PART_NAMES, RATE, RATE_FIELDS, SCHEDULES, SECONDS_CAND_FIELDS, SECONDS_EXTRA,
     SECONDS_EXTRA_FIELDS, SECONDS_KIND, SECONDS_KIND_FIELDS, SECONDS_MODEL, SECONDS_MODEL_FIELDS,
     SECONDS_STAGE, SECONDS_STAGE_FIELDS,
 )
@@ -198,30 +198,42 @@ def _optimizer_bytes(spec: Any) -> float:
             + 2.0 * spec.grad_bytes + spec.param_bytes)
 
 
+#: What seconds_candidate_values returns, in order (the ABI's SECONDS_CAND_FIELDS; checked at import).
+_CANDIDATE_ORDER = (
+    "b", "s", "t", "sp", "cp", "ep", "t_exp", "d", "edp", "p", "vp", "m", "seq_split",
+    "bytes_c", "bytes_mm", "bytes_p", "bytes_grad", "bytes_opt", "dropout_bytes",
+    "flash", "dropless", "cap_fact", "cp_ring", "moe_imb",
+    "zero", "zero_ranks", "defer_grads", "reshard", "tie_emb", "schedule",
+    "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep",
+)
+if _CANDIDATE_ORDER != SECONDS_CAND_FIELDS:   # a field added to the ABI must be given a value below
+    raise RuntimeError(f"seconds_candidate_values does not follow SECONDS_CAND_FIELDS {SECONDS_CAND_FIELDS}")
+
+
+def seconds_candidate_values(spec: Any, d: Any, overlap: Overlap | None = None) -> tuple:
+    """One candidate of seconds mode as Python values, in ``SECONDS_CAND_FIELDS`` order.
+
+    *d* maps derive's value names to values (``ndcost._formulas.derived_columns`` of the spec,
+    or ``vars()`` of a :class:`~ndcost.derive.Derived`). ``estimate()`` packs the tuple straight
+    into its batch-of-one column.
+    """
+    compute_bytes = spec.compute_bytes
+    return (
+        spec.micro_batch_size, spec.seq_length, spec.tp, d["sp"], spec.cp, spec.ep, d["t_exp"],
+        spec.dp, d["expert_data_parallel"], spec.pp, spec.vpp, d["micro_batch_num"], spec.seq_split,
+        compute_bytes, 1 if spec.precision == "fp8" else compute_bytes, spec.param_bytes, d["bytes_grad"],
+        _optimizer_bytes(spec), spec.dropout_bytes,
+        spec.flash_attention, spec.grouped_gemm, spec.capacity_factor, spec.cp_algo == "ring", spec.moe_imbalance,
+        spec.zero_stage, d["zero_shard_ranks"], d["defers_grads"], d["reshards"], d["tie_embeddings"],
+        SCHEDULES.index(spec.schedule),
+        *(overlap or _DEFAULT_OVERLAP).shares(spec),
+    )
+
+
 def seconds_candidate_vector(model: Any, spec: Any, derived: Any = None, overlap: Overlap | None = None) -> np.ndarray:
     """(len(SECONDS_CAND_FIELDS),) float64: one candidate of seconds mode."""
     derived = derive(model, spec) if derived is None else derived
-    shares = (overlap or _DEFAULT_OVERLAP).shares(spec)
-    values = {
-        "b": spec.micro_batch_size, "s": spec.seq_length, "t": spec.tp, "sp": derived.sp, "cp": spec.cp,
-        "ep": spec.ep, "t_exp": derived.t_exp, "d": spec.dp, "edp": derived.expert_data_parallel,
-        "p": spec.pp, "vp": spec.vpp, "m": derived.micro_batch_num, "seq_split": spec.seq_split,
-        "bytes_c": spec.compute_bytes, "bytes_mm": 1 if spec.precision == "fp8" else spec.compute_bytes,
-        "bytes_p": spec.param_bytes, "bytes_grad": derived.bytes_grad, "bytes_opt": _optimizer_bytes(spec),
-        "dropout_bytes": spec.dropout_bytes,
-        "flash": spec.flash_attention, "dropless": spec.grouped_gemm, "cap_fact": spec.capacity_factor,
-        "moe_imb": spec.moe_imbalance,
-        "cp_ring": spec.cp_algo == "ring",
-        "zero": spec.zero_stage, "zero_ranks": derived.zero_shard_ranks, "defer_grads": derived.defers_grads,
-        "reshard": derived.reshards, "tie_emb": derived.tie_embeddings,
-        "schedule": SCHEDULES.index(spec.schedule),
-        "ov_dp": shares[0], "ov_dp_gather": shares[1], "ov_fsdp": shares[2], "ov_tp": shares[3],
-        "ov_cp": shares[4], "ov_ep": shares[5],
-    }
-    vec = np.empty(len(SECONDS_CAND_FIELDS), dtype=np.float64)
-    for name, value in values.items():
-        vec[SECONDS_CAND[name]] = float(value)
-    return vec
+    return np.array(seconds_candidate_values(spec, vars(derived), overlap), dtype=np.float64)
 
 
 def _extras(layout: Any) -> np.ndarray:

@@ -307,6 +307,7 @@ def seconds_batch(model: Any, candidates: Any, cluster: Any, rows: Any = None, l
     want_times = stage_times or (out is not None and out.get("stage_times") is not None)
     times = _output(out, "stage_times", (n, max_pp)) if want_times else None
     no_times = np.empty((0, 0), dtype=np.float64)
+    no_sums = np.empty((0, 0, 0), dtype=np.float64)
 
     if whole:
         storage = {name: candidates.storage(name) for name in candidates.fields}
@@ -349,7 +350,7 @@ def seconds_batch(model: Any, candidates: Any, cluster: Any, rows: Any = None, l
             kernels.seconds_estimate_batch(
                 *tables, matrix, rate_table, rate_index, table_row, pool.layouts, pool.pool, pool.slot_pool,
                 layout_pool.extras, layout_pool.extras_at, chunk_reason, step[start:stop], parts[:, start:stop],
-                step_rates[:, start:stop], times[start:stop] if times is not None else no_times)
+                step_rates[:, start:stop], times[start:stop] if times is not None else no_times, no_sums)
 
     result = {"step_time": step, "parts": parts, "reason": reason, "stage_times": times}
     for j, name in enumerate(STEP_RATE_FIELDS):

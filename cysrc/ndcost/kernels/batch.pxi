@@ -302,6 +302,58 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
     return peak
 
 
+cdef int c_layout_row_check(const long long* row, Py_ssize_t li, Py_ssize_t n_kinds, Py_ssize_t n_pool,
+                            Py_ssize_t n_slot_pool) except -1:
+    # One layout row (LY_* fields): its degrees, its pool spans within the pools and its placements.
+    cdef long long p = row[LY_pp], vp = row[LY_vpp], n_slots = row[LY_n_slots], k_o
+    if p < 1 or vp < 1 or n_slots < 1 or p > 1 << 20 or vp > 1 << 20 or n_slots > 1 << 20:
+        raise ValueError(f"layouts[{li}] must hold pp, vpp, n_slots >= 1")
+    k_o = n_kinds * n_slots
+    if (row[LY_counts_at] < 0 or row[LY_counts_at] + p * k_o > n_pool
+            or row[LY_mcounts_at] < 0 or row[LY_mcounts_at] + p * vp * k_o > n_pool
+            or row[LY_present_at] < 0 or row[LY_present_at] + p * n_kinds > n_pool
+            or row[LY_slots_at] < 0 or row[LY_slots_at] + 2 * n_slots > n_slot_pool):
+        raise ValueError(f"layouts[{li}] must hold pool spans within the pools")
+    if not (0 <= row[LY_emb_stage] < p and 0 <= row[LY_out_stage] < p
+            and 0 <= row[LY_emb_chunk] < vp and 0 <= row[LY_out_chunk] < vp and row[LY_mtp_out] >= 0):
+        raise ValueError(f"layouts[{li}] must place the embedding and output on a stage and chunk of its layout")
+    return 0
+
+
+cdef int c_mem_scratch_alloc(MemScratch* scratch, Py_ssize_t n_kinds, Py_ssize_t max_slots, Py_ssize_t max_p,
+                             Py_ssize_t max_pv) except -1:
+    # c_candidate_memory's buffers, sized for the largest layout; free with c_mem_scratch_free (also
+    # after a MemoryError: every pointer is set, NULL or allocated).
+    scratch.static_ = <double*>malloc(n_kinds * 3 * sizeof(double))
+    scratch.act = <double*>malloc(n_kinds * max_slots * sizeof(double))
+    scratch.work = <double*>malloc(n_kinds * max_slots * sizeof(double))
+    scratch.comm_main = <double*>malloc(n_kinds * sizeof(double))
+    scratch.comm_ep = <double*>malloc(n_kinds * sizeof(double))
+    scratch.inflight = <double*>malloc(max_pv * sizeof(double))
+    scratch.stage_static = <double*>malloc(max_p * 3 * sizeof(double))
+    scratch.extra_act = <double*>malloc(max_pv * sizeof(double))
+    scratch.comm = <double*>malloc(max_p * sizeof(double))
+    scratch.out = <double*>malloc(max_p * _MEM_COLUMNS * sizeof(double))
+    if (scratch.static_ == NULL or scratch.act == NULL or scratch.work == NULL or scratch.comm_main == NULL
+            or scratch.comm_ep == NULL or scratch.inflight == NULL or scratch.stage_static == NULL
+            or scratch.extra_act == NULL or scratch.comm == NULL or scratch.out == NULL):
+        raise MemoryError()
+    return 0
+
+
+cdef void c_mem_scratch_free(MemScratch* scratch) noexcept:
+    free(scratch.static_)
+    free(scratch.act)
+    free(scratch.work)
+    free(scratch.comm_main)
+    free(scratch.comm_ep)
+    free(scratch.inflight)
+    free(scratch.stage_static)
+    free(scratch.extra_act)
+    free(scratch.comm)
+    free(scratch.out)
+
+
 cdef Py_ssize_t c_batch_check(Py_ssize_t n_kinds, Py_ssize_t n_rows, const long long[::1] layout_index,
                               const long long[:, ::1] layouts, Py_ssize_t n_pool, Py_ssize_t n_slot_pool,
                               const long long[::1] reason, const double[:, ::1] cands, Py_ssize_t p_column,
@@ -310,7 +362,7 @@ cdef Py_ssize_t c_batch_check(Py_ssize_t n_kinds, Py_ssize_t n_rows, const long 
     # The shapes both batch kernels share, every layout's pool spans and places, and every priced
     # row's layout (in range, same pp and vpp); the largest pp, pp·vpp and slot count for the scratch.
     cdef Py_ssize_t i, li, n_layouts = layouts.shape[0]
-    cdef long long p, vp, n_slots, k_o
+    cdef long long p, vp, n_slots
     if n_kinds < 1:
         raise ValueError("kinds must have at least one row")
     if layouts.shape[0] and layouts.shape[1] != LY_COUNT:
@@ -323,21 +375,10 @@ cdef Py_ssize_t c_batch_check(Py_ssize_t n_kinds, Py_ssize_t n_rows, const long 
     max_pv[0] = 1
     max_slots[0] = 1
     for li in range(n_layouts):
+        c_layout_row_check(&layouts[li, 0], li, n_kinds, n_pool, n_slot_pool)
         p = layouts[li, LY_pp]
         vp = layouts[li, LY_vpp]
         n_slots = layouts[li, LY_n_slots]
-        if p < 1 or vp < 1 or n_slots < 1 or p > 1 << 20 or vp > 1 << 20 or n_slots > 1 << 20:
-            raise ValueError(f"layouts[{li}] must hold pp, vpp, n_slots >= 1")
-        k_o = n_kinds * n_slots
-        if (layouts[li, LY_counts_at] < 0 or layouts[li, LY_counts_at] + p * k_o > n_pool
-                or layouts[li, LY_mcounts_at] < 0 or layouts[li, LY_mcounts_at] + p * vp * k_o > n_pool
-                or layouts[li, LY_present_at] < 0 or layouts[li, LY_present_at] + p * n_kinds > n_pool
-                or layouts[li, LY_slots_at] < 0 or layouts[li, LY_slots_at] + 2 * n_slots > n_slot_pool):
-            raise ValueError(f"layouts[{li}] must hold pool spans within the pools")
-        if not (0 <= layouts[li, LY_emb_stage] < p and 0 <= layouts[li, LY_out_stage] < p
-                and 0 <= layouts[li, LY_emb_chunk] < vp and 0 <= layouts[li, LY_out_chunk] < vp
-                and layouts[li, LY_mtp_out] >= 0):
-            raise ValueError(f"layouts[{li}] must place the embedding and output on a stage and chunk of its layout")
         if p > max_p[0]:
             max_p[0] = p
         if p * vp > max_pv[0]:
@@ -355,6 +396,27 @@ cdef Py_ssize_t c_batch_check(Py_ssize_t n_kinds, Py_ssize_t n_rows, const long 
     return 0
 
 
+cdef inline double c_nd_price(const double* kinds, Py_ssize_t n_kinds, const double* model, const double* cand,
+                              const long long* layout, const double* pool, const long long* slot_pool,
+                              const double* options, const double* ratios, double* stage, double* parts,
+                              double* times, double* reruns) noexcept nogil:
+    # ND's score of one candidate on its layout row (LY_* fields): the stage walk, the combine and,
+    # with *ratios* (NULL: none), the parts in milliseconds; returns the step. The scratch (stage:
+    # pp x S_COUNT; times, reruns: pp) is the caller's.
+    cdef Py_ssize_t p = layout[LY_pp], n_slots = layout[LY_n_slots], j
+    cdef const long long* slots = slot_pool + layout[LY_slots_at]
+    cdef double total
+    cdef double scaled[P_COUNT]
+    c_nd_stage_sums(kinds, n_kinds, model, cand, pool + layout[LY_counts_at], p, slots, slots + n_slots, n_slots,
+                    layout[LY_emb_stage], layout[LY_out_stage], stage)
+    total = c_nd_combine(stage, p, cand, model, options, NULL, 0, -1, parts, times, reruns)
+    if ratios != NULL:
+        total = c_nd_apply_ratios(parts, ratios, scaled)
+        for j in range(P_COUNT):
+            parts[j] = scaled[j]
+    return total
+
+
 def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
                       const double[::1] model,             # IN (M_COUNT,)
                       const double[:, ::1] cands,          # IN (C_COUNT, N): a candidate per column
@@ -369,15 +431,13 @@ def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
                       double[:, :] out_parts,              # OUT (P_COUNT, N), any strides (a part per row)
                       double[:, ::1] out_stage_times) -> None:  # OUT (N, >= max pp) or (0, 0)
     """ND's score of N candidates (ND_REFERENCE §2.2-§2.10), one stage walk and combine each."""
-    cdef Py_ssize_t n = cands.shape[1], n_kinds = kinds.shape[0], i, j, s, p, n_slots, n_times
+    cdef Py_ssize_t n = cands.shape[1], n_kinds = kinds.shape[0], i, j, s, p, n_times
     cdef Py_ssize_t max_p, max_pv, max_slots
     cdef bint with_ratios = ratios.shape[0] != 0
     cdef double total
     cdef double cand[C_COUNT]
     cdef double parts[P_COUNT]
-    cdef double scaled[P_COUNT]
     cdef const long long* layout
-    cdef const long long* slots
     cdef double* stage
     cdef double* times
     cdef double* reruns
@@ -419,17 +479,10 @@ def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
                     continue
                 layout = &layouts[layout_index[i], 0]
                 p = layout[LY_pp]
-                n_slots = layout[LY_n_slots]
-                slots = &slot_pool[layout[LY_slots_at]]
                 for j in range(C_COUNT):
                     cand[j] = cands[j, i]
-                c_nd_stage_sums(&kinds[0, 0], n_kinds, &model[0], cand, &pool[layout[LY_counts_at]], p,
-                                slots, slots + n_slots, n_slots, layout[LY_emb_stage], layout[LY_out_stage], stage)
-                total = c_nd_combine(stage, p, cand, &model[0], &options[0], NULL, 0, -1, parts, times, reruns)
-                if with_ratios:
-                    total = c_nd_apply_ratios(parts, &ratios[0], scaled)
-                    for j in range(P_COUNT):
-                        parts[j] = scaled[j]
+                total = c_nd_price(&kinds[0, 0], n_kinds, &model[0], cand, layout, &pool[0], &slot_pool[0],
+                                   &options[0], &ratios[0] if with_ratios else NULL, stage, parts, times, reruns)
                 out_step[i] = total
                 for j in range(P_COUNT):
                     out_parts[j, i] = parts[j]
@@ -477,21 +530,8 @@ def memory_batch(const double[:, ::1] kinds,          # IN (K, MK_COUNT)
     if out_stages.shape[0] not in (0, n) or out_stages.shape[2] != _MEM_COLUMNS or (
             out_stages.shape[0] and n_stage_rows < max_p):
         raise ValueError(f"out_stages must be (0, 0, {_MEM_COLUMNS}) or ({n}, >= the largest pp ({max_p}), {_MEM_COLUMNS})")
-    scratch.static_ = <double*>malloc(n_kinds * 3 * sizeof(double))
-    scratch.act = <double*>malloc(n_kinds * max_slots * sizeof(double))
-    scratch.work = <double*>malloc(n_kinds * max_slots * sizeof(double))
-    scratch.comm_main = <double*>malloc(n_kinds * sizeof(double))
-    scratch.comm_ep = <double*>malloc(n_kinds * sizeof(double))
-    scratch.inflight = <double*>malloc(max_pv * sizeof(double))
-    scratch.stage_static = <double*>malloc(max_p * 3 * sizeof(double))
-    scratch.extra_act = <double*>malloc(max_pv * sizeof(double))
-    scratch.comm = <double*>malloc(max_p * sizeof(double))
-    scratch.out = <double*>malloc(max_p * _MEM_COLUMNS * sizeof(double))
     try:
-        if (scratch.static_ == NULL or scratch.act == NULL or scratch.work == NULL or scratch.comm_main == NULL
-                or scratch.comm_ep == NULL or scratch.inflight == NULL or scratch.stage_static == NULL
-                or scratch.extra_act == NULL or scratch.comm == NULL or scratch.out == NULL):
-            raise MemoryError()
+        c_mem_scratch_alloc(&scratch, n_kinds, max_slots, max_p, max_pv)
         with nogil:
             for i in range(n):
                 if reason[i] >= RS_COUNT:
@@ -518,16 +558,7 @@ def memory_batch(const double[:, ::1] kinds,          # IN (K, MK_COUNT)
                     elif not peak <= capacity:
                         reason[i] = RS_no_fit
     finally:
-        free(scratch.static_)
-        free(scratch.act)
-        free(scratch.work)
-        free(scratch.comm_main)
-        free(scratch.comm_ep)
-        free(scratch.inflight)
-        free(scratch.stage_static)
-        free(scratch.extra_act)
-        free(scratch.comm)
-        free(scratch.out)
+        c_mem_scratch_free(&scratch)
 
 
 def kind_activation_bytes(const double[::1] kind,   # IN (MK_COUNT,): one row of the memory kind table

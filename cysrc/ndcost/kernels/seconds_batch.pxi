@@ -38,6 +38,27 @@ cdef inline void c_sec_step_rates(const double* stage, Py_ssize_t n_stages, cons
     out[SR_model_flops] = model_flops
 
 
+cdef inline double c_sec_price(const double* kinds, const double* skinds, const double* model, const double* smodel,
+                               Py_ssize_t n_kinds, const double* cand, const double* rate, const long long* layout,
+                               const double* pool, const long long* slot_pool, const double* extras, double* stage,
+                               double* p_dense, double* p_expert, double* parts, double* times, double* totals,
+                               double* step_rates) noexcept nogil:
+    # One candidate on its layout row (LY_* fields; *extras* its SX_* rows): the stage walk (NaN stages
+    # for a candidate the walk cannot price), the combine and the step rates; returns the step time.
+    # The scratch (stage: pp x SS_COUNT; p_dense, p_expert, times, totals: pp) is the caller's.
+    cdef Py_ssize_t p = layout[LY_pp], n_slots = layout[LY_n_slots]
+    cdef const long long* slots = slot_pool + layout[LY_slots_at]
+    cdef double total
+    if c_sec_cand_ok(cand, rate):
+        c_sec_stage_sums(kinds, skinds, model, smodel, cand, rate, pool + layout[LY_counts_at], slots,
+                         slots + n_slots, extras, stage, n_kinds, n_slots, p, p_dense, p_expert)
+    else:
+        c_sec_fill(stage, p * SS_COUNT, NAN)
+    total = c_sec_combine(stage, p, cand, parts, times, totals)
+    c_sec_step_rates(stage, p, cand, rate, total, step_rates)
+    return total
+
+
 def seconds_step_rates(const double[:, ::1] stage, const double[::1] cand, const double[::1] rate, double step,
                        double[::1] out) -> None:
     """MFU, HFU, tokens per second and model FLOPs of a step into out[STEP_RATE_FIELDS]; see the oracle."""
@@ -68,17 +89,16 @@ def seconds_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT
                            double[::1] out_step,                # OUT (N,)
                            double[:, :] out_parts,              # OUT (P_COUNT, N), any strides
                            double[:, :] out_rates,              # OUT (SR_COUNT, N), any strides
-                           double[:, ::1] out_stage_times) -> None:  # OUT (N, >= max pp) or (0, 0)
+                           double[:, ::1] out_stage_times,      # OUT (N, >= max pp) or (0, 0)
+                           double[:, :, ::1] out_stage_sums) -> None:  # OUT (N, >= max pp, SS_COUNT) or (0, 0, 0)
     """Seconds mode's step time of N candidates, one stage walk, combine and step rates each; see the oracle."""
     cdef Py_ssize_t n = cands.shape[1], n_kinds = kinds.shape[0], n_rates = rates.shape[0]
-    cdef Py_ssize_t i, j, s, li, p, n_slots, n_times, max_p, max_pv, max_slots
+    cdef Py_ssize_t i, j, s, li, p, n_times, n_sums, max_p, max_pv, max_slots
     cdef double total
     cdef double cand[SC_COUNT]
     cdef double parts[P_COUNT]
     cdef double step_rates[SR_COUNT]
     cdef const long long* layout
-    cdef const long long* slots
-    cdef const double* rate
     cdef double* scratch
     cdef double* stage
     cdef double* times
@@ -112,6 +132,10 @@ def seconds_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT
     n_times = out_stage_times.shape[1] if out_stage_times.shape[0] else 0
     if out_stage_times.shape[0] not in (0, n) or (out_stage_times.shape[0] and n_times < max_p):
         raise ValueError(f"out_stage_times must be (0, 0) or ({n}, >= the largest pp ({max_p}))")
+    n_sums = out_stage_sums.shape[1] if out_stage_sums.shape[0] else 0
+    if out_stage_sums.shape[0] not in (0, n) or (out_stage_sums.shape[0] and (
+            n_sums < max_p or out_stage_sums.shape[2] != SS_COUNT)):
+        raise ValueError(f"out_stage_sums must be (0, 0, 0) or ({n}, >= the largest pp ({max_p}), {SS_COUNT})")
     # one block: stage (pp x SS_COUNT), then times, totals, p_dense, p_expert (pp each)
     scratch = <double*>malloc(max_p * (SS_COUNT + 4) * sizeof(double))
     if scratch == NULL:
@@ -134,19 +158,12 @@ def seconds_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT
                     li = layout_index[i]
                     layout = &layouts[li, 0]
                     p = layout[LY_pp]
-                    n_slots = layout[LY_n_slots]
-                    slots = &slot_pool[layout[LY_slots_at]]
                     for j in range(SC_COUNT):
                         cand[j] = cands[j, i]
-                    rate = &rates[rate_index[i], 0]
-                    if c_sec_cand_ok(cand, rate):
-                        c_sec_stage_sums(&kinds[0, 0], &skinds[0, 0], &model[0], &smodel[0], cand, rate,
-                                         &pool[layout[LY_counts_at]], slots, slots + n_slots,
-                                         &extras[extras_at[li]], stage, n_kinds, n_slots, p, p_dense, p_expert)
-                    else:
-                        c_sec_fill(stage, p * SS_COUNT, NAN)
-                    total = c_sec_combine(stage, p, cand, parts, times, totals)
-                    c_sec_step_rates(stage, p, cand, rate, total, step_rates)
+                    total = c_sec_price(&kinds[0, 0], &skinds[0, 0], &model[0], &smodel[0], n_kinds, cand,
+                                        &rates[rate_index[i], 0], layout, &pool[0], &slot_pool[0],
+                                        &extras[extras_at[li]], stage, p_dense, p_expert, parts, times, totals,
+                                        step_rates)
                 out_step[i] = total
                 for j in range(P_COUNT):
                     out_parts[j, i] = parts[j]
@@ -154,6 +171,9 @@ def seconds_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT
                     out_rates[j, i] = step_rates[j]
                 for s in range(n_times):
                     out_stage_times[i, s] = times[s] if s < p else NAN
+                for s in range(n_sums):
+                    for j in range(SS_COUNT):
+                        out_stage_sums[i, s, j] = stage[s * SS_COUNT + j] if s < p else NAN
                 if total != total and reason[i] == RS_ok:
                     reason[i] = RS_undefined
     finally:

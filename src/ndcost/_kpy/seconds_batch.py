@@ -94,7 +94,7 @@ def seconds_step_rates(stage, cand, rate, step: float, out) -> None:
 
 def seconds_estimate_batch(kinds, skinds, model, smodel, cands, rates, rate_index, layout_index, layouts, pool,
                            slot_pool, extras, extras_at, reason, out_step, out_parts, out_rates,
-                           out_stage_times) -> None:
+                           out_stage_times, out_stage_sums) -> None:
     """Seconds mode's step time of N candidates (one stage walk, combine and step rates each).
 
     Args:
@@ -111,6 +111,9 @@ def seconds_estimate_batch(kinds, skinds, model, smodel, cands, rates, rate_inde
         out_parts: (PART_NAMES, N), a part per row; out_rates: (STEP_RATE_FIELDS, N).
         out_stage_times: (N, >= max pp) each stage's busy time in the step (seconds_combine's
             stage_times), NaN beyond the candidate's pp, or (0, 0) for none.
+        out_stage_sums: (N, >= max pp, SECONDS_STAGE_FIELDS) each stage's raw sums (seconds_stage_sums'
+            output, what ``estimate()`` keeps as ``details["stage_sums"]``), NaN beyond the candidate's
+            pp, or (0, 0, 0) for none.
     """
     n, n_kinds, rows = _check_common(kinds, len(KIND_FIELDS), model, len(MODEL_FIELDS), cands,
                                      len(SECONDS_CAND_FIELDS), layout_index, layouts, pool, slot_pool, reason)
@@ -140,6 +143,10 @@ def seconds_estimate_batch(kinds, skinds, model, smodel, cands, rates, rate_inde
     n_times = len(out_stage_times[0]) if len(out_stage_times) else 0
     if len(out_stage_times) not in (0, n) or (len(out_stage_times) and any(n_times < row[_L["pp"]] for row in rows)):
         raise ValueError(f"out_stage_times must be (0, 0) or ({n}, >= the largest pp)")
+    n_sums = len(out_stage_sums[0]) if len(out_stage_sums) else 0
+    if len(out_stage_sums) not in (0, n) or (len(out_stage_sums) and (
+            any(n_sums < row[_L["pp"]] for row in rows) or any(len(s) != _S_COUNT for s in out_stage_sums[0]))):
+        raise ValueError(f"out_stage_sums must be (0, 0, 0) or ({n}, >= the largest pp, {_S_COUNT})")
     cand_rows = _columns_as_rows(cands)
     _check_rows(cand_rows, layout_index, reason, rows, SECONDS_CAND_FIELDS.index("p"), SECONDS_CAND_FIELDS.index("vp"))
     for i in range(n):
@@ -152,8 +159,8 @@ def seconds_estimate_batch(kinds, skinds, model, smodel, cands, rates, rate_inde
     for i in range(n):
         if reason[i] >= _N_KERNEL_REASONS:
             # not priced: the row's outputs NaN, written as a priced row's are (no stage: p = 0)
-            _store(i, NAN, skipped_parts, skipped_rates, (), 0, out_step, out_parts, out_rates, out_stage_times,
-                   n_times)
+            _store(i, NAN, skipped_parts, skipped_rates, (), (), 0, out_step, out_parts, out_rates, out_stage_times,
+                   n_times, out_stage_sums, n_sums)
             continue
         li = layout_index[i]
         row = rows[li]
@@ -174,13 +181,16 @@ def seconds_estimate_batch(kinds, skinds, model, smodel, cands, rates, rate_inde
         total = seconds_combine(stage, cand, parts, times)
         step_rates = [0.0] * _SR_COUNT
         _step_rates(stage, cand, rate, total, step_rates)
-        _store(i, total, parts, step_rates, times, p, out_step, out_parts, out_rates, out_stage_times, n_times)
+        _store(i, total, parts, step_rates, times, stage, p, out_step, out_parts, out_rates, out_stage_times, n_times,
+               out_stage_sums, n_sums)
         if total != total and reason[i] == 0:
             reason[i] = _UNDEFINED
 
 
-def _store(i, total, parts, step_rates, times, p, out_step, out_parts, out_rates, out_stage_times, n_times) -> None:
-    """Row *i*'s outputs: its step time, parts, step rates and the first *p* stage times (NaN past p)."""
+def _store(i, total, parts, step_rates, times, stage, p, out_step, out_parts, out_rates, out_stage_times, n_times,
+           out_stage_sums, n_sums) -> None:
+    """Row *i*'s outputs: its step time, parts, step rates and the first *p* stage times and stage
+    sums (NaN past p)."""
     out_step[i] = total
     for j in range(len(parts)):
         out_parts[j][i] = parts[j]
@@ -188,3 +198,6 @@ def _store(i, total, parts, step_rates, times, p, out_step, out_parts, out_rates
         out_rates[j][i] = step_rates[j]
     for s in range(n_times):
         out_stage_times[i][s] = times[s] if s < p else NAN
+    for s in range(n_sums):
+        for j in range(_S_COUNT):
+            out_stage_sums[i][s][j] = stage[s][j] if s < p else NAN
