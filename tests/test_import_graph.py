@@ -3,7 +3,8 @@
 Built from the AST (no module is imported), counting module-level AND function-level imports: a lazy
 import inside a function still ties the two modules together, so it counts as an edge. Walks
 ``from . import x``, ``from .x import y``, ``from ._kpy.x import y``, ``import ndcost.x`` and the same
-forms inside functions. Cycles are reported as strongly connected components (Tarjan's algorithm).
+forms inside functions; only imports under ``if TYPE_CHECKING:`` are left out (they never run: a type
+checker's view, not a dependency). Cycles are reported as strongly connected components (Tarjan's algorithm).
 
 Run as a script (``python tests/test_import_graph.py``) to print every component of more than one
 module, or the edges of the graph with ``--edges``.
@@ -34,6 +35,25 @@ def resolve_relative(package, level, target):
     return ".".join(base + ([target] if target else []))
 
 
+def _type_checking_only(node):
+    test = node.test
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def runtime_nodes(tree):
+    """Every node of *tree* but the bodies of ``if TYPE_CHECKING:`` blocks (their ``else`` runs)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if _type_checking_only(node):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
 def imported_modules(tree, name, path, known):
     """The ndcost modules that the module ``name`` (parsed as ``tree``) imports, at any depth."""
     package = package_of(name, path)
@@ -46,7 +66,7 @@ def imported_modules(tree, name, path, known):
         if candidate and candidate != name:
             found.add(candidate)
 
-    for node in ast.walk(tree):
+    for node in runtime_nodes(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
@@ -146,6 +166,7 @@ def test_every_import_form_is_an_edge(tmp_path):
         "e.py": "def late():\n    from ._k.f import g\nthing = 1\n",  # from ._kpy.x import y, lazily
         "_k/__init__.py": "",
         "_k/f.py": "from .. import a\ng = 1\n",                     # from .. import x (closes the cycle)
+        "t.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import b\nelse:\n    from .c import value\n",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -154,6 +175,7 @@ def test_every_import_form_is_an_edge(tmp_path):
     p = PACKAGE
     assert graph[f"{p}.a"] == {f"{p}.b"} and graph[f"{p}.b"] == {f"{p}.c"} and graph[f"{p}.c"] == {f"{p}.d"}
     assert graph[f"{p}.d"] == {f"{p}.e"} and graph[f"{p}.e"] == {f"{p}._k.f"} and graph[f"{p}._k.f"] == {f"{p}.a"}
+    assert graph[f"{p}.t"] == {f"{p}.c"}, "a type checker's import is no edge; its else branch is"
     assert cycles(graph) == [sorted(f"{p}.{m}" for m in ("a", "b", "c", "d", "e", "_k.f"))]
 
 
