@@ -36,8 +36,10 @@ def resolve_relative(package, level, target):
 
 
 def _type_checking_only(node):
+    if not isinstance(node, ast.If):
+        return False
     test = node.test
-    return isinstance(node, ast.If) and (
+    return (
         (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
         or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
 
