@@ -6,8 +6,8 @@ OTHER_CHECKOUT is a source tree with its compiled module built in place (``git w
 && cd /tmp/old && python setup.py build_ext --inplace``). Each measurement runs in a fresh interpreter per
 checkout, the two alternating round by round so that a machine's drift hits both alike; the table gives the
 best round of each (microseconds per call) and the ratio. What is timed (llama3-70b on h100-sxm, the README's
-strategy, memory on): ``ExecSpec(...)``, ``estimate(units="nd")``, ``estimate(units="seconds")`` and the ND
-drop-in ``estimate_performance(cfg)`` with a fresh config object per call over 16 strategies.
+strategy, memory on): ``ExecSpec(...)``, ``estimate(units="nd")`` and ``estimate(units="seconds")`` on one
+prepared spec, both again on a spec built fresh each call (what a search loop pays), and the ND drop-in ``estimate_performance(cfg)`` with a fresh config object per call over 16 strategies.
 """
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ CASES = {
     "ExecSpec(...)": lambda: ExecSpec(**FIELDS),
     "estimate(units='nd')": lambda: estimate(model, spec, cluster, units="nd"),
     "estimate(units='seconds')": lambda: estimate(model, spec, cluster, units="seconds"),
+    "fresh spec: ExecSpec + estimate(nd)": lambda: estimate(model, ExecSpec(**FIELDS), cluster, units="nd"),
+    "fresh spec: ExecSpec + estimate(seconds)": lambda: estimate(model, ExecSpec(**FIELDS), cluster),
     "nd.estimate_performance(fresh cfg)": lambda: estimate_performance(Config(*next(cycle)), device_type="A2"),
 }
 out = {}
