@@ -90,6 +90,21 @@ def test_a_large_batch_prices_the_same_on_all_cores():
             assert_bit_for_bit(one, estimate_many(model, cands, "h800", units=units))
 
 
+class Watched:
+    """A kernel module whose functions call *seen(name)* on the calling thread before running."""
+
+    def __init__(self, module, seen) -> None:
+        self.__name__, self._module, self._seen = module.__name__, module, seen
+
+    def __getattr__(self, name):
+        function = getattr(self._module, name)
+
+        def call(*args, **kwargs):
+            self._seen(name)
+            return function(*args, **kwargs)
+        return call
+
+
 def test_chunks_run_on_several_threads_at_once(backend_name, monkeypatch):
     """threads=2 has two chunks priced at the same time: each of the first two kernel calls waits for
     the other at a barrier (one thread alone would time out there)."""
@@ -97,27 +112,33 @@ def test_chunks_run_on_several_threads_at_once(backend_name, monkeypatch):
     cands = _mixed(model, 40, seed=53)
     barrier = threading.Barrier(2, timeout=30)
     callers: set[int] = set()
+
+    def meet(name: str) -> None:
+        if name == "nd_estimate_batch" and len(callers) < 2:
+            callers.add(threading.get_ident())
+            barrier.wait()
+
     with _backend.use(backend_name) as module:
-
-        class Watched:
-            def __getattr__(self, attr):
-                function = getattr(module, attr)
-                if attr != "nd_estimate_batch":
-                    return function
-
-                def call(*args, **kwargs):
-                    if len(callers) < 2:
-                        callers.add(threading.get_ident())
-                        barrier.wait()
-                    return function(*args, **kwargs)
-                return call
-
-        monkeypatch.setattr(_backend, "kernels", Watched())
+        monkeypatch.setattr(_backend, "kernels", Watched(module, meet))
         many = estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=2)
         monkeypatch.setattr(_backend, "kernels", module)
         one = estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=1)
     assert len(callers) == 2 and threading.get_ident() not in callers
     assert_bit_for_bit(one, many)
+
+
+def test_all_cores_is_one_thread_on_the_pure_python_backend(monkeypatch):
+    """The oracle holds the GIL: threads=None prices on the calling thread there (a count is honoured)."""
+    model = Model.from_catalog("llama3-8b")
+    cands = _mixed(model, 40, seed=57)
+    callers: set[int] = set()
+    with _backend.use("python") as module:
+        monkeypatch.setattr(_backend, "kernels", Watched(module, lambda name: callers.add(threading.get_ident())))
+        estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK)
+        assert callers == {threading.get_ident()}
+        callers.clear()
+        estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=2)
+        assert callers and threading.get_ident() not in callers      # the pool's workers priced it
 
 
 def test_worker_threads_ignore_floating_point_warnings_as_one_thread_does():

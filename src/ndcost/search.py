@@ -165,7 +165,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     for name, value in (("per_layer_recompute", per_layer_recompute), ("balance", balance)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise SpecError(name, "search", "be an integer >= 0", value)
-    workers = resolve_threads(threads, "search")     # checked before the space is built
+    resolve_threads(threads, "search")     # checked before the space is built
     if units == "nd" and rates is not None:
         raise SpecError("rates", "search", "be given in seconds units only (ND's units price no rates)", rates)
     rates = as_rates(rates, device=cluster, owner="search")
@@ -183,7 +183,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     for start in range(0, n, BATCH):
         chunk = {name: col[start:start + BATCH] for name, col in space.columns.items()}
         batch = estimate_many(model, Candidates.from_arrays(**chunk), cluster, units=units, ratios=ratios, rates=rates,
-                              threads=workers)
+                              threads=threads)
         step[start:start + BATCH] = batch.step_time
         memory[start:start + BATCH] = batch.device_memory   # what the device holds (seconds: + slack, fixed)
         reason[start:start + BATCH] = batch.reason
