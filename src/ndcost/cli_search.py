@@ -143,6 +143,8 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="fix sequence parallelism on or off (default: searched)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (default: shown)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="threads pricing the candidates, at least 1 (default: all the cores this process may use)")
 
 
 def run_search(args: argparse.Namespace):
@@ -154,6 +156,8 @@ def run_search(args: argparse.Namespace):
     limit = args.memory_limit_gib
     if limit is not None and not (limit == limit and 1.0 <= limit < float("inf")):
         raise SpecError("--memory-limit-gib", "ndcost search", "be a finite number of GiB >= 1", limit)
+    if args.threads is not None and args.threads < 1:
+        raise SpecError("--threads", "ndcost search", "be an integer >= 1 (omit it for all cores)", args.threads)
     model = model_from_args(args)
     cluster = Cluster(args.device, num_devices=args.devices)
     dims: dict[str, Any] = {}
@@ -173,7 +177,7 @@ def run_search(args: argparse.Namespace):
         units=args.units, ratios=args.ratios, rates=rates_argument(args.rates, args.software),
         memory_limit=None if args.memory_limit_gib is None else args.memory_limit_gib * 2**30,
         allow_cross_node_tp=args.allow_cross_node_tp, per_layer_recompute=args.plan_top, balance=args.balance_top,
-        progress=print_progress if show_progress else None, **dims,
+        progress=print_progress if show_progress else None, threads=args.threads, **dims,
     )
     return model, cluster, result
 

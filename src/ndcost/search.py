@@ -127,7 +127,8 @@ def _spec_of(columns: Mapping[str, np.ndarray], i: int, fixed: Mapping[str, Any]
 def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int, top: int = 10,
            units: str = "seconds", ratios: Any = None, memory_limit: float | None = None,
            allow_cross_node_tp: bool = False, per_layer_recompute: int = 3, balance: int = 3,
-           progress: Callable[[int, int], None] | None = None, rates: Any = None, **dims: Any) -> SearchResult:
+           progress: Callable[[int, int], None] | None = None, rates: Any = None, threads: int | None = None,
+           **dims: Any) -> SearchResult:
     """The *top* strategies for *model* on *cluster*, ranked by step time.
 
     Args:
@@ -143,11 +144,13 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
             between stages while the step gets faster (``ndcost.pipeline_balance``).
         progress: Called with (priced, total) after each batch.
         rates: Seconds mode's rates, as :func:`ndcost.estimate`'s (a rates JSON is read once).
+        threads: Threads each batch is priced on, as :func:`ndcost.estimate_many`'s: None (default)
+            all the cores the process may use, 1 the calling thread only; the result is the same.
         **dims: Each search dimension (tp, pp, cp, dp, ep, micro_batch_size, vpp, zero_stage,
             sequence_parallel, pp_schedule, recompute) fixed (a value), a list, or searched (absent).
     """
     from .candidates import Candidates
-    from .estimate_many import REASONS, estimate_many
+    from .estimate_many import REASONS, estimate_many, resolve_threads
 
     model = as_model(model)
     if units == "nd":
@@ -162,6 +165,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     for name, value in (("per_layer_recompute", per_layer_recompute), ("balance", balance)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise SpecError(name, "search", "be an integer >= 0", value)
+    resolve_threads(threads, "search")     # checked before the space is built
     if units == "nd" and rates is not None:
         raise SpecError("rates", "search", "be given in seconds units only (ND's units price no rates)", rates)
     rates = as_rates(rates, device=cluster, owner="search")
@@ -178,7 +182,8 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     reason = np.zeros(n, dtype=np.int64)
     for start in range(0, n, BATCH):
         chunk = {name: col[start:start + BATCH] for name, col in space.columns.items()}
-        batch = estimate_many(model, Candidates.from_arrays(**chunk), cluster, units=units, ratios=ratios, rates=rates)
+        batch = estimate_many(model, Candidates.from_arrays(**chunk), cluster, units=units, ratios=ratios, rates=rates,
+                              threads=threads)
         step[start:start + BATCH] = batch.step_time
         memory[start:start + BATCH] = batch.device_memory   # what the device holds (seconds: + slack, fixed)
         reason[start:start + BATCH] = batch.reason

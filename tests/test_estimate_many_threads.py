@@ -1,0 +1,199 @@
+"""estimate_many(threads=...): the chunks split over threads price bit for bit as one thread does, on both
+backends, in both units, with memory and invalid rows mixed in; bad thread counts are SpecErrors; search and
+``ndcost search --threads`` pass the count through."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+from batch_cases import columns_of, planted_rows, random_rows
+from ndcost import Cluster, Model, SpecError, _backend
+from ndcost.batch_result import BatchEstimate
+from ndcost.candidates import Candidates
+from ndcost.cli import main
+from ndcost.estimate_many import available_cores, estimate_many, resolve_threads
+from ndcost.reasons import FIRST_INVALID
+from ndcost.search import search
+
+#: Rows per chunk in these tests: small, so that a batch the oracle prices quickly still has many chunks.
+CHUNK = 16
+
+
+def _mixed(model: Model, count: int, seed: int) -> Candidates:
+    """Valid rows, the planted edges and rows broken on purpose (a zero degree, tp not dividing the
+    heads, a batch that does not divide), interleaved so that most chunks hold some of each."""
+    rows = random_rows(model, count, seed=seed) + planted_rows(model)
+    broken = [dict(dp=0, tp=1, global_batch_size=8), dict(dp=2, tp=3, global_batch_size=8),
+              dict(dp=4, tp=1, micro_batch_size=3, global_batch_size=8)]
+    for i, row in enumerate(broken * (len(rows) // 10)):
+        rows.insert((7 * i + 3) % len(rows), dict(row))
+    return Candidates.from_arrays(**columns_of(rows))
+
+
+def assert_bit_for_bit(expected: BatchEstimate, got: BatchEstimate) -> None:
+    """Every output array holds the same bytes (NaN payloads and signed zeros included)."""
+    for field in dataclasses.fields(BatchEstimate):
+        a, b = getattr(expected, field.name), getattr(got, field.name)
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), field.name
+        elif isinstance(a, dict):
+            assert a.keys() == b.keys(), field.name
+            for key in a:
+                assert a[key].tobytes() == b[key].tobytes(), (field.name, key)
+        else:
+            assert a == b, field.name
+
+
+@pytest.mark.parametrize("units", ["nd", "seconds"])
+@pytest.mark.parametrize("name", ["llama3-70b", "deepseek-v3", "qwen3-next-80b-a3b"])
+def test_threads_price_bit_for_bit_as_one_thread(backend_name, name, units):
+    model = Model.from_catalog(name)
+    cands = _mixed(model, 60, seed=41)
+    options = dict(units=units, stage_times=True, stage_memory=True, chunk_size=CHUNK)
+    with _backend.use(backend_name):
+        one = estimate_many(model, cands, "h100-sxm", threads=1, **options)
+        assert (one.reason >= FIRST_INVALID).any() and (one.reason == 0).any()
+        assert len(cands) > 4 * CHUNK
+        for threads in (None, 2, 5):
+            assert_bit_for_bit(one, estimate_many(model, cands, "h100-sxm", threads=threads, **options))
+
+
+@pytest.mark.parametrize("units", ["nd", "seconds"])
+def test_threads_with_a_sized_cluster_ratios_and_no_memory(backend_name, units):
+    """The device-count rule (a Cluster), ratios (ND's milliseconds; seconds' corrections) and memory off."""
+    model = Model.from_catalog("mixtral-8x7b")
+    cands = _mixed(model, 50, seed=43)
+    cluster = Cluster("h100-sxm", num_devices=64)
+    ratios = {name: 1e-12 * (i + 1) for i, name in enumerate(("COMPUTE", "DP_COMM", "DP_REDUCE", "MP_COMM",
+                                                                "EP_COMM", "CP_COMM", "PP_COMM", "BUBBLE"))}
+    with _backend.use(backend_name):
+        for options in (dict(ratios=ratios), dict(with_memory=False)):
+            one = estimate_many(model, cands, cluster, units=units, chunk_size=CHUNK, threads=1, **options)
+            assert_bit_for_bit(one, estimate_many(model, cands, cluster, units=units, chunk_size=CHUNK,
+                                                  threads=3, **options))
+
+
+@pytest.mark.cython
+def test_a_large_batch_prices_the_same_on_all_cores():
+    """The default chunk on the compiled backend, a batch of many chunks."""
+    model = Model.from_catalog("deepseek-v3")
+    cands = _mixed(model, 400, seed=47)
+    cands = cands.take(np.arange(40_000) % len(cands))
+    with _backend.use("cython"):
+        for units in ("nd", "seconds"):
+            one = estimate_many(model, cands, "h800", units=units, threads=1)
+            assert_bit_for_bit(one, estimate_many(model, cands, "h800", units=units))
+
+
+class Watched:
+    """A kernel module whose functions call *seen(name)* on the calling thread before running."""
+
+    def __init__(self, module, seen) -> None:
+        self.__name__, self._module, self._seen = module.__name__, module, seen
+
+    def __getattr__(self, name):
+        function = getattr(self._module, name)
+
+        def call(*args, **kwargs):
+            self._seen(name)
+            return function(*args, **kwargs)
+        return call
+
+
+def test_chunks_run_on_several_threads_at_once(backend_name, monkeypatch):
+    """threads=2 has two chunks priced at the same time: each of the first two kernel calls waits for
+    the other at a barrier (one thread alone would time out there)."""
+    model = Model.from_catalog("llama3-8b")
+    cands = _mixed(model, 40, seed=53)
+    barrier = threading.Barrier(2, timeout=30)
+    callers: set[int] = set()
+
+    def meet(name: str) -> None:
+        if name == "nd_estimate_batch" and len(callers) < 2:
+            callers.add(threading.get_ident())
+            barrier.wait()
+
+    with _backend.use(backend_name) as module:
+        monkeypatch.setattr(_backend, "kernels", Watched(module, meet))
+        many = estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=2)
+        monkeypatch.setattr(_backend, "kernels", module)
+        one = estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=1)
+    assert len(callers) == 2 and threading.get_ident() not in callers
+    assert_bit_for_bit(one, many)
+
+
+def test_all_cores_is_one_thread_on_the_pure_python_backend(monkeypatch):
+    """The oracle holds the GIL: threads=None prices on the calling thread there (a count is honoured)."""
+    model = Model.from_catalog("llama3-8b")
+    cands = _mixed(model, 40, seed=57)
+    callers: set[int] = set()
+    with _backend.use("python") as module:
+        monkeypatch.setattr(_backend, "kernels", Watched(module, lambda name: callers.add(threading.get_ident())))
+        estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK)
+        assert callers == {threading.get_ident()}
+        callers.clear()
+        estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=2)
+        assert callers and threading.get_ident() not in callers      # the pool's workers priced it
+
+
+def test_worker_threads_ignore_floating_point_warnings_as_one_thread_does():
+    """np.errstate is per thread: the invalid rows' NaN and division warnings stay silent in the workers too."""
+    model = Model.from_catalog("llama3-8b")
+    cands = _mixed(model, 40, seed=59)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for units in ("nd", "seconds"):
+            estimate_many(model, cands, "h100-sxm", units=units, chunk_size=CHUNK, threads=3)
+
+
+def test_one_chunk_and_an_empty_batch():
+    model = Model.from_catalog("llama3-8b")
+    cands = _mixed(model, 10, seed=61)
+    assert_bit_for_bit(estimate_many(model, cands, "h100-sxm", units="nd", threads=1),
+                       estimate_many(model, cands, "h100-sxm", units="nd", threads=8))
+    empty = Candidates.from_arrays(dp=np.zeros(0, dtype=int), global_batch_size=8)
+    assert len(estimate_many(model, empty, "h100-sxm", units="nd", threads=4)) == 0
+
+
+def test_available_cores_is_the_affinity():
+    expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert available_cores() == expected >= 1
+    assert resolve_threads(None) == expected and resolve_threads(3) == 3 and resolve_threads(np.int64(2)) == 2
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2", 2.0])
+def test_bad_thread_counts_are_spec_errors(threads):
+    model = Model.from_catalog("llama3-8b")
+    cands = Candidates.from_arrays(dp=2, global_batch_size=8)
+    with pytest.raises(SpecError, match="threads") as info:
+        estimate_many(model, cands, "h100-sxm", units="nd", threads=threads)
+    assert info.value.parameter == "threads"
+    with pytest.raises(SpecError, match="threads"):
+        search(model, Cluster("h100-sxm", num_devices=8), global_batch_size=64, seq_length=2048, threads=threads)
+
+
+def test_search_ranks_the_same_on_all_cores():
+    model, cluster = Model.from_catalog("llama3-8b"), Cluster("h100-sxm", num_devices=64)
+    runs = [search(model, cluster, global_batch_size=256, seq_length=4096, top=5, per_layer_recompute=0, balance=0,
+                   threads=threads) for threads in (1, None)]
+    one, many = runs
+    assert one.step_time.tobytes() == many.step_time.tobytes()
+    assert one.peak_memory.tobytes() == many.peak_memory.tobytes()
+    assert one.rejected == many.rejected and one.fitting == many.fitting > 0
+    assert [r.spec for r in one.results] == [r.spec for r in many.results]
+
+
+def test_cli_search_threads(capsys):
+    command = ["search", "llama3-8b", "--devices", "16", "--device", "h100-sxm", "--global-batch-size", "64",
+               "--seq-length", "2048", "--top", "3", "--plan-top", "0", "--balance-top", "0", "--no-progress"]
+    assert main(command + ["--threads", "1"]) == 0
+    one = capsys.readouterr().out
+    assert main(command + ["--threads", "2"]) == 0
+    assert capsys.readouterr().out == one
+    assert main(command + ["--threads", "0"]) == 2
+    assert "--threads" in capsys.readouterr().err
