@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from ndcost import Candidates, Cluster, ExecSpec, Model, _backend, estimate, estimate_many
-from ndcost.estimate_many import available_cores
+from ndcost.price.estimate_many import available_cores
 from ratio_guard import guard, record
 
 # model -> (device, global batch, sequence, ep choices, the realistic one-candidate strategy)

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from ndcost import Candidates, Cluster, Model, _backend
-from ndcost.reasons import FIRST_INVALID
-from ndcost.seconds_batch import seconds_batch
+from ndcost.tables.reasons import FIRST_INVALID
+from ndcost.price.seconds_batch import seconds_batch
 from ratio_guard import guard, record
 
 # model -> (device, global batch, sequence, ep choices)

@@ -6,7 +6,7 @@ import pytest
 
 import ndcost
 from ndcost import _backend
-from ndcost.recompute_plan import kind_profile
+from ndcost.price.recompute_plan import kind_profile
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""ND kernel inputs built by hand with the ABI indices of ndcost._columns, for the ND kernel tests.
+"""ND kernel inputs built by hand with the ABI indices of ndcost.kernels.columns, for the ND kernel tests.
 
 The small neutral dims: b = 1, s = 8, h = 4, model heads 2, t = 2, cp = 1, sp = 1, bytes_p = 2,
 so that bytes_p/t/cp = 1 and an op's load is its formula; no overlap, no A3, dpn above every
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ndcost._columns import CAND, CAND_FIELDS, KIND, KIND_FIELDS, MODEL, MODEL_FIELDS, ND_OPTION, ND_OPTION_FIELDS
+from ndcost.kernels.columns import (
+    CAND, CAND_FIELDS, KIND, KIND_FIELDS, MODEL, MODEL_FIELDS, ND_OPTION, ND_OPTION_FIELDS,
+)
 
 
 def kinds_of(*rows) -> np.ndarray:

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from ndcost import Cluster, ExecSpec, Model, Ratios, estimate
-from ndcost import calibrate as calibrate_module
-from ndcost.calibrate import FITS, FLOOR, EstimatedRuns, corrected, estimate_runs, fit_ratios
-from ndcost.fit_stats import average_ranks, nnls, spearman
-from ndcost.leave_one_out import leave_one_out
+from ndcost.io import calibrate as calibrate_module
+from ndcost.io.calibrate import FITS, FLOOR, EstimatedRuns, corrected, estimate_runs, fit_ratios
+from ndcost.io.fit_stats import average_ranks, nnls, spearman
+from ndcost.io.leave_one_out import leave_one_out
 from ndcost.errors import SpecError
-from ndcost.measured import MEASURED_COLUMNS, MeasuredRow, read_measured
-from ndcost.ratios import PART_NAMES, RATIO_KEYS, _reset_missing_warnings
+from ndcost.io.measured import MEASURED_COLUMNS, MeasuredRow, read_measured
+from ndcost.spec.ratios import PART_NAMES, RATIO_KEYS, _reset_missing_warnings
 
 DEVICE = "h100-sxm"
 SEQ = 4096
@@ -433,7 +433,7 @@ def test_average_ranks_and_spearman():
 # --------------------------------------------------------------------------- the CLI, end to end
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "ndcost.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "ndcost.cli.main", *args], capture_output=True, text=True)
 
 
 def test_cli_calibrate_end_to_end(dense, tmp_path):
@@ -513,7 +513,7 @@ def test_calibrate_warns_when_left_out_runs_get_worse(dense, tmp_path, capsys):
     import dataclasses
     import random
 
-    from ndcost.cli import main
+    from ndcost.cli.main import main
 
     _, rows = dense
     rng = random.Random(5)

@@ -9,17 +9,17 @@ import pytest
 
 from batch_cases import columns_of, planted_rows, random_rows
 from ndcost import Cluster, ExecSpec, Model, RecomputeRange, SpecError
-from ndcost._formulas import (
+from ndcost.tables.formulas import (
     ARRAY, SCALAR, derived_columns, derived_extra_columns, joint_reason, memory_candidate_columns,
     nd_candidate_columns,
 )
-from ndcost.candidate_columns import FIELDS
-from ndcost.candidates import Candidates
-from ndcost.derive import derive, model_constants
-from ndcost.layout import build_layout
-from ndcost.memory import memory_candidate_vector
-from ndcost.nd_tables import MOE_DISPATCH, cluster_constants, nd_candidate_vector
-from ndcost.reasons import FIRST_INVALID, REASON_CODES, REASON_TABLE, REASONS, explain_reason
+from ndcost.price.candidate_columns import FIELDS
+from ndcost.price.candidates import Candidates
+from ndcost.tables.derive import derive, model_constants
+from ndcost.tables.layout import build_layout
+from ndcost.tables.memory import memory_candidate_vector
+from ndcost.tables.nd_tables import MOE_DISPATCH, cluster_constants, nd_candidate_vector
+from ndcost.tables.reasons import FIRST_INVALID, REASON_CODES, REASON_TABLE, REASONS, explain_reason
 
 MODELS = ("llama3-70b", "qwen3-32b", "mixtral-8x7b", "deepseek-v3", "qwen3-next-80b-a3b", "qwen3-30b-a3b")
 
@@ -242,7 +242,7 @@ def test_vectorised_candidate_vectors_equal_the_single_path():
 
 def test_scalar_twins_equal_the_generic_formulas():
     """The scalar twins (generated from the formulas' source) == the generic code run on scalars."""
-    from ndcost import _formulas as f
+    from ndcost.tables import formulas as f
 
     cluster = Cluster("h100-sxm", num_devices=64)
     for model, rows in _rows_over_models(seed=13, per_model=40):

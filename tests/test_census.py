@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from ndcost import Model
-from ndcost._columns import HYPER_POLICY_MASK, KIND, MEMORY_KIND
-from ndcost.census import KindCensus, read_census
+from ndcost.kernels.columns import HYPER_POLICY_MASK, KIND, MEMORY_KIND
+from ndcost.spec.census import KindCensus, read_census
 from ndcost.errors import SpecError
-from ndcost.memory import memory_kind_table
-from ndcost.nd_tables import nd_kind_table
-from ndcost.recompute_spec import selective_keep_mask
+from ndcost.tables.memory import memory_kind_table
+from ndcost.tables.nd_tables import nd_kind_table
+from ndcost.spec.recompute_spec import selective_keep_mask
 
 CENSUS = {
     "source": "synthetic census for tests",

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ndcost.cli import main
+from ndcost.cli.main import main
 
 STRATEGY = ["--device", "h100-sxm", "--devices", "8", "--dp", "8", "--global-batch-size", "64", "--seq-length", "4096"]
 SEARCH = ["search", "llama3-8b", "--devices", "8", "--device", "h100-sxm", "--global-batch-size", "64",
@@ -86,7 +86,7 @@ def test_a_bad_invocation_in_a_subprocess_prints_no_traceback(files):
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "ndcost.cli", "validate", "bad.yaml"], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "ndcost.cli.main", "validate", "bad.yaml"], capture_output=True,
                             text=True, cwd=files, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("ndcost: error:")

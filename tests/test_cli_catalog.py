@@ -9,7 +9,7 @@ import pytest
 
 
 def run(*args, check=True):
-    return subprocess.run([sys.executable, "-m", "ndcost.cli", *args], capture_output=True, text=True, check=check)
+    return subprocess.run([sys.executable, "-m", "ndcost.cli.main", *args], capture_output=True, text=True, check=check)
 
 
 def test_models_lists_the_catalog():

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ndcost.validation import BUILTIN_RUNS
+from ndcost.io.validation import BUILTIN_RUNS
 
 RUNS = BUILTIN_RUNS["a100"]
 STRATEGY = ["llama3-70b", "--device", "h100-sxm", "--dp", "16", "--tp", "8", "--pp", "8",
@@ -15,7 +15,7 @@ STRATEGY = ["llama3-70b", "--device", "h100-sxm", "--dp", "16", "--tp", "8", "--
 
 
 def run(*args, check=True):
-    return subprocess.run([sys.executable, "-m", "ndcost.cli", *args], capture_output=True, text=True, check=check)
+    return subprocess.run([sys.executable, "-m", "ndcost.cli.main", *args], capture_output=True, text=True, check=check)
 
 
 @pytest.mark.parametrize("units", ["seconds", "nd"])

@@ -7,8 +7,8 @@ import shlex
 
 import pytest
 
-from ndcost.cli import build_parser, main
-from ndcost.cli_help import ESTIMATE_EXAMPLES, SEARCH_EXAMPLES, STRATEGY_HELP
+from ndcost.cli.main import build_parser, main
+from ndcost.cli.help import ESTIMATE_EXAMPLES, SEARCH_EXAMPLES, STRATEGY_HELP
 from ndcost.suggest import closest_name
 
 

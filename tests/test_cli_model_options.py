@@ -6,7 +6,7 @@ import json
 import pytest
 
 import ndcost
-from ndcost.cli import main
+from ndcost.cli.main import main
 
 VLM = ["qwen2.5-vl-7b", "--device", "h100-sxm", "--dp", "4", "--tp", "2", "--pp", "4",
        "--global-batch-size", "256", "--seq-length", "8192", "--sequence-parallel", "--recompute", "selective"]
@@ -68,7 +68,7 @@ def test_a_reader_that_goes_away_stops_the_cli_quietly():
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "ndcost.cli", "show", "qwen2.5-vl-7b"],
+    proc = subprocess.Popen([sys.executable, "-m", "ndcost.cli.main", "show", "qwen2.5-vl-7b"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()   # before the interpreter has even imported ndcost
     err = proc.stderr.read().decode()
@@ -98,7 +98,7 @@ def test_balance_then_price_the_printed_offset(capsys):
 
 @pytest.mark.parametrize("text, value", [("-4,2,1,1", (-4, 2, 1, 1)), ("-1,0|1,0", ((-1, 0), (1, 0))), ("7", (7,))])
 def test_layer_grids_read_as_printed(text, value):
-    from ndcost.cli_args import offset_text, parse_layer_grid
+    from ndcost.cli.args import offset_text, parse_layer_grid
 
     assert parse_layer_grid("--offset", text) == value
     assert offset_text(value) == text

@@ -1,4 +1,4 @@
-"""The C enums of the kernel ABI are the ones _columns.py defines."""
+"""The C enums of the kernel ABI are the ones ndcost/kernels/columns.py defines."""
 from __future__ import annotations
 
 import importlib.util

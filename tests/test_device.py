@@ -17,7 +17,7 @@ from importlib import resources
 
 import pytest
 
-from ndcost.device import DEVICE_ALIASES, ND_MEMORY_RESERVE_BYTES, Cluster, Device, devices
+from ndcost.spec.device import DEVICE_ALIASES, ND_MEMORY_RESERVE_BYTES, Cluster, Device, devices
 from ndcost.errors import SpecError
 
 CATALOG = ["a100-40g", "a100-80g", "ascend-910b", "ascend-910c", "b200", "gb200-nvl72", "gb300-nvl72", "h100-sxm",
@@ -352,8 +352,8 @@ def test_describe_lists_every_figure_with_its_unit_and_source():
 
 
 def test_an_ep64_all_to_all_stays_on_nvlink_in_an_nvl72_domain(kernels):
-    from ndcost.rates import Rates
-    from ndcost.seconds import rates_vector
+    from ndcost.spec.rates import Rates
+    from ndcost.tables.seconds import rates_vector
 
     moved, a2a = 1e9, 2
     rack = rates_vector(Cluster("gb200-nvl72", 72), Rates.for_device("gb200-nvl72"), "bf16")
@@ -395,7 +395,7 @@ def test_an_expert_parallel_step_on_gb200_crosses_no_nic():
 
 def test_nvl72_rules_read_the_domain_not_eight():
     from ndcost import ExecSpec, Model
-    from ndcost.validate import validate
+    from ndcost.tables.validate import validate
 
     model = Model.from_catalog("gpt3-175b")  # 96 heads, no GQA: tp 16 and 24 divide them
     # The search's rule (tp within a node): tp 16 or 24 spans several 4-GPU trays but stays inside the

@@ -10,9 +10,9 @@ import pytest
 
 import ndcost
 from ndcost import Cluster, ExecSpec, Model
-from ndcost.cli import main
-from ndcost.emit_recompute import launcher_recompute, layer_plan
-from ndcost.exec_spec import RecomputeRange
+from ndcost.cli.main import main
+from ndcost.io.emit_recompute import launcher_recompute, layer_plan
+from ndcost.spec.exec_spec import RecomputeRange
 
 SEARCH = ["search", "llama3-70b", "--devices", "64", "--device", "h100-sxm", "--global-batch-size", "256",
           "--seq-length", "8192", "--tp", "8", "--pp", "4", "--micro-batch-size", "1", "--memory-limit-gib", "40",
@@ -58,8 +58,8 @@ def test_emitted_flags_that_approximate_say_so_and_price_what_they_state(capsys,
     assert "# NOTE: these megatron settings approximate the priced recompute plan" in out
     stated = [line for line in out.splitlines() if line.startswith("#   these settings:")][0]
     # the approximation's price is an estimate of the ExecSpec the flags mean (#1's, as printed)
-    from ndcost.cli import build_parser
-    from ndcost.cli_args import spec_from_args
+    from ndcost.cli.main import build_parser
+    from ndcost.cli.args import spec_from_args
 
     spec = spec_from_args(build_parser().parse_args(_printed_command(out)[1:]))
     emitted = launcher_recompute("megatron", model, spec)

@@ -10,13 +10,13 @@ import pytest
 
 from batch_cases import columns_of, planted_rows, random_rows
 from ndcost import Cluster, ExecSpec, Model, SpecError, _backend, estimate, models
-from ndcost._columns import PART_NAMES
-from ndcost.batch_result import BatchEstimate
-from ndcost.candidates import Candidates
-from ndcost.estimate_many import estimate_many
-from ndcost.memory import MEMORY_PARTS
-from ndcost.reasons import FIRST_INVALID, REASON_CODES, REASON_TABLE
-from ndcost.validate import validate
+from ndcost.kernels.columns import PART_NAMES
+from ndcost.price.batch_result import BatchEstimate
+from ndcost.price.candidates import Candidates
+from ndcost.price.estimate_many import estimate_many
+from ndcost.tables.memory import MEMORY_PARTS
+from ndcost.tables.reasons import FIRST_INVALID, REASON_CODES, REASON_TABLE
+from ndcost.tables.validate import validate
 from strategies import ND_PRICED, realistic
 
 RTOL = 1e-12
@@ -296,12 +296,12 @@ def test_threads_price_the_same():
 
 
 def _kernel_inputs(kernels_module, model: Model, spec: ExecSpec):
-    from ndcost._layout_pool import layout_piece, pack_layouts
-    from ndcost.estimate import nd_options
-    from ndcost.layout import build_layout
-    from ndcost.memory import memory_candidate_vector, memory_kind_table, memory_model_vector
-    from ndcost.derive import derive
-    from ndcost.nd_tables import nd_candidate_vector, nd_kind_table, nd_model_vector
+    from ndcost.tables.layout_pool import layout_piece, pack_layouts
+    from ndcost.price.estimate import nd_options
+    from ndcost.tables.layout import build_layout
+    from ndcost.tables.memory import memory_candidate_vector, memory_kind_table, memory_model_vector
+    from ndcost.tables.derive import derive
+    from ndcost.tables.nd_tables import nd_candidate_vector, nd_kind_table, nd_model_vector
 
     pool = pack_layouts([layout_piece(build_layout(model, spec))])
     cluster = Cluster("h100-sxm", spec.num_devices)
@@ -363,8 +363,8 @@ def test_kernels_skip_invalid_rows_and_flag_results(kernels):
 def test_middle_stages_hold_the_static_bytes_of_their_layers():
     """The kernels' static bytes == memory.static_layer_bytes (its own restatement of ZeRO
     sharding) summed over a stage's layers, on stages that hold neither end."""
-    from ndcost.layout import build_layout
-    from ndcost.memory import static_layer_bytes
+    from ndcost.tables.layout import build_layout
+    from ndcost.tables.memory import static_layer_bytes
 
     for name in ("llama3-70b", "mixtral-8x7b", "deepseek-v3", "qwen3-next-80b-a3b"):
         model = Model.from_catalog(name)

@@ -13,10 +13,10 @@ from hypothesis import strategies as st  # noqa: E402
 
 from batch_cases import legal_tp  # noqa: E402
 from ndcost import Cluster, ExecSpec, Model, SpecError, _backend, estimate  # noqa: E402
-from ndcost._columns import PART_NAMES  # noqa: E402
-from ndcost.candidates import Candidates  # noqa: E402
-from ndcost.estimate_many import estimate_many  # noqa: E402
-from ndcost.reasons import FIRST_INVALID  # noqa: E402
+from ndcost.kernels.columns import PART_NAMES  # noqa: E402
+from ndcost.price.candidates import Candidates  # noqa: E402
+from ndcost.price.estimate_many import estimate_many  # noqa: E402
+from ndcost.tables.reasons import FIRST_INVALID  # noqa: E402
 
 MODELS = {name: Model.from_catalog(name) for name in
           ("llama3-70b", "qwen3-32b", "mixtral-8x7b", "deepseek-v3", "qwen3-next-80b-a3b", "qwen3-30b-a3b")}

@@ -13,12 +13,12 @@ import pytest
 
 from batch_cases import columns_of, planted_rows, random_rows
 from ndcost import Cluster, Model, SpecError, _backend
-from ndcost.batch_result import BatchEstimate
-from ndcost.candidates import Candidates
-from ndcost.cli import main
-from ndcost.estimate_many import available_cores, estimate_many, resolve_threads
-from ndcost.reasons import FIRST_INVALID
-from ndcost.search import search
+from ndcost.price.batch_result import BatchEstimate
+from ndcost.price.candidates import Candidates
+from ndcost.cli.main import main
+from ndcost.price.estimate_many import available_cores, estimate_many, resolve_threads
+from ndcost.tables.reasons import FIRST_INVALID
+from ndcost.price.search import search
 
 #: Rows per chunk in these tests: small, so that a batch the oracle prices quickly still has many chunks.
 CHUNK = 16

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost._columns import PART_NAMES
+from ndcost.kernels.columns import PART_NAMES
 from ndcost.nd import estimate_performance
-from ndcost.ratios import _reset_missing_warnings
+from ndcost.spec.ratios import _reset_missing_warnings
 
 from strategies import ND_PRICED, REALISTIC, on_both_backends, realistic
 

@@ -1,4 +1,4 @@
-"""estimate()'s one path for one candidate (ndcost.estimate_one, kernels nd_estimate_one / seconds_estimate_one).
+"""estimate()'s one path for one candidate (ndcost.price.estimate_one, kernels nd_estimate_one / seconds_estimate_one).
 
 Seconds mode through the one-candidate kernels equals the physics model's own walk
 (``seconds_estimate``) and the memory model (``memory_estimate`` with its overheads) value for
@@ -15,14 +15,14 @@ import pytest
 
 import ndcost
 from ndcost import Cluster, ExecSpec, Model, SpecError
-from ndcost._columns import PART_NAMES, SECONDS_STAGE_FIELDS
-from ndcost._kpy.one import ND_ONE_COUNT, ONE_FIELDS
-from ndcost.estimate_one import _prepared, nd_options
-from ndcost.layout import build_layout
-from ndcost.memory import memory_estimate
-from ndcost.memory_overheads import fixed_bytes
-from ndcost.rates import Rates
-from ndcost.seconds import seconds_estimate
+from ndcost.kernels.columns import PART_NAMES, SECONDS_STAGE_FIELDS
+from ndcost.kernels.one import ND_ONE_COUNT, ONE_FIELDS
+from ndcost.price.estimate_one import _prepared, nd_options
+from ndcost.tables.layout import build_layout
+from ndcost.tables.memory import memory_estimate
+from ndcost.tables.memory_overheads import fixed_bytes
+from ndcost.spec.rates import Rates
+from ndcost.tables.seconds import seconds_estimate
 
 from strategies import REALISTIC, on_both_backends, realistic
 
@@ -170,7 +170,7 @@ def test_units_share_nothing_but_validation():
 
 
 def test_prepared_specs_are_kept_for_a_bounded_few(monkeypatch):
-    from ndcost import estimate_one
+    from ndcost.price import estimate_one
 
     model, spec, cluster = realistic("llama3-70b")
     monkeypatch.setattr(estimate_one, "_RECENT", {})

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost._columns import PART_NAMES
+from ndcost.kernels.columns import PART_NAMES
 
 from strategies import REALISTIC, on_both_backends, realistic
 

@@ -10,14 +10,9 @@ from types import MappingProxyType
 import pytest
 
 from ndcost.errors import SpecError
-from ndcost.exec_spec import ExecSpec
-from ndcost.recompute_spec import (
-    ALL_KEPT,
-    SWITCHES,
-    RecomputeRange,
-    mask_from_switches,
-    selective_switches,
-    switches_from_mask,
+from ndcost.spec.exec_spec import ExecSpec
+from ndcost.spec.recompute_spec import (
+    ALL_KEPT, SWITCHES, RecomputeRange, mask_from_switches, selective_switches, switches_from_mask,
 )
 
 # ---------------------------------------------------------------- switches and masks
@@ -252,7 +247,7 @@ def test_from_strategy_passes_fields_through():
 @pytest.mark.parametrize("sp", [1, 2, 8])
 @pytest.mark.parametrize("comm", [True, False])
 def test_cached_rule_mask_equals_the_rule(rule, fa, sp, comm):
-    from ndcost.recompute_spec import selective_keep_mask
+    from ndcost.spec.recompute_spec import selective_keep_mask
 
     kwargs = dict(flash_attention=fa, sequence_parallel_degree=sp, comm_recompute=comm)
     assert selective_keep_mask(rule, **kwargs) == mask_from_switches(selective_switches(rule, **kwargs))

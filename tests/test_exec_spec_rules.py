@@ -14,7 +14,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from ndcost import ExecSpec, SpecError  # noqa: E402
-from ndcost.exec_spec_rules import CHECKS, check_scalars, scalars_hold  # noqa: E402
+from ndcost.spec.exec_spec_rules import CHECKS, check_scalars, scalars_hold  # noqa: E402
 from ndcost.limits import MAX_BYTE_WIDTH, MAX_CAPACITY_FACTOR, MAX_DEVICES, MAX_LAYERS  # noqa: E402
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ExecSpec))

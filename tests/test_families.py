@@ -11,7 +11,7 @@ import pytest
 
 import ndcost
 from ndcost import Cluster, ExecSpec, Model
-from ndcost._columns import PART_NAMES
+from ndcost.kernels.columns import PART_NAMES
 from ndcost.errors import SpecError
 
 from strategies import on_both_backends
@@ -59,8 +59,8 @@ def test_active_parameters_match_in_the_cards_convention(family):
 def test_gemma_runs_four_norms_a_layer(kernels):
     """Gemma 2/3's four RMSNorms a layer are elementwise work seconds mode prices: the same model
     with the llama family's two norms spends half the norm time (read + write of the residual)."""
-    from ndcost._columns import SECONDS_LAYER, SECONDS_LAYER_FIELDS
-    from ndcost.seconds import seconds_arrays
+    from ndcost.kernels.columns import SECONDS_LAYER, SECONDS_LAYER_FIELDS
+    from ndcost.tables.seconds import seconds_arrays
     import numpy as np
 
     spec = ExecSpec(dp=1, tp=2, pp=1, micro_batch_size=1, micro_batch_num=1, seq_length=4096,
@@ -250,8 +250,8 @@ def test_gpt_oss_alternating_windows_by_hand(kernels):
     model's attention core is 18 of each."""
     import numpy as np
 
-    from ndcost._columns import SECONDS_LAYER, SECONDS_LAYER_FIELDS
-    from ndcost.seconds import seconds_arrays
+    from ndcost.kernels.columns import SECONDS_LAYER, SECONDS_LAYER_FIELDS
+    from ndcost.tables.seconds import seconds_arrays
 
     model = _model("gpt_oss")
     spec = ExecSpec(dp=1, tp=1, pp=1, ep=1, micro_batch_size=1, micro_batch_num=1, seq_length=8192)
@@ -270,7 +270,7 @@ def test_gpt_oss_alternating_windows_by_hand(kernels):
 
 
 def test_the_new_families_run_end_to_end_on_the_command_line(capsys):
-    from ndcost.cli import main
+    from ndcost.cli.main import main
 
     assert main(["estimate", "gpt-oss-120b", "--device", "h100-sxm", "--dp", "16", "--pp", "4", "--ep", "16",
                  "--global-batch-size", "512", "--seq-length", "8192", "--recompute", "full"]) == 0
@@ -288,8 +288,8 @@ def test_gemma_keeps_its_post_norm_inputs(ckernels):
     """Gemma 2's post-attention and post-feedforward norms keep their inputs: a layer without recompute
     keeps 2 x tokens x hidden / sp x norm bytes more than the same layer with two norms (both backends)."""
     from ndcost import _backend
-    from ndcost.memory import memory_candidate_vector, memory_kind_table
-    from ndcost._columns import MEMORY_KIND, OPTION_FULL, OPTION_NONE
+    from ndcost.tables.memory import memory_candidate_vector, memory_kind_table
+    from ndcost.kernels.columns import MEMORY_KIND, OPTION_FULL, OPTION_NONE
 
     model = _model("gemma2")
     spec = ExecSpec(dp=1, tp=4, pp=1, micro_batch_size=1, micro_batch_num=1, seq_length=8192,

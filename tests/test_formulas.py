@@ -11,12 +11,12 @@ import pytest
 
 from batch_cases import columns_of, random_rows
 from ndcost import Cluster, ExecSpec, Model, SpecError
-from ndcost import _formulas as f
-from ndcost import _formulas_ops, _formulas_scalar
-from ndcost.candidates import FIELDS, Candidates
-from ndcost.derive import model_constants
-from ndcost.nd_tables import MOE_DISPATCH
-from ndcost.reasons import REASON_CODES
+from ndcost.tables import formulas as f
+from ndcost.tables import formulas_ops as _formulas_ops, formulas_scalar as _formulas_scalar
+from ndcost.price.candidates import FIELDS, Candidates
+from ndcost.tables.derive import model_constants
+from ndcost.tables.nd_tables import MOE_DISPATCH
+from ndcost.tables.reasons import REASON_CODES
 
 ROOT = Path(__file__).resolve().parents[1]
 TWINS = ("derived_columns", "derived_extra_columns", "nd_candidate_columns", "memory_candidate_columns",
@@ -27,7 +27,7 @@ MODELS = ("llama3-70b", "mixtral-8x7b", "deepseek-v3", "qwen3-next-80b-a3b", "ne
 
 def _generator():
     gen = ROOT / "tools/gen_formulas.py"
-    if not gen.exists() or not (ROOT / "src/ndcost/_formulas.py").exists():
+    if not gen.exists() or not (ROOT / "src/ndcost/tables/formulas.py").exists():
         pytest.skip("source tree not available (installed wheel)")
     spec = importlib.util.spec_from_file_location("gen_formulas", gen)
     module = importlib.util.module_from_spec(spec)
@@ -37,11 +37,11 @@ def _generator():
 
 def test_generated_scalar_twins_are_in_sync():
     module = _generator()
-    assert (ROOT / "src/ndcost/_formulas_scalar.py").read_text() == module.render(), "run: python tools/gen_formulas.py"
+    assert (ROOT / "src/ndcost/tables/formulas_scalar.py").read_text() == module.render(), "run: python tools/gen_formulas.py"
 
 
 def _twin_source(gen, source: str) -> str:
-    aliases, inline = gen._scalar_rules(ast.parse((ROOT / "src/ndcost/_formulas_ops.py").read_text()))
+    aliases, inline = gen._scalar_rules(ast.parse((ROOT / "src/ndcost/tables/formulas_ops.py").read_text()))
     twin = gen._Scalarise(aliases, inline).visit(ast.parse(source).body[0])
     return ast.unparse(gen._ShortCircuit(gen._bool_names(twin)).visit(twin))
 
@@ -69,8 +69,8 @@ def test_no_source_is_rewritten_at_import():
     for name in TWINS:
         twin = getattr(f, name + "_scalar")
         assert twin is getattr(_formulas_scalar, name + "_scalar")
-        assert twin.__module__ == "ndcost._formulas_scalar"
-        assert Path(twin.__code__.co_filename).name == "_formulas_scalar.py"
+        assert twin.__module__ == "ndcost.tables.formulas_scalar"
+        assert Path(twin.__code__.co_filename).name == "formulas_scalar.py"
     for module in (f, _formulas_ops, _formulas_scalar):
         tree = ast.parse(Path(module.__file__).read_text())
         imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)

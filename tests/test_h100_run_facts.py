@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from ndcost.validation import BUILTIN_RUNS
+from ndcost.io.validation import BUILTIN_RUNS
 import yaml
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "ndcost" / "data" / "validation"
 FACTS = DATA / "h100_run_facts.yaml"
 MEMORY = DATA / "h100_memory_facts.yaml"
-# The packaged copy of the shared runs file (ndcost.validation.BUILTIN_RUNS).
+# The packaged copy of the shared runs file (ndcost.io.validation.BUILTIN_RUNS).
 SHARED_RUNS = BUILTIN_RUNS["h100"]
 
 BASES = {"stated", "preset", "code_default", "derived", "inferred"}

@@ -8,10 +8,10 @@ import re
 import pytest
 
 from ndcost.errors import SpecError
-from ndcost.hf_config import SUPPORTED_MODEL_TYPES, model_kwargs_from_hf_config, read_hf_config
-from ndcost.model import Model
-from ndcost.model_parameters import ParamCount
-from ndcost.model_catalog import catalog_entry
+from ndcost.spec.hf_config import SUPPORTED_MODEL_TYPES, model_kwargs_from_hf_config, read_hf_config
+from ndcost.spec.model import Model
+from ndcost.spec.model_parameters import ParamCount
+from ndcost.spec.model_catalog import catalog_entry
 
 
 def config_of(name: str) -> dict:

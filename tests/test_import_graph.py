@@ -2,7 +2,7 @@
 
 Built from the AST (no module is imported), counting module-level AND function-level imports: a lazy
 import inside a function still ties the two modules together, so it counts as an edge. Walks
-``from . import x``, ``from .x import y``, ``from ._kpy.x import y``, ``import ndcost.x`` and the same
+``from . import x``, ``from .x import y``, ``from .kernels.x import y``, ``from ..pkg import x as y``, ``import ndcost.x`` and the same
 forms inside functions; only imports under ``if TYPE_CHECKING:`` are left out (they never run: a type
 checker's view, not a dependency). Cycles are reported as strongly connected components (Tarjan's algorithm).
 
@@ -150,11 +150,12 @@ def cycles(graph):
 def test_the_graph_sees_every_import_form():
     graph = import_graph()
     # One edge of each form the walk must understand, from modules that are stable homes of them.
-    assert f"{PACKAGE}._kpy.pipeline" in graph[f"{PACKAGE}._kernels_py"]      # from ._kpy.x import *
-    assert f"{PACKAGE}._kpy" in graph                                       # a subpackage is a node
+    assert f"{PACKAGE}.kernels.pipeline" in graph[f"{PACKAGE}._kernels_py"]  # from .kernels.x import *
+    assert f"{PACKAGE}.kernels" in graph                                    # a subpackage is a node
     assert f"{PACKAGE}._kernels_c" in graph[f"{PACKAGE}._backend"]          # from . import x (x compiled)
-    assert f"{PACKAGE}._backend" in graph[f"{PACKAGE}.knapsack"]            # from . import x
-    assert graph[f"{PACKAGE}.cli"], "cli imports its commands"
+    assert f"{PACKAGE}._backend" in graph[f"{PACKAGE}.price.knapsack"]      # from .. import x
+    assert f"{PACKAGE}.kernels.columns" in graph[f"{PACKAGE}.price.estimate"]  # from ..pkg import x as y
+    assert graph[f"{PACKAGE}.cli.main"], "the console script imports its commands"
 
 
 def test_every_import_form_is_an_edge(tmp_path):
@@ -165,7 +166,7 @@ def test_every_import_form_is_an_edge(tmp_path):
         "b.py": "from .c import value\n",                             # from .x import y
         "c.py": f"import {PACKAGE}.d\nvalue = 1\n",                  # import ndcost.x
         "d.py": "def late():\n    from .e import thing\n",           # relative import inside a function
-        "e.py": "def late():\n    from ._k.f import g\nthing = 1\n",  # from ._kpy.x import y, lazily
+        "e.py": "def late():\n    from ._k.f import g\nthing = 1\n",  # from ._k.x import y (a subpackage), lazily
         "_k/__init__.py": "",
         "_k/f.py": "from .. import a\ng = 1\n",                     # from .. import x (closes the cycle)
         "t.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import b\nelse:\n    from .c import value\n",

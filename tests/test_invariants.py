@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost._columns import RATE, SECONDS_LAYER
-from ndcost.seconds import seconds_arrays
+from ndcost.kernels.columns import RATE, SECONDS_LAYER
+from ndcost.tables.seconds import seconds_arrays
 
 from strategies import REALISTIC
 

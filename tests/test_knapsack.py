@@ -9,7 +9,7 @@ import pytest
 
 from ndcost import SpecError
 from ndcost import _backend
-from ndcost.knapsack import StagePlan, plan_stage, useful_options
+from ndcost.price.knapsack import StagePlan, plan_stage, useful_options
 
 MIB = 2**20
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 import ndcost
-from ndcost.emit import megatron_flags, torchtitan_toml
-from ndcost.launch_layout import megatron_layout, needs_layout, torchtitan_fqns
+from ndcost.io.emit import megatron_flags, torchtitan_toml
+from ndcost.io.launch_layout import megatron_layout, needs_layout, torchtitan_fqns
 
 
 def test_an_offset_is_stated_stage_by_stage():

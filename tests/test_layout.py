@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ndcost import ExecSpec, Model, RecomputeRange
-from ndcost.layout import build_layout
+from ndcost.tables.layout import build_layout
 
 
 @pytest.fixture(scope="module")

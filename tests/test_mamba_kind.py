@@ -1,4 +1,4 @@
-"""The hybrid state-space kinds (ndcost.mamba): a Mamba-2 mixer block, an MLP-only block and an
+"""The hybrid state-space kinds (ndcost.spec.mamba): a Mamba-2 mixer block, an MLP-only block and an
 attention-only block, priced in seconds and memory by hand-derived formulas, on both backends."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost._columns import SECONDS_LAYER, SECONDS_LAYER_FIELDS
-from ndcost.mamba import mamba_mixer_parameters, ssd_flops_per_token
-from ndcost.seconds import seconds_arrays
+from ndcost.kernels.columns import SECONDS_LAYER, SECONDS_LAYER_FIELDS
+from ndcost.spec.mamba import mamba_mixer_parameters, ssd_flops_per_token
+from ndcost.tables.seconds import seconds_arrays
 
 L = SECONDS_LAYER
 H, LAYERS, HEADS, P, N, G, CONV, Q, FF, VOCAB = 256, 4, 8, 32, 16, 2, 4, 64, 512, 1000
@@ -116,7 +116,7 @@ def test_mamba1_layer_by_hand(kernels):
     """A Jamba-style Mamba-1 layer: in_proj h -> 2·d, x_proj d -> R + 2N, dt_proj R -> d, out_proj d -> h,
     2·b·s FLOPs a weight; the selective scan's 9·b·s·d·N FLOPs run at HBM rate on x, dt, z, y (d over
     tp each) and B, C (N each, whole), backward twice; and the bytes the layer keeps."""
-    from ndcost._columns import RATE
+    from ndcost.kernels.columns import RATE
 
     d, rank = 512, 16
     model = ndcost.Model(name="tiny-jamba", hidden_size=H, num_hidden_layers=2, num_attention_heads=4,

@@ -9,7 +9,7 @@ import pytest
 
 from ndcost import ExecSpec
 from ndcost.errors import SpecError
-from ndcost.measured import MEASURED_COLUMNS, MeasuredRow, MeasuredRuns, read_measured
+from ndcost.io.measured import MEASURED_COLUMNS, MeasuredRow, MeasuredRuns, read_measured
 
 WAITS = "comp,dp_wait,op_wait,mp_wait,sp_wait,ep_wait,cp_wait,pp_wait"
 GOOD = (

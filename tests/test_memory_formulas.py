@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from ndcost.device import Cluster
-from ndcost.exec_spec import ExecSpec
-from ndcost.memory import MEMORY_PARTS, SCHEDULE_CODES, MemoryEstimate, StageMemory, memory_estimate
-from ndcost.model import Model
+from ndcost.spec.device import Cluster
+from ndcost.spec.exec_spec import ExecSpec
+from ndcost.tables.memory import MEMORY_PARTS, SCHEDULE_CODES, MemoryEstimate, StageMemory, memory_estimate
+from ndcost.spec.model import Model
 
 REL = 1e-12
 SELECTIVE_MEGATRON = 0xF0  # recompute attBMM, headCast, dropout, softmax (the attention core)
@@ -135,7 +135,7 @@ def test_flash_keeps_only_the_logsumexp(kernels):
 
 @dataclass(frozen=True)
 class StandInLayout:
-    """The attributes memory_estimate reads from ndcost.layout.Layout."""
+    """The attributes memory_estimate reads from ndcost.tables.layout.Layout."""
 
     counts: np.ndarray
     slot_option: np.ndarray
@@ -402,7 +402,7 @@ def test_dualpipev_holds_a_working_set_per_chunk(recompute):
     cluster = Cluster("h100-sxm", num_devices=8)
     v = ExecSpec(dp=2, tp=1, pp=4, vpp=2, pp_schedule="zero_bubble_v", global_batch_size=64, seq_length=4096,
                  recompute=recompute)
-    from ndcost.layout import build_layout
+    from ndcost.tables.layout import build_layout
 
     interleaved = v.replace(pp_schedule="interleaved")
     dual = memory_estimate(model, v, cluster, build_layout(model, v)).stages

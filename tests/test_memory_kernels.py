@@ -10,11 +10,11 @@ import numpy as np
 from ndcost import _backend
 import pytest
 
-import ndcost.memory as memory_module
-from ndcost.device import Cluster
-from ndcost.exec_spec import ExecSpec, RecomputeRange
-from ndcost.layout import build_layout
-from ndcost.model import Model
+import ndcost.tables.memory as memory_module
+from ndcost.spec.device import Cluster
+from ndcost.spec.exec_spec import ExecSpec, RecomputeRange
+from ndcost.tables.layout import build_layout
+from ndcost.spec.model import Model
 
 RTOL = 1e-12
 N_CASES = 300

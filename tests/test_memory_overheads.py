@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost.memory_overheads import (
-    ALLOCATOR_RESERVE_FACTOR, CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, NCCL_ALL_TO_ALL_BYTES,
-    NCCL_PAIR_COMM_BYTES, NCCL_RING_COMM_BYTES, fixed_bytes, tensor_budget,
+from ndcost.tables.memory_overheads import (
+    ALLOCATOR_RESERVE_FACTOR, CUBLAS_WORKSPACE_BYTES, CUDA_CONTEXT_BYTES, NCCL_ALL_TO_ALL_BYTES, NCCL_PAIR_COMM_BYTES,
+    NCCL_RING_COMM_BYTES, fixed_bytes, tensor_budget,
 )
 
 
@@ -87,8 +87,8 @@ def test_the_readme_search_keeps_its_best_within_the_device(capsys):
 def test_memory_validation_scores_the_published_peaks(capsys):
     """`ndcost validate --memory`: each torchtitan row against its matching figure (reserved); rows whose
     figure is of unknown kind are listed, not scored. A guard on today's level, not the target."""
-    from ndcost.cli import main
-    from ndcost.validation_memory import validate_memory
+    from ndcost.cli.main import main
+    from ndcost.io.validation_memory import validate_memory
 
     report = validate_memory()
     assert len(report.scored) == 18 and len(report.rows) == 20
@@ -116,7 +116,7 @@ def test_torchtitan_loss_bytes_follow_its_loss_path():
     one-hot zeros, exp and their sum), hand-derived from the code each constant cites."""
     import yaml
 
-    from ndcost.validation_memory import (
+    from ndcost.io.validation_memory import (
         MEMORY_FACTS, TORCHTITAN_LOGIT_BYTES, TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES, build_memory_run,
     )
 
@@ -131,7 +131,7 @@ def test_torchtitan_loss_bytes_follow_its_loss_path():
 def test_the_memory_plot_stacks_what_the_device_holds():
     """`ndcost plot memory`'s bars: the tensors' parts, the allocator's slack and the fixed costs; the
     peak stage's bar is device_peak (seconds mode), a stage's total with ND's reserve (nd units)."""
-    from ndcost.plot import memory_stack
+    from ndcost.io.plot import memory_stack
 
     model = ndcost.Model.from_catalog("llama3-70b")
     spec = ndcost.ExecSpec(dp=4, tp=8, pp=4, global_batch_size=64, seq_length=4096, sequence_parallel=True,

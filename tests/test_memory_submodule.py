@@ -20,13 +20,13 @@ import math
 import numpy as np
 import pytest
 
-from ndcost._columns import (
-    HYPER_POLICY_MASK, MEMORY_CAND, MEMORY_CAND_FIELDS, MEMORY_KIND, MEMORY_KIND_FIELDS, MEMORY_MODEL,
-    OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE,
+from ndcost.kernels.columns import (
+    HYPER_POLICY_MASK, MEMORY_CAND, MEMORY_CAND_FIELDS, MEMORY_KIND, MEMORY_KIND_FIELDS, MEMORY_MODEL, OPTION_FULL,
+    OPTION_NONE, OPTION_SELECTIVE,
 )
-from ndcost._layout_pool import LayoutPiece, pack_layouts
-from ndcost.memory import memory_kind_table, memory_model_vector
-from ndcost.model import Model
+from ndcost.tables.layout_pool import LayoutPiece, pack_layouts
+from ndcost.tables.memory import memory_kind_table, memory_model_vector
+from ndcost.spec.model import Model
 
 RTOL = 1e-12
 PARAMS, GRADS, OPTIM, ACT, COMM, WORK, RESERVE, TOTAL = range(8)
@@ -497,11 +497,11 @@ def test_tower_edges_keep_their_activations_on_the_embedding_stage(kernels, monk
     (4096/2 x 1176 at bytes_c), the merger its norm input (4096/2 x 1280 at bytes_norm), fc1's
     input (1024 x 5120 / 2) and GELU's input and output (2 x 1024 x 5120/2), each micro-batch in
     flight on the embedding's stage (4 at 1F1B, pp 4); no other stage changes."""
-    import ndcost.memory
+    import ndcost.tables.memory
     from ndcost import Cluster, ExecSpec, _backend
-    from ndcost._columns import MEMORY_CAND, MEMORY_MODEL
-    from ndcost.layout import build_layout
-    from ndcost.memory import memory_candidate_vector, memory_estimate
+    from ndcost.kernels.columns import MEMORY_CAND, MEMORY_MODEL
+    from ndcost.tables.layout import build_layout
+    from ndcost.tables.memory import memory_candidate_vector, memory_estimate
 
     model = Model.from_catalog("qwen2.5-vl-7b")
     spec = ExecSpec(dp=4, tp=2, pp=4, global_batch_size=256, seq_length=8192, sequence_parallel=True)
@@ -516,7 +516,7 @@ def test_tower_edges_keep_their_activations_on_the_embedding_stage(kernels, monk
         assert vector[MEMORY_MODEL["v_patches"]] == 4096
         no_edges = np.array(vector)          # the same model vector, the tower's edges left out
         no_edges[MEMORY_MODEL["v_patches"]] = 0.0
-        monkeypatch.setattr(ndcost.memory, "memory_model_vector", lambda _model: no_edges)
+        monkeypatch.setattr(ndcost.tables.memory, "memory_model_vector", lambda _model: no_edges)
         without = memory_estimate(model, spec, cluster, layout).stages
     assert tower[0].activations - without[0].activations == pytest.approx(4 * per_micro_batch, rel=1e-12)
     for a, b in zip(tower[1:], without[1:]):

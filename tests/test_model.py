@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ndcost.errors import SpecError
-from ndcost.layer_kinds import LayerKind, OpCounts
-from ndcost.model import Model
-from ndcost.model_parameters import ParamCount
-from ndcost.model_validation import FAMILIES
+from ndcost.spec.layer_kinds import LayerKind, OpCounts
+from ndcost.spec.model import Model
+from ndcost.spec.model_parameters import ParamCount
+from ndcost.spec.model_validation import FAMILIES
 
 
 def tiny_llama(**overrides) -> Model:

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-import ndcost.model_catalog as catalog
+import ndcost.spec.model_catalog as catalog
 from ndcost.errors import SpecError
-from ndcost.model import Model
-from ndcost.model_catalog import catalog_entry, load_model, models
+from ndcost.spec.model import Model
+from ndcost.spec.model_catalog import catalog_entry, load_model, models
 
 CATALOG = [
     "deepseek-v2-lite",

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost._columns import RATE, SECONDS_CAND, SECONDS_LAYER, SECONDS_LAYER_FIELDS
-from ndcost.seconds import seconds_arrays
-from ndcost.validate import validate
+from ndcost.kernels.columns import RATE, SECONDS_CAND, SECONDS_LAYER, SECONDS_LAYER_FIELDS
+from ndcost.tables.seconds import seconds_arrays
+from ndcost.tables.validate import validate
 
 L = SECONDS_LAYER
 ALL_TO_ALL = 2

@@ -14,11 +14,11 @@ import pytest
 
 import ndcost
 from ndcost import _backend
-from ndcost import _columns as col
-from ndcost.estimate import _nd_stage_sums
-from ndcost.layout import build_layout
-from ndcost.nd_tables import nd_candidate_vector, nd_kind_table, nd_model_vector
-from ndcost.derive import derive
+from ndcost.kernels import columns as col
+from ndcost.price.estimate import _nd_stage_sums
+from ndcost.tables.layout import build_layout
+from ndcost.tables.nd_tables import nd_candidate_vector, nd_kind_table, nd_model_vector
+from ndcost.tables.derive import derive
 from strategies import on_both_backends
 
 VL = "qwen2.5-vl-7b"
@@ -166,7 +166,7 @@ def test_census_shares_price_the_policy_and_nothing_else(ckernels, units):
 
 
 def test_census_bytes_price_the_memory():
-    from ndcost.memory import memory_candidate_vector, memory_kind_table
+    from ndcost.tables.memory import memory_candidate_vector, memory_kind_table
 
     base = ndcost.Model.from_catalog("qwen3-8b")
     census = base.with_census(CENSUS)
@@ -183,7 +183,7 @@ def test_census_bytes_price_the_memory():
 
 
 def test_planner_takes_the_policy_whole_from_the_census():
-    from ndcost.recompute_plan import kind_profile
+    from ndcost.price.recompute_plan import kind_profile
 
     base = ndcost.Model.from_catalog("qwen3-8b")
     census = base.with_census(CENSUS)

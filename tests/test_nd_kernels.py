@@ -1,6 +1,6 @@
-"""ND's score kernels (kernels/nd_*.pxi, _kpy/nd_*.py) against hand-derived values, and in parity.
+"""ND's score kernels (kernels/nd_*.pxi, ndcost/kernels/nd_*.py) against hand-derived values, and in parity.
 
-Arrays are built by hand with the ABI indices of ndcost._columns. The small dims used
+Arrays are built by hand with the ABI indices of ndcost.kernels.columns. The small dims used
 throughout: b = 1, s = 8, h = 4, model heads A = 2, kind heads a = 2, n_kv = 1, d_h = 2,
 t = 2, cp = 1, sp = 1, bytes_p = 2, so that bytes_p/t/cp = 1 and an op's load is its formula.
 """
@@ -11,12 +11,11 @@ import math
 import numpy as np
 import pytest
 
-from ndcost._columns import (
-    CAND, KIND, KIND_FIELDS, MODEL,
-    OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART, PART_NAMES, STAGE, STAGE_FIELDS,
+from ndcost.kernels.columns import (
+    CAND, KIND, KIND_FIELDS, MODEL, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART, PART_NAMES, STAGE, STAGE_FIELDS,
 )
-from ndcost._kpy.nd_ops import ND_OPS
-from ndcost.recompute_spec import ALL_KEPT, SWITCHES
+from ndcost.kernels.nd_ops import ND_OPS
+from ndcost.spec.recompute_spec import ALL_KEPT, SWITCHES
 
 from nd_arrays import cand_of, kinds_of, model_of, options_of
 

@@ -15,14 +15,14 @@ import pytest
 
 import ndcost
 from ndcost import Cluster, ExecSpec
-from ndcost._columns import (
-    CAND, CAND_FIELDS, HYPER_POLICY_MASK, KIND, KIND_FIELDS, MODEL,
-    OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART_NAMES, STAGE, STAGE_FIELDS,
+from ndcost.kernels.columns import (
+    CAND, CAND_FIELDS, HYPER_POLICY_MASK, KIND, KIND_FIELDS, MODEL, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE,
+    PART_NAMES, STAGE, STAGE_FIELDS,
 )
-from ndcost._kpy.nd_ops import ND_OPS
-from ndcost.derive import derive
-from ndcost.nd_tables import nd_candidate_vector, nd_kind_table, nd_model_vector
-from ndcost.recompute_spec import ALL_KEPT, SWITCHES
+from ndcost.kernels.nd_ops import ND_OPS
+from ndcost.tables.derive import derive
+from ndcost.tables.nd_tables import nd_candidate_vector, nd_kind_table, nd_model_vector
+from ndcost.spec.recompute_spec import ALL_KEPT, SWITCHES
 
 from nd_arrays import cand_of, kinds_of, model_of, options_of
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 import ndcost
-from ndcost.layout import placed_counts
-from ndcost.pipeline_balance import balance_pipeline
+from ndcost.tables.layout import placed_counts
+from ndcost.price.pipeline_balance import balance_pipeline
 
 GiB = 2**30
 

@@ -10,9 +10,9 @@ import warnings
 
 import pytest
 
-from ndcost import ratios as ratios_module
+from ndcost.spec import ratios as ratios_module
 from ndcost.errors import SpecError
-from ndcost.ratios import PART_NAMES, PART_RATIO_KEYS, RATIO_KEYS, Ratios, _reset_missing_warnings
+from ndcost.spec.ratios import PART_NAMES, PART_RATIO_KEYS, RATIO_KEYS, Ratios, _reset_missing_warnings
 
 FULL = {"COMPUTE": 2.0, "DP_COMM": 3.0, "DP_REDUCE": 5.0, "MP_COMM": 7.0, "EP_COMM": 11.0,
         "CP_COMM": 13.0, "PP_COMM": 17.0, "BUBBLE": 19.0}

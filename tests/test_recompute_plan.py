@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 import ndcost
-from ndcost._columns import OPTION_FULL, OPTION_NONE, SECONDS_STAGE
-from ndcost.recompute_plan import kind_profile, plan_recompute
-from ndcost.seconds import seconds_layer_time
+from ndcost.kernels.columns import OPTION_FULL, OPTION_NONE, SECONDS_STAGE
+from ndcost.price.recompute_plan import kind_profile, plan_recompute
+from ndcost.tables.seconds import seconds_layer_time
 
 GiB = 2**30
 UNITS = ("seconds", "nd")
@@ -39,7 +39,7 @@ def test_a_plan_never_exceeds_its_budget(case, limit_gib, units):
     # ND units budget the stage totals; seconds what the device holds: the tensors' share of it
     budget = limit_gib * GiB
     if units == "seconds":
-        from ndcost.memory_overheads import tensor_budget
+        from ndcost.tables.memory_overheads import tensor_budget
 
         budget = tensor_budget(budget, spec, cluster.memory_reserve_bytes)
     if not plan.feasible:

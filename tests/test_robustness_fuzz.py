@@ -29,11 +29,11 @@ from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from ndcost import Candidates, Cluster, ExecSpec, Model, SpecError, _backend, estimate, estimate_many  # noqa: E402
-from ndcost._columns import PART_NAMES  # noqa: E402
-from ndcost.candidate_columns import FIELDS  # noqa: E402
+from ndcost.kernels.columns import PART_NAMES  # noqa: E402
+from ndcost.price.candidate_columns import FIELDS  # noqa: E402
 from ndcost.limits import MAX_BATCH, MAX_DEVICES, MAX_LAYERS, MAX_SEQ_LENGTH  # noqa: E402
-from ndcost.model_catalog import catalog_entry  # noqa: E402
-from ndcost.reasons import FIRST_INVALID, REASON_CODES, REASON_TABLE  # noqa: E402
+from ndcost.spec.model_catalog import catalog_entry  # noqa: E402
+from ndcost.tables.reasons import FIRST_INVALID, REASON_CODES, REASON_TABLE  # noqa: E402
 from test_estimate_many_hypothesis import strategies as valid_batches  # noqa: E402
 
 #: No call may take longer: a hang guard with a wide margin (every call here takes milliseconds).
@@ -352,8 +352,8 @@ def test_a_deep_pipeline_row_gets_a_reason_and_the_rest_is_priced(column):
 def test_deep_pipelines_are_refused_by_the_layout_itself():
     """No path lays out more pipeline cells than the model has layers: the layout refuses them
     before any work, and explain() lists the rule without counting layers per chunk."""
-    from ndcost.layout import build_layout
-    from ndcost.validate import explain
+    from ndcost.tables.layout import build_layout
+    from ndcost.tables.validate import explain
 
     model = Model.from_catalog("llama3-8b")
     for pp, vpp, offset in ((MAX_LAYERS, 1, None), (2, MAX_LAYERS, (1, -1)), (33, 1, 0), (16, 3, None)):

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 import ndcost
-from ndcost.emit import megatron_flags, torchtitan_toml
-from ndcost.search import pareto_front, search
-from ndcost.search_space import build_space
+from ndcost.io.emit import megatron_flags, torchtitan_toml
+from ndcost.price.search import pareto_front, search
+from ndcost.spec.search_space import build_space
 
 import numpy as np
 
@@ -123,7 +123,7 @@ def test_emitters_name_the_degrees():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "ndcost.cli", *args], capture_output=True, text=True, check=True)
+    return subprocess.run([sys.executable, "-m", "ndcost.cli.main", *args], capture_output=True, text=True, check=True)
 
 
 def test_cli_search_deepseek_v3_on_1024_h800():

@@ -10,24 +10,24 @@ import pytest
 
 from batch_cases import columns_of, legal_tp, planted_rows, random_rows
 from ndcost import Cluster, ExecSpec, Model, SpecError, _backend, models
-from ndcost._columns import (
+from ndcost.kernels.columns import (
     KERNEL_REASON, LAYOUT, PART_NAMES, RATE_FIELDS, SECONDS_CAND_FIELDS, SECONDS_EXTRA_FIELDS, SECONDS_STAGE_FIELDS,
 )
-from ndcost._formulas import ARRAY, derived_columns
-from ndcost.candidates import Candidates
-from ndcost.derive import derive, model_constants
-from ndcost.estimate_many import estimate_many
-from ndcost.nd_tables import nd_kind_table, nd_model_vector
-from ndcost.reasons import FIRST_INVALID, REASON_CODES, REASON_TABLE
-from ndcost.rates import SOFTWARE_PRESETS, Rates
-from ndcost.seconds import (
+from ndcost.tables.formulas import ARRAY, derived_columns
+from ndcost.price.candidates import Candidates
+from ndcost.tables.derive import derive, model_constants
+from ndcost.price.estimate_many import estimate_many
+from ndcost.tables.nd_tables import nd_kind_table, nd_model_vector
+from ndcost.tables.reasons import FIRST_INVALID, REASON_CODES, REASON_TABLE
+from ndcost.spec.rates import SOFTWARE_PRESETS, Rates
+from ndcost.tables.seconds import (
     Overlap, rates_vector, seconds_arrays, seconds_candidate_vector, seconds_estimate, seconds_kind_table,
     seconds_model_vector,
 )
-from ndcost.seconds_batch import (
+from ndcost.price.seconds_batch import (
     STEP_RATE_FIELDS, seconds_batch, seconds_candidate_columns, seconds_candidate_matrix, seconds_layouts,
 )
-from ndcost.validate import validate
+from ndcost.tables.validate import validate
 from strategies import REALISTIC
 
 RTOL = 1e-12

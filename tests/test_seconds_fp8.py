@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost._columns import RATE, SECONDS_CAND_FIELDS, SECONDS_CAND, SECONDS_LAYER
-from ndcost._kpy import seconds as oracle
-from ndcost._kpy import seconds_ops
-from ndcost.rates import FP8_RECIPES, Rates
-from ndcost.seconds import rates_vector, seconds_arrays
+from ndcost.kernels.columns import RATE, SECONDS_CAND_FIELDS, SECONDS_CAND, SECONDS_LAYER
+from ndcost.kernels import seconds as oracle
+from ndcost.kernels import seconds_ops
+from ndcost.spec.rates import FP8_RECIPES, Rates
+from ndcost.tables.seconds import rates_vector, seconds_arrays
 
 #: (m, n, k) -> measured milliseconds on an H100 80GB HBM3 (median of the rows of that shape):
 #: fp8 rows (with the dynamic input scaling) and bf16 rows of the same file.

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost._columns import (
+from ndcost.kernels.columns import (
     PART, PART_NAMES, RATE, SCHEDULES, SECONDS_CAND, SECONDS_LAYER, SECONDS_LAYER_FIELDS, SECONDS_STAGE,
     SECONDS_STAGE_FIELDS,
 )
-from ndcost.seconds import Overlap, seconds_arrays
-from ndcost.validate import validate
+from ndcost.tables.seconds import Overlap, seconds_arrays
+from ndcost.tables.validate import validate
 
 L = SECONDS_LAYER
 S = SECONDS_STAGE
@@ -137,8 +137,8 @@ def test_hand_worked_gpt3_layer_at_tp8(kernels):
 
 def _rate(**changes):
     cluster = ndcost.Cluster("a100-80g", 64)
-    from ndcost.rates import Rates
-    from ndcost.seconds import rates_vector
+    from ndcost.spec.rates import Rates
+    from ndcost.tables.seconds import rates_vector
     vec = rates_vector(cluster, Rates.for_device("a100-80g"), "bf16")
     for name, value in changes.items():
         vec[RATE[name]] = value

@@ -1,6 +1,6 @@
 """Seconds mode as a whole: properties every estimate must have (seeded loops), rates, overlap.
 
-Runs through :func:`ndcost.seconds.seconds_estimate` on the selected backend.
+Runs through :func:`ndcost.tables.seconds.seconds_estimate` on the selected backend.
 """
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost._columns import SECONDS_LAYER, SECONDS_LAYER_FIELDS
-from ndcost.layout import build_layout
-from ndcost.rates import DEFAULT_RATES, GENERIC_RATES, Rates
-from ndcost.seconds import Overlap, seconds_arrays, seconds_estimate
-from ndcost.validate import validate
+from ndcost.kernels.columns import SECONDS_LAYER, SECONDS_LAYER_FIELDS
+from ndcost.tables.layout import build_layout
+from ndcost.spec.rates import DEFAULT_RATES, GENERIC_RATES, Rates
+from ndcost.tables.seconds import Overlap, seconds_arrays, seconds_estimate
+from ndcost.tables.validate import validate
 
 _MODELS = ("llama3-8b", "qwen3-30b-a3b", "deepseek-v3", "qwen3-next-80b-a3b", "gpt3-175b")
 
@@ -167,7 +167,7 @@ def test_rates_override_changes_the_estimate():
 
 
 def test_software_presets_are_sourced_and_validated():
-    from ndcost.rates import SOFTWARE_PRESETS
+    from ndcost.spec.rates import SOFTWARE_PRESETS
 
     for name, (figures, cited) in SOFTWARE_PRESETS.items():
         rates = Rates.for_software("a100-80g", name)
@@ -192,7 +192,7 @@ def test_software_presets_are_sourced_and_validated():
 
 def test_older_software_is_never_faster():
     """Unfused gradient accumulation and DeepSpeed 2021's ZeRO-3 fetch only add time."""
-    from ndcost.seconds import DEEPSPEED_2021
+    from ndcost.tables.seconds import DEEPSPEED_2021
 
     model = ndcost.Model.from_catalog("llama3-8b")
     cluster = ndcost.Cluster("a100-80g", 16)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost._columns import RATE, SECONDS_LAYER
-from ndcost.rates import SOFTWARE_PRESETS, Rates
-from ndcost.seconds import seconds_arrays, seconds_estimate
+from ndcost.kernels.columns import RATE, SECONDS_LAYER
+from ndcost.spec.rates import SOFTWARE_PRESETS, Rates
+from ndcost.tables.seconds import seconds_arrays, seconds_estimate
 
 L = SECONDS_LAYER
 TOKENS, H, HEADS, KV, DH, FFN = 4096.0, 4096.0, 32.0, 8.0, 128.0, 14336.0
@@ -26,7 +26,7 @@ def _layer(kernels, rates: Rates) -> tuple[np.ndarray, np.ndarray]:
 
 def test_eager_elementwise_by_hand(kernels):
     """Eager minus fused forward: RMSNorm (torchtitan's PyTorch ops), SwiGLU unfused and RoPE in fp32
-    complex arithmetic, each at its bytes and kernels (ndcost._kpy.seconds_layer EAGER_* constants)."""
+    complex arithmetic, each at its bytes and kernels (ndcost.kernels.seconds_layer EAGER_* constants)."""
     base = Rates.for_device("h100-sxm")
     fused, rate = _layer(kernels, base)
     eager, _ = _layer(kernels, base.replace(elementwise="eager"))
@@ -92,7 +92,7 @@ def test_each_preset_prices_the_same_on_both_backends(ckernels, name):
 
 
 def test_cli_software_and_api_preset_name(capsys):
-    from ndcost.cli import main
+    from ndcost.cli.main import main
 
     args = ["estimate", "llama3-8b", "--device", "h100-sxm", "--devices", "8", "--dp", "8",
             "--global-batch-size", "16", "--micro-batch-size", "2", "--seq-length", "8192", "--zero-stage", "3"]
@@ -114,8 +114,8 @@ def test_cli_software_and_api_preset_name(capsys):
 def test_tp_comm_overlap_runs_gemms_in_userbuffers_chunks_by_hand(kernels, pykernels):
     """With TP overlap (TE userbuffers) a GEMM before a reduce-scatter runs as 4 pipelined chunks on the
     SMs the reduce-scatter leaves (132 - 22 of an H100's), its input gradient as tp ring chunks; a GEMM
-    after an all-gather runs forward as tp ring chunks (ndcost._kpy.seconds_ops._mm3)."""
-    from ndcost._kpy import seconds_ops as oracle
+    after an all-gather runs forward as tp ring chunks (ndcost.kernels.seconds_ops._mm3)."""
+    from ndcost.kernels import seconds_ops as oracle
 
     model = ndcost.Model.from_catalog("llama3-70b")
     cluster = ndcost.Cluster("h100-sxm", 8)
@@ -148,7 +148,7 @@ def test_tp_comm_overlap_runs_gemms_in_userbuffers_chunks_by_hand(kernels, pyker
 
 def test_torchtitan_op_sac_census_by_hand():
     """torchtitan's per-op SAC recomputes wk, wo (of wq, wk, wv, wo) and w3 (of w1, w3, w2)."""
-    from ndcost.torchtitan_sac import torchtitan_op_census
+    from ndcost.spec.torchtitan_sac import torchtitan_op_census
 
     model = ndcost.Model.from_catalog("llama3-8b")
     (census,) = torchtitan_op_census(model)
@@ -167,7 +167,7 @@ def test_torchtitan_op_sac_census_by_hand():
 def test_torchtitan_op_sac_keeps_what_its_policy_saves_by_hand():
     """Per token of a block: q, v, w1's output and SDPA's output (bf16) with its fp32 logsumexp over tp;
     the block input and w2's output over the sequence-parallel ranks."""
-    from ndcost.torchtitan_sac import torchtitan_op_census
+    from ndcost.spec.torchtitan_sac import torchtitan_op_census
 
     (census,) = torchtitan_op_census(ndcost.Model.from_catalog("llama3-8b"))
     assert census.selective_tp == 2 * (4096 + 1024 + 14336 + 4096) + 4 * 32

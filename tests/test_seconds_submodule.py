@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost._cache import per_object
-from ndcost._columns import (
-    HYPER_POLICY_MASK, KIND, MODEL, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART_NAMES, RATE,
-    SECONDS_CAND, SECONDS_EXTRA_FIELDS, SECONDS_LAYER, SECONDS_LAYER_FIELDS, SECONDS_STAGE,
-    SECONDS_STAGE_FIELDS,
+from ndcost.tables.cache import per_object
+from ndcost.kernels.columns import (
+    HYPER_POLICY_MASK, KIND, MODEL, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART_NAMES, RATE, SECONDS_CAND,
+    SECONDS_EXTRA_FIELDS, SECONDS_LAYER, SECONDS_LAYER_FIELDS, SECONDS_STAGE, SECONDS_STAGE_FIELDS,
 )
-from ndcost.seconds import seconds_arrays
+from ndcost.tables.seconds import seconds_arrays
 
 L = SECONDS_LAYER
 S = SECONDS_STAGE
@@ -446,9 +445,9 @@ def test_batch_compiled_matches_oracle_with_a_submodule_table():
     """seconds_batch over a model whose kind table is the vision block with a census (its cached
     table replaced), HyperParallel's selective policy among the rows: compiled == oracle."""
     from ndcost import _backend
-    from ndcost.candidates import Candidates
-    from ndcost.nd_tables import nd_kind_table
-    from ndcost.seconds_batch import seconds_batch
+    from ndcost.price.candidates import Candidates
+    from ndcost.tables.nd_tables import nd_kind_table
+    from ndcost.price.seconds_batch import seconds_batch
 
     def vision_model(census_att):
         model = _host(layers=8)
@@ -498,7 +497,7 @@ def test_patch_embedding_and_merger_by_hand(kernels, sequence_parallel):
     as one GEMM [4096/sp x 1176]·[1176 x 1280], the merger's fc1 [1024 x 5120]·[5120 x 5120/2] and
     fc2 [1024 x 5120/2]·[5120/2 x 3584], its norm and GELU passes; FLOPs 3·2·4096·(1176·1280 +
     (5120² + 5120·3584)/4) = 310,797,926,400 a micro-batch, in model and hardware FLOPs alike."""
-    from ndcost._columns import SECONDS_MODEL
+    from ndcost.kernels.columns import SECONDS_MODEL
 
     model = ndcost.Model.from_catalog("qwen2.5-vl-7b")
     spec = ndcost.ExecSpec(dp=1, tp=2, pp=2, micro_batch_size=1, micro_batch_num=2, seq_length=8192,

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from ndcost.device import Cluster, Device
+from ndcost.spec.device import Cluster, Device
 from ndcost.errors import SpecError
-from ndcost.exec_spec import ExecSpec
-from ndcost.model import Model
-from ndcost.recompute_spec import RecomputeRange, mask_from_switches, selective_switches, switches_from_mask
-from ndcost.validate import explain, offset_chunk_counts, validate
+from ndcost.spec.exec_spec import ExecSpec
+from ndcost.spec.model import Model
+from ndcost.spec.recompute_spec import RecomputeRange, mask_from_switches, selective_switches, switches_from_mask
+from ndcost.tables.validate import explain, offset_chunk_counts, validate
 
 DENSE = Model(name="dense-70b", hidden_size=8192, num_hidden_layers=80, num_attention_heads=64,
               num_key_value_heads=8, intermediate_size=28672, vocab_size=128256)
@@ -348,7 +348,7 @@ def test_inputs_are_not_mutated():
 
 
 def test_validate_and_derive_leave_the_spec_alone():
-    from ndcost.derive import derive
+    from ndcost.tables.derive import derive
 
     spec = ExecSpec(dp=8, tp=8, pp=8, global_batch_size=512, offset=[0] * 8)
     before = repr(spec)

@@ -13,8 +13,8 @@ import pytest
 
 from ndcost import SpecError
 from ndcost import _backend
-from ndcost.recompute_spec import ALL_KEPT, SWITCHES, switches_from_mask
-from ndcost.switch_profile import FULL_KEEP_MASK, Cost, SwitchProfile
+from ndcost.spec.recompute_spec import ALL_KEPT, SWITCHES, switches_from_mask
+from ndcost.price.switch_profile import FULL_KEEP_MASK, Cost, SwitchProfile
 
 HYPER_POLICY = frozenset({"headCast", "dropout", "softmax", "normOp", "gather", "ffAct"})
 

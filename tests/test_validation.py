@@ -1,4 +1,4 @@
-"""Seconds mode against published runs (ndcost.validation).
+"""Seconds mode against published runs (ndcost.io.validation).
 
 The shared runs file (``../shared/validation/public_runs.yaml`` next to the repository) is the
 check DESIGN.md asks for; the bounds below are the figures seconds mode reaches today with the
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ndcost.validation import BUILTIN_RUNS
+from ndcost.io.validation import BUILTIN_RUNS
 
-from ndcost.validation import ValidationReport, validate_runs
+from ndcost.io.validation import ValidationReport, validate_runs
 
 SHARED_RUNS = BUILTIN_RUNS["a100"]
 
@@ -34,7 +34,7 @@ def test_every_shared_row_is_estimated_or_skipped_with_a_reason(shared_report):
 
 def test_shared_runs_error_bounds(shared_report):
     """Measured figures as of this change (no constant fitted to a row; every row read with its
-    2021-era software, ``ndcost.validation.software``): overall MAE 9.4% (max 27.8%, GPT-NeoX-20B),
+    2021-era software, ``ndcost.io.validation.software``): overall MAE 9.4% (max 27.8%, GPT-NeoX-20B),
     Megatron-LM PTD-P families 5.4% (Table 1) and 7.7% (Table 2), DeepSpeed ZeRO-3 12.7%."""
     families = shared_report.family_mae()
     assert shared_report.mae <= 0.096
@@ -58,8 +58,8 @@ def test_rows_are_read_with_their_software_generation(shared_report):
     for row in shared_report.scored:
         deepspeed = any("DeepSpeed 2021 ZeRO-3" in note for note in row.notes)
         assert deepspeed == row.family.endswith("zero3"), row.id
-    from ndcost.rates import Rates
-    from ndcost.seconds import Overlap
+    from ndcost.spec.rates import Rates
+    from ndcost.tables.seconds import Overlap
 
     today = validate_runs(SHARED_RUNS, rates=Rates.for_device("a100-80g"), overlap=Overlap())
     assert today.mae > shared_report.mae

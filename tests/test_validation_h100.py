@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ndcost.validation import BUILTIN_RUNS
+from ndcost.io.validation import BUILTIN_RUNS
 
-from ndcost.run_facts import CATALOG_BY_NAME, facts_for, load_run_facts, FACTS_FILES
-from ndcost.validation import validate_runs
+from ndcost.io.run_facts import CATALOG_BY_NAME, facts_for, load_run_facts, FACTS_FILES
+from ndcost.io.validation import validate_runs
 
 H100_RUNS = BUILTIN_RUNS["h100"]
 

@@ -8,10 +8,10 @@ import pytest
 import ndcost
 from ndcost import ExecSpec, Model
 from ndcost.errors import SpecError
-from ndcost.layout import build_layout
-from ndcost.model_catalog import catalog_entry
-from ndcost.validate import explain, validate
-from ndcost.vision import DEFAULT_VISION_TOKENS, VisionTower
+from ndcost.tables.layout import build_layout
+from ndcost.spec.model_catalog import catalog_entry
+from ndcost.tables.validate import explain, validate
+from ndcost.spec.vision import DEFAULT_VISION_TOKENS, VisionTower
 
 VL = "qwen2.5-vl-7b"
 
@@ -194,8 +194,8 @@ def test_seq1f1b_is_refused_with_a_tower():
     ExecSpec(dp=1, tp=4, pp=1, micro_batch_size=1, global_batch_size=4, seq_length=128),
 ])
 def test_batch_reasons_agree_with_validate(spec):
-    from ndcost.candidates import Candidates
-    from ndcost.reasons import REASON_TABLE
+    from ndcost.price.candidates import Candidates
+    from ndcost.tables.reasons import REASON_TABLE
 
     for model in (Model.from_catalog(VL), _vlm(num_heads=2, hidden_size=64, tokens=12)):
         cands = Candidates.from_specs([spec])

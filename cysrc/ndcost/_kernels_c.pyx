@@ -1,4 +1,4 @@
-"""The compiled ndcost kernels: one include per area, each the twin of ndcost._kpy.<area>.
+"""The compiled ndcost kernels: one include per area, each the twin of ndcost.kernels.<area>.
 
 Directives come from setup.py only (no file header: it would override them).
 """

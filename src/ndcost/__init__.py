@@ -8,32 +8,32 @@
 >>> e = ndcost.estimate(m, s, c)   # doctest: +SKIP
 """
 from ._backend import BACKEND
-from .device import Cluster, Device, devices
-from .batch_result import BatchEstimate
-from .candidates import Candidates
+from ._version import __version__
+from .spec.device import Cluster, Device, devices
+from .price.batch_result import BatchEstimate
+from .price.candidates import Candidates
 from .errors import SpecError
-from .estimate import estimate, layer_times
-from .estimate_many import estimate_many
-from .exec_spec import ExecSpec
-from .explain import explain
-from .fit_rates import RatesFit, fit_rates
-from .fit_runs import MeasuredRun
-from .layer_kinds import LayerKind, OpCounts
-from .model import Model
-from .model_parameters import ParamCount
-from .model_catalog import models
-from .pipeline_balance import BalancedPipeline, balance_pipeline
-from .knapsack import plan_stage
-from .ratios import Ratios
-from .rates_io import load_rates, save_rates
-from .reasons import REASONS, explain_reason
-from .recompute_plan import RecomputePlan, plan_recompute
-from .recompute_spec import SWITCHES, RecomputeRange
-from .result import Estimate
-from .search import SearchResult, search
-from .switch_profile import Cost, SwitchProfile
+from .price.estimate import estimate, layer_times
+from .price.estimate_many import estimate_many
+from .spec.exec_spec import ExecSpec
+from .price.explain import explain
+from .io.fit_rates import RatesFit, fit_rates
+from .io.fit_runs import MeasuredRun
+from .spec.layer_kinds import LayerKind, OpCounts
+from .spec.model import Model
+from .spec.model_parameters import ParamCount
+from .spec.model_catalog import models
+from .price.pipeline_balance import BalancedPipeline, balance_pipeline
+from .price.knapsack import plan_stage
+from .spec.ratios import Ratios
+from .spec.rates_io import load_rates, save_rates
+from .tables.reasons import REASONS, explain_reason
+from .price.recompute_plan import RecomputePlan, plan_recompute
+from .spec.recompute_spec import SWITCHES, RecomputeRange
+from .price.result import Estimate
+from .price.search import SearchResult, search
+from .price.switch_profile import Cost, SwitchProfile
 
-__version__ = "0.1.0"
 
 __all__ = [
     "BACKEND", "SpecError", "__version__",

@@ -15,7 +15,7 @@ cache instead of building and validating them again (see ``_priced_inputs``).
 
 A multimodal config (``multimodal=True`` with ``mm_ccfgs``, ``mm_order`` and
 ``mm_main``, ND_REFERENCE §1.3 "Meta") becomes a text Model with a
-:class:`~ndcost.vision.VisionTower`: the main submodule is the text model, the
+:class:`~ndcost.spec.vision.VisionTower`: the main submodule is the text model, the
 other one the tower (its ``n_lay``, ``h``, ``a``, ``hff``; its ``s`` is ND's
 merged image tokens, grid // merge²). The strategy is the parent's, shared by
 every submodule as ND's ``set_shared_strategy`` does.
@@ -28,12 +28,12 @@ from collections.abc import Mapping
 from itertools import repeat
 from typing import Any
 
-from .device import Cluster
+from .spec.device import Cluster
 from .errors import SpecError
-from .estimate import estimate
-from .exec_spec import ExecSpec
-from .model import Model
-from .vision import VisionTower
+from .price.estimate import estimate
+from .spec.exec_spec import ExecSpec
+from .spec.model import Model
+from .spec.vision import VisionTower
 
 __all__ = ["estimate_performance", "model_from_nd", "spec_from_nd", "ND_DEVICES", "RatioType", "RecType"]
 

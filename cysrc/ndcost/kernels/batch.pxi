@@ -1,4 +1,4 @@
-# Batches of candidates (twin of ndcost/_kpy/batch.py): ND's score and the memory model over
+# Batches of candidates (twin of ndcost/kernels/batch.py): ND's score and the memory model over
 # N candidates in one call, the GIL released for the whole loop. Needs columns.pxi, nd.pxi
 # (c_nd_stage_sums, c_nd_combine, c_nd_apply_ratios) and memory.pxi (c_layer_activation_bytes,
 # c_inflight_micro_batches, c_stage_memory) included before it.

@@ -1,4 +1,4 @@
-# Memory per pipeline stage, in bytes (twin of ndcost/_kpy/memory.py; the
+# Memory per pipeline stage, in bytes (twin of ndcost/kernels/memory.py; the
 # formulas' sources are cited there and again here, term by term).
 # ND_REFERENCE §3.6 (in flight), Korthikanti et al. 2022 §4 / Table 2 (one
 # layer's activations), ND_REFERENCE §3.4-3.7 (the stage sum).

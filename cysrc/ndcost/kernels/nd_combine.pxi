@@ -1,4 +1,4 @@
-# ND's score in ND units, part 3 of 3 (twin of ndcost/_kpy/nd_combine.py): the stage and pipeline
+# ND's score in ND units, part 3 of 3 (twin of ndcost/kernels/nd_combine.py): the stage and pipeline
 # combination and the ratios (seed estimate_stage, _save_recompute, estimate_pipeline,
 # estimate_p2p, apply_regression_coefficients; ND_REFERENCE §2.7-§2.11). Needs
 # kernels/columns.pxi, kernels/pipeline.pxi (c_nd_pipeline_time, c_nd_straggler,

@@ -1,4 +1,4 @@
-# ND's score in ND units, part 2 of 3 (twin of ndcost/_kpy/nd_comm.py): the communication of one
+# ND's score in ND units, part 2 of 3 (twin of ndcost/kernels/nd_comm.py): the communication of one
 # body layer (ND_REFERENCE §2.6) and the compute and communication walks per stage (§2.5,
 # §2.6). Needs kernels/columns.pxi and kernels/nd_ops.pxi included before it.
 

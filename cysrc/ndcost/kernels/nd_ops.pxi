@@ -1,4 +1,4 @@
-# ND's score in ND units, part 1 of 3 (twin of ndcost/_kpy/nd_ops.py): the op loads and the
+# ND's score in ND units, part 1 of 3 (twin of ndcost/kernels/nd_ops.py): the op loads and the
 # recompute factors of one layer. Parts 2 and 3: nd_comm.pxi (the communication of one layer
 # and the stage walks) and nd_combine.pxi (the stage and pipeline combination, the ratios),
 # included in that order. Formulas: the seed estimate.py and ND_REFERENCE §2.2-§2.10 (§3.3 for

@@ -1,10 +1,10 @@
-# One candidate in one call (twin of ndcost/_kpy/one.py): what estimate() asks of the batch kernels for
+# One candidate in one call (twin of ndcost/kernels/one.py): what estimate() asks of the batch kernels for
 # a batch of one -- the unit's price (ND's score or seconds mode) and the memory model -- without a
 # batch's per-row index arrays, reason codes and second call. Needs kernels/batch.pxi
 # (c_layout_row_check, c_nd_price, c_candidate_memory, MemScratch) and kernels/seconds_batch.pxi
 # (c_sec_price) included before it.
 
-# Where the kernels write their scalars in `out`, in ndcost._kpy.one.ONE_FIELDS order
+# Where the kernels write their scalars in `out`, in ndcost.kernels.one.ONE_FIELDS order
 # (nd_estimate_one: the first ONE_rates of them).
 cdef enum:
     ONE_step = 0

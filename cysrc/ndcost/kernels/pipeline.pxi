@@ -1,4 +1,4 @@
-# Pipeline and point-to-point formulas of ND's score (twin of ndcost/_kpy/pipeline.py).
+# Pipeline and point-to-point formulas of ND's score (twin of ndcost/kernels/pipeline.py).
 # ND_REFERENCE §2.8 (estimate_pipeline) and §2.9 (estimate_p2p_comm).
 
 cdef inline Py_ssize_t c_nd_straggler(const double* t, Py_ssize_t n) noexcept nogil:

@@ -1,4 +1,4 @@
-# Seconds mode (twin of ndcost/_kpy/seconds.py): a step priced from the device's rates and the
+# Seconds mode (twin of ndcost/kernels/seconds.py): a step priced from the device's rates and the
 # links each collective crosses; here the stage sums and their combination into the step. Every
 # formula, constant and source is stated once, in the oracle; this file repeats each computation
 # in the oracle's order so that the two agree to rounding.

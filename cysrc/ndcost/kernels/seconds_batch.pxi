@@ -1,4 +1,4 @@
-# Seconds mode over N candidates (twin of ndcost/_kpy/seconds_batch.py). Needs kernels/columns.pxi,
+# Seconds mode over N candidates (twin of ndcost/kernels/seconds_batch.py). Needs kernels/columns.pxi,
 # kernels/seconds.pxi (c_sec_cand_ok, c_sec_stage_sums, c_sec_combine) and kernels/batch.pxi
 # (c_batch_check) included before it.
 #
@@ -10,7 +10,7 @@
 
 from libc.stdlib cimport malloc, free
 
-# seconds_step_rates' outputs, in ndcost._kpy.seconds_batch.STEP_RATE_FIELDS order.
+# seconds_step_rates' outputs, in ndcost.kernels.seconds_batch.STEP_RATE_FIELDS order.
 cdef enum:
     SR_mfu = 0
     SR_hfu = 1

@@ -1,4 +1,4 @@
-# Seconds mode, communication (twin of ndcost/_kpy/seconds_comm.py): one collective over a group's
+# Seconds mode, communication (twin of ndcost/kernels/seconds_comm.py): one collective over a group's
 # links (alpha-beta rings, hierarchical across nodes), and how much of it a compute window hides.
 # Needs kernels/columns.pxi and kernels/seconds_ops.pxi included before it.
 

@@ -1,4 +1,4 @@
-# Seconds mode, one layer (twin of ndcost/_kpy/seconds_layer.py): forward, backward and
+# Seconds mode, one layer (twin of ndcost/kernels/seconds_layer.py): forward, backward and
 # weight-gradient time of one layer of each kind, its raw communication per pass, the forward time of
 # each recompute switch's ops, its parameters and model FLOPs. Needs kernels/columns.pxi,
 # kernels/seconds_ops.pxi and kernels/seconds_comm.pxi included before it.

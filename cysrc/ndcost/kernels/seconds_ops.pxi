@@ -1,4 +1,4 @@
-# Seconds mode, the price of one op (twin of ndcost/_kpy/seconds_ops.py): a GEMM, an elementwise
+# Seconds mode, the price of one op (twin of ndcost/kernels/seconds_ops.py): a GEMM, an elementwise
 # pass, an fp8 cast, a GEMM's three passes and an FFN pair; and the checks of the seconds kernels'
 # inputs. Every formula, constant and source is stated once, in the oracle; this file repeats each
 # computation in the oracle's order so that the two agree to rounding. The seconds area is four

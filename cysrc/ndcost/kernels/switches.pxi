@@ -1,4 +1,4 @@
-# Recompute as a choice (twin of ndcost/_kpy/switches.py): every setting of a layer kind's
+# Recompute as a choice (twin of ndcost/kernels/switches.py): every setting of a layer kind's
 # switches priced by additivity, the dominance front of a set of options, and one stage's
 # multiple-choice knapsack (ND_REFERENCE §4.4; seed recompute/profile.py).
 

@@ -1,0 +1,1 @@
+"""The ``ndcost`` console script: one module per command, shared arguments in ``args``."""

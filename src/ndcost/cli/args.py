@@ -1,0 +1,144 @@
+"""The arguments the ``ndcost`` commands share, and how they turn into a Model, an ExecSpec and a Cluster.
+
+Command modules (cli_estimate, cli_search, cli_plot, cli_calibrate) import these; ``cli.py`` only
+builds the parser from the commands and runs one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .help import STRATEGY_HELP
+from ..errors import SpecError
+from ..spec.model_source import model_from_text
+
+__all__ = ["add_model_arguments", "model_from_args", "add_strategy_arguments", "spec_from_args",
+           "spec_fields_from_args", "cluster_from_args", "offset_text", "parse_layer_grid", "read_plan"]
+
+_INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "micro_batch_num",
+               "global_batch_size", "seq_length", "zero_stage", "seq_split")
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """MODEL and what refines it: a HyperParallel census, a VLM's vision tokens."""
+    p.add_argument("model", help="catalog name, config.json path or YAML model file")
+    p.add_argument("--census", metavar="FILE",
+                   help="a HyperParallel census JSON of the model's layer kinds (ndcost.census; default: none)")
+    p.add_argument("--vision-tokens", type=int, metavar="N",
+                   help="patches per sample the vision tower runs (VLMs; default the tower's)")
+
+
+def model_from_args(args: argparse.Namespace):
+    """The Model that MODEL, --census and --vision-tokens state."""
+    model = model_from_text(args.model)
+    if getattr(args, "vision_tokens", None) is not None:
+        if model.vision is None:
+            raise SpecError("--vision-tokens", "ndcost", "be given only for a model with a vision tower",
+                            f"{args.vision_tokens} for {model.name}")
+        model = model.with_vision_tokens(args.vision_tokens)
+    if getattr(args, "census", None) is not None:
+        model = model.with_census(args.census)
+    return model
+
+
+def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
+    """MODEL, --device, --devices and the ExecSpec fields as flags (estimate, explain, plot memory|timeline)."""
+    add_model_arguments(p)
+    p.add_argument("--device", required=True, help="catalog device (see `ndcost devices`; required)")
+    p.add_argument("--devices", type=int, help="number of devices (default: dp*tp*pp*cp)")
+    for name in _INT_FIELDS:
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=int, metavar="N", help=STRATEGY_HELP[name])
+    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
+                   help=STRATEGY_HELP["sequence_parallel"])
+    for name, choices in (("recompute", ("none", "full", "selective")),
+                          ("selective_rule", ("megatron", "mindformers", "hyperparallel")),
+                          ("pp_schedule", ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")),
+                          ("cp_algo", ("ring", "ulysses")), ("precision", ("bf16", "fp16", "fp8"))):
+        p.add_argument("--" + name.replace("_", "-"), dest=name, choices=choices, help=STRATEGY_HELP[name])
+    for name in ("capacity_factor", "moe_imbalance"):
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=float, metavar="X", help=STRATEGY_HELP[name])
+    p.add_argument("--grouped-gemm", action=argparse.BooleanOptionalAction, default=None,
+                   help=STRATEGY_HELP["grouped_gemm"])
+    p.add_argument("--offset", metavar="N,N,...[|N,...]",
+                   help="layers added per stage (per chunk: rows separated by |), as `ndcost search` prints it "
+                        "(default: the even split)")
+    p.add_argument("--pp-partition", metavar="N,N,...",
+                   help="layers per stage, instead of an offset (default: the even split)")
+    p.add_argument("--recompute-plan", metavar="FILE|JSON",
+                   help="a per-layer recompute plan: ranges of layers {first, count, option, switches}, as "
+                        "`ndcost search --save-plan` writes them (or that JSON inline, as search prints it; "
+                        "default: --recompute for every layer)")
+
+
+def offset_text(offset: Any) -> str:
+    """An offset as the CLI reads and prints it: ``-4,2,1,1`` or, per chunk, ``-1,0|1,0``."""
+    if offset and isinstance(offset[0], tuple):
+        return "|".join(",".join(map(str, row)) for row in offset)
+    return ",".join(map(str, offset))
+
+
+def parse_layer_grid(name: str, text: str) -> tuple:
+    """``-4,2,1,1`` -> (-4, 2, 1, 1); ``-1,0|1,0`` -> ((-1, 0), (1, 0)): the inverse of offset_text."""
+    try:
+        rows = tuple(tuple(int(item) for item in row.split(",")) for row in text.split("|"))
+    except ValueError:
+        raise SpecError(name, "ndcost", "be integers separated by commas (chunks separated by |)", text) from None
+    return rows[0] if len(rows) == 1 else rows
+
+
+def spec_from_args(args: argparse.Namespace):
+    """The ExecSpec the strategy flags state (unstated fields keep ExecSpec's defaults)."""
+    from ..spec.exec_spec import ExecSpec
+
+    return ExecSpec(**spec_fields_from_args(args))
+
+
+def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The ExecSpec fields the strategy flags state."""
+    fields: dict[str, Any] = {name: getattr(args, name) for name in _INT_FIELDS if getattr(args, name) is not None}
+    for name in ("sequence_parallel", "recompute", "selective_rule", "pp_schedule", "cp_algo", "precision",
+                 "capacity_factor", "moe_imbalance", "grouped_gemm"):
+        value = getattr(args, name)
+        if value is not None:
+            fields[name] = value
+    for name, flag in (("offset", "--offset"), ("pp_partition", "--pp-partition")):
+        text = getattr(args, name, None)
+        if text is not None:
+            fields[name] = parse_layer_grid(flag, text)
+    if "global_batch_size" not in fields and "micro_batch_num" not in fields:
+        fields["micro_batch_num"] = max(1, fields.get("pp", 1))
+    plan = getattr(args, "recompute_plan", None)
+    if plan is not None:
+        if "recompute" in fields:
+            raise SpecError("--recompute-plan", "ndcost", "be given without --recompute", plan)
+        fields["recompute"] = read_plan(plan)
+    return fields
+
+
+def cluster_from_args(args: argparse.Namespace, spec):
+    """The Cluster of --device and --devices (default: the devices *spec* uses)."""
+    from ..spec.device import Cluster
+
+    return Cluster(args.device, num_devices=spec.num_devices if args.devices is None else args.devices)
+
+
+def read_plan(text: str) -> tuple:
+    """A recompute plan: a JSON/YAML file of ranges ({first, count, option, switches}), or the JSON inline."""
+    from ..files import read_json, read_yaml
+
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            doc = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise SpecError("--recompute-plan", "ndcost", "be a JSON list of ranges or a file of them",
+                            f"column {exc.colno}: {exc.msg}") from None
+    else:
+        doc = (read_json if text.endswith(".json") else read_yaml)(text, "a recompute plan")
+    if isinstance(doc, dict):
+        doc = doc.get("recompute")
+    if not isinstance(doc, list) or not doc:
+        raise SpecError("--recompute-plan", "ndcost", "hold a non-empty list of ranges "
+                        "({first, count, option, switches})", type(doc).__name__)
+    return tuple(doc)

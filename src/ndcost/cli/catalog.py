@@ -1,0 +1,130 @@
+"""``ndcost models``, ``ndcost devices`` and ``ndcost show``: what the catalogs hold, as tables or JSON."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Sequence
+
+from .args import add_model_arguments, model_from_args
+
+__all__ = ["add_catalog_commands"]
+
+
+def _print_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> None:
+    cells = [list(map(str, header))] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for n, row in enumerate(cells):
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def _human(n: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from ..spec.model import Model
+    from ..spec.model_catalog import models
+
+    rows = []
+    for name in models():
+        model = Model.from_catalog(name)
+        count = model.parameter_count()
+        rows.append((name, model.family, model.num_hidden_layers, model.hidden_size, _human(count.total), _human(count.active)))
+    if args.json:
+        print(json.dumps([dict(zip(("name", "family", "layers", "hidden", "total", "active"), r)) for r in rows], indent=2))
+    else:
+        _print_table(rows, ("model", "family", "layers", "hidden", "params", "active"))
+    return 0
+
+
+def _cmd_devices(args: argparse.Namespace) -> int:
+    from ..spec.device import Device, devices
+
+    if args.name is not None or args.sources:
+        # The detail view: every figure of a part with the source it was read from.
+        names = [args.name] if args.name is not None else devices()
+        cards = [Device.from_catalog(name).describe() for name in names]
+        if args.json:
+            print(json.dumps(cards[0] if args.name is not None else cards, indent=2))
+        else:
+            print("\n\n".join(_device_card(card) for card in cards))
+        return 0
+    rows = []
+    for name in devices():
+        d = Device.from_catalog(name)
+        rows.append((name, f"{d.peak('bf16') / 1e12:.1f}", f"{d.hbm_bytes / 2**30:.0f}", f"{d.hbm_bandwidth / 1e12:.2f}",
+                     d.devices_per_node, f"{d.intra_node_bandwidth / 1e9:.0f}", f"{d.inter_node_bandwidth / 1e9:.1f}"))
+    header = ("device", "bf16 TFLOP/s", "HBM GiB", "HBM TB/s", "per node", "intra GB/s", "inter GB/s")
+    if args.json:
+        print(json.dumps([{**dict(zip(header, r)), "sources": dict(Device.from_catalog(r[0]).sources)} for r in rows],
+                         indent=2))
+    else:
+        _print_table(rows, header)
+    return 0
+
+
+# How the detail view shows a figure held in SI units: (scale, unit).
+_FIGURE_DISPLAY = {"FLOP/s": (1e12, "TFLOP/s"), "bytes": (1e9, "GB"), "bytes/s": (1e12, "TB/s"),
+                   "bytes/s per direction": (1e9, "GB/s per direction"), "s": (1e-6, "us")}
+
+
+def _device_card(card: dict) -> str:
+    """One part's figures, each with its source (split at its ' || ' parts), wrapped for a terminal."""
+    import textwrap
+
+    def source(text: str) -> list[str]:
+        return [line for part in text.split(" || ") for line in textwrap.wrap(
+            part, 100, initial_indent="      ", subsequent_indent="        ", break_on_hyphens=False)]
+
+    lines = [card["name"]["value"]] + source(card["name"]["source"])
+    for figure, entry in card.items():
+        if figure == "name":
+            continue
+        value, unit = entry["value"], entry["unit"]
+        scale, shown = _FIGURE_DISPLAY.get(unit, (1, unit))
+        text = f"{value / scale:g} {shown}" if isinstance(value, (int, float)) else str(value)
+        if unit == "bytes":
+            text += f" ({value / 2**30:.1f} GiB)"
+        lines.append(f"  {figure} = {text.rstrip()}")
+        lines += source(entry["source"])
+    return "\n".join(lines)
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    model = model_from_args(args)
+    card = model.describe()
+    if args.json:
+        print(json.dumps(card, indent=2, default=str))
+        return 0
+    for key, value in card.items():
+        if isinstance(value, dict):
+            print(f"{key}:")
+            for sub, inner in value.items():
+                print(f"  {sub}: {inner}")
+        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], dict):
+            print(f"{key}:")
+            for item in value:
+                print("  - " + ", ".join(f"{k}={v}" for k, v in item.items()))
+        else:
+            print(f"{key}: {value}")
+    return 0
+
+
+def add_catalog_commands(sub: Any) -> None:
+    p = sub.add_parser("models", help="list the model catalog")
+    p.add_argument("--json", action="store_true", help="print JSON (default: a table)")
+    p.set_defaults(func=_cmd_models)
+    p = sub.add_parser("devices", help="list the device catalog; NAME or --sources: every figure with its source")
+    p.add_argument("name", nargs="?", metavar="NAME", help="one part (or alias): every figure with its source")
+    p.add_argument("--sources", action="store_true", help="every figure of every part with its source (default: the summary table)")
+    p.add_argument("--json", action="store_true", help="JSON; the list carries each part's sources (default: a table)")
+    p.set_defaults(func=_cmd_devices)
+    p = sub.add_parser("show", help="dims, layer kinds and parameter counts of a model")
+    add_model_arguments(p)
+    p.add_argument("--json", action="store_true", help="print JSON (default: text)")
+    p.set_defaults(func=_cmd_show)

@@ -1,0 +1,123 @@
+"""``ndcost estimate`` and ``ndcost explain``: one strategy, from the command line."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .args import (
+    add_strategy_arguments, cluster_from_args, model_from_args, offset_text, spec_fields_from_args, spec_from_args,
+)
+from .help import ESTIMATE_EXAMPLES, add_pricing_arguments, examples_epilog
+from ..spec.rates_io import rates_argument
+
+__all__ = ["add_estimate_commands"]
+
+def _fmt(value: float, units: str) -> str:
+    if units == "seconds":
+        return f"{value * 1e3:.3f} ms"
+    if units == "nd_ms":
+        return f"{value:.3f} ms"
+    return f"{value:.6e}"
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    from ..price.estimate import estimate
+
+    model = model_from_args(args)
+    spec = spec_from_args(args)
+    cluster = cluster_from_args(args, spec)
+    moved = None
+    rates = rates_argument(args.rates, args.software)
+    if args.balance:
+        from ..price.pipeline_balance import balance_pipeline
+
+        balanced = balance_pipeline(model, spec, cluster, units=args.units, ratios=args.ratios, rates=rates)
+        spec, result, moved = balanced.spec, balanced.estimate, balanced.moves
+    else:
+        result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios, rates=rates)
+    if args.json:
+        out = result.to_dict()
+        out["model"] = model.name
+        if moved is not None:
+            out["balanced"] = {"moves": moved, "offset": spec.offset}
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{model.name} on {cluster.num_devices} x {cluster.device.name}: "
+          f"dp={spec.dp} tp={spec.tp} pp={spec.pp} vpp={spec.vpp} cp={spec.cp} ep={spec.ep} "
+          f"mbs={spec.micro_batch_size} m={spec.resolved_micro_batch_num} seq={spec.seq_length}")
+    if moved is not None:
+        print(f"balanced: {moved} layer(s) moved" + (f", --offset={offset_text(spec.offset)}" if moved else ""))
+    print(f"step time: {_fmt(result.step_time, result.units)}")
+    if result.mfu == result.mfu:
+        print(f"MFU: {100 * result.mfu:.1f}%   tokens/s: {result.tokens_per_second:,.0f}")
+    print("parts:")
+    total = result.step_time or 1.0
+    for name, value in result.parts.items():
+        print(f"  {name:<11} {_fmt(value, result.units):>16}  {100 * value / total:6.2f}%")
+    if result.memory is not None:
+        _print_memory(result, cluster)
+    return 0
+
+
+def _print_memory(result: Any, cluster: Any) -> None:
+    """The peak against what the device can give, then each stage's parts (GiB)."""
+    memory, gib = result.memory, 2**30
+    verdict = "fits" if result.fits else "DOES NOT FIT"
+    if memory.fixed_bytes:
+        print(f"memory: peak {memory.peak_reserved / gib:.2f} GiB reserved ({memory.peak_allocated / gib:.2f} "
+              f"allocated) of {memory.usable_bytes / gib:.2f} GiB usable ({cluster.device.hbm_bytes / gib:.1f} GiB "
+              f"less {memory.fixed_bytes / gib:.2f} fixed: CUDA context, workspaces, NCCL) -> {verdict}")
+    else:
+        print(f"memory: peak {memory.peak / gib:.2f} GiB of {cluster.device.hbm_bytes / gib:.1f} GiB -> {verdict}")
+    parts = ("params", "grads", "optimizer", "activations", "working_set", "comm_buffers", "reserve")
+    print("  stage " + "".join(f"{name:>13}" for name in parts) + f"{'total':>10}")
+    for i, stage in enumerate(memory.stages):
+        print(f"  {i:>5} " + "".join(f"{getattr(stage, name) / gib:13.2f}" for name in parts)
+              + f"{stage.total / gib:10.2f}")
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from ..price.explain import explain
+
+    from ..spec.exec_spec import ExecSpec
+
+    model = model_from_args(args)
+    fields = spec_fields_from_args(args)
+    problems = ExecSpec.problems(**fields)
+    if problems:
+        # the spec cannot be built: every rule group it breaks, and whether it fills the devices
+        reasons = [str(problem) for problem in problems]
+        degrees = [fields.get(name, 1) for name in ("dp", "tp", "pp", "cp")]
+        if args.devices is not None and all(isinstance(d, int) for d in degrees):
+            devices = degrees[0] * degrees[1] * degrees[2] * degrees[3]
+            if devices != args.devices:
+                reasons.append(f"The 'dp*tp*pp*cp' parameter of ExecSpec on --devices {args.devices} must equal "
+                               f"the devices ({args.devices}). Got {devices} instead.")
+    else:
+        spec = ExecSpec(**fields)
+        reasons = explain(model, spec, cluster_from_args(args, spec))
+    if args.json:
+        print(json.dumps({"valid": not reasons, "reasons": reasons}, indent=2))
+    elif not reasons:
+        print("valid, and it fits")
+    else:
+        for reason in reasons:
+            print(f"- {reason}")
+    return 0 if not reasons else 1
+
+
+def add_estimate_commands(sub: Any) -> None:
+    p = sub.add_parser("estimate", help="price one strategy", epilog=examples_epilog(ESTIMATE_EXAMPLES),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_strategy_arguments(p)
+    add_pricing_arguments(p)
+    p.add_argument("--balance", action="store_true",
+                   help="first move layers off the slowest stages while the step gets faster (balance_pipeline; "
+                        "default: the stated layout)")
+    p.add_argument("--json", action="store_true", help="print JSON (default: text)")
+    p.set_defaults(func=_cmd_estimate)
+    p = sub.add_parser("explain", help="why a strategy is invalid or does not fit")
+    add_strategy_arguments(p)
+    p.add_argument("--json", action="store_true", help="print JSON (default: text)")
+    p.set_defaults(func=_cmd_explain)

@@ -1,0 +1,57 @@
+"""The ``ndcost`` command line: builds the parser from the command modules and runs one command.
+
+Each command lives in its own module (cli_catalog: models, devices, show; cli_estimate: estimate,
+explain; cli_validate; cli_calibrate; cli_search; cli_plot), with the arguments they share in
+cli_args. Every subcommand prints a readable table by default and JSON with ``--json``.
+Bad input is a :class:`~ndcost.errors.SpecError`, printed as one line on
+stderr with exit status 2 (never a traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from .._version import __version__
+from .calibrate import add_calibrate_command
+from .catalog import add_catalog_commands
+from .estimate import add_estimate_commands
+from .plot import add_plot_command
+from .search import add_search_command
+from .validate import add_validate_command
+from ..errors import SpecError
+
+__all__ = ["main", "build_parser"]
+
+#: The commands in the order `ndcost --help` lists them.
+_COMMANDS = (add_catalog_commands, add_estimate_commands, add_validate_command, add_calibrate_command,
+             add_search_command, add_plot_command)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ndcost", description="Price distributed LLM training strategies.")
+    parser.add_argument("--version", action="version", version=f"ndcost {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add_command in _COMMANDS:
+        add_command(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SpecError as exc:
+        print(f"ndcost: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader went away (`ndcost search ... | head`): stop quietly, as Unix tools do,
+        # and keep Python from complaining again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""What ``ndcost search`` prints so that its result can be priced again and launched as priced.
+
+* :func:`estimate_command`: the ``ndcost estimate`` line that prices a ranked strategy again -- every
+  field that differs from ExecSpec's defaults as its flag, a per-layer recompute plan as
+  ``--recompute-plan`` (a file written by ``--save-plan``, or the plan inline as JSON).
+* :func:`write_plan`: the plan file ``--save-plan`` writes (``ndcost.cli.args.read_plan`` reads it back).
+* :func:`emit_report`: a launcher's settings for the strategy, and -- when they cannot state its
+  recompute plan -- what they approximate and the price of what they do state.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from typing import Any
+
+from .args import offset_text
+from ..errors import SpecError
+from ..spec.exec_spec import ExecSpec
+
+__all__ = ["estimate_command", "write_plan", "emit_report"]
+
+#: ExecSpec's field defaults (what a command need not state).
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ExecSpec) if f.default is not dataclasses.MISSING}
+#: ExecSpec fields a command states with a flag of its own name (ints, then choices).
+_FLAG_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "global_batch_size", "seq_length",
+                "zero_stage", "seq_split", "pp_schedule", "cp_algo", "precision", "selective_rule")
+
+
+def write_plan(path: str, spec: ExecSpec) -> None:
+    from ..spec.recompute_spec import plan_document
+    from ..files import output_path
+
+    output_path(path, "a recompute plan").write_text(json.dumps(plan_document(spec), indent=2) + "\n",
+                                                     encoding="utf-8")
+
+
+def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) -> str:
+    """The ``ndcost estimate`` command that prices *spec* (a search's result) again with the search's
+    model, device and units flags."""
+    words = ["ndcost", "estimate", args.model, "--device", args.device, "--devices", str(args.devices)]
+    for name in ("census", "vision_tokens", "ratios", "rates", "software"):
+        value = getattr(args, name, None)
+        if value is not None:
+            words += ["--" + name.replace("_", "-"), str(value)]
+    if getattr(args, "units", "seconds") != "seconds":
+        words += ["--units", args.units]
+    stated = set(_FLAG_FIELDS) | {"sequence_parallel", "offset", "pp_partition", "recompute", "full_recompute",
+                                  "selective_recompute", "micro_batch_num", "selective_switches"}
+    for name, default in _DEFAULTS.items():
+        if name not in stated and getattr(spec, name) != default:
+            raise SpecError(name, "estimate_command", "keep its default to be restated on the command line",
+                            getattr(spec, name))
+    for name in _FLAG_FIELDS:
+        value = getattr(spec, name)
+        if value != _DEFAULTS.get(name) or name in ("dp", "global_batch_size", "seq_length"):
+            words += ["--" + name.replace("_", "-"), str(value if name != "global_batch_size"
+                                                         else spec.resolved_global_batch_size)]
+    if spec.sequence_parallel:
+        words.append("--sequence-parallel")
+    if spec.offset is not None:
+        words.append(f"--offset={offset_text(spec.offset)}")
+    if spec.pp_partition is not None:
+        words += ["--pp-partition", ",".join(map(str, spec.pp_partition))]
+    option = spec.recompute_option
+    if option == "ranges":
+        if plan_path is not None:
+            words += ["--recompute-plan", plan_path]
+        else:
+            from ..spec.recompute_spec import plan_document
+
+            words += ["--recompute-plan", json.dumps(plan_document(spec), separators=(",", ":"))]
+    elif option in ("full", "selective") and spec.selective_switches is None:
+        words += ["--recompute", option]
+    elif option != "none":
+        raise SpecError("recompute", "estimate_command", "be none, full, selective or ranges to be restated",
+                        option)
+    return " ".join(shlex.quote(word) for word in words)
+
+
+def emit_report(launcher: str, model: Any, cluster: Any, ranked: Any, *, units: str, ratios: Any,
+                rates: Any, memory_limit: float | None = None) -> list[str]:
+    """The launcher's settings of *ranked* and, when they cannot state its recompute, what they do state
+    priced beside the plan."""
+    from ..io.emit import EMITTERS
+    from ..io.emit_recompute import launcher_recompute
+    from ..price.estimate import estimate
+
+    lines = [f"# {launcher} settings of #1:", EMITTERS[launcher](model, ranked.spec)]
+    stated = launcher_recompute(launcher, model, ranked.spec)
+    if stated.exact:
+        return lines
+    flags = estimate(model, stated.meaning, cluster, units=units, ratios=ratios, rates=rates)
+    plan = ranked.estimate
+    limit = cluster.device.hbm_bytes if memory_limit is None else memory_limit
+
+    def priced(e: Any) -> str:
+        held = e.memory.device_peak      # what the device holds (seconds: allocator slack and fixed costs in)
+        fits = f"fits {limit / 2**30:.1f} GiB" if held <= limit else f"does NOT fit {limit / 2**30:.1f} GiB"
+        return f"{e.step_time:.6g} {'s' if units == 'seconds' else 'ND units'}, peak {held / 2**30:.1f} GiB ({fits})"
+
+    lines += [f"# NOTE: these {launcher} settings approximate the priced recompute plan: {stated.note}.",
+              f"#   the plan as priced: {priced(plan)}",
+              f"#   these settings:     {priced(flags)}"]
+    return lines
+
+
+def replace_recompute(spec: ExecSpec, plan: tuple) -> ExecSpec:
+    """*spec* with the recompute plan *plan* (ranges)."""
+    return dataclasses.replace(spec, recompute=plan, full_recompute=None, selective_recompute=None)

@@ -1,0 +1,197 @@
+"""``ndcost search``: the best strategies for a model on N devices, and how to launch them."""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from typing import Any
+
+from ..kernels.columns import PART_NAMES
+from .help import SEARCH_EXAMPLES, add_pricing_arguments, examples_epilog
+from .reproduce import emit_report, estimate_command, write_plan
+from ..files import output_path
+from ..spec.rates_io import rates_argument
+from .args import offset_text
+from ..errors import SpecError
+
+__all__ = ["add_search_command", "parse_dimension"]
+
+_INT_DIMS = ("tp", "pp", "cp", "dp", "ep", "micro_batch_size", "vpp", "zero_stage")
+_STR_DIMS = ("pp_schedule", "recompute")
+
+
+def parse_dimension(name: str, text: str | None, kind: type = int) -> Any:
+    """A CLI dimension: absent (searched), one value (fixed) or a comma-separated list."""
+    if text is None:
+        return None
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise SpecError(name, "ndcost search", "be a value or a comma-separated list", text)
+    try:
+        values = [kind(item) for item in items]
+    except ValueError:
+        raise SpecError(name, "ndcost search", f"be {kind.__name__} values separated by commas", text) from None
+    return values[0] if len(values) == 1 else values
+
+
+def _fmt_time(value: float, units: str) -> str:
+    return f"{value * 1e3:10.1f} ms" if units == "seconds" else f"{value:12.4e}"
+
+
+def _print_result(result: Any, model: Any, cluster: Any) -> None:
+    print(f"{model.name} on {cluster.num_devices} x {cluster.device.name}: "
+          f"{result.space_size} candidates priced, {result.fitting} fit")
+    for title, counts in (("rejected:", result.rejected), ("not in the space (the values given):", result.excluded)):
+        if counts:
+            print(title)
+            for reason, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+                print(f"  {count:>8}  {reason}")
+    if not result.results:
+        return
+    header = (f"{'#':>3} {'dp':>5} {'tp':>3} {'pp':>3} {'vpp':>3} {'cp':>3} {'ep':>4} {'mbs':>3} {'m':>5} "
+              f"{'recompute':>10} {'step':>13} {'MFU':>6} {'tokens/s':>12} {'peak GiB':>9}  top parts")
+    print(header)
+    print("-" * len(header))
+    for rank, ranked in enumerate(result.results, 1):
+        s, e = ranked.spec, ranked.estimate
+        mode = "per-layer" if ranked.per_layer_recompute else s.recompute_option
+        parts = sorted(e.parts.items(), key=lambda kv: -kv[1])[:3]
+        share = ", ".join(f"{name} {100 * value / e.step_time:.0f}%" for name, value in parts if value > 0)
+        mfu = f"{100 * e.mfu:5.1f}%" if e.mfu == e.mfu else "     -"
+        tps = f"{e.tokens_per_second:12,.0f}" if e.tokens_per_second == e.tokens_per_second else f"{'-':>12}"
+        print(f"{rank:>3} {s.dp:>5} {s.tp:>3} {s.pp:>3} {s.vpp:>3} {s.cp:>3} {s.ep:>4} {s.micro_batch_size:>3} "
+              f"{s.resolved_micro_batch_num:>5} {mode:>10} {_fmt_time(e.step_time, e.units)} {mfu} {tps} "
+              f"{e.memory.device_peak / 2**30:9.1f}  {share}")
+    for rank, ranked in enumerate(result.results, 1):
+        if ranked.rebalanced:
+            print(f"#{rank}: rebalanced pipeline, --offset={offset_text(ranked.spec.offset)}")
+    print(f"Pareto front (step time vs peak memory): {len(result.pareto)} strategies")
+
+
+def _write_csv(path: str, result: Any) -> None:
+    with output_path(path, "the search's CSV").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["rank", "dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "micro_batch_num",
+                         "recompute", "offset", "step_time", "peak_memory", "mfu", "tokens_per_second",
+                         # the parts of the step, prefixed: "recompute" above is the mode, part_recompute its time
+                         *(f"part_{name}" for name in PART_NAMES)] if result.results else ["rank"])
+        for rank, ranked in enumerate(result.results, 1):
+            s, e = ranked.spec, ranked.estimate
+            writer.writerow([rank, s.dp, s.tp, s.pp, s.vpp, s.cp, s.ep, s.micro_batch_size,
+                             s.resolved_micro_batch_num, "per_layer" if ranked.per_layer_recompute else s.recompute_option,
+                             offset_text(s.offset) if s.offset is not None else "",
+                             e.step_time, e.memory.peak, e.mfu, e.tokens_per_second,
+                             *(e.parts[name] for name in PART_NAMES)])
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    if args.csv:
+        output_path(args.csv, "the search's CSV")      # refused before the search, not after it
+    if args.save_plan:
+        output_path(args.save_plan, "a recompute plan")
+    model, cluster, result = run_search(args)
+    if args.csv:
+        _write_csv(args.csv, result)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        _print_result(result, model, cluster)
+    if result.results:
+        best = result.results[0]
+        if args.save_plan:
+            write_plan(args.save_plan, best.spec)
+        if not args.json:
+            print("\n# price #1 again:")
+            print(estimate_command(args, best.spec, args.save_plan))
+            if args.emit:
+                print()
+                print("\n".join(emit_report(args.emit, model, cluster, best, units=args.units, ratios=args.ratios,
+                                             rates=rates_argument(args.rates, args.software),
+                                             memory_limit=None if args.memory_limit_gib is None
+                                             else args.memory_limit_gib * 2**30)))
+    if not result.results:
+        # status 1: the search ran but nothing fits (2 is bad input)
+        print(f"ndcost: no strategy fits; most were rejected because: {result.main_rejection()}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_search_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of a search (shared with `ndcost plot pareto|parts`)."""
+    from .args import add_model_arguments
+
+    add_model_arguments(p)
+    p.add_argument("--devices", type=int, required=True, help="number of devices (required)")
+    p.add_argument("--device", required=True, help="catalog device (see `ndcost devices`; required)")
+    p.add_argument("--global-batch-size", type=int, required=True, metavar="N", help="sequences per step (required)")
+    p.add_argument("--seq-length", type=int, required=True, metavar="N", help="tokens per sequence (required)")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="strategies to list (default 10)")
+    add_pricing_arguments(p)
+    p.add_argument("--memory-limit-gib", type=float,
+                   help="GiB a device may use, at least 1 (default: its HBM); exit status 1 when nothing fits")
+    p.add_argument("--allow-cross-node-tp", action="store_true",
+                   help="let tp span nodes (default: tp within a node)")
+    p.add_argument("--plan-top", type=int, default=3, metavar="N",
+                   help="offer a per-layer recompute plan to the best N (default 3)")
+    p.add_argument("--balance-top", type=int, default=3, metavar="N",
+                   help="offer the best N a rebalanced pipeline (layers moved off the slowest stages; 0: none; "
+                        "default 3)")
+    for name in _INT_DIMS + _STR_DIMS:
+        p.add_argument("--" + name.replace("_", "-"), dest=name, metavar="V[,V...]",
+                       help=f"fix {name}, or give a list to search (default: searched)")
+    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
+                   help="fix sequence parallelism on or off (default: searched)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (default: shown)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="threads pricing the candidates, at least 1 (default: all the cores this process may use)")
+
+
+def run_search(args: argparse.Namespace):
+    """(model, cluster, SearchResult) of parsed search arguments."""
+    from .args import model_from_args
+    from ..spec.device import Cluster
+    from ..price.search import print_progress, search
+
+    limit = args.memory_limit_gib
+    if limit is not None and not (limit == limit and 1.0 <= limit < float("inf")):
+        raise SpecError("--memory-limit-gib", "ndcost search", "be a finite number of GiB >= 1", limit)
+    if args.threads is not None and args.threads < 1:
+        raise SpecError("--threads", "ndcost search", "be an integer >= 1 (omit it for all cores)", args.threads)
+    model = model_from_args(args)
+    cluster = Cluster(args.device, num_devices=args.devices)
+    dims: dict[str, Any] = {}
+    for name in _INT_DIMS:
+        value = parse_dimension(name, getattr(args, name), int)
+        if value is not None:
+            dims[name] = value
+    for name in _STR_DIMS:
+        value = parse_dimension(name, getattr(args, name), str)
+        if value is not None:
+            dims[name] = value
+    if args.sequence_parallel is not None:
+        dims["sequence_parallel"] = args.sequence_parallel
+    show_progress = not getattr(args, "json", False) and not args.no_progress and sys.stderr.isatty()
+    result = search(
+        model, cluster, global_batch_size=args.global_batch_size, seq_length=args.seq_length, top=args.top,
+        units=args.units, ratios=args.ratios, rates=rates_argument(args.rates, args.software),
+        memory_limit=None if args.memory_limit_gib is None else args.memory_limit_gib * 2**30,
+        allow_cross_node_tp=args.allow_cross_node_tp, per_layer_recompute=args.plan_top, balance=args.balance_top,
+        progress=print_progress if show_progress else None, threads=args.threads, **dims,
+    )
+    return model, cluster, result
+
+
+def add_search_command(sub: Any) -> None:
+    p = sub.add_parser("search", help="the best strategies for a model on N devices",
+                       epilog=examples_epilog(SEARCH_EXAMPLES), formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_search_arguments(p)
+    p.add_argument("--json", action="store_true", help="print the result as JSON (default: a table)")
+    p.add_argument("--csv", metavar="FILE", help="write the top strategies as CSV (default: none)")
+    p.add_argument("--emit", choices=("megatron", "torchtitan"),
+                   help="print the launch settings of the best (and, when they cannot state its recompute plan, "
+                        "what they approximate and their own price; default: none)")
+    p.add_argument("--save-plan", metavar="FILE",
+                   help="write the best strategy's per-layer recompute plan as JSON (for estimate --recompute-plan; "
+                        "default: none)")
+    p.set_defaults(func=_cmd_search)

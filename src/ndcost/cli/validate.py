@@ -1,0 +1,76 @@
+"""``ndcost validate FILE`` / ``--builtin``: estimate each published run and show the error."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+__all__ = ["add_validate_command"]
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from ..errors import SpecError
+    from ..spec.rates_io import load_rates
+    from ..io.validation import BUILTIN_RUNS, validate_runs
+
+    if args.memory:
+        from ..io.validation_memory import MEMORY_FACTS, validate_memory
+
+        if args.builtin is not None:
+            raise SpecError("--memory", "ndcost validate", "take a memory facts FILE or none (the shipped one)",
+                            args.builtin)
+        memory_report = validate_memory(args.file or MEMORY_FACTS)
+        if args.json:
+            print(json.dumps({"mae": memory_report.mae, "max_abs_error": memory_report.max_abs_error,
+                              "rows": [{"id": r.id, "figure": r.kind, "estimate_gib": r.estimate_gib,
+                                        "allocated_gib": r.allocated_gib, "measured_gib": r.measured_gib,
+                                        "error": r.error, "skipped": r.skipped, "notes": list(r.notes)}
+                                       for r in memory_report.rows]}, indent=2))
+        else:
+            print(memory_report.table())
+        return 0
+    if (args.file is None) == (args.builtin is None):
+        raise SpecError("FILE", "ndcost validate", "be given, or --builtin, but not both",
+                        args.file if args.file is not None else None)
+    names = ()
+    if args.builtin is not None:
+        names = tuple(BUILTIN_RUNS) if args.builtin == "all" else (args.builtin,)
+    paths = [BUILTIN_RUNS[name] for name in names] or [args.file]
+    rates = None if args.rates is None else load_rates(args.rates)
+    reports = [(str(path), validate_runs(path, rates=rates)) for path in paths]
+    if args.json:
+        out = [{
+            "file": path, "mae": report.mae, "max_abs_error": report.max_abs_error,
+            "family_mae": report.family_mae(),
+            "rows": [{"id": r.id, "family": r.family, "estimate_s": r.estimate_s, "measured_s": r.measured_s,
+                      "error": r.error, "mfu": r.mfu, "skipped": r.skipped, "notes": list(r.notes)}
+                     for r in report.rows],
+        } for path, report in reports]
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
+    else:
+        for number, (path, report) in enumerate(reports):
+            if len(reports) > 1:
+                print(("\n" if number else "") + f"## {path}\n")
+            print(report.table())
+    return 0
+
+
+def add_validate_command(sub: Any) -> None:
+    from ..io.validation import BUILTIN_RUNS
+
+    p = sub.add_parser("validate", help="estimate published runs and show the error per row",
+                       description="Estimate each run of a runs YAML (shaped like validation/public_runs.yaml) "
+                                   "and compare with its measured step time.")
+    p.add_argument("file", nargs="?", help="the runs YAML (or give --builtin)")
+    p.add_argument("--builtin", nargs="?", const="all", choices=(*BUILTIN_RUNS, "all"),
+                   help="the published runs shipped with ndcost: a100 (25 Megatron-LM/DeepSpeed runs), h100 (31 "
+                        "NVIDIA and torchtitan runs), or all (the default when no name is given)")
+    p.add_argument("--rates", metavar="FILE",
+                   help="rates JSON (`ndcost calibrate --fit rates`) for every row, in place of each row's "
+                        "software defaults")
+    p.add_argument("--memory", action="store_true",
+                   help="score peak memory instead: published peaks (allocated or reserved, as each source "
+                        "reports) against the matching estimate; FILE defaults to the shipped "
+                        "data/validation/h100_memory_facts.yaml")
+    p.add_argument("--json", action="store_true", help="print JSON (default: a table)")
+    p.set_defaults(func=_cmd_validate)

@@ -1,0 +1,1 @@
+"""Measured runs, calibration and fitting, validation against published runs, launch flags, plots."""

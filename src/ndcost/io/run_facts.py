@@ -1,0 +1,279 @@
+"""How a published run was configured: the facts file beside a runs file, read into ndcost's specs.
+
+``validation/h100_runs.yaml`` leaves most of each run's configuration unstated (recompute, sequence
+parallelism, overlaps, the fp8 recipe, the software). ``data/validation/h100_run_facts.yaml``
+records each of them per run, read from the benchmark's own configs at the commit that published
+the figure (every fact with its source). :func:`load_run_facts` reads that file;
+:func:`modern_run` builds the run's Model, ExecSpec and Cluster from the runs-file row plus its
+facts, and names the training software (a ``Rates.for_software`` preset) the run used.
+
+What the facts say is turned into ndcost fields by the small rules of this module, each noted
+on the row; a fact the estimate needs and the file leaves null makes the row skip with the reason.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..spec.device import Cluster
+from ..errors import SpecError
+from ..spec.exec_spec import ExecSpec
+from ..spec.model import Model
+
+__all__ = ["BuiltRun", "RunFacts", "figure_value", "figure_int", "load_run_facts", "facts_for", "modern_run", "FACTS_FILES", "CATALOG_BY_NAME"]
+
+_DATA = Path(__file__).parents[1] / "data" / "validation"
+
+#: Runs file name -> its facts file (package data).
+FACTS_FILES: Mapping[str, Path] = {"h100_runs.yaml": _DATA / "h100_run_facts.yaml"}
+
+#: A runs-file model name -> the catalog model with the same published config.json (the rows of
+#: the NVIDIA pages name the model and state only some of its dimensions; the dimensions they do
+#: state are checked against the catalog's).
+CATALOG_BY_NAME: tuple[tuple[str, str], ...] = (
+    (r"llama ?3(\.1)? ?/? ?(3\.1 )?8b|llama3_8b", "llama3-8b"),
+    (r"llama ?3(\.1)? ?/? ?(3\.1 )?70b|llama3_70b", "llama3-70b"),
+    (r"llama ?3\.1[_ ]405b|llama3\.1_405b", "llama3.1-405b"),
+    (r"deepseek ?v3", "deepseek-v3"),
+    (r"qwen3_30b_a3b", "qwen3-30b-a3b"),
+    (r"qwen3_235b_a22b", "qwen3-235b-a22b"),
+)
+
+#: Runs-file model keys checked against the catalog model's fields.
+_DIMENSION_CHECKS = (("layers", "num_hidden_layers"), ("hidden", "hidden_size"),
+                     ("heads", "num_attention_heads"), ("kv_heads", "num_key_value_heads"),
+                     ("vocab", "vocab_size"))
+
+#: Grand Teton's H100 (torchtitan's benchmark hardware): 96 GB HBM2e at 2.4 TB/s, per
+#: pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md "Hardware". Its peak is "between SXM
+#: and NVL" and unknown (the file's footnote 2); torchtitan computes MFU with the SXM peak, and so
+#: does ndcost: the SXM figures stand, and its 500 W power limit (below the SXM's 700 W) is not
+#: modelled (no public measurement of a Hopper GEMM's rate at 500 W was found).
+GRAND_TETON_H100 = {"hbm_bytes": 96e9, "hbm_bandwidth": 2.4e12}
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """One run's facts: fact name -> value (``None`` where no source states it)."""
+
+    run_id: str
+    family: str
+    framework: str
+    facts: Mapping[str, Any]
+
+    def value(self, name: str) -> Any:
+        entry = self.facts.get(name)
+        return entry.get("value") if isinstance(entry, Mapping) else entry
+
+    def text(self, name: str) -> str:
+        value = self.value(name)
+        return "" if value is None else str(value).lower()
+
+    def flag(self, name: str, default: bool = False) -> bool:
+        """A yes/no fact: True/False, or a text starting with "true"/"false"."""
+        value = self.value(name)
+        if isinstance(value, bool):
+            return value
+        text = self.text(name)
+        if text.startswith("true"):
+            return True
+        if text.startswith("false"):
+            return False
+        return default
+
+
+@lru_cache(maxsize=8)
+def load_run_facts(path: str) -> Mapping[str, RunFacts]:
+    """The facts of every run in a facts file, by run id (YAML merge keys resolved)."""
+    import yaml
+
+    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    runs = doc.get("runs") if isinstance(doc, Mapping) else None
+    if not isinstance(runs, Mapping):
+        raise SpecError("runs", str(path), "be a mapping of run ids to their facts", type(runs).__name__)
+    out = {}
+    for run_id, entry in runs.items():
+        framework = entry.get("framework")
+        framework = framework.get("value") if isinstance(framework, Mapping) else framework
+        out[str(run_id)] = RunFacts(str(run_id), str(entry.get("family", "")), str(framework or ""),
+                                    dict(entry.get("facts") or {}))
+    return out
+
+
+def facts_for(runs_path: str | Path, run_id: str) -> RunFacts | None:
+    """The facts of *run_id* when the runs file has a facts file beside it (by name), else None."""
+    facts_path = FACTS_FILES.get(Path(runs_path).name)
+    if facts_path is None or not facts_path.exists():
+        return None
+    return load_run_facts(str(facts_path)).get(run_id)
+
+
+def figure_value(entry: Any) -> Any:
+    """A runs-file figure's value: the plain value, or the ``value`` of a {value, derived, how} mapping."""
+    return entry.get("value") if isinstance(entry, Mapping) else entry
+
+
+def figure_int(entry: Any) -> int | None:
+    """A figure's value as an int (an integral float too), else None."""
+    value = figure_value(entry)
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _catalog_model(block: Mapping, run_id: str) -> tuple[Model, str]:
+    name = str(block.get("name", "")).lower()
+    for pattern, catalog in CATALOG_BY_NAME:
+        if re.search(pattern, name):
+            model = Model.from_catalog(catalog)
+            for key, field in _DIMENSION_CHECKS:
+                stated = figure_int(block.get(key))
+                if stated is not None and stated != getattr(model, field):
+                    raise SpecError(key, run_id, f"equal the catalog {catalog}'s {field} ({getattr(model, field)})",
+                                    stated)
+            return model, f"model: catalog {catalog}"
+    raise SpecError("model", run_id, "name a catalog model (ndcost.io.run_facts.CATALOG_BY_NAME) or state GPT dims",
+                    block.get("name"))
+
+
+def software_preset(facts: RunFacts) -> str:
+    """The ``Rates.for_software`` preset of the run's stack, from its framework fact."""
+    framework = facts.framework.lower()
+    if "torchtitan" in framework:
+        return "torchtitan-compile" if facts.text("torch_compile").startswith("per-") else "torchtitan-eager"
+    if "nemo" in framework and "bridge" not in framework:
+        return "nemo"
+    return "megatron-te"
+
+
+def _recompute(facts: RunFacts) -> tuple[str, dict, str | None]:
+    """(recompute, extra ExecSpec fields, note) from the recompute / activation-checkpointing facts."""
+    text = facts.text("recompute") or facts.text("activation_checkpointing")
+    if text.startswith("none"):
+        return "none", {}, None
+    if text.startswith("full"):
+        return "full", {}, None
+    if text.startswith("selective"):
+        return "selective", {}, None
+    raise SpecError("recompute", facts.run_id, "be stated in the run's facts (none, selective or full)", text or None)
+
+
+@dataclass(frozen=True)
+class BuiltRun:
+    """A row ready to estimate: its specs, what was measured, the software it ran, and notes."""
+
+    model: Any
+    spec: Any
+    cluster: Any
+    measured_s: float
+    software: str
+    rates_changes: Mapping[str, Any]
+    overlap: Any
+    notes: tuple[str, ...]
+
+
+def _fp8_recipe(facts: RunFacts) -> str | None:
+    text = facts.text("fp8_recipe") + " " + facts.text("precision")
+    for word, recipe in (("delayed", "delayed"), ("current scaling", "current"), ("blockwise", "blockwise")):
+        if word in text:
+            return recipe
+    return None
+
+
+def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model: Any) -> BuiltRun:
+    """The :class:`BuiltRun` of a row whose configuration its facts file states.
+
+    *gpt_model* builds a GPT-style Model from a row's model block (the runs of a GPT-3 family,
+    which has no config.json).
+
+    Raises:
+        SpecError: With the reason, when the row or its facts lack what the estimate needs.
+    """
+    run_id = str(row.get("id", "?"))
+    block = row.get("model") or {}
+    strategy = row.get("strategy") or {}
+    notes: list[str] = []
+    if "gpt" in str(block.get("name", "")).lower():
+        model = gpt_model(block, run_id, untied=False)
+    else:
+        model, note = _catalog_model(block, run_id)
+        notes.append(note)
+    gpus = figure_int(strategy.get("gpus"))
+    tp = figure_int(facts.value("tp")) or figure_int(strategy.get("tp")) or 1
+    pp = figure_int(facts.value("pp")) or figure_int(strategy.get("pp")) or 1
+    cp = figure_int(facts.value("cp")) or figure_int(strategy.get("cp")) or 1
+    vpp = figure_int(facts.value("vpp")) or figure_int(strategy.get("vpp")) or 1
+    if vpp != (figure_int(strategy.get("vpp")) or 1):
+        notes.append(f"vpp {vpp} per the run's config (runs file: {figure_int(strategy.get('vpp'))})")
+    ep = figure_int(strategy.get("ep")) or 1
+    if gpus is None or gpus % (tp * pp * cp):
+        raise SpecError("gpus", run_id, f"be a multiple of tp*pp*cp ({tp * pp * cp})", gpus)
+    dp = gpus // (tp * pp * cp)
+    seq = figure_int(block.get("seq_len"))
+    micro = figure_int(strategy.get("micro_batch")) or figure_int(strategy.get("local_batch")) or 1
+    global_batch = figure_int(strategy.get("global_batch"))
+    if seq is None or global_batch is None:
+        raise SpecError("seq_len/global_batch", run_id, "be stated", (seq, global_batch))
+    recompute, extra, note = _recompute(facts)
+    if recompute == "selective" and facts.text("selective_ac_option") == "op":
+        # torchtitan's per-op SAC: the attention kept, wk, wo, w3 and the pointwise ops recomputed
+        from ..spec.torchtitan_sac import torchtitan_op_census
+
+        model = model.with_census(torchtitan_op_census(model))
+        extra["selective_rule"] = "hyperparallel"
+        notes.append("torchtitan per-op SAC (census: wk, wo, w3 recomputed)")
+    precision_text = facts.text("precision")
+    if not precision_text or precision_text.startswith("not determinable"):
+        # the facts cannot tell from the layout; the page's own notes (the runs file) say fp8
+        precision_text = str(figure_value(strategy.get("precision")) or "").lower()
+        notes.append(f"precision per the runs file: {precision_text}")
+    fp8 = precision_text.startswith(("fp8", "unstated (fp8")) or "float8" in precision_text
+    fsdp = facts.text("fsdp")
+    zero = 3 if (fsdp.startswith("fsdp2") or fsdp.startswith("megatron-core fsdp")) else 1
+    dropout = facts.text("dropout")
+    spec = ExecSpec(
+        dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, micro_batch_size=micro, global_batch_size=global_batch,
+        seq_length=seq, sequence_parallel=facts.flag("sequence_parallel", tp > 1) and tp > 1,
+        recompute=recompute, zero_stage=zero, precision="fp8" if fp8 else "bf16",
+        tp_overlap=facts.flag("tp_comm_overlap"), overlapped_grad_reduce=facts.flag("overlap_grad_reduce", True),
+        dropout_bytes=1 if dropout.startswith("hidden_dropout 0.1") else 0,
+        pp_schedule="interleaved" if vpp > 1 else "1f1b", flash_attention=True,
+        grouped_gemm=not facts.text("moe_capacity").startswith("token drop"), **extra,
+    )
+    hardware = hardware_table.get(row.get("hardware"), {}) if isinstance(hardware_table, Mapping) else {}
+    overrides = {}
+    if "hbm2e" in str(hardware.get("gpu", "")).lower():
+        overrides = dict(GRAND_TETON_H100)
+        notes.append("H100 96GB HBM2e (2.4 TB/s), SXM peaks; 500 W limit not modelled")
+    elif "h100" not in str(hardware.get("gpu", "")).lower():
+        raise SpecError("hardware", run_id, "name an H100", row.get("hardware"))
+    cluster = Cluster("h100-sxm", gpus, **overrides)
+    measured = row.get("measured") or {}
+    seconds = figure_value(measured.get("iteration_s"))
+    if not isinstance(seconds, (int, float)):
+        per_gpu = figure_value(measured.get("tokens_per_s_per_gpu"))
+        if not isinstance(per_gpu, (int, float)) or per_gpu <= 0:
+            raise SpecError("measured", run_id, "state iteration_s or tokens_per_s_per_gpu", measured)
+        seconds = global_batch * seq / (per_gpu * gpus)  # the step's tokens over the measured rate
+    if note:
+        notes.append(note)
+    changes: dict[str, Any] = {}
+    if fp8:
+        recipe = _fp8_recipe(facts)
+        if recipe is not None:
+            changes["fp8_recipe"] = recipe
+        else:
+            notes.append("fp8 recipe not stated: the software's default")
+    overlap = None
+    if facts.text("ep_a2a_overlap").startswith("overlap_moe_expert_parallel_comm true"):
+        from ..tables.seconds import Overlap
+
+        overlap = Overlap(ep=1.0)
+    return BuiltRun(model, spec, cluster, float(seconds), software_preset(facts), changes, overlap, tuple(notes))

@@ -1,0 +1,184 @@
+"""Check the memory model against published peak-memory measurements (``ndcost validate --memory``).
+
+The rows are ``data/validation/h100_memory_facts.yaml``: each a published run (model, strategy,
+framework, hardware) with its peak memory and which figure that is -- ``reserved``
+(torch.cuda.max_memory_reserved: what the caching allocator holds) or ``allocated`` / ``active``
+(the tensors). The estimate compared is the matching one: :attr:`MemoryEstimate.peak_reserved` or
+:attr:`MemoryEstimate.peak_allocated` of the fullest stage. A row whose figure's kind is unknown is
+listed, not scored.
+
+The rows are torchtitan's (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md), read with
+torchtitan's own settings at that commit (each rule below states its source in the facts file):
+FSDP2 over ``fsdp`` ranks with the parameters kept sharded in fp32, gradients reduced in fp32, AdamW's
+two fp32 states (ZeRO-3 with 4-byte parameters, gradients and states and no separate master copy);
+per-op SAC (:mod:`ndcost.spec.torchtitan_sac`) or full recompute; torchao float8 as fp8; a pipeline split
+into as many micro-batches as stages (torchtitan's default ``pipeline_parallel_microbatches``); the
+Grand Teton H100 (96 GB HBM2e).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..spec.device import Cluster
+from ..errors import SpecError
+from ..spec.exec_spec import ExecSpec
+from ..spec.model import Model
+from .run_facts import GRAND_TETON_H100, figure_int, figure_value
+
+__all__ = ["MEMORY_FACTS", "MemoryRow", "MemoryReport", "validate_memory", "build_memory_run"]
+
+MEMORY_FACTS = Path(__file__).parents[1] / "data" / "validation" / "h100_memory_facts.yaml"
+#: torchtitan's loss at its peak, bytes per logit element on this rank (torchtitan@9dec370 train.py:L131-134,
+#: L303-308: ``cross_entropy(pred.flatten(0, 1).float(), labels)``, then ``del pred`` before ``backward``).
+#: Without TP (plain cross_entropy) the forward holds the 16-bit logits, their fp32 copy and the fp32
+#: log-softmax (2 + 4 + 4); backward, with ``pred`` gone, holds the kept log-softmax, nll_loss's dense
+#: gradient and log_softmax_backward's output (4 + 4 + 4) -- the larger is the peak.
+TORCHTITAN_LOGIT_BYTES = max(2 + 4 + 4, 4 + 4 + 4)
+#: With TP, torchtitan runs DTensor's loss_parallel (torch/distributed/tensor/parallel/loss.py, torch@1963fc83a1c32e162162e2414f78b043f0674bae, the benchmark's torch):
+#: its forward ``_log_softmax`` holds the 16-bit logits, the fp32 copy, ``shifted`` and ``exp(shifted)``
+#: (2 + 4 + 4 + 4); its fused backward ``_nll_loss_and_log_softmax_backward`` holds the kept
+#: log-softmax, ``zeros_like`` (the one-hot), ``exp(x)`` and their sum (4 + 4 + 4 + 4), then the product
+#: while ``exp(x)`` is freed (still 16).
+TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES = max(2 + 4 + 4 + 4, 4 + 4 + 4 + 4)
+_GIB = 2**30
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """One published peak against the estimate (GiB); error = estimate / measured - 1."""
+
+    id: str
+    kind: str
+    measured_gib: float
+    estimate_gib: float | None = None
+    allocated_gib: float | None = None
+    skipped: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def error(self) -> float | None:
+        if self.estimate_gib is None:
+            return None
+        return self.estimate_gib / self.measured_gib - 1.0
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    rows: tuple[MemoryRow, ...]
+
+    @property
+    def scored(self) -> tuple[MemoryRow, ...]:
+        return tuple(row for row in self.rows if row.error is not None)
+
+    @property
+    def mae(self) -> float:
+        scored = self.scored
+        return sum(abs(r.error) for r in scored) / len(scored) if scored else math.nan
+
+    @property
+    def max_abs_error(self) -> float:
+        scored = self.scored
+        return max(abs(r.error) for r in scored) if scored else math.nan
+
+    def table(self) -> str:
+        lines = ["| run | figure | estimate (GiB) | measured (GiB) | error | notes |", "|---|---|---:|---:|---:|---|"]
+        for row in self.rows:
+            if row.skipped:
+                lines.append(f"| {row.id} | {row.kind} | - | {row.measured_gib:.1f} | skipped | {row.skipped} |")
+                continue
+            lines.append(f"| {row.id} | {row.kind} | {row.estimate_gib:.1f} | {row.measured_gib:.1f} | "
+                         f"{100 * row.error:+.1f}% | {'; '.join(row.notes)} |")
+        lines += ["", f"**{len(self.scored)} rows: {100 * self.mae:.1f}% mean absolute error "
+                      f"(max {100 * self.max_abs_error:.1f}%)**"]
+        return "\n".join(lines)
+
+
+def _text(entry: Any) -> str:
+    value = figure_value(entry)
+    return "" if value is None or value is False else str(value).lower()
+
+
+def build_memory_run(row: Mapping) -> tuple[Model, ExecSpec, Cluster, list[str]]:
+    """(model, spec, cluster, notes) of one torchtitan row."""
+    from ..spec.torchtitan_sac import torchtitan_op_census
+
+    run_id = str(row.get("id", "?"))
+    notes: list[str] = []
+    catalog = (row.get("model") or {}).get("catalog")
+    if not catalog:
+        raise SpecError("model.catalog", run_id, "name a catalog model", catalog)
+    model = Model.from_catalog(catalog)
+    st = row.get("strategy") or {}
+    gpus = figure_int(st.get("gpus"))
+    dp, tp, pp, cp = (figure_int(st.get(key)) or 1 for key in ("fsdp", "tp", "pp", "cp"))
+    local, seq = figure_int(st.get("local_batch")), figure_int(st.get("seq_len"))
+    if gpus is None or local is None or seq is None or dp * tp * pp * cp != gpus:
+        raise SpecError("strategy", run_id, "state gpus = fsdp·tp·pp·cp, local_batch and seq_len",
+                        (gpus, dp, tp, pp, cp, local, seq))
+    ac = _text(st.get("activation_checkpointing"))
+    fields: dict[str, Any] = {}
+    if ac.startswith("selective") and "op" in ac:
+        model = model.with_census(torchtitan_op_census(model))
+        fields.update(recompute="selective", selective_rule="hyperparallel")
+    elif ac.startswith("full"):
+        fields["recompute"] = "full"
+    else:
+        raise SpecError("activation_checkpointing", run_id, "be selective (op) or full", ac)
+    schedule = _text(st.get("pp_schedule"))
+    micro = local
+    if pp > 1:
+        micro = max(1, local // pp)    # torchtitan's default: as many micro-batches as stages
+        notes.append(f"{local // micro} micro-batches of {micro} (torchtitan's default: one per stage)")
+        fields["pp_schedule"] = "interleaved" if "interleaved" in schedule else "1f1b"
+        # torchtitan's FSDP2 keeps a pipelined stage's parameters unsharded in bf16 for the whole step
+        # beside their fp32 shards (reshard_after_forward False with PP: parallelize_llama.py:L309-339),
+        # and torch's pipeline stage accumulates the micro-batches' gradients unsharded in the fp32
+        # reduce dtype until the last backward (torch.distributed.pipelining: gradient sync off but for
+        # the last micro-batch)
+        fields.update(reshard_params=False, deferred_grad_accumulation=True, param_bytes=2, main_param_bytes=4)
+        notes.append("FSDP2 under PP: bf16 params unsharded, fp32 gradients accumulated unsharded")
+        if fields["pp_schedule"] == "interleaved":
+            fields["vpp"] = 2            # torchtitan's Interleaved1F1B: two stages per rank by default
+    widths = dict(param_bytes=4, main_param_bytes=0)      # FSDP2's sharded parameters are fp32
+    widths.update({key: fields.pop(key) for key in ("param_bytes", "main_param_bytes") if key in fields})
+    spec = ExecSpec(dp=dp, tp=tp, pp=pp, cp=cp, micro_batch_size=micro, global_batch_size=local * dp,
+                    seq_length=seq, sequence_parallel=tp > 1, zero_stage=3,
+                    precision="fp8" if _text(st.get("float8")).startswith("torchao") else "bf16",
+                    grad_bytes=4, optimizer_state_bytes=4, optimizer_states=2,
+                    logit_bytes=TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES if tp > 1 else TORCHTITAN_LOGIT_BYTES, **widths, **fields)
+    hardware = str((row.get("hardware") or {}).get("gpu", "")).lower()
+    overrides = dict(GRAND_TETON_H100) if "hbm2e" in hardware else {}
+    device = "h200" if "h200" in hardware else "h100-sxm"
+    return model, spec, Cluster(device, gpus, **overrides), notes
+
+
+def validate_memory(path: str | Path = MEMORY_FACTS) -> MemoryReport:
+    """Estimate the peak memory of every row of a memory facts file and compare."""
+    from ..price.estimate import estimate
+    from ..files import read_mapping
+
+    doc = read_mapping(path, "a peak-memory facts file (data/validation/h100_memory_facts.yaml)")
+    rows = doc.get("rows")
+    if not isinstance(rows, list):
+        raise SpecError(str(path), "ndcost", "hold a list of rows under 'rows:'", type(rows).__name__)
+    out = []
+    for row in rows:
+        figure = row.get("figure") or {}
+        run_id, kind = str(row.get("id", "?")), str(figure.get("kind"))
+        measured = float(figure.get("value_gib"))
+        if kind not in ("reserved", "allocated", "active"):
+            out.append(MemoryRow(run_id, kind, measured, skipped="the source does not say which figure it is"))
+            continue
+        try:
+            model, spec, cluster, notes = build_memory_run(row)
+            memory = estimate(model, spec, cluster).memory
+        except SpecError as exc:
+            out.append(MemoryRow(run_id, kind, measured, skipped=str(exc)))
+            continue
+        value = memory.peak_reserved if kind == "reserved" else memory.peak_allocated
+        out.append(MemoryRow(run_id, kind, measured, value / _GIB, memory.peak_allocated / _GIB, notes=tuple(notes)))
+    return MemoryReport(tuple(out))

@@ -1,0 +1,500 @@
+"""Memory per pipeline stage, in bytes (oracle).
+
+Physical, Megatron-like accounting (what a PyTorch/Megatron rank really holds),
+used by both units (ND_REFERENCE §3 is ND's model; where ndcost differs it says
+why):
+
+* :func:`inflight_micro_batches` -- micro-batches whose activations a (stage,
+  chunk) holds as warm-up ends (ND_REFERENCE §3.6).
+* :func:`layer_activation_bytes` -- what one transformer layer keeps for one
+  micro-batch, per block, gated by the recompute option and the keep mask
+  (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+  Transformer Models", arXiv 2205.05198, §4 and Table 2).
+* :func:`stage_memory` -- the per-stage breakdown (:data:`N_MEMORY_COLUMNS`
+  columns: params, grads, optimizer, activations, comm_buffers, working_set,
+  reserve, total).
+
+Numeric contract (ARCHITECTURE.md): every divisor is checked by an ``if`` before
+use; an undefined result is NaN; nothing raises except a length check at the
+top of :func:`stage_memory`.
+"""
+from __future__ import annotations
+
+import math
+
+__all__ = ["inflight_micro_batches", "layer_activation_bytes", "stage_memory"]
+
+NAN = math.nan
+
+#: Columns of :func:`stage_memory`'s output: the seven parts, then their total.
+N_MEMORY_COLUMNS = 8
+
+# Schedule codes (ndcost.tables.memory.SCHEDULE_CODES).
+_SCHED_1F1B, _SCHED_GPIPE, _SCHED_ZB_V, _SCHED_SEQ1F1B = 0, 1, 2, 3
+# Attention and FFN flavour codes (ndcost.tables.memory.ATTENTION_CODES / FFN_CODES).
+_ATT_FULL, _ATT_MLA, _ATT_LINEAR, _ATT_MAMBA, _ATT_NONE, _ATT_MAMBA1 = 0, 1, 2, 3, 4, 5
+_FFN_DENSE, _FFN_MOE, _FFN_NONE = 0, 1, 2
+# Recompute options (ndcost.kernels.columns.OPTION_*).
+_OPT_NONE, _OPT_FULL, _OPT_SELECTIVE = 0, 1, 2
+# Keep-mask bits, in recompute_spec.SWITCHES order; a set bit keeps the op's activation.
+_ATTBMM, _HEADCAST, _DROPOUT, _SOFTMAX, _NORMOP, _GATHER, _FFACT, _ATTUP = range(8)
+_ALL_KEPT = 255
+# FlashAttention keeps one fp32 logsumexp per query row and head (Dao 2023,
+# FlashAttention-2, Algorithm 1 "write L"); the GDN chunk states are fp32 too.
+_FP32_BYTES = 4.0
+
+
+# --------------------------------------------------------------------------- in flight
+
+
+def _one_f_one_b(base: int, vp: int, stage: int, chunk: int) -> int:
+    """ND's 1F1B / interleaved "big memory" count (ND_REFERENCE §3.6), before the floor of 1."""
+    if vp == 1:
+        return base - stage  # §3.6 "1F1B, vp = 1: base − stage"
+    if 0 < chunk < vp - 1:
+        return base  # §3.6 "middle chunks: base"
+    extra = base - stage - 1  # §3.6 big memory: extra = base − stage − 1
+    last = base - stage
+    if last < base:  # §3.6 "+1 if < base (taking one from extra)"
+        last += 1
+        extra -= 1
+    if chunk == vp - 1:
+        return last
+    first = base + extra  # §3.6 "chunk 0 = base + extra (−1 on stage 0)"
+    if stage == 0:
+        first -= 1
+    return first
+
+
+def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, chunk: int,
+                           seq_split: int) -> float:
+    """Micro-batches in flight on (stage, chunk) as warm-up ends (ND_REFERENCE §3.6).
+
+    With base = min(p, m):
+
+    * 0, 1F1B / interleaved: vp = 1 gives base − stage; vp > 1 ND's default
+      "big memory" variant (chunk 0 base + extra, middle chunks base, the last
+      chunk base − stage (+1 below base)).
+    * 1, GPipe: m -- every micro-batch's activations are held until the first
+      backward (Huang et al. 2019, GPipe §2.2). ND uses p here (§3.6), which
+      undercounts whenever m > p; ndcost prices what GPipe holds.
+    * 2, zero_bubble_v (DualPipeV, vp must be 2): chunk 0 2·base − 1 − stage,
+      chunk 1 stage.
+    * 3, Seq1F1B: counted in sequence chunks (the layers are then priced at
+      s / seq_split): the 1F1B count plus seq_split − 1 on chunk 0 (vp = 1:
+      base − stage + seq_split − 1, §3.6; for vp > 1 ND says only "analogous":
+      ndcost adds the extra chunks to the warm-up chunk, chunk 0).
+
+    Always >= 1; NaN for p, m, vp or seq_split < 1, a stage or chunk out of
+    range, an unknown schedule, vp != 1 with GPipe or vp != 2 with zero_bubble_v.
+    """
+    if p < 1 or m < 1 or vp < 1 or seq_split < 1:
+        return NAN
+    if stage < 0 or stage >= p or chunk < 0 or chunk >= vp:
+        return NAN
+    base = min(p, m)
+    if schedule == _SCHED_1F1B:
+        count = _one_f_one_b(base, vp, stage, chunk)
+    elif schedule == _SCHED_GPIPE:
+        if vp != 1:
+            return NAN
+        count = m
+    elif schedule == _SCHED_ZB_V:
+        if vp != 2:
+            return NAN  # ND warns and returns 0 above vp 2 (§3.6)
+        count = 2 * base - 1 - stage if chunk == 0 else stage
+    elif schedule == _SCHED_SEQ1F1B:
+        count = _one_f_one_b(base, vp, stage, chunk)
+        if chunk == 0:
+            count += seq_split - 1  # §3.6 Seq1F1B: base − stage + n_s_split − 1
+    else:
+        return NAN
+    return float(count if count > 1 else 1)  # §3.6 "always at least 1"
+
+
+# --------------------------------------------------------------------------- one layer
+
+
+def _kept(mask: int, bit: int) -> float:
+    return 1.0 if (mask >> bit) & 1 else 0.0
+
+
+def _score_bytes(score_elements: float, tokens: float, heads_local: float, flash: int, mask: int,
+                 compute_bytes: float, softmax_bytes: float, dropout_bytes: float) -> float:
+    """The attention core's own activations (Korthikanti §4.1 "Attention block")."""
+    if flash:
+        # Flash keeps only the fp32 logsumexp per query row; recomputing the core drops it.
+        return _kept(mask, _ATTBMM) * heads_local * tokens * _FP32_BYTES
+    # Korthikanti §4.1: softmax output 2as²b, its dropout mask as²b, the dropout
+    # output (the attention-over-values input) 2as²b: 5as²b at 16 bits.
+    # The P·V input is a separate copy only when dropout or a cast makes one.
+    cast_bytes = compute_bytes if (dropout_bytes > 0.0 or softmax_bytes != compute_bytes) else 0.0
+    return score_elements * (_kept(mask, _SOFTMAX) * softmax_bytes       # softmax output
+                             + _kept(mask, _DROPOUT) * dropout_bytes     # attention dropout mask
+                             + _kept(mask, _HEADCAST) * cast_bytes)      # P·V input (dropout output / cast)
+
+
+def _full_attention_elements(mask: int, heads_local: float, kv_local: float, head_dim: float,
+                             out_gate: int, qk_norm: int) -> float:
+    """Elements per token of MHA/GQA beyond its input (Korthikanti §4.1 "Q, K: 4sbh; V: 2sbh;
+    output projection input 2sbh", with GQA's kv heads and head_dim in place of h)."""
+    q = heads_local * head_dim
+    kv = kv_local * head_dim
+    elements = q + 2.0 * kv        # Q, K, V (QK^T and P·V inputs)
+    elements += q                  # core output = output-projection input
+    if qk_norm:
+        elements += _kept(mask, _NORMOP) * (q + kv)  # q_norm / k_norm inputs (Qwen3)
+    if out_gate:
+        elements += 2.0 * q        # sigmoid gate input and the core output it scales (Qwen3-Next)
+    return elements
+
+
+def _mla_elements(mask: int, heads_local: float, q_lora: float, kv_lora: float, qk_nope: float,
+                  qk_rope: float, v_dim: float) -> float:
+    """Elements per token of DeepSeek MLA beyond its input (DeepSeek-V2 report §2.1.2, Eqs. 9-19).
+
+    The down-projections run unsplit on every TP rank (Megatron-Core MLA), so
+    their latents are not divided by tp; the up-projections (q_b, kv_b) are
+    column-parallel and their outputs are what attUp gates.
+    """
+    qk_head = qk_nope + qk_rope
+    elements = 0.0
+    if q_lora > 0.0:
+        elements += _kept(mask, _NORMOP) * q_lora  # q_a_layernorm input
+        elements += q_lora                         # normed c_q: q_b input
+        elements += _kept(mask, _ATTUP) * heads_local * qk_head  # Q (q_b output)
+    else:
+        elements += heads_local * qk_head          # Q (q_proj output)
+    elements += _kept(mask, _NORMOP) * kv_lora     # kv_a_layernorm input
+    elements += kv_lora + qk_rope                  # normed c_kv (kv_b input) and the shared k_pe
+    elements += _kept(mask, _ATTUP) * heads_local * (qk_head + v_dim)  # K, V (kv_b output + k_pe)
+    elements += heads_local * v_dim                # core output = output-projection input
+    return elements
+
+
+def _linear_attention_bytes(mask: int, tokens: float, batch: float, tp: float, k_heads: float, k_dim: float,
+                            v_heads: float, v_dim: float, conv_kernel: float, chunk: float,
+                            compute_bytes: float) -> float:
+    """Qwen3-Next gated DeltaNet beyond its input (Yang et al. 2024, "Gated Delta Networks",
+    §3 chunkwise form; Transformers Qwen3NextGatedDeltaNet), heads split over tp."""
+    key_local = k_heads * k_dim / tp
+    value_local = v_heads * v_dim / tp
+    mixed = 2.0 * key_local + value_local          # q, k, v channels through the causal conv
+    elements = mixed                               # conv input (in_proj_qkvz's q, k, v)
+    elements += mixed                              # conv + SiLU output: the recurrence's q, k, v
+    elements += value_local                        # z (output gate)
+    elements += 2.0 * v_heads / tp                 # b, a: beta and decay gate inputs
+    elements += _kept(mask, _NORMOP) * value_local  # gated RMSNorm input (recurrence output)
+    elements += value_local                        # gated-norm output = out_proj input
+    total = tokens * elements * compute_bytes
+    # Chunk-boundary states [heads, d_k, d_v] in fp32, one per chunk of each
+    # sequence (the chunkwise delta rule's h_t); recomputing the core drops them.
+    total += _kept(mask, _ATTBMM) * (tokens / chunk) * (v_heads / tp) * k_dim * v_dim * _FP32_BYTES
+    # Causal-conv state carried per sequence: the last conv_kernel − 1 inputs.
+    if conv_kernel > 1.0:
+        total += batch * (conv_kernel - 1.0) * mixed * compute_bytes
+    return total
+
+
+def _ffn_elements(mask: int, width_local: float, gated: int) -> float:
+    """Elements per token of one MLP beyond its input (Korthikanti §4.1 "MLP": the GELU
+    input 8sbh and the second linear's input 8sbh for a 4h width).
+
+    Gated (SwiGLU): gate and up outputs kept (the activation's inputs), the
+    activation output (down-projection input) gated by ffAct; GELU: fc1 output
+    kept, the GELU output gated by ffAct.
+    """
+    kept_inputs = 2.0 * width_local if gated else width_local
+    return kept_inputs + _kept(mask, _FFACT) * width_local
+
+
+def layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, sp: float, cp: float,
+                           etp: float, attention: int, heads: float, kv_heads: float, head_dim: float,
+                           out_gate: int, qk_norm: int, q_lora: float, kv_lora: float, qk_nope: float,
+                           qk_rope: float, v_dim: float, lin_k_heads: float, lin_k_dim: float,
+                           lin_v_heads: float, lin_v_dim: float, lin_conv: float, lin_chunk: float,
+                           ffn: int, gated: int, ffn_width: float, experts: float, top_k: float,
+                           shared_width: float, token_factor: float, flash: int, compute_bytes: float,
+                           softmax_bytes: float, dropout_bytes: float, norm_bytes: float, option: int,
+                           keep_mask: int, slice_input: int) -> float:
+    """Bytes one transformer layer keeps for ONE micro-batch on one rank.
+
+    Args:
+        seq, batch, hidden: tokens per sequence as priced (s, or s/seq_split for
+            Seq1F1B), micro-batch size b, hidden size h.
+        tp, sp, cp, etp: tensor degree, sequence-parallel factor (tp with SP,
+            else 1), context degree, expert tensor degree.
+        attention: 0 full (MHA/GQA), 1 MLA, 2 linear (gated DeltaNet).
+        heads, kv_heads, head_dim, out_gate, qk_norm: full attention; MLA reads
+            heads and the MLA dims below.
+        q_lora, kv_lora, qk_nope, qk_rope, v_dim: MLA dims.
+        lin_k_heads, lin_k_dim, lin_v_heads, lin_v_dim, lin_conv, lin_chunk:
+            gated DeltaNet heads and dims, conv kernel, chunk length.
+        ffn: 0 dense, 1 MoE; gated: 1 SwiGLU (3 matmuls), 0 GELU (2 matmuls).
+        ffn_width: dense width, or the routed expert width on a MoE layer.
+        experts, top_k, shared_width, token_factor: MoE routed experts, experts
+            per token, total shared-expert width (0: none), routed-token load
+            factor (capacity factor in capacity mode; dropless load, 1 when balanced).
+        flash: 1 when attention runs a fused (flash) kernel.
+        compute_bytes, softmax_bytes, dropout_bytes, norm_bytes: byte widths
+            (dropout_bytes 0: no dropout).
+        option: 0 none, 1 full recompute, 2 selective (keep_mask applies).
+        keep_mask: bit i set keeps SWITCHES[i] (attBMM, headCast, dropout,
+            softmax, normOp, gather, ffAct, attUp).
+        slice_input: 1 when a fully recomputed layer keeps its input split over tp.
+
+    Sharding: TP splits heads and FFN widths; SP splits the norm, dropout and
+    residual regions (and the matmul inputs Megatron stores sharded and
+    gathers again in backward, Korthikanti §4.2.2); CP splits the sequence.
+    A full-recompute layer keeps only its input. The ``gather`` switch changes
+    no stored bytes here: Megatron keeps the SP shard of a matmul input and
+    gathers it again in backward (Korthikanti §4.2.2), which is what Table 2's
+    TP+SP rows price with gather kept. NaN for a non-positive size
+    or degree, an unknown code, or a mask outside 0..255.
+
+    For a GPT layer this is Korthikanti Table 2 (see tests/test_memory_formulas.py).
+    """
+    return windowed_layer_activation_bytes(
+        seq, batch, hidden, tp, sp, cp, etp, attention, heads, kv_heads, head_dim, out_gate, qk_norm, q_lora,
+        kv_lora, qk_nope, qk_rope, v_dim, lin_k_heads, lin_k_dim, lin_v_heads, lin_v_dim, lin_conv, lin_chunk,
+        ffn, gated, ffn_width, experts, top_k, shared_width, token_factor, flash, compute_bytes, softmax_bytes,
+        dropout_bytes, norm_bytes, option, keep_mask, slice_input, 0.0)
+
+
+def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, sp: float, cp: float,
+                                    etp: float, attention: int, heads: float, kv_heads: float, head_dim: float,
+                                    out_gate: int, qk_norm: int, q_lora: float, kv_lora: float, qk_nope: float,
+                                    qk_rope: float, v_dim: float, lin_k_heads: float, lin_k_dim: float,
+                                    lin_v_heads: float, lin_v_dim: float, lin_conv: float, lin_chunk: float,
+                                    ffn: int, gated: int, ffn_width: float, experts: float, top_k: float,
+                                    shared_width: float, token_factor: float, flash: int, compute_bytes: float,
+                                    softmax_bytes: float, dropout_bytes: float, norm_bytes: float, option: int,
+                                    keep_mask: int, slice_input: int, att_window: float) -> float:
+    """:func:`layer_activation_bytes` of a layer whose queries attend to at most
+    *att_window* keys (windowed attention, e.g. Qwen2.5-VL's vision layers; 0 = the
+    whole sequence). The non-flash score matrices then keep heads_local × tokens ×
+    min(att_window, seq) elements instead of heads_local × tokens × seq; flash keeps
+    its logsumexp per query row either way. NaN for a negative or NaN window.
+
+    Not a kernel of its own (not in ``__all__``): the memory batch calls it with the
+    kind's ``att_window`` column, :func:`layer_activation_bytes` with 0.
+    """
+    if seq <= 0.0 or batch <= 0.0 or hidden <= 0.0:
+        return NAN
+    if tp < 1.0 or sp < 1.0 or cp < 1.0 or etp < 1.0:
+        return NAN
+    if option < _OPT_NONE or option > _OPT_SELECTIVE or keep_mask < 0 or keep_mask > _ALL_KEPT:
+        return NAN
+    if compute_bytes < 0.0 or softmax_bytes < 0.0 or dropout_bytes < 0.0 or norm_bytes < 0.0:
+        return NAN
+    if not att_window >= 0.0:
+        return NAN
+    tokens = seq * batch / cp  # CP splits the sequence (Korthikanti §4 tokens s·b, here per CP rank)
+    residual = tokens * hidden / sp  # one residual-stream tensor on this rank (SP splits it)
+
+    if option == _OPT_FULL:
+        # Korthikanti Table 2 "full recompute": the layer input alone, 2sbh at
+        # 16 bits; recompute_slice_activation keeps it split over tp too.
+        divisor = sp
+        if slice_input and tp > divisor:
+            divisor = tp
+        return tokens * hidden * compute_bytes / divisor
+
+    mask = _ALL_KEPT if option == _OPT_NONE else keep_mask
+    total = 0.0
+    # Two pre-norms store their inputs (Korthikanti §4.1 "LayerNorm": 4sbh); a hybrid stack's
+    # one-part block (a mixer or an MLP alone) has one.
+    norms = 1.0 if attention == _ATT_NONE or ffn == _FFN_NONE else 2.0
+    total += _kept(mask, _NORMOP) * norms * residual * norm_bytes
+    # Residual dropout masks after attention and after the FFN, kept by
+    # Megatron's selective recompute (Korthikanti §4.1: sbh each).
+    total += norms * residual * dropout_bytes
+
+    # ---- attention block
+    if attention == _ATT_FULL or attention == _ATT_MLA:
+        if heads < 1.0:
+            return NAN
+        heads_local = heads / tp
+        total += residual * compute_bytes  # QKV / down-projection input (Korthikanti "2sbh")
+        if attention == _ATT_FULL:
+            if kv_heads < 1.0 or head_dim <= 0.0:
+                return NAN
+            kv_local = kv_heads / tp
+            if kv_local < 1.0:
+                kv_local = 1.0  # fewer kv heads than TP ranks: each rank keeps one, replicated
+            total += tokens * compute_bytes * _full_attention_elements(
+                mask, heads_local, kv_local, head_dim, out_gate, qk_norm)
+        else:
+            if kv_lora <= 0.0 or qk_nope <= 0.0 or v_dim <= 0.0 or q_lora < 0.0 or qk_rope < 0.0:
+                return NAN
+            total += tokens * compute_bytes * _mla_elements(
+                mask, heads_local, q_lora, kv_lora, qk_nope, qk_rope, v_dim)
+        # Score matrices: local heads × (s/cp queries) × s keys × b -- ring CP
+        # splits the queries, Ulysses the heads: a·s²·b/(tp·cp) either way. A
+        # windowed layer's query sees at most att_window keys (Qwen2.5-VL's
+        # window attention runs block-diagonal scores: s·window, not s²).
+        keys = seq
+        if att_window > 0.0 and att_window < seq:
+            keys = att_window
+        score_elements = heads_local * tokens * keys
+        total += _score_bytes(score_elements, tokens, heads_local, flash, mask,
+                              compute_bytes, softmax_bytes, dropout_bytes)
+    elif attention == _ATT_LINEAR:
+        if lin_k_heads < 1.0 or lin_v_heads < 1.0 or lin_k_dim <= 0.0 or lin_v_dim <= 0.0 or lin_chunk <= 0.0:
+            return NAN
+        total += residual * compute_bytes  # in_proj input
+        total += _linear_attention_bytes(mask, tokens, batch, tp, lin_k_heads, lin_k_dim, lin_v_heads,
+                                         lin_v_dim, lin_conv, lin_chunk, compute_bytes)
+    elif attention == _ATT_MAMBA:
+        # Mamba-2 (lin_k_* its B/C groups and state, lin_v_* its heads and head dim): the in_proj
+        # input, and what its autograd keeps per token, split over tp -- in_proj's z, x, B, C, dt
+        # (the conv's and the gate's inputs), the conv's output x, B, C (the scan's input), the
+        # scan's output y and the gated norm's output (out_proj's input); the scan recomputes its
+        # chunk states in backward (mamba_chunk_scan_combined).
+        if lin_k_heads < 1.0 or lin_v_heads < 1.0 or lin_k_dim <= 0.0 or lin_v_dim <= 0.0 or lin_chunk <= 0.0:
+            return NAN
+        d_inner = lin_v_heads * lin_v_dim
+        conv = d_inner + 2.0 * lin_k_heads * lin_k_dim
+        total += residual * compute_bytes
+        total += tokens * compute_bytes * ((d_inner + conv + lin_v_heads) + conv + 2.0 * d_inner) / tp
+    elif attention == _ATT_MAMBA1:
+        # Mamba-1 (lin_v_heads its d_inner, lin_k_heads its dt rank, lin_k_dim its state): the in_proj
+        # input, and per token x and z (2·d_inner), the conv's x, dt_proj's delta and the scan's y
+        # (d_inner each), split over tp, and x_proj's dt, B, C (dt_rank + 2N, whole on every rank); the
+        # selective scan recomputes its states in backward (Gu & Dao 2023 §3.3.2)
+        if lin_k_heads < 1.0 or lin_v_heads < 1.0 or lin_k_dim <= 0.0:
+            return NAN
+        total += residual * compute_bytes
+        total += tokens * compute_bytes * (5.0 * lin_v_heads / tp + lin_k_heads + 2.0 * lin_k_dim)
+    elif attention != _ATT_NONE:
+        return NAN
+
+    # ---- FFN block
+    if ffn == _FFN_NONE:
+        return total
+    if ffn_width <= 0.0:
+        return NAN
+    total += residual * compute_bytes  # first linear / router input (Korthikanti "MLP: 2sbh")
+    if ffn == _FFN_DENSE:
+        total += tokens * compute_bytes * _ffn_elements(mask, ffn_width / tp, gated)
+    elif ffn == _FFN_MOE:
+        if experts < 1.0 or top_k < 1.0 or token_factor <= 0.0 or shared_width < 0.0:
+            return NAN
+        routed_local = tokens / sp  # tokens this rank routes (SP splits them)
+        # Router logits (compute dtype), their softmax in the softmax dtype,
+        # and the top-k probabilities kept for the combine (Megatron-Core TopKRouter).
+        total += routed_local * (experts * compute_bytes + (experts + top_k) * softmax_bytes)
+        # Token copies this rank's experts process: the world routes dp·s·b·k
+        # copies over dp·tp·cp/etp expert ranks, each copy seen by etp ranks
+        # (balanced; token_factor scales for capacity padding or imbalance).
+        routed_tokens = tokens * top_k * token_factor * etp / tp
+        routed_elements = hidden                                     # permuted tokens = expert fc1 input
+        routed_elements += _ffn_elements(mask, ffn_width / etp, gated)  # expert MLP, width split over etp
+        routed_elements += hidden                                    # expert output kept for the prob-weighted combine
+        total += routed_tokens * routed_elements * compute_bytes
+        if shared_width > 0.0:
+            # Shared experts: a dense MLP over every token, split over tp; its
+            # input is the router input above.
+            total += tokens * compute_bytes * _ffn_elements(mask, shared_width / tp, gated)
+    else:
+        return NAN
+    return total
+
+
+# --------------------------------------------------------------------------- one stage
+
+
+def _largest_work(work_per_layer, row, n_kinds: int, n_slots: int) -> float:
+    """The largest working set of the layers present in one chunk's *row*; a NaN wins."""
+    working = 0.0
+    for kind in range(n_kinds):
+        for slot in range(n_slots):
+            work = float(work_per_layer[kind][slot])
+            if row[kind * n_slots + slot] != 0.0 and working == working and (work != work or work > working):
+                working = work
+    return working
+
+
+def stage_memory(static_per_layer, act_per_layer, work_per_layer, counts, inflight, stage_static,
+                 extra_act, comm_buffers, reserve: float, out, overlapped_chunks: int = 0) -> None:
+    """Per-stage memory breakdown, written to ``out`` (p, 8): params, grads,
+    optimizer, activations, comm_buffers, working_set, reserve, total.
+
+    Args:
+        static_per_layer: (K, 3) params, grads, optimizer bytes of one layer of each kind.
+        act_per_layer: (K, O) activation bytes of one layer per kind and option
+            slot, for one micro-batch.
+        work_per_layer: (K, O) backward working set of one such layer beyond
+            what it keeps (recompute re-materialisation, FSDP gathers).
+        counts: (p, vp, K·O) layers of kind k running slot o on (stage, chunk), kind-major.
+        inflight: (p, vp) micro-batches in flight (:func:`inflight_micro_batches`).
+        stage_static: (p, 3) static bytes outside the layers (embedding, output, MTP extras).
+        extra_act: (p, vp) activation bytes outside the layers for one micro-batch.
+        comm_buffers: (p,) communication buffer bytes.
+        reserve: bytes kept back on every device (ND's safety buffer, §3.7).
+        overlapped_chunks: 1 when the schedule runs one chunk's forward beside another
+            chunk's backward (DualPipeV, zero_bubble_v), else 0.
+
+    Activations: Σ over chunks of in-flight × (layers' + extra) bytes (§3.4).
+    Working set: the largest of the layers in the stage's last non-empty chunk
+    (the first backward after warm-up runs there, §3.7). With overlapped chunks,
+    the sum over the chunks of each chunk's largest: DualPipeV runs a forward of one
+    chunk and a backward of the other at once (DeepSeek-V3 report §3.2.1), ND's
+    max(fwd_first + bwd_last, fwd_last + bwd_first) (§3.7) with each chunk's own
+    layers. Layers with count 0 are skipped, so their (possibly NaN) entries never
+    reach the sums.
+    """
+    n_kinds = len(static_per_layer)
+    n_stages = len(counts)
+    if n_kinds < 1 or len(static_per_layer[0]) != 3:
+        raise ValueError("static_per_layer must be (K, 3) with K >= 1")
+    n_slots = len(act_per_layer[0]) if len(act_per_layer) else 0
+    if len(act_per_layer) != n_kinds or n_slots < 1:
+        raise ValueError("act_per_layer must be (K, O) with O >= 1")
+    if len(work_per_layer) != n_kinds or len(work_per_layer[0]) != n_slots:
+        raise ValueError("work_per_layer must have the shape of act_per_layer")
+    if n_stages < 1:
+        raise ValueError("counts must have at least one stage")
+    n_chunks = len(counts[0])
+    if n_chunks < 1 or len(counts[0][0]) != n_kinds * n_slots:
+        raise ValueError("counts must be (p, vp, K*O)")
+    if len(inflight) != n_stages or len(inflight[0]) != n_chunks:
+        raise ValueError("inflight must be (p, vp)")
+    if len(stage_static) != n_stages or len(stage_static[0]) != 3:
+        raise ValueError("stage_static must be (p, 3)")
+    if len(extra_act) != n_stages or len(extra_act[0]) != n_chunks:
+        raise ValueError("extra_act must be (p, vp)")
+    if len(comm_buffers) != n_stages:
+        raise ValueError("comm_buffers must be (p,)")
+    if len(out) != n_stages or len(out[0]) != N_MEMORY_COLUMNS:
+        raise ValueError("out must be (p, 8)")
+
+    for stage in range(n_stages):
+        params = float(stage_static[stage][0])
+        grads = float(stage_static[stage][1])
+        optimizer = float(stage_static[stage][2])
+        activations = 0.0
+        working = 0.0
+        last_chunk = -1
+        for chunk in range(n_chunks):
+            row = counts[stage][chunk]
+            chunk_bytes = float(extra_act[stage][chunk])
+            for kind in range(n_kinds):
+                for slot in range(n_slots):
+                    layers = float(row[kind * n_slots + slot])
+                    if layers == 0.0:
+                        continue
+                    last_chunk = chunk
+                    params += layers * static_per_layer[kind][0]
+                    grads += layers * static_per_layer[kind][1]
+                    optimizer += layers * static_per_layer[kind][2]
+                    chunk_bytes += layers * act_per_layer[kind][slot]
+            activations += float(inflight[stage][chunk]) * chunk_bytes
+        if last_chunk >= 0:
+            for chunk in (range(n_chunks) if overlapped_chunks else (last_chunk,)):
+                working += _largest_work(work_per_layer, counts[stage][chunk], n_kinds, n_slots)
+        comm = float(comm_buffers[stage])
+        total = params + grads + optimizer + activations + comm + working + reserve
+        values = (params, grads, optimizer, activations, comm, working, float(reserve), total)
+        for column in range(N_MEMORY_COLUMNS):
+            out[stage][column] = values[column]

@@ -1,0 +1,468 @@
+"""Seconds mode, one layer (oracle): :func:`seconds_layer_times` -- one layer of each kind, per
+micro-batch and device: forward, backward and weight-gradient time, the raw communication per
+pass, the forward time of each recompute switch's ops, the parameters it holds and its model FLOPs
+(``SECONDS_LAYER_FIELDS``).
+
+Part of the seconds area (:mod:`ndcost.kernels.seconds` states how time is priced).
+The twin is ``cysrc/ndcost/kernels/seconds_layer.pxi``.
+"""
+from __future__ import annotations
+
+import math
+
+from .columns import KIND, MODEL, RATE, SECONDS_CAND, SECONDS_KIND, SECONDS_LAYER, SECONDS_LAYER_FIELDS, SECONDS_MODEL
+from ..spec.mamba import SELECTIVE_SCAN_FLOPS
+from .seconds_ops import (
+    POINTWISE_BACKWARD_BYTES, _add_gemm, _cand_ok, _cast, _check_rows, _check_tables, _ffn_pair, _fill, _gemm, _mm3,
+    _pass,
+)
+from .seconds_comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, SEND_RECV, _collective
+
+__all__ = ["seconds_layer_times"]
+
+NAN = math.nan
+
+# Column indices, bound once (the kernel ABI of ndcost.kernels.columns).
+_K = KIND
+_M = MODEL
+_SK = SECONDS_KIND
+_SM = SECONDS_MODEL
+_C = SECONDS_CAND
+_R = RATE
+_L = SECONDS_LAYER
+_L_COUNT = len(SECONDS_LAYER_FIELDS)
+
+#: FlashAttention's backward recomputes the scores: 2.5x the forward's FLOPs, and a causal kernel
+#: skips the blocks above the diagonal: half of 4·b·s²·heads·d -- the accounting of
+#: Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py flops() (f // 2 if causal;
+#: 2.5·f backward), the one its published utilization (rates.attention_efficiency) is measured in.
+#: Token mixers of a kind (the ``mixer`` column): attention (full, MLA, gated DeltaNet), a Mamba-2 mixer,
+#: none (an MLP-only block of a hybrid stack).
+MIXER_ATTENTION, MIXER_MAMBA, MIXER_NONE, MIXER_MAMBA1 = 0.0, 1.0, 2.0, 3.0
+
+#: A bidirectional kind (a vision encoder) or a windowed one runs every block it meets: no share.
+FLASH_BACKWARD_FLOPS = 2.5
+FLASH_CAUSAL_SHARE = 0.5
+#: An RMSNorm written in PyTorch ops and run eagerly (torchtitan@9dec370 torchtitan/models/norms.py
+#: RMSNorm: ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight``), per
+#: element: upcast (read 16-bit, write 4), pow (4 + 4), mean (4), scale (4 + 4), downcast (4 +
+#: 16-bit), weight (16-bit + 16-bit): 28 fp32 bytes plus 4 16-bit ones, in 8 kernels (with the
+#: tiny add and rsqrt over the row means).
+EAGER_RMSNORM_FP32_BYTES = 28.0
+EAGER_RMSNORM_KERNELS = 8.0
+#: torchtitan's apply_rotary_emb (llama/model.py@9dec370): ``view_as_complex(x.float())``,
+#: multiply by freqs_cis, ``view_as_real(...).type_as(x)``: upcast (16-bit + 4), complex multiply
+#: (4 + 4), downcast (4 + 16-bit): 16 fp32 bytes plus 2 16-bit ones per element, 3 kernels a tensor.
+EAGER_ROPE_FP32_BYTES = 16.0
+EAGER_ROPE_KERNELS = 3.0
+#: Unfused SwiGLU, ``F.silu(w1(x)) * w3(x)`` (torchtitan FeedForward): silu reads and writes the
+#: gate (2 passes), the product reads two and writes one (3): 5 passes of the width, in 2 kernels.
+EAGER_SWIGLU_PASSES = 5.0
+
+
+def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
+    """One layer of a kind, per micro-batch and device, into out[SECONDS_LAYER_FIELDS].
+
+    The layer runs on its submodule's dimensions: the kind's hidden size (sub_h) and, when the kind
+    states one (seq_tokens > 0, a vision tower's patch tokens), its own tokens per sample in place
+    of the candidate's s.
+    """
+    _fill(out, _L_COUNT, 0.0)
+    b, t, cp = cand[_C["b"]], cand[_C["t"]], cand[_C["cp"]]
+    s = kind[_K["seq_tokens"]] if kind[_K["seq_tokens"]] > 0.0 else cand[_C["s"]]
+    sp = cand[_C["sp"]]                       # t with sequence parallelism, else 1
+    ep, t_exp = cand[_C["ep"]], cand[_C["t_exp"]]
+    n_split = cand[_C["seq_split"]]           # Seq1F1B: every op runs n_split times on s/n_split
+    bc, bm, bg = cand[_C["bytes_c"]], cand[_C["bytes_mm"]], cand[_C["bytes_grad"]]
+    db = cand[_C["dropout_bytes"]]
+    flash = cand[_C["flash"]] != 0.0
+    mm16_rate = rate[_R["mm16_eff"]] * rate[_R["peak_attn"]]   # GDN's chunked recurrence runs 16-bit
+    eager = rate[_R["ew_eager"]] != 0.0
+    attn_rate = rate[_R["attn_eff"]] * rate[_R["peak_attn"]]
+    hbm = rate[_R["hbm_eff"]] * rate[_R["hbm_bw"]]
+    kernel_s = rate[_R["kernel_s"]]
+    h = kind[_K["sub_h"]]
+    a = kind[_K["att_a"]]
+    mixer = kind[_K["mixer"]]                 # 0 attention (full, MLA, GDN), 1 Mamba-2, 2 none (MLP block)
+    has_ffn = kind[_K["has_ffn"]] != 0.0
+    if not (h > 0.0 and (a > 0.0 or mixer == MIXER_NONE)):
+        _fill(out, _L_COUNT, NAN)
+        return
+    # sub-blocks with a residual add, a TP gather/scatter pair and a pre-norm each: a transformer
+    # layer has two (mixer, FFN); a hybrid stack's block one (NemotronHBlock)
+    parts = (0.0 if mixer == MIXER_NONE else 1.0) + (1.0 if has_ffn else 0.0)
+    n_kv = kind[_K["att_n_kv"]]
+    dh = kind[_K["att_dh"]] if kind[_K["att_dh"]] != 0.0 else (h / a if a > 0.0 else 0.0)
+    gate = 1.0 if kind[_K["att_gate"]] != 0.0 else 0.0
+    d_qk = (kind[_K["qk_nope"]] if kind[_K["qk_nope"]] != 0.0 else dh) + kind[_K["dhr"]]
+    d_v = dh
+    tokens = b * s / cp                       # tokens this rank computes per micro-batch
+    rows = tokens / n_split                   # token rows of one GEMM (one Seq1F1B chunk)
+    x_sp = tokens * h / sp                    # elements of the norm / residual region (split with SP)
+    n_ff = kind[_K["n_ffMM"]] if kind[_K["n_ffMM"]] != 0.0 else 3.0   # 3 gated (SwiGLU), 2 GELU MLP
+    width = kind[_K["ffn_width"]]
+    moe = kind[_K["is_moe"]] != 0.0
+    has_core = kind[_K["n_attBMM"]] != 0.0
+    n_qkv = (a * (1.0 + gate) + 2.0 * n_kv) * dh   # Q (doubled by an output gate), K, V outputs
+    g3 = [0.0, 0.0, 0.0]
+    fw = bw = bw_w = gemm_f = gemm_b = 0.0
+    f_att = d_att = w_grad = flops_att = 0.0
+    ssm_inner = ssm_conv = 0.0
+
+    # ---- attention projections, 2·tokens·W FLOPs forward; Megatron fuses Q, K, V in one GEMM.
+    if mixer == MIXER_MAMBA:
+        # Mamba-2 (ndcost.spec.mamba): in_proj h -> [z, x, B, C, dt] (column-parallel: heads and groups
+        # split over tp) and out_proj d_inner -> h (row-parallel)
+        ssm_inner = a * dh                                    # d_inner = heads x head_dim
+        ssm_conv = ssm_inner + 2.0 * n_kv * kind[_K["lin_d_k"]]   # x, B, C: conv channels
+        n_in = ssm_inner + ssm_conv + a
+        _mm3(rows, n_in / t, h, n_split, cand, rate, g3, False, 1)
+        f_att, d_att, w_grad = g3[0], g3[1], g3[2]
+        _mm3(rows, h, ssm_inner / t, n_split, cand, rate, g3, False, 2)
+        f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
+        flops_att = 2.0 * b * s * h * (n_in + ssm_inner)
+    elif mixer == MIXER_MAMBA1:
+        # Mamba-1 (Jamba): in_proj h -> [x, z] (column-parallel), x_proj d_inner -> dt_rank + 2N and
+        # dt_proj dt_rank -> d_inner on this rank's channels, out_proj d_inner -> h (row-parallel);
+        # x_proj's small all-reduce over tp is not priced
+        ssm_inner = a
+        state = kind[_K["lin_d_k"]]
+        _mm3(rows, 2.0 * ssm_inner / t, h, n_split, cand, rate, g3, False, 1)
+        f_att, d_att, w_grad = g3[0], g3[1], g3[2]
+        _mm3(rows, n_kv + 2.0 * state, ssm_inner / t, n_split, cand, rate, g3)
+        f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
+        _mm3(rows, ssm_inner / t, n_kv, n_split, cand, rate, g3)
+        f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
+        _mm3(rows, h, ssm_inner / t, n_split, cand, rate, g3, False, 2)
+        f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
+        flops_att = 2.0 * b * s * (3.0 * h * ssm_inner + 2.0 * ssm_inner * (n_kv + state))
+    elif mixer == MIXER_NONE:
+        pass
+    elif kind[_K["is_mla"]] != 0.0:
+        # MLA: every attention weight W (ND's mla_weights, ND_REFERENCE §2.2) as one GEMM of the
+        # same FLOPs (k = h, n = W/(h·t)), plus 4 more kernels (q_a, q_b, kv_a, kv_b, o: 5 GEMMs).
+        w_att = kind[_K["mla_w"]]
+        _mm3(rows, w_att / (h * t), h, n_split, cand, rate, g3, False, 1)
+        extra = 4.0 * n_split * kernel_s
+        f_att, d_att, w_grad = g3[0] + extra, g3[1] + extra, g3[2] + extra
+        up_share = kind[_K["mla_up"]] / w_att if w_att > 0.0 else 0.0
+        out[_L["sw_attUp"]] = up_share * f_att
+        flops_att = 2.0 * b * s * w_att
+        out[_L["flops_up"]] = 2.0 * b * s * kind[_K["mla_up"]]
+    else:
+        _mm3(rows, n_qkv / t, h, n_split, cand, rate, g3, False, 1)
+        f_att, d_att, w_grad = g3[0], g3[1], g3[2]
+        _mm3(rows, h, a * dh / t, n_split, cand, rate, g3, False, 2)
+        f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
+        flops_att = 2.0 * b * s * h * (n_qkv + a * dh)
+    fw += f_att
+    bw += d_att
+    bw_w += w_grad
+    gemm_f += f_att
+    gemm_b += d_att + w_grad
+
+    # ---- attention core: QK^T and AV over the keys each query needs: 2·b·s·span·a·(d_qk + d_v)
+    # FLOPs forward for a bidirectional or windowed kind, half of it for a causal one (the masked
+    # half is no model work; the count of Megatron-Bridge's flop_utils and newer Megatron-LM's
+    # num_floating_point_operations, where Narayanan et al. 2021 Eq. 3 counts the full s x s
+    # matrix): so that MFU <= HFU, the model's FLOPs never exceeding what runs. What runs: without flash,
+    # Megatron's baddbmm computes the whole matrix and masks it (a Seq1F1B chunk i of n only
+    # against its i·s/n prefix: on average (n+1)/(2n) of it); a causal flash kernel skips the
+    # upper half (FLASH_CAUSAL_SHARE). A bidirectional kind (a vision encoder) is not masked: every
+    # query meets all s keys. A windowed bidirectional kind (att_window < s; Qwen2.5-VL's window
+    # attention: block-diagonal windows, bidirectional inside each) meets span = att_window keys a
+    # query. A windowed causal kind is a sliding window (Mistral, Gemma 2/3, gpt-oss): query i meets
+    # min(i + 1, w) keys, s·w - w(w-1)/2 over the sequence, so span = w - w(w-1)/(2s); a chunked
+    # causal kind (Llama 4: causal inside fixed chunks of w tokens) meets i mod w + 1 keys, so k full
+    # chunks and a remainder r = s - k·w hold k·w(w+1)/2 + r(r+1)/2 pairs. A flash kernel with a
+    # window or chunks skips the blocks outside them, an unfused one computes the whole matrix and masks it.
+    core_f = core_b = flops_core = core_extra = 0.0
+    scores = 0.0
+    window = kind[_K["att_window"]]
+    windowed = window > 0.0 and window < s
+    masked = kind[_K["bidirectional"]] == 0.0
+    span = s
+    if windowed:
+        if not masked:
+            span = window
+        elif kind[_K["att_chunked"]] != 0.0:
+            full_chunks = math.floor(s / window)
+            rest = s - full_chunks * window
+            span = (full_chunks * window * (window + 1.0) + rest * (rest + 1.0)) / (2.0 * s)
+        else:
+            span = window - window * (window - 1.0) / (2.0 * s)
+    causal = masked and not windowed
+    if has_core:
+        heads = b * a / t
+        flops_core = 2.0 * b * s * span * a * (d_qk + d_v)
+        if causal:
+            flops_core *= FLASH_CAUSAL_SHARE
+        if flash:
+            run = flops_core / (t * cp)
+            core_f = run / attn_rate + n_split * kernel_s
+            core_b = FLASH_BACKWARD_FLOPS * run / attn_rate + n_split * kernel_s
+        else:
+            # keys a chunk meets, on average (causal), or the span of every query
+            keys = s * (n_split + 1.0) / (2.0 * n_split) if masked else span
+            q_rows = s / cp / n_split
+            scores = heads * (s / cp) * keys                  # score elements of the micro-batch
+            # what runs beyond what the model needs: the masked part of the matrix (HFU counts it)
+            core_extra = 2.0 * b * s * keys * a * (d_qk + d_v) - flops_core
+            if core_extra < 0.0:
+                core_extra = 0.0
+            core_f = n_split * (_gemm(q_rows, keys, d_qk, heads, bc, bc, rate, True)
+                                + _gemm(q_rows, d_v, keys, heads, bc, bc, rate, True))
+            # dQ = dS·K, dK = dS^T·Q, dP = dO·V^T, dV = P^T·dO: four BMMs of the forward's size
+            core_b = n_split * (_gemm(q_rows, d_qk, keys, heads, bc, bc, rate, True)
+                                + _gemm(keys, d_qk, q_rows, heads, bc, bc, rate, True)
+                                + _gemm(q_rows, keys, d_v, heads, bc, bc, rate, True)
+                                + _gemm(keys, d_v, q_rows, heads, bc, bc, rate, True))
+        out[_L["sw_attBMM"]] = core_f
+
+    # ---- gated DeltaNet: the chunked recurrence, per token and value head
+    # 2·64·(3·d_k + 2·d_v) + 6·d_k·d_v FLOPs forward (ND_REFERENCE §2.2 n_linrec holds 3x this,
+    # forward + backward; chunk 64 as the seed's GDN_CHUNK), at matmul rate or reading q, k, v
+    # and writing o at HBM rate, whichever is slower; backward 2x.
+    flops_rec = 0.0
+    n_v, d_k, dv_lin = kind[_K["lin_n_v"]], kind[_K["lin_d_k"]], kind[_K["lin_d_v"]]
+    conv_bytes = 0.0
+    if n_v * d_k * dv_lin != 0.0:
+        flops_rec = b * s * n_v * (2.0 * 64.0 * (3.0 * d_k + 2.0 * dv_lin) + 6.0 * d_k * dv_lin)
+        compute = flops_rec / (t * cp) / mm16_rate
+        memory = bc * tokens * (n_qkv + a * dh) / t / hbm
+        rec_f = (compute if compute > memory else memory) + n_split * kernel_s
+        core_f += rec_f
+        core_b += 2.0 * rec_f
+        # the short depthwise conv over q, k, v (read + write) and the gated output norm (3 passes)
+        conv_bytes = 2.0 * bc * tokens * (n_qkv - a * dh) / t + 3.0 * bc * tokens * a * dh / t
+    if mixer == MIXER_MAMBA:
+        # ---- Mamba-2's SSD scan per token and head (ndcost.spec.mamba.ssd_flops_per_token, Dao & Gu 2024
+        # §6), at 16-bit matmul rate or reading x, B, C, dt and writing y at HBM rate, whichever is
+        # slower; backward 2x, as for the gated DeltaNet's chunked scan
+        chunk, state = kind[_K["ssm_chunk"]], kind[_K["lin_d_k"]]
+        flops_rec = b * s * a * (2.0 * chunk * (state + dh) + 4.0 * state * dh)
+        compute = flops_rec / (t * cp) / mm16_rate
+        memory = bc * tokens * (ssm_conv + a + ssm_inner) / t / hbm
+        rec_f = (compute if compute > memory else memory) + n_split * kernel_s
+        core_f += rec_f
+        core_b += 2.0 * rec_f
+        # the causal depthwise conv1d over x, B, C (read + write) and the gated RMSNorm y·silu(z) (3 passes)
+        conv_bytes = 2.0 * bc * tokens * ssm_conv / t + 3.0 * bc * tokens * ssm_inner / t
+    elif mixer == MIXER_MAMBA1:
+        # ---- Mamba-1's selective scan: 9 FLOPs a token, channel and state (SELECTIVE_SCAN_FLOPS); its
+        # fused kernel keeps the state in SRAM and is bound by HBM (Gu & Dao 2023 §3.3.2): it reads x,
+        # dt, z and B, C (not split over tp) and writes y once, the gate y·silu(z) fused in; backward 2x
+        state = kind[_K["lin_d_k"]]
+        flops_rec = SELECTIVE_SCAN_FLOPS * b * s * ssm_inner * state
+        rec_f = bc * tokens * (4.0 * ssm_inner / t + 2.0 * state) / hbm + n_split * kernel_s
+        core_f += rec_f
+        core_b += 2.0 * rec_f
+        conv_bytes = 2.0 * bc * tokens * ssm_inner / t        # the causal depthwise conv1d over x
+    fw += core_f
+    bw += core_b
+
+    # ---- FFN: dense 2 (GELU) or 3 (SwiGLU) matmuls; MoE: the router, the routed experts as one
+    # grouped GEMM (top-k x capacity-factor token slots in capacity mode, top-k dropless), shared
+    # experts as a dense FFN of their width. ffn_f: the forward of the FFN matmuls (routed and
+    # shared experts, or the dense pair; not the router), what a census share recomputes.
+    flops_ffn = 0.0
+    ffn_f = 0.0
+    sums = [fw, bw, bw_w, gemm_f, gemm_b]
+    act_bytes = other_bytes = 0.0             # forward bytes: activation pass (ffAct); never recomputed
+    other_kernels = parts                     # the bias-dropout-add kernels, one a sub-block
+    if not has_ffn:
+        pass                                  # a mixer-only block of a hybrid stack
+    elif moe:
+        topk = model[_M["n_chosen"]]
+        n_exp = model[_M["n_exp"]]
+        cap = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
+        tok_moe = tokens / sp                 # tokens routed by this rank
+        slots = tokens * topk * cap           # token-expert rows an EP rank computes, balanced
+        local = n_exp / ep                    # experts on this rank
+        # router: tokens x h x n_exp, replicated over tp, a plain 16-bit linear (Megatron-Core's
+        # TopKRouter is not a Transformer Engine module: it never runs fp8)
+        _mm3(tok_moe / n_split, n_exp, h, n_split, cand, rate, g3, True)
+        _add_gemm(sums, g3)
+        # grouped GEMM over the local experts: FLOPs of every slot, weights of every local expert
+        per = slots / local / n_split if local > 0.0 else 0.0
+        wide = (n_ff - 1.0) * width / t_exp
+        e_f = n_split * (_gemm(per, wide, h, local, bm, bc, rate) + _gemm(per, h, width / t_exp, local, bm, bc, rate))
+        e_d = n_split * (_gemm(per, h, wide, local, bm, bc, rate) + _gemm(per, width / t_exp, h, local, bm, bc, rate))
+        e_w = n_split * (_gemm(h, wide, per, local, bm, 2.0 * bg, rate)
+                         + _gemm(width / t_exp, h, per, local, bm, 2.0 * bg, rate))
+        # fp8 grouped GEMMs (TE GroupedLinear) cast both inputs forward and both output gradients back
+        e_f += n_split * (_cast(per * local * h, cand, rate) + _cast(per * local * width / t_exp, cand, rate))
+        e_f += rate[_R["f8_w_mb"]] * local * _cast(h * (wide + width / t_exp), cand, rate)
+        e_d += n_split * (_cast(per * local * wide, cand, rate) + _cast(per * local * h, cand, rate))
+        _add_gemm(sums, (e_f, e_d, e_w))
+        ffn_f = e_f
+        act_bytes += n_ff * bc * slots * width / t_exp
+        shared = smodel[_SM["shared_width"]]
+        if shared > 0.0:
+            ffn_f += _ffn_pair(rows, shared, h, n_ff, n_split, cand, rate, sums)
+            act_bytes += n_ff * bc * tokens * shared / t
+        # permute before the experts and unpermute after: read tokens x h, write the slot copies,
+        # and back; the router's softmax/top-k reads its fp32 logits (2 kernels)
+        other_bytes += 2.0 * bc * tok_moe * h * (1.0 + topk * cap) + 2.0 * 4.0 * tok_moe * n_exp
+        other_kernels += 4.0
+        flops_ffn = 2.0 * b * s * h * (topk * n_ff * width + n_exp + n_ff * shared)
+    else:
+        ffn_f = _ffn_pair(rows, width, h, n_ff, n_split, cand, rate, sums)
+        # GELU reads one tensor and writes one (2 passes); SwiGLU reads two and writes one (3), or,
+        # unfused, silu(gate) (read, write) then its product with up (read 2, write): 5 passes
+        act_bytes = (EAGER_SWIGLU_PASSES if eager and n_ff == 3.0 else n_ff) * bc * tokens * width / t
+        if eager and n_ff == 3.0:
+            other_kernels += 1.0
+        flops_ffn = 2.0 * b * s * h * n_ff * width
+    fw, bw, bw_w, gemm_f, gemm_b = sums
+
+    # ---- elementwise work, forward (bytes, kernels) per op class -- the recompute switches' classes
+    n_norm = kind[_K["n_normOp"]]                          # the layer's norms (ND's normOp count)
+    norm_bytes = n_norm * 2.0 * bc * x_sp                  # read + write each
+    norm_kernels = n_norm
+    if eager and smodel[_SM["rms_norm"]] != 0.0:
+        # an RMSNorm written in PyTorch ops and run eagerly, one kernel each
+        norm_bytes = n_norm * (EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp
+        norm_kernels = n_norm * EAGER_RMSNORM_KERNELS
+    if kind[_K["n_qknorm"]] != 0.0 and mixer == MIXER_ATTENTION:
+        norm_bytes += 2.0 * bc * tokens * (a + n_kv) * dh / t
+        norm_kernels += 2.0
+    softmax_bytes = dropout_bytes = permute_bytes = 0.0
+    if scores > 0.0:
+        softmax_bytes = 2.0 * bc * scores                    # Megatron's fused scale-mask-softmax
+        if db > 0.0:
+            dropout_bytes = (2.0 * bc + db) * scores         # read, write, keep the mask
+        permute_bytes = 2.0 * bc * tokens * a * d_v / t      # context [b·a, s, d] -> [s, b, a·d]
+    # rotary position embedding on q and k (no learned position table): fused, read + write
+    # each element once (Megatron's apply_rope_fusion, TE's fused RoPE, an inductor kernel); eager
+    # (torchtitan's apply_rotary_emb): upcast to fp32, complex multiply, cast back, per tensor
+    if smodel[_SM["rope"]] != 0.0 and has_core:
+        if kind[_K["is_mla"]] != 0.0:
+            rotated = tokens * (a / t + 1.0) * kind[_K["dhr"]]   # each head's q_pe and the shared k_pe
+        else:
+            rotated = tokens * (a + n_kv) * dh / t
+        if eager:
+            other_bytes += (2.0 * bc + EAGER_ROPE_FP32_BYTES) * rotated
+            other_kernels += 2.0 * EAGER_ROPE_KERNELS
+        else:
+            other_bytes += 2.0 * bc * rotated
+            other_kernels += 2.0
+    if rate[_R["attn_copies"]] != 0.0 and has_core and kind[_K["is_mla"]] == 0.0:
+        # torchtitan's attention: repeat_kv materialises K and V for every query head (GQA), and
+        # the core's output is made contiguous again after its transpose (copies: read + write)
+        if n_kv < a:
+            other_bytes += bc * tokens * (2.0 * n_kv * dh + 2.0 * a * dh) / t
+            other_kernels += 2.0
+        other_bytes += 2.0 * bc * tokens * a * dh / t
+        other_kernels += 1.0
+    # the fused bias-dropout-add kernels: read the output and the residual, write (+ mask)
+    other_bytes += parts * (3.0 * bc + db) * x_sp + conv_bytes
+    if conv_bytes > 0.0:
+        other_kernels += 2.0
+    act_kernels = 0.0
+    if has_ffn:
+        act_kernels = 1.0 + (1.0 if moe and smodel[_SM["shared_width"]] > 0.0 else 0.0)
+    # each class's forward time is what a selective recompute of its switch re-runs
+    out[_L["sw_ffAct"]] = _pass(act_bytes, act_kernels * n_split, rate)
+    out[_L["sw_normOp"]] = _pass(norm_bytes, norm_kernels * n_split, rate)
+    out[_L["sw_softmax"]] = _pass(softmax_bytes, n_split, rate)
+    out[_L["sw_dropout"]] = _pass(dropout_bytes, n_split, rate)
+    out[_L["sw_attBMM"]] += _pass(permute_bytes, n_split, rate)
+    ew_bytes = act_bytes + norm_bytes + softmax_bytes + dropout_bytes + permute_bytes + other_bytes
+    ew_kernels = act_kernels + norm_kernels + other_kernels
+    if softmax_bytes > 0.0:
+        ew_kernels += 1.0
+    if dropout_bytes > 0.0:
+        ew_kernels += 1.0
+    if permute_bytes > 0.0:
+        ew_kernels += 1.0
+    ew_kernels *= n_split
+    fw += _pass(ew_bytes, ew_kernels, rate)
+    bw += _pass(POINTWISE_BACKWARD_BYTES * ew_bytes, ew_kernels, rate)
+    # headCast: Megatron scales, masks and casts the scores inside its fused softmax kernel, so a
+    # separate cast pass costs nothing here (sw_headCast stays 0).
+
+    # ---- tensor parallelism, in the tp group (stride 1): per sub-block 1 all-reduce forward and 1
+    # backward, or with SP 1 all-gather + 1 reduce-scatter each way (Korthikanti et al. 2022
+    # §4.2.2, Fig. 5), of the full activation b·s·h/cp: a transformer layer has two sub-blocks.
+    if t > 1.0:
+        full = b * s * h * bc / cp
+        if sp > 1.0:
+            gather = _collective(GATHER_OR_SCATTER, full, t, 1.0, rate)
+            tp_pass = 2.0 * parts * gather
+            out[_L["sw_gather"]] = parts * gather
+        else:
+            tp_pass = parts * _collective(ALL_REDUCE, full, t, 1.0, rate)
+        out[_L["tp_f"]] = tp_pass
+        out[_L["tp_b"]] = tp_pass
+
+    # ---- context parallelism, in the cp group (stride t)
+    if cp > 1.0 and has_core:
+        if cand[_C["cp_ring"]] != 0.0:
+            # Ring attention (Liu et al. 2023; Megatron's CP): cp-1 steps, each passing this rank's
+            # K and V (b·s/cp tokens x n_kv·(d_qk + d_v)/t) to the next; backward passes K, V and
+            # their gradients: twice the bytes.
+            kv = b * (s / cp) * n_kv * (d_qk + d_v) * bc / t
+            step = _collective(SEND_RECV, kv, cp, t, rate)
+            out[_L["cp_f"]] = (cp - 1.0) * step
+            out[_L["cp_b"]] = 2.0 * (cp - 1.0) * step
+        else:
+            # Ulysses (Jacobs et al. 2023): all-to-alls of Q, K, V in and of the output back; the
+            # same in backward.
+            qkv = tokens * (a * d_qk + n_kv * (d_qk + d_v)) * bc / t
+            o = tokens * a * d_v * bc / t
+            ulysses = (_collective(ALL_TO_ALL, qkv, cp, t, rate)
+                       + _collective(ALL_TO_ALL, o, cp, t, rate))
+            out[_L["cp_f"]] = ulysses
+            out[_L["cp_b"]] = ulysses
+
+    # ---- expert parallelism, in the ep group (stride t·cp): dispatch and combine all-to-all of the
+    # routed token slots (tokens x top-k x capacity x h), forward and backward.
+    if moe and ep > 1.0:
+        cap = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
+        routed = (tokens / sp) * model[_M["n_chosen"]] * cap * h * bc
+        a2a = 2.0 * _collective(ALL_TO_ALL, routed, ep, t * cp, rate)
+        out[_L["ep_f"]] = a2a
+        out[_L["ep_b"]] = a2a
+
+    p_dense = (skind[_SK["p_nonexp"]] + skind[_SK["p_shared"]]) / t
+    p_expert = skind[_SK["p_routed"]] / (ep * t_exp)
+    if rate[_R["grad_acc_pass"]] != 0.0:
+        # no gradient-accumulation fusion: the weight-gradient GEMM writes a 16-bit gradient and a
+        # separate kernel adds it into the main gradient (read both, write the main one), every
+        # micro-batch (Megatron-LM 2021 distributed.py param_hook: param.main_grad.add_(param.grad))
+        bw_w += _pass((p_dense + p_expert) * (bc + 2.0 * bg), n_split, rate)
+    out[_L["fw"]] = fw
+    out[_L["bw"]] = bw
+    out[_L["bw_w"]] = bw_w
+    out[_L["gemm_f"]] = gemm_f
+    out[_L["gemm_b"]] = gemm_b
+    out[_L["core_f"]] = core_f
+    out[_L["core_b"]] = core_b
+    # parameters on this device: non-expert and shared experts split over tp, routed over ep·t_exp
+    out[_L["p_dense"]] = p_dense
+    out[_L["p_expert"]] = p_expert
+    out[_L["flops_f"]] = flops_att + flops_core + flops_rec + flops_ffn
+    out[_L["flops_core"]] = flops_core
+    out[_L["flops_core_extra"]] = core_extra
+    out[_L["att_mm_f"]] = f_att
+    out[_L["ffn_mm_f"]] = ffn_f
+    out[_L["att_mm_flops"]] = flops_att
+    out[_L["ffn_mm_flops"]] = flops_ffn
+
+
+def seconds_layer_times(kinds, skinds, model, smodel, cand, rate, out) -> None:
+    """One layer of each kind, per micro-batch and device, into out (K x SECONDS_LAYER_FIELDS).
+
+    NaN rows for a candidate with a degree or a byte width below 1, or a rate that is not
+    positive.
+    """
+    n_kinds = len(kinds)
+    _check_tables(kinds, skinds, model, smodel, cand, rate)
+    _check_rows(out, "out", n_kinds, _L_COUNT)
+    ok = _cand_ok(cand, rate)
+    for k in range(n_kinds):
+        if ok:
+            _layer(kinds[k], skinds[k], model, smodel, cand, rate, out[k])
+        else:
+            _fill(out[k], _L_COUNT, NAN)

@@ -1,0 +1,1 @@
+"""Pricing: estimate, estimate_many, recompute profiles and plans, pipeline balance, search."""

@@ -1,0 +1,310 @@
+"""``estimate()``'s one path for one candidate, in both units: ``estimate_many``'s kernels on a batch of one.
+
+The joint (model, spec, cluster) rules are ``estimate_many``'s (``ndcost.tables.formulas.joint_reason``)
+on Python scalars; a broken one re-runs :func:`ndcost.tables.validate.validate` for its descriptive
+SpecError. The candidate's derived values and kernel vectors are the scalar twins of the
+formulas ``estimate_many`` runs on numpy columns, packed straight into one float64 vector. The
+kernels (``nd_estimate_one``, ``seconds_estimate_one``: ``ndcost.kernels.one``) price the unit and
+the memory model in one call, each as the batch kernels price a row (the oracle *is* the batch
+kernels on a batch of one). What depends only on the model, the layout, the cluster or the
+spec is built once and kept with the object it describes (``ndcost.tables.cache``).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import struct
+import threading
+import weakref
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from .. import _backend
+from ..kernels import columns as col
+from ..tables.cache import cached, per_object
+from ..tables.formulas import (
+    SCALAR, derived_columns_scalar, joint_reason_scalar, memory_candidate_columns_scalar, nd_candidate_columns_scalar,
+)
+from ..kernels.one import ND_ONE_COUNT, ONE_FIELDS
+from ..kernels.seconds_batch import STEP_RATE_FIELDS
+from ..tables.layout_pool import LayoutPool, layout_piece, pack_layouts
+from ..tables.derive import derived_values, model_constants
+from ..spec.device import Cluster
+from ..errors import SpecError
+from ..spec.exec_spec import ExecSpec
+from ..tables.layout import _layout_key, build_layout
+from ..tables.memory import MEMORY_PARTS, MemoryEstimate, memory_kind_table, memory_model_vector
+from ..tables.memory_overheads import fixed_bytes
+from ..spec.model import Model
+from ..tables.nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, nd_options_vector
+from ..spec.rates import Rates
+from ..spec.ratios import Ratios
+from ..tables.reasons import REASON_CODES
+from .result import Estimate, check_parts_sum
+from ..tables.seconds import _extras, rates_vector, seconds_candidate_values, seconds_kind_table, seconds_model_vector
+from ..tables.validate import _layout_rules, validate
+
+__all__ = ["estimate_nd_one", "estimate_seconds_one", "nd_options", "single_layout"]
+
+
+@functools.lru_cache(maxsize=16)
+def nd_options(ratio_type: str, rec_type: str, p2p: bool) -> np.ndarray:
+    """ND's estimator options as the kernels read them (read-only, cached)."""
+    vec = nd_options_vector(ratio_type, rec_type, p2p)
+    vec.setflags(write=False)
+    return vec
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
+
+
+_NO_RATIOS = _read_only(np.zeros(0, dtype=np.float64))
+_NAN = math.nan
+_NO_DETAILS = MappingProxyType({})
+_N_CAND = len(col.CAND_FIELDS)
+_N_SECONDS_CAND = len(col.SECONDS_CAND_FIELDS)
+_N_MEMORY_CAND = len(col.MEMORY_CAND_FIELDS)
+_N_MEMORY_COLUMNS = len(MEMORY_PARTS) + 1
+_N_STAGE_SUMS = len(col.SECONDS_STAGE_FIELDS)
+_PART_NAMES = col.PART_NAMES
+# Where seconds_estimate_one writes its scalars (ndcost.kernels.one.ONE_FIELDS).
+_ONE_STEP, _ONE_PEAK = ONE_FIELDS.index("step_time"), ONE_FIELDS.index("peak")
+_ONE_PARTS, _ONE_RATES = ONE_FIELDS.index(col.PART_NAMES[0]), ONE_FIELDS.index(STEP_RATE_FIELDS[0])
+# The candidate column, packed as doubles straight from the Python values: the units' own
+# vector, then (with memory) the memory model's.
+_PACK = {(n, memory): struct.Struct(f"={n + (_N_MEMORY_CAND if memory else 0)}d").pack
+         for n in (_N_CAND, _N_SECONDS_CAND) for memory in (False, True)}
+
+
+class _ModelTables:
+    """Everything the one-candidate path reads off a model, built once per model object
+    (seconds mode's tables when first asked for)."""
+
+    __slots__ = ("constants", "kinds", "vector", "memory_kinds", "memory_vector", "layouts", "_seconds")
+
+    def __init__(self, model: Model) -> None:
+        self.constants = model_constants(model)
+        self.kinds, self.vector = nd_kind_table(model), nd_model_vector(model)
+        self.memory_kinds, self.memory_vector = memory_kind_table(model), memory_model_vector(model)
+        self.layouts: dict = {}
+        self._seconds = None
+
+    def seconds(self, model: Model) -> tuple:
+        """(seconds kind table, seconds model vector)."""
+        if self._seconds is None:
+            self._seconds = (seconds_kind_table(model), seconds_model_vector(model))
+        return self._seconds
+
+
+def _model_tables(model: Model) -> _ModelTables:
+    return cached(model, "estimate_tables", lambda: _ModelTables(model))
+
+
+class _OneLayout:
+    """A spec's layout packed for the batch kernels: the pool, and seconds mode's per-stage
+    extras (embedding, output head, MTP modules), flat."""
+
+    __slots__ = ("pool", "row", "extras")
+
+    def __init__(self, pool: LayoutPool, extras: np.ndarray) -> None:
+        self.pool, self.row, self.extras = pool, pool.layouts[0], _read_only(extras)
+
+
+def _one_layout(model: Model, spec: ExecSpec, layouts: dict) -> _OneLayout:
+    """The spec's layout, packed (cached per model and layout key)."""
+    key = _layout_key(spec)
+    packed = layouts.get(key)
+    if packed is None:
+        if len(layouts) >= 4096:
+            layouts.clear()
+        layout = build_layout(model, spec)
+        packed = layouts[key] = _OneLayout(pack_layouts([layout_piece(layout)]),
+                                           np.ascontiguousarray(_extras(layout).reshape(-1)))
+    return packed
+
+
+def single_layout(model: Model, spec: ExecSpec) -> LayoutPool:
+    """The layout pool of a validated spec on *model* (one layout; cached per model and layout key)."""
+    return _one_layout(model, spec, _model_tables(model).layouts).pool
+
+
+class _Scratch(threading.local):
+    """Per-thread output buffers of the one-candidate kernels, read back into Python values
+    before the call returns (what the result keeps -- memory stages, stage sums -- is
+    allocated fresh); the stage times' buffer per pipeline depth, as a search varies it."""
+
+    def __init__(self) -> None:
+        self.one = np.empty(len(ONE_FIELDS), dtype=np.float64)
+        self.nd_one = np.empty(ND_ONE_COUNT, dtype=np.float64)
+        self.by_pp: dict = {}
+
+    def stage_times(self, pp: int) -> np.ndarray:
+        times = self.by_pp.get(pp)
+        if times is None:
+            times = self.by_pp[pp] = np.empty(pp, dtype=np.float64)
+        return times
+
+
+_SCRATCH = _Scratch()
+
+
+class _Prepared:
+    """One spec made ready for the kernels on one (model, cluster), in one unit: what its joint
+    rules, derived values and candidate columns give, none of which depends on anything else.
+
+    Kept for the specs priced last (:data:`_RECENT`; the spec itself is not touched), so a
+    spec priced again -- a search revisiting a candidate, ND's drop-in, which interns equal
+    configs -- goes straight to the kernels.
+    """
+
+    __slots__ = ("model", "cluster", "tables", "cc", "packed", "column", "pp", "fixed", "seconds_tables", "rate")
+
+    def __init__(self, model: Model, spec: ExecSpec, cluster: Cluster, seconds: bool, with_memory: bool) -> None:
+        c = spec.__dict__
+        tables = _model_tables(model)
+        cc = cluster_constants(cluster)
+        layout_bad = False
+        if c["offset"] is not None or c["pp_partition"] is not None or type(c["recompute"]) is tuple:
+            layout_bad = any(True for _ in _layout_rules(model, spec))
+        if joint_reason_scalar(SCALAR, c, tables.constants, cc, layout_bad, True, REASON_CODES):
+            validate(model, spec, cluster)
+            raise SpecError("spec", "estimate", "pass validate() (ndcost.explain says why)", spec)  # pragma: no cover
+        derived = derived_columns_scalar(SCALAR, c, tables.constants)
+        if derived["d_exp"] < 1:
+            derived_values(model, spec)  # raises derive's SpecError
+        if seconds:
+            values = seconds_candidate_values(spec, derived)
+            n_cand = _N_SECONDS_CAND
+        else:
+            values = nd_candidate_columns_scalar(SCALAR, c, derived, cc, MOE_DISPATCH)
+            n_cand = _N_CAND
+        if with_memory:
+            values += memory_candidate_columns_scalar(SCALAR, c, derived)
+        # One vector holds both candidates: the unit's, then the memory model's.
+        self.column = _read_only(np.frombuffer(_PACK[n_cand, with_memory](*values)))
+        self.model, self.cluster, self.tables, self.cc = model, cluster, tables, cc
+        self.packed = _one_layout(model, spec, tables.layouts)
+        self.pp = c["pp"]
+        self.fixed = float(fixed_bytes(c["dp"], c["tp"], c["pp"], c["cp"], c["ep"])) if seconds and with_memory else 0.0
+        # seconds mode: its kind table and model vector, and the device's own rates of the spec's precision
+        self.seconds_tables = tables.seconds(model) if seconds else None
+        self.rate = _rates_row(cluster, None, c["precision"]) if seconds else None
+
+
+#: The prepared entries of recently priced specs, by (id(spec), seconds, with_memory), each with a
+#: weak reference to its spec (an id is reused once its object dies). Bounded: a caller holding
+#: millions of specs does not hold millions of entries; a search revisits few at a time.
+_RECENT: dict = {}
+_RECENT_LIMIT = 4096
+
+
+def _prepared(model: Model, spec: ExecSpec, cluster: Cluster, seconds: bool, with_memory: bool) -> _Prepared:
+    """The spec's prepared entry on (model, cluster); a broken joint rule raises validate()'s SpecError."""
+    key = (id(spec), seconds, with_memory)
+    hit = _RECENT.get(key)
+    if hit is not None:
+        ref, entry = hit
+        if ref() is spec and entry.model is model and entry.cluster is cluster:
+            return entry
+    entry = _Prepared(model, spec, cluster, seconds, with_memory)
+    if len(_RECENT) >= _RECENT_LIMIT:
+        _RECENT.clear()
+    _RECENT[key] = (weakref.ref(spec), entry)
+    return entry
+
+
+def _result(units: str, total: float, parts: dict, times: tuple, memory: Any, fits: bool, mfu: float, hfu: float,
+            tokens_per_second: float, details: Any) -> Estimate:
+    estimate = object.__new__(Estimate)   # Estimate's fields, without its per-field frozen setattr
+    estimate.__dict__.update(
+        units=units, step_time=total, parts=MappingProxyType(parts), stage_times=times, memory=memory, fits=fits,
+        mfu=mfu, hfu=hfu, tokens_per_second=tokens_per_second, details=details)
+    return estimate
+
+
+def estimate_nd_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any, ratio_type: str,
+                    rec_type: str, p2p: bool, with_memory: bool) -> Estimate:
+    """ND's score of one spec (and its memory) through ``nd_estimate_one``."""
+    prep = _prepared(model, spec, cluster, False, with_memory)
+    tables, pool, pp = prep.tables, prep.packed.pool, prep.pp
+    ratio_set = Ratios.coerce(ratios) if ratios is not None else None
+    scratch = _SCRATCH
+    times = scratch.stage_times(pp)
+    stages = np.empty((pp, _N_MEMORY_COLUMNS), dtype=np.float64) if with_memory else _NO_MEMORY_STAGES
+    _backend.kernels.nd_estimate_one(
+        tables.kinds, tables.vector, tables.memory_kinds, tables.memory_vector, prep.column, prep.packed.row,
+        pool.pool, pool.slot_pool, nd_options(ratio_type, rec_type, bool(p2p)),
+        _NO_RATIOS if ratio_set is None else np.ascontiguousarray(ratio_set.vector(), dtype=np.float64),
+        prep.cc.reserve, scratch.nd_one, times, stages)
+    values = scratch.nd_one.tolist()
+    total = values[_ONE_STEP]
+    part_values = dict(zip(_PART_NAMES, values[_ONE_PARTS:_ONE_RATES]))
+    check_parts_sum(part_values, total)
+    memory = None
+    fits = True
+    if with_memory:
+        capacity = prep.cc.capacity
+        peak = values[_ONE_PEAK]
+        memory = MemoryEstimate.from_kernel(stages, peak, capacity)
+        fits = peak <= capacity   # memory_batch's fit: the peak stage (its reserve included) within HBM
+    return _result("nd" if ratio_set is None else "nd_ms", total, part_values, tuple(times.tolist()),
+                   memory, fits, _NAN, _NAN, _NAN, _NO_DETAILS)
+
+
+_NO_MEMORY_STAGES = np.empty((0, _N_MEMORY_COLUMNS), dtype=np.float64)   # nothing is written to it
+
+
+def _rates_row(cluster: Cluster, rates: Any, precision: str) -> np.ndarray:
+    """(RATE_FIELDS,): the rates of one precision; the device's own (*rates* None) are kept with the cluster."""
+    if rates is not None:
+        return rates_vector(cluster, rates, precision)
+    rows = per_object(cluster).setdefault("seconds_rate_rows", {})
+    row = rows.get(precision)
+    if row is None:
+        row = rows[precision] = rates_vector(cluster, Rates.for_device(cluster.device), precision)
+    return row
+
+
+def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any, rates: Any,
+                         with_memory: bool) -> Estimate:
+    """Seconds mode of one spec (and its memory, with the process's overheads) through ``seconds_estimate_one``.
+
+    *rates* is a :class:`~ndcost.spec.rates.Rates` or None (the device's); ``details`` carries the
+    step's model FLOPs and the raw per-stage sums (``SECONDS_STAGE_FIELDS`` columns).
+    """
+    prep = _prepared(model, spec, cluster, True, with_memory)
+    tables, packed = prep.tables, prep.packed
+    pool = packed.pool
+    pp = prep.pp
+    scratch = _SCRATCH
+    times = scratch.stage_times(pp)
+    sums = np.empty((pp, _N_STAGE_SUMS), dtype=np.float64)   # kept by the result (details["stage_sums"])
+    stages = np.empty((pp, _N_MEMORY_COLUMNS), dtype=np.float64) if with_memory else _NO_MEMORY_STAGES
+    skinds, smodel = prep.seconds_tables
+    _backend.kernels.seconds_estimate_one(
+        tables.kinds, skinds, tables.vector, smodel, tables.memory_kinds, tables.memory_vector, prep.column,
+        prep.rate if rates is None else _rates_row(cluster, rates, spec.precision), packed.row, pool.pool,
+        pool.slot_pool, packed.extras, prep.cc.reserve, scratch.one, times, sums, stages)
+    values = scratch.one.tolist()
+    total = values[_ONE_STEP]
+    part_values = dict(zip(_PART_NAMES, values[_ONE_PARTS:_ONE_RATES]))
+    mfu, hfu, tokens_per_second, model_flops = values[_ONE_RATES:]
+    ratio_set = Ratios.coerce(ratios) if ratios is not None else None
+    if ratio_set is not None:
+        # In seconds mode a ratio corrects its part's seconds (issue: calibration in both units).
+        part_values = {name: value * ratio_set.part_ratio(name) for name, value in part_values.items()}
+        total = sum(part_values.values())
+    check_parts_sum(part_values, total)
+    memory = None
+    fits = True
+    if with_memory:
+        cc = prep.cc
+        # seconds mode holds the process to what it really takes (ndcost.tables.memory_overheads)
+        memory = MemoryEstimate.from_kernel(stages, values[_ONE_PEAK], cc.capacity, prep.fixed, cc.reserve)
+        fits = memory.fits(cc.capacity)
+    return _result("seconds", total, part_values, tuple(times.tolist()), memory, fits, mfu, hfu,
+                   tokens_per_second, MappingProxyType({"model_flops": model_flops, "stage_sums": sums}))

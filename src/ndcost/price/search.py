@@ -1,0 +1,276 @@
+"""``search``: the best strategies for a model on N devices, why the rest lost.
+
+The space (``search_space.build_space``) is priced in batches by
+``estimate_many`` — never a Python loop per candidate. Each candidate either
+fits, or is counted under the reason it lost (an invalid rule, or memory), so
+that ``fitting`` plus the rejected counts is the space size. The best few are
+then offered a rebalanced pipeline (``balance_pipeline``: layers moved off the
+slowest stages) and a per-layer recompute plan (``plan_recompute``) that may beat
+the even split and the uniform modes. Ranking is deterministic: step time, then peak memory, then the
+search dimensions in order (smaller first).
+"""
+from __future__ import annotations
+
+import math
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..kernels.columns import PART_NAMES
+from ..errors import SpecError, is_finite_number
+from .estimate import as_cluster, as_model, estimate
+from ..spec.exec_spec import ExecSpec
+from ..spec.rates_io import as_rates
+from .result import Estimate
+from ..spec.search_space import SEARCH_DIMENSIONS, build_space
+
+#: The smallest memory limit a search takes: below 1 GiB no device holds a CUDA context and a model.
+MIN_MEMORY_LIMIT = 2**30
+#: The reason a priced candidate over the memory limit is counted under (the kernels' own word).
+OVER_LIMIT = "does not fit in memory"
+
+__all__ = ["SearchResult", "Ranked", "search", "pareto_front"]
+
+#: Candidates priced per kernel call: large enough to amortise the call, small enough to show progress.
+BATCH = 65536
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One strategy of the top: the spec and its estimate."""
+
+    spec: ExecSpec
+    estimate: Estimate
+    per_layer_recompute: bool = False
+    rebalanced: bool = False    # layers placed by balance_pipeline (spec.offset), not the even split
+
+    def to_dict(self) -> dict:
+        strategy = {name: getattr(self.spec, name) for name in
+                    ("dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "global_batch_size", "seq_length",
+                     "zero_stage", "sequence_parallel", "pp_schedule")}
+        strategy["micro_batch_num"] = self.spec.resolved_micro_batch_num
+        strategy["recompute"] = ("per_layer" if self.per_layer_recompute else self.spec.recompute_option)
+        if self.per_layer_recompute:
+            from ..spec.recompute_spec import plan_document
+
+            strategy["recompute_ranges"] = plan_document(self.spec)   # what estimate --recompute-plan reads
+        if self.rebalanced:
+            strategy["offset"] = self.spec.offset
+        return {"strategy": strategy, "estimate": self.estimate.to_dict()}
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The outcome of a search."""
+
+    results: tuple[Ranked, ...]
+    space_size: int
+    fitting: int
+    rejected: Mapping[str, int]
+    pareto: tuple[tuple[float, float, int], ...]  # (step_time, peak_memory, index into the space)
+    units: str
+    columns: Mapping[str, np.ndarray] = field(repr=False, default_factory=dict)
+    step_time: np.ndarray = field(repr=False, default=None)
+    peak_memory: np.ndarray = field(repr=False, default=None)
+    #: Given dimension values that fill no combination of the devices, with why (not in the space).
+    excluded: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def best(self) -> Ranked | None:
+        return self.results[0] if self.results else None
+
+    def main_rejection(self) -> str | None:
+        """Why most candidates lost (the largest rejected count), or why the space is empty."""
+        counts = dict(self.rejected) or dict(self.excluded)
+        return max(sorted(counts), key=lambda reason: counts[reason]) if counts else None
+
+    def to_dict(self) -> dict:
+        return {
+            "units": self.units,
+            "space_size": self.space_size,
+            "fitting": self.fitting,
+            "rejected": dict(self.rejected),
+            "excluded": dict(self.excluded),
+            "results": [r.to_dict() for r in self.results],
+            "pareto": [{"step_time": t, "peak_memory": m, "strategy": _row_strategy(self.columns, i)}
+                       for t, m, i in self.pareto],
+        }
+
+
+def _row_strategy(columns: Mapping[str, np.ndarray], i: int) -> dict:
+    return {name: (col[i].item() if hasattr(col[i], "item") else col[i]) for name, col in columns.items()}
+
+
+def pareto_front(step_time: np.ndarray, memory: np.ndarray, mask: np.ndarray) -> list[int]:
+    """Indices (of *mask*ed rows) no other row beats on both step time and memory, by increasing time."""
+    idx = np.flatnonzero(mask)
+    if idx.size == 0:
+        return []
+    order = idx[np.lexsort((memory[idx], step_time[idx]))]
+    front, best_memory = [], math.inf
+    for i in order:
+        if memory[i] < best_memory:
+            front.append(int(i))
+            best_memory = memory[i]
+    return front
+
+
+def _spec_of(columns: Mapping[str, np.ndarray], i: int, fixed: Mapping[str, Any]) -> ExecSpec:
+    fields = {name: (col[i].item() if hasattr(col[i], "item") else col[i]) for name, col in columns.items()}
+    fields.update(fixed)
+    return ExecSpec(**fields)
+
+
+def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int, top: int = 10,
+           units: str = "seconds", ratios: Any = None, memory_limit: float | None = None,
+           allow_cross_node_tp: bool = False, per_layer_recompute: int = 3, balance: int = 3,
+           progress: Callable[[int, int], None] | None = None, rates: Any = None, threads: int | None = None,
+           **dims: Any) -> SearchResult:
+    """The *top* strategies for *model* on *cluster*, ranked by step time.
+
+    Args:
+        model: A Model or a catalog name.
+        cluster: A Cluster (its device count is the search's).
+        global_batch_size, seq_length: Required: what every candidate trains.
+        top: How many to return.
+        units: "seconds" or "nd"; *ratios* calibrates either.
+        memory_limit: Bytes a device may use (default its HBM).
+        allow_cross_node_tp: Let tp exceed a node.
+        per_layer_recompute: How many of the best to offer a per-layer recompute plan (0: none).
+        balance: How many of the best to offer a rebalanced pipeline (0: none): layers moved
+            between stages while the step gets faster (``ndcost.price.pipeline_balance``).
+        progress: Called with (priced, total) after each batch.
+        rates: Seconds mode's rates, as :func:`ndcost.estimate`'s (a rates JSON is read once).
+        threads: Threads each batch is priced on, as :func:`ndcost.estimate_many`'s: None (default)
+            all the cores the process may use, 1 the calling thread only; the result is the same.
+        **dims: Each search dimension (tp, pp, cp, dp, ep, micro_batch_size, vpp, zero_stage,
+            sequence_parallel, pp_schedule, recompute) fixed (a value), a list, or searched (absent).
+    """
+    from .candidates import Candidates
+    from .estimate_many import REASONS, estimate_many, resolve_threads
+
+    model = as_model(model)
+    if units == "nd":
+        from ..tables.nd_tables import refuse_nd_units
+
+        refuse_nd_units(model, "search")
+    if not hasattr(cluster, "num_devices"):
+        raise SpecError("cluster", "search", "be a Cluster", cluster)
+    for name, value in (("global_batch_size", global_batch_size), ("seq_length", seq_length), ("top", top)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(name, "search", "be an integer >= 1", value)
+    for name, value in (("per_layer_recompute", per_layer_recompute), ("balance", balance)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SpecError(name, "search", "be an integer >= 0", value)
+    resolve_threads(threads, "search")     # checked before the space is built
+    if units == "nd" and rates is not None:
+        raise SpecError("rates", "search", "be given in seconds units only (ND's units price no rates)", rates)
+    rates = as_rates(rates, device=cluster, owner="search")
+    if memory_limit is not None and not (is_finite_number(memory_limit) and memory_limit >= MIN_MEMORY_LIMIT):
+        raise SpecError("memory_limit", "search", f"be a finite number of bytes >= {MIN_MEMORY_LIMIT} (1 GiB)",
+                        memory_limit)
+    capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
+    space = build_space(model, cluster.num_devices, cluster.device.devices_per_node,
+                        global_batch_size=global_batch_size, seq_length=seq_length, dims=dims,
+                        allow_cross_node_tp=allow_cross_node_tp)
+    n = space.size
+    step = np.full(n, np.nan)
+    memory = np.full(n, np.nan)
+    reason = np.zeros(n, dtype=np.int64)
+    for start in range(0, n, BATCH):
+        chunk = {name: col[start:start + BATCH] for name, col in space.columns.items()}
+        batch = estimate_many(model, Candidates.from_arrays(**chunk), cluster, units=units, ratios=ratios, rates=rates,
+                              threads=threads)
+        step[start:start + BATCH] = batch.step_time
+        memory[start:start + BATCH] = batch.device_memory   # what the device holds (seconds: + slack, fixed)
+        reason[start:start + BATCH] = batch.reason
+        if progress is not None:
+            progress(min(n, start + BATCH), n)
+
+    valid = reason == 0
+    priced = valid & np.isfinite(step) & np.isfinite(memory)
+    fits = priced & (memory <= capacity)
+    rejected = Counter(REASONS[int(code)] for code in reason[~valid])
+    over = int((priced & ~fits).sum())
+    if over:
+        rejected[OVER_LIMIT] += over
+    unpriced = int((valid & ~priced).sum())
+    if unpriced:
+        rejected["not priced (an undefined step or memory)"] += unpriced
+    if int(fits.sum()) + sum(rejected.values()) != n:
+        # every candidate is ranked or counted under one reason: a mismatch is a bug here, not input
+        raise RuntimeError(f"search accounting: {int(fits.sum())} fit + {sum(rejected.values())} rejected "
+                           f"!= {n} candidates")
+
+    # Deterministic order: step time, peak memory, then each search dimension (smaller first).
+    keys = [space.columns[d] if space.columns[d].dtype != object else np.unique(space.columns[d], return_inverse=True)[1]
+            for d in reversed(SEARCH_DIMENSIONS)]
+    order = np.lexsort(tuple(keys) + (memory, np.where(fits, step, np.inf)))
+    ranked_rows = [int(i) for i in order[: max(top, per_layer_recompute, balance)] if fits[i]]
+    fixed = {"global_batch_size": global_batch_size, "seq_length": seq_length}
+    results = []
+    for i in ranked_rows:
+        spec = _spec_of({k: v for k, v in space.columns.items() if k not in fixed}, i, fixed)
+        results.append(Ranked(spec, estimate(model, spec, cluster, units=units, ratios=ratios, rates=rates)))
+    results += _balanced(model, cluster, results[:balance], capacity, units, ratios, rates)
+    results.sort(key=_rank_key)
+    results += _planned(model, cluster, results[:per_layer_recompute], capacity, units, ratios, rates)
+    results.sort(key=_rank_key)
+    front = pareto_front(step, memory, fits)
+    return SearchResult(
+        results=tuple(results[:top]), space_size=n, fitting=int(fits.sum()), rejected=dict(rejected),
+        excluded=dict(space.excluded or {}),
+        pareto=tuple((float(step[i]), float(memory[i]), i) for i in front), units=units,
+        columns=space.columns, step_time=step, peak_memory=memory,
+    )
+
+
+def _rank_key(ranked: Ranked) -> tuple:
+    return ranked.estimate.step_time, ranked.estimate.memory.peak
+
+
+def _balanced(model: Any, cluster: Any, best: list[Ranked], capacity: float, units: str, ratios: Any,
+              rates: Any = None) -> list[Ranked]:
+    """Rebalanced pipelines for the best few, kept where a layer moved (each move made the step faster)."""
+    from .pipeline_balance import balance_pipeline
+
+    out = []
+    for ranked in best:
+        if ranked.spec.pp == 1:
+            continue
+        balanced = balance_pipeline(model, ranked.spec, cluster, units=units, ratios=ratios, memory_limit=capacity,
+                                    rates=rates)
+        if balanced.moves:
+            out.append(Ranked(balanced.spec, balanced.estimate, rebalanced=True))
+    return out
+
+
+def _planned(model: Any, cluster: Any, best: list[Ranked], capacity: float, units: str, ratios: Any,
+             rates: Any = None) -> list[Ranked]:
+    """Per-layer recompute plans for the best few, kept where they beat their uniform mode."""
+    from .recompute_plan import plan_recompute
+
+    out = []
+    for ranked in best:
+        if ranked.spec.recompute_option == "none":
+            continue  # nothing recomputed: a plan can only match it
+        plan = plan_recompute(model, ranked.spec, cluster, memory_limit=capacity, units=units, rates=rates)
+        if not plan.feasible or not plan.ranges:
+            continue
+        priced = estimate(model, plan.spec, cluster, units=units, ratios=ratios, rates=rates)
+        if priced.memory.device_peak <= capacity and priced.step_time < ranked.estimate.step_time:
+            out.append(Ranked(plan.spec, priced, per_layer_recompute=True, rebalanced=ranked.rebalanced))
+    return out
+
+
+def print_progress(done: int, total: int, stream=sys.stderr) -> None:
+    """A one-line progress bar on *stream*."""
+    width = 30
+    filled = int(width * done / total) if total else width
+    stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} candidates")
+    if done >= total:
+        stream.write("\n")
+    stream.flush()

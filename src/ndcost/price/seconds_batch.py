@@ -1,0 +1,363 @@
+"""Seconds mode for a batch: N candidates priced by one kernel call per chunk.
+
+What ``estimate_many(units="seconds")`` and the search need, in three pieces:
+
+* :func:`seconds_candidate_columns` / :func:`seconds_candidate_matrix`: the seconds candidate
+  vector of every row at once (``SECONDS_CAND_FIELDS`` x N), numpy over the storage columns of a
+  :class:`~ndcost.price.candidates.Candidates` and the derived values of ``ndcost.tables.formulas`` -- the
+  vectorised twin of :func:`ndcost.tables.seconds.seconds_candidate_vector`;
+* :func:`seconds_layouts`: each distinct layout's kernel arrays, once: the counts and slots of
+  ``ndcost.tables.layout_pool`` plus the per-stage ``SECONDS_EXTRA_FIELDS`` rows (embedding, output
+  head, MTP modules per stage), which the layout pool does not hold;
+* :func:`seconds_batch`: ``kernels.seconds_estimate_batch`` over the rows (step time, parts,
+  MFU, HFU, tokens per second, optionally per-stage times), row for row what
+  :func:`ndcost.tables.seconds.seconds_estimate` returns.
+
+A row that is not a valid candidate keeps its reason and gets NaN; a row whose price is NaN gets
+"undefined"; a row whose layout cannot be built gets "layout". Nothing raises per candidate.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Mapping
+
+import numpy as np
+
+from .. import _backend
+from ..tables.cache import per_object
+from ..kernels.columns import KERNEL_REASONS, PART_NAMES, RATE_FIELDS, SCHEDULES, SECONDS_CAND, SECONDS_CAND_FIELDS
+from ..tables.formulas import ARRAY, CHOICES, ClusterConstants, derived_columns, joint_reason
+from ..kernels.seconds_batch import STEP_RATE_FIELDS
+from ..tables.layout_pool import LayoutPool, layout_piece, pack_layouts
+from .candidates import Candidates
+from ..tables.derive import model_constants
+from ..spec.device import Cluster, Device
+from ..errors import SpecError
+from .estimate import as_model
+from ..tables.layout import build_layout
+from ..tables.nd_tables import cluster_constants, nd_kind_table, nd_model_vector
+from ..spec.rates import Rates
+from ..tables.reasons import REASON_CODES
+from ..tables.seconds import (
+    _DEFAULT_OVERLAP, Overlap, _extras, _optimizer_bytes, rates_vector, seconds_kind_table, seconds_model_vector,
+)
+from ..tables.validate import _layout_rules, pipeline_depth_error
+
+__all__ = ["SecondsLayouts", "seconds_layouts", "seconds_candidate_columns", "seconds_candidate_matrix",
+           "seconds_batch", "STEP_RATE_FIELDS"]
+
+_OWNER = "seconds_batch"
+#: Rows per kernel call when seconds_batch is given a whole Candidates (estimate_many's chunk).
+_CHUNK = 8192
+_N_KERNEL_REASONS = len(KERNEL_REASONS)
+_LAYOUT_CODE = REASON_CODES["layout"]
+_PRECISIONS = CHOICES["precision"]
+_FP8 = _PRECISIONS.index("fp8")
+_RING = CHOICES["cp_algo"].index("ring")
+_PP = {name: i for i, name in enumerate(CHOICES["pp_schedule"])}
+#: SCHEDULES code of each pp_schedule code ("1f1b" with vpp > 1 runs interleaved: ExecSpec.schedule).
+_SCHEDULE_OF_PP = np.array([SCHEDULES.index(name) for name in CHOICES["pp_schedule"]], dtype=np.float64)
+_INTERLEAVED = float(SCHEDULES.index("interleaved"))
+_N_RATES = len(STEP_RATE_FIELDS)
+
+
+# --------------------------------------------------------------------------- the candidate matrix
+
+
+class _Fields:
+    """Attribute access to storage columns, for the formulas of ndcost.tables.seconds written on a spec."""
+
+    __slots__ = ("_columns",)
+
+    def __init__(self, columns: Mapping[str, Any]) -> None:
+        self._columns = columns
+
+    def __getattr__(self, name: str) -> Any:
+        return self._columns[name]
+
+
+def seconds_candidate_columns(c: Mapping[str, Any], d: Mapping[str, Any], overlap: Overlap | None = None) -> dict:
+    """Each ``SECONDS_CAND_FIELDS`` value of the rows, by field name (numpy columns or scalars).
+
+    *c* holds Candidates storage columns (``Candidates.storage``: codes for the choice fields,
+    ``ndcost.tables.formulas`` sentinels for the optional ones), *d* their derived values
+    (``ndcost.tables.formulas.derived_columns(ARRAY, c, ...)``). Field for field
+    :func:`ndcost.tables.seconds.seconds_candidate_vector`; rows that are not valid candidates get
+    values nobody reads.
+    """
+    shares = _DEFAULT_OVERLAP if overlap is None else overlap
+    where = np.where
+    schedule_code = c["pp_schedule"]
+    return {
+        "b": c["micro_batch_size"], "s": c["seq_length"], "t": c["tp"], "sp": d["sp"], "cp": c["cp"],
+        "ep": c["ep"], "t_exp": d["t_exp"], "d": c["dp"], "edp": d["expert_data_parallel"],
+        "p": c["pp"], "vp": c["vpp"], "m": d["micro_batch_num"], "seq_split": c["seq_split"],
+        "bytes_c": c["compute_bytes"], "bytes_mm": where(c["precision"] == _FP8, 1, c["compute_bytes"]),
+        "bytes_p": c["param_bytes"], "bytes_grad": d["bytes_grad"], "bytes_opt": _optimizer_bytes(_Fields(c)),
+        "dropout_bytes": c["dropout_bytes"],
+        "flash": c["flash_attention"], "dropless": c["grouped_gemm"], "cap_fact": c["capacity_factor"],
+        "moe_imb": c["moe_imbalance"],
+        "cp_ring": c["cp_algo"] == _RING,
+        "zero": c["zero_stage"], "zero_ranks": d["zero_shard_ranks"], "defer_grads": d["defers_grads"],
+        "reshard": d["reshards"], "tie_emb": d["tie_embeddings"],
+        "schedule": where((schedule_code == _PP["1f1b"]) & (c["vpp"] > 1), _INTERLEAVED,
+                          _SCHEDULE_OF_PP.take(schedule_code, mode="clip")),
+        # Overlap.shares(spec), a column at a time: None takes the spec's own switch
+        "ov_dp": c["overlapped_grad_reduce"] if shares.dp_reduce is None else shares.dp_reduce,
+        "ov_dp_gather": shares.dp_gather, "ov_fsdp": shares.fsdp_prefetch,
+        "ov_tp": c["tp_overlap"] if shares.tp is None else shares.tp,
+        "ov_cp": shares.cp,
+        "ov_ep": schedule_code == _PP["zero_bubble_v"] if shares.ep is None else shares.ep,
+    }
+
+
+def seconds_candidate_matrix(c: Mapping[str, Any], d: Mapping[str, Any], n: int, overlap: Overlap | None = None,
+                             out: np.ndarray | None = None) -> np.ndarray:
+    """(len(SECONDS_CAND_FIELDS), n) float64: a candidate per column (what seconds_estimate_batch reads)."""
+    values = seconds_candidate_columns(c, d, overlap)
+    if len(values) != len(SECONDS_CAND_FIELDS):   # a field added to the ABI must be given a column here
+        missing = sorted(set(SECONDS_CAND_FIELDS) - set(values))
+        raise RuntimeError(f"seconds_candidate_columns does not fill {missing}")
+    matrix = np.empty((len(SECONDS_CAND_FIELDS), n), dtype=np.float64) if out is None else out
+    for name, value in values.items():
+        matrix[SECONDS_CAND[name]] = value
+    return matrix
+
+
+# --------------------------------------------------------------------------- layouts
+
+
+class SecondsLayouts:
+    """The distinct layouts of a Candidates on a model, packed for ``seconds_estimate_batch``.
+
+    Attributes:
+        pool: The :class:`~ndcost.tables.layout_pool.LayoutPool` of the layouts that can be built
+            (its LAYOUT_FIELDS table, ``pool`` and ``slot_pool``; ``max_pp``).
+        extras: float64, each table row's (pp, SECONDS_EXTRA_FIELDS) rows, flat, from
+            ``extras_at[row]`` (int64, one per table row).
+        row: int64 (len(candidates.layouts) + 1,): the table row of each Candidates layout, -1
+            when it cannot be built; the last entry (-1) serves the layout index -1 of an invalid row.
+        bad: bool, as *row*: the layout breaks validate's rule 7 (the reason "layout").
+    """
+
+    __slots__ = ("pool", "extras", "extras_at", "row", "bad")
+
+    def __init__(self, pool: LayoutPool, extras: np.ndarray, extras_at: np.ndarray, row: np.ndarray,
+                 bad: np.ndarray) -> None:
+        self.pool, self.extras, self.extras_at, self.row, self.bad = pool, extras, extras_at, row, bad
+        for array in (extras, extras_at, row, bad):
+            array.setflags(write=False)
+
+
+def seconds_layouts(model: Any, candidates: Candidates) -> SecondsLayouts:
+    """The layouts of *candidates* on *model* (each built once per model and layout; cached per pair)."""
+    model = as_model(model)
+    cached = candidates._cache.get(("seconds_layouts", id(model)))
+    if cached is not None and cached[0]() is model:
+        return cached[1]
+    built = per_object(model).setdefault("seconds_layout_pieces", {})
+    pieces, extras, extras_at, rows, bad = [], [], [], [], []
+    at = 0
+    for index, fields in enumerate(candidates.layouts):
+        key = tuple(fields.values())
+        entry = built.get(key)
+        if entry is None:
+            spec = candidates.layout_spec(index)
+            # A pipeline deeper than the model (rule 4; its rows have that reason) is never built:
+            # a layout's work grows with pp*vpp.
+            broken = (pipeline_depth_error(model, spec.pp, spec.vpp) is not None
+                      or any(True for _ in _layout_rules(model, spec)))
+            piece = extra = None
+            if not broken:
+                try:
+                    layout = build_layout(model, spec)
+                except SpecError:
+                    broken = True
+                else:
+                    piece, extra = layout_piece(layout), np.ascontiguousarray(_extras(layout).reshape(-1))
+            entry = built[key] = (broken, piece, extra)
+        broken, piece, extra = entry
+        bad.append(broken)
+        if piece is None:
+            rows.append(-1)
+            continue
+        rows.append(len(pieces))
+        pieces.append(piece)
+        extras.append(extra)
+        extras_at.append(at)
+        at += extra.shape[0]
+    result = SecondsLayouts(
+        pack_layouts(pieces), np.concatenate(extras) if extras else np.zeros(0, dtype=np.float64),
+        np.asarray(extras_at, dtype=np.int64), np.asarray(rows + [-1], dtype=np.int64),
+        np.asarray(bad + [False], dtype=bool))
+    candidates._cache[("seconds_layouts", id(model))] = (weakref.ref(model), result)
+    return result
+
+
+# --------------------------------------------------------------------------- the batch
+
+
+def _cluster_of(cluster: Any) -> tuple[Cluster, ClusterConstants]:
+    """(a Cluster whose device gives the rates, the constants the joint rules read)."""
+    if isinstance(cluster, Cluster):
+        return cluster, cluster_constants(cluster)
+    if isinstance(cluster, (str, Device)):
+        sized = Cluster(cluster, num_devices=1)   # a bare device: each candidate on its own devices
+        return sized, ClusterConstants(None, sized.device)
+    raise SpecError("cluster", _OWNER, "be a Cluster, a Device or a device name", cluster)
+
+
+def _rates_table(cluster: Cluster, rates: Rates) -> np.ndarray:
+    """(len(PRECISIONS), len(RATE_FIELDS)): the rates of each precision; NaN for a dtype the
+    device states no peak for (such a row prices as "undefined")."""
+    table = np.full((len(_PRECISIONS), len(RATE_FIELDS)), np.nan)
+    for q, precision in enumerate(_PRECISIONS):
+        try:
+            table[q] = rates_vector(cluster, rates, precision)
+        except SpecError:
+            pass
+    return table
+
+
+def _output(out: Mapping[str, Any] | None, name: str, shape: tuple) -> np.ndarray:
+    array = None if out is None else out.get(name)
+    if array is None:
+        return np.empty(shape, dtype=np.float64)
+    if not isinstance(array, np.ndarray) or array.shape != shape or array.dtype != np.float64:
+        raise SpecError(f"out[{name!r}]", _OWNER, f"be a float64 array of shape {shape}", type(array).__name__)
+    return array
+
+
+def _reason_array(rows: Any, n: int) -> np.ndarray:
+    """*rows* itself when it can be written in place (int64, C-contiguous, writable), else a copy."""
+    if (isinstance(rows, np.ndarray) and rows.dtype == np.int64 and rows.flags.c_contiguous
+            and rows.flags.writeable and rows.shape == (n,)):
+        return rows
+    array = np.array(rows, dtype=np.int64)
+    if array.shape != (n,):
+        raise SpecError("rows", _OWNER, f"hold one reason code per row ({n})", f"shape {array.shape}")
+    return array
+
+
+def seconds_batch(model: Any, candidates: Any, cluster: Any, rows: Any = None, layout_index: Any = None,
+                  layout_pool: SecondsLayouts | None = None, *, rates: Rates | None = None,
+                  overlap: Overlap | None = None, stage_times: bool = False,
+                  out: Mapping[str, Any] | None = None, derived: Mapping[str, Any] | None = None) -> dict:
+    """Seconds mode over a batch: row for row what :func:`ndcost.tables.seconds.seconds_estimate` returns.
+
+    Args:
+        model: A Model or a catalog name.
+        candidates: A :class:`~ndcost.price.candidates.Candidates`, or the storage columns of some of its
+            rows (``{field: Candidates.storage(field)[rows]}``, a column with one value for every
+            row may be a scalar: ``estimate_many``'s chunk); the latter needs *layout_index* and
+            *layout_pool*.
+        cluster: A Cluster, a Device or a device name: its device gives the rates (a strategy's
+            own dp·tp·pp·cp devices are priced, whatever the cluster's size).
+        rows: int64 (N,) reason codes, IN/OUT (ndcost.tables.reasons: a row >= len(KERNEL_REASONS) is
+            not priced); updated in place when it is a writable C-contiguous int64 array.
+            None (a Candidates only): the Candidates' own reasons, then the joint rules of
+            (model, spec, cluster) as ``estimate_many`` applies them.
+        layout_index: int64 (N,), each row's index in ``candidates.layouts`` (-1 for an invalid
+            row); None: ``candidates.layout_index``.
+        layout_pool: :func:`seconds_layouts` of the Candidates (built when None).
+        rates: Achievable rates (default: ``Rates.for_device(device)``).
+        overlap: Comm/compute overlap shares (default: :class:`~ndcost.tables.seconds.Overlap`'s).
+        stage_times: Also return each stage's busy time in the step (N, max pp), NaN past a
+            row's pp.
+        out: Arrays to write into, by result name (float64, the result's shape; any subset).
+        derived: ``ndcost.tables.formulas.derived_columns(ARRAY, c, ...)`` of storage columns *c* when the
+            caller has them (``estimate_many``'s chunk); computed when None.
+
+    Returns:
+        A dict of arrays with one entry per row: ``step_time`` (N,), ``parts`` (PART_NAMES, N),
+        ``mfu``, ``hfu``, ``tokens_per_second``, ``model_flops`` (N,), ``reason`` (N,), and
+        ``stage_times`` (N, max pp) or None.
+
+    Raises:
+        SpecError: For bad arguments (never for a bad candidate: see ``reason``).
+    """
+    model = as_model(model)
+    if overlap is not None and not isinstance(overlap, Overlap):
+        raise SpecError("overlap", _OWNER, "be an Overlap or None", overlap)
+    device_cluster, constants = _cluster_of(cluster)
+    rates = Rates.for_device(device_cluster.device) if rates is None else rates
+    if not isinstance(rates, Rates):
+        raise SpecError("rates", _OWNER, "be a Rates or None", rates)
+    whole = isinstance(candidates, Candidates)
+    if whole:
+        n = len(candidates)
+        layout_pool = seconds_layouts(model, candidates) if layout_pool is None else layout_pool
+        layout_index = candidates.layout_index if layout_index is None else layout_index
+    elif not isinstance(candidates, Mapping) or layout_index is None or layout_pool is None or rows is None:
+        raise SpecError("candidates", _OWNER, "be a Candidates, or storage columns with rows, layout_index and "
+                        "layout_pool", type(candidates).__name__)
+    else:
+        n = len(layout_index)
+    if not isinstance(layout_pool, SecondsLayouts):
+        raise SpecError("layout_pool", _OWNER, "be seconds_layouts(model, candidates) or None", layout_pool)
+    layout_index = np.asarray(layout_index, dtype=np.int64)
+    if layout_index.shape != (n,):
+        raise SpecError("layout_index", _OWNER, f"hold one layout index per row ({n})", f"shape {layout_index.shape}")
+    reason = None if rows is None else _reason_array(rows, n)
+
+    max_pp = layout_pool.pool.max_pp
+    step = _output(out, "step_time", (n,))
+    parts = _output(out, "parts", (len(PART_NAMES), n))
+    step_rates = np.empty((_N_RATES, n), dtype=np.float64)
+    want_times = stage_times or (out is not None and out.get("stage_times") is not None)
+    times = _output(out, "stage_times", (n, max_pp)) if want_times else None
+    no_times = np.empty((0, 0), dtype=np.float64)
+    no_sums = np.empty((0, 0, 0), dtype=np.float64)
+
+    if whole:
+        storage = {name: candidates.storage(name) for name in candidates.fields}
+        # A column that is one value broadcast (stride 0) enters the formulas as a numpy scalar.
+        constant = {name: column[0] for name, column in storage.items()
+                    if column.ndim == 1 and column.shape[0] and column.strides[0] == 0}
+        varying = [name for name in storage if name not in constant]
+        if reason is None:
+            reason = np.array(candidates.reason, dtype=np.int64)
+            spec_reason = candidates.reason
+        chunks = range(0, n, _CHUNK)
+    else:
+        chunks = range(0, n, n) if n else range(0)
+
+    mc = model_constants(model)
+    tables = (nd_kind_table(model), seconds_kind_table(model), nd_model_vector(model), seconds_model_vector(model))
+    rate_table = _rates_table(device_cluster, rates)
+    kernels = _backend.kernels
+    pool = layout_pool.pool
+    with np.errstate(all="ignore"):
+        for start in chunks:
+            stop = min(n, start + (_CHUNK if whole else n))
+            if whole:
+                c = dict(constant)
+                for name in varying:
+                    c[name] = storage[name][start:stop]
+            else:
+                c = candidates
+            li = layout_index[start:stop]
+            chunk_reason = reason[start:stop]
+            if whole and rows is None:
+                joint = joint_reason(ARRAY, c, mc, constants, layout_pool.bad[li], True, REASON_CODES)
+                chunk_reason[...] = np.where(spec_reason[start:stop] != 0, spec_reason[start:stop], joint)
+            table_row = layout_pool.row[li]
+            chunk_reason[(chunk_reason < _N_KERNEL_REASONS) & (table_row < 0)] = _LAYOUT_CODE
+            d = derived_columns(ARRAY, c, mc) if derived is None or whole else derived
+            matrix = seconds_candidate_matrix(c, d, stop - start, overlap)
+            rate_index = np.empty(stop - start, dtype=np.int64)
+            rate_index[...] = np.clip(c["precision"], 0, len(_PRECISIONS) - 1)
+            kernels.seconds_estimate_batch(
+                *tables, matrix, rate_table, rate_index, table_row, pool.layouts, pool.pool, pool.slot_pool,
+                layout_pool.extras, layout_pool.extras_at, chunk_reason, step[start:stop], parts[:, start:stop],
+                step_rates[:, start:stop], times[start:stop] if times is not None else no_times, no_sums)
+
+    result = {"step_time": step, "parts": parts, "reason": reason, "stage_times": times}
+    for j, name in enumerate(STEP_RATE_FIELDS):
+        target = None if out is None else out.get(name)
+        if target is not None:
+            _output(out, name, (n,))[...] = step_rates[j]
+            result[name] = target
+        else:
+            result[name] = step_rates[j]
+    return result

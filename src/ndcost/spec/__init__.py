@@ -1,0 +1,1 @@
+"""What the user states: models, devices and clusters, strategies, rates and ratios, catalogs."""

@@ -1,0 +1,300 @@
+"""The strategy spec: how a model is split and run (:class:`ExecSpec`).
+
+An :class:`ExecSpec` states every strategy field once, in Megatron-style
+names (degrees, micro-batching, pipeline schedule and layout, recompute,
+ZeRO/FSDP sharding, byte widths, kernels). It validates its own fields when
+built (the rules are :mod:`ndcost.spec.exec_spec_rules`); what depends on the model or the cluster is checked by
+:func:`ndcost.tables.validate.validate`, and ND's derived values (sharding factors,
+comm flags, ...) come from :func:`ndcost.tables.derive.derive`.
+
+:meth:`ExecSpec.from_strategy` reads ND's keyword strategy
+(``dp, mp, pp, mb, mbs, op, sp, ...``), with the semantics of the seed
+``nd/common/apply_exec.py`` ``strategy_exec`` (ND_REFERENCE §1.4; :mod:`ndcost.spec.nd_strategy`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..errors import SpecError
+from .exec_spec_rules import (
+    BYTE_LIMITS, CHECKS, CP_ALGOS, DEGREE_LIMITS, PP_SCHEDULES, PRECISIONS, ZERO_STAGES, check_scalars, scalars_hold,
+    states_per_stage,
+)
+from .nd_strategy import spec_from_strategy
+from .recompute_spec import RecomputeRange, mask_from_switches, selective_keep_mask, switches_from_mask
+
+__all__ = ["ExecSpec", "RecomputeRange", "PP_SCHEDULES", "CP_ALGOS", "PRECISIONS", "ZERO_STAGES",
+           "DEGREE_LIMITS", "BYTE_LIMITS"]
+
+_OWNER = "ExecSpec"
+
+
+@dataclass(frozen=True, init=False)
+class ExecSpec:
+    """Every field of a training strategy (the comments beside the fields say what each means).
+
+    Degrees: ``dp * tp * pp * cp`` devices; ``ep`` and ``etp`` fold the
+    experts over those (Megatron's expert grid). Batch: state
+    ``global_batch_size`` or ``micro_batch_num`` (or both, in agreement);
+    the other follows as ``global_batch_size = micro_batch_size * dp *
+    micro_batch_num``.
+
+    The spec is immutable: lists are stored as tuples and mappings as
+    read-only proxies, copied from the caller's (whose objects are never
+    changed). :meth:`replace` returns a new, validated spec.
+    """
+
+    # -- degrees (devices = dp*tp*pp*cp; EP folds into dp*cp*tp, Megatron's expert grid)
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    vpp: int = 1  # model chunks per stage (ND's vp)
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None  # expert TP; None: experts follow tp (ND derive step 2)
+    sequence_parallel: bool = False  # Megatron SP: ND's sp = tp, else 1
+    # -- batch (global_batch_size = micro_batch_size*dp*micro_batch_num, ND's gbs = b*d*m)
+    micro_batch_size: int = 1
+    micro_batch_num: int | None = None  # None: global_batch_size // (micro_batch_size*dp)
+    global_batch_size: int | None = None  # None: micro_batch_size*dp*micro_batch_num
+    seq_length: int = 4096
+    # -- pipeline (ND_REFERENCE §1.6, §3.6)
+    pp_schedule: str = "1f1b"  # "1f1b" with vpp > 1 runs interleaved (see `schedule`)
+    seq_split: int = 1  # Seq1F1B sequence chunks (ND's n_s_split)
+    offset: tuple | None = None  # layers added per stage (1-D) or per chunk and stage (vpp x pp)
+    pp_partition: tuple | None = None  # layers per stage; excludes offset
+    mtp_in_offset: bool = True  # the offset counts the MTP layers (ND's is_mtp_in_offset)
+    emb_out_in_offset: bool = False  # the offset counts embedding and output as layers
+    # -- recompute (switches: 1 keeps an op's activation, 0 recomputes it)
+    recompute: str | tuple = "none"  # "none" | "full" | "selective" | RecomputeRange, ...
+    full_recompute: bool | tuple | None = None  # ND's full_rec: all, or the first k layers per stage
+    selective_recompute: bool | tuple | None = None  # ND's sel_rec, same shapes
+    selective_rule: str = "megatron"  # switches of "selective" unless selective_switches states them
+    selective_switches: Mapping[str, int] | None = None
+    selective_comm_recompute: bool = False  # MindFormers' select_comm_recompute (the SP gather)
+    recompute_slice_activation: bool = False  # a fully recomputed layer keeps its input split over tp
+    # -- sharding and gradient reduction
+    zero_stage: int = 1  # 0 DDP, 1 optimizer states, 2 + gradients, 3 + parameters (FSDP)
+    optimizer_shard: int | None = None  # ND's os_max_shard: DP ranks the shards span (None: dp)
+    reshard_params: bool | None = None  # FSDP reshard after forward (None: True at ZeRO-3)
+    overlapped_grad_reduce: bool = True
+    deferred_grad_accumulation: bool = False  # reduce gradients once, after the last micro-batch
+    shard_spans_cp: bool = True  # ZeRO shards span dp*cp (Megatron's DP x CP optimizer group)
+    # -- byte widths (per element)
+    param_bytes: int = 2
+    compute_bytes: int = 2
+    softmax_bytes: int = 4
+    grad_bytes: int = 4
+    #: Bytes each logit of the loss holds at its peak: 4, Megatron's fp32 logits of its vocab-parallel
+    #: cross entropy (Korthikanti et al. 2022 §4.3); 10 where the loss upcasts a copy and keeps its
+    #: fp32 log-softmax beside the 16-bit logits (torchtitan's cross_entropy_loss, pred.float()).
+    logit_bytes: int = 4
+    optimizer_state_bytes: int = 4
+    optimizer_states: int = 2  # Adam's two moments
+    main_param_bytes: int = 4  # fp32 master copy of the params (0: none)
+    norm_bytes: int = 2
+    # Dropout mask bytes; 0: no dropout, as Llama, Qwen and DeepSeek train (their config.json
+    # attention_dropout is 0.0). GPT-3-style runs (Korthikanti et al.'s assumptions) set 1.
+    dropout_bytes: int = 0
+    # -- kernels and model-side choices
+    flash_attention: bool = True
+    grouped_gemm: bool = True  # dropless MoE; False: capacity mode with capacity_factor
+    capacity_factor: float = 1.0
+    #: Dropless MoE: the busiest expert's routed tokens over the mean (1: balanced, as NVIDIA's
+    #: published runs force it); the straggler's grouped GEMMs and all-to-all carry this load.
+    moe_imbalance: float = 1.0
+    cp_algo: str = "ring"  # "ring" (ND's colossalai_cp) | "ulysses"
+    vocab_emb_dp: bool = False  # ND: the embedding is not split over tp when pp == 1
+    tie_embeddings: bool | None = None  # None: the model's tie_word_embeddings
+    moe_dispatch: float | None = None  # ND's MOE_DISPATCH (None: 1040; 0 prices no dispatch)
+    precision: str = "bf16"
+    tp_overlap: bool = False  # seconds mode: TP comm overlapped with compute
+
+    # ------------------------------------------------------------------ construction and validation
+
+    def __init__(self, *args: Any, **fields: Any) -> None:
+        # The dataclass's own __init__ would store every field with its own object.__setattr__ (frozen);
+        # a search builds a spec per candidate, so the fields become the instance dict in one step,
+        # and the rule groups then check (and canonicalise) them in place.
+        if args:
+            fields = _with_positional(args, fields)
+        values = {**_DEFAULTS, **fields}
+        if len(values) != len(_DEFAULTS):
+            _reject_unknown(fields)
+        object.__setattr__(self, "__dict__", values)
+        if not scalars_hold(values):
+            check_scalars(self)
+        for check in _STRUCTURE_CHECKS:
+            check(self)
+
+    @classmethod
+    def problems(cls, **fields: Any) -> list[SpecError]:
+        """Every group of rules *fields* break, one SpecError each, where ``ExecSpec(**fields)`` stops at
+        the first: the scalars, then (when they hold) the pipeline, the batch, the layout, recompute
+        and sharding rules -- each group checked on its own. [] when the spec is valid."""
+        unknown = sorted(set(fields) - set(_DEFAULTS))
+        if unknown:
+            return [SpecError(unknown[0], _OWNER, "be an ExecSpec field", fields[unknown[0]])]
+        spec = object.__new__(cls)
+        object.__setattr__(spec, "__dict__", {**_DEFAULTS, **fields})
+        found: list[SpecError] = []
+        for check in CHECKS:
+            try:
+                check(spec)
+            except SpecError as exc:
+                found.append(exc)
+                if check is check_scalars:
+                    break       # the other groups read the scalars: undefined past a bad one
+        return found
+
+    # ------------------------------------------------------------------ identity
+
+    def __hash__(self) -> int:
+        # selective_switches is a read-only proxy, which does not hash.
+        return hash(tuple(
+            tuple(value.items()) if type(value) is MappingProxyType else value
+            for value in map(self.__getattribute__, _FIELD_NAMES)
+        ))
+
+    def __reduce__(self):
+        # A mappingproxy neither pickles nor deep-copies: rebuild from plain values.
+        return (_rebuild, (self._plain_fields(),))
+
+    def _plain_fields(self) -> dict[str, Any]:
+        state = {name: getattr(self, name) for name in _FIELD_NAMES}
+        if state["selective_switches"] is not None:
+            state["selective_switches"] = dict(state["selective_switches"])
+        return state
+
+    def replace(self, **changes: Any) -> ExecSpec:
+        """A copy with *changes* applied, validated again."""
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ derived views
+
+    @property
+    def sp(self) -> int:
+        """ND's sequence-parallel factor: tp with sequence parallelism, else 1
+        (ND_REFERENCE §1.3 ``sp``; derive step 1)."""
+        return self.tp if self.sequence_parallel else 1
+
+    @property
+    def schedule(self) -> str:
+        """The pipeline schedule that runs: ``"1f1b"`` with vpp > 1 is
+        ``"interleaved"`` (ND's 1f1b with vp > 1, ND_REFERENCE §3.6)."""
+        if self.pp_schedule == "1f1b" and self.vpp > 1:
+            return "interleaved"
+        return self.pp_schedule
+
+    @property
+    def num_devices(self) -> int:
+        """Devices the strategy occupies: dp*tp*pp*cp (ND's strategy_num_devices,
+        ND_REFERENCE §1.3); EP folds into these."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def resolved_micro_batch_num(self) -> int:
+        """Micro-batches per step: as stated, else global_batch_size // (micro_batch_size*dp)."""
+        if self.micro_batch_num is not None:
+            return self.micro_batch_num
+        return self.global_batch_size // (self.micro_batch_size * self.dp)
+
+    @property
+    def resolved_global_batch_size(self) -> int:
+        """Samples per step: as stated, else micro_batch_size*dp*micro_batch_num."""
+        if self.global_batch_size is not None:
+            return self.global_batch_size
+        return self.micro_batch_size * self.dp * self.micro_batch_num
+
+    @property
+    def resolved_reshard_params(self) -> bool:
+        """Whether FSDP reshards after forward: as stated, else True at zero_stage 3."""
+        if self.reshard_params is not None:
+            return self.reshard_params
+        return self.zero_stage == 3
+
+    @property
+    def recompute_option(self) -> str:
+        """How the spec states its recompute.
+
+        ``"ranges"`` for a tuple of :class:`RecomputeRange`; for a per-stage
+        statement, ``"full"``/``"selective"`` when it is ``True`` (every
+        layer) and ``"per_stage"`` for layer counts (full wins over selective,
+        as ND's partition generator reads ``full_rec`` first, ND_REFERENCE
+        §1.6); else the ``recompute`` string (``"none"``, ``"full"``,
+        ``"selective"``).
+        """
+        if isinstance(self.recompute, tuple):
+            return "ranges"
+        if states_per_stage(self.full_recompute):
+            return "full" if self.full_recompute is True else "per_stage"
+        if states_per_stage(self.selective_recompute):
+            return "selective" if self.selective_recompute is True else "per_stage"
+        return self.recompute
+
+    @property
+    def selective_setting(self) -> dict[str, int]:
+        """The switches (1 keep, 0 recompute) a selective layer runs with:
+        ``selective_switches`` if stated, else the ``selective_rule``'s."""
+        return switches_from_mask(self.keep_mask)
+
+    @property
+    def keep_mask(self) -> int:
+        """The selective setting as a keep mask (bit i set: ``SWITCHES[i]`` kept):
+        ``selective_switches`` if stated, else the ``selective_rule``'s."""
+        if self.selective_switches is not None:
+            return mask_from_switches(self.selective_switches)
+        return selective_keep_mask(
+            self.selective_rule,
+            flash_attention=self.flash_attention,
+            sequence_parallel_degree=self.sp,
+            comm_recompute=self.selective_comm_recompute,
+        )
+
+    def range_keep_mask(self, recompute_range: RecomputeRange) -> int:
+        """The keep mask a range runs with: its own, or the spec's for a selective
+        range that states no switches (ND_REFERENCE §1.4 derive step 7)."""
+        own = recompute_range.keep_mask
+        return self.keep_mask if own is None else own
+
+    # ------------------------------------------------------------------ ND's keyword strategy
+
+    from_strategy = classmethod(spec_from_strategy)
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(ExecSpec))
+# Every field has a default (None where the spec derives the value), so a spec's values are these
+# updated by what its caller states.
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ExecSpec)}
+#: The rule groups after the scalars, which ExecSpec(...) checks first (and fast when they hold).
+_STRUCTURE_CHECKS = CHECKS[1:]
+# The signature the dataclass's __init__ had: for help() and inspect.signature (the fields, in order).
+ExecSpec.__signature__ = inspect.Signature([
+    inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default, annotation=f.type)
+    for f in dataclasses.fields(ExecSpec)
+])
+
+
+def _with_positional(args: tuple, fields: dict[str, Any]) -> dict[str, Any]:
+    """The keywords positional *args* state (fields in declaration order), as the dataclass took them."""
+    if len(args) > len(_FIELD_NAMES):
+        raise TypeError(f"ExecSpec() takes at most {len(_FIELD_NAMES)} positional arguments ({len(args)} given)")
+    named = dict(zip(_FIELD_NAMES, args))
+    for name in fields:
+        if name in named:
+            raise TypeError(f"ExecSpec() got multiple values for argument {name!r}")
+    named.update(fields)
+    return named
+
+
+def _reject_unknown(fields: dict[str, Any]) -> None:
+    unknown = next(name for name in fields if name not in _DEFAULTS)
+    raise TypeError(f"ExecSpec.__init__() got an unexpected keyword argument {unknown!r}")
+
+
+def _rebuild(state: dict[str, Any]) -> ExecSpec:
+    return ExecSpec(**state)

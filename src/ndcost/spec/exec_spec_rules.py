@@ -1,0 +1,358 @@
+"""The rules an :class:`~ndcost.spec.exec_spec.ExecSpec`'s own fields obey, and the checks that enforce them.
+
+The rules come in groups (scalars, pipeline, batch, layout, recompute, sharding), each a function of
+a spec, run in :data:`CHECKS`' order: ``ExecSpec(...)`` stops at the first broken rule,
+``ExecSpec.problems`` runs every group. A check that accepts a value in another form (a list, an int
+offset, an int capacity factor, a dict of switches) stores its canonical form on the spec.
+
+Every spec is checked when it is built, and a search builds one per candidate, so the scalar group
+has a fast test (:func:`scalars_hold`): when every scalar is of its exact type and within its bounds,
+as nearly every spec's are, the ordered check (which names the first broken rule) has nothing to
+find and is skipped. Both read the same tables below.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..errors import (
+    SpecError, above_limit, check_bool, check_choice, check_positive_int, check_positive_number, is_finite_number,
+)
+from ..limits import (
+    MAX_BATCH, MAX_BYTE_WIDTH, MAX_CAPACITY_FACTOR, MAX_DEVICES, MAX_LAYERS, MAX_OPTIMIZER_STATES, MAX_SEQ_LENGTH,
+)
+from .recompute_spec import RECOMPUTE_OPTIONS, SELECTIVE_RULES, RecomputeRange, canonical_switches
+
+__all__ = [
+    "PP_SCHEDULES", "CP_ALGOS", "PRECISIONS", "ZERO_STAGES", "DEGREE_LIMITS", "BYTE_LIMITS", "BOOL_FIELDS",
+    "CHECKS", "scalars_hold", "is_int", "states_per_stage",
+]
+
+OWNER = "ExecSpec"
+
+#: Pipeline schedules (ND_REFERENCE §1.7 / §3.6): ND's ``1f1b`` (interleaved
+#: when vpp > 1), ``zero_bubble_v`` (DualPipeV), ``gpipe``, and ``seq1f1b``
+#: (ND's ``seqpipe``/``seqsmartvpp``).
+PP_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")
+#: Context-parallel algorithms: ring attention (ND's ``colossalai_cp``) and Ulysses.
+CP_ALGOS: tuple[str, ...] = ("ring", "ulysses")
+#: Compute precisions.
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8")
+#: 0 DDP; 1 optimizer states sharded; 2 + gradients; 3 + parameters (FSDP).
+ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+
+#: Each degree's bound (ndcost.limits): a device count, but pp and vpp, whose stages and chunks
+#: each hold a layer.
+DEGREE_LIMITS = MappingProxyType({"dp": MAX_DEVICES, "tp": MAX_DEVICES, "pp": MAX_LAYERS, "vpp": MAX_LAYERS,
+                                  "cp": MAX_DEVICES, "ep": MAX_DEVICES})
+BOOL_FIELDS: tuple[str, ...] = (
+    "sequence_parallel",
+    "mtp_in_offset",
+    "emb_out_in_offset",
+    "selective_comm_recompute",
+    "recompute_slice_activation",
+    "overlapped_grad_reduce",
+    "deferred_grad_accumulation",
+    "shard_spans_cp",
+    "flash_attention",
+    "grouped_gemm",
+    "vocab_emb_dp",
+    "tp_overlap",
+)
+# Byte widths and their minimum: a main (master) parameter copy and a dropout
+# mask may be absent (ND's DEFAULT_RUN has main_param_bytes 0 and
+# dropout_bytes 0, ND_REFERENCE §1.4 derive step 10); the rest are real widths.
+_BYTE_MINIMUMS = (
+    ("param_bytes", 1),
+    ("compute_bytes", 1),
+    ("softmax_bytes", 1),
+    ("grad_bytes", 1),
+    ("optimizer_state_bytes", 1),
+    ("optimizer_states", 0),
+    ("main_param_bytes", 0),
+    ("norm_bytes", 1),
+    ("dropout_bytes", 0),
+    ("logit_bytes", 1),
+)
+#: A byte field's bound (ndcost.limits): a width in bytes, or a count of optimizer states.
+BYTE_LIMITS = MappingProxyType({name: MAX_OPTIMIZER_STATES if name == "optimizer_states" else MAX_BYTE_WIDTH
+                                for name, _ in _BYTE_MINIMUMS})
+
+# The integer scalars as (field, minimum, maximum), in the order the scalar group checks them.
+_DEGREE_RULES = tuple((name, 1, limit) for name, limit in DEGREE_LIMITS.items())
+_SIZE_RULES = (("micro_batch_size", 1, MAX_BATCH), ("seq_length", 1, MAX_SEQ_LENGTH),
+               ("seq_split", 1, MAX_SEQ_LENGTH))
+_BYTE_RULES = tuple((name, minimum, BYTE_LIMITS[name]) for name, minimum in _BYTE_MINIMUMS)
+_INT_RULES = _DEGREE_RULES + _SIZE_RULES + _BYTE_RULES
+# The string scalars and their choices.
+_CHOICE_RULES = (("cp_algo", CP_ALGOS), ("precision", PRECISIONS), ("selective_rule", SELECTIVE_RULES))
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def states_per_stage(value: Any) -> bool:
+    """Whether a full_recompute/selective_recompute value states any recompute."""
+    return value is not None and value is not False
+
+
+def _store(spec: Any, name: str, value: Any) -> None:
+    """Put a field's canonical form on the (frozen) spec being checked."""
+    object.__setattr__(spec, name, value)
+
+
+# ----------------------------------------------------------------------------- scalars
+
+
+def scalars_hold(values: dict[str, Any]) -> bool:
+    """Whether every scalar of a spec's field *values* is of its exact type (int, bool, float, a
+    choice) and within its bounds: then :func:`check_scalars` finds nothing and changes nothing.
+    False means "check them in order", not "broken" (an int subclass, an int capacity factor pass)."""
+    for name, minimum, maximum in _INT_RULES:
+        value = values[name]
+        if type(value) is not int or not minimum <= value <= maximum:
+            return False
+    for name in BOOL_FIELDS:
+        if type(values[name]) is not bool:
+            return False
+    for name, choices in _CHOICE_RULES:
+        if values[name] not in choices:
+            return False
+    etp, tie, dispatch = values["etp"], values["tie_embeddings"], values["moe_dispatch"]
+    factor, imbalance = values["capacity_factor"], values["moe_imbalance"]
+    # NaN fails every comparison and inf is past every bound, so these ranges hold only finite floats.
+    return ((etp is None or (type(etp) is int and 1 <= etp <= MAX_DEVICES))
+            and values["dp"] * values["tp"] * values["pp"] * values["cp"] <= MAX_DEVICES
+            and (tie is None or type(tie) is bool)
+            and type(factor) is float and 1.0 <= factor <= MAX_CAPACITY_FACTOR
+            and type(imbalance) is float and 1.0 <= imbalance <= MAX_CAPACITY_FACTOR
+            and (dispatch is None or (type(dispatch) is float and 0.0 <= dispatch < math.inf)))
+
+
+def check_scalars(spec: Any) -> None:
+    for name, minimum, maximum in _DEGREE_RULES:
+        check_positive_int(getattr(spec, name), name, OWNER, minimum=minimum, maximum=maximum)
+    if spec.etp is not None:
+        check_positive_int(spec.etp, "etp", OWNER, maximum=MAX_DEVICES)
+    if spec.num_devices > MAX_DEVICES:
+        # Each degree is bounded, but four of them multiply past any cluster (and past int64).
+        raise SpecError("dp*tp*pp*cp", OWNER, above_limit(MAX_DEVICES), spec.num_devices)
+    for name in BOOL_FIELDS:
+        check_bool(getattr(spec, name), name, OWNER)
+    for name, minimum, maximum in _SIZE_RULES + _BYTE_RULES:
+        check_positive_int(getattr(spec, name), name, OWNER, minimum=minimum, maximum=maximum)
+    for name, choices in _CHOICE_RULES:
+        check_choice(getattr(spec, name), name, OWNER, choices)
+    if spec.tie_embeddings is not None:
+        check_bool(spec.tie_embeddings, "tie_embeddings", OWNER)
+    # MindFormers refuses a capacity factor below 1 (ND_REFERENCE §1.4,
+    # moe_config.capacity_factor (>= 1)): fewer slots than tokens routed.
+    factor = spec.capacity_factor
+    if not is_finite_number(factor) or factor < 1:
+        raise SpecError("capacity_factor", OWNER, "be a finite number >= 1", factor)
+    if factor > MAX_CAPACITY_FACTOR:
+        raise SpecError("capacity_factor", OWNER, above_limit(MAX_CAPACITY_FACTOR), factor)
+    _store(spec, "capacity_factor", float(factor))
+    imbalance = spec.moe_imbalance
+    if isinstance(imbalance, bool) or not is_finite_number(imbalance) or not 1.0 <= imbalance <= MAX_CAPACITY_FACTOR:
+        raise SpecError("moe_imbalance", OWNER, f"be a finite number in [1, {MAX_CAPACITY_FACTOR:g}]", imbalance)
+    _store(spec, "moe_imbalance", float(imbalance))
+    if spec.moe_dispatch is not None:
+        # 0 prices no dispatch at all (ND_REFERENCE §2.3: "0 = none").
+        dispatch = check_positive_number(spec.moe_dispatch, "moe_dispatch", OWNER, allow_zero=True)
+        _store(spec, "moe_dispatch", dispatch)
+
+
+# ----------------------------------------------------------------------------- pipeline, batch
+
+
+def check_pipeline(spec: Any) -> None:
+    check_choice(spec.pp_schedule, "pp_schedule", OWNER, PP_SCHEDULES)
+    if spec.vpp > 1 and spec.pp == 1:
+        raise SpecError("vpp", OWNER, "be 1 when pp is 1 (vpp without pp)", spec.vpp)
+    schedule = spec.pp_schedule
+    if schedule == "interleaved" and spec.vpp == 1:
+        raise SpecError("vpp", OWNER, "be > 1 with pp_schedule='interleaved'", spec.vpp)
+    if schedule == "zero_bubble_v" and spec.vpp != 2:
+        # DualPipeV runs each stage's two chunks in a V (ND_REFERENCE §3.6:
+        # its micro-factor is defined for vp <= 2 and returns 0 above).
+        raise SpecError("vpp", OWNER, "be 2 with pp_schedule='zero_bubble_v' (DualPipeV's two chunks)", spec.vpp)
+    if schedule == "gpipe" and spec.vpp != 1:
+        # ND's GPipe factor (p micro-batches in flight, §3.6) has no chunks.
+        raise SpecError("vpp", OWNER, "be 1 with pp_schedule='gpipe'", spec.vpp)
+    if spec.seq_split != 1:
+        if schedule != "seq1f1b":
+            raise SpecError("seq_split", OWNER, "be 1 unless pp_schedule is 'seq1f1b'", spec.seq_split)
+        # Seq1F1B evaluates layers at s / n_s_split (ND_REFERENCE §3.6).
+        if spec.seq_length % spec.seq_split:
+            raise SpecError("seq_split", OWNER, f"divide seq_length ({spec.seq_length})", spec.seq_split)
+
+
+def check_batch(spec: Any) -> None:
+    micro_batch_num, global_batch_size = spec.micro_batch_num, spec.global_batch_size
+    if micro_batch_num is not None:
+        check_positive_int(micro_batch_num, "micro_batch_num", OWNER, maximum=MAX_BATCH)
+    if global_batch_size is not None:
+        check_positive_int(global_batch_size, "global_batch_size", OWNER, maximum=MAX_BATCH)
+    elif micro_batch_num is None:
+        raise SpecError("global_batch_size", OWNER, "be given when micro_batch_num is not (state one of them)", None)
+    # ND: gbs = b * d * m (ND_REFERENCE §1.3 set_strategy; §4.1 "the
+    # global batch must match").
+    per_micro_batch = spec.micro_batch_size * spec.dp
+    if global_batch_size is not None:
+        if global_batch_size % per_micro_batch:
+            raise SpecError(
+                "global_batch_size", OWNER,
+                f"be a multiple of micro_batch_size*dp (= {per_micro_batch})", global_batch_size,
+            )
+        if micro_batch_num is not None and global_batch_size != per_micro_batch * micro_batch_num:
+            raise SpecError(
+                "global_batch_size", OWNER,
+                f"equal micro_batch_size*dp*micro_batch_num (= {per_micro_batch * micro_batch_num})",
+                global_batch_size,
+            )
+    elif per_micro_batch * micro_batch_num > MAX_BATCH:
+        # The global batch this states is bounded as a stated one is.
+        raise SpecError("micro_batch_num", OWNER,
+                        f"keep micro_batch_size*dp*micro_batch_num (the global batch) at most {MAX_BATCH} "
+                        "(ndcost's upper bound for this size; see docs/LIMITS.md)", micro_batch_num)
+
+
+# ----------------------------------------------------------------------------- layout
+
+
+def _int_grid(value: Any, parameter: str, pp: int, vpp: int, *, minimum: int | None, what: str) -> tuple:
+    """A 1-D (one int per stage) or 2-D (vpp rows of pp ints) list as tuples.
+
+    The two shapes are ND's ``is_consistent_pp_config``: "the offset,
+    full_rec and sel_rec lists must have length p, or be a vp x p list of
+    lists" (ND_REFERENCE §1.3).
+    """
+    shape_rule = f"be {what}: one int per stage (pp = {pp}) or vpp = {vpp} rows of pp = {pp} ints"
+    if not isinstance(value, (list, tuple)) or not value:
+        raise SpecError(parameter, OWNER, shape_rule, value)
+    if all(isinstance(row, (list, tuple)) for row in value):
+        if len(value) != vpp or any(len(row) != pp for row in value):
+            raise SpecError(parameter, OWNER, shape_rule, value)
+        items = [item for row in value for item in row]
+        normalised: tuple = tuple(tuple(row) for row in value)
+    else:
+        if len(value) != pp:
+            raise SpecError(parameter, OWNER, shape_rule, value)
+        items = list(value)
+        normalised = tuple(value)
+    element_rule = "hold only integers" if minimum is None else f"hold only integers >= {minimum}"
+    for item in items:
+        if not is_int(item) or (minimum is not None and item < minimum):
+            raise SpecError(parameter, OWNER, element_rule, item)
+    return normalised
+
+
+def check_layout(spec: Any) -> None:
+    if spec.offset is not None:
+        if is_int(spec.offset):
+            # An int offset (the seed's strategy_exec passes one through)
+            # shifts every stage alike.
+            _store(spec, "offset", (spec.offset,) * spec.pp)
+        else:
+            _store(spec, "offset", _int_grid(spec.offset, "offset", spec.pp, spec.vpp, minimum=None,
+                                              what="an int or ints"))
+    if spec.pp_partition is not None:
+        if spec.offset is not None:
+            raise SpecError("pp_partition", OWNER, "be None when offset is given (state one of them)",
+                            spec.pp_partition)
+        value = spec.pp_partition
+        rule = f"be one layer count per stage (pp = {spec.pp} integers >= 0)"
+        if not isinstance(value, (list, tuple)) or len(value) != spec.pp:
+            raise SpecError("pp_partition", OWNER, rule, value)
+        for count in value:
+            if not is_int(count) or count < 0:
+                raise SpecError("pp_partition", OWNER, rule, value)
+        _store(spec, "pp_partition", tuple(value))
+
+
+# ----------------------------------------------------------------------------- recompute, sharding
+
+
+_RANGE_KEYS = tuple(f.name for f in dataclasses.fields(RecomputeRange))
+
+
+def _as_range(item: Any) -> Any:
+    """A RecomputeRange from a mapping of its fields (a YAML/JSON entry); other items as given."""
+    if not isinstance(item, Mapping):
+        return item
+    for key in item:
+        if key not in _RANGE_KEYS:
+            raise SpecError("recompute", OWNER, f"hold ranges with only the keys {', '.join(_RANGE_KEYS)}", key)
+    missing = [key for key in ("first", "count", "option") if key not in item]
+    if missing:
+        raise SpecError("recompute", OWNER, "hold ranges that state first, count and option",
+                        f"{dict(item)} (no {', '.join(missing)})")
+    return RecomputeRange(**item)
+
+
+def check_recompute(spec: Any) -> None:
+    recompute = spec.recompute
+    if isinstance(recompute, str):
+        check_choice(recompute, "recompute", OWNER, RECOMPUTE_OPTIONS)
+    elif isinstance(recompute, (list, tuple)):
+        ranges = tuple(_as_range(item) for item in recompute)
+        previous_end = 0
+        for item in ranges:
+            if not isinstance(item, RecomputeRange):
+                raise SpecError("recompute", OWNER, "hold only RecomputeRange entries", item)
+            if item.first < previous_end:
+                raise SpecError(
+                    "recompute", OWNER,
+                    "hold ranges sorted by first layer and not overlapping "
+                    f"(this one must start at >= {previous_end})",
+                    item,
+                )
+            previous_end = item.end
+        # No range at all recomputes nothing (seed apply_exec._ranges).
+        _store(spec, "recompute", ranges if ranges else "none")
+    else:
+        raise SpecError(
+            "recompute", OWNER,
+            "be 'none', 'full', 'selective' or a sequence of RecomputeRange", recompute,
+        )
+    per_stage = False
+    for name in ("full_recompute", "selective_recompute"):
+        value = getattr(spec, name)
+        if value is None or value is False:
+            continue
+        per_stage = True
+        if value is not True:
+            _store(spec, name, _int_grid(value, name, spec.pp, spec.vpp, minimum=0,
+                                         what="True/False or layer counts"))
+    if per_stage and spec.recompute != "none":
+        raise SpecError(
+            "recompute", OWNER,
+            "be 'none' when full_recompute or selective_recompute states the recompute per stage",
+            spec.recompute,
+        )
+    if spec.selective_switches is not None:
+        switches = canonical_switches(spec.selective_switches, "selective_switches", OWNER)
+        _store(spec, "selective_switches", MappingProxyType(switches))
+
+
+def check_sharding(spec: Any) -> None:
+    if isinstance(spec.zero_stage, bool) or spec.zero_stage not in ZERO_STAGES:
+        raise SpecError("zero_stage", OWNER, "be one of 0, 1, 2, 3", spec.zero_stage)
+    if spec.optimizer_shard is not None:
+        check_positive_int(spec.optimizer_shard, "optimizer_shard", OWNER, maximum=MAX_DEVICES)
+        # ND: the OP ranks are "any divisor of DP" (ND_REFERENCE §4.1 loop 7).
+        if spec.dp % spec.optimizer_shard:
+            raise SpecError("optimizer_shard", OWNER, f"divide dp ({spec.dp})", spec.optimizer_shard)
+    if spec.reshard_params is not None:
+        check_bool(spec.reshard_params, "reshard_params", OWNER)
+        # Only FSDP (ZeRO-3) gathers parameters, so only it can reshard them.
+        if spec.reshard_params and spec.zero_stage != 3:
+            raise SpecError("reshard_params", OWNER, "be None or False unless zero_stage is 3", True)
+
+
+#: The rule groups of an ExecSpec, in the order its construction runs them (ExecSpec.problems runs each).
+CHECKS = (check_scalars, check_pipeline, check_batch, check_layout, check_recompute, check_sharding)

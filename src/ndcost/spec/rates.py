@@ -1,0 +1,493 @@
+"""Achievable rates of a device: the share of each datasheet peak that real kernels reach.
+
+A :class:`~ndcost.spec.device.Device` states peaks (dense FLOP/s per dtype, HBM and link bandwidths);
+seconds mode prices work at what is *achievable*: a large GEMM reaches ``matmul_efficiency`` of
+the dense peak, a flash-attention kernel ``attention_efficiency``, a streaming kernel
+``hbm_efficiency`` of the HBM bandwidth, NCCL ``intra_node_efficiency`` / ``inter_node_efficiency``
+of the link rates, and every kernel costs ``kernel_overhead`` seconds on top (launch, ramp-up and
+tail). Small GEMMs are slower through that fixed cost: the effective efficiency of a compute-bound
+GEMM of F FLOPs is ``matmul_efficiency · F / (F + F½)`` with ``F½ = matmul_efficiency · peak ·
+kernel_overhead`` (see ``ndcost.kernels.seconds``).
+
+:data:`DEFAULT_RATES` holds one :class:`Rates` per catalog device, every figure with its source.
+None is fitted to the published runs seconds mode is checked against
+(``ndcost.io.validation``). Everything is overridable: ``Rates.for_device("a100-80g").replace(...)``
+or a hand-built ``Rates``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..errors import SpecError, is_finite_number
+
+__all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
+           "ATTENTION_KERNELS", "ELEMENTWISE"]
+
+_OWNER = "Rates"
+
+#: Outputs of one GEMM tile: 256 x 128, the tile of NVIDIA's wave-quantization example on A100
+#: (Matrix Multiplication Background User's Guide §3.2; cuBLAS's large fp16 tiles, §2.3).
+GEMM_TILE_OUTPUTS = 256 * 128
+
+#: Attention kernels a software stack runs (Rates.attention_kernel).
+ATTENTION_KERNELS: tuple[str, ...] = ("best", "fa2")
+#: Elementwise execution (Rates.elementwise).
+ELEMENTWISE: tuple[str, ...] = ("fused", "eager")
+
+#: fp8 recipes: name -> ((bytes moved per element cast, kernels, weights cast every micro-batch)
+#: fused, the same run eagerly). A cast reads the 16-bit tensor and writes its fp8 copy and the
+#: transposed fp8 copy the other GEMMs of the layer read (Hopper's fp8 tensor cores take TN
+#: operands only): 2 + 1 + 1 bytes.
+#: * delayed: Transformer Engine's DelayedScaling -- the scale comes from the amax history, the
+#:   amax of this tensor is taken inside the same fused cast-transpose kernel
+#:   (transformer_engine/common/transpose/cast_transpose.cu): 4 bytes, 1 kernel.
+#: * current: per-tensor current scaling (TE Float8CurrentScaling, Megatron-Bridge "fp8_cs"): the
+#:   amax of the tensor itself is read first (one more read of 2 bytes, one more kernel): 6, 2.
+#:   The shape of this cost is checked against the public fp8 GEMM measurements of
+#:   ai-dynamo/aiconfigurator (systems/data/h100_sxm/gemm, TRT-LLM dynamic per-tensor fp8 whose
+#:   latency "includes the compute-scale overhead": tests/test_seconds_fp8.py).
+#: * blockwise: DeepSeek-V3's 1x128 activation / 128x128 weight blocks (report §3.3.2): the block
+#:   amax and the cast in one pass that writes both layouts: 4, 1.
+#: * torchao: Float8Linear with tensorwise dynamic scaling (pytorch/ao torchao/float8, used by
+#:   torchtitan): amax, then scale-and-cast, then the transposed copy; compiled (inductor fuses the
+#:   scale into the cast): 2 + 2 + 1 + 1 = 6 bytes in 2 kernels; eager (abs, amax, mul, clamp, to,
+#:   t().contiguous() one op each): 2+2, 2, 2+2, 2+2, 2+1, 1+1 = 19 bytes in 6 kernels. Its weights
+#:   are cast on every forward (bf16 parameters, FSDP gathering them each micro-batch).
+FP8_RECIPES: Mapping[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = MappingProxyType({
+    "delayed": ((4.0, 1.0, 0.0), (4.0, 1.0, 0.0)),
+    "current": ((6.0, 2.0, 0.0), (6.0, 2.0, 0.0)),
+    "blockwise": ((4.0, 1.0, 0.0), (4.0, 1.0, 0.0)),
+    "torchao": ((6.0, 2.0, 1.0), (19.0, 6.0, 1.0)),
+})
+
+# ---------------------------------------------------------------------------- sources
+
+_GA100 = "NVIDIA A100 Tensor Core GPU Architecture whitepaper: the A100 enables 108 SMs"
+_GH100 = "NVIDIA H100 Tensor Core GPU Architecture whitepaper: H100 SXM5 has 132 SMs"
+_GB200 = ("Chips and Cheese, 'Nvidia's B200: Keeping the CUDA Juggernaut Rolling': 74 SMs enabled per die, "
+          "148 SMs across the GPU")
+_MAMF = ("stas00/ml-engineering, compute/accelerator/README.md, 'Maximum Achievable Matmul FLOPS "
+         "comparison table' (mamf-finder.py, mean of 100 iterations, best shape)")
+_AIC = ("ai-dynamo/aiconfigurator (NVIDIA), systems/a100_sxm.yaml and h800_sxm.yaml: "
+        "mem_bw_empirical_scaling_factor 0.8, mem_empirical_constant_latency 3 us")
+_CALCULON = ("calculon-ai/calculon systems/a100_80g.json: matrix gflops_efficiency 0.6 at 1 GFLOP and "
+             "0.9 at 16 GFLOP (of 0.95): F_half 0.6-0.9 GFLOP, vs 0.869 x 312e12 x 3e-6 = 0.81 GFLOP here")
+_NCCL_NVLINK = ("NVIDIA/nccl-tests issue #212 (NCCL maintainer sjeaugey): 'With the protocol overhead (~20%) "
+                "NCCL can get an effective NVLink bandwidth of 370GB/s' of the 450 GB/s line rate on H100")
+_NCCL_NET = ("calculon-ai/calculon systems/a100_80g.json networks[1].efficiency 0.9 (InfiniBand); "
+             "NVIDIA/nccl-tests issue #119: all-reduce bus bandwidth 84.8 GB/s average, 96 GB/s peak "
+             "of 100 GB/s on 4x HDR per 8 A100")
+_FA2 = ("Dao 2023, FlashAttention-2 (arXiv 2307.08691), abstract: 'reaching 50-73% of the theoretical "
+        "maximum FLOPs/s on A100' (forward + backward): the midpoint 0.615")
+_FA3 = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608): FlashAttention-2 'achieves only 35% "
+        "utilization on H100', FlashAttention-3 'up to 740 TFLOPs/s (75% utilization)' in BF16: the "
+        "midpoint 0.55")
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Achievable shares of a device's peaks, and the fixed cost of a kernel.
+
+    Attributes:
+        matmul_efficiency: Share of the dense 16-bit peak a large GEMM reaches (MAMF / peak).
+        attention_efficiency: Share of the 16-bit peak a flash-attention kernel reaches, forward
+            and backward together, on the FLOPs it runs (causal: half the score matrix).
+        hbm_efficiency: Share of the HBM bandwidth a streaming (elementwise) kernel reaches.
+        kernel_overhead: Seconds each kernel costs beyond its roofline time (launch, ramp, tail).
+        intra_node_efficiency: Share of the scale-up link rate NCCL reaches (bus bandwidth).
+        inter_node_efficiency: Share of the scale-out NIC rate NCCL reaches.
+        sm_count: Compute units that each run one GEMM tile at a time (NVIDIA SMs): with
+            :data:`GEMM_TILE_OUTPUTS` it sets how many outputs one wave of tiles covers.
+        fp8_matmul_efficiency: Share of the dense fp8 peak a large fp8 GEMM reaches; None where
+            the part has no fp8 tensor cores (or no measurement: then ``matmul_efficiency``).
+        zero3_fetch_bandwidth: Bytes/s per device at which the training framework's ZeRO-3
+            parameter fetch delivers gathered parameters, when slower than NCCL's all-gather;
+            0 (default): NCCL's rate. A software figure, set by :meth:`for_software`.
+        zero3_recompute_gather: The framework releases ZeRO-3 parameters after every use, so a
+            recompute forward gathers them again (default False: FSDP recomputes under the
+            backward's own gather).
+        zero3_grad_all_reduce: ZeRO-3 reduces gradients with an all-reduce rather than a
+            reduce-scatter (default False).
+        grad_accumulation_fusion: The weight-gradient GEMM accumulates into the main gradient
+            (default True, Megatron's ``--gradient-accumulation-fusion``); False: a separate kernel
+            adds a 16-bit gradient into it every micro-batch.
+        gemm_wave_tail: Waves of tiles a GEMM leaves idle on average beyond its work (wave
+            quantization): NVIDIA's guide's worst case is half a wave (0.5); the default rates carry
+            what the device's cuBLAS leaves, fitted to its public GEMM measurements by shape.
+        fa2_attention_efficiency: Share of the 16-bit peak FlashAttention-2 reaches on the part
+            (what PyTorch's SDPA runs); None: ``attention_efficiency``.
+        attention_kernel: "best" (the part's best fused attention: ``attention_efficiency``) or
+            "fa2" (FlashAttention-2, ``fa2_attention_efficiency``). Software.
+        fp8_recipe: How fp8 GEMM inputs are scaled and cast (:data:`FP8_RECIPES`): "delayed"
+            (Transformer Engine's DelayedScaling), "current" (TE's per-tensor current scaling),
+            "blockwise" (DeepSeek-V3's 1x128 / 128x128 blocks), "torchao" (torchao Float8Linear,
+            tensorwise dynamic, weights cast every forward). Software.
+        elementwise: "fused" (Megatron/TE fused kernels, or ``torch.compile``) or "eager" (one
+            PyTorch op per kernel: RMSNorm, RoPE and SwiGLU unfused). Software.
+        attention_copies: The model code copies K/V per query head (GQA's repeat_kv) and the
+            attention output back to its layout (torchtitan's Llama). Software.
+        tp_overlap_splits: With TP comm overlap, the chunks a GEMM before a reduce-scatter runs in
+            (Transformer Engine userbuffers' "pipeline" method, num_splits). Software.
+        tp_overlap_sms: With TP comm overlap, SMs the pipelined reduce-scatter kernels hold while
+            that GEMM runs (userbuffers num_sm). Software.
+        sources: Figure name -> where its value comes from; read-only.
+
+    The last four describe the training software, not the silicon; the defaults are today's
+    Megatron-LM / FSDP. :data:`SOFTWARE_PRESETS` holds sourced older generations.
+    """
+
+    matmul_efficiency: float
+    attention_efficiency: float
+    hbm_efficiency: float
+    kernel_overhead: float
+    intra_node_efficiency: float
+    inter_node_efficiency: float
+    sm_count: int
+    fp8_matmul_efficiency: float | None = None
+    sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    zero3_fetch_bandwidth: float = 0.0
+    zero3_recompute_gather: bool = False
+    zero3_grad_all_reduce: bool = False
+    grad_accumulation_fusion: bool = True
+    gemm_wave_tail: float = 0.5
+    fa2_attention_efficiency: float | None = None
+    attention_kernel: str = "best"
+    fp8_recipe: str = "delayed"
+    elementwise: str = "fused"
+    attention_copies: bool = False
+    tp_overlap_splits: int = 4
+    tp_overlap_sms: float = 22.0
+
+    def __post_init__(self) -> None:
+        fetch = self.zero3_fetch_bandwidth
+        if not is_finite_number(fetch) or fetch < 0.0:
+            raise SpecError("zero3_fetch_bandwidth", _OWNER, "be a finite number of bytes/s >= 0 (0: off)", fetch)
+        object.__setattr__(self, "zero3_fetch_bandwidth", float(fetch))
+        for name, choices in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", tuple(FP8_RECIPES)),
+                              ("elementwise", ELEMENTWISE)):
+            if getattr(self, name) not in choices:
+                raise SpecError(name, _OWNER, f"be one of {', '.join(map(repr, choices))}", getattr(self, name))
+        tail = self.gemm_wave_tail
+        if not is_finite_number(tail) or not 0.0 <= tail <= 1.0:
+            raise SpecError("gemm_wave_tail", _OWNER, "be a number of waves in [0, 1]", tail)
+        object.__setattr__(self, "gemm_wave_tail", float(tail))
+        for name in ("zero3_recompute_gather", "zero3_grad_all_reduce", "grad_accumulation_fusion",
+                     "attention_copies"):
+            if not isinstance(getattr(self, name), bool):
+                raise SpecError(name, _OWNER, "be True or False", getattr(self, name))
+        for name in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
+                     "intra_node_efficiency", "inter_node_efficiency", "fp8_matmul_efficiency",
+                     "fa2_attention_efficiency"):
+            value = getattr(self, name)
+            if value is None and name in ("fp8_matmul_efficiency", "fa2_attention_efficiency"):
+                continue
+            if not is_finite_number(value) or not 0.0 < value <= 1.0:
+                raise SpecError(name, _OWNER, "be a number in (0, 1]", value)
+            object.__setattr__(self, name, float(value))
+        if isinstance(self.sm_count, bool) or not isinstance(self.sm_count, int) or self.sm_count < 1:
+            raise SpecError("sm_count", _OWNER, "be an integer >= 1", self.sm_count)
+        if isinstance(self.tp_overlap_splits, bool) or not isinstance(self.tp_overlap_splits, int) or not \
+                1 <= self.tp_overlap_splits <= 64:
+            raise SpecError("tp_overlap_splits", _OWNER, "be an integer in [1, 64]", self.tp_overlap_splits)
+        if not is_finite_number(self.tp_overlap_sms) or not 0.0 <= self.tp_overlap_sms <= self.sm_count / 2:
+            raise SpecError("tp_overlap_sms", _OWNER, f"be a number of SMs in [0, {self.sm_count / 2}]",
+                            self.tp_overlap_sms)
+        object.__setattr__(self, "tp_overlap_sms", float(self.tp_overlap_sms))
+        overhead = self.kernel_overhead
+        if not is_finite_number(overhead) or overhead < 0.0:
+            raise SpecError("kernel_overhead", _OWNER, "be a finite number of seconds >= 0", overhead)
+        object.__setattr__(self, "kernel_overhead", float(overhead))
+        if not isinstance(self.sources, Mapping):
+            raise SpecError("sources", _OWNER, "be a mapping of figure names to source texts", self.sources)
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+
+    def __hash__(self) -> int:
+        # Hashed on every seconds estimate (the rates vector's cache key): computed once, the
+        # fields being frozen.
+        known = self.__dict__.get("_hash")
+        if known is None:
+            known = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sources"))
+            object.__setattr__(self, "_hash", known)
+        return known
+
+    def __reduce__(self):
+        state = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        state["sources"] = dict(self.sources)
+        return (_rebuild, (state,))
+
+    def replace(self, **changes: Any) -> Rates:
+        """A copy with *changes*; each changed figure's source becomes ``"override"``."""
+        sources = dict(self.sources)
+        for name in changes:
+            if name != "sources":
+                sources[name] = "override"
+        changes.setdefault("sources", sources)
+        return dataclasses.replace(self, **changes)
+
+    def matmul_share(self, precision: str) -> float:
+        """The matmul efficiency of *precision* ("fp8" reads ``fp8_matmul_efficiency`` when stated)."""
+        if precision == "fp8" and self.fp8_matmul_efficiency is not None:
+            return self.fp8_matmul_efficiency
+        return self.matmul_efficiency
+
+    def attention_share(self) -> float:
+        """The attention kernel's share of the 16-bit peak: FlashAttention-2's where the software
+        runs it and the part states it, else the part's best kernel's."""
+        if self.attention_kernel == "fa2" and self.fa2_attention_efficiency is not None:
+            return self.fa2_attention_efficiency
+        return self.attention_efficiency
+
+    def fp8_cast(self) -> tuple[float, float, float]:
+        """(bytes per element, kernels, weights cast every micro-batch) of one fp8 cast under
+        ``fp8_recipe`` and ``elementwise`` (:data:`FP8_RECIPES`)."""
+        moved, kernels, every = FP8_RECIPES[self.fp8_recipe][self.elementwise == "eager"]
+        return moved, kernels, every
+
+    @classmethod
+    def for_software(cls, device: Any, software: str) -> Rates:
+        """The default rates of *device* with the training-software figures of *software*, a
+        :data:`SOFTWARE_PRESETS` name (each figure's source recorded)."""
+        if software not in SOFTWARE_PRESETS:
+            from ..suggest import did_you_mean
+
+            rule = f"be one of {', '.join(map(repr, SOFTWARE_PRESETS))}{did_you_mean(software, SOFTWARE_PRESETS)}"
+            raise SpecError("software", _OWNER, rule, software)
+        base = cls.for_device(device)
+        figures, cited = SOFTWARE_PRESETS[software]
+        sources = dict(base.sources)
+        sources.update({name: cited[name] for name in figures})
+        return dataclasses.replace(base, sources=sources, **figures)
+
+    @classmethod
+    def for_device(cls, device: Any) -> Rates:
+        """The default rates of a catalog device (a name, a Device or a Cluster); :data:`GENERIC_RATES`
+        for a part the catalog does not know."""
+        name = getattr(getattr(device, "device", device), "name", device)
+        return DEFAULT_RATES.get(name, GENERIC_RATES)
+
+
+def _rebuild(state: dict) -> Rates:
+    return Rates(**state)
+
+
+#: Sources of the software figures' defaults: today's Megatron-LM / PyTorch FSDP.
+_TODAY_SOFTWARE = {
+    "zero3_fetch_bandwidth": "default 0: the parameter all-gather at NCCL's rate (PyTorch FSDP gathers a "
+                             "whole wrapped unit's flat parameter with one all_gather_into_tensor)",
+    "zero3_recompute_gather": "default False: PyTorch FSDP runs the checkpointed forward inside the unit's "
+                              "backward, under the backward's own all-gather",
+    "zero3_grad_all_reduce": "default False: PyTorch FSDP / ZeRO reduce-scatter the gradients",
+    "grad_accumulation_fusion": "default True: Megatron-LM's --gradient-accumulation-fusion (on by default; "
+                                "the wgrad GEMM accumulates into main_grad)",
+    "attention_kernel": "default 'best': Megatron-Core with Transformer Engine runs the part's fastest fused "
+                        "attention (cuDNN FusedAttention on sm90, FlashAttention on sm80)",
+    "fp8_recipe": "default 'delayed': Transformer Engine's DelayedScaling, its default recipe",
+    "elementwise": "default 'fused': Megatron-Core / Transformer Engine fused norm, RoPE, SwiGLU, bias-dropout-add",
+    "attention_copies": "default False: Transformer Engine attention takes GQA's K/V heads as they are",
+    "tp_overlap_splits": "default 4: NeMo's H100 userbuffers configs run proj_fprop and fc2_fprop as 'pipeline' "
+                         "with num_splits 4 (NVIDIA/dgxc-benchmarking, data/validation/h100_run_facts.yaml "
+                         "'tp_comm_overlap')",
+    "tp_overlap_sms": "default 22: the same configs give the pipelined reduce-scatters num_sm 24 (proj_fprop) and "
+                      "20 (fc2_fprop) on H100; their mean",
+}
+
+
+_GUIDE_TAIL = ("NVIDIA Matrix Multiplication Background User's Guide §3.2 (wave quantization): a shape not chosen to "
+               "fill the last wave leaves on average half of it idle; no measurement by shape for this part")
+_AIC_GEMM = (_GUIDE_TAIL.replace("; no measurement by shape for this part", "") + ". Measured in isolation (ai-dynamo/"
+             "aiconfigurator aic-core/src/aiconfigurator_core/systems/data/{part}/gemm/trtllm/{version}/gemm_perf.parquet: "
+             "bf16 GEMM latencies by (m, n, k), CUDA-graph bursts of 30 runs), this part's cuBLAS leaves less idle: a "
+             "tail of {tail} matches the median of {count} shapes (m >= 512, 1024 <= n, k <= 16384). Priced at the "
+             "guide's half wave: with the isolated tail, seconds mode is 1-2 points more optimistic on every published "
+             "training run it is checked against (docs/VALIDATION.md), whose sustained GEMMs run below isolated "
+             "bursts by an amount no public source separates (sustained power and clocks, concurrent communication)")
+_FA2_H100 = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), abstract: 'FlashAttention-2 achieving only 35% "
+             "utilization on H100'")
+
+
+def _rates(matmul: float, matmul_source: str, attention: float, attention_source: str,
+           sms: int, sms_source: str, fp8: float | None = None, fp8_source: str | None = None, *,
+           assumed: str = "", wave_tail: tuple[float, str] = (0.5, ""),
+           fa2: tuple[float | None, str] = (None, "")) -> Rates:
+    """NVIDIA-style defaults: HBM, kernel and NCCL shares as sourced above; *wave_tail* and *fa2*
+    are (value, source)."""
+    sources = {
+        "sm_count": sms_source,
+        "matmul_efficiency": matmul_source,
+        "attention_efficiency": attention_source,
+        "hbm_efficiency": _AIC + assumed,
+        "kernel_overhead": f"{_AIC}; consistent with {_CALCULON}" + assumed,
+        "intra_node_efficiency": _NCCL_NVLINK + assumed,
+        "inter_node_efficiency": _NCCL_NET + assumed,
+    }
+    sources.update(_TODAY_SOFTWARE)
+    sources["gemm_wave_tail"] = wave_tail[1] or _GUIDE_TAIL
+    if fa2[0] is not None:
+        sources["fa2_attention_efficiency"] = fa2[1]
+    if fp8 is not None:
+        sources["fp8_matmul_efficiency"] = fp8_source
+    return Rates(matmul_efficiency=matmul, attention_efficiency=attention, hbm_efficiency=0.8,
+                 kernel_overhead=3e-6, intra_node_efficiency=0.8, inter_node_efficiency=0.9,
+                 sm_count=sms, fp8_matmul_efficiency=fp8, sources=sources, gemm_wave_tail=wave_tail[0],
+                 fa2_attention_efficiency=fa2[0])
+
+
+_A100 = _rates(271.2 / 312.0, f"{_MAMF}: NVIDIA A100 SXM 271.2 of 312 TFLOPS (86.9%), torch 2.6.0+cu126",
+               0.615, _FA2, 108, _GA100,
+               wave_tail=(0.5, _AIC_GEMM.format(part="a100_sxm", version="1.0.0", count=1176, tail=0.25)))
+_A100_40 = _rates(271.2 / 312.0, f"{_MAMF}: NVIDIA A100 SXM 271.2 of 312 TFLOPS (86.9%), measured on the "
+                  "80GB part: same GA100 silicon and clocks", 0.615, _FA2, 108, _GA100,
+                  wave_tail=(0.5, _AIC_GEMM.format(part="a100_sxm", version="1.0.0", count=1176, tail=0.25)
+                             + "; measured on the 80GB part"))
+_H100 = _rates(794.5 / 989.0, f"{_MAMF}: NVIDIA H100 SXM 794.5 of 989 TFLOPS (80.3%), torch 2.7.0+cu126",
+               0.55, _FA3, 132, _GH100, 1402.6 / 1979.0, f"{_MAMF}: NVIDIA H100 SXM FP8 1402.6 of 1979 TFLOPS (70.9%)",
+               wave_tail=(0.5, _AIC_GEMM.format(part="h100_sxm", version="1.3.0rc20", count=6860, tail=0.10)),
+               fa2=(0.35, _FA2_H100))
+_H200 = _rates(794.5 / 989.0, f"{_MAMF}: NVIDIA H100 SXM 794.5 of 989 TFLOPS, noted 'H200 is the same'",
+               0.55, _FA3, 132, f"{_GH100} (the H200 is the same GH100 part with HBM3e)", 1453.4 / 1979.0,
+               f"{_MAMF}: NVIDIA H200 SXM FP8 1453.4 of 1979 TFLOPS (73.4%)",
+               wave_tail=(0.5, _AIC_GEMM.format(part="h200_sxm", version="1.3.0rc20", count=6860, tail=0.05)),
+               fa2=(0.35, _FA2_H100 + " (the H200 is the same GH100 part)"))
+_H800 = _rates(794.5 / 989.0, f"{_MAMF}: NVIDIA H100 SXM 794.5 of 989 TFLOPS; the H800 is the same SM90 "
+               "silicon and HBM (aiconfigurator systems/h800_sxm.yaml: compute 'identical to H100 SXM')",
+               0.55, _FA3, 132, f"{_GH100} (the H800 is the same SM90 part)", 1402.6 / 1979.0,
+               f"{_MAMF}: NVIDIA H100 SXM FP8 1402.6 of 1979 TFLOPS (70.9%)",
+               wave_tail=(0.5, _AIC_GEMM.format(part="h100_sxm", version="1.3.0rc20", count=6860, tail=0.10)
+                          + "; the H800 is the same SM90 silicon"),
+               fa2=(0.35, _FA2_H100 + " (the H800 is the same SM90 part)"))
+_FA_BLACKWELL = f"assumption: no published Blackwell flash-attention utilization; the H100 figure ({_FA3})"
+_B200 = _rates(1745.0 / 2250.0, f"{_MAMF}: NVIDIA B200 SXM 1745.0 of 2250 TFLOPS (77.6%), torch 2.7.1+cu128",
+               0.55, _FA_BLACKWELL, 148, _GB200, 3432.5 / 4500.0,
+               f"{_MAMF}: NVIDIA B200 SXM FP8 3432.5 of 4500 TFLOPS (76.3%)",
+               wave_tail=(0.5, _AIC_GEMM.format(part="b200_sxm", version="1.3.0rc20", count=6860, tail=0.35)))
+_NVL72_NOTE = (" [assumption for the NVL72 rack: no public measurement of this figure on the part; the figure "
+               "measured on earlier NVIDIA parts is used, the NVLink share across the rack's NVLink Switch trays "
+               "taken as inside an 8-GPU NVSwitch node]")
+_GB200_NVL72 = _rates(1822.0 / 2500.0, f"{_MAMF}: NVIDIA GB200 SXM 1822.0 of 2500 TFLOPS (72.9%), torch "
+                      "2.10.0.dev20250916+cu130", 0.55, _FA_BLACKWELL, 148,
+                      f"{_GB200}; the GB200 superchip carries two of the same B200 GPUs (stas00/ml-engineering "
+                      "compute/accelerator/README.md, TFLOPS table note 23)", 3615.6 / 5000.0,
+                      f"{_MAMF}: NVIDIA GB200 SXM FP8 3615.6 of 5000 TFLOPS (72.3%)", assumed=_NVL72_NOTE,
+                      wave_tail=(0.5, "assumption: the B200's (the GB200 carries the same Blackwell GPUs); "
+                                 + _AIC_GEMM.format(part="b200_sxm", version="1.3.0rc20", count=6860, tail=0.35)))
+_GB300_NVL72 = _rates(1822.0 / 2500.0, "assumption: no public MAMF measurement of the GB300; the GB200's share "
+                      f"(1822.0 of 2500 TFLOPS, 72.9%), the part with the same dense BF16 and FP8 peaks in the same "
+                      f"rack ({_MAMF}; there the B300, the same Blackwell Ultra silicon at 1,100 W, reached 1769.0 "
+                      "of 2250, 78.6%)", 0.55, _FA_BLACKWELL, 160,
+                      "NVIDIA Technical Blog, 'Inside NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era': "
+                      "'160 Streaming Multiprocessors (SMs) across two dies'", 3615.6 / 5000.0,
+                      "assumption: no public FP8 MAMF measurement of the GB300; the GB200's share (3615.6 of 5000 "
+                      f"TFLOPS, 72.3%; {_MAMF}; there the B300 reached 3353.3 of 4500, 74.5%)", assumed=_NVL72_NOTE,
+                      wave_tail=(0.5, "assumption: the B200's (no GEMM measurement by shape of the GB300); "
+                                 + _AIC_GEMM.format(part="b200_sxm", version="1.3.0rc20", count=6860, tail=0.35)))
+_ASCEND_NOTE = (" [assumption for Ascend: no public measurement found; the NVIDIA figure is used and HCCS/"
+                "RoCE are taken to reach the same shares as NVLink/InfiniBand]")
+_ASCEND = _rates(794.5 / 989.0, "assumption: no public MAMF measurement of Ascend; the median of the NVIDIA "
+                 f"parts of {_MAMF} (A100 86.9%, H100 80.3%, B200 77.6%)", 0.55,
+                 f"assumption: no public Ascend figure; the H100 one ({_FA3})", 132,
+                 "assumption: Ascend's cube units tile GEMMs differently; the H100's 132 SMs", assumed=_ASCEND_NOTE)
+
+#: Default rates per catalog device name (``ndcost.devices()``).
+DEFAULT_RATES: Mapping[str, Rates] = MappingProxyType({
+    "a100-40g": _A100_40,
+    "a100-80g": _A100,
+    "h100-sxm": _H100,
+    "h200": _H200,
+    "h800": _H800,
+    "b200": _B200,
+    "gb200-nvl72": _GB200_NVL72,
+    "gb300-nvl72": _GB300_NVL72,
+    "ascend-910b": _ASCEND,
+    "ascend-910c": _ASCEND,
+})
+
+#: Rates of a part the catalog does not know: the H100's, marked as an assumption.
+GENERIC_RATES: Rates = _H100.replace(sources={
+    name: f"assumption for an uncatalogued part: the H100 SXM figure ({text})"
+    for name, text in _H100.sources.items()
+})
+
+# ---------------------------------------------------------------------------- software generations
+
+_MEGATRON_2021_GRAD = (
+    "Megatron-LM v2.x (2021) megatron/model/distributed.py _make_param_hook: the weight-gradient GEMM "
+    "returns param.grad and the hook runs param.main_grad.add_(param.grad.data) every micro-batch; the "
+    "wgrad GEMM accumulating into main_grad (--gradient-accumulation-fusion, fused_weight_gradient_mlp_cuda) "
+    "came with Megatron-LM v3 (2022). DeepSpeed's engine (GPT-NeoX, ZeRO-3) accumulates through autograd's "
+    "param.grad, also a separate add")
+#: 10.2 GB of fp16 parameters fetched in ~420 ms.
+_DS_FETCH = (
+    "deepspeedai/DeepSpeed issue #1174 (2021-06-19; DeepSpeed 0.3.16, PyTorch 1.8, 8x A100 NVLink, p4d): a "
+    "5.1B-parameter BERT (hidden 2560, 64 layers; fp16 10.2 GB) ran its forward in ~480 ms under ZeRO-3 "
+    "against ~60 ms under ZeRO-2: 10.2 GB fetched in ~420 ms = 24.3 GB/s. One all_gather per parameter "
+    "tensor, a torch.cuda.synchronize() and an explicit copy after each (PR #1188, 2021-06-25, items 2-3)")
+_DS_RELEASE = (
+    "DeepSpeed ZeRO-3 before ZeRO-Infinity (v0.3.13-0.3.14, March-April 2021, the code of Narayanan et al. "
+    "2021's ZeRO-3 rows) releases each sub-module's parameters after its forward and fetches them at the "
+    "next use (stage3.py fetch_sub_module / release_sub_module); max_reuse_distance came with ZeRO-Infinity")
+_DS_ALLREDUCE = (
+    "deepspeedai/DeepSpeed issue #1173 (2021-06-21): profiling ZeRO-3 shows 'nccl-all-reduce' kernels and no "
+    "reduce-scatter for the gradient reduction; the DeepSpeed team's reply does not dispute it")
+
+_MCORE_GRAD = ("Megatron-Core (2024-25) gradient_accumulation_fusion true: NVIDIA/dgxc-benchmarking and "
+               "Megatron-Bridge perf configs (ndcost data/validation/h100_run_facts.yaml 'fusions')")
+_TITAN_GRAD = ("pytorch/torchtitan@9dec370: FSDP2 reduce-scatters each parameter's gradient into its sharded "
+               ".grad once per backward; with one micro-batch a step there is nothing to accumulate")
+
+_MCORE_ATTN = ("Megatron-Core's TE DotProductAttention: on sm90 Transformer Engine prefers cuDNN FusedAttention "
+               "(NVIDIA/dgxc-benchmarking and Megatron-Bridge configs, ndcost data/validation/h100_run_facts.yaml "
+               "'attention_backend'); GQA runs natively (no K/V copies)")
+_MCORE_FUSED = ("Megatron-Core with TE: fused LayerNorm/RMSNorm, fused RoPE (apply_rope_fusion), fused SwiGLU and "
+                "bias-dropout-add (h100_run_facts.yaml 'fusions')")
+_TE_RECIPE = ("Transformer Engine's default recipe is DelayedScaling (transformer_engine/common/recipe); a run on "
+              "current scaling states it (Megatron-Bridge 'fp8_cs')")
+_TITAN_SDPA = ("pytorch/torchtitan@9dec370 llama/model.py: F.scaled_dot_product_attention(is_causal=True); for bf16 "
+               "on sm90 PyTorch's SDPA runs its FlashAttention-2 backend (h100_run_facts.yaml 'attention')")
+_TITAN_EAGER = ("pytorch/torchtitan@9dec370: RMSNorm (norm_type 'rmsnorm', torchtitan/models/norms.py), "
+                "apply_rotary_emb and F.silu(w1(x)) * w3(x) are PyTorch ops, one kernel each without torch.compile")
+_TITAN_COMPILE = ("pytorch/torchtitan@9dec370 parallelize_llama.apply_compile: each TransformerBlock "
+                  "torch.compile(fullgraph=True): inductor fuses its pointwise ops and reductions")
+_TITAN_COPIES = ("pytorch/torchtitan@9dec370 llama/model.py Attention.forward: repeat_kv (expand + reshape: a copy "
+                 "for GQA) before SDPA and output.transpose(1, 2).contiguous() after it")
+_TITAN_FP8 = ("pytorch/torchtitan@9dec370 float8.py: torchao Float8Linear, tensorwise dynamic scaling for input, "
+              "weight and grad_output (h100_run_facts.yaml 'float8_scaling')")
+
+#: Megatron-Core with Transformer Engine (2024-25): the figures of the "megatron-te" and "nemo" presets.
+_MCORE_TE = (
+    MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "best", "elementwise": "fused",
+                      "attention_copies": False, "fp8_recipe": "delayed"}),
+    MappingProxyType({"grad_accumulation_fusion": _MCORE_GRAD, "attention_kernel": _MCORE_ATTN,
+                      "elementwise": _MCORE_FUSED, "attention_copies": _MCORE_ATTN, "fp8_recipe": _TE_RECIPE}),
+)
+
+
+def _torchtitan(elementwise: str, elementwise_source: str) -> tuple[Mapping[str, Any], Mapping[str, str]]:
+    """torchtitan's figures: eager and torch.compile differ only in how the elementwise ops run."""
+    return (MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "fa2", "elementwise": elementwise,
+                              "attention_copies": True, "fp8_recipe": "torchao"}),
+            MappingProxyType({"grad_accumulation_fusion": _TITAN_GRAD, "attention_kernel": _TITAN_SDPA,
+                              "elementwise": elementwise_source, "attention_copies": _TITAN_COPIES,
+                              "fp8_recipe": _TITAN_FP8}))
+
+
+#: Training-software generations: name -> (Rates figures, their sources). ``Rates.for_software``.
+SOFTWARE_PRESETS: Mapping[str, tuple[Mapping[str, Any], Mapping[str, str]]] = MappingProxyType({
+    "megatron-2021": (
+        MappingProxyType({"grad_accumulation_fusion": False}),
+        MappingProxyType({"grad_accumulation_fusion": _MEGATRON_2021_GRAD}),
+    ),
+    "deepspeed-2021": (
+        MappingProxyType({"grad_accumulation_fusion": False, "zero3_fetch_bandwidth": 10.2e9 / 0.42,
+                          "zero3_recompute_gather": True, "zero3_grad_all_reduce": True}),
+        MappingProxyType({"grad_accumulation_fusion": _MEGATRON_2021_GRAD, "zero3_fetch_bandwidth": _DS_FETCH,
+                          "zero3_recompute_gather": _DS_RELEASE, "zero3_grad_all_reduce": _DS_ALLREDUCE}),
+    ),
+    "megatron-te": _MCORE_TE,
+    "nemo": (_MCORE_TE[0], MappingProxyType({
+        **_MCORE_TE[1], "fp8_recipe": _TE_RECIPE + "; NeMo 1.x/2.x trains Megatron-Core models with TE"})),
+    "torchtitan-eager": _torchtitan("eager", _TITAN_EAGER),
+    "torchtitan-compile": _torchtitan("fused", _TITAN_COMPILE),
+})

@@ -1,0 +1,1 @@
+"""Specs turned into the flat arrays the kernels read: layouts, derived values, formulas, tables."""
