@@ -149,3 +149,57 @@ def test_a_multimodal_config_is_built_every_call_from_its_submodules():
 def test_a_field_that_holds_no_number_is_a_spec_error_naming_it(field, value):
     with pytest.raises(ndcost.SpecError, match=f"The '{field}' parameter of estimate_performance must be a number"):
         estimate_performance(Config(4, 2, **{field: value}))
+
+
+class _Defaults:
+    """ND fields as class attributes, a property and a slot-like descriptor: what getattr reads."""
+
+    t = 2
+    n_lay = 40
+
+    @property
+    def p(self) -> int:
+        return self._p
+
+
+def _fields_of(config) -> dict:
+    return {name: getattr(config, name) for name in ("d", "t", "p", "m", "b", "s", "h", "a", "hff", "n_lay", "v")}
+
+
+def test_class_attributes_properties_and_instance_values_read_as_getattr_does():
+    from ndcost import nd
+
+    config = _Defaults()
+    config._p = 4
+    for name, value in dict(d=2, m=8, b=1, s=2048, h=4096, a=32, hff=11008, v=32000).items():
+        setattr(config, name, value)
+    assert nd._values(config) == tuple(getattr(config, name, None) for name in nd.ND_FIELDS)
+    config.t = 4                     # an instance value over the class default
+    assert nd._values(config)[nd.ND_FIELDS.index("t")] == 4
+    del config.t
+    _Defaults.n_lay = 32             # the class changed mid-search: read as it is now
+    try:
+        assert nd._values(config)[nd.ND_FIELDS.index("n_lay")] == 32
+        _Defaults.vp = 2             # a new class default: the namespace grew, the fields are re-read
+        assert nd._values(config)[nd.ND_FIELDS.index("vp")] == 2
+    finally:
+        _Defaults.n_lay = 40
+        del _Defaults.vp
+    assert nd._values(config)[nd.ND_FIELDS.index("vp")] is None
+
+
+def test_configs_with_their_own_attribute_lookup_or_slots_read_through_getattr():
+    from ndcost import nd
+
+    class Computed:
+        def __getattr__(self, name):
+            return {"t": 2, "p": 2}.get(name)
+
+    class Slotted:
+        __slots__ = ("t", "p")
+
+        def __init__(self):
+            self.t, self.p = 2, 4
+
+    for config in (Computed(), Slotted()):
+        assert nd._values(config) == tuple(getattr(config, name, None) for name in nd.ND_FIELDS)
