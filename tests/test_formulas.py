@@ -148,5 +148,35 @@ def test_scalar_twins_agree_with_the_columns_row_by_row(model_name):
         np.testing.assert_array_equal(
             np.array(f.nd_candidate_columns_scalar(f.SCALAR, c, d, clusters[0], MOE_DISPATCH)), nd[i])
         np.testing.assert_array_equal(np.array(f.memory_candidate_columns_scalar(f.SCALAR, c, d)), memory[i])
+        _assert_fused_twins_agree(c, mc, d, clusters[0])
         priced += 1
     assert priced >= 20 and len(seen) >= 10, (priced, seen)    # 11 to 15 rules broken per model
+
+
+def _assert_fused_twins_agree(c: dict, mc, d: dict, cc) -> None:
+    """The fused twins (estimate()'s one candidate) return what the separate twins do, the same
+    Python values (type included: the kernels' packing reads them as they are)."""
+    nd = f.nd_candidate_columns_scalar(f.SCALAR, c, d, cc, MOE_DISPATCH)
+    memory = f.memory_candidate_columns_scalar(f.SCALAR, c, d)
+    got = f.nd_memory_candidate_scalar(c, mc, cc, MOE_DISPATCH)
+    assert got == (d["d_exp"], nd + memory)
+    assert [type(v) for v in got[1]] == [type(v) for v in nd + memory]
+    exposed, values = f.derived_memory_candidate_scalar(c, mc)
+    assert exposed == {name: d[name] for name in exposed} and values == memory
+    assert [type(v) for v in exposed.values()] == [type(d[name]) for name in exposed]
+
+
+def test_the_generator_fuses_only_what_it_can_map():
+    """A fused twin's consumer reads derived values by name only; derived's dropped assignments are
+    the ones nothing reads."""
+    gen = _generator()
+    twins = {name: gen._Scalarise(*gen._scalar_rules(ast.parse(
+        (ROOT / "src/ndcost/tables/formulas_ops.py").read_text()))).visit(ast.parse(source).body[0])
+        for name, source in (("derived_columns", "def derived_columns(ops, c):\n    x = c['a'] + 1\n"
+                                                 "    unused = c['b']\n    return {'x': x, 'y': x * 2, 'z': unused}"),
+                             ("good", "def good(ops, c, d):\n    k = d['y'] + 1\n    return (k, d['x'])"),
+                             ("bad", "def bad(ops, c, d):\n    return (d,)"))}
+    text = ast.unparse(gen._fused("both", ("good",), ("x",), False, twins))
+    assert "unused" not in text and "good_k = d_y + 1" in text and "return (x, (good_k, x))" in text
+    with pytest.raises(ValueError, match="d read other than"):
+        gen._fused("both", ("bad",), ("x",), False, twins)

@@ -13,18 +13,35 @@ returns: ``rules.append((name, broken))`` -> ``if broken: return codes[name]``, 
 stops the generator, so a twin never calls ``ops`` and never differs from ``_ScalarOps``.
 Then ``&``/``|`` between provably bool operands (comparisons, ``not``, locals only ever
 bound to such) become ``and``/``or``: the same bool, skipping what cannot change it.
+
+A *fused* twin (``FUSED``) is derived_columns' twin with its consumers' twins written after it
+in one function: derived's returned entries become locals (``d_<name>``, or the local a value
+already is), each consumer's ``d["name"]`` reads that local, its own locals take its prefix
+(``memory_seq``), derived's assignments no one reads are dropped, and it returns the asked-for
+derived values (or a dict of them) and then the consumers' tuples concatenated: what
+``estimate()`` packs for one candidate, without the intermediate dicts and calls.
 """
 from __future__ import annotations
 
 import ast
 import builtins
 import copy
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src/ndcost/tables"
 FORMULAS = ("derived_columns", "derived_extra_columns", "nd_candidate_columns", "memory_candidate_columns",
             "joint_reason")
+#: The fused twins: name -> (the consumers of derived_columns run in its body, the derived values returned
+#: first, as a dict of them or not). One candidate pays for no intermediate dict or call. The second's
+#: dict holds what ndcost.tables.seconds.seconds_candidate_values reads, and d_exp.
+FUSED = {
+    "nd_memory_candidate": (("nd_candidate_columns", "memory_candidate_columns"), ("d_exp",), False),
+    "derived_memory_candidate": (("memory_candidate_columns",), (
+        "d_exp", "sp", "t_exp", "expert_data_parallel", "micro_batch_num", "bytes_grad", "zero_shard_ranks",
+        "defers_grads", "reshards", "tie_embeddings"), True),
+}
 OUTPUT = PACKAGE / "formulas_scalar.py"
 
 
@@ -231,6 +248,14 @@ def _imports(free: set[str], trees: dict[str, ast.Module]) -> list[str]:
     return lines
 
 
+def _fused_first(value: ast.expr) -> str:
+    """One of a fused twin's first returned values; derived's dict one entry per line."""
+    if isinstance(value, ast.Dict):
+        return "\n".join(["        {", *(f"            {ast.unparse(k)}: {ast.unparse(v)},"
+                                         for k, v in zip(value.keys, value.values)), "        },"])
+    return f"        {ast.unparse(value)},"
+
+
 def _statement(stmt: ast.stmt) -> str:
     """*stmt* as source; a returned dict or tuple one entry per line (the twins' outputs are long)."""
     value = getattr(stmt, "value", None)
@@ -238,8 +263,97 @@ def _statement(stmt: ast.stmt) -> str:
         entries = [f"        {ast.unparse(k)}: {ast.unparse(v)}," for k, v in zip(value.keys, value.values)]
         return "\n".join(["    return {", *entries, "    }"])
     if isinstance(stmt, ast.Return) and isinstance(value, ast.Tuple):
+        *first, last = value.elts
+        if first and isinstance(last, ast.Tuple):                        # a fused twin's (..., candidate)
+            return "\n".join(["    return (", *(_fused_first(v) for v in first), "        (",
+                              *(f"            {ast.unparse(v)}," for v in last.elts), "        ),", "    )"])
         return "\n".join(["    return (", *(f"        {ast.unparse(v)}," for v in value.elts), "    )"])
     return "\n".join("    " + line for line in ast.unparse(stmt).splitlines())
+
+
+def _body(function: ast.FunctionDef) -> tuple[list[ast.stmt], ast.expr]:
+    """A twin's statements (no docstring) and its one final return's value."""
+    body = function.body[1:] if ast.get_docstring(function) is not None else list(function.body)
+    *statements, last = body
+    if not isinstance(last, ast.Return) or any(isinstance(node, ast.Return) for s in statements for node in ast.walk(s)):
+        raise ValueError(f"{function.name}: a fused twin's parts must end in their only return")
+    return statements, last.value
+
+
+def _stored(statements: list[ast.stmt]) -> set[str]:
+    return {node.id for s in statements for node in ast.walk(s) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+
+
+class _Rename(ast.NodeTransformer):
+    """Locals renamed; ``d["name"]`` -> the local holding derived's *name* (any other read of d stops the generator)."""
+
+    def __init__(self, names: dict[str, str], derived: dict[str, str] | None) -> None:
+        self.names, self.derived = names, derived
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        if self.derived is not None and isinstance(node.value, ast.Name) and node.value.id == "d":
+            if not (isinstance(node.slice, ast.Constant) and node.slice.value in self.derived):
+                raise ValueError(f"line {node.lineno}: d read other than by a derived value's name")
+            return ast.copy_location(ast.Name(id=self.derived[node.slice.value], ctx=ast.Load()), node)
+        return self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if self.derived is not None and node.id == "d":
+            raise ValueError(f"line {node.lineno}: d read other than by a derived value's name")
+        return ast.copy_location(ast.Name(id=self.names[node.id], ctx=node.ctx), node) if node.id in self.names else node
+
+
+def _prune(statements: list[ast.stmt], live: set[str]) -> list[ast.stmt]:
+    """Drop the assignments (of straight-line code) whose targets nothing after them reads."""
+    kept: list[ast.stmt] = []
+    for stmt in reversed(statements):
+        if isinstance(stmt, ast.Assign) and not _stored([stmt]) & live:
+            continue
+        kept.append(stmt)
+        live |= {node.id for node in ast.walk(stmt) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    return kept[::-1]
+
+
+def _fused(name: str, consumers: tuple[str, ...], exposed: tuple[str, ...], as_dict: bool,
+           twins: dict[str, ast.FunctionDef]) -> ast.FunctionDef:
+    """derived_columns' twin and its *consumers*' in one function (the module docstring says how)."""
+    derived_statements, returned = _body(twins["derived_columns"])
+    params = [copy.deepcopy(arg) for arg in twins["derived_columns"].args.args if arg.arg != "ops"]
+    taken = _stored(derived_statements) | {arg.arg for arg in params}
+    statements, local_of = list(derived_statements), {}
+    for key, value in zip(returned.keys, returned.values):
+        if isinstance(value, ast.Name):
+            local_of[key.value] = value.id
+            continue
+        local_of[key.value] = f"d_{key.value}"
+        if local_of[key.value] in taken:
+            raise ValueError(f"{name}: d_{key.value} is already a local of derived_columns")
+        statements.append(ast.Assign(targets=[ast.Name(id=local_of[key.value], ctx=ast.Store())], value=value,
+                                     lineno=0))
+    values: list[ast.expr] = []
+    for consumer in consumers:
+        twin = twins[consumer]
+        for arg in twin.args.args:
+            if arg.arg not in ("ops", "d") and arg.arg not in {p.arg for p in params}:
+                params.append(copy.deepcopy(arg))
+        body, tuple_ = _body(twin)
+        prefix = consumer.split("_")[0]
+        renamed = _Rename({local: f"{prefix}_{local}" for local in _stored(body)}, local_of)
+        statements += [renamed.visit(copy.deepcopy(stmt)) for stmt in body]
+        tuple_ = renamed.visit(copy.deepcopy(tuple_))
+        if not isinstance(tuple_, ast.Tuple):
+            raise ValueError(f"{consumer}: a consumer must return a tuple")
+        values += tuple_.elts
+    first = [ast.Name(id=local_of[key], ctx=ast.Load()) for key in exposed]
+    if as_dict:
+        first = [ast.Dict(keys=[ast.Constant(key) for key in exposed], values=first)]
+    result = ast.Tuple(elts=[*first, ast.Tuple(elts=values, ctx=ast.Load())], ctx=ast.Load())
+    statements = _prune(statements, {node.id for node in ast.walk(result) if isinstance(node, ast.Name)})
+    function = ast.FunctionDef(name=name, args=ast.arguments(posonlyargs=[], args=params, kwonlyargs=[],
+                                                              kw_defaults=[], defaults=[]),
+                               body=[*statements, ast.Return(value=result)], decorator_list=[],
+                               returns=ast.Name(id="tuple", ctx=ast.Load()), lineno=0)
+    return ast.fix_missing_locations(function)
 
 
 def render() -> str:
@@ -248,6 +362,8 @@ def render() -> str:
     by_name = {node.name: node for node in trees["formulas"].body if isinstance(node, ast.FunctionDef)}
     twins = [_Scalarise(aliases, inline).visit(copy.deepcopy(by_name[name])) for name in FORMULAS]
     twins = [_ShortCircuit(_bool_names(twin)).visit(twin) for twin in twins]
+    fused = [_fused(name, consumers, exposed, as_dict, {twin.name: twin for twin in twins})
+             for name, (consumers, exposed, as_dict) in FUSED.items()]
     out = [
         "# Generated by tools/gen_formulas.py from src/ndcost/tables/formulas.py and formulas_ops.py: do not edit.",
         '"""The scalar twins of :mod:`ndcost.tables.formulas`: each formula with its ``ops`` calls written',
@@ -255,9 +371,9 @@ def render() -> str:
         '"""',
         "from __future__ import annotations",
         "",
-        *_imports(_free_names(twins), trees),
+        *_imports(_free_names(twins + fused), trees),
         "",
-        "__all__ = [", *(f'    "{name}_scalar",' for name in FORMULAS), "]",
+        "__all__ = [", *(f'    "{name}_scalar",' for name in (*FORMULAS, *FUSED)), "]",
     ]
     for twin in twins:
         name = twin.name
@@ -267,6 +383,15 @@ def render() -> str:
         out += ["", "", f"def {twin.name}({ast.unparse(twin.args)}){returns}:",
                 f'    """:func:`ndcost.tables.formulas.{name}` on Python scalars (*ops* must be SCALAR)."""',
                 *(_statement(stmt) for stmt in twin.body)]
+    for function in fused:
+        consumers, exposed, as_dict = FUSED[function.name]
+        function.name += "_scalar"
+        first = f"{{{', '.join(exposed)}}}" if as_dict else ", ".join(exposed)
+        doc = (f"derived_columns and {' + '.join(consumers)} fused, on Python scalars (tools/gen_formulas.py "
+               f"says how): ({first}, the candidate's values).")
+        out += ["", "", f"def {function.name}({ast.unparse(function.args)}) -> tuple:",
+                textwrap.fill(f'"""{doc}"""', width=116, initial_indent="    ", subsequent_indent="    "),
+                *(_statement(stmt) for stmt in function.body)]
     return "\n".join(out) + "\n"
 
 

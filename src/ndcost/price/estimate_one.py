@@ -25,7 +25,8 @@ from .. import _backend
 from ..kernels import columns as col
 from ..tables.cache import cached, per_object
 from ..tables.formulas import (
-    SCALAR, derived_columns_scalar, joint_reason_scalar, memory_candidate_columns_scalar, nd_candidate_columns_scalar,
+    SCALAR, derived_columns_scalar, derived_memory_candidate_scalar, joint_reason_scalar, nd_candidate_columns_scalar,
+    nd_memory_candidate_scalar,
 )
 from ..kernels.one import ND_ONE_COUNT, ONE_FIELDS
 from ..kernels.seconds_batch import STEP_RATE_FIELDS
@@ -104,6 +105,40 @@ def _model_tables(model: Model) -> _ModelTables:
     return cached(model, "estimate_tables", lambda: _ModelTables(model))
 
 
+class _Context(threading.local):
+    """The (model, cluster) priced last on this thread and their tables: a search prices many
+    specs on one of each, so a fresh spec skips the two per-object lookups. Weak references:
+    it keeps neither object alive (a dead one's id may be reused, its reference then is None)."""
+
+    def __init__(self) -> None:
+        self.model = self.cluster = lambda: None
+        self.tables = self.cc = None
+
+    def get(self, model: Model, cluster: Cluster) -> tuple:
+        if self.model() is not model or self.cluster() is not cluster:
+            self.tables, self.cc = _model_tables(model), cluster_constants(cluster)
+            self.model, self.cluster = weakref.ref(model), weakref.ref(cluster)
+        return self.tables, self.cc
+
+
+_CONTEXT = _Context()
+
+
+#: fixed_bytes (CUDA context, cuBLAS workspace, NCCL buffers) by (dp, tp, pp, cp, ep): a function
+#: of the degrees alone, which a search repeats across its candidates (bounded like _RECENT).
+_FIXED: dict = {}
+
+
+def _fixed_bytes(c: dict) -> float:
+    key = (c["dp"], c["tp"], c["pp"], c["cp"], c["ep"])
+    fixed = _FIXED.get(key)
+    if fixed is None:
+        if len(_FIXED) >= 4096:
+            _FIXED.clear()
+        fixed = _FIXED[key] = float(fixed_bytes(*key))
+    return fixed
+
+
 class _OneLayout:
     """A spec's layout packed for the batch kernels: the pool, and seconds mode's per-stage
     extras (embedding, output head, MTP modules), flat."""
@@ -165,31 +200,38 @@ class _Prepared:
 
     def __init__(self, model: Model, spec: ExecSpec, cluster: Cluster, seconds: bool, with_memory: bool) -> None:
         c = spec.__dict__
-        tables = _model_tables(model)
-        cc = cluster_constants(cluster)
+        tables, cc = _CONTEXT.get(model, cluster)
         layout_bad = False
         if c["offset"] is not None or c["pp_partition"] is not None or type(c["recompute"]) is tuple:
             layout_bad = any(True for _ in _layout_rules(model, spec))
         if joint_reason_scalar(SCALAR, c, tables.constants, cc, layout_bad, True, REASON_CODES):
             validate(model, spec, cluster)
             raise SpecError("spec", "estimate", "pass validate() (ndcost.explain says why)", spec)  # pragma: no cover
-        derived = derived_columns_scalar(SCALAR, c, tables.constants)
-        if derived["d_exp"] < 1:
+        # The candidate's values in one fused twin of the formulas where one exists (tables.formulas_scalar).
+        if seconds:
+            if with_memory:
+                derived, values = derived_memory_candidate_scalar(c, tables.constants)
+            else:
+                derived, values = derived_columns_scalar(SCALAR, c, tables.constants), ()
+            d_exp = derived["d_exp"]
+            n_cand = _N_SECONDS_CAND
+        elif with_memory:
+            d_exp, values = nd_memory_candidate_scalar(c, tables.constants, cc, MOE_DISPATCH)
+            n_cand = _N_CAND
+        else:
+            derived = derived_columns_scalar(SCALAR, c, tables.constants)
+            d_exp, values = derived["d_exp"], nd_candidate_columns_scalar(SCALAR, c, derived, cc, MOE_DISPATCH)
+            n_cand = _N_CAND
+        if d_exp < 1:
             derived_values(model, spec)  # raises derive's SpecError
         if seconds:
-            values = seconds_candidate_values(spec, derived)
-            n_cand = _N_SECONDS_CAND
-        else:
-            values = nd_candidate_columns_scalar(SCALAR, c, derived, cc, MOE_DISPATCH)
-            n_cand = _N_CAND
-        if with_memory:
-            values += memory_candidate_columns_scalar(SCALAR, c, derived)
-        # One vector holds both candidates: the unit's, then the memory model's.
-        self.column = _read_only(np.frombuffer(_PACK[n_cand, with_memory](*values)))
+            values = seconds_candidate_values(spec, derived) + values
+        # One vector holds both candidates: the unit's, then the memory model's (bytes: read-only).
+        self.column = memoryview(_PACK[n_cand, with_memory](*values)).cast("d")
         self.model, self.cluster, self.tables, self.cc = model, cluster, tables, cc
         self.packed = _one_layout(model, spec, tables.layouts)
         self.pp = c["pp"]
-        self.fixed = float(fixed_bytes(c["dp"], c["tp"], c["pp"], c["cp"], c["ep"])) if seconds and with_memory else 0.0
+        self.fixed = _fixed_bytes(c) if seconds and with_memory else 0.0
         # seconds mode: its kind table and model vector, and the device's own rates of the spec's precision
         self.seconds_tables = tables.seconds(model) if seconds else None
         self.rate = _rates_row(cluster, None, c["precision"]) if seconds else None

@@ -42,15 +42,15 @@ from .formulas_ops import (
     ClusterConstants, ModelConstants,
 )
 from .formulas_scalar import (
-    derived_columns_scalar, derived_extra_columns_scalar, joint_reason_scalar, memory_candidate_columns_scalar,
-    nd_candidate_columns_scalar,
+    derived_columns_scalar, derived_extra_columns_scalar, derived_memory_candidate_scalar, joint_reason_scalar,
+    memory_candidate_columns_scalar, nd_candidate_columns_scalar, nd_memory_candidate_scalar,
 )
 
 __all__ = [
     "SCALAR", "ARRAY", "NONE_INT", "COMM_DP_OVERLAP", "COMM_TP_OVERLAP", "CHOICES", "MEMORY_SCHEDULE_BY_PP_SCHEDULE",
     "derived_columns", "derived_extra_columns", "derived_extra_columns_scalar", "nd_candidate_columns", "memory_candidate_columns", "joint_reason",
     "derived_columns_scalar", "nd_candidate_columns_scalar", "memory_candidate_columns_scalar",
-    "joint_reason_scalar",
+    "joint_reason_scalar", "nd_memory_candidate_scalar", "derived_memory_candidate_scalar",
     "ModelConstants", "ClusterConstants",
 ]
 

@@ -21,6 +21,8 @@ __all__ = [
     "nd_candidate_columns_scalar",
     "memory_candidate_columns_scalar",
     "joint_reason_scalar",
+    "nd_memory_candidate_scalar",
+    "derived_memory_candidate_scalar",
 ]
 
 
@@ -278,3 +280,208 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
         if d_exp < 1:
             return codes['expert_dp']
     return 0
+
+
+def nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, cc: ClusterConstants, moe_dispatch_default: float) -> tuple:
+    """derived_columns and nd_candidate_columns + memory_candidate_columns fused, on Python scalars
+    (tools/gen_formulas.py says how): (d_exp, the candidate's values)."""
+    dp, tp, pp, cp, ep = (c['dp'], c['tp'], c['pp'], c['cp'], c['ep'])
+    n_exp = mc.num_experts
+    etp_stated = c['etp'] is not None
+    etp = 1 if c['etp'] is None else c['etp']
+    t_exp = etp if etp_stated else 1 if tp * ep > dp * tp else tp
+    d_exp = dp * tp * cp // etp // ep if etp_stated else dp // ep if dp >= ep else dp * tp // ep
+    zero = c['zero_stage']
+    has_op = zero >= 1
+    has_grad_shard = zero >= 2
+    os_ranks = (dp if c['optimizer_shard'] is None else c['optimizer_shard']) if has_op else 1
+    cp_shard = cp if c['shard_spans_cp'] else 1
+    expert_ranks = dp * cp * tp // (ep * t_exp)
+    micro_batch_num = c['micro_batch_num'] if c['micro_batch_num'] is not None else (0 if c['global_batch_size'] is None else c['global_batch_size']) // (c['micro_batch_size'] * dp)
+    d_sp = tp if c['sequence_parallel'] else 1
+    d_expert_data_parallel = expert_ranks if expert_ranks > 1 else 1
+    d_grad_shard_as_params = zero == 3
+    d_shard_p_os_non_exp_partial = os_ranks * tp * cp_shard
+    d_shard_p_os_exp_partial = math.gcd(n_exp, os_ranks * t_exp)
+    d_shard_p_os_exp = (d_exp if has_op else 1) * cp_shard * t_exp
+    d_comm_d_non_exp = 0 if dp == 1 or not has_op else 3 if has_grad_shard else 2
+    d_comm_d_exp = 0 if d_exp == 1 or not has_op else 3 if has_grad_shard else 2
+    d_comm_t = 1 if tp > 1 else 0
+    d_comm_ep = 1 if ep > 1 or n_exp > 1 else 0
+    d_comm_cp = 1 if cp > 1 else 0
+    d_shard_embed = (dp if has_op else 1) * (1 if c['vocab_emb_dp'] & (pp == 1) else tp)
+    d_nd_bytes_grad = c['grad_bytes'] if pp > 1 or micro_batch_num > 1 else 0
+    d_bytes_grad = c['grad_bytes']
+    d_bytes_optim = c['optimizer_states'] * c['optimizer_state_bytes'] + c['main_param_bytes']
+    d_zero_shard_ranks = os_ranks * cp_shard if has_op else 1
+    d_tie_embeddings = mc.tie if c['tie_embeddings'] is None else c['tie_embeddings']
+    d_reshards = zero == 3 if c['reshard_params'] is None else c['reshard_params']
+    d_defers_grads = c['deferred_grad_accumulation']
+    memory_seq_length = c['seq_length']
+    memory_seq = memory_seq_length / c['seq_split'] if c['pp_schedule'] == 'seq1f1b' else memory_seq_length
+    memory_zero = c['zero_stage']
+    memory_has_op = has_op
+    memory_non_expert = d_zero_shard_ranks
+    memory_ranks = d_expert_data_parallel * os_ranks / c['dp']
+    memory_ranks = memory_ranks if c['shard_spans_cp'] else memory_ranks / c['cp']
+    memory_expert = (memory_ranks if memory_ranks > 1.0 else 1.0) if memory_has_op else 1.0
+    memory_shards_params = (memory_zero == 3) & d_reshards
+    memory_shards_grads = memory_zero >= 2 and (not d_defers_grads)
+    return (
+        d_exp,
+        (
+            c['micro_batch_size'],
+            c['seq_length'],
+            c['tp'],
+            d_sp,
+            c['cp'],
+            c['ep'],
+            t_exp,
+            c['dp'],
+            d_exp,
+            c['pp'],
+            c['vpp'],
+            micro_batch_num,
+            c['param_bytes'],
+            c['compute_bytes'],
+            d_nd_bytes_grad,
+            c['capacity_factor'],
+            moe_dispatch_default if c['moe_dispatch'] is None else c['moe_dispatch'],
+            d_comm_d_non_exp,
+            d_comm_d_exp,
+            d_comm_t,
+            d_comm_ep,
+            d_comm_cp,
+            1.0 if c['cp_algo'] == 'ring' else 0.0,
+            d_shard_p_os_non_exp_partial,
+            d_shard_p_os_exp,
+            d_shard_p_os_exp_partial,
+            d_shard_embed,
+            1.0,
+            1.0 if d_grad_shard_as_params else 0.0,
+            1.0 if d_reshards else 0.0,
+            1.0 if d_tie_embeddings else 0.0,
+            cc.dpn,
+            cc.is_a3,
+            COMM_DP_OVERLAP,
+            COMM_TP_OVERLAP,
+            0.0,
+            memory_seq,
+            c['micro_batch_size'],
+            c['tp'],
+            d_sp,
+            c['cp'],
+            t_exp,
+            c['ep'],
+            c['pp'],
+            c['vpp'],
+            micro_batch_num,
+            c['seq_split'],
+            _MEMORY_SCHEDULE[c['pp_schedule']],
+            c['moe_imbalance'] if c['grouped_gemm'] else c['capacity_factor'],
+            1.0 if c['flash_attention'] else 0.0,
+            1.0 if c['recompute_slice_activation'] else 0.0,
+            c['compute_bytes'],
+            c['softmax_bytes'],
+            c['dropout_bytes'],
+            c['norm_bytes'],
+            c['param_bytes'],
+            d_bytes_grad,
+            d_bytes_optim,
+            memory_non_expert if memory_shards_params else 1.0,
+            memory_non_expert if memory_shards_grads else 1.0,
+            memory_non_expert if memory_zero >= 1 else 1.0,
+            memory_expert if memory_shards_params else 1.0,
+            memory_expert if memory_shards_grads else 1.0,
+            memory_expert if memory_zero >= 1 else 1.0,
+            1.0 if memory_shards_params else 0.0,
+            1.0 if memory_shards_grads else 0.0,
+            1.0 if c['cp_algo'] == 'ring' else 0.0,
+            1.0 if d_tie_embeddings else 0.0,
+            c['logit_bytes'],
+        ),
+    )
+
+
+def derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants) -> tuple:
+    """derived_columns and memory_candidate_columns fused, on Python scalars (tools/gen_formulas.py says how):
+    ({d_exp, sp, t_exp, expert_data_parallel, micro_batch_num, bytes_grad, zero_shard_ranks, defers_grads, reshards,
+    tie_embeddings}, the candidate's values)."""
+    dp, tp, pp, cp, ep = (c['dp'], c['tp'], c['pp'], c['cp'], c['ep'])
+    etp_stated = c['etp'] is not None
+    etp = 1 if c['etp'] is None else c['etp']
+    t_exp = etp if etp_stated else 1 if tp * ep > dp * tp else tp
+    d_exp = dp * tp * cp // etp // ep if etp_stated else dp // ep if dp >= ep else dp * tp // ep
+    zero = c['zero_stage']
+    has_op = zero >= 1
+    os_ranks = (dp if c['optimizer_shard'] is None else c['optimizer_shard']) if has_op else 1
+    cp_shard = cp if c['shard_spans_cp'] else 1
+    expert_ranks = dp * cp * tp // (ep * t_exp)
+    micro_batch_num = c['micro_batch_num'] if c['micro_batch_num'] is not None else (0 if c['global_batch_size'] is None else c['global_batch_size']) // (c['micro_batch_size'] * dp)
+    d_sp = tp if c['sequence_parallel'] else 1
+    d_expert_data_parallel = expert_ranks if expert_ranks > 1 else 1
+    d_bytes_grad = c['grad_bytes']
+    d_bytes_optim = c['optimizer_states'] * c['optimizer_state_bytes'] + c['main_param_bytes']
+    d_zero_shard_ranks = os_ranks * cp_shard if has_op else 1
+    d_tie_embeddings = mc.tie if c['tie_embeddings'] is None else c['tie_embeddings']
+    d_reshards = zero == 3 if c['reshard_params'] is None else c['reshard_params']
+    d_defers_grads = c['deferred_grad_accumulation']
+    memory_seq_length = c['seq_length']
+    memory_seq = memory_seq_length / c['seq_split'] if c['pp_schedule'] == 'seq1f1b' else memory_seq_length
+    memory_zero = c['zero_stage']
+    memory_has_op = has_op
+    memory_non_expert = d_zero_shard_ranks
+    memory_ranks = d_expert_data_parallel * os_ranks / c['dp']
+    memory_ranks = memory_ranks if c['shard_spans_cp'] else memory_ranks / c['cp']
+    memory_expert = (memory_ranks if memory_ranks > 1.0 else 1.0) if memory_has_op else 1.0
+    memory_shards_params = (memory_zero == 3) & d_reshards
+    memory_shards_grads = memory_zero >= 2 and (not d_defers_grads)
+    return (
+        {
+            'd_exp': d_exp,
+            'sp': d_sp,
+            't_exp': t_exp,
+            'expert_data_parallel': d_expert_data_parallel,
+            'micro_batch_num': micro_batch_num,
+            'bytes_grad': d_bytes_grad,
+            'zero_shard_ranks': d_zero_shard_ranks,
+            'defers_grads': d_defers_grads,
+            'reshards': d_reshards,
+            'tie_embeddings': d_tie_embeddings,
+        },
+        (
+            memory_seq,
+            c['micro_batch_size'],
+            c['tp'],
+            d_sp,
+            c['cp'],
+            t_exp,
+            c['ep'],
+            c['pp'],
+            c['vpp'],
+            micro_batch_num,
+            c['seq_split'],
+            _MEMORY_SCHEDULE[c['pp_schedule']],
+            c['moe_imbalance'] if c['grouped_gemm'] else c['capacity_factor'],
+            1.0 if c['flash_attention'] else 0.0,
+            1.0 if c['recompute_slice_activation'] else 0.0,
+            c['compute_bytes'],
+            c['softmax_bytes'],
+            c['dropout_bytes'],
+            c['norm_bytes'],
+            c['param_bytes'],
+            d_bytes_grad,
+            d_bytes_optim,
+            memory_non_expert if memory_shards_params else 1.0,
+            memory_non_expert if memory_shards_grads else 1.0,
+            memory_non_expert if memory_zero >= 1 else 1.0,
+            memory_expert if memory_shards_params else 1.0,
+            memory_expert if memory_shards_grads else 1.0,
+            memory_expert if memory_zero >= 1 else 1.0,
+            1.0 if memory_shards_params else 0.0,
+            1.0 if memory_shards_grads else 0.0,
+            1.0 if c['cp_algo'] == 'ring' else 0.0,
+            1.0 if d_tie_embeddings else 0.0,
+            c['logit_bytes'],
+        ),
+    )
