@@ -141,12 +141,22 @@ def _fixed_bytes(c: dict) -> float:
 
 class _OneLayout:
     """A spec's layout packed for the batch kernels: the pool, and seconds mode's per-stage
-    extras (embedding, output head, MTP modules), flat."""
+    extras (embedding, output head, MTP modules), flat; and, per backend, the kernels' own
+    ``one_tables`` of it and the model's tables (``held``: (backend, tables), built on first use)."""
 
-    __slots__ = ("pool", "row", "extras")
+    __slots__ = ("pool", "row", "extras", "held")
 
     def __init__(self, pool: LayoutPool, extras: np.ndarray) -> None:
         self.pool, self.row, self.extras = pool, pool.layouts[0], _read_only(extras)
+        self.held: tuple = (None, None)
+
+    def hold(self, kernels: Any, tables: _ModelTables, model: Model) -> Any:
+        """``kernels.one_tables`` of this layout on *model* (kept for the backend last asked)."""
+        skinds, smodel = tables.seconds(model)
+        held = kernels.one_tables(tables.kinds, skinds, tables.vector, smodel, tables.memory_kinds,
+                                  tables.memory_vector, self.row, self.pool.pool, self.pool.slot_pool, self.extras)
+        self.held = (kernels, held)
+        return held
 
 
 def _one_layout(model: Model, spec: ExecSpec, layouts: dict) -> _OneLayout:
@@ -196,7 +206,7 @@ class _Prepared:
     configs -- goes straight to the kernels.
     """
 
-    __slots__ = ("model", "cluster", "tables", "cc", "packed", "column", "pp", "fixed", "seconds_tables", "rate")
+    __slots__ = ("model", "cluster", "tables", "cc", "packed", "column", "pp", "fixed", "rate")
 
     def __init__(self, model: Model, spec: ExecSpec, cluster: Cluster, seconds: bool, with_memory: bool) -> None:
         c = spec.__dict__
@@ -232,8 +242,7 @@ class _Prepared:
         self.packed = _one_layout(model, spec, tables.layouts)
         self.pp = c["pp"]
         self.fixed = _fixed_bytes(c) if seconds and with_memory else 0.0
-        # seconds mode: its kind table and model vector, and the device's own rates of the spec's precision
-        self.seconds_tables = tables.seconds(model) if seconds else None
+        # seconds mode: the device's own rates of the spec's precision
         self.rate = _rates_row(cluster, None, c["precision"]) if seconds else None
 
 
@@ -272,14 +281,17 @@ def estimate_nd_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any,
                     rec_type: str, p2p: bool, with_memory: bool) -> Estimate:
     """ND's score of one spec (and its memory) through ``nd_estimate_one``."""
     prep = _prepared(model, spec, cluster, False, with_memory)
-    tables, pool, pp = prep.tables, prep.packed.pool, prep.pp
+    pp = prep.pp
+    kernels, held = prep.packed.held
+    if kernels is not _backend.kernels:
+        kernels = _backend.kernels
+        held = prep.packed.hold(kernels, prep.tables, model)
     ratio_set = Ratios.coerce(ratios) if ratios is not None else None
     scratch = _SCRATCH
     times = scratch.stage_times(pp)
     stages = np.empty((pp, _N_MEMORY_COLUMNS), dtype=np.float64) if with_memory else _NO_MEMORY_STAGES
-    _backend.kernels.nd_estimate_one(
-        tables.kinds, tables.vector, tables.memory_kinds, tables.memory_vector, prep.column, prep.packed.row,
-        pool.pool, pool.slot_pool, nd_options(ratio_type, rec_type, bool(p2p)),
+    kernels.nd_estimate_one(
+        held, prep.column, nd_options(ratio_type, rec_type, bool(p2p)),
         _NO_RATIOS if ratio_set is None else np.ascontiguousarray(ratio_set.vector(), dtype=np.float64),
         prep.cc.reserve, scratch.nd_one, times, stages)
     values = scratch.nd_one.tolist()
@@ -319,18 +331,18 @@ def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios:
     step's model FLOPs and the raw per-stage sums (``SECONDS_STAGE_FIELDS`` columns).
     """
     prep = _prepared(model, spec, cluster, True, with_memory)
-    tables, packed = prep.tables, prep.packed
-    pool = packed.pool
     pp = prep.pp
+    kernels, held = prep.packed.held
+    if kernels is not _backend.kernels:
+        kernels = _backend.kernels
+        held = prep.packed.hold(kernels, prep.tables, model)
     scratch = _SCRATCH
     times = scratch.stage_times(pp)
     sums = np.empty((pp, _N_STAGE_SUMS), dtype=np.float64)   # kept by the result (details["stage_sums"])
     stages = np.empty((pp, _N_MEMORY_COLUMNS), dtype=np.float64) if with_memory else _NO_MEMORY_STAGES
-    skinds, smodel = prep.seconds_tables
-    _backend.kernels.seconds_estimate_one(
-        tables.kinds, skinds, tables.vector, smodel, tables.memory_kinds, tables.memory_vector, prep.column,
-        prep.rate if rates is None else _rates_row(cluster, rates, spec.precision), packed.row, pool.pool,
-        pool.slot_pool, packed.extras, prep.cc.reserve, scratch.one, times, sums, stages)
+    kernels.seconds_estimate_one(
+        held, prep.column, prep.rate if rates is None else _rates_row(cluster, rates, spec.precision),
+        prep.cc.reserve, scratch.one, times, sums, stages)
     values = scratch.one.tolist()
     total = values[_ONE_STEP]
     part_values = dict(zip(_PART_NAMES, values[_ONE_PARTS:_ONE_RATES]))
