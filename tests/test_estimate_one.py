@@ -131,7 +131,7 @@ def test_kernels_check_shapes_before_pricing(kernels, units):
     _call_one(kernels, units, good)
     assert good["out"][0] > 0 and good["out"][1] > 0
     bad = {
-        "cand": lambda a: np.array(a["cand"][:-1]),
+        "cand": lambda a: a["cand"][:-1],
         "out": lambda a: np.empty(a["out"].shape[0] + 1),
         "out_stage_times": lambda a: np.empty(1),
         "out_stages": lambda a: np.empty((1, 8)),

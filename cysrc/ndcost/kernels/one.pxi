@@ -15,6 +15,10 @@ cdef enum:
     ONE_COUNT = 2 + P_COUNT + SR_COUNT
 
 
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_AsDouble, PyFloat_CheckExact
+from cpython.long cimport PyLong_AsDouble, PyLong_CheckExact
+
+
 cdef class _OneTables:
     # A model's tables and one layout, for the one-candidate kernels: their buffers acquired and
     # their shapes checked once (one_tables), so a call acquires only its candidate and its outputs
@@ -59,6 +63,24 @@ def one_tables(const double[:, ::1] kinds,          # IN (K, K_COUNT)
     return t
 
 
+cdef int c_one_cand(tuple values, Py_ssize_t n, double* cand) except -1:
+    # The candidate as estimate() builds it -- Python numbers, converted here as struct's "d" would
+    # (PyFloat_AsDouble): packing them into a buffer first cost a fresh spec more than the kernel.
+    cdef Py_ssize_t i
+    cdef object value
+    if len(values) != n:
+        raise ValueError(f"cand must have length {n}, got {len(values)}")
+    for i in range(n):
+        value = values[i]
+        if PyFloat_CheckExact(value):
+            cand[i] = PyFloat_AS_DOUBLE(value)
+        elif PyLong_CheckExact(value):
+            cand[i] = PyLong_AsDouble(value)     # what float(int) does, without the float object
+        else:
+            cand[i] = PyFloat_AsDouble(value)
+    return 0
+
+
 cdef int c_one_check(_OneTables t, const double* cand, Py_ssize_t n_cand, Py_ssize_t at_p, Py_ssize_t at_vp,
                      Py_ssize_t n_out_stage_times, bint with_memory, Py_ssize_t n_out_stages,
                      Py_ssize_t out_stages_columns) except -1:
@@ -75,7 +97,7 @@ cdef int c_one_check(_OneTables t, const double* cand, Py_ssize_t n_cand, Py_ssi
 
 
 def seconds_estimate_one(_OneTables tables not None,   # IN one_tables(...)
-                         const double[::1] cand,       # IN (SC_COUNT + MC_COUNT,) or (SC_COUNT,)
+                         tuple cand,                   # IN (SC_COUNT + MC_COUNT,) or (SC_COUNT,) numbers
                          const double[::1] rate,       # IN (R_COUNT,)
                          double reserve,
                          double[::1] out,                     # OUT (ONE_COUNT,)
@@ -96,10 +118,11 @@ def seconds_estimate_one(_OneTables tables not None,   # IN one_tables(...)
     cdef double* p_dense
     cdef double* p_expert
     cdef MemScratch mem
-    c_sec_check_len("cand", SC_COUNT + MC_COUNT if with_memory else SC_COUNT, cand.shape[0])
+    cdef double vec[SC_COUNT + MC_COUNT]
+    c_one_cand(cand, SC_COUNT + MC_COUNT if with_memory else SC_COUNT, vec)
     c_sec_check_len("rate", R_COUNT, rate.shape[0])
     c_sec_check_len("out", ONE_COUNT, out.shape[0])
-    c_one_check(t, &cand[0], SC_COUNT, SC_p, SC_vp, out_stage_times.shape[0], with_memory, out_stages.shape[0],
+    c_one_check(t, vec, SC_COUNT, SC_p, SC_vp, out_stage_times.shape[0], with_memory, out_stages.shape[0],
                 out_stages.shape[1])
     if out_stage_sums.shape[0] < p or out_stage_sums.shape[1] != SS_COUNT:
         raise ValueError(f"out_stage_sums must be (>= pp ({p}), {SS_COUNT})")
@@ -116,11 +139,11 @@ def seconds_estimate_one(_OneTables tables not None,   # IN one_tables(...)
         if with_memory:
             c_mem_scratch_alloc(&mem, n_kinds, n_slots, p, p * vp)
         with nogil:
-            total = c_sec_price(&t.kinds[0, 0], &t.skinds[0, 0], &t.model[0], &t.smodel[0], n_kinds, &cand[0],
+            total = c_sec_price(&t.kinds[0, 0], &t.skinds[0, 0], &t.model[0], &t.smodel[0], n_kinds, vec,
                                 &rate[0], &t.layout[0], &t.pool[0], &t.slot_pool[0], &t.extras[0], stage, p_dense,
                                 p_expert, parts, times, totals, step_rates)
             if with_memory:
-                peak = c_candidate_memory(&t.mkinds[0, 0], n_kinds, &t.mmodel[0], &cand[SC_COUNT], &t.layout[0],
+                peak = c_candidate_memory(&t.mkinds[0, 0], n_kinds, &t.mmodel[0], &vec[SC_COUNT], &t.layout[0],
                                           &t.pool[0], &t.slot_pool[0], reserve, &mem)
                 for s in range(out_stages.shape[0]):
                     for j in range(_MEM_COLUMNS):
@@ -143,7 +166,7 @@ def seconds_estimate_one(_OneTables tables not None,   # IN one_tables(...)
 
 
 def nd_estimate_one(_OneTables tables not None,   # IN one_tables(...)
-                    const double[::1] cand,       # IN (C_COUNT + MC_COUNT,) or (C_COUNT,)
+                    tuple cand,                   # IN (C_COUNT + MC_COUNT,) or (C_COUNT,) numbers
                     const double[::1] options,    # IN (O_COUNT,)
                     const double[::1] ratios,     # IN (P_COUNT,) or (0,)
                     double reserve,
@@ -159,12 +182,13 @@ def nd_estimate_one(_OneTables tables not None,   # IN one_tables(...)
     cdef double parts[P_COUNT]
     cdef double* scratch
     cdef MemScratch mem
-    c_sec_check_len("cand", C_COUNT + MC_COUNT if with_memory else C_COUNT, cand.shape[0])
+    cdef double vec[C_COUNT + MC_COUNT]
+    c_one_cand(cand, C_COUNT + MC_COUNT if with_memory else C_COUNT, vec)
     c_sec_check_len("options", O_COUNT, options.shape[0])
     if with_ratios:
         c_sec_check_len("ratios", P_COUNT, ratios.shape[0])
     c_sec_check_len("out", ONE_rates, out.shape[0])
-    c_one_check(t, &cand[0], C_COUNT, C_p, C_vp, out_stage_times.shape[0], with_memory, out_stages.shape[0],
+    c_one_check(t, vec, C_COUNT, C_p, C_vp, out_stage_times.shape[0], with_memory, out_stages.shape[0],
                 out_stages.shape[1])
     # one block: stage (pp x S_COUNT), then times, reruns (pp each)
     scratch = <double*>malloc(p * (S_COUNT + 2) * sizeof(double))
@@ -174,11 +198,11 @@ def nd_estimate_one(_OneTables tables not None,   # IN one_tables(...)
         if with_memory:
             c_mem_scratch_alloc(&mem, n_kinds, n_slots, p, p * vp)
         with nogil:
-            total = c_nd_price(&t.kinds[0, 0], n_kinds, &t.model[0], &cand[0], &t.layout[0], &t.pool[0],
+            total = c_nd_price(&t.kinds[0, 0], n_kinds, &t.model[0], vec, &t.layout[0], &t.pool[0],
                                &t.slot_pool[0], &options[0], &ratios[0] if with_ratios else NULL, scratch, parts,
                                scratch + p * S_COUNT, scratch + p * (S_COUNT + 1))
             if with_memory:
-                peak = c_candidate_memory(&t.mkinds[0, 0], n_kinds, &t.mmodel[0], &cand[C_COUNT], &t.layout[0],
+                peak = c_candidate_memory(&t.mkinds[0, 0], n_kinds, &t.mmodel[0], &vec[C_COUNT], &t.layout[0],
                                           &t.pool[0], &t.slot_pool[0], reserve, &mem)
                 for s in range(out_stages.shape[0]):
                     for j in range(_MEM_COLUMNS):

@@ -49,8 +49,9 @@ def seconds_estimate_one(tables, cand, rate, reserve, out, out_stage_times, out_
 
     Args:
         tables: :func:`one_tables` of the model and the candidate's layout.
-        cand: (SECONDS_CAND_FIELDS + MEMORY_CAND_FIELDS,) the seconds candidate vector, then the
-            memory one; (SECONDS_CAND_FIELDS,) without memory.
+        cand: a tuple of (SECONDS_CAND_FIELDS + MEMORY_CAND_FIELDS,) numbers, the seconds candidate
+            vector, then the memory one; (SECONDS_CAND_FIELDS,) without memory. Python values, as
+            ``estimate()`` computes them (the compiled twin converts them as struct's ``"d"``).
         rate: (RATE_FIELDS,) the candidate's rates.
         reserve: bytes kept back on every device (the memory model's reserve).
         out: (len(ONE_FIELDS),): step time, memory peak (NaN without memory), the parts, the step rates.
@@ -86,8 +87,8 @@ def nd_estimate_one(tables, cand, options, ratios, reserve, out, out_stage_times
     Args:
         tables: :func:`one_tables` of the model and the candidate's layout.
         options, ratios: as :func:`~ndcost.kernels.batch.nd_estimate_batch`.
-        cand: (CAND_FIELDS + MEMORY_CAND_FIELDS,) ND's candidate vector, then the memory one;
-            (CAND_FIELDS,) without memory.
+        cand: a tuple of (CAND_FIELDS + MEMORY_CAND_FIELDS,) numbers, ND's candidate vector, then
+            the memory one; (CAND_FIELDS,) without memory (as :func:`seconds_estimate_one`'s).
         reserve: as :func:`seconds_estimate_one`.
         out: (ND_ONE_COUNT,): step, memory peak (NaN without memory), the parts (ONE_FIELDS order).
         out_stage_times, out_stages: as :func:`seconds_estimate_one`.
@@ -107,6 +108,8 @@ def nd_estimate_one(tables, cand, options, ratios, reserve, out, out_stage_times
 def _check_one(cand, n_cand, index, layout, out, n_out, out_stage_times, out_stages) -> bool:
     """The shapes both kernels share; whether memory is asked for."""
     with_memory = len(out_stages) != 0
+    if type(cand) is not tuple:
+        raise TypeError(f"cand must be a tuple of numbers, got {type(cand).__name__}")
     _expect("cand", n_cand + _N_MC if with_memory else n_cand, len(cand))
     _expect("out", n_out, len(out))
     p, vp = layout[LAYOUT["pp"]], layout[LAYOUT["vpp"]]

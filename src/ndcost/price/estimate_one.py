@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import math
-import struct
 import threading
 import weakref
 from types import MappingProxyType
@@ -66,20 +65,12 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 _NO_RATIOS = _read_only(np.zeros(0, dtype=np.float64))
 _NAN = math.nan
 _NO_DETAILS = MappingProxyType({})
-_N_CAND = len(col.CAND_FIELDS)
-_N_SECONDS_CAND = len(col.SECONDS_CAND_FIELDS)
-_N_MEMORY_CAND = len(col.MEMORY_CAND_FIELDS)
 _N_MEMORY_COLUMNS = len(MEMORY_PARTS) + 1
 _N_STAGE_SUMS = len(col.SECONDS_STAGE_FIELDS)
 _PART_NAMES = col.PART_NAMES
 # Where seconds_estimate_one writes its scalars (ndcost.kernels.one.ONE_FIELDS).
 _ONE_STEP, _ONE_PEAK = ONE_FIELDS.index("step_time"), ONE_FIELDS.index("peak")
 _ONE_PARTS, _ONE_RATES = ONE_FIELDS.index(col.PART_NAMES[0]), ONE_FIELDS.index(STEP_RATE_FIELDS[0])
-# The candidate column, packed as doubles straight from the Python values: the units' own
-# vector, then (with memory) the memory model's.
-_PACK = {(n, memory): struct.Struct(f"={n + (_N_MEMORY_CAND if memory else 0)}d").pack
-         for n in (_N_CAND, _N_SECONDS_CAND) for memory in (False, True)}
-
 
 class _ModelTables:
     """Everything the one-candidate path reads off a model, built once per model object
@@ -224,20 +215,17 @@ class _Prepared:
             else:
                 derived, values = derived_columns_scalar(SCALAR, c, tables.constants), ()
             d_exp = derived["d_exp"]
-            n_cand = _N_SECONDS_CAND
         elif with_memory:
             d_exp, values = nd_memory_candidate_scalar(c, tables.constants, cc, MOE_DISPATCH)
-            n_cand = _N_CAND
         else:
             derived = derived_columns_scalar(SCALAR, c, tables.constants)
             d_exp, values = derived["d_exp"], nd_candidate_columns_scalar(SCALAR, c, derived, cc, MOE_DISPATCH)
-            n_cand = _N_CAND
         if d_exp < 1:
             derived_values(model, spec)  # raises derive's SpecError
         if seconds:
             values = seconds_candidate_values(spec, derived) + values
-        # One vector holds both candidates: the unit's, then the memory model's (bytes: read-only).
-        self.column = memoryview(_PACK[n_cand, with_memory](*values)).cast("d")
+        # One tuple holds both candidates: the unit's, then the memory model's (the kernel converts it).
+        self.column = values
         self.model, self.cluster, self.tables, self.cc = model, cluster, tables, cc
         self.packed = _one_layout(model, spec, tables.layouts)
         self.pp = c["pp"]
