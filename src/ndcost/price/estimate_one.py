@@ -38,7 +38,9 @@ from ..tables.layout import _layout_key, build_layout
 from ..tables.memory import MEMORY_PARTS, MemoryEstimate, memory_kind_table, memory_model_vector
 from ..tables.memory_overheads import fixed_bytes
 from ..spec.model import Model
-from ..tables.nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, nd_options_vector
+from ..tables.nd_tables import (
+    MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, nd_options_vector, refuse_nd_units,
+)
 from ..spec.rates import Rates
 from ..spec.ratios import Ratios
 from ..tables.reasons import REASON_CODES
@@ -76,9 +78,10 @@ class _ModelTables:
     """Everything the one-candidate path reads off a model, built once per model object
     (seconds mode's tables when first asked for)."""
 
-    __slots__ = ("constants", "kinds", "vector", "memory_kinds", "memory_vector", "layouts", "_seconds")
+    __slots__ = ("constants", "kinds", "vector", "memory_kinds", "memory_vector", "layouts", "_seconds", "nd_units")
 
     def __init__(self, model: Model) -> None:
+        self.nd_units = False   # refuse_nd_units passed (checked when ND's units first price the model)
         self.constants = model_constants(model)
         self.kinds, self.vector = nd_kind_table(model), nd_model_vector(model)
         self.memory_kinds, self.memory_vector = memory_kind_table(model), memory_model_vector(model)
@@ -202,6 +205,9 @@ class _Prepared:
     def __init__(self, model: Model, spec: ExecSpec, cluster: Cluster, seconds: bool, with_memory: bool) -> None:
         c = spec.__dict__
         tables, cc = _CONTEXT.get(model, cluster)
+        if not seconds and not tables.nd_units:
+            refuse_nd_units(model, "estimate")
+            tables.nd_units = True
         layout_bad = False
         if c["offset"] is not None or c["pp_partition"] is not None or type(c["recompute"]) is tuple:
             layout_bad = any(True for _ in _layout_rules(model, spec))
