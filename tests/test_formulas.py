@@ -168,15 +168,16 @@ def _assert_fused_twins_agree(c: dict, mc, d: dict, cc) -> None:
 
 def test_the_generator_fuses_only_what_it_can_map():
     """A fused twin's consumer reads derived values by name only; derived's dropped assignments are
-    the ones nothing reads."""
+    the ones nothing reads; c is read once, for the keys the kept code reads."""
     gen = _generator()
     twins = {name: gen._Scalarise(*gen._scalar_rules(ast.parse(
         (ROOT / "src/ndcost/tables/formulas_ops.py").read_text()))).visit(ast.parse(source).body[0])
-        for name, source in (("derived_columns", "def derived_columns(ops, c):\n    x = c['a'] + 1\n"
-                                                 "    unused = c['b']\n    return {'x': x, 'y': x * 2, 'z': unused}"),
+        for name, source in (("derived_columns", "def derived_columns(ops, c):\n    x = c['a'] + c['b']\n"
+                                                 "    unused = c['u']\n    return {'x': x, 'y': x * 2, 'z': unused}"),
                              ("good", "def good(ops, c, d):\n    k = d['y'] + 1\n    return (k, d['x'])"),
                              ("bad", "def bad(ops, c, d):\n    return (d,)"))}
     text = ast.unparse(gen._fused("both", ("good",), ("x",), False, twins))
     assert "unused" not in text and "good_k = d_y + 1" in text and "return (x, (good_k, x))" in text
+    assert "c_a, c_b = _C_BOTH(c)" in text and "x = c_a + c_b" in text and "c_u" not in text   # one read of c
     with pytest.raises(ValueError, match="d read other than"):
         gen._fused("both", ("bad",), ("x",), False, twins)

@@ -5,6 +5,7 @@ out as Python-scalar code (``tools/gen_formulas.py`` says how). Call them with `
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Mapping
 
 from .formulas_ops import (
@@ -24,6 +25,24 @@ __all__ = [
     "nd_memory_candidate_scalar",
     "derived_memory_candidate_scalar",
 ]
+
+# What each fused twin reads of c, in one call (tools/gen_formulas.py: _prefetch).
+_C_ND_MEMORY_CANDIDATE = operator.itemgetter(
+    'dp', 'tp', 'pp', 'cp', 'ep', 'etp', 'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'micro_batch_num',
+    'global_batch_size', 'micro_batch_size', 'sequence_parallel', 'vocab_emb_dp', 'grad_bytes', 'optimizer_states',
+    'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation',
+    'seq_length', 'pp_schedule', 'seq_split', 'vpp', 'param_bytes', 'compute_bytes', 'capacity_factor',
+    'moe_dispatch', 'cp_algo', 'grouped_gemm', 'moe_imbalance', 'flash_attention', 'recompute_slice_activation',
+    'softmax_bytes', 'dropout_bytes', 'norm_bytes', 'logit_bytes',
+)
+_C_DERIVED_MEMORY_CANDIDATE = operator.itemgetter(
+    'dp', 'tp', 'pp', 'cp', 'ep', 'etp', 'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'micro_batch_num',
+    'global_batch_size', 'micro_batch_size', 'sequence_parallel', 'grad_bytes', 'optimizer_states',
+    'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation',
+    'seq_length', 'pp_schedule', 'seq_split', 'vpp', 'grouped_gemm', 'moe_imbalance', 'capacity_factor',
+    'flash_attention', 'recompute_slice_activation', 'compute_bytes', 'softmax_bytes', 'dropout_bytes',
+    'norm_bytes', 'param_bytes', 'cp_algo', 'logit_bytes',
+)
 
 
 def derived_columns_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -> dict[str, Any]:
@@ -188,7 +207,9 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
 
 def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: ClusterConstants | None, layout_bad: Any, allow_cross_node_tp: bool, codes: Mapping[str, int]) -> Any:
     """:func:`ndcost.tables.formulas.joint_reason` on Python scalars (*ops* must be SCALAR)."""
-    dp, tp, pp, vpp, cp, ep = (c['dp'], c['tp'], c['pp'], c['vpp'], c['cp'], c['ep'])
+    (
+        dp, tp, pp, vpp, cp, ep,
+    ) = (c['dp'], c['tp'], c['pp'], c['vpp'], c['cp'], c['ep'])
     s = c['seq_length']
     if cc is not None and cc.num_devices is not None:
         if dp * tp * pp * cp != cc.num_devices:
@@ -285,20 +306,29 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
 def nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, cc: ClusterConstants, moe_dispatch_default: float) -> tuple:
     """derived_columns and nd_candidate_columns + memory_candidate_columns fused, on Python scalars
     (tools/gen_formulas.py says how): (d_exp, the candidate's values)."""
-    dp, tp, pp, cp, ep = (c['dp'], c['tp'], c['pp'], c['cp'], c['ep'])
+    (
+        c_dp, c_tp, c_pp, c_cp, c_ep, c_etp, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_micro_batch_num,
+        c_global_batch_size, c_micro_batch_size, c_sequence_parallel, c_vocab_emb_dp, c_grad_bytes,
+        c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
+        c_deferred_grad_accumulation, c_seq_length, c_pp_schedule, c_seq_split, c_vpp, c_param_bytes,
+        c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_cp_algo, c_grouped_gemm, c_moe_imbalance,
+        c_flash_attention, c_recompute_slice_activation, c_softmax_bytes, c_dropout_bytes, c_norm_bytes,
+        c_logit_bytes,
+    ) = _C_ND_MEMORY_CANDIDATE(c)
+    dp, tp, pp, cp, ep = (c_dp, c_tp, c_pp, c_cp, c_ep)
     n_exp = mc.num_experts
-    etp_stated = c['etp'] is not None
-    etp = 1 if c['etp'] is None else c['etp']
+    etp_stated = c_etp is not None
+    etp = 1 if c_etp is None else c_etp
     t_exp = etp if etp_stated else 1 if tp * ep > dp * tp else tp
     d_exp = dp * tp * cp // etp // ep if etp_stated else dp // ep if dp >= ep else dp * tp // ep
-    zero = c['zero_stage']
+    zero = c_zero_stage
     has_op = zero >= 1
     has_grad_shard = zero >= 2
-    os_ranks = (dp if c['optimizer_shard'] is None else c['optimizer_shard']) if has_op else 1
-    cp_shard = cp if c['shard_spans_cp'] else 1
+    os_ranks = (dp if c_optimizer_shard is None else c_optimizer_shard) if has_op else 1
+    cp_shard = cp if c_shard_spans_cp else 1
     expert_ranks = dp * cp * tp // (ep * t_exp)
-    micro_batch_num = c['micro_batch_num'] if c['micro_batch_num'] is not None else (0 if c['global_batch_size'] is None else c['global_batch_size']) // (c['micro_batch_size'] * dp)
-    d_sp = tp if c['sequence_parallel'] else 1
+    micro_batch_num = c_micro_batch_num if c_micro_batch_num is not None else (0 if c_global_batch_size is None else c_global_batch_size) // (c_micro_batch_size * dp)
+    d_sp = tp if c_sequence_parallel else 1
     d_expert_data_parallel = expert_ranks if expert_ranks > 1 else 1
     d_grad_shard_as_params = zero == 3
     d_shard_p_os_non_exp_partial = os_ranks * tp * cp_shard
@@ -309,50 +339,50 @@ def nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, cc: Clu
     d_comm_t = 1 if tp > 1 else 0
     d_comm_ep = 1 if ep > 1 or n_exp > 1 else 0
     d_comm_cp = 1 if cp > 1 else 0
-    d_shard_embed = (dp if has_op else 1) * (1 if c['vocab_emb_dp'] & (pp == 1) else tp)
-    d_nd_bytes_grad = c['grad_bytes'] if pp > 1 or micro_batch_num > 1 else 0
-    d_bytes_grad = c['grad_bytes']
-    d_bytes_optim = c['optimizer_states'] * c['optimizer_state_bytes'] + c['main_param_bytes']
+    d_shard_embed = (dp if has_op else 1) * (1 if c_vocab_emb_dp & (pp == 1) else tp)
+    d_nd_bytes_grad = c_grad_bytes if pp > 1 or micro_batch_num > 1 else 0
+    d_bytes_grad = c_grad_bytes
+    d_bytes_optim = c_optimizer_states * c_optimizer_state_bytes + c_main_param_bytes
     d_zero_shard_ranks = os_ranks * cp_shard if has_op else 1
-    d_tie_embeddings = mc.tie if c['tie_embeddings'] is None else c['tie_embeddings']
-    d_reshards = zero == 3 if c['reshard_params'] is None else c['reshard_params']
-    d_defers_grads = c['deferred_grad_accumulation']
-    memory_seq_length = c['seq_length']
-    memory_seq = memory_seq_length / c['seq_split'] if c['pp_schedule'] == 'seq1f1b' else memory_seq_length
-    memory_zero = c['zero_stage']
+    d_tie_embeddings = mc.tie if c_tie_embeddings is None else c_tie_embeddings
+    d_reshards = zero == 3 if c_reshard_params is None else c_reshard_params
+    d_defers_grads = c_deferred_grad_accumulation
+    memory_seq_length = c_seq_length
+    memory_seq = memory_seq_length / c_seq_split if c_pp_schedule == 'seq1f1b' else memory_seq_length
+    memory_zero = c_zero_stage
     memory_has_op = has_op
     memory_non_expert = d_zero_shard_ranks
-    memory_ranks = d_expert_data_parallel * os_ranks / c['dp']
-    memory_ranks = memory_ranks if c['shard_spans_cp'] else memory_ranks / c['cp']
+    memory_ranks = d_expert_data_parallel * os_ranks / c_dp
+    memory_ranks = memory_ranks if c_shard_spans_cp else memory_ranks / c_cp
     memory_expert = (memory_ranks if memory_ranks > 1.0 else 1.0) if memory_has_op else 1.0
     memory_shards_params = (memory_zero == 3) & d_reshards
     memory_shards_grads = memory_zero >= 2 and (not d_defers_grads)
     return (
         d_exp,
         (
-            c['micro_batch_size'],
-            c['seq_length'],
-            c['tp'],
+            c_micro_batch_size,
+            c_seq_length,
+            c_tp,
             d_sp,
-            c['cp'],
-            c['ep'],
+            c_cp,
+            c_ep,
             t_exp,
-            c['dp'],
+            c_dp,
             d_exp,
-            c['pp'],
-            c['vpp'],
+            c_pp,
+            c_vpp,
             micro_batch_num,
-            c['param_bytes'],
-            c['compute_bytes'],
+            c_param_bytes,
+            c_compute_bytes,
             d_nd_bytes_grad,
-            c['capacity_factor'],
-            moe_dispatch_default if c['moe_dispatch'] is None else c['moe_dispatch'],
+            c_capacity_factor,
+            moe_dispatch_default if c_moe_dispatch is None else c_moe_dispatch,
             d_comm_d_non_exp,
             d_comm_d_exp,
             d_comm_t,
             d_comm_ep,
             d_comm_cp,
-            1.0 if c['cp_algo'] == 'ring' else 0.0,
+            1.0 if c_cp_algo == 'ring' else 0.0,
             d_shard_p_os_non_exp_partial,
             d_shard_p_os_exp,
             d_shard_p_os_exp_partial,
@@ -367,25 +397,25 @@ def nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, cc: Clu
             COMM_TP_OVERLAP,
             0.0,
             memory_seq,
-            c['micro_batch_size'],
-            c['tp'],
+            c_micro_batch_size,
+            c_tp,
             d_sp,
-            c['cp'],
+            c_cp,
             t_exp,
-            c['ep'],
-            c['pp'],
-            c['vpp'],
+            c_ep,
+            c_pp,
+            c_vpp,
             micro_batch_num,
-            c['seq_split'],
-            _MEMORY_SCHEDULE[c['pp_schedule']],
-            c['moe_imbalance'] if c['grouped_gemm'] else c['capacity_factor'],
-            1.0 if c['flash_attention'] else 0.0,
-            1.0 if c['recompute_slice_activation'] else 0.0,
-            c['compute_bytes'],
-            c['softmax_bytes'],
-            c['dropout_bytes'],
-            c['norm_bytes'],
-            c['param_bytes'],
+            c_seq_split,
+            _MEMORY_SCHEDULE[c_pp_schedule],
+            c_moe_imbalance if c_grouped_gemm else c_capacity_factor,
+            1.0 if c_flash_attention else 0.0,
+            1.0 if c_recompute_slice_activation else 0.0,
+            c_compute_bytes,
+            c_softmax_bytes,
+            c_dropout_bytes,
+            c_norm_bytes,
+            c_param_bytes,
             d_bytes_grad,
             d_bytes_optim,
             memory_non_expert if memory_shards_params else 1.0,
@@ -396,9 +426,9 @@ def nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, cc: Clu
             memory_expert if memory_zero >= 1 else 1.0,
             1.0 if memory_shards_params else 0.0,
             1.0 if memory_shards_grads else 0.0,
-            1.0 if c['cp_algo'] == 'ring' else 0.0,
+            1.0 if c_cp_algo == 'ring' else 0.0,
             1.0 if d_tie_embeddings else 0.0,
-            c['logit_bytes'],
+            c_logit_bytes,
         ),
     )
 
@@ -407,32 +437,40 @@ def derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants) ->
     """derived_columns and memory_candidate_columns fused, on Python scalars (tools/gen_formulas.py says how):
     ({d_exp, sp, t_exp, expert_data_parallel, micro_batch_num, bytes_grad, zero_shard_ranks, defers_grads, reshards,
     tie_embeddings}, the candidate's values)."""
-    dp, tp, pp, cp, ep = (c['dp'], c['tp'], c['pp'], c['cp'], c['ep'])
-    etp_stated = c['etp'] is not None
-    etp = 1 if c['etp'] is None else c['etp']
+    (
+        c_dp, c_tp, c_pp, c_cp, c_ep, c_etp, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_micro_batch_num,
+        c_global_batch_size, c_micro_batch_size, c_sequence_parallel, c_grad_bytes, c_optimizer_states,
+        c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
+        c_deferred_grad_accumulation, c_seq_length, c_pp_schedule, c_seq_split, c_vpp, c_grouped_gemm,
+        c_moe_imbalance, c_capacity_factor, c_flash_attention, c_recompute_slice_activation, c_compute_bytes,
+        c_softmax_bytes, c_dropout_bytes, c_norm_bytes, c_param_bytes, c_cp_algo, c_logit_bytes,
+    ) = _C_DERIVED_MEMORY_CANDIDATE(c)
+    dp, tp, pp, cp, ep = (c_dp, c_tp, c_pp, c_cp, c_ep)
+    etp_stated = c_etp is not None
+    etp = 1 if c_etp is None else c_etp
     t_exp = etp if etp_stated else 1 if tp * ep > dp * tp else tp
     d_exp = dp * tp * cp // etp // ep if etp_stated else dp // ep if dp >= ep else dp * tp // ep
-    zero = c['zero_stage']
+    zero = c_zero_stage
     has_op = zero >= 1
-    os_ranks = (dp if c['optimizer_shard'] is None else c['optimizer_shard']) if has_op else 1
-    cp_shard = cp if c['shard_spans_cp'] else 1
+    os_ranks = (dp if c_optimizer_shard is None else c_optimizer_shard) if has_op else 1
+    cp_shard = cp if c_shard_spans_cp else 1
     expert_ranks = dp * cp * tp // (ep * t_exp)
-    micro_batch_num = c['micro_batch_num'] if c['micro_batch_num'] is not None else (0 if c['global_batch_size'] is None else c['global_batch_size']) // (c['micro_batch_size'] * dp)
-    d_sp = tp if c['sequence_parallel'] else 1
+    micro_batch_num = c_micro_batch_num if c_micro_batch_num is not None else (0 if c_global_batch_size is None else c_global_batch_size) // (c_micro_batch_size * dp)
+    d_sp = tp if c_sequence_parallel else 1
     d_expert_data_parallel = expert_ranks if expert_ranks > 1 else 1
-    d_bytes_grad = c['grad_bytes']
-    d_bytes_optim = c['optimizer_states'] * c['optimizer_state_bytes'] + c['main_param_bytes']
+    d_bytes_grad = c_grad_bytes
+    d_bytes_optim = c_optimizer_states * c_optimizer_state_bytes + c_main_param_bytes
     d_zero_shard_ranks = os_ranks * cp_shard if has_op else 1
-    d_tie_embeddings = mc.tie if c['tie_embeddings'] is None else c['tie_embeddings']
-    d_reshards = zero == 3 if c['reshard_params'] is None else c['reshard_params']
-    d_defers_grads = c['deferred_grad_accumulation']
-    memory_seq_length = c['seq_length']
-    memory_seq = memory_seq_length / c['seq_split'] if c['pp_schedule'] == 'seq1f1b' else memory_seq_length
-    memory_zero = c['zero_stage']
+    d_tie_embeddings = mc.tie if c_tie_embeddings is None else c_tie_embeddings
+    d_reshards = zero == 3 if c_reshard_params is None else c_reshard_params
+    d_defers_grads = c_deferred_grad_accumulation
+    memory_seq_length = c_seq_length
+    memory_seq = memory_seq_length / c_seq_split if c_pp_schedule == 'seq1f1b' else memory_seq_length
+    memory_zero = c_zero_stage
     memory_has_op = has_op
     memory_non_expert = d_zero_shard_ranks
-    memory_ranks = d_expert_data_parallel * os_ranks / c['dp']
-    memory_ranks = memory_ranks if c['shard_spans_cp'] else memory_ranks / c['cp']
+    memory_ranks = d_expert_data_parallel * os_ranks / c_dp
+    memory_ranks = memory_ranks if c_shard_spans_cp else memory_ranks / c_cp
     memory_expert = (memory_ranks if memory_ranks > 1.0 else 1.0) if memory_has_op else 1.0
     memory_shards_params = (memory_zero == 3) & d_reshards
     memory_shards_grads = memory_zero >= 2 and (not d_defers_grads)
@@ -451,25 +489,25 @@ def derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants) ->
         },
         (
             memory_seq,
-            c['micro_batch_size'],
-            c['tp'],
+            c_micro_batch_size,
+            c_tp,
             d_sp,
-            c['cp'],
+            c_cp,
             t_exp,
-            c['ep'],
-            c['pp'],
-            c['vpp'],
+            c_ep,
+            c_pp,
+            c_vpp,
             micro_batch_num,
-            c['seq_split'],
-            _MEMORY_SCHEDULE[c['pp_schedule']],
-            c['moe_imbalance'] if c['grouped_gemm'] else c['capacity_factor'],
-            1.0 if c['flash_attention'] else 0.0,
-            1.0 if c['recompute_slice_activation'] else 0.0,
-            c['compute_bytes'],
-            c['softmax_bytes'],
-            c['dropout_bytes'],
-            c['norm_bytes'],
-            c['param_bytes'],
+            c_seq_split,
+            _MEMORY_SCHEDULE[c_pp_schedule],
+            c_moe_imbalance if c_grouped_gemm else c_capacity_factor,
+            1.0 if c_flash_attention else 0.0,
+            1.0 if c_recompute_slice_activation else 0.0,
+            c_compute_bytes,
+            c_softmax_bytes,
+            c_dropout_bytes,
+            c_norm_bytes,
+            c_param_bytes,
             d_bytes_grad,
             d_bytes_optim,
             memory_non_expert if memory_shards_params else 1.0,
@@ -480,8 +518,8 @@ def derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants) ->
             memory_expert if memory_zero >= 1 else 1.0,
             1.0 if memory_shards_params else 0.0,
             1.0 if memory_shards_grads else 0.0,
-            1.0 if c['cp_algo'] == 'ring' else 0.0,
+            1.0 if c_cp_algo == 'ring' else 0.0,
             1.0 if d_tie_embeddings else 0.0,
-            c['logit_bytes'],
+            c_logit_bytes,
         ),
     )
