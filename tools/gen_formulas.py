@@ -1,4 +1,5 @@
-"""Write src/ndcost/tables/formulas_scalar.py, the scalar twins of the formulas in src/ndcost/tables/formulas.py.
+"""Write src/ndcost/tables/formulas_scalar.py, the scalar twins of the formulas in src/ndcost/tables/formulas.py,
+and src/ndcost/tables/formulas_fused.py, the fused twins (below).
 
 Run after changing formulas.py or formulas_ops.py: ``python tools/gen_formulas.py``.
 tests/test_formulas.py fails when the checked-in file is stale.
@@ -14,11 +15,12 @@ stops the generator, so a twin never calls ``ops`` and never differs from ``_Sca
 Then ``&``/``|`` between provably bool operands (comparisons, ``not``, locals only ever
 bound to such) become ``and``/``or``: the same bool, skipping what cannot change it.
 
-A *fused* twin (``FUSED``) is derived_columns' twin with its consumers' twins written after it
+A *fused* twin (``FUSED``) is joint_reason's twin (its locals prefixed ``joint_``, a broken rule
+returning ``(code, None, None)``), then derived_columns' twin with its consumers' twins written after it,
 in one function: derived's returned entries become locals (``d_<name>``, or the local a value
 already is), each consumer's ``d["name"]`` reads that local, its own locals take its prefix
 (``memory_seq``), derived's assignments no one reads are dropped, and it returns the asked-for
-derived values (or a dict of them) and then the consumers' tuples concatenated: what
+derived values (or a dict of them) after a 0 and then the consumers' tuples concatenated: what
 ``estimate()`` packs for one candidate, without the intermediate dicts and calls.
 """
 from __future__ import annotations
@@ -34,15 +36,17 @@ PACKAGE = ROOT / "src/ndcost/tables"
 FORMULAS = ("derived_columns", "derived_extra_columns", "nd_candidate_columns", "memory_candidate_columns",
             "joint_reason")
 #: The fused twins: name -> (the consumers of derived_columns run in its body, the derived values returned
-#: first, as a dict of them or not). One candidate pays for no intermediate dict or call. The second's
-#: dict holds what ndcost.tables.seconds.seconds_candidate_values reads, and d_exp.
+#: after the joint reason, as a dict of them or not). joint_reason runs first: one candidate pays for no
+#: intermediate dict or call. The second's dict holds what ndcost.tables.seconds.seconds_candidate_values
+#: reads, and d_exp.
 FUSED = {
-    "nd_memory_candidate": (("nd_candidate_columns", "memory_candidate_columns"), ("d_exp",), False),
-    "derived_memory_candidate": (("memory_candidate_columns",), (
+    "joint_nd_memory_candidate": (("nd_candidate_columns", "memory_candidate_columns"), ("d_exp",), False),
+    "joint_derived_memory_candidate": (("memory_candidate_columns",), (
         "d_exp", "sp", "t_exp", "expert_data_parallel", "micro_batch_num", "bytes_grad", "zero_shard_ranks",
         "defers_grads", "reshards", "tie_embeddings"), True),
 }
 OUTPUT = PACKAGE / "formulas_scalar.py"
+FUSED_OUTPUT = PACKAGE / "formulas_fused.py"
 
 
 def _is_ops_attribute(node: ast.AST) -> bool:
@@ -268,7 +272,8 @@ def _statement(stmt: ast.stmt) -> str:
             return "\n".join(["    return (", *(_fused_first(v) for v in first), "        (",
                               *(f"            {ast.unparse(v)}," for v in last.elts), "        ),", "    )"])
         return "\n".join(["    return (", *(f"        {ast.unparse(v)}," for v in value.elts), "    )"])
-    if isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Tuple) and len(stmt.targets[0].elts) > 5:
+    if (isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Tuple) and isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name) and value.func.id.startswith("_C_")):
         names = ", ".join(ast.unparse(v) for v in stmt.targets[0].elts)   # a fused twin's prefetch
         return "\n".join(["    (", textwrap.fill(names, width=116, initial_indent=" " * 8, subsequent_indent=" " * 8)
                           + ",", f"    ) = {ast.unparse(value)}"])
@@ -354,11 +359,36 @@ def _prefetch(name: str, statements: list[ast.stmt], result: ast.expr) -> tuple[
 _PREFETCHED: dict[str, tuple[str, ...]] = {}
 
 
+class _ReasonAndNones(ast.NodeTransformer):
+    """``return code`` -> ``return (code, None, ...)``: a broken rule's return, shaped as the fused twin's."""
+
+    def __init__(self, nones: int) -> None:
+        self.nones = nones
+
+    def visit_Return(self, node: ast.Return) -> ast.AST:
+        return ast.copy_location(ast.Return(value=ast.Tuple(
+            elts=[node.value, *(ast.Constant(None) for _ in range(self.nones))], ctx=ast.Load())), node)
+
+
+def _joint_first(joint: ast.FunctionDef, nones: int) -> list[ast.stmt]:
+    """joint_reason's twin as a fused twin's first statements: its locals prefixed ``joint_``, each
+    rule's early return padded with Nones, its closing ``return 0`` dropped (the twin goes on)."""
+    body = joint.body[1:] if ast.get_docstring(joint) is not None else list(joint.body)
+    *statements, last = body
+    if not (isinstance(last, ast.Return) and isinstance(last.value, ast.Constant) and last.value.value == 0):
+        raise ValueError("joint_reason's twin must end in return 0")
+    renamed = _Rename({local: f"joint_{local}" for local in _stored(statements)}, None)
+    padded = _ReasonAndNones(nones)
+    return [padded.visit(renamed.visit(stmt)) for stmt in statements]
+
+
 def _fused(name: str, consumers: tuple[str, ...], exposed: tuple[str, ...], as_dict: bool,
            twins: dict[str, ast.FunctionDef]) -> ast.FunctionDef:
     """derived_columns' twin and its *consumers*' in one function (the module docstring says how)."""
     derived_statements, returned = _body(copy.deepcopy(twins["derived_columns"]))
     params = [copy.deepcopy(arg) for arg in twins["derived_columns"].args.args if arg.arg != "ops"]
+    joint = copy.deepcopy(twins["joint_reason"])
+    params += [arg for arg in joint.args.args if arg.arg not in ("ops", *(p.arg for p in params))]
     taken = _stored(derived_statements) | {arg.arg for arg in params}
     statements, local_of = list(derived_statements), {}
     for key, value in zip(returned.keys, returned.values):
@@ -387,7 +417,8 @@ def _fused(name: str, consumers: tuple[str, ...], exposed: tuple[str, ...], as_d
     first = [ast.Name(id=local_of[key], ctx=ast.Load()) for key in exposed]
     if as_dict:
         first = [ast.Dict(keys=[ast.Constant(key) for key in exposed], values=first)]
-    result = ast.Tuple(elts=[*first, ast.Tuple(elts=values, ctx=ast.Load())], ctx=ast.Load())
+    statements = _joint_first(joint, len(first) + 1) + statements
+    result = ast.Tuple(elts=[ast.Constant(0), *first, ast.Tuple(elts=values, ctx=ast.Load())], ctx=ast.Load())
     statements = _prune(statements, {node.id for node in ast.walk(result) if isinstance(node, ast.Name)})
     statements, result = _prefetch(name, statements, result)
     function = ast.FunctionDef(name=name, args=ast.arguments(posonlyargs=[], args=params, kwonlyargs=[],
@@ -403,14 +434,21 @@ def _with_operator(lines: list[str]) -> list[str]:
     return sorted({*plain, "import operator"}) + lines[len(plain):]
 
 
-def render() -> str:
-    trees = {name: ast.parse((PACKAGE / f"{name}.py").read_text()) for name in ("formulas", "formulas_ops")}
+def _twins(trees: dict[str, ast.Module]) -> list[ast.FunctionDef]:
     aliases, inline = _scalar_rules(trees["formulas_ops"])
     by_name = {node.name: node for node in trees["formulas"].body if isinstance(node, ast.FunctionDef)}
     twins = [_Scalarise(aliases, inline).visit(copy.deepcopy(by_name[name])) for name in FORMULAS]
-    twins = [_ShortCircuit(_bool_names(twin)).visit(twin) for twin in twins]
-    fused = [_fused(name, consumers, exposed, as_dict, {twin.name: twin for twin in twins})
-             for name, (consumers, exposed, as_dict) in FUSED.items()]
+    return [_ShortCircuit(_bool_names(twin)).visit(twin) for twin in twins]
+
+
+def _trees() -> dict[str, ast.Module]:
+    return {name: ast.parse((PACKAGE / f"{name}.py").read_text()) for name in ("formulas", "formulas_ops")}
+
+
+def render() -> str:
+    """formulas_scalar.py: the twins."""
+    trees = _trees()
+    twins = _twins(trees)
     out = [
         "# Generated by tools/gen_formulas.py from src/ndcost/tables/formulas.py and formulas_ops.py: do not edit.",
         '"""The scalar twins of :mod:`ndcost.tables.formulas`: each formula with its ``ops`` calls written',
@@ -418,14 +456,9 @@ def render() -> str:
         '"""',
         "from __future__ import annotations",
         "",
-        *_with_operator(_imports(_free_names(twins + fused) - {f"_C_{n.upper()}" for n in _PREFETCHED}, trees)),
+        *_imports(_free_names(twins), trees),
         "",
-        "__all__ = [", *(f'    "{name}_scalar",' for name in (*FORMULAS, *FUSED)), "]",
-        "",
-        "# What each fused twin reads of c, in one call (tools/gen_formulas.py: _prefetch).",
-        *(f"_C_{name.upper()} = operator.itemgetter(\n"
-          + textwrap.fill(", ".join(map(repr, keys)), width=116, initial_indent="    ", subsequent_indent="    ")
-          + ",\n)" for name, keys in _PREFETCHED.items()),
+        "__all__ = [", *(f'    "{name}_scalar",' for name in FORMULAS), "]",
     ]
     for twin in twins:
         name = twin.name
@@ -435,12 +468,39 @@ def render() -> str:
         out += ["", "", f"def {twin.name}({ast.unparse(twin.args)}){returns}:",
                 f'    """:func:`ndcost.tables.formulas.{name}` on Python scalars (*ops* must be SCALAR)."""',
                 *(_statement(stmt) for stmt in twin.body)]
+    return "\n".join(out) + "\n"
+
+
+def render_fused() -> str:
+    """formulas_fused.py: the fused twins (``FUSED``)."""
+    trees = _trees()
+    twins = {twin.name: twin for twin in _twins(trees)}
+    _PREFETCHED.clear()
+    fused = [_fused(name, consumers, exposed, as_dict, twins) for name, (consumers, exposed, as_dict) in FUSED.items()]
+    out = [
+        "# Generated by tools/gen_formulas.py from src/ndcost/tables/formulas.py and formulas_ops.py: do not edit.",
+        '"""The fused scalar twins of :mod:`ndcost.tables.formulas`: for one candidate, its joint rules, derived',
+        "values and candidate vectors in one function, no intermediate dict or call (``tools/gen_formulas.py``",
+        'says how). estimate() prepares a fresh spec with them.',
+        '"""',
+        "from __future__ import annotations",
+        "",
+        *_with_operator(_imports(_free_names(fused) - {f"_C_{n.upper()}" for n in _PREFETCHED}, trees)),
+        "",
+        "__all__ = [", *(f'    "{name}_scalar",' for name in FUSED), "]",
+        "",
+        "# What each fused twin reads of c, in one call (tools/gen_formulas.py: _prefetch).",
+        *(f"_C_{name.upper()} = operator.itemgetter(\n"
+          + textwrap.fill(", ".join(map(repr, keys)), width=116, initial_indent="    ", subsequent_indent="    ")
+          + ",\n)" for name, keys in _PREFETCHED.items()),
+    ]
     for function in fused:
         consumers, exposed, as_dict = FUSED[function.name]
         function.name += "_scalar"
         first = f"{{{', '.join(exposed)}}}" if as_dict else ", ".join(exposed)
-        doc = (f"derived_columns and {' + '.join(consumers)} fused, on Python scalars (tools/gen_formulas.py "
-               f"says how): ({first}, the candidate's values).")
+        doc = (f"joint_reason, derived_columns and {' + '.join(consumers)} fused, on Python scalars "
+               f"(tools/gen_formulas.py says how): (0, {first}, the candidate's values); a broken joint rule "
+               f"returns (its code, None, None).")
         out += ["", "", f"def {function.name}({ast.unparse(function.args)}) -> tuple:",
                 textwrap.fill(f'"""{doc}"""', width=116, initial_indent="    ", subsequent_indent="    "),
                 *(_statement(stmt) for stmt in function.body)]
@@ -449,3 +509,4 @@ def render() -> str:
 
 if __name__ == "__main__":
     OUTPUT.write_text(render())
+    FUSED_OUTPUT.write_text(render_fused())

@@ -120,8 +120,10 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         raise SpecError("units", "estimate", f"be one of {', '.join(map(repr, UNITS))}", units)
     if not isinstance(spec, ExecSpec):
         raise SpecError("spec", "estimate", "be an ExecSpec", spec)
-    model = as_model(model)
-    cluster = as_cluster(cluster, spec)
+    if type(model) is not Model:   # (a Model as is: a per-call cost of a search's loop)
+        model = as_model(model)
+    if type(cluster) is not Cluster:
+        cluster = as_cluster(cluster, spec)
     if units == "nd" and rates is not None:
         raise SpecError("rates", "estimate", "be given in seconds units only (ND's units price no rates)", rates)
     if units != "nd":

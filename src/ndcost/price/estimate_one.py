@@ -24,8 +24,8 @@ from .. import _backend
 from ..kernels import columns as col
 from ..tables.cache import cached, per_object
 from ..tables.formulas import (
-    SCALAR, derived_columns_scalar, derived_memory_candidate_scalar, joint_reason_scalar, nd_candidate_columns_scalar,
-    nd_memory_candidate_scalar,
+    SCALAR, derived_columns_scalar, joint_derived_memory_candidate_scalar, joint_nd_memory_candidate_scalar,
+    joint_reason_scalar, nd_candidate_columns_scalar,
 )
 from ..kernels.one import ND_ONE_COUNT, ONE_FIELDS
 from ..kernels.seconds_batch import STEP_RATE_FIELDS
@@ -211,21 +211,24 @@ class _Prepared:
         layout_bad = False
         if c["offset"] is not None or c["pp_partition"] is not None or type(c["recompute"]) is tuple:
             layout_bad = any(True for _ in _layout_rules(model, spec))
-        if joint_reason_scalar(SCALAR, c, tables.constants, cc, layout_bad, True, REASON_CODES):
+        # The joint rules and the candidate's values in one fused twin of the formulas where one exists
+        # (tables.formulas_fused): (0, ..., values), or a broken rule's (code, None, None).
+        if with_memory and seconds:
+            reason, derived, values = joint_derived_memory_candidate_scalar(c, tables.constants, cc, layout_bad, True,
+                                                                            REASON_CODES)
+        elif with_memory:
+            reason, d_exp, values = joint_nd_memory_candidate_scalar(c, tables.constants, cc, layout_bad, True,
+                                                                     REASON_CODES, MOE_DISPATCH)
+        else:
+            reason = joint_reason_scalar(SCALAR, c, tables.constants, cc, layout_bad, True, REASON_CODES)
+        if reason:
             validate(model, spec, cluster)
             raise SpecError("spec", "estimate", "pass validate() (ndcost.explain says why)", spec)  # pragma: no cover
-        # The candidate's values in one fused twin of the formulas where one exists (tables.formulas_scalar).
-        if seconds:
-            if with_memory:
-                derived, values = derived_memory_candidate_scalar(c, tables.constants)
-            else:
-                derived, values = derived_columns_scalar(SCALAR, c, tables.constants), ()
-            d_exp = derived["d_exp"]
-        elif with_memory:
-            d_exp, values = nd_memory_candidate_scalar(c, tables.constants, cc, MOE_DISPATCH)
-        else:
+        if not with_memory:
             derived = derived_columns_scalar(SCALAR, c, tables.constants)
-            d_exp, values = derived["d_exp"], nd_candidate_columns_scalar(SCALAR, c, derived, cc, MOE_DISPATCH)
+            values = () if seconds else nd_candidate_columns_scalar(SCALAR, c, derived, cc, MOE_DISPATCH)
+        if seconds or not with_memory:
+            d_exp = derived["d_exp"]
         if d_exp < 1:
             derived_values(model, spec)  # raises derive's SpecError
         if seconds:
