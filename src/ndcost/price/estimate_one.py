@@ -356,6 +356,6 @@ def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios:
         cc = prep.cc
         # seconds mode holds the process to what it really takes (ndcost.tables.memory_overheads)
         memory = MemoryEstimate.from_kernel(stages, values[_ONE_PEAK], cc.capacity, prep.fixed, cc.reserve)
-        fits = memory.fits(cc.capacity)
+        fits = memory.device_peak <= cc.capacity   # memory.fits(capacity), without its call
     return _result("seconds", total, part_values, tuple(times.tolist()), memory, fits, mfu, hfu,
                    tokens_per_second, MappingProxyType({"model_flops": model_flops, "stage_sums": sums}))
