@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost import Cluster, ExecSpec, Model, SpecError
+from ndcost import Cluster, ExecSpec, Model, SpecError, estimate
 from ndcost.kernels.columns import PART_NAMES, SECONDS_STAGE_FIELDS
 from ndcost.kernels.one import ND_ONE_COUNT, ONE_FIELDS
 from ndcost.price.estimate_one import _prepared, nd_options
@@ -99,29 +99,39 @@ def test_both_backends_agree(ckernels, name, units):
             assert c.memory is None and py.memory is None
 
 
+_TABLE_ARGS = ("kinds", "skinds", "model", "smodel", "mkinds", "mmodel", "layout", "pool", "slot_pool", "extras")
+
+
 def _one_args(units: str) -> dict:
-    """Good arguments of the one-candidate kernel of *units* (llama3-70b's realistic spec, with memory)."""
+    """Good arguments of one_tables and the one-candidate kernel of *units* (llama3-70b's realistic
+    spec, with memory), in one dict."""
     model, spec, cluster = realistic("llama3-70b")
     prep = _prepared(model, spec, cluster, units == "seconds", True)
     t, pool, p = prep.tables, prep.packed.pool, spec.pp
-    common = dict(kinds=t.kinds, model=t.vector, mkinds=t.memory_kinds, mmodel=t.memory_vector, cand=prep.column,
-                  layout=prep.packed.row, pool=pool.pool, slot_pool=pool.slot_pool, reserve=prep.cc.reserve,
+    skinds, smodel = t.seconds(model)
+    common = dict(kinds=t.kinds, skinds=skinds, model=t.vector, smodel=smodel, mkinds=t.memory_kinds,
+                  mmodel=t.memory_vector, layout=prep.packed.row, pool=pool.pool, slot_pool=pool.slot_pool,
+                  extras=prep.packed.extras, cand=prep.column, reserve=prep.cc.reserve,
                   out_stage_times=np.empty(p), out_stages=np.empty((p, 8)))
     if units == "seconds":
-        skinds, smodel = prep.seconds_tables
-        return dict(common, skinds=skinds, smodel=smodel, rate=prep.rate, extras=prep.packed.extras,
-                    out=np.empty(len(ONE_FIELDS)), out_stage_sums=np.empty((p, len(SECONDS_STAGE_FIELDS))))
+        return dict(common, rate=prep.rate, out=np.empty(len(ONE_FIELDS)),
+                    out_stage_sums=np.empty((p, len(SECONDS_STAGE_FIELDS))))
     return dict(common, options=nd_options("DYNAMIC", "WITH", False), ratios=np.zeros(0), out=np.empty(ND_ONE_COUNT))
+
+
+def _call_one(kernels, units: str, args: dict) -> None:
+    """one_tables of *args*' tables, then the kernel on them and the rest of *args*."""
+    tables = kernels.one_tables(**{name: args[name] for name in _TABLE_ARGS})
+    getattr(kernels, f"{units}_estimate_one")(tables, **{k: v for k, v in args.items() if k not in _TABLE_ARGS})
 
 
 @pytest.mark.parametrize("units", ["seconds", "nd"])
 def test_kernels_check_shapes_before_pricing(kernels, units):
-    call = getattr(kernels, f"{units}_estimate_one")
     good = _one_args(units)
-    call(**good)
+    _call_one(kernels, units, good)
     assert good["out"][0] > 0 and good["out"][1] > 0
     bad = {
-        "cand": lambda a: a["cand"][:-1].copy(),
+        "cand": lambda a: a["cand"][:-1],
         "out": lambda a: np.empty(a["out"].shape[0] + 1),
         "out_stage_times": lambda a: np.empty(1),
         "out_stages": lambda a: np.empty((1, 8)),
@@ -137,7 +147,20 @@ def test_kernels_check_shapes_before_pricing(kernels, units):
         args = _one_args(units)
         args[name] = make(args)
         with pytest.raises(ValueError):
-            call(**args)
+            _call_one(kernels, units, args)
+
+
+def test_the_held_tables_follow_the_backend():
+    """A layout's one_tables are the current backend's: switching backends between two calls on
+    one prepared spec prices the same."""
+    from ndcost import _backend
+
+    model, spec, cluster = realistic("llama3-70b")
+    first = estimate(model, spec, cluster, units="nd")
+    with _backend.use("python"):
+        again = estimate(model, spec, cluster, units="nd")
+    assert again.step_time == pytest.approx(first.step_time, rel=RTOL)
+    assert estimate(model, spec, cluster, units="nd").step_time == first.step_time
 
 
 def test_a_prepared_spec_is_revalidated_on_another_cluster_or_model():

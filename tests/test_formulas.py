@@ -12,7 +12,8 @@ import pytest
 from batch_cases import columns_of, random_rows
 from ndcost import Cluster, ExecSpec, Model, SpecError
 from ndcost.tables import formulas as f
-from ndcost.tables import formulas_ops as _formulas_ops, formulas_scalar as _formulas_scalar
+from ndcost.tables import formulas_fused as _formulas_fused, formulas_ops as _formulas_ops
+from ndcost.tables import formulas_scalar as _formulas_scalar
 from ndcost.price.candidates import FIELDS, Candidates
 from ndcost.tables.derive import model_constants
 from ndcost.tables.nd_tables import MOE_DISPATCH
@@ -38,6 +39,8 @@ def _generator():
 def test_generated_scalar_twins_are_in_sync():
     module = _generator()
     assert (ROOT / "src/ndcost/tables/formulas_scalar.py").read_text() == module.render(), "run: python tools/gen_formulas.py"
+    assert (ROOT / "src/ndcost/tables/formulas_fused.py").read_text() == module.render_fused(), \
+        "run: python tools/gen_formulas.py"
 
 
 def _twin_source(gen, source: str) -> str:
@@ -71,7 +74,7 @@ def test_no_source_is_rewritten_at_import():
         assert twin is getattr(_formulas_scalar, name + "_scalar")
         assert twin.__module__ == "ndcost.tables.formulas_scalar"
         assert Path(twin.__code__.co_filename).name == "formulas_scalar.py"
-    for module in (f, _formulas_ops, _formulas_scalar):
+    for module in (f, _formulas_ops, _formulas_scalar, _formulas_fused):
         tree = ast.parse(Path(module.__file__).read_text())
         imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                     for alias in node.names}
@@ -80,8 +83,9 @@ def test_no_source_is_rewritten_at_import():
         assert not imported & {"ast", "inspect", "textwrap", "types.CodeType"}, module.__name__
         called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
         assert not called & {"compile", "exec", "eval"}, module.__name__
-    tree = ast.parse(Path(_formulas_scalar.__file__).read_text())
-    assert not [node for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == "ops"]
+    for module in (_formulas_scalar, _formulas_fused):
+        tree = ast.parse(Path(module.__file__).read_text())
+        assert not [node for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == "ops"]
 
 
 def _joint_rows(model: Model, n: int, seed: int) -> list[dict]:
@@ -140,6 +144,10 @@ def test_scalar_twins_agree_with_the_columns_row_by_row(model_name):
             got = f.joint_reason_scalar(f.SCALAR, c, mc, clusters[k], bool(layout_bad[i]), allow, REASON_CODES)
             assert got == reason[i], (model_name, i, k, allow)
             seen.add(got)
+            if got:   # the fused twins report the same broken rule, and nothing else
+                args = (c, mc, clusters[k], bool(layout_bad[i]), allow, REASON_CODES)
+                assert f.joint_nd_memory_candidate_scalar(*args, MOE_DISPATCH) == (got, None, None)
+                assert f.joint_derived_memory_candidate_scalar(*args) == (got, None, None)
         d = f.derived_columns_scalar(f.SCALAR, c, mc)
         if reasons[3, True][i] or d["d_exp"] < 1:      # no cluster: the cluster rules aside
             continue
@@ -148,5 +156,42 @@ def test_scalar_twins_agree_with_the_columns_row_by_row(model_name):
         np.testing.assert_array_equal(
             np.array(f.nd_candidate_columns_scalar(f.SCALAR, c, d, clusters[0], MOE_DISPATCH)), nd[i])
         np.testing.assert_array_equal(np.array(f.memory_candidate_columns_scalar(f.SCALAR, c, d)), memory[i])
+        _assert_fused_twins_agree(c, mc, d, clusters[0], bool(layout_bad[i]))
         priced += 1
     assert priced >= 20 and len(seen) >= 10, (priced, seen)    # 11 to 15 rules broken per model
+
+
+def _assert_fused_twins_agree(c: dict, mc, d: dict, cc, layout_bad: bool) -> None:
+    """On a row no joint rule breaks, the fused twins (estimate()'s one candidate) return what the
+    separate twins do, the same Python values (type included: the kernels convert them as they are)."""
+    if f.joint_reason_scalar(f.SCALAR, c, mc, cc, layout_bad, True, REASON_CODES):
+        return
+    nd = f.nd_candidate_columns_scalar(f.SCALAR, c, d, cc, MOE_DISPATCH)
+    memory = f.memory_candidate_columns_scalar(f.SCALAR, c, d)
+    got = f.joint_nd_memory_candidate_scalar(c, mc, cc, layout_bad, True, REASON_CODES, MOE_DISPATCH)
+    assert got == (0, d["d_exp"], nd + memory)
+    assert [type(v) for v in got[2]] == [type(v) for v in nd + memory]
+    reason, exposed, values = f.joint_derived_memory_candidate_scalar(c, mc, cc, layout_bad, True, REASON_CODES)
+    assert reason == 0 and exposed == {name: d[name] for name in exposed} and values == memory
+    assert [type(v) for v in exposed.values()] == [type(d[name]) for name in exposed]
+
+
+def test_the_generator_fuses_only_what_it_can_map():
+    """A fused twin's consumer reads derived values by name only; derived's dropped assignments are
+    the ones nothing reads; c is read once, for the keys the kept code reads."""
+    gen = _generator()
+    twins = {name: gen._Scalarise(*gen._scalar_rules(ast.parse(
+        (ROOT / "src/ndcost/tables/formulas_ops.py").read_text()))).visit(ast.parse(source).body[0])
+        for name, source in (("joint_reason", "def joint_reason(ops, c, codes):\n    x = c['a']\n"
+                                              "    rules = []\n    rules.append(('big', x > 9))\n"
+                                              "    return ops.first_reason(rules, codes)"),
+                             ("derived_columns", "def derived_columns(ops, c):\n    x = c['a'] + c['b']\n"
+                                                 "    unused = c['u']\n    return {'x': x, 'y': x * 2, 'z': unused}"),
+                             ("good", "def good(ops, c, d):\n    k = d['y'] + 1\n    return (k, d['x'])"),
+                             ("bad", "def bad(ops, c, d):\n    return (d,)"))}
+    text = ast.unparse(gen._fused("both", ("good",), ("x",), False, twins))
+    assert "unused" not in text and "good_k = d_y + 1" in text and "return (0, x, (good_k, x))" in text
+    assert "c_a, c_b = _C_BOTH(c)" in text and "x = c_a + c_b" in text and "c_u" not in text   # one read of c
+    assert "joint_x = c_a\n    if joint_x > 9:\n        return (codes['big'], None, None)" in text   # joint first
+    with pytest.raises(ValueError, match="d read other than"):
+        gen._fused("both", ("bad",), ("x",), False, twins)

@@ -18,7 +18,7 @@ from .batch import memory_batch, nd_estimate_batch
 from .memory import N_MEMORY_COLUMNS
 from .seconds_batch import STEP_RATE_FIELDS, seconds_estimate_batch
 
-__all__ = ["nd_estimate_one", "seconds_estimate_one"]
+__all__ = ["one_tables", "nd_estimate_one", "seconds_estimate_one"]
 
 #: What seconds_estimate_one writes in ``out``, in order (the compiled twin's ONE_* enum);
 #: nd_estimate_one writes the first :data:`ND_ONE_COUNT` of them.
@@ -30,18 +30,29 @@ _N_MC = len(MEMORY_CAND_FIELDS)
 _N_SS = len(SECONDS_STAGE_FIELDS)
 
 
-def seconds_estimate_one(kinds, skinds, model, smodel, mkinds, mmodel, cand, rate, layout, pool, slot_pool, extras,
-                         reserve, out, out_stage_times, out_stage_sums, out_stages) -> None:
-    """Seconds mode and the memory model of one candidate on one layout.
+def one_tables(kinds, skinds, model, smodel, mkinds, mmodel, layout, pool, slot_pool, extras) -> tuple:
+    """What the one-candidate kernels read of a model and one layout, held in one object (the
+    compiled twin acquires and checks the buffers once, here a tuple; the batch kernels check them).
 
     Args:
         kinds, skinds, model, smodel: as :func:`~ndcost.kernels.seconds_batch.seconds_estimate_batch`.
         mkinds, mmodel: the memory kind table and model vector (as ``memory_batch``'s kinds, model).
-        cand: (SECONDS_CAND_FIELDS + MEMORY_CAND_FIELDS,) the seconds candidate vector, then the
-            memory one; (SECONDS_CAND_FIELDS,) without memory.
-        rate: (RATE_FIELDS,) the candidate's rates.
-        layout: (LAYOUT_FIELDS,) its layout row; pool, slot_pool: the layout's arrays
+        layout: (LAYOUT_FIELDS,) the layout row; pool, slot_pool: the layout's arrays
             (``ndcost.tables.layout_pool``); extras: its (pp, SECONDS_EXTRA_FIELDS) rows, flat.
+    """
+    _expect("layout", len(LAYOUT_FIELDS), len(layout))
+    return kinds, skinds, model, smodel, mkinds, mmodel, layout, pool, slot_pool, extras
+
+
+def seconds_estimate_one(tables, cand, rate, reserve, out, out_stage_times, out_stage_sums, out_stages) -> None:
+    """Seconds mode and the memory model of one candidate on one layout.
+
+    Args:
+        tables: :func:`one_tables` of the model and the candidate's layout.
+        cand: a tuple of (SECONDS_CAND_FIELDS + MEMORY_CAND_FIELDS,) numbers, the seconds candidate
+            vector, then the memory one; (SECONDS_CAND_FIELDS,) without memory. Python values, as
+            ``estimate()`` computes them (the compiled twin converts them as struct's ``"d"``).
+        rate: (RATE_FIELDS,) the candidate's rates.
         reserve: bytes kept back on every device (the memory model's reserve).
         out: (len(ONE_FIELDS),): step time, memory peak (NaN without memory), the parts, the step rates.
         out_stage_times: (>= pp,) each stage's busy time in the step, NaN beyond pp.
@@ -49,6 +60,7 @@ def seconds_estimate_one(kinds, skinds, model, smodel, mkinds, mmodel, cand, rat
         out_stages: (>= pp, 8) each stage's memory (memory.MEMORY_PARTS, then the total), NaN beyond
             pp; or (0, 8): no memory.
     """
+    kinds, skinds, model, smodel, mkinds, mmodel, layout, pool, slot_pool, extras = tables
     with_memory = _check_one(cand, _N_SC, SECONDS_CAND, layout, out, len(ONE_FIELDS), out_stage_times, out_stages)
     _expect("rate", len(RATE_FIELDS), len(rate))
     p = layout[LAYOUT["pp"]]
@@ -69,19 +81,19 @@ def seconds_estimate_one(kinds, skinds, model, smodel, mkinds, mmodel, cand, rat
             out_stage_sums[s][j] = sums[0][s][j]
 
 
-def nd_estimate_one(kinds, model, mkinds, mmodel, cand, layout, pool, slot_pool, options, ratios, reserve, out,
-                    out_stage_times, out_stages) -> None:
+def nd_estimate_one(tables, cand, options, ratios, reserve, out, out_stage_times, out_stages) -> None:
     """ND's score and the memory model of one candidate on one layout.
 
     Args:
-        kinds, model, options, ratios: as :func:`~ndcost.kernels.batch.nd_estimate_batch`.
-        mkinds, mmodel: the memory kind table and model vector (as ``memory_batch``'s kinds, model).
-        cand: (CAND_FIELDS + MEMORY_CAND_FIELDS,) ND's candidate vector, then the memory one;
-            (CAND_FIELDS,) without memory.
-        layout, pool, slot_pool, reserve: as :func:`seconds_estimate_one`.
+        tables: :func:`one_tables` of the model and the candidate's layout.
+        options, ratios: as :func:`~ndcost.kernels.batch.nd_estimate_batch`.
+        cand: a tuple of (CAND_FIELDS + MEMORY_CAND_FIELDS,) numbers, ND's candidate vector, then
+            the memory one; (CAND_FIELDS,) without memory (as :func:`seconds_estimate_one`'s).
+        reserve: as :func:`seconds_estimate_one`.
         out: (ND_ONE_COUNT,): step, memory peak (NaN without memory), the parts (ONE_FIELDS order).
         out_stage_times, out_stages: as :func:`seconds_estimate_one`.
     """
+    kinds, _, model, _, mkinds, mmodel, layout, pool, slot_pool, _ = tables
     with_memory = _check_one(cand, len(CAND_FIELDS), CAND, layout, out, ND_ONE_COUNT, out_stage_times, out_stages)
     n_cand = len(CAND_FIELDS)
     values, layouts, one = [float(v) for v in cand], [[int(v) for v in layout]], [0]
@@ -96,8 +108,9 @@ def nd_estimate_one(kinds, model, mkinds, mmodel, cand, layout, pool, slot_pool,
 def _check_one(cand, n_cand, index, layout, out, n_out, out_stage_times, out_stages) -> bool:
     """The shapes both kernels share; whether memory is asked for."""
     with_memory = len(out_stages) != 0
+    if type(cand) is not tuple:
+        raise TypeError(f"cand must be a tuple of numbers, got {type(cand).__name__}")
     _expect("cand", n_cand + _N_MC if with_memory else n_cand, len(cand))
-    _expect("layout", len(LAYOUT_FIELDS), len(layout))
     _expect("out", n_out, len(out))
     p, vp = layout[LAYOUT["pp"]], layout[LAYOUT["vpp"]]
     if cand[index["p"]] != p or cand[index["vp"]] != vp:

@@ -120,13 +120,13 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         raise SpecError("units", "estimate", f"be one of {', '.join(map(repr, UNITS))}", units)
     if not isinstance(spec, ExecSpec):
         raise SpecError("spec", "estimate", "be an ExecSpec", spec)
-    model = as_model(model)
-    cluster = as_cluster(cluster, spec)
+    if type(model) is not Model:   # (a Model as is: a per-call cost of a search's loop)
+        model = as_model(model)
+    if type(cluster) is not Cluster:
+        cluster = as_cluster(cluster, spec)
     if units == "nd" and rates is not None:
         raise SpecError("rates", "estimate", "be given in seconds units only (ND's units price no rates)", rates)
-    if units == "nd":
-        refuse_nd_units(model, "estimate")
-    else:
+    if units != "nd":
         # Seconds mode prices a per-layer plan as it runs (plan.spec's ranges), so ND's
         # stage_savings adjustment and its stage_focused view have no meaning there.
         if stage_savings is not None or stage_focused is not None:
@@ -137,7 +137,9 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
             rates = as_rates(rates, device=cluster, owner="estimate")
         return estimate_seconds_one(model, spec, cluster, ratios, rates, with_memory)
     if stage_savings is None and stage_focused is None:
+        # refuses a model ND's tables cannot price (refuse_nd_units) as it prepares the spec
         return estimate_nd_one(model, spec, cluster, ratios, ratio_type, rec_type, p2p, with_memory)
+    refuse_nd_units(model, "estimate")
     # ND's per-layer plan view (stage_savings, stage_focused): the seeds' own walk and combine.
     validate(model, spec, cluster)
     layout = build_layout(model, spec)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import math
-import struct
 import threading
 import weakref
 from types import MappingProxyType
@@ -25,7 +24,8 @@ from .. import _backend
 from ..kernels import columns as col
 from ..tables.cache import cached, per_object
 from ..tables.formulas import (
-    SCALAR, derived_columns_scalar, joint_reason_scalar, memory_candidate_columns_scalar, nd_candidate_columns_scalar,
+    SCALAR, derived_columns_scalar, joint_derived_memory_candidate_scalar, joint_nd_memory_candidate_scalar,
+    joint_reason_scalar, nd_candidate_columns_scalar,
 )
 from ..kernels.one import ND_ONE_COUNT, ONE_FIELDS
 from ..kernels.seconds_batch import STEP_RATE_FIELDS
@@ -38,7 +38,9 @@ from ..tables.layout import _layout_key, build_layout
 from ..tables.memory import MEMORY_PARTS, MemoryEstimate, memory_kind_table, memory_model_vector
 from ..tables.memory_overheads import fixed_bytes
 from ..spec.model import Model
-from ..tables.nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, nd_options_vector
+from ..tables.nd_tables import (
+    MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, nd_options_vector, refuse_nd_units,
+)
 from ..spec.rates import Rates
 from ..spec.ratios import Ratios
 from ..tables.reasons import REASON_CODES
@@ -65,28 +67,21 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 _NO_RATIOS = _read_only(np.zeros(0, dtype=np.float64))
 _NAN = math.nan
 _NO_DETAILS = MappingProxyType({})
-_N_CAND = len(col.CAND_FIELDS)
-_N_SECONDS_CAND = len(col.SECONDS_CAND_FIELDS)
-_N_MEMORY_CAND = len(col.MEMORY_CAND_FIELDS)
 _N_MEMORY_COLUMNS = len(MEMORY_PARTS) + 1
 _N_STAGE_SUMS = len(col.SECONDS_STAGE_FIELDS)
 _PART_NAMES = col.PART_NAMES
 # Where seconds_estimate_one writes its scalars (ndcost.kernels.one.ONE_FIELDS).
 _ONE_STEP, _ONE_PEAK = ONE_FIELDS.index("step_time"), ONE_FIELDS.index("peak")
 _ONE_PARTS, _ONE_RATES = ONE_FIELDS.index(col.PART_NAMES[0]), ONE_FIELDS.index(STEP_RATE_FIELDS[0])
-# The candidate column, packed as doubles straight from the Python values: the units' own
-# vector, then (with memory) the memory model's.
-_PACK = {(n, memory): struct.Struct(f"={n + (_N_MEMORY_CAND if memory else 0)}d").pack
-         for n in (_N_CAND, _N_SECONDS_CAND) for memory in (False, True)}
-
 
 class _ModelTables:
     """Everything the one-candidate path reads off a model, built once per model object
     (seconds mode's tables when first asked for)."""
 
-    __slots__ = ("constants", "kinds", "vector", "memory_kinds", "memory_vector", "layouts", "_seconds")
+    __slots__ = ("constants", "kinds", "vector", "memory_kinds", "memory_vector", "layouts", "_seconds", "nd_units")
 
     def __init__(self, model: Model) -> None:
+        self.nd_units = False   # refuse_nd_units passed (checked when ND's units first price the model)
         self.constants = model_constants(model)
         self.kinds, self.vector = nd_kind_table(model), nd_model_vector(model)
         self.memory_kinds, self.memory_vector = memory_kind_table(model), memory_model_vector(model)
@@ -104,14 +99,58 @@ def _model_tables(model: Model) -> _ModelTables:
     return cached(model, "estimate_tables", lambda: _ModelTables(model))
 
 
+class _Context(threading.local):
+    """The (model, cluster) priced last on this thread and their tables: a search prices many
+    specs on one of each, so a fresh spec skips the two per-object lookups. Weak references:
+    it keeps neither object alive (a dead one's id may be reused, its reference then is None)."""
+
+    def __init__(self) -> None:
+        self.model = self.cluster = lambda: None
+        self.tables = self.cc = None
+
+    def get(self, model: Model, cluster: Cluster) -> tuple:
+        if self.model() is not model or self.cluster() is not cluster:
+            self.tables, self.cc = _model_tables(model), cluster_constants(cluster)
+            self.model, self.cluster = weakref.ref(model), weakref.ref(cluster)
+        return self.tables, self.cc
+
+
+_CONTEXT = _Context()
+
+
+#: fixed_bytes (CUDA context, cuBLAS workspace, NCCL buffers) by (dp, tp, pp, cp, ep): a function
+#: of the degrees alone, which a search repeats across its candidates (bounded like _RECENT).
+_FIXED: dict = {}
+
+
+def _fixed_bytes(c: dict) -> float:
+    key = (c["dp"], c["tp"], c["pp"], c["cp"], c["ep"])
+    fixed = _FIXED.get(key)
+    if fixed is None:
+        if len(_FIXED) >= 4096:
+            _FIXED.clear()
+        fixed = _FIXED[key] = float(fixed_bytes(*key))
+    return fixed
+
+
 class _OneLayout:
     """A spec's layout packed for the batch kernels: the pool, and seconds mode's per-stage
-    extras (embedding, output head, MTP modules), flat."""
+    extras (embedding, output head, MTP modules), flat; and, per backend, the kernels' own
+    ``one_tables`` of it and the model's tables (``held``: (backend, tables), built on first use)."""
 
-    __slots__ = ("pool", "row", "extras")
+    __slots__ = ("pool", "row", "extras", "held")
 
     def __init__(self, pool: LayoutPool, extras: np.ndarray) -> None:
         self.pool, self.row, self.extras = pool, pool.layouts[0], _read_only(extras)
+        self.held: tuple = (None, None)
+
+    def hold(self, kernels: Any, tables: _ModelTables, model: Model) -> Any:
+        """``kernels.one_tables`` of this layout on *model* (kept for the backend last asked)."""
+        skinds, smodel = tables.seconds(model)
+        held = kernels.one_tables(tables.kinds, skinds, tables.vector, smodel, tables.memory_kinds,
+                                  tables.memory_vector, self.row, self.pool.pool, self.pool.slot_pool, self.extras)
+        self.held = (kernels, held)
+        return held
 
 
 def _one_layout(model: Model, spec: ExecSpec, layouts: dict) -> _OneLayout:
@@ -161,37 +200,46 @@ class _Prepared:
     configs -- goes straight to the kernels.
     """
 
-    __slots__ = ("model", "cluster", "tables", "cc", "packed", "column", "pp", "fixed", "seconds_tables", "rate")
+    __slots__ = ("model", "cluster", "tables", "cc", "packed", "column", "pp", "fixed", "rate")
 
     def __init__(self, model: Model, spec: ExecSpec, cluster: Cluster, seconds: bool, with_memory: bool) -> None:
         c = spec.__dict__
-        tables = _model_tables(model)
-        cc = cluster_constants(cluster)
+        tables, cc = _CONTEXT.get(model, cluster)
+        if not seconds and not tables.nd_units:
+            refuse_nd_units(model, "estimate")
+            tables.nd_units = True
         layout_bad = False
         if c["offset"] is not None or c["pp_partition"] is not None or type(c["recompute"]) is tuple:
             layout_bad = any(True for _ in _layout_rules(model, spec))
-        if joint_reason_scalar(SCALAR, c, tables.constants, cc, layout_bad, True, REASON_CODES):
+        # The joint rules and the candidate's values in one fused twin of the formulas where one exists
+        # (tables.formulas_fused): (0, ..., values), or a broken rule's (code, None, None).
+        if with_memory and seconds:
+            reason, derived, values = joint_derived_memory_candidate_scalar(c, tables.constants, cc, layout_bad, True,
+                                                                            REASON_CODES)
+        elif with_memory:
+            reason, d_exp, values = joint_nd_memory_candidate_scalar(c, tables.constants, cc, layout_bad, True,
+                                                                     REASON_CODES, MOE_DISPATCH)
+        else:
+            reason = joint_reason_scalar(SCALAR, c, tables.constants, cc, layout_bad, True, REASON_CODES)
+        if reason:
             validate(model, spec, cluster)
             raise SpecError("spec", "estimate", "pass validate() (ndcost.explain says why)", spec)  # pragma: no cover
-        derived = derived_columns_scalar(SCALAR, c, tables.constants)
-        if derived["d_exp"] < 1:
+        if not with_memory:
+            derived = derived_columns_scalar(SCALAR, c, tables.constants)
+            values = () if seconds else nd_candidate_columns_scalar(SCALAR, c, derived, cc, MOE_DISPATCH)
+        if seconds or not with_memory:
+            d_exp = derived["d_exp"]
+        if d_exp < 1:
             derived_values(model, spec)  # raises derive's SpecError
         if seconds:
-            values = seconds_candidate_values(spec, derived)
-            n_cand = _N_SECONDS_CAND
-        else:
-            values = nd_candidate_columns_scalar(SCALAR, c, derived, cc, MOE_DISPATCH)
-            n_cand = _N_CAND
-        if with_memory:
-            values += memory_candidate_columns_scalar(SCALAR, c, derived)
-        # One vector holds both candidates: the unit's, then the memory model's.
-        self.column = _read_only(np.frombuffer(_PACK[n_cand, with_memory](*values)))
+            values = seconds_candidate_values(spec, derived) + values
+        # One tuple holds both candidates: the unit's, then the memory model's (the kernel converts it).
+        self.column = values
         self.model, self.cluster, self.tables, self.cc = model, cluster, tables, cc
         self.packed = _one_layout(model, spec, tables.layouts)
         self.pp = c["pp"]
-        self.fixed = float(fixed_bytes(c["dp"], c["tp"], c["pp"], c["cp"], c["ep"])) if seconds and with_memory else 0.0
-        # seconds mode: its kind table and model vector, and the device's own rates of the spec's precision
-        self.seconds_tables = tables.seconds(model) if seconds else None
+        self.fixed = _fixed_bytes(c) if seconds and with_memory else 0.0
+        # seconds mode: the device's own rates of the spec's precision
         self.rate = _rates_row(cluster, None, c["precision"]) if seconds else None
 
 
@@ -230,14 +278,17 @@ def estimate_nd_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any,
                     rec_type: str, p2p: bool, with_memory: bool) -> Estimate:
     """ND's score of one spec (and its memory) through ``nd_estimate_one``."""
     prep = _prepared(model, spec, cluster, False, with_memory)
-    tables, pool, pp = prep.tables, prep.packed.pool, prep.pp
+    pp = prep.pp
+    kernels, held = prep.packed.held
+    if kernels is not _backend.kernels:
+        kernels = _backend.kernels
+        held = prep.packed.hold(kernels, prep.tables, model)
     ratio_set = Ratios.coerce(ratios) if ratios is not None else None
     scratch = _SCRATCH
     times = scratch.stage_times(pp)
     stages = np.empty((pp, _N_MEMORY_COLUMNS), dtype=np.float64) if with_memory else _NO_MEMORY_STAGES
-    _backend.kernels.nd_estimate_one(
-        tables.kinds, tables.vector, tables.memory_kinds, tables.memory_vector, prep.column, prep.packed.row,
-        pool.pool, pool.slot_pool, nd_options(ratio_type, rec_type, bool(p2p)),
+    kernels.nd_estimate_one(
+        held, prep.column, nd_options(ratio_type, rec_type, bool(p2p)),
         _NO_RATIOS if ratio_set is None else np.ascontiguousarray(ratio_set.vector(), dtype=np.float64),
         prep.cc.reserve, scratch.nd_one, times, stages)
     values = scratch.nd_one.tolist()
@@ -277,18 +328,18 @@ def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios:
     step's model FLOPs and the raw per-stage sums (``SECONDS_STAGE_FIELDS`` columns).
     """
     prep = _prepared(model, spec, cluster, True, with_memory)
-    tables, packed = prep.tables, prep.packed
-    pool = packed.pool
     pp = prep.pp
+    kernels, held = prep.packed.held
+    if kernels is not _backend.kernels:
+        kernels = _backend.kernels
+        held = prep.packed.hold(kernels, prep.tables, model)
     scratch = _SCRATCH
     times = scratch.stage_times(pp)
     sums = np.empty((pp, _N_STAGE_SUMS), dtype=np.float64)   # kept by the result (details["stage_sums"])
     stages = np.empty((pp, _N_MEMORY_COLUMNS), dtype=np.float64) if with_memory else _NO_MEMORY_STAGES
-    skinds, smodel = prep.seconds_tables
-    _backend.kernels.seconds_estimate_one(
-        tables.kinds, skinds, tables.vector, smodel, tables.memory_kinds, tables.memory_vector, prep.column,
-        prep.rate if rates is None else _rates_row(cluster, rates, spec.precision), packed.row, pool.pool,
-        pool.slot_pool, packed.extras, prep.cc.reserve, scratch.one, times, sums, stages)
+    kernels.seconds_estimate_one(
+        held, prep.column, prep.rate if rates is None else _rates_row(cluster, rates, spec.precision),
+        prep.cc.reserve, scratch.one, times, sums, stages)
     values = scratch.one.tolist()
     total = values[_ONE_STEP]
     part_values = dict(zip(_PART_NAMES, values[_ONE_PARTS:_ONE_RATES]))
@@ -305,6 +356,6 @@ def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios:
         cc = prep.cc
         # seconds mode holds the process to what it really takes (ndcost.tables.memory_overheads)
         memory = MemoryEstimate.from_kernel(stages, values[_ONE_PEAK], cc.capacity, prep.fixed, cc.reserve)
-        fits = memory.fits(cc.capacity)
+        fits = memory.device_peak <= cc.capacity   # memory.fits(capacity), without its call
     return _result("seconds", total, part_values, tuple(times.tolist()), memory, fits, mfu, hfu,
                    tokens_per_second, MappingProxyType({"model_flops": model_flops, "stage_sums": sums}))

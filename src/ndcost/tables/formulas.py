@@ -26,7 +26,10 @@ functions with each ``ops`` call written out as the plain Python of :class:`SCAL
 method (``where(a, b, c)`` -> ``b if a else c``, ``ops.stated(x)`` -> ``x is not None``),
 so a call costs no per-operation function calls. ``tools/gen_formulas.py`` writes them
 into ``ndcost.tables.formulas_scalar`` (checked in, do not edit; tests/test_formulas.py fails
-when it is stale). Call them with ``ops=SCALAR``, like the functions here.
+when it is stale). Call them with ``ops=SCALAR``, like the functions here. ``estimate()``'s one
+candidate runs *fused twins* (``joint_nd_memory_candidate_scalar`` ...,
+``ndcost.tables.formulas_fused``, generated alike): the joint rules, the derived values and
+the candidate vectors in one function, no dict between them.
 
 The formulas' sources are cited where the values are defined: :class:`ndcost.tables.derive.Derived`
 (ND_REFERENCE §1.4), ``ndcost.tables.nd_tables`` (the ND candidate vector), ``ndcost.tables.memory``
@@ -41,6 +44,7 @@ from .formulas_ops import (
     ARRAY, CHOICES, COMM_DP_OVERLAP, COMM_TP_OVERLAP, MEMORY_SCHEDULE_BY_PP_SCHEDULE, NONE_INT, SCALAR,
     ClusterConstants, ModelConstants,
 )
+from .formulas_fused import joint_derived_memory_candidate_scalar, joint_nd_memory_candidate_scalar
 from .formulas_scalar import (
     derived_columns_scalar, derived_extra_columns_scalar, joint_reason_scalar, memory_candidate_columns_scalar,
     nd_candidate_columns_scalar,
@@ -50,7 +54,7 @@ __all__ = [
     "SCALAR", "ARRAY", "NONE_INT", "COMM_DP_OVERLAP", "COMM_TP_OVERLAP", "CHOICES", "MEMORY_SCHEDULE_BY_PP_SCHEDULE",
     "derived_columns", "derived_extra_columns", "derived_extra_columns_scalar", "nd_candidate_columns", "memory_candidate_columns", "joint_reason",
     "derived_columns_scalar", "nd_candidate_columns_scalar", "memory_candidate_columns_scalar",
-    "joint_reason_scalar",
+    "joint_reason_scalar", "joint_nd_memory_candidate_scalar", "joint_derived_memory_candidate_scalar",
     "ModelConstants", "ClusterConstants",
 ]
 

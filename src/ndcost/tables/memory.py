@@ -152,11 +152,13 @@ class MemoryEstimate:
         """From the memory kernel's (p, 8) stage rows and its peak (stages built on first read); with
         *fixed*, already :meth:`with_overheads` (*fixed*, *reserve*)."""
         estimate = object.__new__(cls)
-        if fixed is None:
-            estimate.__dict__.update(_rows=rows, _peak=peak, capacity_bytes=capacity_bytes)
-        else:
-            estimate.__dict__.update(_rows=rows, _peak=peak, capacity_bytes=capacity_bytes, _fixed=float(fixed),
-                                     _reserve=float(reserve))
+        fields = estimate.__dict__   # item by item: a per-call cost of estimate() (no keyword dict built)
+        fields["_rows"] = rows
+        fields["_peak"] = peak
+        fields["capacity_bytes"] = capacity_bytes
+        if fixed is not None:
+            fields["_fixed"] = float(fixed)
+            fields["_reserve"] = float(reserve)
         return estimate
 
     @property
