@@ -332,10 +332,13 @@ def estimate_performance(cfg: Any, stages: Any = None, extra_custom_func: Any = 
     model, spec, cluster = _priced_inputs(cfg, device)
     ratio_type, rec_type, p2p = _DEFAULT_OPTIONS if ccfg is None else _options(ccfg)
     # the one path: estimate() in ND units (validation, the batch-of-one kernels), without memory
-    priced = estimate(
-        model, spec, cluster, units="nd", ratios=cache_file, ratio_type=ratio_type, rec_type=rec_type, p2p=p2p,
-        stage_savings=stage_savings, stage_focused=stage_focused, with_memory=False,
-    )
+    if ccfg is None and cache_file is None and stage_savings is None and stage_focused is None:
+        priced = estimate(model, spec, cluster, units="nd", with_memory=False)   # the ND loop's call
+    else:
+        priced = estimate(
+            model, spec, cluster, units="nd", ratios=cache_file, ratio_type=ratio_type, rec_type=rec_type, p2p=p2p,
+            stage_savings=stage_savings, stage_focused=stage_focused, with_memory=False,
+        )
     if return_parts:
         return priced.step_time, dict(priced.parts)
     return priced.step_time
