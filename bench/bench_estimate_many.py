@@ -16,8 +16,10 @@ absolute times never are.
 
 ``bench_estimate_many_threads`` times one thread and all cores (``threads=None``) on
 the same batch side by side, in ND units and in seconds (the default), and records the speedup, the cores and the efficiency
-(speedup / cores; the target is 0.8) in ``extra_info``. Its guard is wide: all cores
-at least half as fast as one thread (on a machine other jobs are using, the speedup is
+(speedup / cores; the target is 0.8) in ``extra_info``, with ``cpu_stall_s``: the seconds some
+task on the machine waited for a CPU during the measurement (Linux's /proc/pressure/cpu; absent
+elsewhere), which tells a figure taken while other jobs ran from a quiet one. Its guard is wide:
+all cores at least half as fast as one thread (on a machine other jobs are using, the speedup is
 the cores left free, which nobody controls).
 """
 from __future__ import annotations
@@ -58,6 +60,15 @@ THREAD_SIZES = (100_000, 1_000_000)
 MIN_THREAD_SPEEDUP = 0.5
 #: ((model, size, units), "1" | "all") -> median seconds of the threads benchmark.
 THREAD_MEDIANS: dict[tuple, float] = {}
+
+
+def cpu_stall() -> float | None:
+    """Seconds some task has waited for a CPU since boot (Linux PSI, "some" line), or None."""
+    try:
+        with open("/proc/pressure/cpu") as pressure:
+            return int(pressure.readline().rsplit("total=", 1)[1]) / 1e6
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 @pytest.fixture(params=["cython", "python"], ids=["cython", "python"])
@@ -163,11 +174,14 @@ def bench_estimate_many_threads(benchmark, name, size, units, threads):
     label = name if units == "nd" else f"{name}, seconds"
     benchmark.group = f"estimate_many threads, {label}, {size:,} candidates"
     count = 1 if threads == "1" else None
+    stall = cpu_stall()
     with _backend.use("cython"):
         result = benchmark.pedantic(estimate_many, args=(model, cands, cluster),
                                     kwargs={"units": units, "threads": count}, rounds=3 if size >= 10**6 else 5,
                                     iterations=1, warmup_rounds=1)
     assert len(result) == size and result.valid.all()
+    if stall is not None:
+        benchmark.extra_info["cpu_stall_s"] = cpu_stall() - stall
     cores = available_cores()
     benchmark.extra_info["threads"] = count if count is not None else cores
     benchmark.extra_info["cores"] = cores
