@@ -151,6 +151,29 @@ def test_worker_threads_ignore_floating_point_warnings_as_one_thread_does():
             estimate_many(model, cands, "h100-sxm", units=units, chunk_size=CHUNK, threads=3)
 
 
+@pytest.mark.parametrize("cluster", ["h100-sxm", Cluster("h100-sxm", num_devices=64)], ids=["device", "cluster"])
+def test_seconds_setup_is_built_once_per_batch(backend_name, monkeypatch, cluster):
+    """What no chunk's rows change (a bare device's Cluster, the rates of each precision) is built once per
+    batch, not once per chunk, on any thread count; the prices are those of one thread."""
+    from ndcost.price import seconds_batch as seconds_module
+
+    model = Model.from_catalog("mixtral-8x7b")
+    cands = _mixed(model, 50, seed=67)
+    built: list[str] = []
+    for name in ("_cluster_of", "_rates_table"):
+        original = getattr(seconds_module, name)
+        monkeypatch.setattr(seconds_module, name,
+                            lambda *args, _name=name, _original=original: built.append(_name) or _original(*args))
+    with _backend.use(backend_name):
+        results = []
+        for threads in (1, 3):
+            built.clear()
+            results.append(estimate_many(model, cands, cluster, units="seconds", chunk_size=CHUNK, threads=threads))
+            assert sorted(built) == ["_cluster_of", "_rates_table"], threads
+    assert len(cands) > 4 * CHUNK
+    assert_bit_for_bit(*results)
+
+
 def test_one_chunk_and_an_empty_batch():
     model = Model.from_catalog("llama3-8b")
     cands = _mixed(model, 10, seed=61)

@@ -19,8 +19,11 @@ a few MB however many candidates there are.
 
 Threads (``threads=``, all cores by default): the chunks are shared out to a
 thread pool, each chunk writing only its own rows of the outputs, so the result
-is the one thread's bit for bit. Steps 1-2 hold the GIL and run one chunk at a
-time (a lock); step 3 runs on every thread at once.
+is the one thread's bit for bit. Steps 1-2 (with seconds mode's kernel inputs)
+hold the GIL and run one chunk at a time (a lock); step 3 runs on every thread at
+once. What does not depend on a chunk's rows is built once per batch, before the
+chunks (seconds mode's cluster, tables and rates:
+:class:`~ndcost.price.seconds_batch.SecondsPricer`).
 """
 from __future__ import annotations
 
@@ -57,7 +60,7 @@ from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR, fixed_bytes
 from ..tables.reasons import REASON_CODES, REASONS
 
 NO_FIT = REASON_CODES["no_fit"]
-from .seconds_batch import seconds_batch, seconds_layouts
+from .seconds_batch import STEP_RATE_FIELDS, SecondsPricer, seconds_layouts
 from ..tables.validate import _layout_rules, pipeline_depth_error
 
 __all__ = ["estimate_many", "REASONS", "UNITS", "DEFAULT_CHUNK", "available_cores", "resolve_threads",
@@ -65,10 +68,13 @@ __all__ = ["estimate_many", "REASONS", "UNITS", "DEFAULT_CHUNK", "available_core
 
 UNITS = ("seconds", "nd")
 #: Rows per kernel call: large enough that Python's per-chunk work is noise, small
-#: enough that the chunk's temporaries stay in cache.
+#: enough that the chunk's temporaries stay in cache. Tuned for threads too (1M candidates,
+#: two cores, deepseek-v3 ND, min of four interleaved runs): 16384 no better than 8192
+#: (2.15x vs 2.02x one thread, within the noise), 32768 worse (1.81x).
 DEFAULT_CHUNK = 8192
 _OWNER = "estimate_many"
 _LAYOUT_CODE = REASON_CODES["layout"]
+_MFU, _TOKENS_PER_SECOND = STEP_RATE_FIELDS.index("mfu"), STEP_RATE_FIELDS.index("tokens_per_second")
 
 
 def available_cores() -> int:
@@ -231,8 +237,11 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
     stages = np.empty((n, max_pp, len(MEMORY_PARTS) + 1)) if (stage_memory and with_memory) else None
     no_times = np.empty((0, 0))
     no_stages = np.empty((0, 0, len(MEMORY_PARTS) + 1))
-    seconds = seconds_layouts(model, cands) if units == "seconds" else None
-    mfu, tps = (np.full(n, np.nan), np.full(n, np.nan)) if seconds is not None else (None, None)
+    # Seconds mode: the cluster, tables and rates built once here, not per chunk.
+    seconds = (SecondsPricer(model, cluster, seconds_layouts(model, cands), rates=rate_set)
+               if units == "seconds" else None)
+    # The seconds kernel writes every row of every step rate (NaN when not priced): MFU and tokens/s are two.
+    step_rates = np.empty((len(STEP_RATE_FIELDS), n)) if seconds is not None else None
     kernels = _backend.kernels
     storage = {name: cands.storage(name) for name in cands.fields}
     # A column that is one value broadcast (stride 0) enters the formulas as a numpy scalar:
@@ -269,15 +278,17 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
                     cand = np.empty((n_cand, stop - start), dtype=np.float64)     # a candidate per column
                     for j, value in enumerate(nd_candidate_columns(ARRAY, c, d, cc, MOE_DISPATCH)):
                         cand[j] = value
+                else:   # the seconds kernel's inputs are numpy work too: under the lock with the rest
+                    inputs = seconds.inputs(c, d, rows, li)
                 if with_memory:
                     mcand = np.empty((n_mcand, stop - start), dtype=np.float64)
                     for j, value in enumerate(memory_candidate_columns(ARRAY, c, d)):
                         mcand[j] = value
+                    if seconds is not None:
+                        fixed = fixed_bytes(c["dp"], c["tp"], c["pp"], c["cp"], c["ep"])
             if seconds is not None:
-                seconds_batch(model, c, cluster, rows, li, seconds, derived=d, rates=rate_set, out={
-                    "step_time": step[start:stop], "parts": parts[:, start:stop], "mfu": mfu[start:stop],
-                    "tokens_per_second": tps[start:stop],
-                    "stage_times": None if times is None else times[start:stop]})
+                seconds.run(inputs, rows, step[start:stop], parts[:, start:stop], step_rates[:, start:stop],
+                            None if times is None else times[start:stop])
             else:
                 kernels.nd_estimate_batch(kinds, model_vector, cand, index, pool.layouts, pool.pool,
                                           pool.slot_pool, options, ratio_vector, rows, step[start:stop],
@@ -290,13 +301,13 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
                 if seconds is not None:
                     # seconds mode: what the device holds, the allocator's slack and the fixed costs
                     # in (MemoryEstimate.device_peak, ndcost.tables.memory_overheads), decides the fit
-                    device[start:stop] = ((peak[start:stop] - reserve) * ALLOCATOR_RESERVE_FACTOR
-                                          + fixed_bytes(c["dp"], c["tp"], c["pp"], c["cp"], c["ep"]))
+                    held = device[start:stop]
+                    np.subtract(peak[start:stop], reserve, out=held)
+                    held *= ALLOCATOR_RESERVE_FACTOR
+                    held += fixed
                     priced = (rows == 0) | (rows == NO_FIT)
-                    over = device[start:stop] > cc.capacity
-                    rows[priced & over] = NO_FIT
-                    rows[priced & ~over] = 0
-                    fits[start:stop] = rows == 0
+                    rows = np.where(priced, (held > cc.capacity) * NO_FIT, rows)
+                    np.equal(rows, 0, out=fits[start:stop])
             reason[start:stop] = rows
 
     run_chunks(price, n, chunk_size, workers)
@@ -313,7 +324,8 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
     return BatchEstimate(
         units="seconds" if seconds is not None else ("nd" if ratio_set is None else "nd_ms"),
         step_time=step, parts=result_parts, peak_memory=peak, fits=fits, reason=reason, device_memory=device,
-        mfu=not_defined if mfu is None else mfu, tokens_per_second=not_defined if tps is None else tps,
+        mfu=not_defined if step_rates is None else step_rates[_MFU],
+        tokens_per_second=not_defined if step_rates is None else step_rates[_TOKENS_PER_SECOND],
         stage_times=times,
         stage_memory=stages,
     )

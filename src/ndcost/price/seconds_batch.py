@@ -11,7 +11,9 @@ What ``estimate_many(units="seconds")`` and the search need, in three pieces:
   head, MTP modules per stage), which the layout pool does not hold;
 * :func:`seconds_batch`: ``kernels.seconds_estimate_batch`` over the rows (step time, parts,
   MFU, HFU, tokens per second, optionally per-stage times), row for row what
-  :func:`ndcost.tables.seconds.seconds_estimate` returns.
+  :func:`ndcost.tables.seconds.seconds_estimate` returns; :class:`SecondsPricer` is its per-chunk
+  step with what does not depend on the rows (cluster, tables, rates) built once per batch, which
+  ``estimate_many`` drives chunk by chunk (its formulas under a lock, the kernel without the GIL).
 
 A row that is not a valid candidate keeps its reason and gets NaN; a row whose price is NaN gets
 "undefined"; a row whose layout cannot be built gets "layout". Nothing raises per candidate.
@@ -44,7 +46,7 @@ from ..tables.seconds import (
 from ..tables.validate import _layout_rules, pipeline_depth_error
 
 __all__ = ["SecondsLayouts", "seconds_layouts", "seconds_candidate_columns", "seconds_candidate_matrix",
-           "seconds_batch", "STEP_RATE_FIELDS"]
+           "SecondsPricer", "seconds_batch", "STEP_RATE_FIELDS"]
 
 _OWNER = "seconds_batch"
 #: Rows per kernel call when seconds_batch is given a whole Candidates (estimate_many's chunk).
@@ -59,6 +61,9 @@ _PP = {name: i for i, name in enumerate(CHOICES["pp_schedule"])}
 _SCHEDULE_OF_PP = np.array([SCHEDULES.index(name) for name in CHOICES["pp_schedule"]], dtype=np.float64)
 _INTERLEAVED = float(SCHEDULES.index("interleaved"))
 _N_RATES = len(STEP_RATE_FIELDS)
+#: The kernel's "not asked for" outputs (zero-sized: nothing is ever written to them, so shared).
+_NO_TIMES = np.empty((0, 0), dtype=np.float64)
+_NO_SUMS = np.empty((0, 0, 0), dtype=np.float64)
 
 
 # --------------------------------------------------------------------------- the candidate matrix
@@ -239,6 +244,60 @@ def _reason_array(rows: Any, n: int) -> np.ndarray:
     return array
 
 
+class SecondsPricer:
+    """What seconds mode reads that does not depend on the rows, built once per batch: the
+    cluster's constants (a bare device sized once), the model's tables and constants, the rates
+    of each precision. :meth:`inputs` then :meth:`run` price a chunk of rows; nothing here is
+    written after construction, so the threads of ``estimate_many`` share one.
+
+    Raises:
+        SpecError: For a bad cluster, rates, overlap or layouts.
+    """
+
+    __slots__ = ("layouts", "constants", "mc", "tables", "rate_table", "overlap")
+
+    def __init__(self, model: Any, cluster: Any, layouts: SecondsLayouts, *, rates: Rates | None = None,
+                 overlap: Overlap | None = None) -> None:
+        model = as_model(model)
+        if overlap is not None and not isinstance(overlap, Overlap):
+            raise SpecError("overlap", _OWNER, "be an Overlap or None", overlap)
+        device_cluster, self.constants = _cluster_of(cluster)
+        rates = Rates.for_device(device_cluster.device) if rates is None else rates
+        if not isinstance(rates, Rates):
+            raise SpecError("rates", _OWNER, "be a Rates or None", rates)
+        if not isinstance(layouts, SecondsLayouts):
+            raise SpecError("layout_pool", _OWNER, "be seconds_layouts(model, candidates) or None", layouts)
+        self.layouts, self.overlap = layouts, overlap
+        self.mc = model_constants(model)
+        self.tables = (nd_kind_table(model), seconds_kind_table(model), nd_model_vector(model),
+                       seconds_model_vector(model))
+        self.rate_table = _rates_table(device_cluster, rates)
+
+    def inputs(self, c: Mapping[str, Any], d: Mapping[str, Any], reason: np.ndarray,
+               layout_index: np.ndarray) -> tuple:
+        """The kernel's per-row inputs of rows *c* (storage columns, a constant column may be a
+        scalar) with derived values *d*: (candidate matrix, rate index, layout table row). Gives
+        a row whose layout cannot be built the reason "layout" (*reason* is written in place)."""
+        n = layout_index.shape[0]
+        table_row = self.layouts.row[layout_index]
+        reason[(reason < _N_KERNEL_REASONS) & (table_row < 0)] = _LAYOUT_CODE
+        rate_index = np.empty(n, dtype=np.int64)
+        rate_index[...] = np.clip(c["precision"], 0, len(_PRECISIONS) - 1)
+        return seconds_candidate_matrix(c, d, n, self.overlap), rate_index, table_row
+
+    def run(self, inputs: tuple, reason: np.ndarray, step: np.ndarray, parts: np.ndarray,
+            step_rates: np.ndarray, times: np.ndarray | None) -> None:
+        """``kernels.seconds_estimate_batch`` over the rows of :meth:`inputs` (the GIL released):
+        writes *step* (n,), *parts* (PART_NAMES, n), *step_rates* (STEP_RATE_FIELDS, n), *times*
+        (n, >= max pp) or None, and each row's reason."""
+        matrix, rate_index, table_row = inputs
+        pool = self.layouts.pool
+        _backend.kernels.seconds_estimate_batch(
+            *self.tables, matrix, self.rate_table, rate_index, table_row, pool.layouts, pool.pool, pool.slot_pool,
+            self.layouts.extras, self.layouts.extras_at, reason, step, parts, step_rates,
+            _NO_TIMES if times is None else times, _NO_SUMS)
+
+
 def seconds_batch(model: Any, candidates: Any, cluster: Any, rows: Any = None, layout_index: Any = None,
                   layout_pool: SecondsLayouts | None = None, *, rates: Rates | None = None,
                   overlap: Overlap | None = None, stage_times: bool = False,
@@ -277,12 +336,6 @@ def seconds_batch(model: Any, candidates: Any, cluster: Any, rows: Any = None, l
         SpecError: For bad arguments (never for a bad candidate: see ``reason``).
     """
     model = as_model(model)
-    if overlap is not None and not isinstance(overlap, Overlap):
-        raise SpecError("overlap", _OWNER, "be an Overlap or None", overlap)
-    device_cluster, constants = _cluster_of(cluster)
-    rates = Rates.for_device(device_cluster.device) if rates is None else rates
-    if not isinstance(rates, Rates):
-        raise SpecError("rates", _OWNER, "be a Rates or None", rates)
     whole = isinstance(candidates, Candidates)
     if whole:
         n = len(candidates)
@@ -293,8 +346,7 @@ def seconds_batch(model: Any, candidates: Any, cluster: Any, rows: Any = None, l
                         "layout_pool", type(candidates).__name__)
     else:
         n = len(layout_index)
-    if not isinstance(layout_pool, SecondsLayouts):
-        raise SpecError("layout_pool", _OWNER, "be seconds_layouts(model, candidates) or None", layout_pool)
+    pricer = SecondsPricer(model, cluster, layout_pool, rates=rates, overlap=overlap)
     layout_index = np.asarray(layout_index, dtype=np.int64)
     if layout_index.shape != (n,):
         raise SpecError("layout_index", _OWNER, f"hold one layout index per row ({n})", f"shape {layout_index.shape}")
@@ -306,8 +358,6 @@ def seconds_batch(model: Any, candidates: Any, cluster: Any, rows: Any = None, l
     step_rates = np.empty((_N_RATES, n), dtype=np.float64)
     want_times = stage_times or (out is not None and out.get("stage_times") is not None)
     times = _output(out, "stage_times", (n, max_pp)) if want_times else None
-    no_times = np.empty((0, 0), dtype=np.float64)
-    no_sums = np.empty((0, 0, 0), dtype=np.float64)
 
     if whole:
         storage = {name: candidates.storage(name) for name in candidates.fields}
@@ -322,11 +372,7 @@ def seconds_batch(model: Any, candidates: Any, cluster: Any, rows: Any = None, l
     else:
         chunks = range(0, n, n) if n else range(0)
 
-    mc = model_constants(model)
-    tables = (nd_kind_table(model), seconds_kind_table(model), nd_model_vector(model), seconds_model_vector(model))
-    rate_table = _rates_table(device_cluster, rates)
-    kernels = _backend.kernels
-    pool = layout_pool.pool
+    mc = pricer.mc
     with np.errstate(all="ignore"):
         for start in chunks:
             stop = min(n, start + (_CHUNK if whole else n))
@@ -339,18 +385,11 @@ def seconds_batch(model: Any, candidates: Any, cluster: Any, rows: Any = None, l
             li = layout_index[start:stop]
             chunk_reason = reason[start:stop]
             if whole and rows is None:
-                joint = joint_reason(ARRAY, c, mc, constants, layout_pool.bad[li], True, REASON_CODES)
+                joint = joint_reason(ARRAY, c, mc, pricer.constants, layout_pool.bad[li], True, REASON_CODES)
                 chunk_reason[...] = np.where(spec_reason[start:stop] != 0, spec_reason[start:stop], joint)
-            table_row = layout_pool.row[li]
-            chunk_reason[(chunk_reason < _N_KERNEL_REASONS) & (table_row < 0)] = _LAYOUT_CODE
             d = derived_columns(ARRAY, c, mc) if derived is None or whole else derived
-            matrix = seconds_candidate_matrix(c, d, stop - start, overlap)
-            rate_index = np.empty(stop - start, dtype=np.int64)
-            rate_index[...] = np.clip(c["precision"], 0, len(_PRECISIONS) - 1)
-            kernels.seconds_estimate_batch(
-                *tables, matrix, rate_table, rate_index, table_row, pool.layouts, pool.pool, pool.slot_pool,
-                layout_pool.extras, layout_pool.extras_at, chunk_reason, step[start:stop], parts[:, start:stop],
-                step_rates[:, start:stop], times[start:stop] if times is not None else no_times, no_sums)
+            pricer.run(pricer.inputs(c, d, chunk_reason, li), chunk_reason, step[start:stop], parts[:, start:stop],
+                       step_rates[:, start:stop], None if times is None else times[start:stop])
 
     result = {"step_time": step, "parts": parts, "reason": reason, "stage_times": times}
     for j, name in enumerate(STEP_RATE_FIELDS):
