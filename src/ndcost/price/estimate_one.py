@@ -35,7 +35,7 @@ from ..spec.device import Cluster
 from ..errors import SpecError
 from ..spec.exec_spec import ExecSpec
 from ..tables.layout import _layout_key, build_layout
-from ..tables.memory import MEMORY_PARTS, MemoryEstimate, memory_kind_table, memory_model_vector
+from ..tables.memory import MEMORY_PARTS, MemoryEstimate, device_peak_bytes, memory_kind_table, memory_model_vector
 from ..tables.memory_overheads import fixed_bytes
 from ..spec.model import Model
 from ..tables.nd_tables import (
@@ -356,6 +356,6 @@ def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios:
         cc = prep.cc
         # seconds mode holds the process to what it really takes (ndcost.tables.memory_overheads)
         memory = MemoryEstimate.from_kernel(stages, values[_ONE_PEAK], cc.capacity, prep.fixed, cc.reserve)
-        fits = memory.device_peak <= cc.capacity   # memory.fits(capacity), without its call
+        fits = device_peak_bytes(values[_ONE_PEAK], cc.reserve, prep.fixed) <= cc.capacity   # memory.fits(capacity)
     return _result("seconds", total, part_values, tuple(times.tolist()), memory, fits, mfu, hfu,
                    tokens_per_second, MappingProxyType({"model_flops": model_flops, "stage_sums": sums}))

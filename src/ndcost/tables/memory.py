@@ -52,6 +52,7 @@ from .kind_shape import kind_shape
 from .memory_overheads import ALLOCATOR_RESERVE_FACTOR
 
 __all__ = [
+    "device_peak_bytes",
     "MEMORY_PARTS",
     "SCHEDULE_CODES",
     "ATTENTION_CODES",
@@ -120,6 +121,14 @@ class StageMemory:
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def device_peak_bytes(peak: float, reserve: float, fixed: float) -> float:
+    """What the device holds at the peak (nvidia-smi), from a stage total that holds ND's *reserve*:
+    the allocated peak (the total less the reserve) times the allocator's published slack
+    (memory_overheads.ALLOCATOR_RESERVE_FACTOR: peak_reserved), plus the process's *fixed* costs.
+    MemoryEstimate.device_peak and estimate()'s fit test are this one formula."""
+    return (peak - reserve) * ALLOCATOR_RESERVE_FACTOR + fixed
 
 
 @dataclass(frozen=True)
@@ -217,7 +226,9 @@ class MemoryEstimate:
     @property
     def device_peak(self) -> float:
         """What the device holds at the peak (nvidia-smi): peak_reserved plus the fixed costs."""
-        return self.peak_reserved + self.fixed_bytes
+        if "_fixed" not in self.__dict__:
+            return self.peak
+        return device_peak_bytes(self.peak, self.__dict__.get("_reserve", 0.0), self.__dict__["_fixed"])
 
     @property
     def usable_bytes(self) -> float:
