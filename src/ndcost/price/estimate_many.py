@@ -51,7 +51,7 @@ from ..spec.device import Cluster, Device
 from ..errors import SpecError
 from .estimate import as_model, nd_options
 from ..spec.exec_spec import ExecSpec
-from ..tables.layout import build_layout
+from ..tables.layout import layout_if_valid
 from ..tables.memory import MEMORY_PARTS, memory_kind_table, memory_model_vector
 from ..tables.nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, refuse_nd_units
 from ..spec.rates_io import as_rates
@@ -61,7 +61,6 @@ from ..tables.reasons import REASON_CODES, REASONS
 
 NO_FIT = REASON_CODES["no_fit"]
 from .seconds_batch import STEP_RATE_FIELDS, SecondsPricer, seconds_layouts
-from ..tables.validate import _layout_rules, pipeline_depth_error
 
 __all__ = ["estimate_many", "REASONS", "UNITS", "DEFAULT_CHUNK", "available_cores", "resolve_threads",
            "run_chunks"]
@@ -147,18 +146,8 @@ def _layout_pool(model: Any, cands: Candidates) -> tuple[LayoutPool, np.ndarray,
         key = tuple(fields.values())
         entry = pieces_of.get(key)
         if entry is None:
-            spec = cands.layout_spec(index)
-            # A pipeline deeper than the model (rule 4; its rows have that reason) is never built:
-            # a layout's work grows with pp*vpp.
-            broken = (pipeline_depth_error(model, spec.pp, spec.vpp) is not None
-                      or any(True for _ in _layout_rules(model, spec)))
-            piece = None
-            if not broken:
-                try:
-                    piece = layout_piece(build_layout(model, spec))
-                except SpecError:
-                    broken = True
-            entry = pieces_of[key] = (broken, piece)
+            layout = layout_if_valid(model, cands.layout_spec(index))
+            entry = pieces_of[key] = (layout is None, None if layout is None else layout_piece(layout))
         broken, piece = entry
         bad.append(broken)
         if piece is None:

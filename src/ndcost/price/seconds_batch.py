@@ -36,14 +36,13 @@ from ..tables.derive import model_constants
 from ..spec.device import Cluster, Device
 from ..errors import SpecError
 from .estimate import as_model
-from ..tables.layout import build_layout
+from ..tables.layout import layout_if_valid
 from ..tables.nd_tables import cluster_constants, nd_kind_table, nd_model_vector
 from ..spec.rates import Rates
 from ..tables.reasons import REASON_CODES
 from ..tables.seconds import (
     _DEFAULT_OVERLAP, Overlap, _extras, _optimizer_bytes, rates_vector, seconds_kind_table, seconds_model_vector,
 )
-from ..tables.validate import _layout_rules, pipeline_depth_error
 
 __all__ = ["SecondsLayouts", "seconds_layouts", "seconds_candidate_columns", "seconds_candidate_matrix",
            "SecondsPricer", "seconds_batch", "STEP_RATE_FIELDS"]
@@ -167,20 +166,9 @@ def seconds_layouts(model: Any, candidates: Candidates) -> SecondsLayouts:
         key = tuple(fields.values())
         entry = built.get(key)
         if entry is None:
-            spec = candidates.layout_spec(index)
-            # A pipeline deeper than the model (rule 4; its rows have that reason) is never built:
-            # a layout's work grows with pp*vpp.
-            broken = (pipeline_depth_error(model, spec.pp, spec.vpp) is not None
-                      or any(True for _ in _layout_rules(model, spec)))
-            piece = extra = None
-            if not broken:
-                try:
-                    layout = build_layout(model, spec)
-                except SpecError:
-                    broken = True
-                else:
-                    piece, extra = layout_piece(layout), np.ascontiguousarray(_extras(layout).reshape(-1))
-            entry = built[key] = (broken, piece, extra)
+            layout = layout_if_valid(model, candidates.layout_spec(index))
+            entry = built[key] = ((True, None, None) if layout is None else
+                                  (False, layout_piece(layout), np.ascontiguousarray(_extras(layout).reshape(-1))))
         broken, piece, extra = entry
         bad.append(broken)
         if piece is None:

@@ -48,9 +48,9 @@ from ..kernels.columns import OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
 from ..errors import SpecError
 from ..spec.exec_spec import ExecSpec
 from ..spec.recompute_spec import ALL_KEPT
-from .validate import offset_chunk_counts, offset_layer_count, pipeline_depth_error
+from .validate import _layout_rules, offset_chunk_counts, offset_layer_count, pipeline_depth_error
 
-__all__ = ["Layout", "build_layout", "LAYOUT_FIELDS"]
+__all__ = ["Layout", "build_layout", "layout_if_valid", "LAYOUT_FIELDS"]
 
 #: The ExecSpec fields a layout depends on (and nothing else).
 LAYOUT_FIELDS = (
@@ -341,3 +341,17 @@ def _build(model: Any, spec: ExecSpec) -> Layout:
         positions=tuple(positions),
         stages=tuple(tuple(tuple(run_order[(s, v)]) for v in range(vpp)) for s in range(pp)),
     )
+
+
+def layout_if_valid(model: Any, spec: ExecSpec) -> Layout | None:
+    """The spec's layout, or None when the layout rules refuse it (a batch row's reason "layout").
+
+    A pipeline deeper than the model (rule 4) is refused before anything is built -- a layout's
+    work grows with pp*vpp -- then validate's rule 7 (offsets, partitions, per-layer ranges).
+    """
+    if pipeline_depth_error(model, spec.pp, spec.vpp) is not None or any(True for _ in _layout_rules(model, spec)):
+        return None
+    try:
+        return build_layout(model, spec)
+    except SpecError:
+        return None
