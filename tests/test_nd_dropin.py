@@ -85,9 +85,11 @@ def test_list_and_tuple_offsets_price_alike():
 
 def test_values_of_other_types_are_priced_but_not_kept():
     nd._PRICED_INPUTS.clear()
+    nd._BY_INSTANCE.clear()
     cfg = Config(4, 2, h=np.int64(8192), d=np.int64(8))
     assert estimate_performance(cfg) == estimate_performance(Config(4, 2))
     assert len(nd._PRICED_INPUTS) == 1      # the plain config's entry only
+    assert len(nd._BY_INSTANCE) == 1
 
 
 def test_the_model_name_keys_by_type():
@@ -203,3 +205,49 @@ def test_configs_with_their_own_attribute_lookup_or_slots_read_through_getattr()
 
     for config in (Computed(), Slotted()):
         assert nd._values(config) == tuple(getattr(config, name, None) for name in nd.ND_FIELDS)
+
+
+def test_an_instance_keyed_config_prices_as_its_values_do():
+    """The instance key: another attribute order, an attribute ND does not read, a bool for a count
+    are other keys, each priced by its values (never another config's answer)."""
+    first = Config(4, 2)
+    assert estimate_performance(first) == pytest.approx(_reference(first), rel=1e-12)
+    assert estimate_performance(Config(4, 2)) == estimate_performance(first)
+    reordered = Config(4, 2)
+    del reordered.d
+    reordered.d = first.d
+    assert nd._instance_key(reordered, "ascend-910b") != nd._instance_key(first, "ascend-910b")
+    assert estimate_performance(reordered) == estimate_performance(first)
+    assert estimate_performance(Config(4, 2, note="not an ND field")) == estimate_performance(first)
+    for offset in ((1, -1), (True, -1), [1, -1], (1, -1)):   # typed: True is refused where 1 is not
+        config = Config(4, 2, offset=offset)
+        try:
+            expected = _reference(config)
+        except ndcost.SpecError:
+            with pytest.raises(ndcost.SpecError):
+                estimate_performance(config)
+        else:
+            assert estimate_performance(config) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_class_that_gains_an_nd_field_is_read_through_it():
+    class Bare:
+        pass
+
+    def make():
+        config = Bare()
+        config.__dict__.update(Config(4, 2).__dict__)
+        del config.m
+        return config
+
+    config = make()
+    config.m = 16
+    plain = estimate_performance(config)
+    Bare.m = 32                                # the class now states ND's m: no instance key any more
+    try:
+        more = make()
+        assert nd._instance_key(more, "ascend-910b") is None
+        assert estimate_performance(more) == pytest.approx(_reference(more), rel=1e-12)
+        assert estimate_performance(more) != plain
+    finally:
+        del Bare.m

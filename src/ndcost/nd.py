@@ -32,6 +32,7 @@ from typing import Any
 from .spec.device import Cluster
 from .errors import SpecError
 from .price.estimate import estimate
+from .price.estimate_one import estimate_nd_one
 from .spec.exec_spec import ExecSpec
 from .spec.model import Model
 from .spec.vision import VisionTower
@@ -333,7 +334,9 @@ def estimate_performance(cfg: Any, stages: Any = None, extra_custom_func: Any = 
     ratio_type, rec_type, p2p = _DEFAULT_OPTIONS if ccfg is None else _options(ccfg)
     # the one path: estimate() in ND units (validation, the batch-of-one kernels), without memory
     if ccfg is None and cache_file is None and stage_savings is None and stage_focused is None:
-        priced = estimate(model, spec, cluster, units="nd", with_memory=False)   # the ND loop's call
+        # the ND loop's call: what estimate(units="nd", with_memory=False) runs on these inputs (a
+        # Model, an ExecSpec and a Cluster, no ratios or plan view), without its dispatch
+        priced = estimate_nd_one(model, spec, cluster, None, *_DEFAULT_OPTIONS, False)
     else:
         priced = estimate(
             model, spec, cluster, units="nd", ratios=cache_file, ratio_type=ratio_type, rec_type=rec_type, p2p=p2p,
@@ -377,25 +380,83 @@ def _priced_inputs(cfg: Any, device: str) -> tuple[Model, ExecSpec, Cluster]:
     of every item beside its value. Only configs of plain values are stored (_PLAIN_TYPES); a
     multimodal one, whose sub-configs are the caller's objects (which may change), is built every call.
     """
-    values = _values(cfg)
+    fast = _instance_key(cfg, device)
+    if fast is not None:
+        try:
+            inputs = _BY_INSTANCE.get(fast)
+        except TypeError:   # an unhashable value (a list offset): keyed by its values below
+            fast = None
+        else:
+            if inputs is not None:
+                return inputs
+    inputs, kept = _inputs_by_values(_values(cfg), cfg, device)
+    if kept and fast is not None:
+        if len(_BY_INSTANCE) >= _PRICED_INPUTS_SIZE:
+            _BY_INSTANCE.clear()
+        _BY_INSTANCE[fast] = inputs
+    return inputs
+
+
+def _inputs_by_values(values: tuple, cfg: Any, device: str) -> tuple[tuple[Model, ExecSpec, Cluster], bool]:
+    """(the config's (Model, ExecSpec, Cluster) from its ND *values*, whether they are kept by them)."""
     if values[0]:     # multimodal
         model = model_from_nd(cfg)
         spec = spec_from_nd(cfg)
-        return model, spec, _cluster(device, spec.num_devices)
+        return (model, spec, _cluster(device, spec.num_devices)), False
     typed = values[_TYPED_FROM:]
     try:
         key = (device, values) if typed == _NONE_TYPED else (device, values, tuple(map(_typed, typed)))
-        return _PRICED_INPUTS[key]
+        return _PRICED_INPUTS[key], True
     except KeyError:
         pass
     except TypeError:  # an unhashable value, or one nested past a 2-D grid: built every call
-        return _built_inputs(values, device)
+        return _built_inputs(values, device), False
     inputs = _built_inputs(values, device)
-    if _PLAIN_TYPES.issuperset(map(type, values[:_TYPED_FROM])):
-        if len(_PRICED_INPUTS) >= _PRICED_INPUTS_SIZE:
-            _PRICED_INPUTS.clear()
-        _PRICED_INPUTS[key] = inputs
-    return inputs
+    if not _PLAIN_TYPES.issuperset(map(type, values[:_TYPED_FROM])):
+        return inputs, False
+    if len(_PRICED_INPUTS) >= _PRICED_INPUTS_SIZE:
+        _PRICED_INPUTS.clear()
+    _PRICED_INPUTS[key] = inputs
+    return inputs, True
+
+
+#: (device, a plain config's attribute names, their values[, its typed fields typed]) -> the entry
+#: _PRICED_INPUTS holds for the ND values those attributes read: the ND loop's configs -- one
+#: constructor, so one attribute order -- keyed without projecting them onto the 54 fields.
+_BY_INSTANCE: dict[tuple, tuple[Model, ExecSpec, Cluster]] = {}
+#: a config's attribute names -> the positions of the typed ND fields among them (offset, full_rec, ...)
+_TYPED_AT: dict[tuple[str, ...], tuple[int, ...]] = {}
+_TYPED_NAMES = frozenset(ND_FIELDS[_TYPED_FROM:])
+
+
+def _instance_key(cfg: Any, device: str) -> tuple | None:
+    """The key of a plain config in _BY_INSTANCE, or None when it has none.
+
+    A config whose class defines none of ND's fields and leaves attribute lookup alone reads every
+    field off its instance dict (_values), so its attribute names and values decide what the
+    builders see. Equal numbers of other types read alike (the builders convert with int() and
+    float()) but for the typed fields, keyed with their types as _PRICED_INPUTS keys them. Only
+    entries the values' cache keeps are stored here (plain values, no sub-configs), so a value of
+    another kind can only meet an entry it equals.
+    """
+    if isinstance(cfg, Mapping) or _class_fields(type(cfg)) != ():
+        return None
+    instance = getattr(cfg, "__dict__", None)
+    if type(instance) is not dict:
+        return None
+    names = tuple(instance)
+    typed_at = _TYPED_AT.get(names)
+    if typed_at is None:
+        if len(_TYPED_AT) >= 256:
+            _TYPED_AT.clear()
+        typed_at = _TYPED_AT[names] = tuple(i for i, name in enumerate(names) if name in _TYPED_NAMES)
+    values = tuple(instance.values())
+    if not typed_at:
+        return device, names, values
+    try:
+        return device, names, values, tuple(_typed(values[i]) for i in typed_at)
+    except TypeError:   # nested past a 2-D grid
+        return None
 
 
 def _typed(value: Any, depth: int = 2) -> tuple:
