@@ -15,10 +15,11 @@ A fourth baseline is estimate(units="nd") as called by default, memory priced to
 quotes for estimate(nd) (``dropin_over_estimate_default``).
 
 One ratio is asserted, with a wide margin: the drop-in at most MAX_DROPIN_RATIO (2.0) x estimate() on
-the same strategies, from the minima (issue 16's target is 1.5x). Measured on 2026-12-04 after
-estimate() itself fell to ~4.5 us (memory off): drop-in 7.5 us, 1.68x estimate() memory off on one
-strategy, 1.38x estimate() as called by default; the drop-in's own share is reading ND's 54 fields
-(~1.7 us) and keying its cache (~0.8 us). The medians' ratios are recorded only: on the shared
+the same strategies, from the minima (issue 16's target is 1.5x). Measured on 2026-12-04 (four runs,
+2 cores): estimate() memory off ~4.5 us, drop-in ~6.6 us: 1.38-1.51x estimate() memory off on one
+strategy (the like-for-like call: the drop-in prices no memory, as ND's does not), 1.15-1.20x
+estimate() as called by default; the drop-in's own share is keying its cache by the config's
+attribute names and values (~1 us) and its dispatch. The medians' ratios are recorded only: on the shared
 2-core machine this was written on they moved between 0.8 and 1.8 from run to run. Absolute times are
 never asserted.
 """
