@@ -105,7 +105,7 @@ class Watched:
         return call
 
 
-def test_chunks_run_on_several_threads_at_once(backend_name, monkeypatch):
+def test_chunks_run_on_several_threads_at_once(backend_name):
     """threads=2 has two chunks priced at the same time: each of the first two kernel calls waits for
     the other at a barrier (one thread alone would time out there)."""
     model = Model.from_catalog("llama3-8b")
@@ -118,22 +118,24 @@ def test_chunks_run_on_several_threads_at_once(backend_name, monkeypatch):
             callers.add(threading.get_ident())
             barrier.wait()
 
+    # _backend.use restores the kernels it found on exit (a monkeypatch inside it would put the
+    # block's backend back at teardown: every later test would run on it)
     with _backend.use(backend_name) as module:
-        monkeypatch.setattr(_backend, "kernels", Watched(module, meet))
+        _backend.kernels = Watched(module, meet)
         many = estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=2)
-        monkeypatch.setattr(_backend, "kernels", module)
+        _backend.kernels = module
         one = estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=1)
     assert len(callers) == 2 and threading.get_ident() not in callers
     assert_bit_for_bit(one, many)
 
 
-def test_all_cores_is_one_thread_on_the_pure_python_backend(monkeypatch):
+def test_all_cores_is_one_thread_on_the_pure_python_backend():
     """The oracle holds the GIL: threads=None prices on the calling thread there (a count is honoured)."""
     model = Model.from_catalog("llama3-8b")
     cands = _mixed(model, 40, seed=57)
     callers: set[int] = set()
     with _backend.use("python") as module:
-        monkeypatch.setattr(_backend, "kernels", Watched(module, lambda name: callers.add(threading.get_ident())))
+        _backend.kernels = Watched(module, lambda name: callers.add(threading.get_ident()))   # use() restores
         estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK)
         assert callers == {threading.get_ident()}
         callers.clear()
