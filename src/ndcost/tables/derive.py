@@ -154,7 +154,7 @@ def derive(model: Any, spec: ExecSpec, cluster: Any = None) -> Derived:
 
     The formulas are ``ndcost.tables.formulas.derived_columns``, which ``estimate_many``
     runs on numpy columns: one table of formulas for one candidate and for a batch
-    (here its scalar twin, compiled from the same source).
+    (here its scalar twin, generated from the same source by tools/gen_formulas.py).
 
     Args:
         model: A :class:`~ndcost.spec.model.Model`.
