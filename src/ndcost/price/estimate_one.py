@@ -74,6 +74,7 @@ _PART_NAMES = col.PART_NAMES
 _ONE_STEP, _ONE_PEAK = ONE_FIELDS.index("step_time"), ONE_FIELDS.index("peak")
 _ONE_PARTS, _ONE_RATES = ONE_FIELDS.index(col.PART_NAMES[0]), ONE_FIELDS.index(STEP_RATE_FIELDS[0])
 
+
 class _ModelTables:
     """Everything the one-candidate path reads off a model, built once per model object
     (seconds mode's tables when first asked for)."""
