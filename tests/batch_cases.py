@@ -56,7 +56,7 @@ def random_rows(model: Model, n: int, seed: int = 0) -> list[dict[str, Any]]:
             vpp = 1
         dp = int(rng.choice((1, 2, 4, 8, 16, 32)))
         cp = int(rng.choice((1, 1, 1, 2, 4)))
-        cp_algo = str(rng.choice(("ring", "ulysses")))
+        cp_algo = str(rng.choice(("ring", "ulysses", "ring-allgather")))
         if cp > 1 and cp_algo == "ulysses" and model.num_key_value_heads % (tp * cp):
             cp_algo = "ring"
         ep, etp = 1, None
@@ -131,6 +131,7 @@ def planted_rows(model: Model) -> list[dict[str, Any]]:
         dict(base, tp=1, sequence_parallel=False, global_batch_size=2 * pp * 2, zero_stage=0),  # zero TP part
         dict(base, dp=1, global_batch_size=pp * 2, zero_stage=0),                           # zero DP part
         dict(base, cp=2, cp_algo="ring", global_batch_size=4 * pp),                         # ring CP
+        dict(base, cp=2, cp_algo="ring-allgather", global_batch_size=4 * pp, recompute="full"),  # torch's ring
         dict(base, pp=1, global_batch_size=8, recompute="full", zero_stage=3),              # FSDP, full recompute
         dict(base, global_batch_size=2 * pp * 4, recompute="selective", selective_comm_recompute=True),
         dict(base, pp=2, global_batch_size=16, pp_schedule="seq1f1b", seq_split=4),

@@ -42,7 +42,7 @@ def strategies(draw):
         mbs = draw(st.sampled_from((1, 2)))
         rows.append(dict(
             dp=dp, tp=tp, pp=pp, vpp=vpp, ep=ep, cp=draw(st.sampled_from((1, 2))),
-            cp_algo=draw(st.sampled_from(("ring", "ulysses"))), pp_schedule=schedule,
+            cp_algo=draw(st.sampled_from(("ring", "ulysses", "ring-allgather"))), pp_schedule=schedule,
             seq_split=draw(st.sampled_from((1, 2))) if schedule == "seq1f1b" else 1,
             micro_batch_size=mbs, global_batch_size=mbs * dp * mbn,
             seq_length=draw(st.sampled_from((1024, 4096, 8192))),

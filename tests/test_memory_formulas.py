@@ -409,3 +409,41 @@ def test_dualpipev_holds_a_working_set_per_chunk(recompute):
     single = memory_estimate(model, interleaved, cluster, build_layout(model, interleaved)).stages
     for a, b in zip(dual, single):
         assert b.working_set > 0 and a.working_set == 2 * b.working_set
+
+
+def test_pytorch_allgather_ring_holds_every_ranks_kv_in_the_backward(backend_name):
+    """cp_algo "ring-allgather" (PyTorch's context_parallel, rotate_method "allgather", as torchtitan
+    calls it), by hand for llama3-8b (32 heads of 128) at tp 2, cp 4, 32k tokens: a rank keeps
+    8192 tokens; its K/V rows are 16 heads x 128 = 2048 wide (repeated per query head). The backward
+    holds the four ranks' K/V at 16 bits (4 x 4096 x 2 B), fp32 dQ/dK/dV (4 x 6144 B) and the fp32
+    dK/dV it sends and receives (2 x 4 x 4096 B) per token: 8192 x 90112 = 738,197,504 B. The P2P ring
+    instead keeps its K/V double buffer among the comm buffers (ND_REFERENCE §3.2): 2 x 8192 x
+    (2 x 4 kv heads x 128) x 2 B."""
+    from ndcost import _backend
+
+    with _backend.use(backend_name):
+        _allgather_ring_by_hand()
+
+
+def _allgather_ring_by_hand():
+    model = Model.from_catalog("llama3-8b")
+    cluster = Cluster("h100-sxm", 8)
+    layout = even_layout(1, 32)
+    spec = ExecSpec(dp=1, tp=2, cp=4, micro_batch_num=4, seq_length=32768)
+    ring = memory_estimate(model, spec, cluster, layout).stages[0]
+    gather = memory_estimate(model, spec.replace(cp_algo="ring-allgather"), cluster, layout).stages[0]
+    assert gather.working_set == 8192 * (4 * 4096 * 2 + 4 * 6144 + 2 * 4 * 4096) == 738_197_504
+    assert ring.working_set == 0.0
+    assert ring.comm_buffers == 2 * 8192 * (2 * 4 * 128) * 2
+    assert gather.comm_buffers == 0.0            # its buffers are the working set's
+    assert gather.activations == ring.activations and gather.params == ring.params
+    # A fully recomputed layer's re-materialised activations and the ring's buffers are two moments
+    # of the backward: the larger of the two is held.
+    full = spec.replace(recompute="full")
+    plain = memory_estimate(model, full, cluster, layout).stages[0].working_set
+    held = memory_estimate(model, full.replace(cp_algo="ring-allgather"), cluster, layout).stages[0].working_set
+    assert held == max(plain, 738_197_504.0)
+    # Seconds mode prices the same traffic and compute as the P2P ring.
+    from ndcost import estimate
+    assert (estimate(model, spec.replace(cp_algo="ring-allgather", global_batch_size=4), cluster).step_time
+            == estimate(model, spec.replace(global_batch_size=4), cluster).step_time)

@@ -287,6 +287,10 @@ SPECS = [
                          zero_stage=2, grouped_gemm=False, capacity_factor=1.25, flash_attention=False)),
     ("qwen3-next-80b-a3b", dict(dp=4, tp=4, pp=4, ep=4, micro_batch_num=8, seq_length=4096, cp=2,
                                 cp_algo="ulysses", pp_schedule="gpipe")),
+    ("deepseek-v3", dict(dp=2, tp=4, pp=4, ep=8, micro_batch_num=8, seq_length=8192, cp=4,
+                         cp_algo="ring-allgather", recompute="selective")),  # MLA under PyTorch's ring
+    ("llama3-70b", dict(dp=2, tp=8, pp=4, micro_batch_num=8, seq_length=65536, cp=8, cp_algo="ring-allgather",
+                        recompute="full", zero_stage=3)),  # the ring's buffers beside a recomputed layer
     ("mixtral-8x7b", dict(dp=2, tp=2, pp=4, vpp=2, ep=2, micro_batch_num=8, seq_length=4096,
                           pp_schedule="zero_bubble_v")),
     ("qwen3-8b", dict(dp=2, tp=2, pp=2, micro_batch_num=8, seq_length=8192, pp_schedule="seq1f1b", seq_split=4,

@@ -63,7 +63,7 @@ SPEC_CASES = [
     ("moe dispatch", lambda: ExecSpec(moe_dispatch=-1, **M),
      "The 'moe_dispatch' parameter of ExecSpec must be a finite number >= 0. Got -1 instead."),
     ("cp algo", lambda: ExecSpec(cp_algo="hybrid", **M),
-     "The 'cp_algo' parameter of ExecSpec must be one of 'ring', 'ulysses'. Got 'hybrid' instead."),
+     "The 'cp_algo' parameter of ExecSpec must be one of 'ring', 'ulysses', 'ring-allgather'. Got 'hybrid' instead."),
     ("precision", lambda: ExecSpec(precision="fp32", **M),
      "The 'precision' parameter of ExecSpec must be one of 'bf16', 'fp16', 'fp8'. Got 'fp32' instead."),
     ("selective rule", lambda: ExecSpec(selective_rule="nemo", **M),

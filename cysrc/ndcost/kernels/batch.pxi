@@ -153,7 +153,9 @@ cdef inline void c_mem_comm_buffers(const double* kind, const double* mc,
             k_width = kv_local * kind[MK_head_dim]
             v_width = k_width
             q_width = heads_local * kind[MK_head_dim]
-        if mc[MC_cp_ring] != 0.0:
+        if mc[MC_cp_ring] == 2.0:
+            cp_buffer = 0.0                                      # held in the backward's working set
+        elif mc[MC_cp_ring] != 0.0:
             cp_buffer = 2.0 * tokens * (k_width + v_width) * c   # ring: K/V chunks double-buffered
         else:
             cp_buffer = 2.0 * tokens * (q_width + k_width + v_width) * c  # Ulysses: q, k, v in and out
@@ -184,6 +186,28 @@ cdef struct MemScratch:
     double* out        # (p, 8)
 
 
+cdef inline double c_mem_ring_allgather_work(const double* kind, const double* mc) noexcept nogil:
+    # Bytes the backward of one attention layer holds for PyTorch's all-gather ring (cp_ring 2):
+    # every CP rank's K/V (as the model passes them: torchtitan repeats them per query head), fp32
+    # dQ/dK/dV accumulators and the fp32 dK/dV out and in (twin: batch.py _ring_allgather_work).
+    cdef double tokens, heads_local, q_width, k_width, v_width
+    if mc[MC_cp_ring] != 2.0 or mc[MC_cp] <= 1.0 or kind[MK_attention] == 2.0:
+        return 0.0
+    tokens = c_mem_kind_seq(kind, mc) * mc[MC_b] / mc[MC_cp]
+    heads_local = kind[MK_heads] / mc[MC_tp]
+    if kind[MK_attention] == 1.0:
+        q_width = heads_local * (kind[MK_qk_nope] + kind[MK_qk_rope])
+        k_width = q_width
+        v_width = heads_local * kind[MK_v_dim]
+    else:
+        q_width = heads_local * kind[MK_head_dim]
+        k_width = q_width
+        v_width = q_width
+    return tokens * (mc[MC_cp] * (k_width + v_width) * mc[MC_bytes_c]
+                     + _MEM_FP32_BYTES * (q_width + k_width + v_width)
+                     + 2.0 * _MEM_FP32_BYTES * (k_width + v_width))
+
+
 cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const double* model, const double* mc,
                                const long long* layout, const double* pool, const long long* slot_pool,
                                double reserve, MemScratch* scratch) noexcept nogil:
@@ -195,7 +219,7 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
     cdef const double* kind
     cdef Py_ssize_t k, o, s, v, j
     cdef Py_ssize_t emb_stage = layout[LY_emb_stage], out_stage = layout[LY_out_stage]
-    cdef double plain, plain_formula, base, gathered, kept, extra, tp = mc[MC_tp], sp = mc[MC_sp]
+    cdef double plain, plain_formula, base, gathered, kept, extra, ring, tp = mc[MC_tp], sp = mc[MC_sp]
     cdef double embedding, vision, head, word, tokens, h, v_size, c, n, dropout, logits
     cdef double emb_act, out_act, mtp_act, main, ep_buffer, peak
     cdef double mtp_out = <double>layout[LY_mtp_out]
@@ -218,6 +242,7 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
             # ND_REFERENCE §3.7 FSDP extras: a backward holds two layers' gathered parameters.
             gathered = 2.0 * ((kind[MK_p_nonexp] + kind[MK_p_shared]) / tp
                               + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])) * mc[MC_w_param]
+        ring = c_mem_ring_allgather_work(kind, mc)
         for o in range(n_slots):
             kept = c_mem_layer_activation(kind, mc, options[o], masks[o])
             extra = 0.0
@@ -233,7 +258,8 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
                 if 0.0 > extra:
                     extra = 0.0
             scratch.act[k * n_slots + o] = kept
-            scratch.work[k * n_slots + o] = extra + gathered
+            # the larger of the two backward moments (batch.py _candidate_memory says why)
+            scratch.work[k * n_slots + o] = (ring if ring > extra else extra) + gathered
         c_mem_comm_buffers(kind, mc, scratch.comm_main + k, scratch.comm_ep + k)
 
     for s in range(p):

@@ -11,6 +11,7 @@ from typing import Any
 
 from .help import STRATEGY_HELP
 from ..errors import SpecError
+from ..spec.exec_spec import CP_ALGOS
 from ..spec.model_source import model_from_text
 
 __all__ = ["add_model_arguments", "model_from_args", "add_strategy_arguments", "spec_from_args",
@@ -54,7 +55,7 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
     for name, choices in (("recompute", ("none", "full", "selective")),
                           ("selective_rule", ("megatron", "mindformers", "hyperparallel")),
                           ("pp_schedule", ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")),
-                          ("cp_algo", ("ring", "ulysses")), ("precision", ("bf16", "fp16", "fp8"))):
+                          ("cp_algo", CP_ALGOS), ("precision", ("bf16", "fp16", "fp8"))):
         p.add_argument("--" + name.replace("_", "-"), dest=name, choices=choices, help=STRATEGY_HELP[name])
     for name in ("capacity_factor", "moe_imbalance"):
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=float, metavar="X", help=STRATEGY_HELP[name])

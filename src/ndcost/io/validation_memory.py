@@ -143,6 +143,11 @@ def build_memory_run(row: Mapping) -> tuple[Model, ExecSpec, Cluster, list[str]]
         notes.append("FSDP2 under PP: bf16 params unsharded, fp32 gradients accumulated unsharded")
         if fields["pp_schedule"] == "interleaved":
             fields["vpp"] = 2            # torchtitan's Interleaved1F1B: two stages per rank by default
+    if cp > 1:
+        # torchtitan's CP is PyTorch's context_parallel with rotate_method "allgather" (its default,
+        # config_manager.py at 9dec370): a backward holds all CP ranks' K/V, repeated per query head
+        fields["cp_algo"] = "ring-allgather"
+        notes.append("CP: PyTorch's all-gather ring (torchtitan's default rotate method)")
     widths = dict(param_bytes=4, main_param_bytes=0)      # FSDP2's sharded parameters are fp32
     widths.update({key: fields.pop(key) for key in ("param_bytes", "main_param_bytes") if key in fields})
     spec = ExecSpec(dp=dp, tp=tp, pp=pp, cp=cp, micro_batch_size=micro, global_batch_size=local * dp,

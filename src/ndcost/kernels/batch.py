@@ -38,7 +38,7 @@ from .columns import (
     ND_OPTION_FIELDS, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART_NAMES, STAGE_FIELDS,
 )
 from .memory import (
-    _NORMOP, N_MEMORY_COLUMNS, _kept, inflight_micro_batches, stage_memory, windowed_layer_activation_bytes,
+    _FP32_BYTES, _NORMOP, N_MEMORY_COLUMNS, _kept, inflight_micro_batches, stage_memory, windowed_layer_activation_bytes,
 )
 from .nd_combine import nd_apply_ratios, nd_combine
 from .nd_comm import nd_stage_sums
@@ -53,6 +53,7 @@ _UNDEFINED = KERNEL_REASON["undefined"]
 _NO_FIT = KERNEL_REASON["no_fit"]
 _L, _MK, _MM, _MC = LAYOUT, MEMORY_KIND, MEMORY_MODEL, MEMORY_CAND
 _ATT_MLA, _ATT_LINEAR, _FFN_MOE = 1.0, 2.0, 1.0
+_CP_ALLGATHER = 2.0    # memory candidate cp_ring: 0 Ulysses, 1 P2P ring, 2 all-gather ring
 _SCHED_ZB_V = 2.0      # memory.SCHEDULE_CODES["zero_bubble_v"]
 _SCHED_SEQ1F1B = 3.0   # memory.SCHEDULE_CODES["seq1f1b"]
 
@@ -312,7 +313,9 @@ def _comm_buffers(kind, mc) -> tuple[float, float]:
                 kv_local = 1.0                                       # each rank keeps one kv head
             k_width = v_width = kv_local * kind[_MK["head_dim"]]
             q_width = heads_local * kind[_MK["head_dim"]]
-        if mc[_MC["cp_ring"]] != 0.0:
+        if mc[_MC["cp_ring"]] == _CP_ALLGATHER:
+            cp_buffer = 0.0                                          # held in the backward's working set
+        elif mc[_MC["cp_ring"]] != 0.0:
             cp_buffer = 2.0 * tokens * (k_width + v_width) * c       # ring: K/V chunks double-buffered
         else:
             cp_buffer = 2.0 * tokens * (q_width + k_width + v_width) * c  # Ulysses: q, k, v in and out
@@ -331,6 +334,33 @@ def _comm_buffers(kind, mc) -> tuple[float, float]:
     if cp_buffer > main:
         main = cp_buffer
     return main, ep_buffer
+
+
+def _ring_allgather_work(kind, mc) -> float:
+    """Bytes the backward of one attention layer holds for PyTorch's all-gather ring (cp_algo
+    "ring-allgather"), beyond what its plain attention backward holds; 0 for other algorithms.
+
+    torch.distributed.tensor.experimental._attention (_templated_ring_attention_backward, with
+    torchtitan's default ``context_parallel_rotate_method = "allgather"``, torchtitan 9dec370
+    config_manager.py) all-gathers the K/V of every CP rank at once (``_AllGatherRotater``),
+    accumulates dQ, dK and dV in fp32 (``_ContextParallelOptions.convert_to_f32``) and passes the
+    fp32 dK/dV on to the next rank by all-to-all (one buffer out, one in). Its K/V are those the
+    model hands to SDPA: torchtitan's Llama repeats them per query head first (llama/model.py
+    ``repeat_kv``), so a K or V row is heads/tp x head_dim wide, like Q. Linear attention: 0.
+    """
+    if mc[_MC["cp_ring"]] != _CP_ALLGATHER or mc[_MC["cp"]] <= 1.0 or kind[_MK["attention"]] == _ATT_LINEAR:
+        return 0.0
+    tokens = _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]]
+    heads_local = kind[_MK["heads"]] / mc[_MC["tp"]]
+    if kind[_MK["attention"]] == _ATT_MLA:
+        q_width = k_width = heads_local * (kind[_MK["qk_nope"]] + kind[_MK["qk_rope"]])
+        v_width = heads_local * kind[_MK["v_dim"]]
+    else:
+        q_width = k_width = v_width = heads_local * kind[_MK["head_dim"]]
+    gathered = mc[_MC["cp"]] * (k_width + v_width) * mc[_MC["bytes_c"]]  # every rank's K/V
+    accumulators = _FP32_BYTES * (q_width + k_width + v_width)           # fp32 dQ, dK, dV
+    exchange = 2.0 * _FP32_BYTES * (k_width + v_width)                  # fp32 dK/dV out and in
+    return tokens * (gathered + accumulators + exchange)
 
 
 def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float:
@@ -354,6 +384,7 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
             # ND_REFERENCE §3.7 FSDP extras: a backward holds two layers' gathered parameters.
             gathered = 2.0 * ((kind[_MK["p_nonexp"]] + kind[_MK["p_shared"]]) / mc[_MC["tp"]]
                               + kind[_MK["p_routed"]] / (mc[_MC["ep"]] * mc[_MC["etp"]])) * mc[_MC["w_param"]]
+        ring = _ring_allgather_work(kind, mc)
         act_row, work_row = [], []
         for o in range(n_slots):
             kept = _layer_activation(kind, mc, options[o], masks[o])
@@ -370,7 +401,10 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
                 if 0.0 > extra:
                     extra = 0.0
             act_row.append(kept)
-            work_row.append(extra + gathered)
+            # The ring's buffers live while the attention's backward runs, after the recomputed MLP's
+            # activations are freed: the larger of the two moments (the recomputed attention inputs
+            # beside the ring's buffers are not added -- a lower bound of that moment).
+            work_row.append((ring if ring > extra else extra) + gathered)
         act.append(act_row)
         work.append(work_row)
         main, ep_buffer = _comm_buffers(kind, mc)

@@ -312,7 +312,7 @@ MEMORY_CAND_FIELDS = (
     "ediv_param", "ediv_grad", "ediv_optim",  # ZeRO divisors of routed-expert state
     "fsdp_gathers",            # 1: ZeRO-3 resharding, a backward holds two layers' gathered params
     "shards_grads",            # 1: ZeRO-2/3 reducing as the backward goes (not deferred)
-    "cp_ring",                 # 1 ring, 0 Ulysses
+    "cp_ring",                 # 0 Ulysses, 1 P2P ring, 2 PyTorch's all-gather ring (cp_algo "ring-allgather")
     "tie_emb",                 # 1 when embedding and output share weights
     "bytes_logit",             # bytes a logit of the loss holds at its peak (ExecSpec.logit_bytes)
 )

@@ -54,7 +54,7 @@ _N_KERNEL_REASONS = len(KERNEL_REASONS)
 _LAYOUT_CODE = REASON_CODES["layout"]
 _PRECISIONS = CHOICES["precision"]
 _FP8 = _PRECISIONS.index("fp8")
-_RING = CHOICES["cp_algo"].index("ring")
+_ULYSSES = CHOICES["cp_algo"].index("ulysses")
 _PP = {name: i for i, name in enumerate(CHOICES["pp_schedule"])}
 #: SCHEDULES code of each pp_schedule code ("1f1b" with vpp > 1 runs interleaved: ExecSpec.schedule).
 _SCHEDULE_OF_PP = np.array([SCHEDULES.index(name) for name in CHOICES["pp_schedule"]], dtype=np.float64)
@@ -101,7 +101,7 @@ def seconds_candidate_columns(c: Mapping[str, Any], d: Mapping[str, Any], overla
         "dropout_bytes": c["dropout_bytes"],
         "flash": c["flash_attention"], "dropless": c["grouped_gemm"], "cap_fact": c["capacity_factor"],
         "moe_imb": c["moe_imbalance"],
-        "cp_ring": c["cp_algo"] == _RING,
+        "cp_ring": c["cp_algo"] != _ULYSSES,
         "zero": c["zero_stage"], "zero_ranks": d["zero_shard_ranks"], "defer_grads": d["defers_grads"],
         "reshard": d["reshards"], "tie_emb": d["tie_embeddings"],
         "schedule": where((schedule_code == _PP["1f1b"]) & (c["vpp"] > 1), _INTERLEAVED,

@@ -107,7 +107,7 @@ class ExecSpec:
     #: Dropless MoE: the busiest expert's routed tokens over the mean (1: balanced, as NVIDIA's
     #: published runs force it); the straggler's grouped GEMMs and all-to-all carry this load.
     moe_imbalance: float = 1.0
-    cp_algo: str = "ring"  # "ring" (ND's colossalai_cp) | "ulysses"
+    cp_algo: str = "ring"  # "ring" (ND's colossalai_cp) | "ulysses" | "ring-allgather" (CP_ALGOS)
     vocab_emb_dp: bool = False  # ND: the embedding is not split over tp when pp == 1
     tie_embeddings: bool | None = None  # None: the model's tie_word_embeddings
     moe_dispatch: float | None = None  # ND's MOE_DISPATCH (None: 1040; 0 prices no dispatch)

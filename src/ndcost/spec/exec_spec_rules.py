@@ -36,8 +36,12 @@ OWNER = "ExecSpec"
 #: when vpp > 1), ``zero_bubble_v`` (DualPipeV), ``gpipe``, and ``seq1f1b``
 #: (ND's ``seqpipe``/``seqsmartvpp``).
 PP_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")
-#: Context-parallel algorithms: ring attention (ND's ``colossalai_cp``) and Ulysses.
-CP_ALGOS: tuple[str, ...] = ("ring", "ulysses")
+#: Context-parallel algorithms: ring attention (ND's ``colossalai_cp``; Transformer Engine's P2P ring),
+#: Ulysses, and ``ring-allgather``: PyTorch's ``context_parallel`` ring with ``rotate_method
+#: "allgather"`` as torchtitan (9dec370) calls it -- the same sequence split, traffic and compute as
+#: ``ring``, but a layer's backward holds every CP rank's K/V at once (as torchtitan's Llama passes
+#: them: repeated per query head) and fp32 gradient accumulators (``ndcost.kernels.batch``).
+CP_ALGOS: tuple[str, ...] = ("ring", "ulysses", "ring-allgather")
 #: Compute precisions.
 PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8")
 #: 0 DDP; 1 optimizer states sharded; 2 + gradients; 3 + parameters (FSDP).

@@ -163,7 +163,7 @@ def nd_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any],
         c["param_bytes"], c["compute_bytes"], d["nd_bytes_grad"],                  # bytes_p, bytes_c, bytes_grad
         c["capacity_factor"], ops.opt_float(c["moe_dispatch"], moe_dispatch_default),
         d["comm_d_non_exp"], d["comm_d_exp"], d["comm_t"], d["comm_ep"], d["comm_cp"],
-        where(ops.is_choice(c, "cp_algo", "ring"), 1.0, 0.0),                      # cp_ring
+        where(ops.is_choice(c, "cp_algo", "ulysses"), 0.0, 1.0),                   # cp_ring
         d["shard_p_os_non_exp_partial"], d["shard_p_os_exp"], d["shard_p_os_exp_partial"],
         d["shard_embed"], 1.0,                                                     # gather_embed: 1 (ND's default)
         where(d["grad_shard_as_params"], 1.0, 0.0),                                # fsdp
@@ -210,7 +210,9 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         where(shards_params, expert, 1.0), where(shards_grads, expert, 1.0), where(zero >= 1, expert, 1.0),
         where(shards_params, 1.0, 0.0),                                         # fsdp_gathers
         where(shards_grads, 1.0, 0.0),
-        where(ops.is_choice(c, "cp_algo", "ring"), 1.0, 0.0),
+        # cp_ring: 0 Ulysses, 1 P2P ring, 2 PyTorch's all-gather ring (CP_ALGOS)
+        where(ops.is_choice(c, "cp_algo", "ulysses"), 0.0,
+              where(ops.is_choice(c, "cp_algo", "ring-allgather"), 2.0, 1.0)),
         where(d["tie_embeddings"], 1.0, 0.0),
         c["logit_bytes"],
     )
@@ -281,7 +283,7 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     # 6. Sequence: SP splits over tp*cp; ring CP needs 2*cp chunks; Ulysses whole KV heads.
     sequence_parallel = c["sequence_parallel"]
     rules.append(("seq_sp", sequence_parallel & (tp > 1) & (s % (tp * cp) != 0)))
-    ring = ops.is_choice(c, "cp_algo", "ring")
+    ring = ops.not_(ops.is_choice(c, "cp_algo", "ulysses"))
     rules.append(("seq_ring", (cp > 1) & ring & (s % (2 * cp) != 0)))
     ulysses = (cp > 1) & ops.not_(ring)
     rules.append(("ulysses_heads", ulysses & (mc.kv_heads % (tp * cp) != 0)))

@@ -109,7 +109,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
     joint_sequence_parallel = c_sequence_parallel
     if joint_sequence_parallel & (joint_tp > 1) & (joint_s % (joint_tp * joint_cp) != 0):
         return (codes['seq_sp'], None, None)
-    joint_ring = c_cp_algo == 'ring'
+    joint_ring = not c_cp_algo == 'ulysses'
     if joint_cp > 1 and joint_ring and (joint_s % (2 * joint_cp) != 0):
         return (codes['seq_ring'], None, None)
     joint_ulysses = joint_cp > 1 and (not joint_ring)
@@ -213,7 +213,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
             d_comm_t,
             d_comm_ep,
             d_comm_cp,
-            1.0 if c_cp_algo == 'ring' else 0.0,
+            0.0 if c_cp_algo == 'ulysses' else 1.0,
             d_shard_p_os_non_exp_partial,
             d_shard_p_os_exp,
             d_shard_p_os_exp_partial,
@@ -257,7 +257,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
             memory_expert if memory_zero >= 1 else 1.0,
             1.0 if memory_shards_params else 0.0,
             1.0 if memory_shards_grads else 0.0,
-            1.0 if c_cp_algo == 'ring' else 0.0,
+            0.0 if c_cp_algo == 'ulysses' else 2.0 if c_cp_algo == 'ring-allgather' else 1.0,
             1.0 if d_tie_embeddings else 0.0,
             c_logit_bytes,
         ),
@@ -332,7 +332,7 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
     joint_sequence_parallel = c_sequence_parallel
     if joint_sequence_parallel & (joint_tp > 1) & (joint_s % (joint_tp * joint_cp) != 0):
         return (codes['seq_sp'], None, None)
-    joint_ring = c_cp_algo == 'ring'
+    joint_ring = not c_cp_algo == 'ulysses'
     if joint_cp > 1 and joint_ring and (joint_s % (2 * joint_cp) != 0):
         return (codes['seq_ring'], None, None)
     joint_ulysses = joint_cp > 1 and (not joint_ring)
@@ -442,7 +442,7 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
             memory_expert if memory_zero >= 1 else 1.0,
             1.0 if memory_shards_params else 0.0,
             1.0 if memory_shards_grads else 0.0,
-            1.0 if c_cp_algo == 'ring' else 0.0,
+            0.0 if c_cp_algo == 'ulysses' else 2.0 if c_cp_algo == 'ring-allgather' else 1.0,
             1.0 if d_tie_embeddings else 0.0,
             c_logit_bytes,
         ),

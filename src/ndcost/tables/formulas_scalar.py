@@ -118,7 +118,7 @@ def nd_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[str, 
         d['comm_t'],
         d['comm_ep'],
         d['comm_cp'],
-        1.0 if c['cp_algo'] == 'ring' else 0.0,
+        0.0 if c['cp_algo'] == 'ulysses' else 1.0,
         d['shard_p_os_non_exp_partial'],
         d['shard_p_os_exp'],
         d['shard_p_os_exp_partial'],
@@ -178,7 +178,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         expert if zero >= 1 else 1.0,
         1.0 if shards_params else 0.0,
         1.0 if shards_grads else 0.0,
-        1.0 if c['cp_algo'] == 'ring' else 0.0,
+        0.0 if c['cp_algo'] == 'ulysses' else 2.0 if c['cp_algo'] == 'ring-allgather' else 1.0,
         1.0 if d['tie_embeddings'] else 0.0,
         c['logit_bytes'],
     )
@@ -241,7 +241,7 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
     sequence_parallel = c['sequence_parallel']
     if sequence_parallel & (tp > 1) & (s % (tp * cp) != 0):
         return codes['seq_sp']
-    ring = c['cp_algo'] == 'ring'
+    ring = not c['cp_algo'] == 'ulysses'
     if cp > 1 and ring and (s % (2 * cp) != 0):
         return codes['seq_ring']
     ulysses = cp > 1 and (not ring)

@@ -222,7 +222,7 @@ def seconds_candidate_values(spec: Any, d: Any, overlap: Overlap | None = None) 
         spec.dp, d["expert_data_parallel"], spec.pp, spec.vpp, d["micro_batch_num"], spec.seq_split,
         compute_bytes, 1 if spec.precision == "fp8" else compute_bytes, spec.param_bytes, d["bytes_grad"],
         _optimizer_bytes(spec), spec.dropout_bytes,
-        spec.flash_attention, spec.grouped_gemm, spec.capacity_factor, spec.cp_algo == "ring", spec.moe_imbalance,
+        spec.flash_attention, spec.grouped_gemm, spec.capacity_factor, spec.cp_algo != "ulysses", spec.moe_imbalance,
         spec.zero_stage, d["zero_shard_ranks"], d["defers_grads"], d["reshards"], d["tie_embeddings"],
         SCHEDULES.index(spec.schedule),
         *(overlap or _DEFAULT_OVERLAP).shares(spec),

@@ -217,7 +217,7 @@ def _sequence_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
     if spec.sequence_parallel and tp > 1 and s % (tp * cp):
         divisor = f"tp ({tp})" if cp == 1 else f"tp*cp (= {tp * cp})"
         yield SpecError("seq_length", _OWNER, f"be divisible by {divisor} with sequence parallelism", s)
-    if cp > 1 and spec.cp_algo == "ring":
+    if cp > 1 and spec.cp_algo != "ulysses":
         # ND_REFERENCE §3.8: the ring splits the sequence into 2*cp chunks.
         if s % (2 * cp):
             yield SpecError("seq_length", _OWNER,
@@ -244,10 +244,10 @@ def _vision_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
     if spec.sequence_parallel and tp > 1 and tokens % (tp * cp):
         yield SpecError("vision.tokens", "Model", f"be divisible by tp*cp (= {tp * cp}) with sequence parallelism",
                         tokens)
-    if cp > 1 and spec.cp_algo == "ring" and tokens % (2 * cp):
+    if cp > 1 and spec.cp_algo != "ulysses" and tokens % (2 * cp):
         yield SpecError("vision.tokens", "Model", f"be divisible by 2*cp (= {2 * cp}) for ring context parallelism",
                         tokens)
-    elif cp > 1 and spec.cp_algo != "ring":
+    elif cp > 1 and spec.cp_algo == "ulysses":
         if tower.num_heads % (tp * cp):
             yield SpecError("tp*cp", _OWNER, f"divide the vision tower's num_heads ({tower.num_heads}) for Ulysses "
                             "context parallelism", tp * cp)
