@@ -447,3 +447,26 @@ def _allgather_ring_by_hand():
     from ndcost import estimate
     assert (estimate(model, spec.replace(cp_algo="ring-allgather", global_batch_size=4), cluster).step_time
             == estimate(model, spec.replace(global_batch_size=4), cluster).step_time)
+
+
+@pytest.mark.parametrize("param_bytes,cached", [(2, 2), (1, 1)])
+def test_transformer_engine_keeps_fp8_weight_copies(backend_name, param_bytes, cached):
+    """Under fp8, Transformer Engine keeps each weight's fp8 copy and its transpose across the
+    micro-batches (module/linear.py get_fp8_workspace, cache "weight"): 2 bytes per weight
+    parameter, the transpose alone (1 byte) when the weights are fp8 already. By hand for llama3-8b
+    at tp 2: a layer holds 2·4096² (q, o) + 2·4096·1024 (k, v) + 3·4096·14336 (SwiGLU) + 2·4096
+    (norms) parameters, half of them per rank, over 32 layers. torchao's casts keep none."""
+    from ndcost import _backend
+
+    model = Model.from_catalog("llama3-8b")
+    cluster = Cluster("h100-sxm", 8)
+    spec = ExecSpec(dp=4, tp=2, micro_batch_num=4, seq_length=4096, param_bytes=param_bytes)
+    layer = 2 * 4096 ** 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    with _backend.use(backend_name):
+        bf16 = memory_estimate(model, spec, cluster, even_layout(1, 32)).stages[0]
+        fp8 = memory_estimate(model, spec.replace(precision="fp8"), cluster, even_layout(1, 32)).stages[0]
+        torchao = memory_estimate(model, spec.replace(precision="fp8", fp8_weight_cache=False), cluster,
+                                  even_layout(1, 32)).stages[0]
+    assert fp8.params - bf16.params == pytest.approx(32 * layer / 2 * cached, rel=1e-12)
+    assert torchao.params == bf16.params
+    assert (fp8.grads, fp8.optimizer, fp8.activations) == (bf16.grads, bf16.optimizer, bf16.activations)

@@ -293,6 +293,8 @@ SPECS = [
                         recompute="full", zero_stage=3)),  # the ring's buffers beside a recomputed layer
     ("mixtral-8x7b", dict(dp=2, tp=2, pp=4, vpp=2, ep=2, micro_batch_num=8, seq_length=4096,
                           pp_schedule="zero_bubble_v")),
+    ("mixtral-8x7b", dict(dp=2, tp=2, pp=2, ep=2, micro_batch_num=4, seq_length=4096, precision="fp8",
+                          zero_stage=3)),  # TE's fp8 weight copies of dense and routed weights, sharded
     ("qwen3-8b", dict(dp=2, tp=2, pp=2, micro_batch_num=8, seq_length=8192, pp_schedule="seq1f1b", seq_split=4,
                       tie_embeddings=True)),
 ]

@@ -50,9 +50,10 @@ cdef inline void c_mem_static_layer(const double* kind, const double* mc, double
     out3[0] = dense * mc[MC_w_param] / mc[MC_div_param]
     out3[1] = dense * mc[MC_w_grad] / mc[MC_div_grad]
     out3[2] = dense * mc[MC_w_optim] / mc[MC_div_optim]
+    out3[0] += dense * mc[MC_w_fp8_cache] / mc[MC_div_param]      # TE's fp8 weight copies
     if kind[MK_p_routed] != 0.0:
         routed = kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])
-        out3[0] += routed * mc[MC_w_param] / mc[MC_ediv_param]
+        out3[0] += routed * (mc[MC_w_param] + mc[MC_w_fp8_cache]) / mc[MC_ediv_param]
         out3[1] += routed * mc[MC_w_grad] / mc[MC_ediv_grad]
         out3[2] += routed * mc[MC_w_optim] / mc[MC_ediv_optim]
 

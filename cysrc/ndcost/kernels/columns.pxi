@@ -370,7 +370,8 @@ cdef enum:
     MC_cp_ring = 30
     MC_tie_emb = 31
     MC_bytes_logit = 32
-    MC_COUNT = 33
+    MC_w_fp8_cache = 33
+    MC_COUNT = 34
 
 cdef enum:
     LY_pp = 0

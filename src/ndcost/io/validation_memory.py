@@ -153,6 +153,7 @@ def build_memory_run(row: Mapping) -> tuple[Model, ExecSpec, Cluster, list[str]]
     spec = ExecSpec(dp=dp, tp=tp, pp=pp, cp=cp, micro_batch_size=micro, global_batch_size=local * dp,
                     seq_length=seq, sequence_parallel=tp > 1, zero_stage=3,
                     precision="fp8" if _text(st.get("float8")).startswith("torchao") else "bf16",
+                    fp8_weight_cache=False,   # torchao's Float8Linear casts each forward (torchtitan float8.py)
                     grad_bytes=4, optimizer_state_bytes=4, optimizer_states=2,
                     logit_bytes=TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES if tp > 1 else TORCHTITAN_LOGIT_BYTES, **widths, **fields)
     hardware = str((row.get("hardware") or {}).get("gpu", "")).lower()

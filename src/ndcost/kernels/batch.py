@@ -209,9 +209,11 @@ def _static_layer(kind, mc) -> list:
     out = [dense * mc[_MC["w_param"]] / mc[_MC["div_param"]],
            dense * mc[_MC["w_grad"]] / mc[_MC["div_grad"]],
            dense * mc[_MC["w_optim"]] / mc[_MC["div_optim"]]]
+    # Transformer Engine's fp8 weight copies (ExecSpec.fp8_weight_cache), sharded as the weights are
+    out[0] += dense * mc[_MC["w_fp8_cache"]] / mc[_MC["div_param"]]
     if kind[_MK["p_routed"]] != 0.0:
         routed = kind[_MK["p_routed"]] / (mc[_MC["ep"]] * mc[_MC["etp"]])  # routed experts over ep·etp
-        out[0] += routed * mc[_MC["w_param"]] / mc[_MC["ediv_param"]]
+        out[0] += routed * (mc[_MC["w_param"]] + mc[_MC["w_fp8_cache"]]) / mc[_MC["ediv_param"]]
         out[1] += routed * mc[_MC["w_grad"]] / mc[_MC["ediv_grad"]]
         out[2] += routed * mc[_MC["w_optim"]] / mc[_MC["ediv_optim"]]
     return out

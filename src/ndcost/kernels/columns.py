@@ -315,6 +315,7 @@ MEMORY_CAND_FIELDS = (
     "cp_ring",                 # 0 Ulysses, 1 P2P ring, 2 PyTorch's all-gather ring (cp_algo "ring-allgather")
     "tie_emb",                 # 1 when embedding and output share weights
     "bytes_logit",             # bytes a logit of the loss holds at its peak (ExecSpec.logit_bytes)
+    "w_fp8_cache",             # bytes per weight parameter of fp8 copies kept across micro-batches (0: none)
 )
 
 # --- one distinct layout (int64 rows of a layout table) ---

@@ -113,6 +113,13 @@ class ExecSpec:
     moe_dispatch: float | None = None  # ND's MOE_DISPATCH (None: 1040; 0 prices no dispatch)
     precision: str = "bf16"
     tp_overlap: bool = False  # seconds mode: TP comm overlapped with compute
+    #: Under fp8, Transformer Engine keeps each weight's fp8 copy and its fp8 transpose across a step's
+    #: micro-batches (TE v1.10 module/linear.py: get_fp8_workspace(cache_name="weight",
+    #: with_transpose=...) whenever is_first_microbatch is passed, as Megatron-Core does): 2 bytes per
+    #: weight parameter on the rank, 1 when the weights are fp8 already (param_bytes 1, TE's
+    #: fp8_model_init: the transpose only). False: casts made at each forward and freed (torchao's
+    #: Float8Linear, torchtitan's fp8). Memory only.
+    fp8_weight_cache: bool = True
 
     # ------------------------------------------------------------------ construction and validation
 

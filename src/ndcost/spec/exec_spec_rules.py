@@ -64,6 +64,7 @@ BOOL_FIELDS: tuple[str, ...] = (
     "grouped_gemm",
     "vocab_emb_dp",
     "tp_overlap",
+    "fp8_weight_cache",
 )
 # Byte widths and their minimum: a main (master) parameter copy and a dropout
 # mask may be absent (ND's DEFAULT_RUN has main_param_bytes 0 and

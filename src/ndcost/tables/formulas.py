@@ -215,6 +215,9 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
               where(ops.is_choice(c, "cp_algo", "ring-allgather"), 2.0, 1.0)),
         where(d["tie_embeddings"], 1.0, 0.0),
         c["logit_bytes"],
+        # fp8 weight cache bytes per weight parameter (ExecSpec.fp8_weight_cache)
+        where(ops.is_choice(c, "precision", "fp8") & c["fp8_weight_cache"],
+              where(c["param_bytes"] == 1, 1.0, 2.0), 0.0),
     )
 
 

@@ -30,6 +30,7 @@ _C_JOINT_ND_MEMORY_CANDIDATE = operator.itemgetter(
     'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation', 'seq_split',
     'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch', 'grouped_gemm', 'moe_imbalance',
     'flash_attention', 'recompute_slice_activation', 'softmax_bytes', 'dropout_bytes', 'norm_bytes', 'logit_bytes',
+    'fp8_weight_cache',
 )
 _C_JOINT_DERIVED_MEMORY_CANDIDATE = operator.itemgetter(
     'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'etp', 'micro_batch_size', 'micro_batch_num',
@@ -38,6 +39,7 @@ _C_JOINT_DERIVED_MEMORY_CANDIDATE = operator.itemgetter(
     'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation', 'seq_split',
     'grouped_gemm', 'moe_imbalance', 'capacity_factor', 'flash_attention', 'recompute_slice_activation',
     'compute_bytes', 'softmax_bytes', 'dropout_bytes', 'norm_bytes', 'param_bytes', 'logit_bytes',
+    'fp8_weight_cache',
 )
 
 
@@ -52,7 +54,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
         c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
         c_deferred_grad_accumulation, c_seq_split, c_param_bytes, c_compute_bytes, c_capacity_factor,
         c_moe_dispatch, c_grouped_gemm, c_moe_imbalance, c_flash_attention, c_recompute_slice_activation,
-        c_softmax_bytes, c_dropout_bytes, c_norm_bytes, c_logit_bytes,
+        c_softmax_bytes, c_dropout_bytes, c_norm_bytes, c_logit_bytes, c_fp8_weight_cache,
     ) = _C_JOINT_ND_MEMORY_CANDIDATE(c)
     joint_dp, joint_tp, joint_pp, joint_vpp, joint_cp, joint_ep = (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep)
     joint_s = c_seq_length
@@ -260,6 +262,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
             0.0 if c_cp_algo == 'ulysses' else 2.0 if c_cp_algo == 'ring-allgather' else 1.0,
             1.0 if d_tie_embeddings else 0.0,
             c_logit_bytes,
+            (1.0 if c_param_bytes == 1 else 2.0) if (c_precision == 'fp8') & c_fp8_weight_cache else 0.0,
         ),
     )
 
@@ -276,6 +279,7 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
         c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_seq_split,
         c_grouped_gemm, c_moe_imbalance, c_capacity_factor, c_flash_attention, c_recompute_slice_activation,
         c_compute_bytes, c_softmax_bytes, c_dropout_bytes, c_norm_bytes, c_param_bytes, c_logit_bytes,
+        c_fp8_weight_cache,
     ) = _C_JOINT_DERIVED_MEMORY_CANDIDATE(c)
     joint_dp, joint_tp, joint_pp, joint_vpp, joint_cp, joint_ep = (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep)
     joint_s = c_seq_length
@@ -445,5 +449,6 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
             0.0 if c_cp_algo == 'ulysses' else 2.0 if c_cp_algo == 'ring-allgather' else 1.0,
             1.0 if d_tie_embeddings else 0.0,
             c_logit_bytes,
+            (1.0 if c_param_bytes == 1 else 2.0) if (c_precision == 'fp8') & c_fp8_weight_cache else 0.0,
         ),
     )

@@ -181,6 +181,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         0.0 if c['cp_algo'] == 'ulysses' else 2.0 if c['cp_algo'] == 'ring-allgather' else 1.0,
         1.0 if d['tie_embeddings'] else 0.0,
         c['logit_bytes'],
+        (1.0 if c['param_bytes'] == 1 else 2.0) if (c['precision'] == 'fp8') & c['fp8_weight_cache'] else 0.0,
     )
 
 

@@ -34,7 +34,8 @@ class Reason(NamedTuple):
 _DEGREES = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp")
 _FLAGS = ("sequence_parallel", "mtp_in_offset", "emb_out_in_offset", "selective_comm_recompute",
           "recompute_slice_activation", "overlapped_grad_reduce", "deferred_grad_accumulation", "shard_spans_cp",
-          "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap", "tie_embeddings", "reshard_params")
+          "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap", "fp8_weight_cache", "tie_embeddings",
+          "reshard_params")
 _BYTES = ("param_bytes", "compute_bytes", "softmax_bytes", "grad_bytes", "optimizer_state_bytes",
           "optimizer_states", "main_param_bytes", "norm_bytes", "dropout_bytes", "logit_bytes")
 
