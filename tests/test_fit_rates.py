@@ -148,9 +148,9 @@ def test_accepted_exactly_when_left_out_beats_the_defaults(model):
 
 def test_fit_only_asked_figures_within_bounds(planted):
     runs, _ = planted
-    fit = fit_rates(runs, fit=["matmul_efficiency"], bounds={"matmul_efficiency": (0.7, 0.9)})
+    fit = fit_rates(runs, fit=["matmul_efficiency"], bounds={"matmul_efficiency": (0.64, 0.9)})
     # The planted 0.62 is below the bound: the fit stops on it and says so.
-    assert fit.fitted == ("matmul_efficiency",) and fit.rates.matmul_efficiency == pytest.approx(0.7)
+    assert fit.fitted == ("matmul_efficiency",) and fit.rates.matmul_efficiency == pytest.approx(0.64)
     assert fit.at_bound == {"matmul_efficiency": "lower"}
     assert fit.rates.kernel_overhead == Rates.for_device(DEVICE).kernel_overhead
 

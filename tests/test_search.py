@@ -51,7 +51,7 @@ def test_every_dimension_fixed_returns_exactly_that_estimate(llama):
     model, cluster = llama
     fixed = dict(tp=8, pp=4, cp=1, ep=1, micro_batch_size=1, vpp=1, zero_stage=1, sequence_parallel=True,
                  pp_schedule="1f1b", recompute="selective")
-    r = search(model, cluster, global_batch_size=256, seq_length=4096, per_layer_recompute=0, **fixed)
+    r = search(model, cluster, global_batch_size=256, seq_length=4096, per_layer_recompute=0, balance=0, **fixed)
     assert r.space_size == 1 and r.fitting == 1
     spec = ndcost.ExecSpec(dp=2, global_batch_size=256, seq_length=4096, **fixed)
     expected = ndcost.estimate(model, spec, cluster)

@@ -205,3 +205,36 @@ def test_older_software_is_never_faster():
         assert today < megatron["step_time"] <= deepspeed["step_time"]
         if zero == 3:
             assert deepspeed["parts"]["dp_comm"] > 2.0 * megatron["parts"]["dp_comm"]
+
+
+def test_hopper_and_blackwell_gemms_run_at_their_sustained_rate():
+    """A training step's GEMMs run at the power-saturated clock (MSMF), not the boost burst (MAMF):
+    the H200 and B200 at their measured MSMF, the H100 / H800 at their MAMF times the H200's measured
+    MSMF/MAMF, the GB200 / GB300 at theirs times the B200's; with the rate at the sustained clock the
+    wave tail is each part's measured one. The A100 has no sustained measurement: its burst rate and
+    the guide's half wave stand."""
+    h100, h200, b200 = DEFAULT_RATES["h100-sxm"], DEFAULT_RATES["h200"], DEFAULT_RATES["b200"]
+    assert h200.matmul_efficiency == pytest.approx(708.5 / 989.0, rel=1e-12)
+    assert h200.fp8_matmul_efficiency == pytest.approx(1288.7 / 1979.0, rel=1e-12)
+    assert b200.matmul_efficiency == pytest.approx(1456.3 / 2250.0, rel=1e-12)
+    assert h100.matmul_efficiency == pytest.approx(794.5 / 989.0 * 708.5 / 841.9, rel=1e-12)
+    assert h100.fp8_matmul_efficiency == pytest.approx(1402.6 / 1979.0 * 1288.7 / 1491.9, rel=1e-12)
+    assert DEFAULT_RATES["h800"].matmul_efficiency == h100.matmul_efficiency
+    assert DEFAULT_RATES["gb200-nvl72"].matmul_efficiency == pytest.approx(1822.0 / 2500.0 * 1456.3 / 1770.9,
+                                                                          rel=1e-12)
+    assert (h100.gemm_wave_tail, h200.gemm_wave_tail, b200.gemm_wave_tail) == (0.10, 0.05, 0.35)
+    for rates in (h100, h200, b200, DEFAULT_RATES["gb300-nvl72"]):
+        assert "MSMF" in rates.sources["matmul_efficiency"] and "MSMF" in rates.sources["fp8_matmul_efficiency"]
+    a100 = DEFAULT_RATES["a100-80g"]
+    assert a100.matmul_efficiency == pytest.approx(271.2 / 312.0) and a100.gemm_wave_tail == 0.5
+
+
+def test_grand_tetons_h100_prices_the_middle_of_its_stated_peak_interval():
+    """torchtitan's H100s: peak 'between SXM and NVL' (its benchmark's footnote): the datasheet's dense
+    peaks 989.4 and 835.5 bf16 TFLOP/s, 1978.9 and 1670.5 fp8; their middle."""
+    from ndcost.io.run_facts import GRAND_TETON_H100
+
+    device = ndcost.Cluster("h100-sxm", 8, **GRAND_TETON_H100).device
+    assert device.peak_flops["bf16"] == pytest.approx(912.45e12, rel=1e-12)
+    assert device.peak_flops["fp8"] == pytest.approx(1824.7e12, rel=1e-12)
+    assert device.hbm_bandwidth == 2.4e12 and device.hbm_bytes == 96e9

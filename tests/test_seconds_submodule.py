@@ -95,11 +95,11 @@ def _vision_kind(a: dict, k: int = 0, **extra) -> dict:
 
 
 def _gemm(m, n, k, batch, in_bytes, out_bytes, rate) -> float:
-    """The documented GEMM price, restated: max(FLOPs/(eff·peak)·(1 + 1/(2·waves)), bytes/HBM) + kernel_s."""
+    """The documented GEMM price, restated: max(FLOPs/(eff·peak)·(1 + tail/waves), bytes/HBM) + kernel_s."""
     flops = 2.0 * m * n * k * batch
     moved = batch * (in_bytes * (m * k + k * n) + out_bytes * m * n)
     waves = batch * m * n / rate[RATE["wave"]]
-    compute = flops / (rate[RATE["mm_eff"]] * rate[RATE["peak_mm"]]) * (1.0 + 0.5 / waves)
+    compute = flops / (rate[RATE["mm_eff"]] * rate[RATE["peak_mm"]]) * (1.0 + rate[RATE["wave_tail"]] / waves)
     memory = moved / (rate[RATE["hbm_eff"]] * rate[RATE["hbm_bw"]])
     return max(compute, memory) + rate[RATE["kernel_s"]]
 

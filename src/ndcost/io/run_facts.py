@@ -47,12 +47,15 @@ _DIMENSION_CHECKS = (("layers", "num_hidden_layers"), ("hidden", "hidden_size"),
                      ("heads", "num_attention_heads"), ("kv_heads", "num_key_value_heads"),
                      ("vocab", "vocab_size"))
 
-#: Grand Teton's H100 (torchtitan's benchmark hardware): 96 GB HBM2e at 2.4 TB/s, per
-#: pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md "Hardware". Its peak is "between SXM
-#: and NVL" and unknown (the file's footnote 2); torchtitan computes MFU with the SXM peak, and so
-#: does ndcost: the SXM figures stand, and its 500 W power limit (below the SXM's 700 W) is not
-#: modelled (no public measurement of a Hopper GEMM's rate at 500 W was found).
-GRAND_TETON_H100 = {"hbm_bytes": 96e9, "hbm_bandwidth": 2.4e12}
+#: Grand Teton's H100 (torchtitan's benchmark hardware): 96 GB HBM2e at 2.4 TB/s, run at a 500 W limit
+#: (the SXM's TDP is 700 W), per pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md "Hardware".
+#: Its peak is "between SXM and NVL, and we don't know its exact value" (the file's footnote 2): the
+#: H100 datasheet's dense peaks are 989.4 (SXM) and 835.5 (NVL, 1,671 with sparsity) bf16 TFLOP/s,
+#: 1978.9 and 1670.5 fp8, 494.7 and 417.5 tf32. ndcost prices the middle of that stated interval (an
+#: estimate: within 8.4% of either end) with the H100's sustained shares of it (Rates).
+GRAND_TETON_H100 = {"hbm_bytes": 96e9, "hbm_bandwidth": 2.4e12, "peak_flops": {
+    "bf16": (989.4e12 + 835.5e12) / 2, "fp16": (989.4e12 + 835.5e12) / 2,
+    "fp8": (1978.9e12 + 1670.5e12) / 2, "tf32": (494.7e12 + 417.5e12) / 2}}
 
 
 @dataclass(frozen=True)
@@ -251,7 +254,7 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
     overrides = {}
     if "hbm2e" in str(hardware.get("gpu", "")).lower():
         overrides = dict(GRAND_TETON_H100)
-        notes.append("H100 96GB HBM2e (2.4 TB/s), SXM peaks; 500 W limit not modelled")
+        notes.append("H100 96GB HBM2e (2.4 TB/s) at 500 W: the middle of its stated SXM-NVL peak interval")
     elif "h100" not in str(hardware.get("gpu", "")).lower():
         raise SpecError("hardware", run_id, "name an H100", row.get("hardware"))
     cluster = Cluster("h100-sxm", gpus, **overrides)

@@ -342,47 +342,77 @@ _A100_40 = _rates(271.2 / 312.0, f"{_MAMF}: NVIDIA A100 SXM 271.2 of 312 TFLOPS 
                   "80GB part: same GA100 silicon and clocks", 0.615, _FA2, 108, _GA100,
                   wave_tail=(0.5, _AIC_GEMM.format(part="a100_sxm", version="1.0.0", count=1176, tail=0.25)
                              + "; measured on the 80GB part"))
-_H100 = _rates(794.5 / 989.0, f"{_MAMF}: NVIDIA H100 SXM 794.5 of 989 TFLOPS (80.3%), torch 2.7.0+cu126",
-               0.55, _FA3, 132, _GH100, 1402.6 / 1979.0, f"{_MAMF}: NVIDIA H100 SXM FP8 1402.6 of 1979 TFLOPS (70.9%)",
-               wave_tail=(0.5, _AIC_GEMM.format(part="h100_sxm", version="1.3.0rc20", count=6860, tail=0.10)),
+#: Sustained GEMM rates. A GEMM that fills the SMs draws the part's full power and runs at the
+#: settled clock, not the boost clock the datasheet peak and MAMF (a short burst) are measured at:
+#: MSMF, the "Maximum Sustainable Matmul FLOPS", is "the number that matches sustained training
+#: throughput". Measured beside MAMF on the same node and software: H200 SXM bf16 708.5 (MAMF 841.9,
+#: ~693 W @ 1465 MHz against 1980), fp8 1288.7 (1491.9); B200 SXM bf16 1456.3 (1770.9, ~994 W @ 1339 MHz
+#: against 1965), fp8 2795.7 (3435.2).
+_MSMF = ("stas00/ml-engineering, branch fast-mamf (merge 996698d, 2026-08-15), compute/accelerator/README.md "
+         "'Maximum Achievable Matmul FLOPS comparison table': MSMF (Maximum Sustainable Matmul FLOPS, a "
+         "power-saturated GPU at its settled clock, 'the number that matches sustained training throughput') "
+         "beside MAMF (the boost-clock burst), torch 2.13.0+cu130, one GPU with idle siblings")
+#: The H200's sustained share of its burst, bf16 and fp8: the H100 and H800 are the same GH100 silicon
+#: at the same 700 W, and no MSMF of theirs is published.
+_HOPPER_SUSTAINED = (708.5 / 841.9, 1288.7 / 1491.9)
+#: The B200's, for the GB200 and GB300 (the same Blackwell GPUs; no MSMF of theirs is published).
+_BLACKWELL_SUSTAINED = (1456.3 / 1770.9, 2795.7 / 3435.2)
+_MEASURED_TAIL = ("{guide}. Measured (ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/systems/data/{part}/"
+                  "gemm/trtllm/{version}/gemm_perf.parquet: bf16 GEMM latencies by (m, n, k)): a tail of {tail} "
+                  "matches the median of {count} shapes (m >= 512, 1024 <= n, k <= 16384). With the GEMM rate "
+                  "at the sustained clock (MSMF), the shape's own tail is what remains"
+                  ).replace("{guide}", _GUIDE_TAIL.replace("; no measurement by shape for this part", ""))
+
+
+def _sustained(mamf: float, peak: float, share: float, what: str) -> tuple[float, str]:
+    """(efficiency, source) of a part whose sustained rate is its MAMF x a measured MSMF/MAMF *share*."""
+    return (mamf * share / peak,
+            f"{what} {mamf} of {peak:g} TFLOPS ({_MAMF}) x the sustained share {share:.4f} ({_MSMF})")
+
+
+_H100_MM = _sustained(794.5, 989.0, _HOPPER_SUSTAINED[0], "NVIDIA H100 SXM MAMF")
+_H100_F8 = _sustained(1402.6, 1979.0, _HOPPER_SUSTAINED[1], "NVIDIA H100 SXM FP8 MAMF")
+_H100 = _rates(_H100_MM[0], _H100_MM[1] + "; the H200's bf16 MSMF/MAMF (same GH100, same 700 W)",
+               0.55, _FA3, 132, _GH100, _H100_F8[0], _H100_F8[1] + "; the H200's fp8 MSMF/MAMF",
+               wave_tail=(0.10, _MEASURED_TAIL.format(part="h100_sxm", version="1.3.0rc20", count=6860, tail=0.10)),
                fa2=(0.35, _FA2_H100))
-_H200 = _rates(794.5 / 989.0, f"{_MAMF}: NVIDIA H100 SXM 794.5 of 989 TFLOPS, noted 'H200 is the same'",
-               0.55, _FA3, 132, f"{_GH100} (the H200 is the same GH100 part with HBM3e)", 1453.4 / 1979.0,
-               f"{_MAMF}: NVIDIA H200 SXM FP8 1453.4 of 1979 TFLOPS (73.4%)",
-               wave_tail=(0.5, _AIC_GEMM.format(part="h200_sxm", version="1.3.0rc20", count=6860, tail=0.05)),
+_H200 = _rates(708.5 / 989.0, f"{_MSMF}: NVIDIA H200 SXM MSMF 708.5 of 989 TFLOPS (71.6%)",
+               0.55, _FA3, 132, f"{_GH100} (the H200 is the same GH100 part with HBM3e)", 1288.7 / 1979.0,
+               f"{_MSMF}: NVIDIA H200 SXM FP8 MSMF 1288.7 of 1979 TFLOPS (65.1%)",
+               wave_tail=(0.05, _MEASURED_TAIL.format(part="h200_sxm", version="1.3.0rc20", count=6860, tail=0.05)),
                fa2=(0.35, _FA2_H100 + " (the H200 is the same GH100 part)"))
-_H800 = _rates(794.5 / 989.0, f"{_MAMF}: NVIDIA H100 SXM 794.5 of 989 TFLOPS; the H800 is the same SM90 "
-               "silicon and HBM (aiconfigurator systems/h800_sxm.yaml: compute 'identical to H100 SXM')",
-               0.55, _FA3, 132, f"{_GH100} (the H800 is the same SM90 part)", 1402.6 / 1979.0,
-               f"{_MAMF}: NVIDIA H100 SXM FP8 1402.6 of 1979 TFLOPS (70.9%)",
-               wave_tail=(0.5, _AIC_GEMM.format(part="h100_sxm", version="1.3.0rc20", count=6860, tail=0.10)
+_H800 = _rates(_H100_MM[0], _H100_MM[1] + "; the H800 is the same SM90 silicon and HBM as the H100 (aiconfigurator "
+               "systems/h800_sxm.yaml: compute 'identical to H100 SXM')", 0.55, _FA3, 132,
+               f"{_GH100} (the H800 is the same SM90 part)", _H100_F8[0], _H100_F8[1] + "; the H800 is the same SM90 part",
+               wave_tail=(0.10, _MEASURED_TAIL.format(part="h100_sxm", version="1.3.0rc20", count=6860, tail=0.10)
                           + "; the H800 is the same SM90 silicon"),
                fa2=(0.35, _FA2_H100 + " (the H800 is the same SM90 part)"))
-_FA_BLACKWELL = f"assumption: no published Blackwell flash-attention utilization; the H100 figure ({_FA3})"
-_B200 = _rates(1745.0 / 2250.0, f"{_MAMF}: NVIDIA B200 SXM 1745.0 of 2250 TFLOPS (77.6%), torch 2.7.1+cu128",
-               0.55, _FA_BLACKWELL, 148, _GB200, 3432.5 / 4500.0,
-               f"{_MAMF}: NVIDIA B200 SXM FP8 3432.5 of 4500 TFLOPS (76.3%)",
-               wave_tail=(0.5, _AIC_GEMM.format(part="b200_sxm", version="1.3.0rc20", count=6860, tail=0.35)))
+_FA_BLACKWELL = f"assumption: no public Blackwell flash-attention utilization; the H100 figure ({_FA3})"
+_B200_TAIL = _MEASURED_TAIL.format(part="b200_sxm", version="1.3.0rc20", count=6860, tail=0.35)
+_B200 = _rates(1456.3 / 2250.0, f"{_MSMF}: NVIDIA B200 SXM MSMF 1456.3 of 2250 TFLOPS (64.7%)",
+               0.55, _FA_BLACKWELL, 148, _GB200, 2795.7 / 4500.0,
+               f"{_MSMF}: NVIDIA B200 SXM FP8 MSMF 2795.7 of 4500 TFLOPS (62.1%)", wave_tail=(0.35, _B200_TAIL))
 _NVL72_NOTE = (" [assumption for the NVL72 rack: no public measurement of this figure on the part; the figure "
                "measured on earlier NVIDIA parts is used, the NVLink share across the rack's NVLink Switch trays "
                "taken as inside an 8-GPU NVSwitch node]")
-_GB200_NVL72 = _rates(1822.0 / 2500.0, f"{_MAMF}: NVIDIA GB200 SXM 1822.0 of 2500 TFLOPS (72.9%), torch "
-                      "2.10.0.dev20250916+cu130", 0.55, _FA_BLACKWELL, 148,
+_GB200_MM = _sustained(1822.0, 2500.0, _BLACKWELL_SUSTAINED[0], "NVIDIA GB200 SXM MAMF")
+_GB200_F8 = _sustained(3615.6, 5000.0, _BLACKWELL_SUSTAINED[1], "NVIDIA GB200 SXM FP8 MAMF")
+_GB200_NVL72 = _rates(_GB200_MM[0], _GB200_MM[1] + "; the B200's bf16 MSMF/MAMF (the same Blackwell GPUs)",
+                      0.55, _FA_BLACKWELL, 148,
                       f"{_GB200}; the GB200 superchip carries two of the same B200 GPUs (stas00/ml-engineering "
-                      "compute/accelerator/README.md, TFLOPS table note 23)", 3615.6 / 5000.0,
-                      f"{_MAMF}: NVIDIA GB200 SXM FP8 3615.6 of 5000 TFLOPS (72.3%)", assumed=_NVL72_NOTE,
-                      wave_tail=(0.5, "assumption: the B200's (the GB200 carries the same Blackwell GPUs); "
-                                 + _AIC_GEMM.format(part="b200_sxm", version="1.3.0rc20", count=6860, tail=0.35)))
-_GB300_NVL72 = _rates(1822.0 / 2500.0, "assumption: no public MAMF measurement of the GB300; the GB200's share "
-                      f"(1822.0 of 2500 TFLOPS, 72.9%), the part with the same dense BF16 and FP8 peaks in the same "
-                      f"rack ({_MAMF}; there the B300, the same Blackwell Ultra silicon at 1,100 W, reached 1769.0 "
-                      "of 2250, 78.6%)", 0.55, _FA_BLACKWELL, 160,
+                      "compute/accelerator/README.md, TFLOPS table note 23)", _GB200_F8[0],
+                      _GB200_F8[1] + "; the B200's fp8 MSMF/MAMF", assumed=_NVL72_NOTE,
+                      wave_tail=(0.35, "assumption: the B200's (the GB200 carries the same Blackwell GPUs); "
+                                 + _B200_TAIL))
+_GB300_NVL72 = _rates(_GB200_MM[0], "assumption: no public MAMF or MSMF measurement of the GB300; the GB200's "
+                      f"sustained share ({_GB200_MM[1]}), the part with the same dense BF16 and FP8 peaks in the same "
+                      "rack", 0.55, _FA_BLACKWELL, 160,
                       "NVIDIA Technical Blog, 'Inside NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era': "
-                      "'160 Streaming Multiprocessors (SMs) across two dies'", 3615.6 / 5000.0,
-                      "assumption: no public FP8 MAMF measurement of the GB300; the GB200's share (3615.6 of 5000 "
-                      f"TFLOPS, 72.3%; {_MAMF}; there the B300 reached 3353.3 of 4500, 74.5%)", assumed=_NVL72_NOTE,
-                      wave_tail=(0.5, "assumption: the B200's (no GEMM measurement by shape of the GB300); "
-                                 + _AIC_GEMM.format(part="b200_sxm", version="1.3.0rc20", count=6860, tail=0.35)))
+                      "'160 Streaming Multiprocessors (SMs) across two dies'", _GB200_F8[0],
+                      f"assumption: no public FP8 measurement of the GB300; the GB200's sustained share ({_GB200_F8[1]})",
+                      assumed=_NVL72_NOTE,
+                      wave_tail=(0.35, "assumption: the B200's (no GEMM measurement by shape of the GB300); "
+                                 + _B200_TAIL))
 _ASCEND_NOTE = (" [assumption for Ascend: no public measurement found; the NVIDIA figure is used and HCCS/"
                 "RoCE are taken to reach the same shares as NVLink/InfiniBand]")
 _ASCEND = _rates(794.5 / 989.0, "assumption: no public MAMF measurement of Ascend; the median of the NVIDIA "
