@@ -225,8 +225,13 @@ def test_hopper_and_blackwell_gemms_run_at_their_sustained_rate():
     assert (h100.gemm_wave_tail, h200.gemm_wave_tail, b200.gemm_wave_tail) == (0.10, 0.05, 0.35)
     for rates in (h100, h200, b200, DEFAULT_RATES["gb300-nvl72"]):
         assert "MSMF" in rates.sources["matmul_efficiency"] and "MSMF" in rates.sources["fp8_matmul_efficiency"]
+    # attention kernels saturate the tensor cores too: the FlashAttention-3 paper's bursts at the same share
+    assert h100.attention_efficiency == pytest.approx(0.55 * 708.5 / 841.9, rel=1e-12)
+    assert h100.fa2_attention_efficiency == pytest.approx(0.35 * 708.5 / 841.9, rel=1e-12)
+    assert b200.attention_efficiency == pytest.approx(0.55 * 1456.3 / 1770.9, rel=1e-12)
     a100 = DEFAULT_RATES["a100-80g"]
     assert a100.matmul_efficiency == pytest.approx(271.2 / 312.0) and a100.gemm_wave_tail == 0.5
+    assert a100.attention_efficiency == 0.615
 
 
 def test_grand_tetons_h100_prices_the_middle_of_its_stated_peak_interval():

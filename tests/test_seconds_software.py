@@ -59,7 +59,9 @@ def test_torchtitan_attention_copies_by_hand(kernels):
 
 def test_fa2_on_hopper_runs_at_its_published_share():
     rates = Rates.for_software("h100-sxm", "torchtitan-eager")
-    assert rates.attention_share() == 0.35
+    # FlashAttention-2's published 35% on H100, a burst: at the part's sustained share (Rates' source)
+    assert rates.attention_share() == Rates.for_device("h100-sxm").fa2_attention_efficiency
+    assert rates.attention_share() == pytest.approx(0.35 * 708.5 / 841.9, rel=1e-12)
     assert Rates.for_software("h100-sxm", "megatron-te").attention_share() == Rates.for_device("h100-sxm").attention_efficiency
     # A100's best kernel is FlashAttention-2 already
     assert Rates.for_software("a100-80g", "torchtitan-eager").attention_share() == 0.615

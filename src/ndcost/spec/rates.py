@@ -370,27 +370,36 @@ def _sustained(mamf: float, peak: float, share: float, what: str) -> tuple[float
             f"{what} {mamf} of {peak:g} TFLOPS ({_MAMF}) x the sustained share {share:.4f} ({_MSMF})")
 
 
+#: Attention kernels saturate the tensor cores as GEMMs do and run at the same settled clock: the
+#: published flash-attention utilizations are benchmark bursts (FlashAttention-3 paper, Figs. 5-6),
+#: so each part prices them at its bf16 sustained share of them.
+_SETTLED = ("; a benchmark burst: x the part's bf16 sustained share {share:.4f} (the settled clock of a "
+            "training step, " + "{part}" + " MSMF/MAMF, " + _MSMF + ")")
+_HOPPER_FA3 = (0.55 * _HOPPER_SUSTAINED[0], _FA3 + _SETTLED.format(share=_HOPPER_SUSTAINED[0], part="the H200's"))
+_HOPPER_FA2 = (0.35 * _HOPPER_SUSTAINED[0], _FA2_H100 + _SETTLED.format(share=_HOPPER_SUSTAINED[0], part="the H200's"))
+_BLACKWELL_FA = 0.55 * _BLACKWELL_SUSTAINED[0]
+_BLACKWELL_SETTLED = _SETTLED.format(share=_BLACKWELL_SUSTAINED[0], part="the B200's")
 _H100_MM = _sustained(794.5, 989.0, _HOPPER_SUSTAINED[0], "NVIDIA H100 SXM MAMF")
 _H100_F8 = _sustained(1402.6, 1979.0, _HOPPER_SUSTAINED[1], "NVIDIA H100 SXM FP8 MAMF")
 _H100 = _rates(_H100_MM[0], _H100_MM[1] + "; the H200's bf16 MSMF/MAMF (same GH100, same 700 W)",
-               0.55, _FA3, 132, _GH100, _H100_F8[0], _H100_F8[1] + "; the H200's fp8 MSMF/MAMF",
+               *_HOPPER_FA3, 132, _GH100, _H100_F8[0], _H100_F8[1] + "; the H200's fp8 MSMF/MAMF",
                wave_tail=(0.10, _MEASURED_TAIL.format(part="h100_sxm", version="1.3.0rc20", count=6860, tail=0.10)),
-               fa2=(0.35, _FA2_H100))
+               fa2=_HOPPER_FA2)
 _H200 = _rates(708.5 / 989.0, f"{_MSMF}: NVIDIA H200 SXM MSMF 708.5 of 989 TFLOPS (71.6%)",
-               0.55, _FA3, 132, f"{_GH100} (the H200 is the same GH100 part with HBM3e)", 1288.7 / 1979.0,
+               *_HOPPER_FA3, 132, f"{_GH100} (the H200 is the same GH100 part with HBM3e)", 1288.7 / 1979.0,
                f"{_MSMF}: NVIDIA H200 SXM FP8 MSMF 1288.7 of 1979 TFLOPS (65.1%)",
                wave_tail=(0.05, _MEASURED_TAIL.format(part="h200_sxm", version="1.3.0rc20", count=6860, tail=0.05)),
-               fa2=(0.35, _FA2_H100 + " (the H200 is the same GH100 part)"))
+               fa2=(_HOPPER_FA2[0], _HOPPER_FA2[1] + " (the H200 is the same GH100 part)"))
 _H800 = _rates(_H100_MM[0], _H100_MM[1] + "; the H800 is the same SM90 silicon and HBM as the H100 (aiconfigurator "
-               "systems/h800_sxm.yaml: compute 'identical to H100 SXM')", 0.55, _FA3, 132,
+               "systems/h800_sxm.yaml: compute 'identical to H100 SXM')", *_HOPPER_FA3, 132,
                f"{_GH100} (the H800 is the same SM90 part)", _H100_F8[0], _H100_F8[1] + "; the H800 is the same SM90 part",
                wave_tail=(0.10, _MEASURED_TAIL.format(part="h100_sxm", version="1.3.0rc20", count=6860, tail=0.10)
                           + "; the H800 is the same SM90 silicon"),
-               fa2=(0.35, _FA2_H100 + " (the H800 is the same SM90 part)"))
+               fa2=(_HOPPER_FA2[0], _HOPPER_FA2[1] + " (the H800 is the same SM90 part)"))
 _FA_BLACKWELL = f"assumption: no public Blackwell flash-attention utilization; the H100 figure ({_FA3})"
 _B200_TAIL = _MEASURED_TAIL.format(part="b200_sxm", version="1.3.0rc20", count=6860, tail=0.35)
 _B200 = _rates(1456.3 / 2250.0, f"{_MSMF}: NVIDIA B200 SXM MSMF 1456.3 of 2250 TFLOPS (64.7%)",
-               0.55, _FA_BLACKWELL, 148, _GB200, 2795.7 / 4500.0,
+               _BLACKWELL_FA, _FA_BLACKWELL + _BLACKWELL_SETTLED, 148, _GB200, 2795.7 / 4500.0,
                f"{_MSMF}: NVIDIA B200 SXM FP8 MSMF 2795.7 of 4500 TFLOPS (62.1%)", wave_tail=(0.35, _B200_TAIL))
 _NVL72_NOTE = (" [assumption for the NVL72 rack: no public measurement of this figure on the part; the figure "
                "measured on earlier NVIDIA parts is used, the NVLink share across the rack's NVLink Switch trays "
@@ -398,7 +407,7 @@ _NVL72_NOTE = (" [assumption for the NVL72 rack: no public measurement of this f
 _GB200_MM = _sustained(1822.0, 2500.0, _BLACKWELL_SUSTAINED[0], "NVIDIA GB200 SXM MAMF")
 _GB200_F8 = _sustained(3615.6, 5000.0, _BLACKWELL_SUSTAINED[1], "NVIDIA GB200 SXM FP8 MAMF")
 _GB200_NVL72 = _rates(_GB200_MM[0], _GB200_MM[1] + "; the B200's bf16 MSMF/MAMF (the same Blackwell GPUs)",
-                      0.55, _FA_BLACKWELL, 148,
+                      _BLACKWELL_FA, _FA_BLACKWELL + _BLACKWELL_SETTLED, 148,
                       f"{_GB200}; the GB200 superchip carries two of the same B200 GPUs (stas00/ml-engineering "
                       "compute/accelerator/README.md, TFLOPS table note 23)", _GB200_F8[0],
                       _GB200_F8[1] + "; the B200's fp8 MSMF/MAMF", assumed=_NVL72_NOTE,
@@ -406,7 +415,7 @@ _GB200_NVL72 = _rates(_GB200_MM[0], _GB200_MM[1] + "; the B200's bf16 MSMF/MAMF 
                                  + _B200_TAIL))
 _GB300_NVL72 = _rates(_GB200_MM[0], "assumption: no public MAMF or MSMF measurement of the GB300; the GB200's "
                       f"sustained share ({_GB200_MM[1]}), the part with the same dense BF16 and FP8 peaks in the same "
-                      "rack", 0.55, _FA_BLACKWELL, 160,
+                      "rack", _BLACKWELL_FA, _FA_BLACKWELL + _BLACKWELL_SETTLED, 160,
                       "NVIDIA Technical Blog, 'Inside NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era': "
                       "'160 Streaming Multiprocessors (SMs) across two dies'", _GB200_F8[0],
                       f"assumption: no public FP8 measurement of the GB300; the GB200's sustained share ({_GB200_F8[1]})",
