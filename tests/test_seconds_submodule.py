@@ -515,3 +515,26 @@ def test_patch_embedding_and_merger_by_hand(kernels, sequence_parallel):
     weight_grads = sum(_gemm(k, n, m, 1, 2.0, 2 * 4.0, rate) for m, n, k in gemms)   # fp32 main grads
     assert edge[0, S["bw_w"]] == pytest.approx(weight_grads, rel=1e-12)
     assert edge[0, S["tp"]] > 0.0
+
+
+def test_the_p2p_ring_merges_each_step_in_place(kernels):
+    """Transformer Engine's P2P ring (v1.10 AttnFuncWithCPAndKVP2P) adds elementwise passes Ulysses does
+    not, by hand at cp 2 on the busiest rank: forward, K/V into the send buffer (2 x 16-bit per K/V
+    element), the output zero-filled (16-bit per Q element) and two merges of 3 x 16-bit + 2 x fp32 per
+    Q element, in 2 + 4·cp kernels; backward, K/V copied into the ring buffer, dQ and dK/dV copied then
+    added (2 + 3 x 16-bit per element), dK/dV concatenated each step, in 1 + 3·cp kernels."""
+    cp, t = 2, 2
+    a = _arrays(_plain(), _spec(tp=t, cp=cp, dp=1))
+    ring = _layers(kernels, a)[0]
+    ulysses = _layers(kernels, _with_cand(a, cp_ring=0.0))[0]
+    hbm = a["rate"][RATE["hbm_eff"]] * a["rate"][RATE["hbm_bw"]]
+    kernel_s = a["rate"][RATE["kernel_s"]]
+    tokens = 2 * VSEQ / cp
+    q = tokens * VA * VD / t                    # the rank's attention output elements
+    kv = tokens * VA * (VD + VD) / t            # its K and V (MHA: as many K/V heads as Q)
+    forward = 2 * kv * 2 + q * 2 + cp * (3 * 2 + 2 * 4) * q
+    backward = 2 * kv * 2 + (2 + 3 * (cp - 1)) * 2 * (q + kv) + cp * 2 * kv * 2
+    assert ring[L["fw"]] - ulysses[L["fw"]] == pytest.approx(forward / hbm + (2 + 4 * cp) * kernel_s, rel=1e-9)
+    assert ring[L["bw"]] - ulysses[L["bw"]] == pytest.approx(backward / hbm + (1 + 3 * cp) * kernel_s, rel=1e-9)
+    assert ring[L["sw_attBMM"]] - ulysses[L["sw_attBMM"]] == pytest.approx(ring[L["fw"]] - ulysses[L["fw"]],
+                                                                          rel=1e-9)

@@ -39,6 +39,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double kernel_s = rate[R_kernel_s]
     cdef double h = kind[K_sub_h], a = kind[K_att_a]
     cdef double n_kv, dh, gate, d_qk, d_v, tokens, rows, x_sp, n_ff, width, n_qkv
+    cdef double q_el, kv_el, steps_acc, f_ring, b_ring
     cdef bint moe, has_core
     cdef double g3[3]
     cdef double fw = 0.0, bw = 0.0, bw_w = 0.0, gemm_f = 0.0, gemm_b = 0.0, p_dense, p_expert
@@ -349,6 +350,17 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
             step = c_sec_collective(SEC_SEND_RECV, kv, cp, t, rate)
             out[SL_cp_f] = (cp - 1.0) * step
             out[SL_cp_b] = 2.0 * (cp - 1.0) * step
+            # the P2P ring's merge and buffer passes (seconds_layer.py _ring_merge_passes says which)
+            q_el = tokens * a * d_v / t
+            kv_el = tokens * n_kv * (d_qk + d_v) / t
+            steps_acc = 2.0 + 3.0 * (cp - 1.0)
+            f_ring = c_sec_pass(2.0 * kv_el * bc + q_el * bc + cp * (3.0 * bc + 2.0 * 4.0) * q_el,
+                                (2.0 + 4.0 * cp) * n_split, rate)
+            b_ring = c_sec_pass(2.0 * kv_el * bc + steps_acc * bc * (q_el + kv_el) + cp * 2.0 * kv_el * bc,
+                                (1.0 + 3.0 * cp) * n_split, rate)
+            out[SL_sw_attBMM] += f_ring
+            fw += f_ring
+            bw += b_ring
         else:
             qkv = tokens * (a * d_qk + n_kv * (d_qk + d_v)) * bc / t
             o = tokens * a * d_v * bc / t

@@ -60,6 +60,28 @@ EAGER_ROPE_KERNELS = 3.0
 EAGER_SWIGLU_PASSES = 5.0
 
 
+def _ring_merge_passes(q_elements: float, kv_elements: float, cp: float, bc: float, n_split: float,
+                       rate) -> tuple[float, float]:
+    """(forward, backward) seconds of the elementwise work a P2P ring attention adds to one layer, on the
+    busiest CP rank (every step over its whole Q), *q_elements* the rank's attention output and
+    *kv_elements* its K and V together. Transformer Engine v1.10 (transformer_engine/pytorch/
+    attention.py, AttnFuncWithCPAndKVP2P; sbhd halves are views): forward, K and V concatenated into
+    the send buffer (read, write), the output zero-filled, and per step the unfused merge
+    ``out.add_(out_per_step * exp(lse_step - lse))`` -- read the step's 16-bit output, write an fp32
+    product, read it and the output, write the output: 3 x 16-bit + 2 x 4 bytes per element;
+    backward, the saved K/V copied into the first ring buffer, and per step dQ copied (the first)
+    or added (read two, write one) into place, dK and dV concatenated (read, write) and copied or
+    added into the travelling dK/dV buffer. PyTorch's all-gather ring merges in fp32 too: priced as
+    this (a lower bound of its sigmoid merge).
+    """
+    steps_acc = 2.0 + 3.0 * (cp - 1.0)                 # a copy, then cp - 1 read-two-write-one adds
+    f_bytes = 2.0 * kv_elements * bc + q_elements * bc + cp * (3.0 * bc + 2.0 * 4.0) * q_elements
+    b_bytes = (2.0 * kv_elements * bc + steps_acc * bc * (q_elements + kv_elements)
+               + cp * 2.0 * kv_elements * bc)
+    return (_pass(f_bytes, (2.0 + 4.0 * cp) * n_split, rate),
+            _pass(b_bytes, (1.0 + 3.0 * cp) * n_split, rate))
+
+
 def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     """One layer of a kind, per micro-batch and device, into out[SECONDS_LAYER_FIELDS].
 
@@ -406,6 +428,11 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
             step = _collective(SEND_RECV, kv, cp, t, rate)
             out[_L["cp_f"]] = (cp - 1.0) * step
             out[_L["cp_b"]] = 2.0 * (cp - 1.0) * step
+            f_ring, b_ring = _ring_merge_passes(tokens * a * d_v / t, tokens * n_kv * (d_qk + d_v) / t, cp, bc,
+                                                n_split, rate)
+            out[_L["sw_attBMM"]] += f_ring
+            fw += f_ring
+            bw += b_ring
         else:
             # Ulysses (Jacobs et al. 2023): all-to-alls of Q, K, V in and of the output back; the
             # same in backward.
