@@ -25,7 +25,7 @@ import pytest
 from ndcost import Candidates, Cluster, Model, _backend
 from ndcost.tables.reasons import FIRST_INVALID
 from ndcost.price.seconds_batch import seconds_batch
-from ratio_guard import guard, record
+from ratio_guard import SECONDS_MIN_RATIO, guard, record
 
 # model -> (device, global batch, sequence, ep choices)
 CASES = {
@@ -97,4 +97,4 @@ def bench_seconds_batch(benchmark, api_backend, name, size):
     assert (result["reason"] < FIRST_INVALID).all() and np.isfinite(result["step_time"]).all()
     record(benchmark, MEDIANS, (name, size), api_backend, size)
     if size == 10_000:
-        guard(MEDIANS, (name, size), f"seconds_batch on {name}")
+        guard(MEDIANS, (name, size), f"seconds_batch on {name}", SECONDS_MIN_RATIO)
