@@ -344,31 +344,36 @@ def test_cli_fit_rates_errors_are_one_line(model, tmp_path, capsys, argv, expect
 
 
 def _public_families():
-    if not PUBLIC_RUNS.exists():
-        return []
+    """(file, family, ids) of every family of four or more rows in both public runs files."""
     from ndcost.io.validation import validate_runs
 
-    families: dict[str, list[str]] = {}
-    for row in validate_runs(PUBLIC_RUNS).scored:
-        families.setdefault(row.family, []).append(row.id)
-    return [pytest.param(name, ids, id=name) for name, ids in families.items() if len(ids) >= 4]
+    params = []
+    for which in ("a100", "h100"):
+        path = BUILTIN_RUNS[which]
+        families: dict[str, list[str]] = {}
+        for row in validate_runs(path).scored:
+            families.setdefault(row.family, []).append(row.id)
+        params += [pytest.param(path, name, ids, id=name) for name, ids in families.items() if len(ids) >= 4]
+    return params
 
 
-@pytest.mark.parametrize("family, ids", _public_families())
+@pytest.mark.parametrize("path, family, ids", _public_families())
 @pytest.mark.parametrize("half", ["even", "odd"])
-def test_a_fit_on_half_a_public_family_predicts_the_other_half_better(family, ids, half):
+def test_a_fit_on_half_a_public_family_predicts_the_other_half_better(path, family, ids, half):
     from ndcost.io.validation import validate_runs
 
-    runs = validation_runs(PUBLIC_RUNS, ids=ids)
+    runs = validation_runs(path, ids=ids)
     assert [run.label for run in runs] == ids and not runs.skipped
     first = 0 if half == "even" else 1
     train, test = list(runs)[first::2], list(runs)[1 - first::2]
     fit = fit_rates(train)
-    assert fit.accepted, "\n".join(fit.report())
+    # two runs leave one to fit (one degree of freedom kept): leave-one-out fits nothing and the fit
+    # is refused as no better than the defaults; three or more must be accepted
+    assert fit.accepted or len(train) < 3, "\n".join(fit.report())
     measured = np.array([run.step_time for run in test])
     default = predict_runs(test)
     # The defaults here are ndcost validate's own estimates of those rows.
-    by_id = {row.id: row.estimate_s for row in validate_runs(PUBLIC_RUNS).rows}
+    by_id = {row.id: row.estimate_s for row in validate_runs(path).rows}
     assert default == pytest.approx([by_id[run.label] for run in test], rel=1e-12)
     fitted = fit.predict(test)
     mae_fit, mae_default = np.mean(np.abs(fitted / measured - 1)), np.mean(np.abs(default / measured - 1))

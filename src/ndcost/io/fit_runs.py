@@ -209,7 +209,7 @@ def validation_runs(source: Any, *, family: str | None = None, ids: Sequence[str
 
     Rows that cannot be built (``validation.build_run`` refuses them) are skipped, with the reason.
     """
-    from .validation import _family, build_run, software
+    from .validation import _family, build_row
 
     path = None
     if isinstance(source, (str, os.PathLike)):
@@ -227,10 +227,10 @@ def validation_runs(source: Any, *, family: str | None = None, ids: Sequence[str
         if (family is not None and _family(run_id) != family) or (wanted is not None and run_id not in wanted):
             continue
         try:
-            model, spec, cluster, measured, _, _ = build_run(row, doc.get("hardware") or {})
-            generation, overlap, _ = software(row)
-            runs.append(MeasuredRun(model, spec, cluster, measured, label=run_id,
-                                    rates=Rates.for_software(cluster.device, generation), overlap=overlap))
+            # as ndcost validate reads it: with the row's facts file where one ships beside the runs file
+            built = build_row(row, doc.get("hardware") or {}, path)
+            runs.append(MeasuredRun(built.model, built.spec, built.cluster, built.measured_s, label=run_id,
+                                    rates=built.rates, overlap=built.overlap))
         except SpecError as exc:
             skipped.append((run_id, str(exc)))
     return FitRuns(runs, path, skipped)

@@ -361,6 +361,52 @@ def build_run(row: Mapping, hardware_table: Mapping) -> tuple[Any, Any, Any, flo
     return model, spec, cluster, float(seconds), derived, notes
 
 
+@dataclass(frozen=True)
+class BuiltRow:
+    """One runs-file row as ``ndcost validate`` prices it: the strategy, the measured step, the
+    rates and overlap of its software, and the notes on how it was read."""
+
+    model: Model
+    spec: ExecSpec
+    cluster: Cluster
+    measured_s: float
+    derived: bool
+    rates: Rates
+    overlap: Overlap | None
+    notes: tuple[str, ...]
+
+
+def build_row(row: Mapping, hardware_table: Mapping, path: str | PathLike | None, *, rates: Any = None,
+              overlap: Overlap | None = None) -> BuiltRow:
+    """A row of the runs file at *path*, read with its facts file where one ships (``run_facts``) or
+    from the row alone, validated, with its software's rates (*rates* / *overlap* replace them).
+
+    Raises:
+        SpecError: With the reason, when the row cannot be priced.
+    """
+    run_id = str(row.get("id", "?"))
+    facts = facts_for(path, run_id) if path is not None else None
+    changes: Mapping[str, Any] = {}
+    if facts is not None:
+        built = modern_run(row, hardware_table, facts, gpt_model)
+        model, spec, cluster, measured, derived = built.model, built.spec, built.cluster, built.measured_s, False
+        notes, generation, row_overlap, changes = list(built.notes), built.software, built.overlap, built.rates_changes
+        note = f"software {generation}" + "".join(f", {k} {v}" for k, v in changes.items())
+    else:
+        model, spec, cluster, measured, derived, notes = build_run(row, hardware_table)
+        generation, row_overlap, note = software(row)
+    validate(model, spec, cluster)
+    if note and (rates is None or overlap is None):
+        notes = [*notes, note]
+    row_rates = Rates.for_software(cluster.device, generation) if rates is None else rates
+    if rates is None and changes:
+        sources = dict(row_rates.sources)
+        sources.update({name: f"the run's facts ({run_id})" for name in changes})
+        row_rates = row_rates.replace(sources=sources, **changes)
+    return BuiltRow(model, spec, cluster, float(measured), derived, row_rates,
+                    row_overlap if overlap is None else overlap, tuple(notes))
+
+
 def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap | None = None) -> ValidationReport:
     """Estimate every row of a runs YAML and compare with its measured iteration time.
 
@@ -382,33 +428,15 @@ def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap |
     for row in runs:
         run_id = str(row.get("id", "?"))
         family = _family(run_id)
-        facts = facts_for(path, run_id)
         try:
-            if facts is not None:
-                built = modern_run(row, hardware_table, facts, gpt_model)
-                model, spec, cluster, measured, derived = (built.model, built.spec, built.cluster,
-                                                           built.measured_s, False)
-                notes, generation, row_overlap = list(built.notes), built.software, built.overlap
-                note = f"software {generation}" + "".join(f", {k} {v}" for k, v in built.rates_changes.items())
-            else:
-                model, spec, cluster, measured, derived, notes = build_run(row, hardware_table)
-                generation, row_overlap, note = software(row)
-            validate(model, spec, cluster)
+            built = build_row(row, hardware_table, path, rates=rates, overlap=overlap)
         except SpecError as exc:
             results.append(RunResult(run_id, family, skipped=str(exc)))
             continue
-        if note and (rates is None or overlap is None):
-            notes = [*notes, note]
-        row_rates = Rates.for_software(cluster.device, generation) if rates is None else rates
-        if rates is None and facts is not None and built.rates_changes:
-            sources = dict(row_rates.sources)
-            sources.update({name: f"the run's facts ({run_id})" for name in built.rates_changes})
-            row_rates = row_rates.replace(sources=sources, **built.rates_changes)
-        row_overlap = row_overlap if overlap is None else overlap
-        result = seconds_estimate(model, spec, cluster, rates=row_rates, overlap=row_overlap)
+        result = seconds_estimate(built.model, built.spec, built.cluster, rates=built.rates, overlap=built.overlap)
         published = _value((row.get("measured") or {}).get("mfu"))
-        results.append(RunResult(run_id, family, estimate_s=result["step_time"], measured_s=measured,
-                                 measured_derived=derived, notes=tuple(notes), parts=result["parts"],
+        results.append(RunResult(run_id, family, estimate_s=result["step_time"], measured_s=built.measured_s,
+                                 measured_derived=built.derived, notes=built.notes, parts=result["parts"],
                                  mfu=result["mfu"], published_mfu=published / 100.0
                                  if isinstance(published, (int, float)) else None))
     return ValidationReport(tuple(results))
