@@ -145,3 +145,36 @@ def test_the_memory_plot_stacks_what_the_device_holds():
     nd = ndcost.estimate(model, spec, cluster, units="nd").memory
     heights = [sum(parts[i] for _, parts in memory_stack(nd)) for i in range(len(nd.stages))]
     assert heights == pytest.approx([stage.total for stage in nd.stages], rel=1e-12)
+
+
+def test_deepep_buffers_by_hand(backend_name):
+    """DeepEP's NVLink and RDMA buffers as Megatron-Core allocates them (the larger of DeepEP's dispatch and
+    combine size hints, 20 SMs = 10 channels, 2-byte tokens), by hand:
+    * hidden 2048 on 8 ranks (one node, no RDMA): 10 channels x 8 peers x ((2·1 + 3) ints + 256 received
+      tokens x (4096 hidden bytes + 8 SourceMeta + 128 x 8 top-k indices + 128 x 4 weights + 128 x 4
+      scales)) = 125,994,560 B, rounded up to 128: 125,994,624.
+    * DeepSeek-V3 (hidden 7168) on 64 ranks: NVLink 10 x 8 x ((2·8 + 3) x 4 + 288 x (14336 + 2056)) =
+      377,677,760 -> 377,677,824; RDMA 10 x 8 x ((8·2 + 2) x 2 x 4 + 128 x 2 x (14336 + 2056 + 16)) =
+      336,047,360; together 713,725,184 B."""
+    from ndcost import _backend
+    from ndcost.tables.memory_overheads import deepep_buffer_bytes
+
+    assert deepep_buffer_bytes(2048, 8) == 125_994_624
+    assert deepep_buffer_bytes(7168, 64) == 377_677_824 + 336_047_360 == 713_725_184
+    assert deepep_buffer_bytes(7168, 1) == 0
+    model = ndcost.Model.from_catalog("deepseek-v3")
+    cluster = ndcost.Cluster("h800", 1024)
+    fields = dict(dp=64, pp=16, ep=64, global_batch_size=1024, seq_length=4096, recompute="full")
+    with _backend.use(backend_name):
+        deepep = ndcost.estimate(model, ndcost.ExecSpec(moe_dispatcher="deepep", **fields), cluster)
+        nccl = ndcost.estimate(model, ndcost.ExecSpec(**fields), cluster)
+        batch = ndcost.estimate_many(model, ndcost.Candidates.from_arrays(
+            moe_dispatcher=np.array(["deepep", "alltoall", "deepep"]), **dict(fields, ep=np.array([64, 64, 12]))),
+            cluster)
+    assert deepep.memory.fixed_bytes - nccl.memory.fixed_bytes == 713_725_184
+    assert deepep.step_time == nccl.step_time               # priced as the all-to-all in time
+    assert list(batch.reason_names()) == ["ok", "ok", "bad_moe_setting"]
+    assert batch.device_memory[0] == pytest.approx(deepep.memory.device_peak, rel=1e-12)
+    assert batch.device_memory[1] == pytest.approx(nccl.memory.device_peak, rel=1e-12)
+    with pytest.raises(ndcost.SpecError, match="DeepEP has a config for"):
+        ndcost.ExecSpec(moe_dispatcher="deepep", **dict(fields, ep=12))

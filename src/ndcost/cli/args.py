@@ -11,7 +11,7 @@ from typing import Any
 
 from .help import STRATEGY_HELP
 from ..errors import SpecError
-from ..spec.exec_spec import CP_ALGOS
+from ..spec.exec_spec import CP_ALGOS, MOE_DISPATCHERS
 from ..spec.model_source import model_from_text
 
 __all__ = ["add_model_arguments", "model_from_args", "add_strategy_arguments", "spec_from_args",
@@ -55,7 +55,8 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
     for name, choices in (("recompute", ("none", "full", "selective")),
                           ("selective_rule", ("megatron", "mindformers", "hyperparallel")),
                           ("pp_schedule", ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")),
-                          ("cp_algo", CP_ALGOS), ("precision", ("bf16", "fp16", "fp8"))):
+                          ("cp_algo", CP_ALGOS), ("precision", ("bf16", "fp16", "fp8")),
+                          ("moe_dispatcher", MOE_DISPATCHERS)):
         p.add_argument("--" + name.replace("_", "-"), dest=name, choices=choices, help=STRATEGY_HELP[name])
     for name in ("capacity_factor", "moe_imbalance"):
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=float, metavar="X", help=STRATEGY_HELP[name])
@@ -99,7 +100,7 @@ def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The ExecSpec fields the strategy flags state."""
     fields: dict[str, Any] = {name: getattr(args, name) for name in _INT_FIELDS if getattr(args, name) is not None}
     for name in ("sequence_parallel", "recompute", "selective_rule", "pp_schedule", "cp_algo", "precision",
-                 "capacity_factor", "moe_imbalance", "grouped_gemm"):
+                 "moe_dispatcher", "capacity_factor", "moe_imbalance", "grouped_gemm"):
         value = getattr(args, name)
         if value is not None:
             fields[name] = value

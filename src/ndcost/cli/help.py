@@ -24,6 +24,8 @@ STRATEGY_HELP = {
     "recompute": "activation recompute of every layer: none, full or selective (default none)",
     "selective_rule": "which switches selective recompute turns on (default megatron: the core attention)",
     "pp_schedule": "pipeline schedule (default 1f1b; interleaved when vpp > 1)",
+    "moe_dispatcher": "MoE token dispatcher: alltoall (NCCL) or deepep (DeepEP: its NVLink and RDMA buffers are "
+                      "held beside NCCL's; priced as the all-to-all in time) (default alltoall)",
     "cp_algo": "context-parallel algorithm: ring (Transformer Engine's P2P ring), ulysses, or ring-allgather (PyTorch's context_parallel as torchtitan runs it: a backward holds all ranks' K/V) (default ring)",
     "precision": "matmul precision (default bf16; fp8 needs a device with an fp8 peak)",
     "capacity_factor": "MoE capacity factor of the token-dropping mode (default 1.0; with --no-grouped-gemm)",

@@ -248,7 +248,8 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
         tp_overlap=facts.flag("tp_comm_overlap"), overlapped_grad_reduce=facts.flag("overlap_grad_reduce", True),
         dropout_bytes=1 if dropout.startswith("hidden_dropout 0.1") else 0,
         pp_schedule="interleaved" if vpp > 1 else "1f1b", flash_attention=True,
-        grouped_gemm=not facts.text("moe_capacity").startswith("token drop"), **extra,
+        grouped_gemm=not facts.text("moe_capacity").startswith("token drop"),
+        moe_dispatcher="deepep" if "deepep" in facts.text("moe_token_dispatcher").lower() else "alltoall", **extra,
     )
     hardware = hardware_table.get(row.get("hardware"), {}) if isinstance(hardware_table, Mapping) else {}
     overrides = {}

@@ -15,6 +15,7 @@ import numpy as np
 from ..tables.formulas import CHOICES, NONE_INT
 from ..errors import SpecError
 from ..spec.exec_spec import BYTE_LIMITS, DEGREE_LIMITS, ExecSpec
+from ..spec.exec_spec_rules import DEEPEP_RANKS
 from ..limits import MAX_BATCH, MAX_CAPACITY_FACTOR, MAX_DEVICES, MAX_SEQ_LENGTH
 from ..tables.reasons import REASON_CODES
 from ..spec.recompute_spec import SELECTIVE_RULES, mask_from_switches, selective_keep_mask
@@ -68,7 +69,7 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
             rules.add("bad_size", _bad(cols[name]) | (a[name] < 1) | (a[name] > limit))
         for name, minimum in _BYTE_MINIMUM.items():
             rules.add("bad_bytes", _bad(cols[name]) | (a[name] < minimum) | (a[name] > BYTE_LIMITS[name]))
-        for name in ("cp_algo", "precision", "selective_rule"):
+        for name in ("cp_algo", "precision", "selective_rule", "moe_dispatcher"):
             rules.add("bad_choice", a[name] >= len(CHOICES[name]))
         rules.add("bad_flag", _bad(cols["tie_embeddings"]))
         factor = a["capacity_factor"]
@@ -80,6 +81,8 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
         dispatch = a["moe_dispatch"]
         rules.add("bad_moe_setting", _bad(cols["moe_dispatch"])
                   | (~np.isnan(dispatch) & (~np.isfinite(dispatch) | (dispatch < 0.0))))
+        deepep = a["moe_dispatcher"] == CHOICES["moe_dispatcher"].index("deepep")
+        rules.add("bad_moe_setting", deepep & (a["ep"] != 1) & ~np.isin(a["ep"], sorted(DEEPEP_RANKS)))
         # _check_pipeline
         schedule = a["pp_schedule"]
         codes = {name: i for i, name in enumerate(CHOICES["pp_schedule"])}

@@ -40,7 +40,7 @@ import numpy as np
 from .. import _backend
 from ..kernels.columns import CAND_FIELDS, MEMORY_CAND_FIELDS, PART_NAMES
 from ..tables.formulas import (
-    ARRAY, ClusterConstants, derived_columns, joint_reason, memory_candidate_columns, nd_candidate_columns,
+    ARRAY, CHOICES, ClusterConstants, derived_columns, joint_reason, memory_candidate_columns, nd_candidate_columns,
 )
 from ..tables.layout_pool import LayoutPool, layout_piece, pack_layouts
 from ..tables.cache import per_object
@@ -56,7 +56,7 @@ from ..tables.memory import MEMORY_PARTS, memory_kind_table, memory_model_vector
 from ..tables.nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, refuse_nd_units
 from ..spec.rates_io import as_rates
 from ..spec.ratios import Ratios
-from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR, fixed_bytes
+from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR, deepep_column, fixed_bytes
 from ..tables.reasons import REASON_CODES, REASONS
 
 NO_FIT = REASON_CODES["no_fit"]
@@ -73,6 +73,7 @@ UNITS = ("seconds", "nd")
 DEFAULT_CHUNK = 8192
 _OWNER = "estimate_many"
 _LAYOUT_CODE = REASON_CODES["layout"]
+_DEEPEP = CHOICES["moe_dispatcher"].index("deepep")
 _MFU, _TOKENS_PER_SECOND = STEP_RATE_FIELDS.index("mfu"), STEP_RATE_FIELDS.index("tokens_per_second")
 
 
@@ -274,7 +275,10 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
                     for j, value in enumerate(memory_candidate_columns(ARRAY, c, d)):
                         mcand[j] = value
                     if seconds is not None:
-                        fixed = fixed_bytes(c["dp"], c["tp"], c["pp"], c["cp"], c["ep"])
+                        deepep = 0.0
+                        if model.is_moe:
+                            deepep = deepep_column(model.hidden_size, c["ep"], c["moe_dispatcher"] == _DEEPEP)
+                        fixed = fixed_bytes(c["dp"], c["tp"], c["pp"], c["cp"], c["ep"], deepep)
             if seconds is not None:
                 seconds.run(inputs, rows, step[start:stop], parts[:, start:stop], step_rates[:, start:stop],
                             None if times is None else times[start:stop])

@@ -36,7 +36,7 @@ from ..errors import SpecError
 from ..spec.exec_spec import ExecSpec
 from ..tables.layout import _layout_key, build_layout
 from ..tables.memory import MEMORY_PARTS, MemoryEstimate, device_peak_bytes, memory_kind_table, memory_model_vector
-from ..tables.memory_overheads import fixed_bytes
+from ..tables.memory_overheads import deepep_buffer_bytes, fixed_bytes
 from ..spec.model import Model
 from ..tables.nd_tables import (
     MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, nd_options_vector, refuse_nd_units,
@@ -119,18 +119,21 @@ class _Context(threading.local):
 _CONTEXT = _Context()
 
 
-#: fixed_bytes (CUDA context, cuBLAS workspace, NCCL buffers) by (dp, tp, pp, cp, ep): a function
-#: of the degrees alone, which a search repeats across its candidates (bounded like _RECENT).
+#: fixed_bytes (CUDA context, cuBLAS workspace, NCCL buffers, DeepEP's) by (dp, tp, pp, cp, ep, the
+#: hidden size DeepEP's buffers hold or 0), which a search repeats across its candidates (bounded like
+#: _RECENT).
 _FIXED: dict = {}
 
 
-def _fixed_bytes(c: dict) -> float:
-    key = (c["dp"], c["tp"], c["pp"], c["cp"], c["ep"])
+def _fixed_bytes(c: dict, model: Any) -> float:
+    deepep = c["moe_dispatcher"] == "deepep" and model.is_moe
+    key = (c["dp"], c["tp"], c["pp"], c["cp"], c["ep"], model.hidden_size if deepep else 0)
     fixed = _FIXED.get(key)
     if fixed is None:
         if len(_FIXED) >= 4096:
             _FIXED.clear()
-        fixed = _FIXED[key] = float(fixed_bytes(*key))
+        buffers = deepep_buffer_bytes(int(model.hidden_size), int(c["ep"])) if deepep else 0
+        fixed = _FIXED[key] = float(fixed_bytes(*key[:5], buffers))
     return fixed
 
 
@@ -239,7 +242,7 @@ class _Prepared:
         self.model, self.cluster, self.tables, self.cc = model, cluster, tables, cc
         self.packed = _one_layout(model, spec, tables.layouts)
         self.pp = c["pp"]
-        self.fixed = _fixed_bytes(c) if seconds and with_memory else 0.0
+        self.fixed = _fixed_bytes(c, model) if seconds and with_memory else 0.0
         # seconds mode: the device's own rates of the spec's precision
         self.rate = _rates_row(cluster, None, c["precision"]) if seconds else None
 

@@ -194,7 +194,7 @@ def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: fl
         # process's fixed costs (ndcost.tables.memory_overheads)
         from ..tables.memory_overheads import tensor_budget
 
-        capacity = tensor_budget(capacity, spec, float(cluster.memory_reserve_bytes))
+        capacity = tensor_budget(capacity, spec, float(cluster.memory_reserve_bytes), model)
     plain_spec = spec.replace(recompute="none", full_recompute=None, selective_recompute=None)
     layout = build_layout(model, plain_spec)
     base = memory_estimate(model, plain_spec, cluster, layout)

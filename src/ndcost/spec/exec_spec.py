@@ -21,13 +21,13 @@ from typing import Any, Mapping
 
 from ..errors import SpecError
 from .exec_spec_rules import (
-    BYTE_LIMITS, CHECKS, CP_ALGOS, DEGREE_LIMITS, PP_SCHEDULES, PRECISIONS, ZERO_STAGES, check_scalars, scalars_hold,
+    BYTE_LIMITS, CHECKS, CP_ALGOS, DEGREE_LIMITS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS, ZERO_STAGES, check_scalars, scalars_hold,
     states_per_stage,
 )
 from .nd_strategy import spec_from_strategy
 from .recompute_spec import RecomputeRange, mask_from_switches, selective_keep_mask, switches_from_mask
 
-__all__ = ["ExecSpec", "RecomputeRange", "PP_SCHEDULES", "CP_ALGOS", "PRECISIONS", "ZERO_STAGES",
+__all__ = ["ExecSpec", "RecomputeRange", "PP_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "PRECISIONS", "ZERO_STAGES",
            "DEGREE_LIMITS", "BYTE_LIMITS"]
 
 _OWNER = "ExecSpec"
@@ -111,6 +111,7 @@ class ExecSpec:
     vocab_emb_dp: bool = False  # ND: the embedding is not split over tp when pp == 1
     tie_embeddings: bool | None = None  # None: the model's tie_word_embeddings
     moe_dispatch: float | None = None  # ND's MOE_DISPATCH (None: 1040; 0 prices no dispatch)
+    moe_dispatcher: str = "alltoall"  # "alltoall" (NCCL) | "deepep": its buffers in memory (MOE_DISPATCHERS)
     precision: str = "bf16"
     tp_overlap: bool = False  # seconds mode: TP comm overlapped with compute
     #: Under fp8, Transformer Engine keeps each weight's fp8 copy and its fp8 transpose across a step's

@@ -26,7 +26,7 @@ from ..limits import (
 from .recompute_spec import RECOMPUTE_OPTIONS, SELECTIVE_RULES, RecomputeRange, canonical_switches
 
 __all__ = [
-    "PP_SCHEDULES", "CP_ALGOS", "PRECISIONS", "ZERO_STAGES", "DEGREE_LIMITS", "BYTE_LIMITS", "BOOL_FIELDS",
+    "PP_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "DEEPEP_RANKS", "PRECISIONS", "ZERO_STAGES", "DEGREE_LIMITS", "BYTE_LIMITS", "BOOL_FIELDS",
     "CHECKS", "scalars_hold", "is_int", "states_per_stage",
 ]
 
@@ -42,6 +42,13 @@ PP_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "zero_bubble_v", "gpipe"
 #: ``ring``, but a layer's backward holds every CP rank's K/V at once (as torchtitan's Llama passes
 #: them: repeated per query head) and fp32 gradient accumulators (``ndcost.kernels.batch``).
 CP_ALGOS: tuple[str, ...] = ("ring", "ulysses", "ring-allgather")
+#: MoE token dispatchers: Megatron-Core's NCCL all-to-all ("alltoall") or DeepSeek's DeepEP (Megatron's
+#: flex dispatcher with moe_enable_deepep), which keeps its own NVLink and RDMA buffers
+#: (ndcost.tables.memory_overheads.deepep_buffer_bytes). Seconds mode prices both as the all-to-all.
+MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep")
+#: The expert-parallel group sizes DeepEP has dispatch and combine configs for (deep_ep/buffers/legacy.py
+#: Buffer.get_dispatch_config / get_combine_config; any other size is refused by an assertion).
+DEEPEP_RANKS: frozenset[int] = frozenset((2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160))
 #: Compute precisions.
 PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8")
 #: 0 DDP; 1 optimizer states sharded; 2 + gradients; 3 + parameters (FSDP).
@@ -92,7 +99,8 @@ _SIZE_RULES = (("micro_batch_size", 1, MAX_BATCH), ("seq_length", 1, MAX_SEQ_LEN
 _BYTE_RULES = tuple((name, minimum, BYTE_LIMITS[name]) for name, minimum in _BYTE_MINIMUMS)
 _INT_RULES = _DEGREE_RULES + _SIZE_RULES + _BYTE_RULES
 # The string scalars and their choices.
-_CHOICE_RULES = (("cp_algo", CP_ALGOS), ("precision", PRECISIONS), ("selective_rule", SELECTIVE_RULES))
+_CHOICE_RULES = (("cp_algo", CP_ALGOS), ("precision", PRECISIONS), ("selective_rule", SELECTIVE_RULES),
+                 ("moe_dispatcher", MOE_DISPATCHERS))
 
 
 def is_int(value: Any) -> bool:
@@ -134,7 +142,8 @@ def scalars_hold(values: dict[str, Any]) -> bool:
             and (tie is None or type(tie) is bool)
             and type(factor) is float and 1.0 <= factor <= MAX_CAPACITY_FACTOR
             and type(imbalance) is float and 1.0 <= imbalance <= MAX_CAPACITY_FACTOR
-            and (dispatch is None or (type(dispatch) is float and 0.0 <= dispatch < math.inf)))
+            and (dispatch is None or (type(dispatch) is float and 0.0 <= dispatch < math.inf))
+            and (values["moe_dispatcher"] != "deepep" or values["ep"] == 1 or values["ep"] in DEEPEP_RANKS))
 
 
 def check_scalars(spec: Any) -> None:
@@ -169,6 +178,9 @@ def check_scalars(spec: Any) -> None:
         # 0 prices no dispatch at all (ND_REFERENCE §2.3: "0 = none").
         dispatch = check_positive_number(spec.moe_dispatch, "moe_dispatch", OWNER, allow_zero=True)
         _store(spec, "moe_dispatch", dispatch)
+    if spec.moe_dispatcher == "deepep" and spec.ep != 1 and spec.ep not in DEEPEP_RANKS:
+        raise SpecError("ep", OWNER, "be 1 or a group size DeepEP has a config for "
+                        f"({', '.join(map(str, sorted(DEEPEP_RANKS)))}) with moe_dispatcher='deepep'", spec.ep)
 
 
 # ----------------------------------------------------------------------------- pipeline, batch

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..spec.exec_spec import CP_ALGOS, PP_SCHEDULES, PRECISIONS
+from ..spec.exec_spec import CP_ALGOS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS
 from ..spec.recompute_spec import SELECTIVE_RULES
 
 __all__ = [
@@ -38,6 +38,7 @@ CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "cp_algo": CP_ALGOS,
     "precision": PRECISIONS,
     "selective_rule": SELECTIVE_RULES,
+    "moe_dispatcher": MOE_DISPATCHERS,
 })
 _CODES = {field: {name: i for i, name in enumerate(names)} for field, names in CHOICES.items()}
 

@@ -11,8 +11,9 @@ runs out of is more:
   reserved / allocated as published for Megatron training on H100 (an estimate, see its source).
 * **Fixed costs every process pays**, outside PyTorch's allocator: the CUDA context with the kernels
   it loads (:data:`CUDA_CONTEXT_BYTES`), the cuBLAS / cuBLASLt workspaces
-  (:data:`CUBLAS_WORKSPACE_BYTES`), and NCCL's buffers for each communicator the strategy uses
-  (:func:`nccl_bytes`): its channels' FIFOs per peer, which an all-to-all group multiplies.
+  (:data:`CUBLAS_WORKSPACE_BYTES`), NCCL's buffers for each communicator the strategy uses
+  (:func:`nccl_bytes`): its channels' FIFOs per peer, which an all-to-all group multiplies; and,
+  where the MoE dispatcher is DeepEP, its NVLink and RDMA buffers (:func:`deepep_buffer_bytes`).
 
 ``fits`` then compares peak_reserved + fixed with the device's HBM; a search's default limit is that.
 Every figure is an estimate from the measurement its comment cites, not a fit to a validation row.
@@ -24,7 +25,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["ALLOCATOR_RESERVE_FACTOR", "CUDA_CONTEXT_BYTES", "CUBLAS_WORKSPACE_BYTES", "NCCL_RING_COMM_BYTES",
-           "NCCL_ALL_TO_ALL_BYTES", "communicators", "nccl_bytes", "fixed_bytes"]
+           "NCCL_ALL_TO_ALL_BYTES", "communicators", "nccl_bytes", "deepep_buffer_bytes", "deepep_column",
+           "fixed_bytes", "spec_deepep_bytes", "tensor_budget"]
 
 #: max_memory_reserved / max_memory_allocated of Megatron training runs on H100, as the Megatron-Bridge
 #: model verification cards publish both (NVIDIA-NeMo/Megatron-Bridge examples/model_verification_cards/
@@ -72,13 +74,78 @@ def nccl_bytes(dp: Any, tp: Any, pp: Any, cp: Any, ep: Any) -> Any:
         + all_to_all * (NCCL_RING_COMM_BYTES + NCCL_ALL_TO_ALL_BYTES)
 
 
-def fixed_bytes(dp: Any, tp: Any, pp: Any, cp: Any, ep: Any) -> Any:
-    """Bytes a rank holds outside its tensors: CUDA context, cuBLAS workspaces, NCCL buffers."""
-    return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + nccl_bytes(dp, tp, pp, cp, ep)
+#: DeepEP's (normal-mode) dispatch and combine configs by expert-parallel group size: (NVLink chunked
+#: receive tokens, RDMA chunked send tokens, RDMA chunked receive tokens), as deepseek-ai/DeepEP
+#: deep_ep/buffers/legacy.py Buffer.get_dispatch_config / get_combine_config (commit dd758ca) state them.
+_DEEPEP_DISPATCH = {2: (256, 6, 128), 4: (256, 6, 128), 8: (256, 6, 128), 16: (288, 20, 128), 24: (288, 8, 128),
+                    32: (288, 8, 128), 48: (288, 8, 128), 64: (288, 8, 128), 96: (480, 12, 128),
+                    128: (560, 12, 128), 144: (720, 12, 128), 160: (720, 12, 128)}
+_DEEPEP_COMBINE = {2: (256, 6, 128), 4: (256, 6, 128), 8: (256, 6, 128), 16: (288, 12, 128), 24: (288, 8, 128),
+                   32: (288, 8, 128), 48: (288, 8, 128), 64: (288, 8, 128), 96: (480, 8, 128),
+                   128: (560, 8, 128), 144: (720, 8, 128), 160: (720, 8, 128)}
+#: Buffer.num_sms, DeepEP's default (Megatron-Core leaves it unless moe_flex_dispatcher_num_sms is set);
+#: a channel is two SMs. NVLink peers per node: LEGACY_NUM_MAX_NVL_PEERS 8.
+_DEEPEP_SMS, _NVL_PEERS = 20, 8
+#: Per received token beyond its hidden bytes (csrc/legacy/config.hpp): its SourceMeta (two ints), 128
+#: top-k indices (int64), 128 top-k weights and 128 scales (fp32).
+_DEEPEP_TOKEN_META = 8 + 128 * 8 + 128 * 4 + 128 * 4
 
 
-def tensor_budget(capacity: float, spec: Any, reserve: float) -> float:
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def deepep_buffer_bytes(hidden: int, ep: int) -> int:
+    """Bytes of DeepEP's NVLink and RDMA buffers on a rank of an *ep*-rank expert-parallel group, as
+    Megatron-Core allocates them (megatron/core/transformer/moe/fused_a2a.py get_buffer: the larger of
+    the dispatch and combine configs' size hints, hidden bytes = hidden x 2 for bf16 and fp8 tokens)
+    by DeepEP's csrc/legacy/config.hpp get_nvl_buffer_size_hint / get_rdma_buffer_size_hint. 0 for one
+    rank (no dispatch); a group size DeepEP has no config for is refused by ExecSpec."""
+    if ep <= 1:
+        return 0
+    channels = _DEEPEP_SMS // 2
+    hidden_bytes = 2 * hidden
+    rdma_ranks, nvl_ranks = max(ep // _NVL_PEERS, 1), min(ep, _NVL_PEERS)
+    nvl = rdma = 0
+    for config in (_DEEPEP_DISPATCH[ep], _DEEPEP_COMBINE[ep]):
+        nvl_recv, rdma_send, rdma_recv = config
+        size = channels * nvl_ranks * (2 * rdma_ranks + 3) * 4
+        size += channels * nvl_ranks * nvl_recv * (hidden_bytes + _DEEPEP_TOKEN_META)
+        nvl = max(nvl, _round_up(size, 128))
+        if ep > _NVL_PEERS:
+            recv = _round_up(rdma_recv, rdma_send)       # Config rounds the receive queue to the sends
+            size = channels * rdma_ranks * (_NVL_PEERS * 2 + 2) * 2 * 4
+            size += channels * rdma_ranks * recv * 2 * (hidden_bytes + _DEEPEP_TOKEN_META + 16)
+            rdma = max(rdma, _round_up(size, 128))
+    return nvl + rdma
+
+
+def deepep_column(hidden: int, ep: Any, on: Any) -> Any:
+    """:func:`deepep_buffer_bytes` per row of a batch: *ep* the rows' degrees, *on* where the dispatcher
+    is DeepEP (scalars or arrays); 0 where it is not or where DeepEP has no config for the group."""
+    ep, on = np.asarray(ep), np.asarray(on)
+    sizes, where = np.unique(ep, return_inverse=True)
+    table = np.array([deepep_buffer_bytes(hidden, int(size)) if int(size) in _DEEPEP_DISPATCH else 0
+                      for size in sizes.ravel()], dtype=np.float64)
+    return np.where(on, table[where].reshape(ep.shape), 0.0)
+
+
+def fixed_bytes(dp: Any, tp: Any, pp: Any, cp: Any, ep: Any, deepep: Any = 0.0) -> Any:
+    """Bytes a rank holds outside its tensors: CUDA context, cuBLAS workspaces, NCCL buffers, and
+    *deepep* bytes of DeepEP buffers (:func:`deepep_buffer_bytes`, where the dispatcher is DeepEP)."""
+    return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + nccl_bytes(dp, tp, pp, cp, ep) + deepep
+
+
+def spec_deepep_bytes(model: Any, spec: Any) -> int:
+    """DeepEP's buffers for *spec* on *model*: 0 unless the MoE dispatcher is DeepEP."""
+    if spec.moe_dispatcher != "deepep" or not getattr(model, "is_moe", False):
+        return 0
+    return deepep_buffer_bytes(int(model.hidden_size), int(spec.ep))
+
+
+def tensor_budget(capacity: float, spec: Any, reserve: float, model: Any = None) -> float:
     """The memory kernels' stage total (tensors plus the ``reserve`` they carry) that keeps what the
     device holds -- (total - reserve) x ALLOCATOR_RESERVE_FACTOR + fixed -- within *capacity*."""
-    fixed = float(fixed_bytes(spec.dp, spec.tp, spec.pp, spec.cp, spec.ep))
+    deepep = 0 if model is None else spec_deepep_bytes(model, spec)
+    fixed = float(fixed_bytes(spec.dp, spec.tp, spec.pp, spec.cp, spec.ep, deepep))
     return (capacity - fixed) / ALLOCATOR_RESERVE_FACTOR + reserve
