@@ -106,7 +106,11 @@ def test_cli_software_and_api_preset_name(capsys):
     default = json.loads(capsys.readouterr().out)["step_time"]
     assert eager > default
     model = ndcost.Model.from_catalog("llama3-8b")
-    spec = ndcost.ExecSpec(dp=8, global_batch_size=16, micro_batch_size=2, seq_length=8192, zero_stage=3)
+    # --software also fills the fields the stack fixes (ndcost.spec.software_fields): the API's equivalent
+    from ndcost.spec.software_fields import with_software
+
+    spec = with_software("torchtitan-eager", dict(dp=8, global_batch_size=16, micro_batch_size=2, seq_length=8192,
+                                                   zero_stage=3))
     api = ndcost.estimate(model, spec, ndcost.Cluster("h100-sxm", 8), rates="torchtitan-eager").step_time
     assert api == pytest.approx(eager, rel=1e-9)
     assert main(args + ["--software", "nope"]) == 2

@@ -90,10 +90,14 @@ def parse_layer_grid(name: str, text: str) -> tuple:
 
 
 def spec_from_args(args: argparse.Namespace):
-    """The ExecSpec the strategy flags state (unstated fields keep ExecSpec's defaults)."""
-    from ..spec.exec_spec import ExecSpec
+    """The ExecSpec the strategy flags state; an unstated field takes what ``--software``'s stack fixes
+    for the strategy (``ndcost.spec.software_fields``), else ExecSpec's default."""
+    from ..spec.rates_io import rates_argument
+    from ..spec.software_fields import with_software
 
-    return ExecSpec(**spec_fields_from_args(args))
+    software = getattr(args, "software", None)
+    rates_argument(getattr(args, "rates", None), software)      # --software's name and --rates checked first
+    return with_software(software, spec_fields_from_args(args))
 
 
 def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:

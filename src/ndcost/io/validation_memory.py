@@ -27,23 +27,13 @@ from ..spec.device import Cluster
 from ..errors import SpecError
 from ..spec.exec_spec import ExecSpec
 from ..spec.model import Model
+from ..spec.software_fields import TORCHTITAN_LOGIT_BYTES, TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES, software_fields
 from .run_facts import GRAND_TETON_H100, figure_int, figure_value
 
-__all__ = ["MEMORY_FACTS", "MemoryRow", "MemoryReport", "validate_memory", "build_memory_run"]
+__all__ = ["MEMORY_FACTS", "MemoryRow", "MemoryReport", "validate_memory", "build_memory_run",
+           "TORCHTITAN_LOGIT_BYTES", "TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES"]
 
 MEMORY_FACTS = Path(__file__).parents[1] / "data" / "validation" / "h100_memory_facts.yaml"
-#: torchtitan's loss at its peak, bytes per logit element on this rank (torchtitan@9dec370 train.py:L131-134,
-#: L303-308: ``cross_entropy(pred.flatten(0, 1).float(), labels)``, then ``del pred`` before ``backward``).
-#: Without TP (plain cross_entropy) the forward holds the 16-bit logits, their fp32 copy and the fp32
-#: log-softmax (2 + 4 + 4); backward, with ``pred`` gone, holds the kept log-softmax, nll_loss's dense
-#: gradient and log_softmax_backward's output (4 + 4 + 4) -- the larger is the peak.
-TORCHTITAN_LOGIT_BYTES = max(2 + 4 + 4, 4 + 4 + 4)
-#: With TP, torchtitan runs DTensor's loss_parallel (torch/distributed/tensor/parallel/loss.py, torch@1963fc83a1c32e162162e2414f78b043f0674bae, the benchmark's torch):
-#: its forward ``_log_softmax`` holds the 16-bit logits, the fp32 copy, ``shifted`` and ``exp(shifted)``
-#: (2 + 4 + 4 + 4); its fused backward ``_nll_loss_and_log_softmax_backward`` holds the kept
-#: log-softmax, ``zeros_like`` (the one-hot), ``exp(x)`` and their sum (4 + 4 + 4 + 4), then the product
-#: while ``exp(x)`` is freed (still 16).
-TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES = max(2 + 4 + 4 + 4, 4 + 4 + 4 + 4)
 _GIB = 2**30
 
 
@@ -134,28 +124,16 @@ def build_memory_run(row: Mapping) -> tuple[Model, ExecSpec, Cluster, list[str]]
         micro = max(1, local // pp)    # torchtitan's default: as many micro-batches as stages
         notes.append(f"{local // micro} micro-batches of {micro} (torchtitan's default: one per stage)")
         fields["pp_schedule"] = "interleaved" if "interleaved" in schedule else "1f1b"
-        # torchtitan's FSDP2 keeps a pipelined stage's parameters unsharded in bf16 for the whole step
-        # beside their fp32 shards (reshard_after_forward False with PP: parallelize_llama.py:L309-339),
-        # and torch's pipeline stage accumulates the micro-batches' gradients unsharded in the fp32
-        # reduce dtype until the last backward (torch.distributed.pipelining: gradient sync off but for
-        # the last micro-batch)
-        fields.update(reshard_params=False, deferred_grad_accumulation=True, param_bytes=2, main_param_bytes=4)
         notes.append("FSDP2 under PP: bf16 params unsharded, fp32 gradients accumulated unsharded")
         if fields["pp_schedule"] == "interleaved":
             fields["vpp"] = 2            # torchtitan's Interleaved1F1B: two stages per rank by default
     if cp > 1:
-        # torchtitan's CP is PyTorch's context_parallel with rotate_method "allgather" (its default,
-        # config_manager.py at 9dec370): a backward holds all CP ranks' K/V, repeated per query head
-        fields["cp_algo"] = "ring-allgather"
         notes.append("CP: PyTorch's all-gather ring (torchtitan's default rotate method)")
-    widths = dict(param_bytes=4, main_param_bytes=0)      # FSDP2's sharded parameters are fp32
-    widths.update({key: fields.pop(key) for key in ("param_bytes", "main_param_bytes") if key in fields})
+    # what torchtitan fixes for this strategy: FSDP2's widths, its loss, torchao's casts, its CP ring
+    fields.update(software_fields("torchtitan-compile", tp, pp, cp))
     spec = ExecSpec(dp=dp, tp=tp, pp=pp, cp=cp, micro_batch_size=micro, global_batch_size=local * dp,
-                    seq_length=seq, sequence_parallel=tp > 1, zero_stage=3,
-                    precision="fp8" if _text(st.get("float8")).startswith("torchao") else "bf16",
-                    fp8_weight_cache=False,   # torchao's Float8Linear casts each forward (torchtitan float8.py)
-                    grad_bytes=4, optimizer_state_bytes=4, optimizer_states=2,
-                    logit_bytes=TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES if tp > 1 else TORCHTITAN_LOGIT_BYTES, **widths, **fields)
+                    seq_length=seq, precision="fp8" if _text(st.get("float8")).startswith("torchao") else "bf16",
+                    **fields)
     hardware = str((row.get("hardware") or {}).get("gpu", "")).lower()
     overrides = dict(GRAND_TETON_H100) if "hbm2e" in hardware else {}
     device = "h200" if "h200" in hardware else "h100-sxm"
