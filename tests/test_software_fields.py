@@ -47,3 +47,41 @@ def test_the_command_line_prices_the_stacks_memory(capsys):
     assert main([*flags, "--software", "torchtitan-compiled"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "did you mean 'torchtitan-compile'" in err
+
+
+def test_a_search_for_a_stack_prices_every_candidate_with_its_fields():
+    from ndcost.price.search import search
+    from ndcost.spec.search_space import SEARCH_DIMENSIONS
+
+    model, cluster = ndcost.Model.from_catalog("llama3-70b"), ndcost.Cluster("h100-sxm", 64)
+    result = search(model, cluster, global_batch_size=128, seq_length=8192, software="torchtitan-compile", top=5,
+                    per_layer_recompute=0, balance=0)
+    assert result.results
+    for ranked in result.results:
+        spec = ranked.spec
+        stack = software_fields("torchtitan-compile", spec.tp, spec.pp, spec.cp)
+        assert all(getattr(spec, name) == value for name, value in stack.items()), (spec, stack)
+        again = ndcost.estimate(model, spec, cluster, rates="torchtitan-compile")
+        assert ranked.estimate.step_time == again.step_time     # the stack's rates too
+    # a dimension the stack fixes stays the caller's when given
+    given = search(model, cluster, global_batch_size=128, seq_length=8192, software="torchtitan-compile", top=1,
+                   per_layer_recompute=0, balance=0, zero_stage=1)
+    assert {int(z) for z in given.columns["zero_stage"]} == {1}
+    assert set(SEARCH_DIMENSIONS) <= set(result.columns)
+    with pytest.raises(ndcost.SpecError, match="software"):
+        search(model, cluster, global_batch_size=128, seq_length=8192, software="titan")
+
+
+def test_the_searchs_restated_command_prices_its_best_again(capsys):
+    import shlex
+
+    assert main(["search", "llama3-70b", "--device", "h100-sxm", "--devices", "64", "--global-batch-size", "128",
+                 "--seq-length", "8192", "--software", "torchtitan-compile", "--top", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    command = out[-1]
+    assert command.startswith("ndcost estimate") and "--software torchtitan-compile" in command
+    best = next(line for line in out if line.strip().startswith("1 "))
+    assert main(shlex.split(command)[1:]) == 0
+    again = capsys.readouterr().out
+    step = float(again.splitlines()[1].split()[2])              # "step time: X ms"
+    assert f"{step:.1f} ms" in best

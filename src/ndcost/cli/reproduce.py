@@ -47,8 +47,14 @@ def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) ->
         words += ["--units", args.units]
     stated = set(_FLAG_FIELDS) | {"sequence_parallel", "offset", "pp_partition", "recompute", "full_recompute",
                                   "selective_recompute", "micro_batch_num", "selective_switches"}
+    # --software fills the fields its stack fixes (ndcost.spec.software_fields): those are its defaults here
+    implied = {}
+    if getattr(args, "software", None) is not None:
+        from ..spec.software_fields import software_fields
+
+        implied = software_fields(args.software, spec.tp, spec.pp, spec.cp)
     for name, default in _DEFAULTS.items():
-        if name not in stated and getattr(spec, name) != default:
+        if name not in stated and getattr(spec, name) != implied.get(name, default):
             raise SpecError(name, "estimate_command", "keep its default to be restated on the command line",
                             getattr(spec, name))
     for name in _FLAG_FIELDS:

@@ -177,7 +177,7 @@ def run_search(args: argparse.Namespace):
         units=args.units, ratios=args.ratios, rates=rates_argument(args.rates, args.software),
         memory_limit=None if args.memory_limit_gib is None else args.memory_limit_gib * 2**30,
         allow_cross_node_tp=args.allow_cross_node_tp, per_layer_recompute=args.plan_top, balance=args.balance_top,
-        progress=print_progress if show_progress else None, threads=args.threads, **dims,
+        progress=print_progress if show_progress else None, threads=args.threads, software=args.software, **dims,
     )
     return model, cluster, result
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -26,6 +26,7 @@ from ..spec.exec_spec import ExecSpec
 from ..spec.rates_io import as_rates
 from .result import Estimate
 from ..spec.search_space import SEARCH_DIMENSIONS, build_space
+from ..spec.software_fields import software_columns, software_fields
 
 #: The smallest memory limit a search takes: below 1 GiB no device holds a CUDA context and a model.
 MIN_MEMORY_LIMIT = 2**30
@@ -128,7 +129,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
            units: str = "seconds", ratios: Any = None, memory_limit: float | None = None,
            allow_cross_node_tp: bool = False, per_layer_recompute: int = 3, balance: int = 3,
            progress: Callable[[int, int], None] | None = None, rates: Any = None, threads: int | None = None,
-           **dims: Any) -> SearchResult:
+           software: str | None = None, **dims: Any) -> SearchResult:
     """The *top* strategies for *model* on *cluster*, ranked by step time.
 
     Args:
@@ -146,6 +147,9 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         rates: Seconds mode's rates, as :func:`ndcost.estimate`'s (a rates JSON is read once).
         threads: Threads each batch is priced on, as :func:`ndcost.estimate_many`'s: None (default)
             all the cores the process may use, 1 the calling thread only; the result is the same.
+        software: A training stack (``Rates.for_software``'s names): every candidate takes the
+            fields it fixes for its strategy (``ndcost.spec.software_fields``; a search dimension it
+            fixes, such as torchtitan's ZeRO-3, is fixed unless given), and *rates* defaults to it.
         **dims: Each search dimension (tp, pp, cp, dp, ep, micro_batch_size, vpp, zero_stage,
             sequence_parallel, pp_schedule, recompute) fixed (a value), a list, or searched (absent).
     """
@@ -168,6 +172,12 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     resolve_threads(threads, "search")     # checked before the space is built
     if units == "nd" and rates is not None:
         raise SpecError("rates", "search", "be given in seconds units only (ND's units price no rates)", rates)
+    if software is not None:
+        software_fields(software)                    # the name checked before anything is built
+        if dims.get("zero_stage") is None and "zero_stage" in software_fields(software):
+            dims["zero_stage"] = software_fields(software)["zero_stage"]
+        if rates is None:
+            rates = software
     rates = as_rates(rates, device=cluster, owner="search")
     if memory_limit is not None and not (is_finite_number(memory_limit) and memory_limit >= MIN_MEMORY_LIMIT):
         raise SpecError("memory_limit", "search", f"be a finite number of bytes >= {MIN_MEMORY_LIMIT} (1 GiB)",
@@ -176,6 +186,8 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     space = build_space(model, cluster.num_devices, cluster.device.devices_per_node,
                         global_batch_size=global_batch_size, seq_length=seq_length, dims=dims,
                         allow_cross_node_tp=allow_cross_node_tp)
+    if software is not None:
+        space = replace(space, columns={**space.columns, **software_columns(software, space.columns)})
     n = space.size
     step = np.full(n, np.nan)
     memory = np.full(n, np.nan)

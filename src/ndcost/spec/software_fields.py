@@ -11,12 +11,18 @@ Each torchtitan figure cites torchtitan@9dec370 (the version of its published H1
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
+
+import numpy as np
 
 from ..errors import SpecError
 from .exec_spec import ExecSpec
 
-__all__ = ["TORCHTITAN_LOGIT_BYTES", "TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES", "software_fields", "with_software"]
+__all__ = ["TORCHTITAN_LOGIT_BYTES", "TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES", "software_fields", "with_software",
+           "software_columns"]
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ExecSpec)}
 
 #: torchtitan's loss at its peak, bytes per logit element on this rank (torchtitan@9dec370 train.py:L131-134,
 #: L303-308: ``cross_entropy(pred.flatten(0, 1).float(), labels)``, then ``del pred`` before ``backward``).
@@ -78,3 +84,18 @@ def with_software(software: str | None, stated: Mapping[str, Any]) -> ExecSpec:
         return ExecSpec(**stated)
     fields = software_fields(software, stated.get("tp", 1), stated.get("pp", 1), stated.get("cp", 1))
     return ExecSpec(**{**fields, **stated})
+
+
+def software_columns(software: str, columns: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Columns of the fields *software* fixes for each row of a batch whose *columns* state its tp, pp and cp
+    (a search space's): one per field the stack fixes that *columns* do not hold, ExecSpec's default where
+    the stack leaves a row's field alone (its CP ring at cp 1, say)."""
+    degrees = np.stack([np.asarray(columns[name], dtype=np.int64) for name in ("tp", "pp", "cp")], axis=1)
+    combos, row_combo = np.unique(degrees, axis=0, return_inverse=True)
+    per_combo = [software_fields(software, *(int(x) for x in combo)) for combo in combos]
+    names = sorted(set().union(*per_combo) - set(columns)) if per_combo else []
+    out = {}
+    for name in names:
+        values = [fields.get(name, _DEFAULTS[name]) for fields in per_combo]
+        out[name] = np.asarray(values, dtype=object if isinstance(values[0], str) else None)[row_combo.ravel()]
+    return out
