@@ -104,3 +104,13 @@ def test_torchtitan_every_kth_block(model):
                     recompute=every_4th)
     emitted = launcher_recompute("torchtitan", model, spec)
     assert emitted.exact and 'selective_ac_option = "4"' in emitted.lines
+
+
+def test_deepep_is_megatrons_flex_dispatcher():
+    from ndcost.io.emit import megatron_flags
+
+    model = ndcost.Model.from_catalog("deepseek-v3")
+    spec = ndcost.ExecSpec(dp=64, pp=16, ep=64, global_batch_size=1024, seq_length=4096, moe_dispatcher="deepep")
+    flags = megatron_flags(model, spec)
+    assert "--moe-token-dispatcher-type flex" in flags and "--moe-flex-dispatcher-backend deepep" in flags
+    assert "flex" not in megatron_flags(model, spec.replace(moe_dispatcher="alltoall"))

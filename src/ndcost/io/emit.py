@@ -27,6 +27,10 @@ def megatron_flags(model: Any, spec: ExecSpec) -> str:
         flags.append(f"--expert-model-parallel-size {spec.ep}")
         if spec.etp is not None:
             flags.append(f"--expert-tensor-parallel-size {spec.etp}")
+        if spec.moe_dispatcher == "deepep":
+            # Megatron-Core's flex dispatcher on DeepEP (TransformerConfig moe_token_dispatcher_type,
+            # moe_flex_dispatcher_backend; the flags are generated from the config's fields)
+            flags += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]
     if needs_layout(model, spec):
         # Not the even split: the layout states every virtual stage (and with it vpp).
         flags.append(f'--pipeline-model-parallel-layout "{megatron_layout(model, spec)}"')
