@@ -339,8 +339,8 @@ def _comm_buffers(kind, mc) -> tuple[float, float]:
 
 
 def _ring_allgather_work(kind, mc) -> float:
-    """Bytes the backward of one attention layer holds for PyTorch's all-gather ring (cp_algo
-    "ring-allgather"), beyond what its plain attention backward holds; 0 for other algorithms.
+    """Bytes of the buffers the backward of one attention layer holds for PyTorch's all-gather ring
+    (cp_algo "ring-allgather"); 0 for other algorithms.
 
     torch.distributed.tensor.experimental._attention (_templated_ring_attention_backward, with
     torchtitan's default ``context_parallel_rotate_method = "allgather"``, torchtitan 9dec370
