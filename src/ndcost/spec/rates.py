@@ -5,7 +5,9 @@ seconds mode prices work at what is *achievable*: a large GEMM reaches ``matmul_
 the dense peak, a flash-attention kernel ``attention_efficiency``, a streaming kernel
 ``hbm_efficiency`` of the HBM bandwidth, NCCL ``intra_node_efficiency`` / ``inter_node_efficiency``
 of the link rates, and every kernel costs ``kernel_overhead`` seconds on top (launch, ramp-up and
-tail). Small GEMMs are slower through that fixed cost: the effective efficiency of a compute-bound
+tail). Compute-bound kernels run at the clock a power-saturated part settles at in a training step
+(MSMF, the sustained matmul rate, where one is published), not the boost clock of a short burst. Small
+GEMMs are slower through that fixed cost: the effective efficiency of a compute-bound
 GEMM of F FLOPs is ``matmul_efficiency · F / (F + F½)`` with ``F½ = matmul_efficiency · peak ·
 kernel_overhead`` (see ``ndcost.kernels.seconds``).
 
@@ -92,7 +94,9 @@ class Rates:
     """Achievable shares of a device's peaks, and the fixed cost of a kernel.
 
     Attributes:
-        matmul_efficiency: Share of the dense 16-bit peak a large GEMM reaches (MAMF / peak).
+        matmul_efficiency: Share of the dense 16-bit peak a large GEMM sustains in a training step:
+            MSMF / peak (the power-saturated, settled-clock rate) where a part's is measured, else
+            MAMF / peak (the boost-clock burst).
         attention_efficiency: Share of the 16-bit peak a flash-attention kernel reaches, forward
             and backward together, on the FLOPs it runs (causal: half the score matrix).
         hbm_efficiency: Share of the HBM bandwidth a streaming (elementwise) kernel reaches.
