@@ -84,3 +84,37 @@ def test_layout_is_cached_and_read_only(dense):
     with pytest.raises(ValueError):
         a.counts[0, 0, 0, 0] = 7.0
     assert isinstance(a.stage_counts(), np.ndarray)
+
+
+@pytest.mark.parametrize("fields, nd_out, model_out", [
+    # ND's scan stops at the empty stage 1; the model's last layer runs on stage 3
+    (dict(pp=4, offset=(2, -2, 1, 1)), 0, 3),
+    # chunk 1 of stage 1 is empty: the last layer in model order is stage 0's chunk 1, and ND's scan agrees
+    (dict(pp=2, vpp=2, offset=((1, 1), (2, -2))), 0, 0),
+])
+def test_the_output_layer_after_an_empty_cell(dense, fields, nd_out, model_out):
+    layout = build_layout(dense, spec(**fields))
+    assert layout.out_stage == model_out
+    assert build_layout(dense, spec(**fields), nd=True).out_stage == nd_out
+
+
+def test_nd_places_mtp_duplicates_and_ends_in_its_last_cell():
+    ds = Model.from_catalog("deepseek-v3")
+    # 61 body layers (the MTP layer outside the offset) on 4 stages of 15: stage 1 empty, the scan stops
+    # at stage 0, which takes the output layer and the MTP layer's duplicate; model order then numbers
+    # the duplicate 31 and stage 2's last layer 61, the MTP index
+    s = ExecSpec(dp=1, pp=4, ep=1, micro_batch_num=8, seq_length=128, mtp_in_offset=False, offset=(16, -15, 15, -15))
+    layout = build_layout(ds, s, nd=True)
+    assert layout.out_stage == 0 and layout.mtp_stage_counts.tolist() == [0, 0, 1, 0]
+    assert layout.layers_per_stage().tolist() == [32, 0, 30, 0]
+    assert layout.stages[0][0][0] == -1 and layout.stages[0][0][-1] == -2
+    physical = build_layout(ds, s)     # the MTP layer and the output after the model's last layer
+    assert physical.out_stage == 2 and physical.mtp_stage_counts.tolist() == [0, 0, 1, 0]
+    assert physical.layers_per_stage().tolist() == [31, 0, 31, 0]
+
+
+def test_nd_with_emb_out_in_offset_takes_the_first_and_last_slots(dense):
+    # 12 placed (10 + embedding + output) on 2 stages of 6: the embedding and output replace a slot each
+    layout = build_layout(dense, spec(pp=2, emb_out_in_offset=True), nd=True)
+    assert layout.layers_per_stage().tolist() == [5, 5]
+    assert layout.stages[0][0][0] == -1 and layout.stages[1][0][-1] == -2

@@ -161,7 +161,8 @@ def nd_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any],
         c["ep"], d["t_exp"], c["dp"], d["d_exp"], c["pp"],                         # ep, t_exp, d, d_exp, p
         c["vpp"], d["micro_batch_num"],                                            # vp, m
         c["param_bytes"], c["compute_bytes"], d["nd_bytes_grad"],                  # bytes_p, bytes_c, bytes_grad
-        c["capacity_factor"], ops.opt_float(c["moe_dispatch"], moe_dispatch_default),
+        # ND's dispatch entry times the layer's count n_dispatch (ND_REFERENCE §2.3; 0: none, ND's unset count)
+        c["capacity_factor"], ops.opt_float(c["moe_dispatch"], moe_dispatch_default) * c["moe_dispatch_count"],
         d["comm_d_non_exp"], d["comm_d_exp"], d["comm_t"], d["comm_ep"], d["comm_cp"],
         where(ops.is_choice(c, "cp_algo", "ulysses"), 0.0, 1.0),                   # cp_ring
         d["shard_p_os_non_exp_partial"], d["shard_p_os_exp"], d["shard_p_os_exp_partial"],
