@@ -154,7 +154,7 @@ def derived_extra_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants, d:
 
 def nd_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any],
                          cc: ClusterConstants, moe_dispatch_default: float) -> tuple:
-    """The ND candidate vector (``_columns.CAND_FIELDS`` order) of *c* with derived values *d*."""
+    """The ND candidate vector (``ndcost.kernels.columns.CAND_FIELDS`` order) of *c* with derived values *d*."""
     where = ops.where
     return (
         c["micro_batch_size"], c["seq_length"], c["tp"], d["sp"], c["cp"],        # b, s, t, sp, cp
@@ -177,7 +177,7 @@ def nd_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any],
 
 
 def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any]) -> tuple:
-    """The memory candidate vector (``_columns.MEMORY_CAND_FIELDS`` order): what
+    """The memory candidate vector (``ndcost.kernels.columns.MEMORY_CAND_FIELDS`` order): what
     ``ndcost.tables.memory`` reads off the spec, its ZeRO divisors and byte widths (ZeRO,
     Rajbhandari et al. 2020 §5; Megatron's expert data-parallel group).
 
