@@ -238,9 +238,9 @@ class ExecSpec:
         ``"ranges"`` for a tuple of :class:`RecomputeRange`; for a per-stage
         statement, ``"full"``/``"selective"`` when it is ``True`` (every
         layer) and ``"per_stage"`` for layer counts (full wins over selective,
-        as ND's partition generator reads ``full_rec`` first, ND_REFERENCE
-        §1.6); else the ``recompute`` string (``"none"``, ``"full"``,
-        ``"selective"``).
+        as ND's partition generator reads ``full_rec`` first,
+        ND_REFERENCE §1.6); else the ``recompute`` string (``"none"``,
+        ``"full"``, ``"selective"``).
         """
         if isinstance(self.recompute, tuple):
             return "ranges"
