@@ -53,7 +53,7 @@ def on_backend(backend_name):
 
 def test_zero_bubble_v_prices_the_output_layer_on_the_last_stage(on_backend):
     """ND's generator puts the output layer in the last non-empty cell of its chunk-major scan, for
-    zero_bubble_v as for 1F1B: the last stage (ND_MODEL §1.6), though DualPipeV's V ends on stage 0."""
+    zero_bubble_v as for 1F1B: the last stage (docs/ND_MODEL.md §1.6), though DualPipeV's V ends on stage 0."""
     model = Model.from_catalog("deepseek-v3")
     spec = ExecSpec(dp=8, ep=8, pp=2, vpp=2, pp_schedule="zero_bubble_v", offset=((1, 0), (0, 1)),
                     micro_batch_num=8, seq_length=4096)
@@ -80,7 +80,7 @@ def test_zero_bubble_v_prices_the_output_layer_on_the_last_stage(on_backend):
 ])
 def test_an_empty_cell_ends_the_scan_for_the_output_layer(on_backend, name, fields, stages, out):
     """ND's first_and_last_non_empty_stage walks chunk by chunk, the stages inside each, and stops at
-    the first empty cell after a non-empty one (ND_MODEL §1.6)."""
+    the first empty cell after a non-empty one (docs/ND_MODEL.md §1.6)."""
     model = Model.from_catalog(name)
     spec = ExecSpec(dp=2, micro_batch_num=8, seq_length=4096, **fields)
     assert _nd(model, spec) == pytest.approx(_expected(model, spec, stages, emb=0, out=out), rel=1e-12)
@@ -90,7 +90,7 @@ def test_an_empty_cell_ends_the_scan_for_the_output_layer(on_backend, name, fiel
 
 
 class SilentConfig:
-    """ND's cost-model config: a field it does not hold reads 0 (ND_MODEL §1.3)."""
+    """ND's cost-model config: a field it does not hold reads 0 (docs/ND_MODEL.md §1.3)."""
 
     def __init__(self, **fields) -> None:
         self.__dict__.update(fields)
@@ -108,7 +108,7 @@ def _dense_config(**more) -> SilentConfig:
 
 def test_the_drop_in_reads_the_factor_sp_as_nd_s_op_table_does(on_backend):
     """ND's op table divides by the config's sp (derive's t with sequence parallelism, else 1); the
-    flag sequence_parallel is only what derive() reads to set it (ND_MODEL §1.4 step 1, §2.2)."""
+    flag sequence_parallel is only what derive() reads to set it (docs/ND_MODEL.md §1.4 step 1, §2.2)."""
     cfg = _dense_config()
     model, plain = model_from_nd(cfg), spec_from_nd(cfg)
     assert not plain.sequence_parallel                          # neither stated
@@ -140,7 +140,7 @@ def _moe_config(**more) -> SilentConfig:
 
 
 def test_the_dispatch_is_charged_as_many_times_as_the_config_s_count(on_backend):
-    """ND weighs the dispatch entry (MOE_DISPATCH·b·s·h·k·ep·bytes_p/t/cp, ND_MODEL §2.3) by the
+    """ND weighs the dispatch entry (MOE_DISPATCH·b·s·h·k·ep·bytes_p/t/cp, docs/ND_MODEL.md §2.3) by the
     layer's op count n_dispatch, which reads 0 where the config does not state it: a config that
     states moe_dispatch as None prices no dispatch at all."""
     none = estimate_performance(_moe_config(moe_dispatch=0.0))
@@ -165,7 +165,7 @@ def test_the_dispatch_is_charged_as_many_times_as_the_config_s_count(on_backend)
 
 def test_without_an_offset_nd_places_per_layers_a_cell_and_drops_the_rest(on_backend):
     """ND's generator gives each cell lay // (pp*vpp) layers when no offset is stated; the rest are
-    never placed (ND_MODEL §1.6). Seconds mode spreads them (docs/ND_DIFFERENCES.md)."""
+    never placed (docs/ND_MODEL.md §1.6). Seconds mode spreads them (docs/ND_DIFFERENCES.md)."""
     model = Model.from_catalog("llama3-8b")                     # 32 layers on 3 stages: 10 each, 2 dropped
     spec = ExecSpec(dp=2, pp=3, micro_batch_num=8, seq_length=4096)
     stages = [{"dense": 10}, {"dense": 10}, {"dense": 10}]
@@ -175,7 +175,7 @@ def test_without_an_offset_nd_places_per_layers_a_cell_and_drops_the_rest(on_bac
 
 
 def test_nd_search_offset_is_the_balancing_adapter_s_default():
-    """ND's search states BalancingAdapter.default_offset made valid (ND_MODEL §1.6), traced by hand."""
+    """ND's search states BalancingAdapter.default_offset made valid (docs/ND_MODEL.md §1.6), traced by hand."""
     assert nd_search_offset(62, 16, 1) == (1,) * 14 + (0, 0)     # the first stages take the extras
     assert nd_search_offset(61, 4, 2) == ((1, 1, 1, 1), (0, 0, 0, 1))
     assert nd_search_offset(10, 2, 2) == ((1, 0), (0, 1))

@@ -51,7 +51,7 @@ from ..kernels.columns import OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
 from ..errors import SpecError
 from ..spec.exec_spec import ExecSpec
 from ..spec.recompute_spec import ALL_KEPT
-from .layout_nd import EMBEDDING, OUTPUT, nd_placement, per_stage_count
+from .layout_nd import EMBEDDING, OUTPUT, nd_placement, per_stage_count, range_options
 from .validate import _layout_rules, offset_chunk_counts, offset_layer_count, pipeline_depth_error
 
 __all__ = ["Layout", "build_layout", "layout_if_valid", "LAYOUT_FIELDS"]
@@ -236,13 +236,7 @@ def _layer_options(spec: ExecSpec, n_layers: int, placed_layers: list[tuple[int,
     """(option, keep mask) of each body/MTP layer in model order."""
     stated = spec.recompute_option
     if stated == "ranges":
-        out = [(OPTION_NONE, ALL_KEPT)] * n_layers
-        for rng in spec.recompute:
-            kind = {"none": OPTION_NONE, "full": OPTION_FULL, "selective": OPTION_SELECTIVE}[rng.option]
-            mask = ALL_KEPT if kind == OPTION_NONE else (0 if kind == OPTION_FULL else spec.range_keep_mask(rng))
-            for i in range(rng.first, min(n_layers, rng.first + rng.count)):
-                out[i] = (kind, mask)
-        return out
+        return range_options(spec, n_layers)
     if stated in ("full", "selective", "per_stage") and (
         spec.full_recompute not in (None, False) or spec.selective_recompute not in (None, False)
     ):

@@ -34,7 +34,8 @@ from ..spec.exec_spec import ExecSpec
 from ..spec.exec_spec_rules import states_per_stage
 from ..spec.recompute_spec import ALL_KEPT
 
-__all__ = ["nd_placement", "nd_search_offset", "first_and_last_cells", "per_stage_count", "EMBEDDING", "OUTPUT"]
+__all__ = ["nd_placement", "nd_search_offset", "first_and_last_cells", "per_stage_count", "range_options",
+           "EMBEDDING", "OUTPUT"]
 
 #: A cell's entry for the embedding and the output layer (a layer's entry is its (option, mask)).
 EMBEDDING = "embedding"
@@ -64,6 +65,18 @@ def _cell_option(spec: ExecSpec) -> Callable[[int, int, int], tuple[int, int]]:
             return lambda s, v, j: kept if j < per_stage_count(statement, s, v, vpp) else none
     whole = {"full": (OPTION_FULL, 0), "selective": (OPTION_SELECTIVE, spec.keep_mask)}.get(spec.recompute_option, none)
     return lambda s, v, j: whole
+
+
+def range_options(spec: ExecSpec, n_layers: int) -> list[tuple[int, int]]:
+    """(option, keep mask) of each of *n_layers* layers in model order from the spec's recompute
+    ranges; a layer no range covers runs plain (ND_REFERENCE §1.6, ``layer_recompute_types``)."""
+    options = [(OPTION_NONE, ALL_KEPT)] * n_layers
+    for rng in spec.recompute:
+        kind = {"none": OPTION_NONE, "full": OPTION_FULL, "selective": OPTION_SELECTIVE}[rng.option]
+        mask = ALL_KEPT if kind == OPTION_NONE else (0 if kind == OPTION_FULL else spec.range_keep_mask(rng))
+        for i in range(rng.first, min(n_layers, rng.first + rng.count)):
+            options[i] = (kind, mask)
+    return options
 
 
 def first_and_last_cells(cells: dict, pp: int, vpp: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -119,14 +132,8 @@ def nd_placement(spec: ExecSpec, counts: list[list[int]], n_layers: int, mtp: in
         cells[last].append(OUTPUT)
     order = _model_order(cells, spec)
     if isinstance(spec.recompute, tuple):
-        # ranges speak of model order and cover layers 0..n_layers-1; a layer no range covers, or
-        # past them, runs plain (layer_recompute_types)
-        options = [(OPTION_NONE, ALL_KEPT)] * n_layers
-        for rng in spec.recompute:
-            kind = {"none": OPTION_NONE, "full": OPTION_FULL, "selective": OPTION_SELECTIVE}[rng.option]
-            mask = ALL_KEPT if kind == OPTION_NONE else (0 if kind == OPTION_FULL else spec.range_keep_mask(rng))
-            for i in range(rng.first, min(n_layers, rng.first + rng.count)):
-                options[i] = (kind, mask)
+        # a layer past the ranges' layers runs plain (layer_recompute_types)
+        options = range_options(spec, n_layers)
         for i, (s, v, j) in enumerate(order):
             cells[(s, v)][j] = options[i] if i < n_layers else (OPTION_NONE, ALL_KEPT)
     index = {(s, v, j): i for i, (s, v, j) in enumerate(order)}
