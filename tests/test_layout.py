@@ -118,3 +118,38 @@ def test_nd_with_emb_out_in_offset_takes_the_first_and_last_slots(dense):
     layout = build_layout(dense, spec(pp=2, emb_out_in_offset=True), nd=True)
     assert layout.layers_per_stage().tolist() == [5, 5]
     assert layout.stages[0][0][0] == -1 and layout.stages[1][0][-1] == -2
+
+
+def test_nd_and_physical_placements_agree_where_nd_places_layers_where_they_run():
+    """Every layer placed (an offset, or layers that divide evenly), no empty cell, not zero_bubble_v:
+    ND's generator and the physical placement are the same layout, kinds, options and ends included."""
+    rng = np.random.default_rng(26)
+    models = [Model.from_catalog(name) for name in ("deepseek-v3", "qwen3-next-80b-a3b", "llama3-8b")]
+    checked = 0
+    for _ in range(120):
+        model = models[int(rng.integers(len(models)))]
+        pp, vpp = int(rng.choice((2, 3, 4))), int(rng.choice((1, 2)))
+        mtp_in = bool(rng.random() < 0.7)
+        lay = model.num_hidden_layers + (model.num_nextn_predict_layers if mtp_in else 0)
+        per, rest = divmod(lay, pp * vpp)
+        extra = [1] * rest + [0] * (pp * vpp - rest)
+        rng.shuffle(extra)
+        offset = tuple(tuple(extra[v * pp:(v + 1) * pp]) for v in range(vpp))
+        recompute = rng.choice(["none", "full", "ranges", "per_stage"])
+        fields = dict(pp=pp, vpp=vpp, offset=offset if vpp > 1 else offset[0], mtp_in_offset=mtp_in,
+                      micro_batch_num=8, seq_length=4096)
+        if recompute == "ranges":
+            fields["recompute"] = (RecomputeRange(first=int(rng.integers(0, 10)), count=7, option="full"),)
+        elif recompute == "per_stage":
+            fields["full_recompute"] = tuple(int(x) for x in rng.integers(0, per + 1, size=pp))
+        else:
+            fields["recompute"] = str(recompute)
+        s = ExecSpec(**fields)
+        nd, physical = build_layout(model, s, nd=True), build_layout(model, s)
+        assert np.array_equal(nd.counts, physical.counts)
+        assert (nd.emb_stage, nd.emb_chunk, nd.out_stage, nd.out_chunk) == (
+            physical.emb_stage, physical.emb_chunk, physical.out_stage, physical.out_chunk)
+        assert nd.mtp_stage_counts.tolist() == physical.mtp_stage_counts.tolist()
+        assert nd.positions == physical.positions and nd.stages == physical.stages
+        checked += 1
+    assert checked == 120
