@@ -11,7 +11,7 @@ from .args import (
 from .help import ESTIMATE_EXAMPLES, add_pricing_arguments, examples_epilog
 from ..spec.rates_io import rates_argument
 
-__all__ = ["add_estimate_commands"]
+__all__ = ["add_estimate_commands", "price_from_args"]
 
 def _fmt(value: float, units: str) -> str:
     if units == "seconds":
@@ -21,21 +21,26 @@ def _fmt(value: float, units: str) -> str:
     return f"{value:.6e}"
 
 
-def _cmd_estimate(args: argparse.Namespace) -> int:
+def price_from_args(args: argparse.Namespace) -> tuple:
+    """(model, spec, cluster, estimate, layers moved or None) of parsed ``ndcost estimate`` arguments:
+    the strategy priced as stated, or first rebalanced with ``--balance``."""
     from ..price.estimate import estimate
 
     model = model_from_args(args)
     spec = spec_from_args(args)
     cluster = cluster_from_args(args, spec)
-    moved = None
     rates = rates_argument(args.rates, args.software)
     if args.balance:
         from ..price.pipeline_balance import balance_pipeline
 
         balanced = balance_pipeline(model, spec, cluster, units=args.units, ratios=args.ratios, rates=rates)
-        spec, result, moved = balanced.spec, balanced.estimate, balanced.moves
-    else:
-        result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios, rates=rates)
+        return model, balanced.spec, cluster, balanced.estimate, balanced.moves
+    return model, spec, cluster, estimate(model, spec, cluster, units=args.units, ratios=args.ratios,
+                                          rates=rates), None
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    model, spec, cluster, result, moved = price_from_args(args)
     if args.json:
         out = result.to_dict()
         out["model"] = model.name
@@ -61,20 +66,11 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _print_memory(result: Any, cluster: Any) -> None:
-    """The peak against what the device can give, then each stage's parts (GiB)."""
-    memory, gib = result.memory, 2**30
-    verdict = "fits" if result.fits else "DOES NOT FIT"
-    if memory.fixed_bytes:
-        print(f"memory: peak {memory.peak_reserved / gib:.2f} GiB reserved ({memory.peak_allocated / gib:.2f} "
-              f"allocated) of {memory.usable_bytes / gib:.2f} GiB usable ({cluster.device.hbm_bytes / gib:.1f} GiB "
-              f"less {memory.fixed_bytes / gib:.2f} fixed: CUDA context, workspaces, NCCL) -> {verdict}")
-    else:
-        print(f"memory: peak {memory.peak / gib:.2f} GiB of {cluster.device.hbm_bytes / gib:.1f} GiB -> {verdict}")
-    parts = ("params", "grads", "optimizer", "activations", "working_set", "comm_buffers", "reserve")
-    print("  stage " + "".join(f"{name:>13}" for name in parts) + f"{'total':>10}")
-    for i, stage in enumerate(memory.stages):
-        print(f"  {i:>5} " + "".join(f"{getattr(stage, name) / gib:13.2f}" for name in parts)
-              + f"{stage.total / gib:10.2f}")
+    """The memory figures in the one vocabulary (ndcost.tables.memory_words), then each stage's parts."""
+    from ..tables.memory_words import memory_line, stage_table
+
+    print(memory_line(result.memory, result.fits))
+    print("\n".join(stage_table(result.memory)))
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """The ``ndcost`` command line: builds the parser from the command modules and runs one command.
 
 Each command group lives in its own module of ``ndcost.cli`` (catalog: models, devices, show;
-estimate: estimate, explain; reproduce; validate; calibrate; search; plot), with the arguments they
+estimate: estimate, explain; compare; reproduce; validate; calibrate; search; plot), with the arguments they
 share in ``ndcost.cli.args``. Every subcommand prints a readable table by default and JSON with ``--json``.
 Bad input is a :class:`~ndcost.errors.SpecError`, printed as one line on
 stderr with exit status 2 (never a traceback).
@@ -15,6 +15,7 @@ from typing import Sequence
 
 from .._version import __version__
 from .calibrate import add_calibrate_command
+from .compare import add_compare_command
 from .catalog import add_catalog_commands
 from .estimate import add_estimate_commands
 from .plot import add_plot_command
@@ -25,8 +26,8 @@ from ..errors import SpecError
 __all__ = ["main", "build_parser"]
 
 #: The commands in the order `ndcost --help` lists them.
-_COMMANDS = (add_catalog_commands, add_estimate_commands, add_validate_command, add_calibrate_command,
-             add_search_command, add_plot_command)
+_COMMANDS = (add_catalog_commands, add_estimate_commands, add_compare_command, add_validate_command,
+             add_calibrate_command, add_search_command, add_plot_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

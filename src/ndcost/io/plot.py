@@ -80,21 +80,21 @@ def plot_parts(ranked: Sequence[Any], path: str) -> str:
 
 
 def memory_stack(memory: Any) -> list[tuple[str, list[float]]]:
-    """The parts a device holds per stage, bottom to top, in bytes: the tensors' parts, then -- once the
-    estimate carries the process's overheads (seconds mode) -- the caching allocator's slack over them
-    and the fixed costs (CUDA context, workspaces, NCCL buffers) in place of ND's flat reserve, so
-    the peak stage's bar is ``device_peak``; without them, ND's reserve, so a bar is the stage's total."""
-    from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR
+    """The parts a device holds per stage, bottom to top, in bytes, named in the memory vocabulary
+    (``ndcost.tables.memory.MEMORY_FIGURES``): the tensors' parts (their sum is the stage's allocated
+    peak), the caching allocator's slack over them (up to the reserved peak; none in ND's units) and
+    the fixed costs (CUDA context, workspaces, NCCL; ND's safety reserve in ND's units), so the
+    fullest stage's bar is the HBM less the headroom."""
+    from ..tables.memory_words import STAGE_COLUMNS
 
     stages = memory.stages
-    names = ("params", "grads", "optimizer", "activations", "comm_buffers", "working_set")
-    stack = [(name, [getattr(stage, name) for stage in stages]) for name in names]
-    if memory.fixed_bytes > 0.0:
+    stack = [(name, [getattr(stage, name) for stage in stages]) for name in STAGE_COLUMNS[:-2]]
+    if memory.slack != 1.0:
         allocated = [stage.total - stage.reserve for stage in stages]
-        stack.append(("allocator slack", [a * (ALLOCATOR_RESERVE_FACTOR - 1.0) for a in allocated]))
-        stack.append(("fixed (context, workspaces, NCCL)", [memory.fixed_bytes] * len(stages)))
-    else:
-        stack.append(("reserve", [stage.reserve for stage in stages]))
+        stack.append(("allocator slack (reserved peak - allocated peak)",
+                      [a * (memory.slack - 1.0) for a in allocated]))
+    what = "ND's safety reserve" if memory.slack == 1.0 else "CUDA context, workspaces, NCCL"
+    stack.append((f"fixed costs ({what})", [memory.fixed_bytes] * len(stages)))
     return stack
 
 

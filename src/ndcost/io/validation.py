@@ -109,6 +109,10 @@ class RunResult:
     mfu: float | None = None
     #: The MFU the source publishes (a fraction, its own FLOP count and peak), when it gives one.
     published_mfu: float | None = None
+    #: The catalog device the row ran on and the training stack it was priced with (``Rates.for_software``'s
+    #: name), where the row could be built: what ``ndcost.io.measured_error`` groups the errors by.
+    device: str | None = None
+    software: str | None = None
 
     @property
     def estimated_mfu(self) -> float | None:
@@ -374,6 +378,7 @@ class BuiltRow:
     rates: Rates
     overlap: Overlap | None
     notes: tuple[str, ...]
+    software: str | None = None    # the stack's Rates.for_software name the row is priced with
 
 
 def build_row(row: Mapping, hardware_table: Mapping, path: str | PathLike | None, *, rates: Any = None,
@@ -404,7 +409,7 @@ def build_row(row: Mapping, hardware_table: Mapping, path: str | PathLike | None
         sources.update({name: f"the run's facts ({run_id})" for name in changes})
         row_rates = row_rates.replace(sources=sources, **changes)
     return BuiltRow(model, spec, cluster, float(measured), derived, row_rates,
-                    row_overlap if overlap is None else overlap, tuple(notes))
+                    row_overlap if overlap is None else overlap, tuple(notes), generation)
 
 
 def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap | None = None) -> ValidationReport:
@@ -438,7 +443,8 @@ def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap |
         results.append(RunResult(run_id, family, estimate_s=result["step_time"], measured_s=built.measured_s,
                                  measured_derived=built.derived, notes=built.notes, parts=result["parts"],
                                  mfu=result["mfu"], published_mfu=published / 100.0
-                                 if isinstance(published, (int, float)) else None))
+                                 if isinstance(published, (int, float)) else None,
+                                 device=built.cluster.device.name, software=built.software))
     return ValidationReport(tuple(results))
 
 

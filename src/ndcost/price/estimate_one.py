@@ -305,7 +305,9 @@ def estimate_nd_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any,
     if with_memory:
         capacity = prep.cc.capacity
         peak = values[_ONE_PEAK]
-        memory = MemoryEstimate.from_kernel(stages, peak, capacity)
+        reserve = prep.cc.reserve
+        # ND's memory model in the one vocabulary: no allocator slack, its reserve standing for the fixed costs
+        memory = MemoryEstimate.from_kernel(stages, peak, capacity, reserve, reserve, 1.0)
         fits = peak <= capacity   # memory_batch's fit: the peak stage (its reserve included) within HBM
     return _result("nd" if ratio_set is None else "nd_ms", total, part_values, tuple(times.tolist()),
                    memory, fits, _NAN, _NAN, _NAN, _NO_DETAILS)
