@@ -92,15 +92,57 @@ def _cmd_explain(args: argparse.Namespace) -> int:
                                f"the devices ({args.devices}). Got {devices} instead.")
     else:
         spec = ExecSpec(**fields)
-        reasons = explain(model, spec, cluster_from_args(args, spec))
+        cluster = cluster_from_args(args, spec)
+        reasons = explain(model, spec, cluster)
+    if reasons:
+        if args.json:
+            print(json.dumps({"valid": False, "reasons": reasons}, indent=2))
+        else:
+            for reason in reasons:
+                print(f"- {reason}")
+        return 1
+    # valid and it fits: its headroom, and how far it is from #1 of a search of the same job and why
+    from ..price.estimate import estimate
+
+    priced = estimate(model, spec, cluster)
+    rank = None if args.no_rank else _distance_from_best(model, spec, cluster, priced)
     if args.json:
-        print(json.dumps({"valid": not reasons, "reasons": reasons}, indent=2))
-    elif not reasons:
-        print("valid, and it fits")
+        print(json.dumps({"valid": True, "reasons": [], "headroom": priced.memory.headroom,
+                          "rank": rank}, indent=2, default=str))
+        return 0
+    print(f"valid, and it fits: headroom {priced.memory.headroom / 2**30:.2f} GiB "
+          f"(reserved peak {priced.memory.peak_reserved / 2**30:.2f} GiB of usable HBM "
+          f"{priced.memory.usable_bytes / 2**30:.2f} GiB)")
+    if rank is not None:
+        print("\n".join(rank["lines"]))
+    return 0
+
+
+def _distance_from_best(model: Any, spec: Any, cluster: Any, priced: Any) -> dict:
+    """How far *spec* is from #1 of ``ndcost search`` on the same model, devices, batch and sequence, and why
+    (``ndcost.compare``), as {"best": .., "gap": .., "tied": .., "lines": [...]}."""
+    from ..errors import SpecError
+    from ..io.compare import compare
+    from ..price.search import search
+
+    command = (f"ndcost search {model.name} --devices {cluster.num_devices} --device {cluster.device.name} "
+               f"--global-batch-size {spec.resolved_global_batch_size} --seq-length {spec.seq_length}")
+    try:
+        result = search(model, cluster, global_batch_size=spec.resolved_global_batch_size,
+                        seq_length=spec.seq_length, top=1)
+    except SpecError as exc:
+        return {"best": None, "lines": [f"not ranked: {command} refuses the job: {exc}"]}
+    if not result.results:
+        return {"best": None, "lines": [f"not ranked: nothing in `{command}` fits"]}
+    best = result.results[0]
+    comparison = compare(best, (spec, priced), model, cluster)
+    if comparison.gap <= 0:
+        lines = [f"it is as fast as #1 of `{command}`, or faster: " + comparison.verdict().replace("B - A", "this - #1")]
     else:
-        for reason in reasons:
-            print(f"- {reason}")
-    return 0 if not reasons else 1
+        lines = [f"against #1 of `{command}` (A = #1, B = this strategy):", comparison.verdict(),
+                 *(f"  - {reason}" for reason in comparison.reasons[:6])]
+    return {"best": comparison.to_dict()["a"]["strategy"], "gap": comparison.gap,
+            "relative_gap": comparison.relative_gap, "tied": comparison.tied, "lines": lines}
 
 
 def add_estimate_commands(sub: Any) -> None:
@@ -113,7 +155,10 @@ def add_estimate_commands(sub: Any) -> None:
                         "default: the stated layout)")
     p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_estimate)
-    p = sub.add_parser("explain", help="why a strategy is invalid or does not fit")
+    p = sub.add_parser("explain", help="why a strategy is invalid or does not fit; for one that runs, how far it "
+                                       "is from #1 of a search of the same job, and why")
     add_strategy_arguments(p)
+    p.add_argument("--no-rank", action="store_true",
+                   help="do not search the job for its #1 to compare a valid strategy with (default: compare)")
     p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_explain)

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ..kernels.columns import PART_NAMES
+from ..tables.memory import MEMORY_FIGURES
 from .help import SEARCH_EXAMPLES, add_pricing_arguments, examples_epilog
 from .reproduce import emit_report, estimate_command, write_plan
 from ..files import output_path
@@ -39,7 +40,7 @@ def _fmt_time(value: float, units: str) -> str:
     return f"{value * 1e3:10.1f} ms" if units == "seconds" else f"{value:12.4e}"
 
 
-def _print_result(result: Any, model: Any, cluster: Any) -> None:
+def _print_result(result: Any, model: Any, cluster: Any, software: str | None = None) -> None:
     print(f"{model.name} on {cluster.num_devices} x {cluster.device.name}: "
           f"{result.space_size} candidates priced, {result.fitting} fit")
     for title, counts in (("rejected:", result.rejected), ("not in the space (the values given):", result.excluded)):
@@ -49,31 +50,18 @@ def _print_result(result: Any, model: Any, cluster: Any) -> None:
                 print(f"  {count:>8}  {reason}")
     if not result.results:
         return
-    header = (f"{'#':>3} {'dp':>5} {'tp':>3} {'pp':>3} {'vpp':>3} {'cp':>3} {'ep':>4} {'mbs':>3} {'m':>5} "
-              f"{'recompute':>10} {'step':>13} {'MFU':>6} {'tokens/s':>12} {'peak GiB':>9}  top parts")
-    print(header)
-    print("-" * len(header))
-    for rank, ranked in enumerate(result.results, 1):
-        s, e = ranked.spec, ranked.estimate
-        mode = "per-layer" if ranked.per_layer_recompute else s.recompute_option
-        parts = sorted(e.parts.items(), key=lambda kv: -kv[1])[:3]
-        share = ", ".join(f"{name} {100 * value / e.step_time:.0f}%" for name, value in parts if value > 0)
-        mfu = f"{100 * e.mfu:5.1f}%" if e.mfu == e.mfu else "     -"
-        tps = f"{e.tokens_per_second:12,.0f}" if e.tokens_per_second == e.tokens_per_second else f"{'-':>12}"
-        print(f"{rank:>3} {s.dp:>5} {s.tp:>3} {s.pp:>3} {s.vpp:>3} {s.cp:>3} {s.ep:>4} {s.micro_batch_size:>3} "
-              f"{s.resolved_micro_batch_num:>5} {mode:>10} {_fmt_time(e.step_time, e.units)} {mfu} {tps} "
-              f"{e.memory.device_peak / 2**30:9.1f}  {share}")
-    for rank, ranked in enumerate(result.results, 1):
-        if ranked.rebalanced:
-            print(f"#{rank}: rebalanced pipeline, --offset={offset_text(ranked.spec.offset)}")
-    print(f"Pareto front (step time vs peak memory): {len(result.pareto)} strategies")
+    from .search_table import table_lines
+    from ..io.measured_error import measured_error
+
+    print("\n".join(table_lines(result, measured_error(cluster, software))))
+    print(f"Pareto front (step time vs reserved peak plus fixed costs): {len(result.pareto)} strategies")
 
 
 def _write_csv(path: str, result: Any) -> None:
     with output_path(path, "the search's CSV").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["rank", "dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "micro_batch_num",
-                         "recompute", "offset", "step_time", "peak_memory", "mfu", "tokens_per_second",
+                         "recompute", "offset", "step_time", *MEMORY_FIGURES.values(), "mfu", "tokens_per_second",
                          # the parts of the step, prefixed: "recompute" above is the mode, part_recompute its time
                          *(f"part_{name}" for name in PART_NAMES)] if result.results else ["rank"])
         for rank, ranked in enumerate(result.results, 1):
@@ -81,7 +69,8 @@ def _write_csv(path: str, result: Any) -> None:
             writer.writerow([rank, s.dp, s.tp, s.pp, s.vpp, s.cp, s.ep, s.micro_batch_size,
                              s.resolved_micro_batch_num, "per_layer" if ranked.per_layer_recompute else s.recompute_option,
                              offset_text(s.offset) if s.offset is not None else "",
-                             e.step_time, e.memory.peak, e.mfu, e.tokens_per_second,
+                             e.step_time, *(getattr(e.memory, name) for name in MEMORY_FIGURES.values()), e.mfu,
+                             e.tokens_per_second,
                              *(e.parts[name] for name in PART_NAMES)])
 
 
@@ -96,7 +85,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
-        _print_result(result, model, cluster)
+        _print_result(result, model, cluster, args.software)
     if result.results:
         best = result.results[0]
         if args.save_plan:

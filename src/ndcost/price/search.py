@@ -28,6 +28,8 @@ from .result import Estimate
 from ..spec.search_space import SEARCH_DIMENSIONS, build_space
 from ..spec.software_fields import software_columns, software_fields
 from ..tables.layout_nd import nd_search_offset
+from ..tables.memory import reserved_peak_bytes
+from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR
 
 #: The smallest memory limit a search takes: below 1 GiB no device holds a CUDA context and a model.
 MIN_MEMORY_LIMIT = 2**30
@@ -76,9 +78,15 @@ class SearchResult:
     units: str
     columns: Mapping[str, np.ndarray] = field(repr=False, default_factory=dict)
     step_time: np.ndarray = field(repr=False, default=None)
+    #: Per candidate: the reserved peak plus the fixed costs (the HBM less the headroom), what the memory
+    #: limit is held to and the Pareto front is drawn on; NaN where not priced.
     peak_memory: np.ndarray = field(repr=False, default=None)
     #: Given dimension values that fill no combination of the devices, with why (not in the space).
     excluded: Mapping[str, int] = field(default_factory=dict)
+    #: Per candidate: the reserved peak (MemoryEstimate.peak_reserved); NaN where not priced.
+    reserved_memory: np.ndarray = field(repr=False, default=None)
+    #: The memory limit the candidates were held to (the device's HBM unless a limit was given).
+    capacity: float = math.inf
 
     @property
     def best(self) -> Ranked | None:
@@ -97,9 +105,16 @@ class SearchResult:
             "rejected": dict(self.rejected),
             "excluded": dict(self.excluded),
             "results": [r.to_dict() for r in self.results],
-            "pareto": [{"step_time": t, "peak_memory": m, "strategy": _row_strategy(self.columns, i)}
+            "pareto": [{"step_time": t, **_memory_figures(self, m, i), "strategy": _row_strategy(self.columns, i)}
                        for t, m, i in self.pareto],
         }
+
+
+def _memory_figures(result: SearchResult, held: float, i: int) -> dict:
+    """A candidate's memory in the vocabulary's names (MEMORY_FIGURES) from what it holds (*held*: the
+    reserved peak plus the fixed costs) and its reserved peak."""
+    reserved = float(result.reserved_memory[i]) if result.reserved_memory is not None else math.nan
+    return {"peak_reserved": reserved, "fixed_bytes": held - reserved, "headroom": result.capacity - held}
 
 
 def _row_strategy(columns: Mapping[str, np.ndarray], i: int) -> dict:
@@ -211,6 +226,8 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     n = space.size
     step = np.full(n, np.nan)
     memory = np.full(n, np.nan)
+    reserved = np.full(n, np.nan)
+    slack = ALLOCATOR_RESERVE_FACTOR if units == "seconds" else 1.0   # ND's units price no allocator slack
     reason = np.zeros(n, dtype=np.int64)
     for start in range(0, n, BATCH):
         chunk = {name: col[start:start + BATCH] for name, col in space.columns.items()}
@@ -218,6 +235,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
                               threads=threads)
         step[start:start + BATCH] = batch.step_time
         memory[start:start + BATCH] = batch.device_memory   # what the device holds (seconds: + slack, fixed)
+        reserved[start:start + BATCH] = reserved_peak_bytes(batch.peak_memory, cluster.memory_reserve_bytes, slack)
         reason[start:start + BATCH] = batch.reason
         if progress is not None:
             progress(min(n, start + BATCH), n)
@@ -256,7 +274,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         results=tuple(results[:top]), space_size=n, fitting=int(fits.sum()), rejected=dict(rejected),
         excluded=dict(space.excluded or {}),
         pareto=tuple((float(step[i]), float(memory[i]), i) for i in front), units=units,
-        columns=space.columns, step_time=step, peak_memory=memory,
+        columns=space.columns, step_time=step, peak_memory=memory, reserved_memory=reserved, capacity=capacity,
     )
 
 

@@ -53,6 +53,7 @@ from .memory_overheads import ALLOCATOR_RESERVE_FACTOR
 
 __all__ = [
     "device_peak_bytes",
+    "reserved_peak_bytes",
     "MEMORY_FIGURES",
     "MEMORY_PARTS",
     "SCHEDULE_CODES",
@@ -130,6 +131,12 @@ def device_peak_bytes(peak: float, reserve: float, fixed: float) -> float:
     (memory_overheads.ALLOCATOR_RESERVE_FACTOR: peak_reserved), plus the process's *fixed* costs.
     MemoryEstimate.device_peak and estimate()'s fit test are this one formula."""
     return (peak - reserve) * ALLOCATOR_RESERVE_FACTOR + fixed
+
+
+def reserved_peak_bytes(total: Any, reserve: float, slack: float = ALLOCATOR_RESERVE_FACTOR) -> Any:
+    """The reserved peak (MemoryEstimate.peak_reserved) from stage totals that hold ND's *reserve*: the
+    allocated peak times the allocator's *slack* (1 in ND's units). Scalars or arrays."""
+    return (total - reserve) * slack
 
 
 #: The memory figures every output names, in words, each with the MemoryEstimate attribute (and JSON
