@@ -17,6 +17,7 @@ from .price.estimate import estimate, layer_times
 from .price.estimate_many import estimate_many
 from .spec.exec_spec import ExecSpec
 from .price.explain import explain
+from .io.compare import Comparison, compare
 from .io.fit_rates import RatesFit, fit_rates
 from .io.fit_runs import MeasuredRun
 from .spec.layer_kinds import LayerKind, OpCounts
@@ -40,7 +41,7 @@ __all__ = [
     "Model", "LayerKind", "OpCounts", "ParamCount", "models",
     "Device", "Cluster", "devices",
     "ExecSpec", "RecomputeRange", "SWITCHES",
-    "Ratios", "Estimate", "estimate", "layer_times", "explain",
+    "Ratios", "Estimate", "estimate", "layer_times", "explain", "compare", "Comparison",
     "Cost", "SwitchProfile", "plan_stage", "RecomputePlan", "plan_recompute",
     "BalancedPipeline", "balance_pipeline",
     "search", "SearchResult",

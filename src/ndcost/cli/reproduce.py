@@ -101,9 +101,12 @@ def emit_report(launcher: str, model: Any, cluster: Any, ranked: Any, *, units: 
     limit = cluster.device.hbm_bytes if memory_limit is None else memory_limit
 
     def priced(e: Any) -> str:
-        held = e.memory.device_peak      # what the device holds (seconds: allocator slack and fixed costs in)
-        fits = f"fits {limit / 2**30:.1f} GiB" if held <= limit else f"does NOT fit {limit / 2**30:.1f} GiB"
-        return f"{e.step_time:.6g} {'s' if units == 'seconds' else 'ND units'}, peak {held / 2**30:.1f} GiB ({fits})"
+        memory = e.memory     # held to the limit in place of the HBM: usable = limit less the fixed costs
+        headroom = limit - memory.device_peak
+        fits = "fits" if headroom >= 0 else "does NOT fit"
+        return (f"{e.step_time:.6g} {'s' if units == 'seconds' else 'ND units'}, reserved peak "
+                f"{memory.peak_reserved / 2**30:.1f} GiB, headroom {headroom / 2**30:.1f} GiB of {limit / 2**30:.1f} "
+                f"GiB ({fits})")
 
     lines += [f"# NOTE: these {launcher} settings approximate the priced recompute plan: {stated.note}.",
               f"#   the plan as priced: {priced(plan)}",

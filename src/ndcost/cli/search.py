@@ -54,7 +54,7 @@ def _print_result(result: Any, model: Any, cluster: Any, software: str | None = 
     from ..io.measured_error import measured_error
 
     print("\n".join(table_lines(result, measured_error(cluster, software))))
-    print(f"Pareto front (step time vs reserved peak plus fixed costs): {len(result.pareto)} strategies")
+    print(f"Pareto front (step time vs reserved peak): {len(result.pareto)} strategies")
 
 
 def _write_csv(path: str, result: Any) -> None:

@@ -74,7 +74,7 @@ class SearchResult:
     space_size: int
     fitting: int
     rejected: Mapping[str, int]
-    pareto: tuple[tuple[float, float, int], ...]  # (step_time, peak_memory, index into the space)
+    pareto: tuple[tuple[float, float, int], ...]  # (step_time, reserved peak, index into the space)
     units: str
     columns: Mapping[str, np.ndarray] = field(repr=False, default_factory=dict)
     step_time: np.ndarray = field(repr=False, default=None)
@@ -105,15 +105,15 @@ class SearchResult:
             "rejected": dict(self.rejected),
             "excluded": dict(self.excluded),
             "results": [r.to_dict() for r in self.results],
-            "pareto": [{"step_time": t, **_memory_figures(self, m, i), "strategy": _row_strategy(self.columns, i)}
-                       for t, m, i in self.pareto],
+            "pareto": [{"step_time": t, **_memory_figures(self, i), "strategy": _row_strategy(self.columns, i)}
+                       for t, _, i in self.pareto],
         }
 
 
-def _memory_figures(result: SearchResult, held: float, i: int) -> dict:
-    """A candidate's memory in the vocabulary's names (MEMORY_FIGURES) from what it holds (*held*: the
-    reserved peak plus the fixed costs) and its reserved peak."""
-    reserved = float(result.reserved_memory[i]) if result.reserved_memory is not None else math.nan
+def _memory_figures(result: SearchResult, i: int) -> dict:
+    """Candidate *i*'s memory in the vocabulary's names (MEMORY_FIGURES): its reserved peak, and its fixed
+    costs and headroom from what it holds (the reserved peak plus the fixed costs)."""
+    reserved, held = float(result.reserved_memory[i]), float(result.peak_memory[i])
     return {"peak_reserved": reserved, "fixed_bytes": held - reserved, "headroom": result.capacity - held}
 
 
@@ -269,11 +269,11 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     results.sort(key=_rank_key)
     results += _planned(model, cluster, results[:per_layer_recompute], capacity, units, ratios, rates)
     results.sort(key=_rank_key)
-    front = pareto_front(step, memory, fits)
+    front = pareto_front(step, reserved, fits)     # step time against the reserved peak (MEMORY_FIGURES)
     return SearchResult(
         results=tuple(results[:top]), space_size=n, fitting=int(fits.sum()), rejected=dict(rejected),
         excluded=dict(space.excluded or {}),
-        pareto=tuple((float(step[i]), float(memory[i]), i) for i in front), units=units,
+        pareto=tuple((float(step[i]), float(reserved[i]), i) for i in front), units=units,
         columns=space.columns, step_time=step, peak_memory=memory, reserved_memory=reserved, capacity=capacity,
     )
 
