@@ -127,6 +127,9 @@ def stated_stack_fields(facts: Any, strategy: Mapping[str, Any], recompute: str,
         etp = etp.get("value")
     if isinstance(etp, int) and not isinstance(etp, bool):
         fields["etp"] = etp
+    reshard = facts.value("reshard_after_forward")
+    if isinstance(reshard, bool):  # FSDP2's reshard_after_forward: a re-gather in the backward, or none
+        fields["reshard_params"] = reshard
     if facts.flag("cuda_graphs"):
         notes.append(f"CUDA graphs stated, not priced ({facts.text('cuda_graphs')})")
     return fields, notes

@@ -12,6 +12,7 @@ on the row; a fact the estimate needs and the file leaves null makes the row ski
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -22,7 +23,7 @@ from ..spec.device import Cluster
 from ..errors import SpecError
 from ..spec.exec_spec import ExecSpec
 from ..spec.model import Model
-from ..spec.rates import FP8_RECIPES
+from ..spec.rates import ATTENTION_KERNELS, FP8_RECIPES
 from .fact_rules import catalog_cluster, stack_choice, stated_stack_fields
 
 __all__ = ["BuiltRun", "RunFacts", "figure_value", "figure_int", "load_run_facts", "facts_for", "modern_run", "FACTS_FILES", "CATALOG_BY_NAME"]
@@ -146,6 +147,11 @@ def _catalog_model(block: Mapping, run_id: str) -> tuple[Model, str]:
                 if stated is not None and stated != getattr(model, field):
                     raise SpecError(key, run_id, f"equal the catalog {catalog}'s {field} ({getattr(model, field)})",
                                     stated)
+            mtp = figure_int(block.get("mtp_layers"))
+            if mtp is not None and mtp != model.num_nextn_predict_layers:
+                # the run trains the catalog model without (or with other) multi-token prediction layers
+                model = dataclasses.replace(model, num_nextn_predict_layers=mtp)
+                return model, f"model: catalog {catalog}, {mtp} MTP layers"
             return model, f"model: catalog {catalog}"
     raise SpecError("model", run_id, "name a catalog model (ndcost.io.run_facts.CATALOG_BY_NAME) or state GPT dims",
                     block.get("name"))
@@ -292,6 +298,11 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
             changes["fp8_recipe"] = recipe
         else:
             notes.append("fp8 recipe not stated: the software's default")
+    kernel = facts.text("attention_kernel").split(" ")[0]
+    if kernel:  # the attention kernel the run states (TE's fused attention: "best"), where its preset's differs
+        changes["attention_kernel"], note = stack_choice("attention_kernel", kernel, ATTENTION_KERNELS, "best",
+                                                         "the fastest kernel ndcost prices")
+        notes += [note] if note else []
     overlap = None
     if facts.text("ep_a2a_overlap").startswith(("overlap_moe_expert_parallel_comm true", "dualpipe")):
         from ..tables.seconds import Overlap
