@@ -61,7 +61,7 @@ from .run_facts import facts_for, figure_int as _int, figure_value as _value, mo
 from ..tables.seconds import DEEPSPEED_2021, Overlap, seconds_estimate
 from ..tables.validate import validate
 
-__all__ = ["BUILTIN_RUNS", "gpt_model", "RunResult", "ValidationReport", "validate_runs", "build_run", "software", "SOURCE_FACTS", "EQ3_FRAMEWORKS"]
+__all__ = ["BUILTIN_RUNS", "gpt_model", "RunResult", "ValidationReport", "validate_runs", "build_run", "software", "SOURCE_FACTS", "SOURCE_MODEL_FACTS", "EQ3_FRAMEWORKS"]
 
 #: Strategy fields a row omits but its cited source states: row id -> (fields, citation).
 SOURCE_FACTS: Mapping[str, tuple[dict, str]] = {
@@ -73,6 +73,17 @@ SOURCE_FACTS: Mapping[str, tuple[dict, str]] = {
     "bloom176b_tr11_384gpu": (
         {"recompute": "full"},
         "bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm: --checkpoint-activations",
+    ),
+}
+
+#: Model dimensions a row omits but a source states: row id -> (model-block fields, citation).
+SOURCE_MODEL_FACTS: Mapping[str, tuple[dict, str]] = {
+    "opt175b_992gpu": (
+        {"vocab": 50272},
+        "facebookresearch/metaseq@f7ffa5fd61cf90f498a36d365c13dd7f1a912ff7: GPT-2 BPE's 50265 tokens "
+        "(projects/OPT/assets/gpt2-vocab.json) and 4 special tokens padded to a multiple of 8 "
+        "(metaseq/tasks/streaming_language_modeling.py:L218-226); metaseq/cli/interactive_ft.py:L192 "
+        "--vocab-size default 50272",
     ),
 }
 
@@ -237,6 +248,11 @@ def _zero(entry: Any) -> int | None:
         return 0
     if isinstance(value, int) and not isinstance(value, bool):
         return value
+    if "zero-1-equivalent" in str(value).lower():
+        # DeepSpeed's BF16_Optimizer under "stage 0" keeps only its rank's fp32 master partition in the
+        # optimizer (microsoft/DeepSpeed@56c522386878df2513ccb548de76b50191ae3af7
+        # deepspeed/runtime/bf16_optimizer.py:L147-202): ZeRO-1's sharding of the optimizer states
+        return 1
     found = re.search(r"\d", str(value))
     return int(found.group(0)) if found else None
 
@@ -306,6 +322,12 @@ def build_run(row: Mapping, hardware_table: Mapping) -> tuple[Any, Any, Any, flo
     if filled:
         strategy.update({key: value for key, value in facts.items() if key not in strategy})
         notes.append(f"{', '.join(filled)} from {citation.split(':')[0]}")
+    model_facts, model_citation = SOURCE_MODEL_FACTS.get(run_id, ({}, ""))
+    stated = [f"{key}={value}" for key, value in model_facts.items() if model_block.get(key) is None]
+    if stated:
+        model_block = {**model_block, **{key: value for key, value in model_facts.items()
+                                         if model_block.get(key) is None}}
+        notes.append(f"{', '.join(stated)} from {model_citation.split(':')[0]}")
     model = gpt_model(model_block, run_id, untied="untied" in str(model_block.get("note", "")).lower())
     gpus, tp, pp, dp = (_int(strategy.get(key)) for key in ("gpus", "tp", "pp", "dp"))
     for name, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("dp", dp)):
