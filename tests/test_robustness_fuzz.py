@@ -77,7 +77,9 @@ def frozen(value) -> bytes:
     return pickle.dumps(value)
 
 
-def same(a: float, b: float) -> bool:
+def same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:      # not defined (ND's units' MFU, HFU, tokens/s)
+        return a is b
     return (math.isnan(a) and math.isnan(b)) or a == b or abs(a - b) <= RTOL * max(abs(a), abs(b))
 
 

@@ -45,5 +45,6 @@ __all__ = [
     "Cost", "SwitchProfile", "plan_stage", "RecomputePlan", "plan_recompute",
     "BalancedPipeline", "balance_pipeline",
     "search", "SearchResult",
+    "Candidates", "estimate_many", "BatchEstimate", "REASONS", "explain_reason",
     "fit_rates", "RatesFit", "MeasuredRun", "load_rates", "save_rates",
 ]

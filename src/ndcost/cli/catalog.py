@@ -54,17 +54,28 @@ def _cmd_devices(args: argparse.Namespace) -> int:
         else:
             print("\n\n".join(_device_card(card) for card in cards))
         return 0
+    from ..io.measured_error import validated_devices
+
+    checked = validated_devices()
     rows = []
     for name in devices():
         d = Device.from_catalog(name)
+        error = checked.get(name)
         rows.append((name, f"{d.peak('bf16') / 1e12:.1f}", f"{d.hbm_bytes / 2**30:.0f}", f"{d.hbm_bandwidth / 1e12:.2f}",
-                     d.devices_per_node, f"{d.intra_node_bandwidth / 1e9:.0f}", f"{d.inter_node_bandwidth / 1e9:.1f}"))
-    header = ("device", "bf16 TFLOP/s", "HBM GiB", "HBM TB/s", "per node", "intra GB/s", "inter GB/s")
+                     d.devices_per_node, f"{d.intra_node_bandwidth / 1e9:.0f}", f"{d.inter_node_bandwidth / 1e9:.1f}",
+                     error.rows if error else 0,
+                     f"{100 * error.mae:.1f}% ({100 * error.signed_mean:+.1f}%)" if error else "not checked"))
+    header = ("device", "bf16 TFLOP/s", "HBM GiB", "HBM TB/s", "per node", "intra GB/s", "inter GB/s",
+              "validation rows", "step-time MAE (signed)")
     if args.json:
-        print(json.dumps([{**dict(zip(header, r)), "sources": dict(Device.from_catalog(r[0]).sources)} for r in rows],
-                         indent=2))
+        print(json.dumps([{**dict(zip(header[:7], r)), "validation": None if not checked.get(r[0]) else
+                           {"rows": checked[r[0]].rows, "mae": checked[r[0]].mae,
+                            "signed_mean": checked[r[0]].signed_mean},
+                           "sources": dict(Device.from_catalog(r[0]).sources)} for r in rows], indent=2))
     else:
         _print_table(rows, header)
+        print("validation rows: the shipped runs (ndcost validate --builtin) measured on the part; a part "
+              "'not checked' has none, and its estimates have not been compared with a measurement")
     return 0
 
 

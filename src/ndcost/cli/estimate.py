@@ -14,10 +14,11 @@ from ..spec.rates_io import rates_argument
 __all__ = ["add_estimate_commands", "price_from_args"]
 
 def _fmt(value: float, units: str) -> str:
-    if units == "seconds":
-        return f"{value * 1e3:.3f} ms"
-    if units == "nd_ms":
-        return f"{value:.3f} ms"
+    if units in ("seconds", "nd_ms"):
+        ms = value * 1e3 if units == "seconds" else value
+        # three decimals; three significant digits below 1 ms (a part of a microsecond is not 0.000) and
+        # past 1e12 ms (a step scaled by a toy ratio is not printed digit by digit)
+        return f"{ms:.3f} ms" if 1.0 <= abs(ms) < 1e12 or ms == 0.0 else f"{ms:.4g} ms"
     return f"{value:.6e}"
 
 
@@ -54,7 +55,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     if moved is not None:
         print(f"balanced: {moved} layer(s) moved" + (f", --offset={offset_text(spec.offset)}" if moved else ""))
     print(f"step time: {_fmt(result.step_time, result.units)}")
-    if result.mfu == result.mfu:
+    if result.mfu is not None:
         print(f"MFU: {100 * result.mfu:.1f}%   tokens/s: {result.tokens_per_second:,.0f}")
     print("parts:")
     total = result.step_time or 1.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from typing import Sequence
 
 from .._version import __version__
@@ -39,11 +40,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"ndcost: warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():     # a warning is one line on stderr, as an error is (restored after)
+            warnings.showwarning = _one_line_warning
+            return int(args.func(args) or 0)
     except SpecError as exc:
         print(f"ndcost: error: {exc}", file=sys.stderr)
         return 2
@@ -52,6 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # and keep Python from complaining again when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:
+        # a file the command reads or writes that the system refuses (every named file is checked by
+        # ndcost.files first: this is the last net, one line and status 2 rather than a traceback)
+        print(f"ndcost: error: {exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

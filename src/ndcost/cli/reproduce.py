@@ -29,10 +29,9 @@ _FLAG_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", 
 
 def write_plan(path: str, spec: ExecSpec) -> None:
     from ..spec.recompute_spec import plan_document
-    from ..files import output_path
+    from ..files import write_output
 
-    output_path(path, "a recompute plan").write_text(json.dumps(plan_document(spec), indent=2) + "\n",
-                                                     encoding="utf-8")
+    write_output(path, "a recompute plan", json.dumps(plan_document(spec), indent=2) + "\n")
 
 
 def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) -> str:

@@ -11,7 +11,7 @@ from ..kernels.columns import PART_NAMES
 from ..tables.memory import MEMORY_FIGURES
 from .help import SEARCH_EXAMPLES, add_pricing_arguments, examples_epilog
 from .reproduce import emit_report, estimate_command, write_plan
-from ..files import output_path
+from ..files import output_path, write_output
 from ..spec.rates_io import rates_argument
 from .args import offset_text
 from ..errors import SpecError
@@ -26,9 +26,9 @@ def parse_dimension(name: str, text: str | None, kind: type = int) -> Any:
     """A CLI dimension: absent (searched), one value (fixed) or a comma-separated list."""
     if text is None:
         return None
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items:
-        raise SpecError(name, "ndcost search", "be a value or a comma-separated list", text)
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise SpecError(name, "ndcost search", "be a value or a comma-separated list, no item empty", text)
     try:
         values = [kind(item) for item in items]
     except ValueError:
@@ -58,20 +58,24 @@ def _print_result(result: Any, model: Any, cluster: Any, software: str | None = 
 
 
 def _write_csv(path: str, result: Any) -> None:
-    with output_path(path, "the search's CSV").open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["rank", "dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "micro_batch_num",
-                         "recompute", "offset", "step_time", *MEMORY_FIGURES.values(), "mfu", "tokens_per_second",
-                         # the parts of the step, prefixed: "recompute" above is the mode, part_recompute its time
-                         *(f"part_{name}" for name in PART_NAMES)] if result.results else ["rank"])
-        for rank, ranked in enumerate(result.results, 1):
-            s, e = ranked.spec, ranked.estimate
-            writer.writerow([rank, s.dp, s.tp, s.pp, s.vpp, s.cp, s.ep, s.micro_batch_size,
-                             s.resolved_micro_batch_num, "per_layer" if ranked.per_layer_recompute else s.recompute_option,
-                             offset_text(s.offset) if s.offset is not None else "",
-                             e.step_time, *(getattr(e.memory, name) for name in MEMORY_FIGURES.values()), e.mfu,
-                             e.tokens_per_second,
-                             *(e.parts[name] for name in PART_NAMES)])
+    """The ranked strategies as CSV, built in memory and written at once (files.write_output: a failure
+    to write is one line, and a reader never sees half a file)."""
+    import io
+
+    handle = io.StringIO(newline="")
+    writer = csv.writer(handle)
+    writer.writerow(["rank", "dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "micro_batch_num",
+                     "recompute", "offset", "step_time", *MEMORY_FIGURES.values(), "mfu", "tokens_per_second",
+                     # the parts of the step, prefixed: "recompute" above is the mode, part_recompute its time
+                     *(f"part_{name}" for name in PART_NAMES)] if result.results else ["rank"])
+    for rank, ranked in enumerate(result.results, 1):
+        s, e = ranked.spec, ranked.estimate
+        writer.writerow([rank, s.dp, s.tp, s.pp, s.vpp, s.cp, s.ep, s.micro_batch_size,
+                         s.resolved_micro_batch_num, "per_layer" if ranked.per_layer_recompute else s.recompute_option,
+                         offset_text(s.offset) if s.offset is not None else "",
+                         e.step_time, *(getattr(e.memory, name) for name in MEMORY_FIGURES.values()), e.mfu,
+                         e.tokens_per_second, *(e.parts[name] for name in PART_NAMES)])
+    write_output(path, "the search's CSV", handle.getvalue())
 
 
 def _cmd_search(args: argparse.Namespace) -> int:

@@ -117,8 +117,8 @@ def table_lines(result: Any, error: Any = None) -> list[str]:
     for rank, (r, row, mark) in enumerate(zip(ranked, rows, marks), 1):
         e = r.estimate
         step = f"{e.step_time * 1e3:15.1f}" if result.units == "seconds" else f"{e.step_time:15.4e}"
-        mfu = f"{100 * e.mfu:5.1f}%" if e.mfu == e.mfu else "     -"
-        tps = f"{e.tokens_per_second:12,.0f}" if e.tokens_per_second == e.tokens_per_second else f"{'-':>12}"
+        mfu = f"{100 * e.mfu:5.1f}%" if e.mfu is not None else "     -"
+        tps = f"{e.tokens_per_second:12,.0f}" if e.tokens_per_second is not None else f"{'-':>12}"
         parts = sorted(e.parts.items(), key=lambda kv: -kv[1])[:3]
         share = ", ".join(f"{name} {100 * value / e.step_time:.0f}%" for name, value in parts if value > 0)
         lines.append(f"{rank:>3}{mark} " + " ".join(c.rjust(w) for c, w in zip(row, widths))

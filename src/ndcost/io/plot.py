@@ -33,10 +33,14 @@ def _save(fig: Any, path: str) -> str:
         raise SpecError("output", "ndcost plot", "end in .png or .svg", path)
     from ..files import output_path
 
-    fig.savefig(output_path(path, "a plot"), dpi=120, bbox_inches="tight")
     import matplotlib.pyplot as plt
 
-    plt.close(fig)
+    try:
+        fig.savefig(output_path(path, "a plot"), dpi=120, bbox_inches="tight")
+    except OSError as exc:
+        raise SpecError(str(path), "ndcost plot", f"be writable (a plot): {exc.strerror or exc}", str(path)) from None
+    finally:
+        plt.close(fig)
     return str(path)
 
 

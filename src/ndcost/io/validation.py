@@ -158,18 +158,38 @@ class ValidationReport:
         return sum(abs(row.error) for row in scored) / len(scored) if scored else math.nan
 
     @property
+    def signed_mean(self) -> float:
+        """Mean (estimate/measured - 1) over the scored rows: its bias, negative when ndcost is optimistic
+        (NaN when none)."""
+        scored = self.scored
+        return sum(row.error for row in scored) / len(scored) if scored else math.nan
+
+    @property
     def max_abs_error(self) -> float:
         scored = self.scored
         return max(abs(row.error) for row in scored) if scored else math.nan
 
-    def family_mae(self) -> dict[str, float]:
+    @property
+    def skipped(self) -> dict[str, str]:
+        """The rows not priced, by id, with why."""
+        return {row.id: row.skipped for row in self.rows if row.skipped}
+
+    def _families(self) -> dict[str, list[float]]:
         families: dict[str, list[float]] = {}
         for row in self.scored:
-            families.setdefault(row.family, []).append(abs(row.error))
-        return {name: sum(errors) / len(errors) for name, errors in families.items()}
+            families.setdefault(row.family, []).append(row.error)
+        return families
+
+    def family_mae(self) -> dict[str, float]:
+        return {name: sum(abs(e) for e in errors) / len(errors) for name, errors in self._families().items()}
+
+    def family_signed_mean(self) -> dict[str, float]:
+        """Per family, the mean signed error (negative: ndcost optimistic)."""
+        return {name: sum(errors) / len(errors) for name, errors in self._families().items()}
 
     def table(self) -> str:
-        """A markdown table: one line per row, then the MAE per family and overall."""
+        """A markdown table: one line per row, then the MAE and the signed mean per family and overall, and
+        the rows not priced, named."""
         with_mfu = any(row.published_mfu is not None for row in self.rows)
         lines = ["| run | family | estimate (s) | measured (s) | error |" + (" MFU est / published |" if with_mfu
                                                                             else "") + " notes |",
@@ -186,17 +206,22 @@ class ValidationReport:
             lines.append(f"| {row.id} | {row.family} | {row.estimate_s:.2f} | {measured} | "
                          f"{100.0 * row.error:+.1f}% |{mfu} {'; '.join(row.notes)} |")
         lines.append("")
-        lines.append("| family | rows | MAE |")
-        lines.append("|---|---:|---:|")
-        counts: dict[str, int] = {}
-        for row in self.scored:
-            counts[row.family] = counts.get(row.family, 0) + 1
+        lines.append("| family | rows | MAE | signed mean |")
+        lines.append("|---|---:|---:|---:|")
+        signed = self.family_signed_mean()
         for name, mae in self.family_mae().items():
-            lines.append(f"| {name} | {counts[name]} | {100.0 * mae:.1f}% |")
-        overall = f"**{100.0 * self.mae:.1f}%** (max {100.0 * self.max_abs_error:.1f}%)"
-        lines.append(f"| **all** | {len(self.scored)} | {overall} |")
+            lines.append(f"| {name} | {len(self._families()[name])} | {100.0 * mae:.1f}% | {100.0 * signed[name]:+.1f}% |")
+        if self.scored:
+            overall = f"**{100.0 * self.mae:.1f}%** (max {100.0 * self.max_abs_error:.1f}%)"
+            lines.append(f"| **all** | {len(self.scored)} | {overall} | **{100.0 * self.signed_mean:+.1f}%** |")
+        else:
+            lines.append("| **all** | 0 | no row could be priced | - |")
         lines.append("")
-        lines.append("\\* measured iteration time derived from the row's TFLOP/s with Narayanan et al. Eq. 3.")
+        lines.append("signed mean: estimate/measured - 1 averaged with its sign (negative: ndcost is optimistic).")
+        if any(row.measured_derived for row in self.scored):
+            lines.append("\\* measured iteration time derived from the row's TFLOP/s with Narayanan et al. Eq. 3.")
+        for run_id, why in self.skipped.items():
+            lines.append(f"skipped (not in the MAE): {run_id}: {why}")
         return "\n".join(lines)
 
     def __str__(self) -> str:

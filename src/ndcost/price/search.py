@@ -203,6 +203,8 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise SpecError(name, "search", "be an integer >= 0", value)
     resolve_threads(threads, "search")     # checked before the space is built
+    if progress is not None and not callable(progress):
+        raise SpecError("progress", "search", "be None or a callable taking (priced, total)", progress)
     if units == "nd" and rates is not None:
         raise SpecError("rates", "search", "be given in seconds units only (ND's units price no rates)", rates)
     if software is not None:
