@@ -18,6 +18,8 @@ __all__ = ["read_text", "read_yaml", "read_json", "read_mapping", "output_path",
 
 def read_text(path: str | os.PathLike, what: str) -> str:
     """The text of *path* (UTF-8); *what* names the file's role in the message ("a runs file")."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise SpecError("path", "ndcost", f"be a path to {what}", path)
     file = Path(path)
     if file.is_dir():
         raise SpecError(str(path), "ndcost", f"be {what}, not a directory", str(path))

@@ -28,7 +28,7 @@ from .result import Estimate, check_parts_sum
 from ..tables.validate import validate
 
 __all__ = ["estimate", "nd_estimate", "nd_options", "layer_times", "UNITS", "as_model", "as_cluster",
-           "check_physical_step"]
+           "check_physical_step", "memory_limit_bytes"]
 
 UNITS = ("seconds", "nd")
 
@@ -162,6 +162,20 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         fits=True if memory is None else memory.fits(cluster.device.hbm_bytes))
 
 
+def memory_limit_bytes(memory_limit: Any, cluster: Cluster, owner: str) -> float:
+    """The bytes a device may use: *memory_limit* (a finite number of bytes > 0) or the device's HBM."""
+    from ..errors import is_finite_number
+
+    if memory_limit is None:
+        return float(cluster.device.hbm_bytes)
+    from ..limits import MAX_HBM_BYTES
+
+    if not is_finite_number(memory_limit) or not 0 < memory_limit <= MAX_HBM_BYTES:
+        raise SpecError("memory_limit", owner, f"be a number of bytes in (0, {MAX_HBM_BYTES}] (None: the device's "
+                        "HBM)", memory_limit)
+    return float(memory_limit)
+
+
 def check_physical_step(result: Any, ratios: Any, rates: Any, owner: str) -> None:
     """Refuse a step a ratios or rates file scaled out of physics: the step in seconds (seconds units;
     milliseconds with ND's ratios) within [MIN_STEP_SECONDS, MAX_STEP_SECONDS] (ndcost.limits)."""
@@ -171,7 +185,7 @@ def check_physical_step(result: Any, ratios: Any, rates: Any, owner: str) -> Non
     # ND's ratios turn a score into milliseconds at any scale a fit gives (a toy ratio of 2 ms per unit
     # is legal): only a step no clock can take, infinite or below a microsecond, is refused there
     highest = MAX_STEP_SECONDS if result.units == "seconds" else math.inf
-    if result.units == "nd" or MIN_STEP_SECONDS <= seconds < highest or seconds == highest:
+    if result.units == "nd" or (math.isfinite(seconds) and MIN_STEP_SECONDS <= seconds <= highest):
         return
     name, value = ("ratios", ratios) if ratios is not None else ("rates", rates)
     raise SpecError(name, owner, f"give a physical step time, {MIN_STEP_SECONDS:g} s to {MAX_STEP_SECONDS:g} s "

@@ -63,6 +63,8 @@ def load_rates(path: str | os.PathLike, *, device: Any = None) -> Rates:
         SpecError: An unreadable file, another format, a missing, unknown or invalid figure, or
             another device.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise SpecError("path", "load_rates", "be a path to a rates JSON", path)
     owner = os.fspath(path)
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
