@@ -39,16 +39,16 @@ def _fmt_time(value: float, units: str) -> str:
     return f"{value * 1e3:10.1f} ms" if units == "seconds" else f"{value:12.4e}"
 
 
-def _searched(result: Any) -> list:
-    """The stack options a search listed (more than one value): its table's extra columns."""
-    from ..spec.search_space import stack_dimensions
-    from ..spec.stack_options import SEARCHABLE
+def _searched(args: argparse.Namespace) -> list:
+    """The stack options the search was given a list of: its table's extra columns."""
+    from .stack_args import stack_dest
+    from ..spec.stack_options import STACK_OPTIONS
 
-    return [SEARCHABLE[name] for name in stack_dimensions(result.columns)
-            if len({repr(v) for v in result.columns[name].tolist()}) > 1]
+    return [option for option in STACK_OPTIONS if option.owner == "spec"
+            and "," in str(getattr(args, stack_dest(option), None) or "")]
 
 
-def _print_result(result: Any, model: Any, cluster: Any) -> None:
+def _print_result(result: Any, model: Any, cluster: Any, extra: list) -> None:
     print(f"{model.name} on {cluster.num_devices} x {cluster.device.name}: "
           f"{result.space_size} candidates priced, {result.fitting} fit")
     for title, counts in (("rejected:", result.rejected), ("not in the space (the values given):", result.excluded)):
@@ -60,7 +60,6 @@ def _print_result(result: Any, model: Any, cluster: Any) -> None:
         return
     from ..spec.stack_options import option_text
 
-    extra = _searched(result)
     header = (f"{'#':>3} {'dp':>5} {'tp':>3} {'pp':>3} {'vpp':>3} {'cp':>3} {'ep':>4} {'mbs':>3} {'m':>5} "
               f"{'recompute':>10} " + "".join(f"{option.name:>{len(option.name)}} " for option in extra)
               + f"{'step':>13} {'MFU':>6} {'tokens/s':>12} {'peak GiB':>9}  top parts")
@@ -83,10 +82,9 @@ def _print_result(result: Any, model: Any, cluster: Any) -> None:
     print(f"Pareto front (step time vs peak memory): {len(result.pareto)} strategies")
 
 
-def _write_csv(path: str, result: Any) -> None:
+def _write_csv(path: str, result: Any, extra: list) -> None:
     from ..spec.stack_options import option_text
 
-    extra = _searched(result)
     with output_path(path, "the search's CSV").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["rank", "dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "micro_batch_num",
@@ -111,11 +109,11 @@ def _cmd_search(args: argparse.Namespace) -> int:
         output_path(args.save_plan, "a recompute plan")
     model, cluster, result, rates = run_search(args)
     if args.csv:
-        _write_csv(args.csv, result)
+        _write_csv(args.csv, result, _searched(args))
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
-        _print_result(result, model, cluster)
+        _print_result(result, model, cluster, _searched(args))
     if result.results:
         best = result.results[0]
         if args.save_plan:
