@@ -46,7 +46,7 @@ def _fp8(fields: Any, model: Any) -> Any:
     return fields["precision"] == "fp8"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)      # one object per row: compared and hashed by identity
 class StackOption:
     """One row of :data:`STACK_OPTIONS`.
 
