@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from ..spec.device import Cluster
 from ..errors import SpecError
-from ..spec.exec_spec import ExecSpec
+from ..spec.software_fields import with_software
 from ..spec.model import Model
 
 __all__ = ["BuiltRun", "RunFacts", "figure_value", "figure_int", "load_run_facts", "facts_for", "modern_run", "FACTS_FILES", "CATALOG_BY_NAME"]
@@ -241,7 +241,8 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
     fsdp = facts.text("fsdp")
     zero = 3 if (fsdp.startswith("fsdp2") or fsdp.startswith("megatron-core fsdp")) else 1
     dropout = facts.text("dropout")
-    spec = ExecSpec(
+    # the stack's own fields (torchtitan's FSDP2 widths, its loss) fill what the facts leave, as --software does
+    spec = with_software(software_preset(facts), dict(
         dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, micro_batch_size=micro, global_batch_size=global_batch,
         seq_length=seq, sequence_parallel=facts.flag("sequence_parallel", tp > 1) and tp > 1,
         recompute=recompute, zero_stage=zero, precision="fp8" if fp8 else "bf16",
@@ -250,7 +251,7 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
         pp_schedule="interleaved" if vpp > 1 else "1f1b", flash_attention=True,
         grouped_gemm=not facts.text("moe_capacity").startswith("token drop"),
         moe_dispatcher="deepep" if "deepep" in facts.text("moe_token_dispatcher").lower() else "alltoall", **extra,
-    )
+    ))
     hardware = hardware_table.get(row.get("hardware"), {}) if isinstance(hardware_table, Mapping) else {}
     overrides = {}
     if "hbm2e" in str(hardware.get("gpu", "")).lower():
