@@ -199,8 +199,8 @@ def _with_stack_dimensions(columns: dict, stack: Mapping[str, list], model: Any)
     from .stack_options import SEARCHABLE, SPEC_DEFAULTS, option_applies
 
     defaults = dict(SPEC_DEFAULTS)
-    for name, values in stack.items():
-        option = SEARCHABLE[name]
+    for name in [name for name in SEARCHABLE if name in stack]:    # the table's order: grouped_gemm before capacity
+        values, option = stack[name], SEARCHABLE[name]
         size = len(columns["tp"])
         view = {**defaults, **columns}
         applies = np.broadcast_to(np.asarray(option_applies(option, view, model), dtype=bool), (size,))
