@@ -91,8 +91,12 @@ def cluster_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
         flags["device"] = Device.from_catalog(args.device).name if _known(args.device) else args.device
     path = getattr(args, "cluster", None)
-    merged = merge_cluster_options(flags, None if path is None else read_cluster_file(path), path or "")
-    cluster_keywords(merged)          # every figure's rule checked before anything is priced
+    file = None
+    if path is not None:
+        file = read_cluster_file(path)
+        cluster_keywords(file, path)      # the file's own figures checked, named as the file names them
+    merged = merge_cluster_options(flags, file, path or "")
+    cluster_keywords(merged)          # with the flags: every figure's rule checked before anything is priced
     return merged
 
 
