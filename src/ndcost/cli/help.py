@@ -32,9 +32,15 @@ ESTIMATE_EXAMPLES = (
     "--seq-length 8192 --sequence-parallel --recompute selective",
     "ndcost estimate gpt-oss-120b --device h100-sxm --dp 16 --pp 4 --ep 16 --global-batch-size 512 "
     "--seq-length 8192 --recompute full",
+    "ndcost estimate llama3.1-70b --device h100-sxm --dp 2 --tp 4 --pp 4 --cp 2 --vpp 5 --global-batch-size 128 "
+    "--seq-length 8192 --sequence-parallel --software nemo --tp-comm-overlap --precision fp8 --fp8-recipe current",
+    "ndcost estimate llama3-70b --device gb200-nvl72 --devices-per-node 64 --devices-per-host 4 --nics-per-host 8 "
+    "--nic-gbps 200 --devices 128 --dp 16 --tp 8 --global-batch-size 256 --seq-length 8192",
 )
 SEARCH_EXAMPLES = (
     "ndcost search llama3-8b --device h100-sxm --devices 64 --global-batch-size 512 --seq-length 8192 --top 5",
+    "ndcost search llama3-8b --device h100-sxm --devices 64 --global-batch-size 512 --seq-length 8192 --top 5 "
+    "--tp-comm-overlap on,off --precision bf16,fp8 --fp8-recipe current --emit nemo",
 )
 
 

@@ -328,7 +328,8 @@ def build_run(row: Mapping, hardware_table: Mapping) -> tuple[Any, Any, Any, flo
     hardware = hardware_table.get(row.get("hardware"), {}) if isinstance(hardware_table, Mapping) else {}
     device = _device_name(hardware)
     if device is None:
-        raise SpecError("hardware", run_id, "name an A100 40GB or 80GB", row.get("hardware"))
+        raise SpecError("hardware", run_id, "name an A100 40GB or 80GB (a 2021 run), or a block that states its "
+                        "device and the row its software (docs/examples/h100_runs_in_row.yaml)", row.get("hardware"))
 
     spec = ExecSpec(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=_int(strategy.get("vpp")) or 1, micro_batch_size=micro_batch,
