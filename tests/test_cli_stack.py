@@ -8,6 +8,7 @@ import pytest
 
 import ndcost
 from ndcost.cli.args import strategy_from_args
+from cli_cases import refused
 from ndcost.cli.main import build_parser, main
 from ndcost.spec.rates import Rates
 from ndcost.spec.rates_io import save_rates
@@ -19,15 +20,6 @@ LLAMA = ["llama3-70b", "--device", "h100-sxm", "--dp", "2", "--tp", "4", "--pp",
 
 def _strategy(*words):
     return strategy_from_args(build_parser().parse_args(["estimate", *words]))
-
-
-def _refused(capsys, argv, *expected):
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    for text in expected:
-        assert text in err, err
-    return err
 
 
 def test_every_option_parses_its_words_and_refuses_others():
@@ -89,7 +81,7 @@ def test_a_flag_overrides_the_software_preset():
     (["--tp-comm-overlap", "maybe"], ("--tp-comm-overlap", "on or off")),
 ])
 def test_contradictory_flags_are_one_line_naming_the_conflict(capsys, extra, words):
-    _refused(capsys, ["estimate", *LLAMA, *extra], *words)
+    refused(capsys, ["estimate", *LLAMA, *extra], *words)
 
 
 def test_torchtitan_op_states_its_own_census():
@@ -109,23 +101,23 @@ def test_torchtitan_op_states_its_own_census():
 
 def test_capacity_factor_needs_capacity_mode(capsys):
     moe = ["mixtral-8x7b", "--device", "h100-sxm", "--dp", "8", "--ep", "8", "--global-batch-size", "64"]
-    _refused(capsys, ["estimate", *moe, "--capacity-factor", "1.25"], "--capacity-factor", "--no-grouped-gemm")
+    refused(capsys, ["estimate", *moe, "--capacity-factor", "1.25"], "--capacity-factor", "--no-grouped-gemm")
     assert main(["estimate", *moe, "--capacity-factor", "1.25", "--no-grouped-gemm"]) == 0
-    _refused(capsys, ["estimate", *moe, "--moe-imbalance", "1.2", "--no-grouped-gemm"], "--moe-imbalance", "dropless")
+    refused(capsys, ["estimate", *moe, "--moe-imbalance", "1.2", "--no-grouped-gemm"], "--moe-imbalance", "dropless")
 
 
-def test_software_and_a_rates_file_together_agree_or_are_refused(tmp_path, capsys):
+def test_software_and_a_rates_file_together_agree_or_arerefused(tmp_path, capsys):
     fitted = tmp_path / "rates.json"
     save_rates(Rates.for_device("h100-sxm").replace(matmul_efficiency=0.7), fitted, device="h100-sxm")
     s = _strategy(*LLAMA, "--software", "nemo", "--rates", str(fitted))
     assert s.rates.matmul_efficiency == 0.7 and s.rates.sources["fp8_recipe"].startswith("Transformer Engine")
     stated = tmp_path / "stated.json"
     save_rates(Rates.for_software("h100-sxm", "torchtitan-eager"), stated, device="h100-sxm")
-    _refused(capsys, ["estimate", *LLAMA, "--software", "nemo", "--rates", str(stated)], "--software",
+    refused(capsys, ["estimate", *LLAMA, "--software", "nemo", "--rates", str(stated)], "--software",
              "attention_kernel")
     current = tmp_path / "current.json"
     save_rates(Rates.for_device("h100-sxm").replace(fp8_recipe="current"), current, device="h100-sxm")
-    _refused(capsys, ["estimate", *LLAMA, "--precision", "fp8", "--rates", str(current), "--fp8-recipe", "delayed"],
+    refused(capsys, ["estimate", *LLAMA, "--precision", "fp8", "--rates", str(current), "--fp8-recipe", "delayed"],
              "--fp8-recipe", "fp8_recipe 'current'")
     assert main(["estimate", *LLAMA, "--precision", "fp8", "--rates", str(current), "--fp8-recipe", "current"]) == 0
 
@@ -156,7 +148,7 @@ def test_the_search_takes_stack_choices_as_dimensions_and_prints_them(capsys):
 ])
 def test_search_contradictions(capsys, extra, words):
     device = "a100-80g" if "bf16,fp8" in extra else "h100-sxm"
-    _refused(capsys, ["search", "llama3-8b", "--device", device, "--devices", "16", "--global-batch-size", "64",
+    refused(capsys, ["search", "llama3-8b", "--device", device, "--devices", "16", "--global-batch-size", "64",
                       "--seq-length", "4096", "--no-progress", *extra], *words)
 
 

@@ -7,6 +7,7 @@ import yaml
 
 import ndcost
 from ndcost.cli.args import strategy_from_args
+from cli_cases import refused
 from ndcost.cli.main import build_parser, main
 from ndcost.spec.cluster_options import cluster_keywords, read_cluster_file
 
@@ -18,14 +19,6 @@ def _file(tmp_path, doc, name="cluster.yaml"):
     path = tmp_path / name
     path.write_text(yaml.safe_dump(doc))
     return str(path)
-
-
-def _refused(capsys, argv, *expected):
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    for text in expected:
-        assert text in err, err
 
 
 def test_nics_make_the_per_device_scale_out_rate():
@@ -53,7 +46,7 @@ def test_a_gb200_job_in_64_gpu_segments_from_a_file_and_from_flags(tmp_path):
 def test_the_issue_search_runs_where_72_per_rack_refused_it(tmp_path, capsys):
     argv = ["search", "llama3-70b", "--devices", "256", "--device", "gb200-nvl72", "--global-batch-size", "512",
             "--seq-length", "8192", "--no-progress", "--top", "3"]
-    _refused(capsys, argv, "num_devices", "multiple")
+    refused(capsys, argv, "num_devices", "multiple")
     assert main(argv + ["--devices-per-node", "64"]) == 0
     assert "on 256 x gb200-nvl72" in capsys.readouterr().out
     assert main([*argv[:4], "--cluster", _file(tmp_path, GB200), *argv[6:]]) == 0
@@ -82,7 +75,7 @@ def test_hbm_and_tier_flags_change_the_price(capsys):
     ({"devices_per_node": 8}, ("'device'",)),
 ])
 def test_bad_cluster_files(tmp_path, capsys, doc, words):
-    _refused(capsys, ["estimate", "llama3-8b", "--cluster", _file(tmp_path, doc), "--dp", "8",
+    refused(capsys, ["estimate", "llama3-8b", "--cluster", _file(tmp_path, doc), "--dp", "8",
                       "--global-batch-size", "64"], *words)
 
 
@@ -90,10 +83,10 @@ def test_a_flag_and_the_file_must_agree(tmp_path, capsys):
     path = _file(tmp_path, GB200)
     base = ["estimate", "llama3-70b", "--cluster", path, "--devices", "128", "--dp", "16", "--tp", "8",
             "--global-batch-size", "256"]
-    _refused(capsys, base + ["--devices-per-node", "72"], "--devices-per-node", "agree", "64")
-    _refused(capsys, base + ["--device", "h100-sxm"], "--device", "agree")
+    refused(capsys, base + ["--devices-per-node", "72"], "--devices-per-node", "agree", "64")
+    refused(capsys, base + ["--device", "h100-sxm"], "--device", "agree")
     assert main(base + ["--devices-per-node", "64", "--device", "gb200"]) == 0      # the alias names the same part
-    _refused(capsys, ["estimate", "llama3-8b", "--dp", "8", "--global-batch-size", "64"], "--device", "--cluster")
+    refused(capsys, ["estimate", "llama3-8b", "--dp", "8", "--global-batch-size", "64"], "--device", "--cluster")
 
 
 def test_validate_takes_a_cluster_file_for_rows_that_name_no_hardware(tmp_path, capsys):
@@ -109,6 +102,6 @@ def test_validate_takes_a_cluster_file_for_rows_that_name_no_hardware(tmp_path, 
     assert "skipped" in capsys.readouterr().out                   # no hardware, no --cluster: refused, named
     runs["runs"][0]["hardware"] = "dgx"
     runs["hardware"] = {"dgx": {"device": "h100-sxm"}}
-    _refused(capsys, ["validate", _file(tmp_path, runs, "named.yaml"), "--cluster", cluster], "--cluster",
+    refused(capsys, ["validate", _file(tmp_path, runs, "named.yaml"), "--cluster", cluster], "--cluster",
              "name no hardware")
     assert read_cluster_file(cluster)["scale_out_gb_s"] == 25.0
