@@ -162,3 +162,28 @@ def test_search_python_api_takes_stack_dimensions():
     assert both.best.estimate.step_time <= plain.best.estimate.step_time
     with pytest.raises(ndcost.SpecError, match="'bogus'"):
         ndcost.search(model, cluster, global_batch_size=64, seq_length=4096, bogus=1)
+
+
+def test_the_searchs_restated_command_carries_its_stack_and_cluster(capsys):
+    import shlex
+
+    argv = ["search", "llama3-8b", "--device", "h100-sxm", "--devices", "32", "--devices-per-node", "4",
+            "--global-batch-size", "64", "--seq-length", "8192", "--tp-comm-overlap", "on,off", "--precision",
+            "bf16,fp8", "--fp8-recipe", "current", "--software", "nemo", "--no-progress", "--top", "1",
+            "--plan-top", "0", "--balance-top", "0"]
+    assert main(argv + ["--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["results"][0]
+    assert main(argv) == 0
+    line = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ndcost estimate")][0]
+    assert "--devices-per-node 4" in line and "--fp8-recipe current" in line and "--software nemo" in line
+    assert main(shlex.split(line)[1:] + ["--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["step_time"] == pytest.approx(best["estimate"]["step_time"], rel=1e-12)
+
+
+def test_explain_takes_the_stack_and_says_why(capsys):
+    base = ["explain", "llama3-8b", "--device", "h100-sxm", "--dp", "2", "--tp", "4", "--global-batch-size", "64",
+            "--seq-length", "8192"]
+    assert main(base + ["--tp-comm-overlap", "--software", "torchtitan-eager"]) == 0
+    assert main(base + ["--tp", "3", "--tp-comm-overlap"]) == 1
+    assert "tp" in capsys.readouterr().out

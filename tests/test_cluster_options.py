@@ -79,6 +79,12 @@ def test_bad_cluster_files(tmp_path, capsys, doc, words):
                       "--global-batch-size", "64"], *words)
 
 
+def test_nd_units_refuse_the_rates_they_do_not_price(capsys):
+    base = ["estimate", "llama3-8b", "--device", "h100-sxm", "--dp", "8", "--global-batch-size", "64", "--units", "nd"]
+    refused(capsys, base + ["--scale-out-gb-s", "25"], "--scale-out-gb-s", "seconds units only")
+    assert main(base + ["--hbm-gb", "40", "--devices-per-node", "4"]) == 0
+
+
 def test_a_flag_and_the_file_must_agree(tmp_path, capsys):
     path = _file(tmp_path, GB200)
     base = ["estimate", "llama3-70b", "--cluster", path, "--devices", "128", "--dp", "16", "--tp", "8",

@@ -86,6 +86,11 @@ def cluster_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     one); a figure both state must agree."""
     flags = {option.name: getattr(args, "cluster_" + option.name) for option in CLUSTER_OPTIONS
              if getattr(args, "cluster_" + option.name, None) is not None}
+    if getattr(args, "units", "seconds") == "nd":
+        for option in CLUSTER_OPTIONS:
+            if option.seconds_only and option.name in flags:
+                raise SpecError(option.flag, "ndcost", "be given in seconds units only (ND's units price no link "
+                                "or HBM rate)", flags[option.name])
     if getattr(args, "device", None) is not None:
         from ..spec.device import Device
 

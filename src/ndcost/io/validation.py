@@ -410,13 +410,16 @@ def build_row(row: Mapping, hardware_table: Mapping, path: str | PathLike | None
     validate(model, spec, cluster_)
     if note and (rates is None or overlap is None):
         notes = [*notes, note]
-    row_rates = rates
     if rates is None:
         from ..spec.stack_rates import stack_rates
 
         row_rates = stack_rates(cluster_.device, software=generation, figures=changes, owner=run_id,
                                 flags={name: f"the run's {name}" for name in changes}) \
             or Rates.for_device(cluster_.device)
+    else:
+        # the caller's rates stand for the software's; what the row states of its own run (its fp8 recipe) holds
+        sources = {**rates.sources, **{name: f"the run's {name} ({run_id})" for name in changes}}
+        row_rates = rates.replace(sources=sources, **changes) if changes else rates
     return BuiltRow(model, spec, cluster_, float(measured), derived, row_rates,
                     row_overlap if overlap is None else overlap, tuple(notes))
 

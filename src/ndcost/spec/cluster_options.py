@@ -34,6 +34,7 @@ class ClusterOption:
     help: str
     scale: float = 1.0
     cli: bool = True
+    seconds_only: bool = True       # ND's units price no link or HBM rate (only the node size and capacity)
 
     @property
     def flag(self) -> str:
@@ -44,7 +45,7 @@ CLUSTER_OPTIONS: tuple[ClusterOption, ...] = (
     ClusterOption("devices_per_node", "int",
                   "devices on one scale-up (NVLink) domain, where every collective runs at the scale-up rate: 8 on "
                   "an HGX board, 72 on a GB200/GB300 NVL72 rack, 64 for a job in 64-GPU NVLink segments (default "
-                  "the device's)"),
+                  "the device's)", seconds_only=False),
     ClusterOption("scale_up_gb_s", "number",
                   "scale-up (NVLink) GB/s per device per direction (default the device's)", scale=1e9),
     ClusterOption("scale_out_gb_s", "number",
@@ -60,7 +61,7 @@ CLUSTER_OPTIONS: tuple[ClusterOption, ...] = (
                   "host (default: none stated)", scale=1e9 / 8.0),
     ClusterOption("hbm_gb", "number",
                   "HBM per device the job can use, GB (1e9 bytes, as datasheets state it): a part variant (the "
-                  "96 GB H100) or a cap (default the device's)", scale=1e9),
+                  "96 GB H100) or a cap (default the device's)", scale=1e9, seconds_only=False),
     ClusterOption("hbm_tb_s", "number", "HBM TB/s per device (default the device's)", scale=1e12, cli=False),
     ClusterOption("peak_tflops", "peaks", "dense peak TFLOP/s per dtype, e.g. {bf16: 912.5, fp8: 1825} (default the "
                   "device's)", scale=1e12, cli=False),
