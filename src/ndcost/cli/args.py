@@ -1,8 +1,8 @@
 """The arguments the ``ndcost`` commands share, and how they turn into a Model, an ExecSpec and a Cluster.
 
-Command modules (estimate, search, plot, calibrate) import these; ``main.py`` only builds the parser
-from the commands and runs one. The stack and cluster flags come from their tables
-(:mod:`ndcost.cli.stack_args`).
+The command modules of ``ndcost.cli`` (estimate, search, plot, calibrate, ...) import these;
+``ndcost.cli.main`` only builds the parser from the commands and runs one. The stack and cluster flags
+come from their tables (:mod:`ndcost.cli.stack_args`).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """MODEL and what refines it: a HyperParallel census, a VLM's vision tokens."""
     p.add_argument("model", help="catalog name, config.json path or YAML model file")
     p.add_argument("--census", metavar="FILE",
-                   help="a HyperParallel census JSON of the model's layer kinds (ndcost.census; default: none)")
+                   help="a HyperParallel census JSON of the model's layer kinds (ndcost.spec.census; default: none)")
     p.add_argument("--vision-tokens", type=int, metavar="N",
                    help="patches per sample the vision tower runs (VLMs; default the tower's)")
 
