@@ -20,7 +20,7 @@ from ..spec.model_source import model_from_text
 
 __all__ = ["add_model_arguments", "model_from_args", "add_strategy_arguments", "spec_from_args",
            "spec_fields_from_args", "cluster_from_args", "offset_text", "parse_layer_grid", "read_plan",
-           "Strategy", "strategy_from_args", "rates_from_args"]
+           "Strategy", "strategy_from_args", "rates_from_args", "check_software", "cluster_where"]
 
 _INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "micro_batch_num",
                "global_batch_size", "seq_length", "zero_stage", "seq_split")
@@ -108,7 +108,7 @@ def strategy_from_args(args: argparse.Namespace, command: str = "estimate") -> S
     from ..spec.stack_options import check_applies, stack_fields, with_torchtitan_op
 
     software = getattr(args, "software", None)
-    _check_software(args)
+    check_software(args)
     stated = stated_options(args, command)
     spec_changes, figures, _ = stack_fields(stated)
     model, fields = with_torchtitan_op(model_from_args(args), {**spec_fields_from_args(args), **spec_changes})
@@ -131,7 +131,8 @@ def rates_from_args(args: argparse.Namespace, cluster: Any, stated: dict, figure
     return stack_rates(cluster, software=software, rates_file=rates_file, figures=figures, flags=flags)
 
 
-def _check_software(args: argparse.Namespace) -> None:
+def check_software(args: argparse.Namespace) -> None:
+    """--software's name checked (with the nearest one) before anything is built."""
     software = getattr(args, "software", None)
     if software is not None:
         from ..spec.software_fields import software_fields
@@ -147,7 +148,7 @@ def spec_from_args(args: argparse.Namespace):
     from ..spec.software_fields import with_software
     from ..spec.stack_options import stack_fields, with_torchtitan_op
 
-    _check_software(args)
+    check_software(args)
     spec_changes = stack_fields(stated_options(args, "estimate"))[0]
     fields = {**spec_fields_from_args(args), **spec_changes}
     if fields.get("selective_rule") is not None:
@@ -183,10 +184,11 @@ def cluster_from_args(args: argparse.Namespace, spec):
 
     options = cluster_options_from_args(args)
     devices = spec.num_devices if args.devices is None else args.devices
-    return make_cluster(device_from_args(options), devices, options, _cluster_where(args))
+    return make_cluster(device_from_args(options), devices, options, cluster_where(args))
 
 
-def _cluster_where(args: argparse.Namespace) -> str:
+def cluster_where(args: argparse.Namespace) -> str:
+    """Where the command's cluster figures were stated (each figure's source says it)."""
     path = getattr(args, "cluster", None)
     return "the command line" if path is None else f"the command line and {path}"
 

@@ -169,7 +169,7 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_search(args: argparse.Namespace):
     """(model, cluster, SearchResult, rates) of parsed search arguments."""
-    from .args import model_from_args, rates_from_args, _check_software, _cluster_where
+    from .args import model_from_args, rates_from_args, check_software, cluster_where
     from .stack_args import cluster_options_from_args, device_from_args, stated_options
     from ..spec.cluster_options import make_cluster
     from ..price.search import print_progress, search
@@ -180,10 +180,10 @@ def run_search(args: argparse.Namespace):
         raise SpecError("--memory-limit-gib", "ndcost search", "be a finite number of GiB >= 1", limit)
     if args.threads is not None and args.threads < 1:
         raise SpecError("--threads", "ndcost search", "be an integer >= 1 (omit it for all cores)", args.threads)
-    _check_software(args)
+    check_software(args)
     options = cluster_options_from_args(args)
     model = model_from_args(args)
-    cluster = make_cluster(device_from_args(options), args.devices, options, _cluster_where(args))
+    cluster = make_cluster(device_from_args(options), args.devices, options, cluster_where(args))
     dims: dict[str, Any] = {}
     for name in _INT_DIMS:
         value = parse_dimension(name, getattr(args, name), int)
