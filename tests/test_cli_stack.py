@@ -12,7 +12,7 @@ from cli_cases import refused
 from ndcost.cli.main import build_parser, main
 from ndcost.spec.rates import Rates
 from ndcost.spec.rates_io import save_rates
-from ndcost.spec.stack_options import OPTIONS, STACK_OPTIONS, parse_option, parse_option_list
+from ndcost.spec.stack_options import OPTIONS, STACK_OPTIONS, option_text, parse_option, parse_option_list
 
 LLAMA = ["llama3-70b", "--device", "h100-sxm", "--dp", "2", "--tp", "4", "--pp", "4", "--cp", "2", "--vpp", "5",
          "--global-batch-size", "128", "--seq-length", "8192", "--sequence-parallel"]
@@ -32,6 +32,10 @@ def test_every_option_parses_its_words_and_refuses_others():
             assert parse_option(option, str(option.choices[0])) == (option.values or {}).get(option.choices[0],
                                                                                              option.choices[0])
             bad = "bogus"
+        elif option.kind == "list":
+            value = parse_option(option, "core_attn,layernorm")
+            assert option_text(option, value) == "core_attn,layernorm"
+            bad = "core_attn,bogus"
         else:
             assert parse_option(option, "2") == 2
             bad = "two"

@@ -44,7 +44,7 @@ def _searched(args: argparse.Namespace) -> list:
     from .stack_args import stack_dest
     from ..spec.stack_options import STACK_OPTIONS
 
-    return [option for option in STACK_OPTIONS if option.owner == "spec"
+    return [option for option in STACK_OPTIONS if option.owner == "spec" and option.kind != "list"
             and "," in str(getattr(args, stack_dest(option), None) or "")]
 
 

@@ -29,7 +29,7 @@ def add_stack_arguments(p: argparse.ArgumentParser, command: str) -> None:
     for option in STACK_OPTIONS:
         if command not in option.commands or (command == "explain" and option.owner == "rates"):
             continue
-        listed = command == "search" and option.owner == "spec"
+        listed = command == "search" and option.owner == "spec" and option.kind != "list"
         help_text = option.help + ("; a comma-separated list searches them" if listed else "")
         dest = stack_dest(option)
         if option.kind == "bool":
@@ -38,7 +38,8 @@ def add_stack_arguments(p: argparse.ArgumentParser, command: str) -> None:
             group.add_argument("--no-" + option.flag[2:], dest=dest, action="store_const", const="off",
                                help=f"the same as {option.flag} off (default: not stated)")
         else:
-            metavar = ",".join(map(str, option.choices)) if option.choices else ("X[,X...]" if listed else "X")
+            metavar = ("NAME[,NAME...]" if option.kind == "list" else ",".join(map(str, option.choices))
+                       if option.choices else ("X[,X...]" if listed else "X"))
             group.add_argument(option.flag, dest=dest, metavar=metavar, help=help_text)
 
 
@@ -49,11 +50,11 @@ def stated_options(args: argparse.Namespace, command: str) -> dict[StackOption, 
         raw = getattr(args, stack_dest(option), None)
         if raw is None:
             continue
-        if command == "search" and option.owner == "spec":
+        if command == "search" and option.owner == "spec" and option.kind != "list":
             values = parse_option_list(option, raw)
             stated[option] = values[0] if len(values) == 1 else values
         else:
-            if command == "search" and "," in str(raw):
+            if command == "search" and option.owner == "rates" and "," in str(raw):
                 raise SpecError(option.flag, "ndcost search", "be one value (a rates figure holds for the whole "
                                 "search)", raw)
             stated[option] = parse_option(option, raw)

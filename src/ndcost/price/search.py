@@ -249,8 +249,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
                            f"!= {n} candidates")
 
     # Deterministic order: step time, peak memory, then each search dimension (smaller first).
-    keys = [space.columns[d] if space.columns[d].dtype != object else np.unique(space.columns[d], return_inverse=True)[1]
-            for d in reversed(SEARCH_DIMENSIONS + stack_dimensions(space.columns))]
+    keys = [_rank_codes(space.columns[d]) for d in reversed(SEARCH_DIMENSIONS + stack_dimensions(space.columns))]
     order = np.lexsort(tuple(keys) + (memory, np.where(fits, step, np.inf)))
     ranked_rows = [int(i) for i in order[: max(top, per_layer_recompute, balance)] if fits[i]]
     fixed = {"global_batch_size": global_batch_size, "seq_length": seq_length}
@@ -269,6 +268,17 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         pareto=tuple((float(step[i]), float(memory[i]), i) for i in front), units=units,
         columns=space.columns, step_time=step, peak_memory=memory,
     )
+
+
+def _rank_codes(column: np.ndarray) -> np.ndarray:
+    """A dimension's column as sortable codes: numbers as they are, strings in their order, other values (a
+    dict of switches) by their text."""
+    if column.dtype != object:
+        return column
+    try:
+        return np.unique(column, return_inverse=True)[1]
+    except TypeError:
+        return np.unique(np.array([repr(value) for value in column.tolist()]), return_inverse=True)[1]
 
 
 def _rank_key(ranked: Ranked) -> tuple:

@@ -55,7 +55,8 @@ class StackOption:
         field: The field it sets.
         owner: ``"spec"`` (ExecSpec), ``"rates"`` (Rates: one per priced batch, not a search
             dimension) or ``"overlap"`` (the Overlap validate prices a row with; not a command flag).
-        kind: ``"bool"`` (on/off), ``"choice"``, ``"number"`` or ``"int"``.
+        kind: ``"bool"`` (on/off), ``"choice"``, ``"number"``, ``"int"`` or ``"list"`` (of choices: one value,
+            written with commas on the command line).
         help: The help line (it states the default).
         choices: A choice's values, as the user types them.
         values: The user's value -> the field's, where they differ (dropout on -> 1-byte masks).
@@ -64,6 +65,7 @@ class StackOption:
         needs: What ``applies`` asks, in words (the refusal says it).
         commands: The commands that take it.
         seconds_only: ND's units do not price it.
+        convert: A list's choices -> the field's value, and back (``(to_field, to_words)``).
     """
 
     name: str
@@ -77,10 +79,41 @@ class StackOption:
     needs: str = ""
     commands: frozenset = ALL_COMMANDS
     seconds_only: bool = True
+    convert: tuple[Callable[[tuple], Any], Callable[[Any], tuple]] | None = None
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+
+def _switches_of(modules: tuple) -> dict:
+    """Megatron-Core's ``recompute_modules`` as the switches they recompute (0) and keep (1)."""
+    from .recompute_spec import MEGATRON_RECOMPUTE_MODULES, SWITCHES
+
+    recomputed = {switch for module in modules for switch in MEGATRON_RECOMPUTE_MODULES[module]}
+    return {name: 0 if name in recomputed else 1 for name in SWITCHES}
+
+
+def _modules_of(switches: Any) -> tuple:
+    """The fewest ``recompute_modules`` (in Megatron-Core's order) that recompute exactly these switches."""
+    from .recompute_spec import MEGATRON_RECOMPUTE_MODULES
+
+    wanted = {name for name, keep in dict(switches).items() if not keep}
+    chosen, covered = [], set()
+    for module, recomputed in MEGATRON_RECOMPUTE_MODULES.items():
+        if set(recomputed) <= wanted and not set(recomputed) <= covered:
+            chosen.append(module)
+            covered |= set(recomputed)
+    if covered != wanted:
+        raise SpecError("selective_switches", "--recompute-modules", "be what Megatron-Core's modules recompute",
+                        dict(switches))
+    return tuple(chosen)
+
+
+def _module_names() -> tuple:
+    from .recompute_spec import MEGATRON_RECOMPUTE_MODULES
+
+    return tuple(MEGATRON_RECOMPUTE_MODULES)
 
 
 #: Every stack choice a user can state, one row each (the order of --help and of a search's columns).
@@ -118,6 +151,15 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 choices=SELECTIVE_RULES + (TORCHTITAN_OP,),
                 applies=lambda f, m: f["recompute"] == "selective", needs="--recompute selective",
                 seconds_only=False),
+    StackOption("recompute_modules", "selective_switches", "spec", "list",
+                "what selective recompute recomputes, as Megatron-Core's --recompute-modules: core_attn, layernorm, "
+                "moe_act, mlp_act, mla_up_proj, mlp, moe (comma-separated; instead of --selective-rule) (default: "
+                "the --selective-rule's)", choices=_module_names(), convert=(_switches_of, _modules_of),
+                applies=lambda f, m: f["recompute"] == "selective", needs="--recompute selective", seconds_only=False),
+    StackOption("reshard_after_forward", "reshard_params", "spec", "bool",
+                "FSDP frees each gathered unit's parameters after its forward and gathers them again for its "
+                "backward (FSDP2's reshard_after_forward) (default on at --zero-stage 3, or the --software stack's)",
+                applies=lambda f, m: f["zero_stage"] == 3, needs="--zero-stage 3", seconds_only=False),
     StackOption("cp_algo", "cp_algo", "spec", "choice",
                 "context-parallel algorithm: ring (Transformer Engine's P2P ring), ulysses, or ring-allgather "
                 "(PyTorch's context_parallel as torchtitan runs it: a backward holds all ranks' K/V) (default "
@@ -206,6 +248,17 @@ def parse_option(option: StackOption, raw: Any, where: str = "ndcost") -> Any:
         value = _bool(raw)
         if value is None:
             raise SpecError(parameter, where, "be on or off", raw)
+    elif option.kind == "list":
+        items = raw.split(",") if isinstance(raw, str) else raw
+        if not isinstance(items, (list, tuple)) or not items:
+            raise SpecError(parameter, where, f"be a comma-separated list of {', '.join(option.choices)}", raw)
+        for item in items:
+            if str(item).strip() not in option.choices:
+                from ..suggest import did_you_mean
+
+                raise SpecError(parameter, where, f"name {', '.join(option.choices)}"
+                                f"{did_you_mean(str(item), option.choices)}", item)
+        value = option.convert[0](tuple(str(item).strip() for item in items))
     elif option.kind == "choice":
         value = raw
         if isinstance(raw, str) and option.choices and isinstance(option.choices[0], int):
@@ -252,6 +305,8 @@ def option_text(option: StackOption, value: Any) -> str:
     """The word a command line states the field value *value* with (the inverse of :func:`parse_option`)."""
     if option.values is not None:
         value = next(user for user, field in option.values.items() if field == value)
+    if option.kind == "list":
+        return ",".join(option.convert[1](value))
     if option.kind == "bool":
         return "on" if value else "off"
     if option.kind == "number":
