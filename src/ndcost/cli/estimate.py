@@ -5,11 +5,10 @@ import argparse
 import json
 from typing import Any
 
-from .args import (
-    add_strategy_arguments, cluster_from_args, model_from_args, offset_text, spec_fields_from_args, spec_from_args,
-)
-from .help import ESTIMATE_EXAMPLES, add_pricing_arguments, examples_epilog
-from ..spec.rates_io import rates_argument
+from ..errors import SpecError
+
+from .args import add_strategy_arguments, offset_text, strategy_from_args
+from .help import ESTIMATE_EXAMPLES, add_pricing_arguments, add_software_argument, examples_epilog
 
 __all__ = ["add_estimate_commands", "price_from_args"]
 
@@ -27,10 +26,8 @@ def price_from_args(args: argparse.Namespace) -> tuple:
     the strategy priced as stated, or first rebalanced with ``--balance``."""
     from ..price.estimate import estimate
 
-    model = model_from_args(args)
-    spec = spec_from_args(args)
-    cluster = cluster_from_args(args, spec)
-    rates = rates_argument(args.rates, args.software)
+    strategy = strategy_from_args(args, "estimate")
+    model, spec, cluster, rates = strategy.model, strategy.spec, strategy.cluster, strategy.rates
     if args.balance:
         from ..price.pipeline_balance import balance_pipeline
 
@@ -77,24 +74,14 @@ def _print_memory(result: Any, cluster: Any) -> None:
 def _cmd_explain(args: argparse.Namespace) -> int:
     from ..price.explain import explain
 
-    from ..spec.exec_spec import ExecSpec
-
-    model = model_from_args(args)
-    fields = spec_fields_from_args(args)
-    problems = ExecSpec.problems(**fields)
-    if problems:
-        # the spec cannot be built: every rule group it breaks, and whether it fills the devices
-        reasons = [str(problem) for problem in problems]
-        degrees = [fields.get(name, 1) for name in ("dp", "tp", "pp", "cp")]
-        if args.devices is not None and all(isinstance(d, int) for d in degrees):
-            devices = degrees[0] * degrees[1] * degrees[2] * degrees[3]
-            if devices != args.devices:
-                reasons.append(f"The 'dp*tp*pp*cp' parameter of ExecSpec on --devices {args.devices} must equal "
-                               f"the devices ({args.devices}). Got {devices} instead.")
+    try:
+        strategy = strategy_from_args(args, "explain")
+    except SpecError as exc:
+        if exc.owner != "ExecSpec":
+            raise
+        reasons = _broken_rules(args) or [str(exc)]     # the spec cannot be built: every rule group it breaks
     else:
-        spec = ExecSpec(**fields)
-        cluster = cluster_from_args(args, spec)
-        reasons = explain(model, spec, cluster)
+        reasons = explain(strategy.model, strategy.spec, strategy.cluster, rates=strategy.rates)
     if reasons:
         if args.json:
             print(json.dumps({"valid": False, "reasons": reasons}, indent=2))
@@ -105,8 +92,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     # valid and it fits: its headroom, and how far it is from #1 of a search of the same job and why
     from ..price.estimate import estimate
 
-    priced = estimate(model, spec, cluster)
-    rank = None if args.no_rank else _distance_from_best(model, spec, cluster, priced)
+    model, spec, cluster = strategy.model, strategy.spec, strategy.cluster
+    priced = estimate(model, spec, cluster, rates=strategy.rates)
+    rank = None if args.no_rank else _distance_from_best(model, spec, cluster, priced, args.software)
     if args.json:
         print(json.dumps({"valid": True, "reasons": [], "headroom": priced.memory.headroom,
                           "rank": rank}, indent=2, default=str))
@@ -119,10 +107,32 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _distance_from_best(model: Any, spec: Any, cluster: Any, priced: Any) -> dict:
+def _broken_rules(args: argparse.Namespace) -> list[str]:
+    """Every rule group the stated fields break, and whether they fill --devices."""
+    from .args import spec_fields_from_args
+    from .stack_args import stated_options
+    from ..spec.exec_spec import ExecSpec
+    from ..spec.stack_options import stack_fields
+
+    fields = {**spec_fields_from_args(args), **stack_fields(stated_options(args, "explain"))[0]}
+    if args.software is not None:
+        from ..spec.software_fields import software_fields
+
+        fields = {**software_fields(args.software, *(fields.get(n, 1) for n in ("tp", "pp", "cp"))), **fields}
+    fields = {name: value for name, value in fields.items() if name != "selective_rule" or value != "torchtitan-op"}
+    reasons = [str(problem) for problem in ExecSpec.problems(**fields)]
+    degrees = [fields.get(name, 1) for name in ("dp", "tp", "pp", "cp")]
+    if args.devices is not None and all(isinstance(d, int) for d in degrees):
+        devices = degrees[0] * degrees[1] * degrees[2] * degrees[3]
+        if devices != args.devices:
+            reasons.append(f"The 'dp*tp*pp*cp' parameter of ExecSpec on --devices {args.devices} must equal "
+                           f"the devices ({args.devices}). Got {devices} instead.")
+    return reasons
+
+
+def _distance_from_best(model: Any, spec: Any, cluster: Any, priced: Any, software: str | None) -> dict:
     """How far *spec* is from #1 of ``ndcost search`` on the same model, devices, batch and sequence, and why
     (``ndcost.compare``), as {"best": .., "gap": .., "tied": .., "lines": [...]}."""
-    from ..errors import SpecError
     from ..io.compare import compare
     from ..price.search import search
 
@@ -130,13 +140,13 @@ def _distance_from_best(model: Any, spec: Any, cluster: Any, priced: Any) -> dic
                f"--global-batch-size {spec.resolved_global_batch_size} --seq-length {spec.seq_length}")
     try:
         result = search(model, cluster, global_batch_size=spec.resolved_global_batch_size,
-                        seq_length=spec.seq_length, top=1)
+                        seq_length=spec.seq_length, top=1, software=software)
     except SpecError as exc:
         return {"best": None, "lines": [f"not ranked: {command} refuses the job: {exc}"]}
     if not result.results:
         return {"best": None, "lines": [f"not ranked: nothing in `{command}` fits"]}
     best = result.results[0]
-    comparison = compare(best, (spec, priced), model, cluster)
+    comparison = compare(best, (spec, priced), model, cluster, software=software)
     if comparison.gap <= 0:
         lines = [f"it is as fast as #1 of `{command}`, or faster: " + comparison.verdict().replace("B - A", "this - #1")]
     else:
@@ -149,7 +159,7 @@ def _distance_from_best(model: Any, spec: Any, cluster: Any, priced: Any) -> dic
 def add_estimate_commands(sub: Any) -> None:
     p = sub.add_parser("estimate", help="price one strategy", epilog=examples_epilog(ESTIMATE_EXAMPLES),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_strategy_arguments(p)
+    add_strategy_arguments(p, "estimate")
     add_pricing_arguments(p)
     p.add_argument("--balance", action="store_true",
                    help="first move layers off the slowest stages while the step gets faster (balance_pipeline; "
@@ -158,7 +168,8 @@ def add_estimate_commands(sub: Any) -> None:
     p.set_defaults(func=_cmd_estimate)
     p = sub.add_parser("explain", help="why a strategy is invalid or does not fit; for one that runs, how far it "
                                        "is from #1 of a search of the same job, and why")
-    add_strategy_arguments(p)
+    add_strategy_arguments(p, "explain")
+    add_software_argument(p)
     p.add_argument("--no-rank", action="store_true",
                    help="do not search the job for its #1 to compare a valid strategy with (default: compare)")
     p.add_argument("--json", action="store_true", help="print JSON (default: text)")

@@ -30,7 +30,18 @@ _HEADERS = {"zero_stage": "zero", "pp_schedule": "schedule", "sequence_parallel"
 _FIELDS = tuple(f.name for f in dataclasses.fields(ExecSpec))
 
 
-def _cell(value: Any) -> str:
+def _stack_options() -> dict:
+    """ExecSpec field -> the stack option that states it on the command line (its name and words)."""
+    from ..spec.stack_options import STACK_OPTIONS
+
+    return {option.field: option for option in STACK_OPTIONS if option.owner == "spec" and option.kind != "list"}
+
+
+def _cell(name: str, value: Any, options: dict) -> str:
+    if name in options:
+        from ..spec.stack_options import option_text
+
+        return option_text(options[name], value)
     if isinstance(value, bool):
         return "on" if value else "off"
     return "-" if value is None else str(value)
@@ -61,6 +72,7 @@ def strategy_cells(ranked: Sequence[Any], columns: Any = None) -> tuple[list[str
     """(headers, one row of cells per ranked strategy, footnotes): what tells the strategies apart."""
     specs = [r.spec for r in ranked]
     extra = _extra_fields(specs, _searched(columns))
+    options = _stack_options()
     layouts: dict[str, int] = {}
     plans: dict[str, int] = {}
     notes: list[str] = []
@@ -68,7 +80,7 @@ def strategy_cells(ranked: Sequence[Any], columns: Any = None) -> tuple[list[str
     for r in ranked:
         s = r.spec
         cells = [str(getattr(s, attribute)) for _, attribute in _BASE]
-        cells += [_cell(getattr(s, name)) for name in extra]
+        cells += [_cell(name, getattr(s, name), options) for name in extra]
         if s.recompute_option == "ranges":
             key = repr(s.recompute)
             if key not in plans:
@@ -89,7 +101,8 @@ def strategy_cells(ranked: Sequence[Any], columns: Any = None) -> tuple[list[str
         rows.append(cells)
     if len(plans) == 1:    # one plan: no number needed
         rows = [[cell.replace("per-layer 1", "per-layer") for cell in row] for row in rows]
-    headers = [h for h, _ in _BASE] + [_HEADERS.get(name, name) for name in extra] + ["recompute", "layout"]
+    headers = ([h for h, _ in _BASE] + [_HEADERS.get(name, options[name].name if name in options else name)
+                                         for name in extra] + ["recompute", "layout"])
     return headers, rows, notes
 
 
