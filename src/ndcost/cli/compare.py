@@ -76,7 +76,7 @@ def _search_ranks(text: str, ranks: str) -> tuple:
     if len(wanted) != 2 or any(rank < 1 for rank in wanted):
         raise SpecError("--ranks", "ndcost compare", "be two ranks >= 1, as 1,2", ranks)
     args.top = max(args.top, *wanted)
-    model, cluster, result = run_search(args)
+    model, cluster, result, _ = run_search(args)
     if len(result.results) < max(wanted):
         raise SpecError("--ranks", "ndcost compare", f"name ranks the search found (it ranks {len(result.results)})",
                         ranks)

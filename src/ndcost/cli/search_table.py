@@ -24,9 +24,7 @@ _HANDLED = {"dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "micro_batc
             "seq_length", "offset", "pp_partition", "recompute", "full_recompute", "selective_recompute",
             "selective_switches"}
 #: Short headers of the fields a search may vary.
-_HEADERS = {"zero_stage": "zero", "pp_schedule": "schedule", "sequence_parallel": "sp", "precision": "precision",
-            "tp_overlap": "tp-overlap", "overlapped_grad_reduce": "dp-overlap", "cp_algo": "cp-algo",
-            "moe_dispatcher": "dispatcher", "seq_split": "seq-split", "selective_rule": "sel-rule"}
+_HEADERS = {"zero_stage": "zero", "pp_schedule": "schedule", "sequence_parallel": "sp", "seq_split": "seq-split"}
 _FIELDS = tuple(f.name for f in dataclasses.fields(ExecSpec))
 
 
@@ -101,7 +99,8 @@ def strategy_cells(ranked: Sequence[Any], columns: Any = None) -> tuple[list[str
         rows.append(cells)
     if len(plans) == 1:    # one plan: no number needed
         rows = [[cell.replace("per-layer 1", "per-layer") for cell in row] for row in rows]
-    headers = ([h for h, _ in _BASE] + [_HEADERS.get(name, options[name].name if name in options else name)
+    # a stack option by its flag's name (as --precision, --tp-comm-overlap state it), else a short header
+    headers = ([h for h, _ in _BASE] + [options[name].name if name in options else _HEADERS.get(name, name)
                                          for name in extra] + ["recompute", "layout"])
     return headers, rows, notes
 

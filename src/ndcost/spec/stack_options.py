@@ -188,6 +188,11 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
     StackOption("grad_bytes", "grad_bytes", "spec", "int",
                 "bytes per gradient element as reduced: 4 (fp32, Megatron's bf16 default), 2 (fp16 runs that "
                 "reduce 16-bit gradients) (default 4)", choices=(2, 4), seconds_only=False),
+    StackOption("master_weights", "main_param_bytes", "spec", "choice",
+                "the optimizer's master copy of the weights: fp32 (4 bytes a parameter) or remainder (2: the 16-bit "
+                "weights and a stored 16-bit remainder, Apex's store_param_remainders, NeMo's bf16 default under its "
+                "distributed Adam) (default fp32)", choices=("fp32", "remainder"), values={"fp32": 4, "remainder": 2},
+                seconds_only=False),
     StackOption("gradient_accumulation_fusion", "grad_accumulation_fusion", "rates", "bool",
                 "the weight-gradient GEMM accumulates into the fp32 main gradient (Megatron's "
                 "--gradient-accumulation-fusion); off: a separate add every micro-batch (default: the --software "
