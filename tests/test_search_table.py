@@ -26,9 +26,9 @@ def table(capsys, argv) -> tuple[list[str], list[str], str]:
     text = capsys.readouterr().out
     lines = text.splitlines()
     head = next(i for i, line in enumerate(lines) if line.lstrip().startswith("# "))
-    step = lines[head].index(" step ")
-    rows = [line[5:step] for line in lines[head + 2:] if re.match(r"^ *\d+[ ~] ", line)]
-    return lines[head][:step].split(), rows, text
+    end = lines[head].index(" layout") + len(" layout")       # the strategy's columns end with its layout
+    rows = [line[5:end] for line in lines[head + 2:] if re.match(r"^ *\d+[ ~] ", line)]
+    return lines[head][:end].split(), rows, text
 
 
 @pytest.mark.parametrize("argv", SEARCHES, ids=[a[0] for a in SEARCHES])

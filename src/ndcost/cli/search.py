@@ -45,7 +45,7 @@ def _searched(args: argparse.Namespace) -> list:
             and "," in str(getattr(args, stack_dest(option), None) or "")]
 
 
-def _print_result(result: Any, model: Any, cluster: Any, software: str | None = None) -> None:
+def _print_result(result: Any, model: Any, cluster: Any, software: str | None = None, stated: list = ()) -> None:
     print(f"{model.name} on {cluster.num_devices} x {cluster.device.name}: "
           f"{result.space_size} candidates priced, {result.fitting} fit")
     for title, counts in (("rejected:", result.rejected), ("not in the space (the values given):", result.excluded)):
@@ -58,7 +58,7 @@ def _print_result(result: Any, model: Any, cluster: Any, software: str | None = 
     from .search_table import table_lines
     from ..io.measured_error import measured_error
 
-    print("\n".join(table_lines(result, measured_error(cluster, software))))
+    print("\n".join(table_lines(result, measured_error(cluster, software), [option.field for option in stated])))
     print(f"Pareto front (step time vs reserved peak): {len(result.pareto)} strategies")
 
 
@@ -97,7 +97,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
-        _print_result(result, model, cluster, args.software)
+        _print_result(result, model, cluster, args.software, _searched(args))
     if result.results:
         best = result.results[0]
         if args.save_plan:

@@ -56,21 +56,29 @@ def _extra_fields(specs: Sequence[ExecSpec], searched: set[str]) -> list[str]:
     return out
 
 
-def _searched(columns: Any) -> set[str]:
-    """The space's columns holding more than one value (what the search varied)."""
-    out = set()
+def _searched(columns: Any, stated: Sequence[str] = ()) -> set[str]:
+    """What the search varied: its dimensions that held more than one value in the space, and the fields
+    the command gave a list of (*stated*). The fields a --software stack fixes per strategy are columns of
+    the space too, but nobody searched them: they show only where the printed rows differ in them."""
+    from ..spec.search_space import SEARCH_DIMENSIONS
+
+    out = set(stated)
     for name, column in (columns or {}).items():
-        values = {repr(value) for value in list(column)[:100000]}
-        if len(values) > 1:
+        if name in SEARCH_DIMENSIONS and len({repr(value) for value in list(column)[:100000]}) > 1:
             out.add(name)
     return out
 
 
-def strategy_cells(ranked: Sequence[Any], columns: Any = None) -> tuple[list[str], list[list[str]], list[str]]:
-    """(headers, one row of cells per ranked strategy, footnotes): what tells the strategies apart."""
+def strategy_cells(ranked: Sequence[Any], columns: Any = None,
+                   stated: Sequence[str] = ()) -> tuple[list[str], list[list[str]], list[str]]:
+    """(headers, one row of cells per ranked strategy, footnotes): what tells the strategies apart;
+    *stated*: the ExecSpec fields the command gave a list of (shown even where the rows agree)."""
     specs = [r.spec for r in ranked]
-    extra = _extra_fields(specs, _searched(columns))
-    options = _stack_options()
+    extra = _extra_fields(specs, _searched(columns, stated))
+    # a stack option names its column only where its words cover every row's value (fp8_param_gather's
+    # on/off are 1- and 2-byte parameters: a 4-byte one is shown as param_bytes)
+    options = {name: option for name, option in _stack_options().items()
+               if option.values is None or all(getattr(spec, name) in option.values.values() for spec in specs)}
     layouts: dict[str, int] = {}
     plans: dict[str, int] = {}
     notes: list[str] = []
@@ -105,11 +113,11 @@ def strategy_cells(ranked: Sequence[Any], columns: Any = None) -> tuple[list[str
     return headers, rows, notes
 
 
-def table_lines(result: Any, error: Any = None) -> list[str]:
+def table_lines(result: Any, error: Any = None, stated: Sequence[str] = ()) -> list[str]:
     """The ranked strategies as text: rank (``~``: tied with #1), what tells them apart, step time, MFU,
     tokens/s, reserved peak and the largest parts; then the layouts and the tie rule."""
     ranked = result.results
-    headers, rows, notes = strategy_cells(ranked, getattr(result, "columns", None))
+    headers, rows, notes = strategy_cells(ranked, getattr(result, "columns", None), stated)
     best = ranked[0].estimate.step_time
     marks = []
     for r in ranked:
@@ -122,13 +130,12 @@ def table_lines(result: Any, error: Any = None) -> list[str]:
             row[-1] += f" (= #{seen[key] + 1})"
         seen.setdefault(key, i)
     widths = [max(len(h), *(len(row[j]) for row in rows)) for j, h in enumerate(headers)]
-    unit = "ms" if result.units == "seconds" else "ND units"
     head = (f"{'#':>4} " + " ".join(h.rjust(w) for h, w in zip(headers, widths))
-            + f" {'step ' + unit:>15} {'MFU':>6} {'tokens/s':>12} {'reserved peak GiB':>17}  top parts")
+            + f" {'step':>15} {'MFU':>6} {'tokens/s':>12} {'reserved peak GiB':>17}  top parts")
     lines = [head, "-" * len(head)]
     for rank, (r, row, mark) in enumerate(zip(ranked, rows, marks), 1):
         e = r.estimate
-        step = f"{e.step_time * 1e3:15.1f}" if result.units == "seconds" else f"{e.step_time:15.4e}"
+        step = f"{e.step_time * 1e3:12.1f} ms" if result.units == "seconds" else f"{e.step_time:15.4e}"
         mfu = f"{100 * e.mfu:5.1f}%" if e.mfu is not None else "     -"
         tps = f"{e.tokens_per_second:12,.0f}" if e.tokens_per_second is not None else f"{'-':>12}"
         parts = sorted(e.parts.items(), key=lambda kv: -kv[1])[:3]
