@@ -255,6 +255,7 @@ def fuzz_files(files):
     return files
 
 
+@pytest.mark.cython      # the CLI's refusals do not depend on the backend: the compiled leg runs them (fast)
 def test_three_hundred_bad_command_lines(fuzz_files):
     cases = fuzz_cases()
     assert len(cases) >= 300 and len({argv[0] for argv in cases}) >= 9
