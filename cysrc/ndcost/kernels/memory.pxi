@@ -8,6 +8,8 @@ cdef enum:
     _MEM_SCHED_GPIPE = 1
     _MEM_SCHED_ZB_V = 2
     _MEM_SCHED_SEQ1F1B = 3
+    _MEM_SCHED_DUALPIPE_V = 4
+    _MEM_SCHED_DUALPIPE = 5
     _MEM_ATT_FULL = 0
     _MEM_ATT_MLA = 1
     _MEM_ATT_LINEAR = 2
@@ -80,6 +82,14 @@ cdef inline double c_inflight_micro_batches(long long schedule, long long p, lon
         count = c_mem_one_f_one_b(base, vp, stage, chunk)
         if chunk == 0:
             count += seq_split - 1  # §3.6 Seq1F1B: base − stage + n_s_split − 1
+    elif schedule == _MEM_SCHED_DUALPIPE_V:
+        if vp != 2:
+            return NAN
+        count = 2 * base - stage if chunk == 0 else stage + 1  # deepseek-ai/DualPipe dualpipev.py: PP + 1
+    elif schedule == _MEM_SCHED_DUALPIPE:
+        if vp != 1:
+            return NAN
+        count = base + 1  # dualpipe.py: PP + 1 on every rank
     else:
         return NAN
     return <double>(count if count > 1 else 1)

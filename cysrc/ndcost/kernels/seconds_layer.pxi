@@ -369,11 +369,14 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
             out[SL_cp_f] = ulysses
             out[SL_cp_b] = ulysses
 
-    # expert parallelism
+    # expert parallelism: a dispatch (disp_b bytes an element) and a combine (16-bit), each way
     if moe and ep > 1.0:
         cap = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
-        routed = (tokens / sp) * model[M_n_chosen] * cap * h * bc
-        a2a = 2.0 * c_sec_collective(SEC_ALL_TO_ALL, routed, ep, t * cp, rate)
+        routed = (tokens / sp) * cap
+        a2a = (c_sec_exchange(cand[SC_ep_disp], routed, h, model[M_n_chosen], model[M_n_exp], ep, t * cp,
+                              cand[SC_ep_nodes], cand[SC_disp_b], rate)
+               + c_sec_exchange(cand[SC_ep_disp], routed, h, model[M_n_chosen], model[M_n_exp], ep, t * cp,
+                                cand[SC_ep_nodes], bc, rate))
         out[SL_ep_f] = a2a
         out[SL_ep_b] = a2a
 

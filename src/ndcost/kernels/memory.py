@@ -30,7 +30,7 @@ NAN = math.nan
 N_MEMORY_COLUMNS = 8
 
 # Schedule codes (ndcost.tables.memory.SCHEDULE_CODES).
-_SCHED_1F1B, _SCHED_GPIPE, _SCHED_ZB_V, _SCHED_SEQ1F1B = 0, 1, 2, 3
+_SCHED_1F1B, _SCHED_GPIPE, _SCHED_ZB_V, _SCHED_SEQ1F1B, _SCHED_DUALPIPE_V, _SCHED_DUALPIPE = 0, 1, 2, 3, 4, 5
 # Attention and FFN flavour codes (ndcost.tables.memory.ATTENTION_CODES / FFN_CODES).
 _ATT_FULL, _ATT_MLA, _ATT_LINEAR, _ATT_MAMBA, _ATT_NONE, _ATT_MAMBA1 = 0, 1, 2, 3, 4, 5
 _FFN_DENSE, _FFN_MOE, _FFN_NONE = 0, 1, 2
@@ -84,9 +84,18 @@ def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, c
       s / seq_split): the 1F1B count plus seq_split − 1 on chunk 0 (vp = 1:
       base − stage + seq_split − 1, §3.6; for vp > 1 ND says only "analogous":
       ndcost adds the extra chunks to the warm-up chunk, chunk 0).
+    * 4, DualPipeV (dualpipev, vp must be 2): chunk 0 2·base − stage, chunk 1
+      stage + 1 -- deepseek-ai/DualPipe dualpipev.py step(): rank r runs
+      2(p − r − 1) + r + 1 forwards of chunk 0 and r + 1 of chunk 1 before its
+      first backward, and its main step's overlapped forward adds one before a
+      backward frees one: p·2 + 1 chunks, the README's "PP+1" (PP = 2p).
+    * 5, DualPipe (dualpipe, vp must be 1): base + 1 -- dualpipe.py step(): a rank
+      holds p of its two stages' chunks plus the overlapped forward, the README's
+      "PP+1" on every rank, counted here on the stage the layout gives it.
 
     Always >= 1; NaN for p, m, vp or seq_split < 1, a stage or chunk out of
-    range, an unknown schedule, vp != 1 with GPipe or vp != 2 with zero_bubble_v.
+    range, an unknown schedule, vp != 1 with GPipe or DualPipe or vp != 2 with
+    zero_bubble_v or DualPipeV.
     """
     if p < 1 or m < 1 or vp < 1 or seq_split < 1:
         return NAN
@@ -107,6 +116,14 @@ def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, c
         count = _one_f_one_b(base, vp, stage, chunk)
         if chunk == 0:
             count += seq_split - 1  # §3.6 Seq1F1B: base − stage + n_s_split − 1
+    elif schedule == _SCHED_DUALPIPE_V:
+        if vp != 2:
+            return NAN
+        count = 2 * base - stage if chunk == 0 else stage + 1
+    elif schedule == _SCHED_DUALPIPE:
+        if vp != 1:
+            return NAN
+        count = base + 1
     else:
         return NAN
     return float(count if count > 1 else 1)  # §3.6 "always at least 1"
@@ -433,7 +450,7 @@ def stage_memory(static_per_layer, act_per_layer, work_per_layer, counts, inflig
         comm_buffers: (p,) communication buffer bytes.
         reserve: bytes kept back on every device (ND's safety buffer, §3.7).
         overlapped_chunks: 1 when the schedule runs one chunk's forward beside another
-            chunk's backward (DualPipeV, zero_bubble_v), else 0.
+            chunk's backward (DualPipeV, zero_bubble_v, dualpipev), else 0.
 
     Activations: Σ over chunks of in-flight × (layers' + extra) bytes (§3.4).
     Working set: the largest of the layers in the stage's last non-empty chunk

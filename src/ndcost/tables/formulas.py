@@ -195,6 +195,9 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
     expert = where(has_op, ops.maximum(1.0, ranks), 1.0)
     shards_params = (zero == 3) & d["reshards"]          # ZeRO-3 resharding after forward
     shards_grads = (zero >= 2) & ops.not_(d["defers_grads"])  # reduced as the backward goes
+    # DualPipe keeps two copies of the parameters, and of their gradients (deepseek-ai/DualPipe README:
+    # "Parameter Per Device 2x"); the optimizer's state is one copy's, sharded over both copies' ranks
+    copies = where(ops.is_choice(c, "pp_schedule", "dualpipe"), 2, 1)
     return (
         seq, c["micro_batch_size"], c["tp"], d["sp"], c["cp"],
         d["t_exp"], c["ep"],
@@ -204,7 +207,7 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         where(c["flash_attention"], 1.0, 0.0), where(c["recompute_slice_activation"], 1.0, 0.0),
         c["compute_bytes"], c["softmax_bytes"], c["dropout_bytes"],
         c["norm_bytes"],
-        c["param_bytes"], d["bytes_grad"], d["bytes_optim"],
+        copies * c["param_bytes"], copies * d["bytes_grad"], d["bytes_optim"],
         where(shards_params, non_expert, 1.0), where(shards_grads, non_expert, 1.0),
         where(zero >= 1, non_expert, 1.0),
         where(shards_params, expert, 1.0), where(shards_grads, expert, 1.0), where(zero >= 1, expert, 1.0),
@@ -216,8 +219,8 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         where(d["tie_embeddings"], 1.0, 0.0),
         c["logit_bytes"],
         # fp8 weight cache bytes per weight parameter (ExecSpec.fp8_weight_cache)
-        where(ops.is_choice(c, "precision", "fp8") & c["fp8_weight_cache"],
-              where(c["param_bytes"] == 1, 1.0, 2.0), 0.0),
+        copies * where(ops.is_choice(c, "precision", "fp8") & c["fp8_weight_cache"],
+                       where(c["param_bytes"] == 1, 1.0, 2.0), 0.0),
     )
 
 
@@ -259,7 +262,10 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     # 3. Experts (ND §3.9 C1-C2; Megatron's expert grid).
     if not mc.is_moe:
         rules.append(("ep_dense", ep != 1))
+        rules.append(("moe_option_dense", ops.not_(ops.is_choice(c, "moe_dispatcher", "alltoall"))
+                      | ops.not_(ops.is_choice(c, "ep_overlap", "none"))))
     else:
+        rules.append(("ep_overlap_mtp", ops.is_choice(c, "ep_overlap", "1f1b") & (mc.mtp_layers > 1)))
         rules.append(("ep_experts", mc.num_experts % ep != 0))
         etp_stated = ops.stated(c["etp"])
         etp = ops.opt_int(c["etp"], 1)
@@ -278,7 +284,8 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     schedule_1f1b = ops.is_choice(c, "pp_schedule", "1f1b")
     interleaved = ops.is_choice(c, "pp_schedule", "interleaved") | (schedule_1f1b & (vpp > 1))
     family = (schedule_1f1b | interleaved | ops.is_choice(c, "pp_schedule", "seq1f1b")
-              | ops.is_choice(c, "pp_schedule", "zero_bubble_v"))
+              | ops.is_choice(c, "pp_schedule", "zero_bubble_v") | ops.is_choice(c, "pp_schedule", "dualpipe")
+              | ops.is_choice(c, "pp_schedule", "dualpipev"))
     too_few = (pp > 1) & family & (micro_batches < pp)
     rules.append(("micro_batches_lt_pp", too_few))
     rules.append(("micro_batches_not_multiple",

@@ -147,6 +147,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
     expert = (ranks if ranks > 1.0 else 1.0) if has_op else 1.0
     shards_params = (zero == 3) & d['reshards']
     shards_grads = zero >= 2 and (not d['defers_grads'])
+    copies = 2 if c['pp_schedule'] == 'dualpipe' else 1
     return (
         seq,
         c['micro_batch_size'],
@@ -167,8 +168,8 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         c['softmax_bytes'],
         c['dropout_bytes'],
         c['norm_bytes'],
-        c['param_bytes'],
-        d['bytes_grad'],
+        copies * c['param_bytes'],
+        copies * d['bytes_grad'],
         d['bytes_optim'],
         non_expert if shards_params else 1.0,
         non_expert if shards_grads else 1.0,
@@ -181,7 +182,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         0.0 if c['cp_algo'] == 'ulysses' else 2.0 if c['cp_algo'] == 'ring-allgather' else 1.0,
         1.0 if d['tie_embeddings'] else 0.0,
         c['logit_bytes'],
-        (1.0 if c['param_bytes'] == 1 else 2.0) if (c['precision'] == 'fp8') & c['fp8_weight_cache'] else 0.0,
+        copies * ((1.0 if c['param_bytes'] == 1 else 2.0) if (c['precision'] == 'fp8') & c['fp8_weight_cache'] else 0.0),
     )
 
 
@@ -213,7 +214,11 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
     if not mc.is_moe:
         if ep != 1:
             return codes['ep_dense']
+        if not c['moe_dispatcher'] == 'alltoall' or not c['ep_overlap'] == 'none':
+            return codes['moe_option_dense']
     else:
+        if c['ep_overlap'] == '1f1b' and mc.mtp_layers > 1:
+            return codes['ep_overlap_mtp']
         if mc.num_experts % ep != 0:
             return codes['ep_experts']
         etp_stated = c['etp'] is not None
@@ -233,7 +238,7 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
     micro_batches = c['micro_batch_num'] if mbn_stated else (0 if c['global_batch_size'] is None else c['global_batch_size']) // (mbs * dp)
     schedule_1f1b = c['pp_schedule'] == '1f1b'
     interleaved = c['pp_schedule'] == 'interleaved' or (schedule_1f1b and vpp > 1)
-    family = schedule_1f1b or interleaved or c['pp_schedule'] == 'seq1f1b' or (c['pp_schedule'] == 'zero_bubble_v')
+    family = schedule_1f1b or interleaved or c['pp_schedule'] == 'seq1f1b' or (c['pp_schedule'] == 'zero_bubble_v') or (c['pp_schedule'] == 'dualpipe') or (c['pp_schedule'] == 'dualpipev')
     too_few = pp > 1 and family and (micro_batches < pp)
     if too_few:
         return codes['micro_batches_lt_pp']

@@ -5,7 +5,7 @@ plus the MTP layers when they count in the offset, plus embedding and output
 when those do — ``per = lay // (pp·vpp)`` to a chunk, adjusted by a 1-D or 2-D
 offset, stage by stage and chunk by chunk, never more than remain. Layers are
 then numbered in *model order*, chunk by chunk across the stages (for
-zero_bubble_v the second chunk runs the stages backwards: DualPipeV's V), and
+zero_bubble_v and dualpipev the second chunk runs the stages backwards: DualPipeV's V), and
 recompute ranges, which speak of model order, give each layer its option.
 
 The kernels do not see layers: they see, per (stage, chunk), how many layers
@@ -23,7 +23,7 @@ in another place:
   the search"). ndcost spreads the remainder itself, one layer a cell, to the
   cells nearest the middle of the pipeline first: the first stage holds the
   embedding and the most micro-batches in flight, the last the output layer.
-* For zero_bubble_v the output layer goes where the last layer in model order
+* For zero_bubble_v and dualpipev the output layer goes where the last layer in model order
   runs (stage 0 of DualPipeV's V), not on the last stage.
 
 A vision-language model's vision tower shares the pipeline (ND_REFERENCE §1.4:
@@ -47,6 +47,7 @@ from .cache import per_object
 from ..kernels.columns import OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
 from ..errors import SpecError
 from ..spec.exec_spec import ExecSpec
+from ..spec.exec_spec_rules import V_SCHEDULES
 from ..spec.recompute_spec import ALL_KEPT
 from .validate import _layout_rules, offset_chunk_counts, offset_layer_count, pipeline_depth_error
 
@@ -201,7 +202,7 @@ def _model_order(counts: list[list[int]], spec: ExecSpec) -> list[tuple[int, int
     order = []
     for v in range(vpp):
         stages = range(pp)
-        if spec.schedule == "zero_bubble_v" and v % 2 == 1:
+        if spec.schedule in V_SCHEDULES and v % 2 == 1:
             stages = range(pp - 1, -1, -1)  # DualPipeV: the second chunk runs back up the V
         for s in stages:
             order.extend((s, v) for _ in range(counts[v][s]))
@@ -292,7 +293,7 @@ def _build(model: Any, spec: ExecSpec) -> Layout:
         emb, out = placed[0], placed[-1]
     else:
         emb, out = layer_at[0], layer_at[-1]
-        if spec.schedule != "zero_bubble_v":
+        if spec.schedule not in V_SCHEDULES:
             # ND: the output is appended to the last non-empty (stage, chunk) of the partition.
             nonempty = [(s, v) for s in range(pp) for v in range(vpp) if counts[v][s] > 0]
             out = nonempty[-1] if nonempty else out
