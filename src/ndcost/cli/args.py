@@ -11,14 +11,14 @@ from typing import Any
 
 from .help import STRATEGY_HELP
 from ..errors import SpecError
-from ..spec.exec_spec import CP_ALGOS, MOE_DISPATCHERS
+from ..spec.exec_spec import CP_ALGOS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES
 from ..spec.model_source import model_from_text
 
 __all__ = ["add_model_arguments", "model_from_args", "add_strategy_arguments", "spec_from_args",
            "spec_fields_from_args", "cluster_from_args", "offset_text", "parse_layer_grid", "read_plan"]
 
 _INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "micro_batch_num",
-               "global_batch_size", "seq_length", "zero_stage", "seq_split")
+               "global_batch_size", "seq_length", "zero_stage", "seq_split", "moe_dispatcher_sms", "moe_node_limit")
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,13 +50,14 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", type=int, help="number of devices (default: dp*tp*pp*cp)")
     for name in _INT_FIELDS:
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=int, metavar="N", help=STRATEGY_HELP[name])
-    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
-                   help=STRATEGY_HELP["sequence_parallel"])
+    for name in ("sequence_parallel", "moe_dispatch_fp8"):
+        p.add_argument("--" + name.replace("_", "-"), dest=name, action=argparse.BooleanOptionalAction, default=None,
+                       help=STRATEGY_HELP[name])
     for name, choices in (("recompute", ("none", "full", "selective")),
                           ("selective_rule", ("megatron", "mindformers", "hyperparallel")),
-                          ("pp_schedule", ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")),
+                          ("pp_schedule", PP_SCHEDULES),
                           ("cp_algo", CP_ALGOS), ("precision", ("bf16", "fp16", "fp8")),
-                          ("moe_dispatcher", MOE_DISPATCHERS)):
+                          ("moe_dispatcher", MOE_DISPATCHERS), ("ep_overlap", EP_OVERLAPS)):
         p.add_argument("--" + name.replace("_", "-"), dest=name, choices=choices, help=STRATEGY_HELP[name])
     for name in ("capacity_factor", "moe_imbalance"):
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=float, metavar="X", help=STRATEGY_HELP[name])
@@ -104,7 +105,7 @@ def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The ExecSpec fields the strategy flags state."""
     fields: dict[str, Any] = {name: getattr(args, name) for name in _INT_FIELDS if getattr(args, name) is not None}
     for name in ("sequence_parallel", "recompute", "selective_rule", "pp_schedule", "cp_algo", "precision",
-                 "moe_dispatcher", "capacity_factor", "moe_imbalance", "grouped_gemm"):
+                 "moe_dispatcher", "capacity_factor", "moe_imbalance", "grouped_gemm", "moe_dispatch_fp8", "ep_overlap"):
         value = getattr(args, name)
         if value is not None:
             fields[name] = value

@@ -23,9 +23,23 @@ STRATEGY_HELP = {
     "sequence_parallel": "Megatron sequence parallelism over the tp ranks (default off)",
     "recompute": "activation recompute of every layer: none, full or selective (default none)",
     "selective_rule": "which switches selective recompute turns on (default megatron: the core attention)",
-    "pp_schedule": "pipeline schedule (default 1f1b; interleaved when vpp > 1)",
-    "moe_dispatcher": "MoE token dispatcher: alltoall (NCCL) or deepep (DeepEP: its NVLink and RDMA buffers are "
-                      "held beside NCCL's; priced as the all-to-all in time) (default alltoall)",
+    "pp_schedule": "pipeline schedule: 1f1b, interleaved, zero_bubble_v (ND's DualPipeV), gpipe, seq1f1b, "
+                   "dualpipe (DeepSeek's bidirectional DualPipe: even pp, vpp 1, >= 2*pp micro-batches, two "
+                   "copies of the parameters) or dualpipev (its V: vpp 2, >= 2*pp micro-batches) (default 1f1b; "
+                   "interleaved when vpp > 1)",
+    "moe_dispatcher": "MoE token dispatcher: alltoall (NCCL's all-to-all, a copy per token and expert) or deepep "
+                      "(DeepEP's normal kernels: RDMA once per node, NVLink once per rank; its buffers held "
+                      "beside NCCL's) (default alltoall)",
+    "moe_dispatcher_sms": "SMs DeepEP's kernels hold, taken from compute while they overlap it (default 20, "
+                          "Megatron-Core's and DeepSeek-V3's)",
+    "moe_node_limit": "node-limited routing: nodes a token is sent to at most (DeepSeek-V3: 4) (default 0: no "
+                      "limit)",
+    "moe_dispatch_fp8": "dispatch (and the combine's backward) in fp8 with 1x128 scales, the combine in bf16, as "
+                        "DeepSeek-V3 (default off; needs --precision fp8)",
+    "ep_overlap": "how the expert all-to-all overlaps compute: none, 1f1b (Megatron-Core's "
+                  "--overlap-moe-expert-parallel-comm: a forward and a backward micro-batch co-scheduled; vpp > 1 "
+                  "when pp > 1, no full recompute) or dualpipe (DualPipe's overlapped chunks, with --pp-schedule "
+                  "dualpipe, dualpipev or zero_bubble_v) (default none)",
     "cp_algo": "context-parallel algorithm: ring (Transformer Engine's P2P ring), ulysses, or ring-allgather (PyTorch's context_parallel as torchtitan runs it: a backward holds all ranks' K/V) (default ring)",
     "precision": "matmul precision (default bf16; fp8 needs a device with an fp8 peak)",
     "capacity_factor": "MoE capacity factor of the token-dropping mode (default 1.0; with --no-grouped-gemm)",

@@ -24,7 +24,8 @@ __all__ = ["estimate_command", "write_plan", "emit_report"]
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ExecSpec) if f.default is not dataclasses.MISSING}
 #: ExecSpec fields a command states with a flag of its own name (ints, then choices).
 _FLAG_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "global_batch_size", "seq_length",
-                "zero_stage", "seq_split", "pp_schedule", "cp_algo", "precision", "selective_rule", "moe_dispatcher")
+                "zero_stage", "seq_split", "pp_schedule", "cp_algo", "precision", "selective_rule", "moe_dispatcher",
+                "moe_dispatcher_sms", "moe_node_limit", "ep_overlap")
 
 
 def write_plan(path: str, spec: ExecSpec) -> None:
@@ -46,7 +47,7 @@ def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) ->
     if getattr(args, "units", "seconds") != "seconds":
         words += ["--units", args.units]
     stated = set(_FLAG_FIELDS) | {"sequence_parallel", "offset", "pp_partition", "recompute", "full_recompute",
-                                  "selective_recompute", "micro_batch_num", "selective_switches"}
+                                  "selective_recompute", "micro_batch_num", "selective_switches", "moe_dispatch_fp8"}
     # --software fills the fields its stack fixes (ndcost.spec.software_fields): those are its defaults here
     implied = {}
     if getattr(args, "software", None) is not None:
@@ -64,6 +65,8 @@ def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) ->
                                                          else spec.resolved_global_batch_size)]
     if spec.sequence_parallel:
         words.append("--sequence-parallel")
+    if spec.moe_dispatch_fp8:
+        words.append("--moe-dispatch-fp8")
     if spec.offset is not None:
         words.append(f"--offset={offset_text(spec.offset)}")
     if spec.pp_partition is not None:
@@ -92,7 +95,8 @@ def emit_report(launcher: str, model: Any, cluster: Any, ranked: Any, *, units: 
     from ..io.emit_recompute import launcher_recompute
     from ..price.estimate import estimate
 
-    lines = [f"# {launcher} settings of #1:", EMITTERS[launcher](model, ranked.spec)]
+    lines = [f"# {launcher} settings of #1:",
+             EMITTERS[launcher](model, ranked.spec, devices_per_node=cluster.device.devices_per_node)]
     stated = launcher_recompute(launcher, model, ranked.spec)
     if stated.exact:
         return lines

@@ -17,8 +17,8 @@ from ..errors import SpecError
 
 __all__ = ["add_search_command", "parse_dimension"]
 
-_INT_DIMS = ("tp", "pp", "cp", "dp", "ep", "micro_batch_size", "vpp", "zero_stage")
-_STR_DIMS = ("pp_schedule", "recompute")
+_INT_DIMS = ("tp", "pp", "cp", "dp", "ep", "micro_batch_size", "vpp", "zero_stage", "moe_node_limit")
+_STR_DIMS = ("pp_schedule", "recompute", "precision", "moe_dispatcher", "ep_overlap")
 
 
 def parse_dimension(name: str, text: str | None, kind: type = int) -> Any:
@@ -137,11 +137,15 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--balance-top", type=int, default=3, metavar="N",
                    help="offer the best N a rebalanced pipeline (layers moved off the slowest stages; 0: none; "
                         "default 3)")
+    stack = {"precision": "bf16", "moe_dispatcher": "alltoall", "ep_overlap": "none", "moe_node_limit": "0"}
     for name in _INT_DIMS + _STR_DIMS:
+        default = f"default {stack[name]}" if name in stack else "default: searched"
         p.add_argument("--" + name.replace("_", "-"), dest=name, metavar="V[,V...]",
-                       help=f"fix {name}, or give a list to search (default: searched)")
+                       help=f"fix {name}, or give a list to search ({default})")
     p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="fix sequence parallelism on or off (default: searched)")
+    p.add_argument("--moe-dispatch-fp8", action=argparse.BooleanOptionalAction, default=None,
+                   help="fix fp8 dispatch on or off (default off)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (default: shown)")
     p.add_argument("--threads", type=int, metavar="N",
                    help="threads pricing the candidates, at least 1 (default: all the cores this process may use)")
@@ -169,8 +173,9 @@ def run_search(args: argparse.Namespace):
         value = parse_dimension(name, getattr(args, name), str)
         if value is not None:
             dims[name] = value
-    if args.sequence_parallel is not None:
-        dims["sequence_parallel"] = args.sequence_parallel
+    for name in ("sequence_parallel", "moe_dispatch_fp8"):
+        if getattr(args, name) is not None:
+            dims[name] = getattr(args, name)
     show_progress = not getattr(args, "json", False) and not args.no_progress and sys.stderr.isatty()
     result = search(
         model, cluster, global_batch_size=args.global_batch_size, seq_length=args.seq_length, top=args.top,

@@ -12,12 +12,15 @@ __all__ = ["megatron_flags", "torchtitan_toml", "EMITTERS"]
 # torchtitan's schedule names (torchtitan/distributed/pipeline_parallel.py, torch.distributed.pipelining).
 _TORCHTITAN_SCHEDULES = {
     "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zero_bubble_v": "ZBVZeroBubble",
-    "seq1f1b": "1F1B",
+    "seq1f1b": "1F1B", "dualpipev": "DualPipeV",   # torch.distributed.pipelining ScheduleDualPipeV
 }
 
 
-def megatron_flags(model: Any, spec: ExecSpec) -> str:
-    """Megatron-LM command-line flags (megatron/training/arguments.py names)."""
+def megatron_flags(model: Any, spec: ExecSpec, devices_per_node: int | None = None) -> str:
+    """Megatron-LM command-line flags (megatron/training/arguments.py names), then, one a line after them,
+    ``#`` notes on what the strategy prices that Megatron-LM cannot state. *devices_per_node* (the
+    cluster's) states node-limited routing's group count."""
+    notes: list[str] = []
     flags = [
         f"--tensor-model-parallel-size {spec.tp}",
         f"--pipeline-model-parallel-size {spec.pp}",
@@ -31,6 +34,9 @@ def megatron_flags(model: Any, spec: ExecSpec) -> str:
             # Megatron-Core's flex dispatcher on DeepEP (TransformerConfig moe_token_dispatcher_type,
             # moe_flex_dispatcher_backend; the flags are generated from the config's fields)
             flags += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]
+            if spec.moe_dispatcher_sms != 20:
+                flags.append(f"--moe-flex-dispatcher-num-sms {spec.moe_dispatcher_sms}")
+        flags += _megatron_moe_comm(spec, devices_per_node, notes)
     if needs_layout(model, spec):
         # Not the even split: the layout states every virtual stage (and with it vpp).
         flags.append(f'--pipeline-model-parallel-layout "{megatron_layout(model, spec)}"')
@@ -57,14 +63,40 @@ def megatron_flags(model: Any, spec: ExecSpec) -> str:
         flags.append("--bf16" if spec.precision == "bf16" else "--fp16")
     if spec.flash_attention:
         flags.append("--use-flash-attn")
-    return " \\\n  ".join(flags)
+    return " \\\n  ".join(flags) + "".join("\n# " + note for note in notes)
 
 
-def torchtitan_toml(model: Any, spec: ExecSpec) -> str:
+def _megatron_moe_comm(spec: ExecSpec, devices_per_node: int | None, notes: list[str]) -> list[str]:
+    """The flags of the expert all-to-all Megatron-Core states; *notes* gets what it cannot state."""
+    flags = []
+    if spec.ep_overlap == "1f1b":
+        # megatron/core/transformer/moe/README.md: "Batch-level EP overlap" (with --delay-wgrad-compute, whose
+        # split weight gradient ndcost does not price apart)
+        flags.append("--overlap-moe-expert-parallel-comm")
+    if spec.moe_node_limit:
+        # group-limited routing is node-limited when its groups are the nodes the EP group spans
+        # (Megatron-Core transformer_config.py moe_router_num_groups)
+        flags.append(f"--moe-router-group-topk {spec.moe_node_limit}")
+        span = spec.ep * spec.tp * spec.cp
+        if devices_per_node is not None and span > devices_per_node:
+            flags.append(f"--moe-router-num-groups {span // devices_per_node}")
+        else:
+            notes.append("not stated: --moe-router-num-groups, the nodes the EP group spans (node-limited routing)")
+    if spec.ep_overlap == "dualpipe" or spec.schedule in ("dualpipe", "dualpipev"):
+        notes.append(f"not stated: pp_schedule '{spec.pp_schedule}', ep_overlap '{spec.ep_overlap}' (DeepSeek's "
+                     "DualPipe is no Megatron-LM schedule)")
+    if spec.moe_dispatch_fp8:
+        notes.append("not stated: moe_dispatch_fp8 (Megatron-Core's DeepEP path dispatches in bf16; the ncclep "
+                     "backend's --moe-dispatch-fwd-dtype mxfp8 is the nearest)")
+    return flags
+
+
+def torchtitan_toml(model: Any, spec: ExecSpec, devices_per_node: int | None = None) -> str:
     """torchtitan job-config TOML keys ([parallelism], [training], [activation_checkpoint])."""
     shard = spec.dp if spec.zero_stage >= 1 else 1  # torchtitan shards with FSDP2 over dp_shard
     replicate = spec.dp // shard
-    schedule = _TORCHTITAN_SCHEDULES[spec.schedule]
+    # DeepSeek's bidirectional DualPipe is no torch.distributed.pipelining schedule: its V is the nearest
+    schedule = _TORCHTITAN_SCHEDULES.get(spec.schedule, "DualPipeV")
     lines = [
         "[parallelism]",
         f"data_parallel_replicate_degree = {replicate}",
@@ -77,6 +109,11 @@ def torchtitan_toml(model: Any, spec: ExecSpec) -> str:
     ]
     if getattr(model, "is_moe", False):
         lines.append(f"expert_parallel_degree = {spec.ep}")
+    if spec.schedule == "dualpipe":
+        lines.append("# not stated: pp_schedule 'dualpipe' (bidirectional, two parameter copies): DualPipeV above")
+    if spec.ep_overlap != "none" or spec.moe_dispatcher != "alltoall" or spec.moe_node_limit or spec.moe_dispatch_fp8:
+        lines.append(f"# not stated: ep_overlap '{spec.ep_overlap}', moe_dispatcher '{spec.moe_dispatcher}', "
+                     f"moe_node_limit {spec.moe_node_limit}, moe_dispatch_fp8 {spec.moe_dispatch_fp8}")
     if needs_layout(model, spec):
         parts = ", ".join("[" + ", ".join(f'"{name}"' for name in part) + "]" for part in torchtitan_fqns(model, spec))
         lines.append(f"module_fqns_per_model_part = [{parts}]")

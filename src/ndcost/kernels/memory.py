@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["inflight_micro_batches", "layer_activation_bytes", "stage_memory"]
+__all__ = ["inflight_micro_batches", "layer_activation_bytes", "stage_memory", "pair_dualpipe_rows"]
 
 NAN = math.nan
 
@@ -89,9 +89,11 @@ def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, c
       2(p − r − 1) + r + 1 forwards of chunk 0 and r + 1 of chunk 1 before its
       first backward, and its main step's overlapped forward adds one before a
       backward frees one: p·2 + 1 chunks, the README's "PP+1" (PP = 2p).
-    * 5, DualPipe (dualpipe, vp must be 1): base + 1 -- dualpipe.py step(): a rank
-      holds p of its two stages' chunks plus the overlapped forward, the README's
-      "PP+1" on every rank, counted here on the stage the layout gives it.
+    * 5, DualPipe (dualpipe, vp must be 1): base − stage, the 1F1B count --
+      dualpipe.py step(): rank r (h = min(r, p − 1 − r)) holds p − h chunks of its
+      phase-0 stage (h's own, with the overlapped forward) and h + 1 of its phase-1
+      stage (p − 1 − h's), the 1F1B counts of those two stages, p + 1 in all (the
+      README's "PP+1"); :func:`pair_dualpipe_rows` adds the two stages' rows.
 
     Always >= 1; NaN for p, m, vp or seq_split < 1, a stage or chunk out of
     range, an unknown schedule, vp != 1 with GPipe or DualPipe or vp != 2 with
@@ -123,7 +125,7 @@ def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, c
     elif schedule == _SCHED_DUALPIPE:
         if vp != 1:
             return NAN
-        count = base + 1
+        count = base - stage
     else:
         return NAN
     return float(count if count > 1 else 1)  # §3.6 "always at least 1"
@@ -515,3 +517,27 @@ def stage_memory(static_per_layer, act_per_layer, work_per_layer, counts, inflig
         values = (params, grads, optimizer, activations, comm, working, float(reserve), total)
         for column in range(N_MEMORY_COLUMNS):
             out[stage][column] = values[column]
+
+
+def pair_dualpipe_rows(out) -> None:
+    """DualPipe's devices from the stages' rows of :func:`stage_memory`, in place: device i holds stage i
+    and stage p-1-i (deepseek-ai/DualPipe dualpipe.py: the two directions' stages on one rank; its
+    README's "Parameter Per Device 2x"), so both rows become the device's: the two stages' parameters,
+    gradients and activations added; their optimizer state halved and added (each stage's shards over
+    both copies' data-parallel ranks); the larger communication buffers and working set; one reserve."""
+    n_stages = len(out)
+    if any(len(row) != N_MEMORY_COLUMNS for row in out):
+        raise ValueError("out must be (p, 8)")
+    for stage in range(n_stages // 2):
+        mine, mirror = out[stage], out[n_stages - 1 - stage]
+        params = mine[0] + mirror[0]
+        grads = mine[1] + mirror[1]
+        optimizer = 0.5 * (mine[2] + mirror[2])
+        activations = mine[3] + mirror[3]
+        comm = mine[4] if mine[4] > mirror[4] else mirror[4]
+        working = mine[5] if mine[5] > mirror[5] else mirror[5]
+        total = params + grads + optimizer + activations + comm + working + mine[6]
+        values = (params, grads, optimizer, activations, comm, working, mine[6], total)
+        for column in range(N_MEMORY_COLUMNS):
+            mine[column] = values[column]
+            mirror[column] = values[column]

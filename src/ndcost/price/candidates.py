@@ -276,5 +276,6 @@ class Candidates:
         """A spec with layout *layout*'s fields (its layout is the layout of every row that has it)."""
         fields = dict(self._layouts[layout])
         mask = fields.pop("keep_mask")
-        return ExecSpec(micro_batch_num=1, selective_switches=switches_from_mask(mask) if mask >= 0 else None,
-                        **fields)
+        # no layout depends on the micro-batches: 2·pp of them, which every schedule accepts (DualPipe's least)
+        return ExecSpec(micro_batch_num=2 * fields["pp"],
+                        selective_switches=switches_from_mask(mask) if mask >= 0 else None, **fields)

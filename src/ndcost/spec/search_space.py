@@ -26,7 +26,12 @@ __all__ = ["SEARCH_DIMENSIONS", "SearchSpace", "build_space", "divisors"]
 
 #: The dimensions a search enumerates, in the order ties are broken (smaller first).
 SEARCH_DIMENSIONS = ("tp", "pp", "cp", "ep", "micro_batch_size", "vpp", "zero_stage", "sequence_parallel",
-                     "pp_schedule", "recompute")
+                     "pp_schedule", "recompute", "precision", "moe_dispatcher", "ep_overlap", "moe_node_limit",
+                     "moe_dispatch_fp8")
+#: The dimensions fixed at ExecSpec's default unless given (a stack states them): name -> default.
+_FIXED_BY_DEFAULT = {"precision": "bf16", "moe_dispatcher": "alltoall", "ep_overlap": "none", "moe_node_limit": 0,
+                     "moe_dispatch_fp8": False}
+_STRING_DIMENSIONS = ("pp_schedule", "recompute", "precision", "moe_dispatcher", "ep_overlap")
 
 
 def divisors(n: int) -> list[int]:
@@ -55,18 +60,18 @@ class SearchSpace:
 
 def _checked(name: str, values: list) -> list:
     """The values a search is given for *name*, each checked by ExecSpec's rule for the field."""
-    from .exec_spec import PP_SCHEDULES, ZERO_STAGES
+    from .exec_spec import EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS, ZERO_STAGES
     from .recompute_spec import RECOMPUTE_OPTIONS
 
+    choices = {"pp_schedule": PP_SCHEDULES, "recompute": RECOMPUTE_OPTIONS, "zero_stage": ZERO_STAGES,
+               "precision": PRECISIONS, "moe_dispatcher": MOE_DISPATCHERS, "ep_overlap": EP_OVERLAPS}
     for value in values:
-        if name == "pp_schedule":
-            check_choice(value, name, "search", PP_SCHEDULES)
-        elif name == "recompute":
-            check_choice(value, name, "search", RECOMPUTE_OPTIONS)
-        elif name == "zero_stage":
-            check_choice(value, name, "search", ZERO_STAGES)
-        elif name == "sequence_parallel":
+        if name in choices:
+            check_choice(value, name, "search", choices[name])
+        elif name in ("sequence_parallel", "moe_dispatch_fp8"):
             check_bool(value, name, "search")
+        elif name == "moe_node_limit":
+            check_positive_int(value, name, "search", minimum=0, maximum=MAX_DEVICES)
         else:
             check_positive_int(value, name, "search", maximum=MAX_BATCH if name == "micro_batch_size" else MAX_DEVICES)
     return values
@@ -93,7 +98,8 @@ def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_b
     and the ranks dp·tp·cp, 1 for a dense model; micro_batch_size: 1, 2, 4;
     vpp: 1, 2, 4 (1 when pp == 1); zero_stage: 1 (Megatron's distributed optimizer);
     sequence_parallel: on when tp > 1; pp_schedule: 1f1b (interleaved when vpp > 1);
-    recompute: none, selective, full.
+    recompute: none, selective, full; precision, moe_dispatcher, ep_overlap, moe_node_limit,
+    moe_dispatch_fp8: ExecSpec's defaults (what a training stack states: searched only when given).
     """
     # The sizes every row states, bounded as ExecSpec bounds them (an int64 column holds them).
     check_positive_int(global_batch_size, "global_batch_size", "search", maximum=MAX_BATCH)
@@ -107,12 +113,15 @@ def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_b
     tp_limit = num_devices if allow_cross_node_tp else min(devices_per_node, num_devices)
     tps = _choices("tp", dims.get("tp"), [t for t in _powers_of_two(tp_limit) if num_devices % t == 0])
     excluded: Counter = Counter()
-    for name in ("micro_batch_size", "vpp", "zero_stage", "sequence_parallel", "pp_schedule", "recompute", "ep", "dp"):
+    for name in ("micro_batch_size", "vpp", "zero_stage", "sequence_parallel", "pp_schedule", "recompute", "ep", "dp",
+                 *_FIXED_BY_DEFAULT):
         if dims.get(name) is not None:
             _choices(name, dims[name], [])          # every given value checked, even where no tp reaches it
     cps_default = [1] if seq_length < 16384 else _powers_of_two(8)
     rows: dict[str, list] = {name: [] for name in SEARCH_DIMENSIONS + ("dp",)}
-    other_dims = ("micro_batch_size", "vpp", "zero_stage", "sequence_parallel", "pp_schedule", "recompute")
+    other_dims = ("micro_batch_size", "vpp", "zero_stage", "sequence_parallel", "pp_schedule", "recompute",
+                  *_FIXED_BY_DEFAULT)
+    fixed_by_default = {name: _choices(name, dims.get(name), [default]) for name, default in _FIXED_BY_DEFAULT.items()}
     for tp in tps:
         if num_devices % tp:
             excluded[f"tp {tp} does not divide the {num_devices} devices"] += 1
@@ -143,6 +152,7 @@ def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_b
                     "sequence_parallel": _choices("sequence_parallel", dims.get("sequence_parallel"), [tp > 1]),
                     "pp_schedule": _choices("pp_schedule", dims.get("pp_schedule"), ["1f1b"]),
                     "recompute": _choices("recompute", dims.get("recompute"), ["none", "selective", "full"]),
+                    **fixed_by_default,
                 }
                 for ep in eps:
                     for combo in itertools.product(*(per_dim[d] for d in other_dims)):
@@ -155,8 +165,8 @@ def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_b
                             rows[name].append(value)
     size = len(rows["tp"])
     columns = {
-        name: np.asarray(values, dtype=object if name in ("pp_schedule", "recompute") else
-                         (bool if name == "sequence_parallel" else np.int64))
+        name: np.asarray(values, dtype=object if name in _STRING_DIMENSIONS else
+                         (bool if name in ("sequence_parallel", "moe_dispatch_fp8") else np.int64))
         for name, values in rows.items()
     }
     columns["global_batch_size"] = np.full(size, global_batch_size, dtype=np.int64)

@@ -195,9 +195,6 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
     expert = where(has_op, ops.maximum(1.0, ranks), 1.0)
     shards_params = (zero == 3) & d["reshards"]          # ZeRO-3 resharding after forward
     shards_grads = (zero >= 2) & ops.not_(d["defers_grads"])  # reduced as the backward goes
-    # DualPipe keeps two copies of the parameters, and of their gradients (deepseek-ai/DualPipe README:
-    # "Parameter Per Device 2x"); the optimizer's state is one copy's, sharded over both copies' ranks
-    copies = where(ops.is_choice(c, "pp_schedule", "dualpipe"), 2, 1)
     return (
         seq, c["micro_batch_size"], c["tp"], d["sp"], c["cp"],
         d["t_exp"], c["ep"],
@@ -207,7 +204,7 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         where(c["flash_attention"], 1.0, 0.0), where(c["recompute_slice_activation"], 1.0, 0.0),
         c["compute_bytes"], c["softmax_bytes"], c["dropout_bytes"],
         c["norm_bytes"],
-        copies * c["param_bytes"], copies * d["bytes_grad"], d["bytes_optim"],
+        c["param_bytes"], d["bytes_grad"], d["bytes_optim"],
         where(shards_params, non_expert, 1.0), where(shards_grads, non_expert, 1.0),
         where(zero >= 1, non_expert, 1.0),
         where(shards_params, expert, 1.0), where(shards_grads, expert, 1.0), where(zero >= 1, expert, 1.0),
@@ -219,8 +216,8 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         where(d["tie_embeddings"], 1.0, 0.0),
         c["logit_bytes"],
         # fp8 weight cache bytes per weight parameter (ExecSpec.fp8_weight_cache)
-        copies * where(ops.is_choice(c, "precision", "fp8") & c["fp8_weight_cache"],
-                       where(c["param_bytes"] == 1, 1.0, 2.0), 0.0),
+        where(ops.is_choice(c, "precision", "fp8") & c["fp8_weight_cache"],
+              where(c["param_bytes"] == 1, 1.0, 2.0), 0.0),
     )
 
 

@@ -193,7 +193,6 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
     memory_expert = (memory_ranks if memory_ranks > 1.0 else 1.0) if memory_has_op else 1.0
     memory_shards_params = (memory_zero == 3) & d_reshards
     memory_shards_grads = memory_zero >= 2 and (not d_defers_grads)
-    memory_copies = 2 if c_pp_schedule == 'dualpipe' else 1
     return (
         0,
         d_exp,
@@ -253,8 +252,8 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
             c_softmax_bytes,
             c_dropout_bytes,
             c_norm_bytes,
-            memory_copies * c_param_bytes,
-            memory_copies * d_bytes_grad,
+            c_param_bytes,
+            d_bytes_grad,
             d_bytes_optim,
             memory_non_expert if memory_shards_params else 1.0,
             memory_non_expert if memory_shards_grads else 1.0,
@@ -267,7 +266,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
             0.0 if c_cp_algo == 'ulysses' else 2.0 if c_cp_algo == 'ring-allgather' else 1.0,
             1.0 if d_tie_embeddings else 0.0,
             c_logit_bytes,
-            memory_copies * ((1.0 if c_param_bytes == 1 else 2.0) if (c_precision == 'fp8') & c_fp8_weight_cache else 0.0),
+            (1.0 if c_param_bytes == 1 else 2.0) if (c_precision == 'fp8') & c_fp8_weight_cache else 0.0,
         ),
     )
 
@@ -410,7 +409,6 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
     memory_expert = (memory_ranks if memory_ranks > 1.0 else 1.0) if memory_has_op else 1.0
     memory_shards_params = (memory_zero == 3) & d_reshards
     memory_shards_grads = memory_zero >= 2 and (not d_defers_grads)
-    memory_copies = 2 if c_pp_schedule == 'dualpipe' else 1
     return (
         0,
         {
@@ -445,8 +443,8 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
             c_softmax_bytes,
             c_dropout_bytes,
             c_norm_bytes,
-            memory_copies * c_param_bytes,
-            memory_copies * d_bytes_grad,
+            c_param_bytes,
+            d_bytes_grad,
             d_bytes_optim,
             memory_non_expert if memory_shards_params else 1.0,
             memory_non_expert if memory_shards_grads else 1.0,
@@ -459,6 +457,6 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
             0.0 if c_cp_algo == 'ulysses' else 2.0 if c_cp_algo == 'ring-allgather' else 1.0,
             1.0 if d_tie_embeddings else 0.0,
             c_logit_bytes,
-            memory_copies * ((1.0 if c_param_bytes == 1 else 2.0) if (c_precision == 'fp8') & c_fp8_weight_cache else 0.0),
+            (1.0 if c_param_bytes == 1 else 2.0) if (c_precision == 'fp8') & c_fp8_weight_cache else 0.0,
         ),
     )

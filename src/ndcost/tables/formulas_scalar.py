@@ -147,7 +147,6 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
     expert = (ranks if ranks > 1.0 else 1.0) if has_op else 1.0
     shards_params = (zero == 3) & d['reshards']
     shards_grads = zero >= 2 and (not d['defers_grads'])
-    copies = 2 if c['pp_schedule'] == 'dualpipe' else 1
     return (
         seq,
         c['micro_batch_size'],
@@ -168,8 +167,8 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         c['softmax_bytes'],
         c['dropout_bytes'],
         c['norm_bytes'],
-        copies * c['param_bytes'],
-        copies * d['bytes_grad'],
+        c['param_bytes'],
+        d['bytes_grad'],
         d['bytes_optim'],
         non_expert if shards_params else 1.0,
         non_expert if shards_grads else 1.0,
@@ -182,7 +181,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         0.0 if c['cp_algo'] == 'ulysses' else 2.0 if c['cp_algo'] == 'ring-allgather' else 1.0,
         1.0 if d['tie_embeddings'] else 0.0,
         c['logit_bytes'],
-        copies * ((1.0 if c['param_bytes'] == 1 else 2.0) if (c['precision'] == 'fp8') & c['fp8_weight_cache'] else 0.0),
+        (1.0 if c['param_bytes'] == 1 else 2.0) if (c['precision'] == 'fp8') & c['fp8_weight_cache'] else 0.0,
     )
 
 
