@@ -270,7 +270,10 @@ cdef enum:
     SL_ffn_mm_f = 28
     SL_att_mm_flops = 29
     SL_ffn_mm_flops = 30
-    SL_COUNT = 31
+    SL_att_f = 31
+    SL_att_b = 32
+    SL_ep_d = 33
+    SL_COUNT = 34
 
 cdef enum:
     SS_fw = 0

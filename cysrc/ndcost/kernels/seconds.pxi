@@ -103,7 +103,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
         ov_cp = 0.0      # Ulysses' all-to-alls are on the critical path (see the oracle)
     cdef double h = model[M_h], v = model[M_v], tokens = b * s / cp
     cdef double tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, rc, rc_tp, rc_cp, rc_flops, count
-    cdef double ep_mode = cand[SC_ep_mode], ep_sm = 0.0, compute_b, pair_f, pair_b, q, ep_fs, copies
+    cdef double ep_mode = cand[SC_ep_mode], ep_sm = 0.0, paired_ep, q, rc_ep, copies
     cdef bint full_rc
     cdef double census_att, census_ffn
     cdef double x_sp, db, full, moved, kernels, heads, norm, n_mtp, chunks, piece, step
@@ -143,12 +143,10 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
         cp_b = c_sec_exposed(layer[SL_cp_b], layer[SL_core_b], ov_cp)
         ep_f = layer[SL_ep_f]
         ep_b = layer[SL_ep_b]
-        compute_b = layer[SL_bw] + layer[SL_bw_w]
         if ep_mode == SEC_EP_NONE:
             ep_f = c_sec_exposed(ep_f, layer[SL_fw], ov_ep)
-            ep_b = c_sec_exposed(ep_b, compute_b, ov_ep)
-        pair_f = c_sec_exposed_paired(layer[SL_ep_f], compute_b, ov_ep, ep_sm)
-        pair_b = c_sec_exposed_paired(layer[SL_ep_b], layer[SL_fw], ov_ep, ep_sm)
+            ep_b = c_sec_exposed(ep_b, layer[SL_bw] + layer[SL_bw_w], ov_ep)
+        paired_ep = c_sec_paired_layer(layer, ov_ep, ep_sm)
         for o in range(n_slots):
             option = slot_option[o]
             rc = 0.0
@@ -192,8 +190,8 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                 row[SS_tp] += count * (tp_f + tp_b + rc_tp)
                 row[SS_cp] += count * (cp_f + cp_b + rc_cp)
                 q = c_sec_paired_share(cand, n_stages, st)
-                ep_fs = q * pair_f + (1.0 - q) * ep_f
-                row[SS_ep] += count * (ep_fs + q * pair_b + (1.0 - q) * ep_b + (ep_fs if full_rc else 0.0))
+                rc_ep = q * ep_sm * layer[SL_ep_f] + (1.0 - q) * ep_f if full_rc else 0.0
+                row[SS_ep] += count * (q * paired_ep + (1.0 - q) * (ep_f + ep_b) + rc_ep)
                 row[SS_layers] += count
                 row[SS_model_flops] += count * 3.0 * layer[SL_flops_f]
                 row[SS_hw_flops] += count * (3.0 * (layer[SL_flops_f] + layer[SL_flops_core_extra]) + rc_flops)

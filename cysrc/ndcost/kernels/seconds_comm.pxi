@@ -136,6 +136,18 @@ cdef inline double c_sec_paired_share(const double* cand, Py_ssize_t n_stages, P
     return paired / total if paired > 0.0 else 0.0
 
 
+cdef inline double c_sec_paired_layer(const double* layer, double share, double sms) noexcept nogil:
+    # A layer's all-to-alls in an F&B pair: the three phases of Megatron-Core's combined 1F1B (the oracle's
+    # _paired_layer).
+    cdef double dispatch = layer[SL_ep_d]
+    cdef double combine = layer[SL_ep_f] - dispatch
+    cdef double att_f = layer[SL_att_f], att_b = layer[SL_att_b]
+    cdef double mlp = layer[SL_fw] - att_f + layer[SL_bw] + layer[SL_bw_w] - att_b
+    return (c_sec_exposed_paired(dispatch, att_f, share, sms)
+            + c_sec_exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0, share, sms)
+            + c_sec_exposed_paired(combine, att_b, share, sms))
+
+
 cdef inline double c_sec_exposed_tail(double comm, double window, double share, double layers) noexcept nogil:
     cdef double exposed = c_sec_exposed(comm, window, share)
     cdef double floor_ = comm / layers if layers > 1.0 else comm

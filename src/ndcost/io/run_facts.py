@@ -249,7 +249,10 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
         dropout_bytes=1 if dropout.startswith("hidden_dropout 0.1") else 0,
         pp_schedule="interleaved" if vpp > 1 else "1f1b", flash_attention=True,
         grouped_gemm=not facts.text("moe_capacity").startswith("token drop"),
-        moe_dispatcher="deepep" if "deepep" in facts.text("moe_token_dispatcher").lower() else "alltoall", **extra,
+        moe_dispatcher="deepep" if "deepep" in facts.text("moe_token_dispatcher").lower() else "alltoall",
+        # Megatron-Core's EP A2A overlap of the combined 1F1B schedule, where the run states it
+        ep_overlap="1f1b" if facts.text("ep_a2a_overlap").startswith("overlap_moe_expert_parallel_comm true")
+        else "none", **extra,
     )
     hardware = hardware_table.get(row.get("hardware"), {}) if isinstance(hardware_table, Mapping) else {}
     overrides = {}
@@ -275,9 +278,4 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
             changes["fp8_recipe"] = recipe
         else:
             notes.append("fp8 recipe not stated: the software's default")
-    overlap = None
-    if facts.text("ep_a2a_overlap").startswith("overlap_moe_expert_parallel_comm true"):
-        from ..tables.seconds import Overlap
-
-        overlap = Overlap(ep=1.0)
-    return BuiltRun(model, spec, cluster, float(seconds), software_preset(facts), changes, overlap, tuple(notes))
+    return BuiltRun(model, spec, cluster, float(seconds), software_preset(facts), changes, None, tuple(notes))

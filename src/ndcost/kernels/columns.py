@@ -234,6 +234,8 @@ SECONDS_LAYER_FIELDS = (
     "flops_core_extra",               # attention FLOPs run beyond the model's (a masked matrix without flash)
     "att_mm_f", "ffn_mm_f",           # forward time of the attention projections / the FFN matmuls (census shares)
     "att_mm_flops", "ffn_mm_flops",   # their FLOPs (whole micro-batch): what a census share recomputes, for HFU
+    "att_f", "att_b",                 # the token mixer's sub-block: forward, backward with its weight grads
+    "ep_d",                           # one dispatch-direction exchange of ep_f (the rest of it: the combine)
 )
 
 # --- per stage raw sums of seconds mode (float64, pp x SECONDS_STAGE_FIELDS) ---

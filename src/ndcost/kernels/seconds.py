@@ -48,7 +48,7 @@ from .columns import (
 from .nd_ops import _check_len
 from .seconds_ops import POINTWISE_BACKWARD_BYTES, _cand_ok, _check_rows, _check_tables, _fill, _mm3, _pass
 from .seconds_comm import (
-    ALL_REDUCE, DEEPEP, EP_NONE, GATHER_OR_SCATTER, SEND_RECV, _collective, _exposed, _exposed_paired, _exposed_tail,
+    ALL_REDUCE, DEEPEP, EP_NONE, GATHER_OR_SCATTER, SEND_RECV, _collective, _exposed, _exposed_tail, _paired_layer,
     _paired_share,
 )
 from .seconds_layer import _layer
@@ -242,17 +242,14 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
         cp_f = _exposed(layer[_L["cp_f"]], layer[_L["core_f"]], ov_cp)
         cp_b = _exposed(layer[_L["cp_b"]], layer[_L["core_b"]], ov_cp)
         # the expert all-to-all: with no overlap mode, ov_ep of the same pass's compute hides it (an
-        # Overlap share a caller states); in an overlapped F&B pair the forward's dispatch and combine
-        # run beside the other micro-batch's backward and the backward's beside its forward
-        # (_exposed_paired), for the stage's paired share of its micro-batches (_paired_share)
+        # Overlap share a caller states); in an overlapped F&B pair, _paired_layer's phases, for the
+        # stage's paired share of its micro-batches (_paired_share)
         ep_f = layer[_L["ep_f"]]
         ep_b = layer[_L["ep_b"]]
-        compute_b = layer[_L["bw"]] + layer[_L["bw_w"]]
         if ep_mode == EP_NONE:
             ep_f = _exposed(ep_f, layer[_L["fw"]], ov_ep)
-            ep_b = _exposed(ep_b, compute_b, ov_ep)
-        pair_f = _exposed_paired(layer[_L["ep_f"]], compute_b, ov_ep, ep_sm)
-        pair_b = _exposed_paired(layer[_L["ep_b"]], layer[_L["fw"]], ov_ep, ep_sm)
+            ep_b = _exposed(ep_b, layer[_L["bw"]] + layer[_L["bw_w"]], ov_ep)
+        paired_ep = _paired_layer(layer, ov_ep, ep_sm)
         for o in range(n_slots):
             option = slot_option[o]
             rc = rc_tp = rc_cp = rc_flops = 0.0
@@ -292,10 +289,11 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
                 row[_S["rc"]] += count * rc
                 row[_S["tp"]] += count * (tp_f + tp_b + rc_tp)
                 row[_S["cp"]] += count * (cp_f + cp_b + rc_cp)
+                # a full recompute re-runs the forward's dispatch and combine: beside compute (at DeepEP's
+                # SMs) in a pair, exposed alone
                 q = paired[st]
-                ep_fs = q * pair_f + (1.0 - q) * ep_f
-                # a full recompute re-runs the forward's dispatch and combine as the forward ran them
-                row[_S["ep"]] += count * (ep_fs + q * pair_b + (1.0 - q) * ep_b + (ep_fs if full_rc else 0.0))
+                rc_ep = q * ep_sm * layer[_L["ep_f"]] + (1.0 - q) * ep_f if full_rc else 0.0
+                row[_S["ep"]] += count * (q * paired_ep + (1.0 - q) * (ep_f + ep_b) + rc_ep)
                 row[_S["layers"]] += count
                 row[_S["model_flops"]] += count * 3.0 * layer[_L["flops_f"]]
                 row[_S["hw_flops"]] += count * (3.0 * (layer[_L["flops_f"]] + layer[_L["flops_core_extra"]])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from .columns import RATE, RATE_FIELDS, SECONDS_CAND
+from .columns import RATE, RATE_FIELDS, SECONDS_CAND, SECONDS_LAYER
 from .nd_ops import _check_len
 
 __all__ = ["seconds_collective", "seconds_expert_exchange"]
@@ -18,6 +18,7 @@ NAN = math.nan
 # Column indices, bound once (the kernel ABI of ndcost.kernels.columns).
 _R = RATE
 _C = SECONDS_CAND
+_L = SECONDS_LAYER
 
 # Collective codes of seconds_collective.
 ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL, SEND_RECV = 0, 1, 2, 3
@@ -213,6 +214,28 @@ def _paired_share(cand, n_stages: int, stage: int) -> float:
     alone = 1.0 if n_stages <= 1 else (n_stages - stage - 1.0) * 2.0 + (vp - 1.0) * n_stages + 1.0
     paired = total - alone
     return paired / total if paired > 0.0 else 0.0
+
+
+def _paired_layer(layer, share: float, sms: float) -> float:
+    """What a layer's dispatches and combines leave exposed when one micro-batch's forward runs beside
+    another's backward (an F&B pair: both passes' all-to-alls, 2·ep_f). Megatron-Core's combined 1F1B
+    (models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run) runs three phases,
+    each the comm stream beside the compute stream:
+
+      comm: combine backward     | dispatch forward, dispatch backward | combine forward
+      comp: attention forward    | MLP backward (+ its dW), MLP forward | attention backward
+
+    DeepSeek-V3's DualPipe pairs the same four components of a chunk (report §3.2.1, Figure 4). The
+    combine's backward moves the dispatch direction's bytes (ep_d), the dispatch's backward the
+    combine's (ep_f - ep_d); the attention sub-block is att_f / att_b, the MLP the rest of the pass.
+    Each phase leaves :func:`_exposed_paired` of its comm."""
+    dispatch = layer[_L["ep_d"]]
+    combine = layer[_L["ep_f"]] - dispatch
+    att_f, att_b = layer[_L["att_f"]], layer[_L["att_b"]]
+    mlp = layer[_L["fw"]] - att_f + layer[_L["bw"]] + layer[_L["bw_w"]] - att_b
+    return (_exposed_paired(dispatch, att_f, share, sms)
+            + _exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0, share, sms)
+            + _exposed_paired(combine, att_b, share, sms))
 
 
 def _exposed_tail(comm: float, window: float, share: float, layers: float) -> float:

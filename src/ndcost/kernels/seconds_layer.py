@@ -452,11 +452,15 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     if moe and ep > 1.0:
         cap = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
         routed = (tokens / sp) * cap
-        args = (cand[_C["ep_disp"]], routed, h, model[_M["n_chosen"]], model[_M["n_exp"]], ep, t * cp,
+        # over the expert grid's EP group: ranks t_exp apart (Megatron-Core's expert ranks are ordered
+        # expert-tp, ep, expert-dp, pp: parallel_state's expert RankGenerator "tp-ep-dp-pp")
+        args = (cand[_C["ep_disp"]], routed, h, model[_M["n_chosen"]], model[_M["n_exp"]], ep, t_exp,
                 cand[_C["ep_nodes"]])
-        a2a = _exchange(*args, cand[_C["disp_b"]], rate) + _exchange(*args, bc, rate)
+        dispatch = _exchange(*args, cand[_C["disp_b"]], rate)
+        a2a = dispatch + _exchange(*args, bc, rate)
         out[_L["ep_f"]] = a2a
         out[_L["ep_b"]] = a2a
+        out[_L["ep_d"]] = dispatch
 
     p_dense = (skind[_SK["p_nonexp"]] + skind[_SK["p_shared"]]) / t
     p_expert = skind[_SK["p_routed"]] / (ep * t_exp)
@@ -472,6 +476,8 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     out[_L["gemm_b"]] = gemm_b
     out[_L["core_f"]] = core_f
     out[_L["core_b"]] = core_b
+    out[_L["att_f"]] = f_att + core_f
+    out[_L["att_b"]] = d_att + w_grad + core_b
     # parameters on this device: non-expert and shared experts split over tp, routed over ep·t_exp
     out[_L["p_dense"]] = p_dense
     out[_L["p_expert"]] = p_expert
