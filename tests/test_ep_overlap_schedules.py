@@ -14,35 +14,13 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost.kernels.columns import PART, PART_NAMES, SCHEDULES, SECONDS_CAND, SECONDS_LAYER_FIELDS, SECONDS_STAGE
+from ndcost.kernels.columns import PART, SCHEDULES, SECONDS_LAYER_FIELDS, SECONDS_STAGE
 from ndcost import _backend
 from ndcost.tables.memory import SCHEDULE_CODES
 from ndcost.tables.seconds import Overlap, seconds_arrays, seconds_estimate
+from test_seconds_kernels import _cand, _combine, _stages
 
 S = SECONDS_STAGE
-
-
-def _cand(**values):
-    cand = np.zeros(len(SECONDS_CAND))
-    fields = dict(b=1, s=1024, t=1, sp=1, cp=1, ep=1, t_exp=1, d=1, edp=1, p=4, vp=1, m=8, seq_split=1, bytes_c=2,
-                  bytes_mm=2, bytes_p=2, bytes_grad=4, bytes_opt=34)
-    fields.update(values)
-    for name, value in fields.items():
-        cand[SECONDS_CAND[name]] = value
-    return cand
-
-
-def _stages(rows):
-    stage = np.zeros((len(rows), len(SECONDS_STAGE)))
-    for i, fields in enumerate(rows):
-        for name, value in fields.items():
-            stage[i, S[name]] = value
-    return stage
-
-
-def _combine(kernels, stage, cand):
-    parts, times = np.empty(len(PART_NAMES)), np.empty(stage.shape[0])
-    return kernels.seconds_combine(stage, cand, parts, times), parts, times
 
 
 # ----------------------------------------------------------------------------- bubbles
@@ -147,6 +125,17 @@ def _moe_layer(model, spec, cluster, kernels):
     return dict(zip(SECONDS_LAYER_FIELDS, out[1]))
 
 
+def _pair_by_hand(layer):
+    held = 20.0 / 132.0                   # DeepEP's 20 SMs of the H800's 132
+
+    def left(comm, window):
+        return min(comm, max(comm - window, held * comm))
+
+    dispatch, combine = layer["ep_d"], layer["ep_f"] - layer["ep_d"]
+    mlp = layer["fw"] + layer["bw"] + layer["bw_w"] - layer["att_f"] - layer["att_b"]
+    return left(dispatch, layer["att_f"]) + left(dispatch + combine, mlp) + left(combine, layer["att_b"])
+
+
 def test_a_layers_overlapped_pair_by_hand(kernels, backend_name):
     """An F&B pair of one MoE layer, Megatron-Core's three phases (combined_1f1b):
     comm combine-backward | dispatch fwd + dispatch-backward | combine fwd
@@ -154,14 +143,7 @@ def test_a_layers_overlapped_pair_by_hand(kernels, backend_name):
     each phase leaving max(comm - window, 20/132 x comm) (DeepEP's 20 SMs of the H800's 132)."""
     model, spec, cluster = _deepseek(pp_schedule="dualpipe", ep_overlap="dualpipe")
     layer = _moe_layer(model, spec, cluster, kernels)
-    held = 20.0 / 132.0
-
-    def left(comm, window):
-        return min(comm, max(comm - window, held * comm))
-
-    dispatch, combine = layer["ep_d"], layer["ep_f"] - layer["ep_d"]
-    mlp = layer["fw"] + layer["bw"] + layer["bw_w"] - layer["att_f"] - layer["att_b"]
-    pair = left(dispatch, layer["att_f"]) + left(dispatch + combine, mlp) + left(combine, layer["att_b"])
+    pair = _pair_by_hand(layer)
     assert 0.0 < pair < layer["ep_f"] + layer["ep_b"]
     # DualPipe pairs every micro-batch: the stage's ep part is its MoE layers x the pair
     with _backend.use(backend_name):
@@ -187,14 +169,7 @@ def test_megatron_overlap_pairs_all_but_the_warm_up(kernels, backend_name):
     pairs 32 - 11 = 21 of 32, stage 3 32 - 5 = 27; none: every all-to-all exposed."""
     model, spec, cluster = _deepseek(vpp=2, ep_overlap="1f1b")
     layer = _moe_layer(model, spec, cluster, kernels)
-    held = 20.0 / 132.0
-
-    def left(comm, window):
-        return min(comm, max(comm - window, held * comm))
-
-    dispatch, combine = layer["ep_d"], layer["ep_f"] - layer["ep_d"]
-    mlp = layer["fw"] + layer["bw"] + layer["bw_w"] - layer["att_f"] - layer["att_b"]
-    pair = left(dispatch, layer["att_f"]) + left(dispatch + combine, mlp) + left(combine, layer["att_b"])
+    pair = _pair_by_hand(layer)
     alone = layer["ep_f"] + layer["ep_b"]
     with _backend.use(backend_name):
         overlapped = seconds_estimate(model, spec, cluster)["stage_sums"]

@@ -25,6 +25,14 @@ cdef inline double c_sec_ring(double steps, double share, double moved, double b
     return steps * lat + share * moved / bw
 
 
+cdef inline double c_sec_ranks_per_node(double dpn, double stride, double n) noexcept nogil:
+    # Ranks of a group of n ranks stride apart that share a node (1 to n).
+    cdef double g = floor(dpn / stride) if stride < dpn else 1.0
+    if g < 1.0:
+        g = 1.0
+    return n if g > n else g
+
+
 cdef inline double c_sec_collective(long long op, double moved, double n, double stride,
                                     const double* rate) noexcept nogil:
     # Alpha-beta ring in one node; hierarchical (intra-node, scale-out on B/g, intra-node) across.
@@ -44,11 +52,7 @@ cdef inline double c_sec_collective(long long op, double moved, double n, double
         if op == SEC_SEND_RECV:
             return c_sec_ring(1.0, 1.0, moved, bw_in, lat_in)
         return c_sec_ring(n - 1.0, (n - 1.0) / n, moved, bw_in, lat_in)
-    g = floor(dpn / stride) if stride < dpn else 1.0
-    if g < 1.0:
-        g = 1.0
-    if g > n:
-        g = n
+    g = c_sec_ranks_per_node(dpn, stride, n)
     nodes = n / g
     if op == SEC_SEND_RECV:
         return c_sec_ring(1.0, 1.0, moved, bw_out, lat_out)
@@ -79,7 +83,7 @@ cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidde
                                   const double* rate) noexcept nogil:
     # One dispatch or combine: NCCL's all-to-all of every (token, expert) copy, or DeepEP's RDMA once per
     # node and NVLink once per rank, concurrently (the oracle's _exchange).
-    cdef double token_bytes, dpn, g, nodes, per_rank, reached, ranks, nvlink, rdma
+    cdef double token_bytes, g, nodes, per_rank, reached, ranks, nvlink, rdma
     if not stride >= 1.0:
         return NAN
     if n <= 1.0 or tokens <= 0.0 or topk <= 0.0:
@@ -87,12 +91,7 @@ cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidde
     token_bytes = hidden * element_bytes
     if dispatcher != SEC_DEEPEP:
         return c_sec_collective(SEC_ALL_TO_ALL, tokens * topk * token_bytes, n, stride, rate)
-    dpn = rate[R_dpn]
-    g = floor(dpn / stride) if stride < dpn else 1.0
-    if g < 1.0:
-        g = 1.0
-    if g > n:
-        g = n
+    g = c_sec_ranks_per_node(rate[R_dpn], stride, n)
     nodes = n / g
     per_rank = experts / n
     if node_limit >= 1.0 and node_limit < nodes:

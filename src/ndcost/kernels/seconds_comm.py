@@ -61,6 +61,14 @@ def seconds_collective(op: int, moved: float, n: float, stride: float, rate) -> 
     return _collective(op, moved, n, stride, rate)
 
 
+def _ranks_per_node(dpn: float, stride: float, n: float) -> float:
+    """Ranks of a group of *n* ranks *stride* apart that share a node of *dpn* devices (1 to n)."""
+    g = math.floor(dpn / stride) if stride < dpn else 1.0
+    if g < 1.0:
+        g = 1.0
+    return n if g > n else g
+
+
 def _collective(op: int, moved: float, n: float, stride: float, rate) -> float:
     """seconds_collective without the length check (the kernels' own calls)."""
     if not stride >= 1.0:
@@ -78,11 +86,7 @@ def _collective(op: int, moved: float, n: float, stride: float, rate) -> float:
         if op == SEND_RECV:
             return _ring(1.0, 1.0, moved, bw_in, lat_in)
         return _ring(n - 1.0, (n - 1.0) / n, moved, bw_in, lat_in)
-    g = math.floor(dpn / stride) if stride < dpn else 1.0
-    if g < 1.0:
-        g = 1.0
-    if g > n:
-        g = n
+    g = _ranks_per_node(dpn, stride, n)
     nodes = n / g
     if op == SEND_RECV:
         return _ring(1.0, 1.0, moved, bw_out, lat_out)
@@ -120,12 +124,7 @@ def _exchange(dispatcher: float, tokens: float, hidden: float, topk: float, expe
     token_bytes = hidden * element_bytes
     if dispatcher != DEEPEP:
         return _collective(ALL_TO_ALL, tokens * topk * token_bytes, n, stride, rate)
-    dpn = rate[_R["dpn"]]
-    g = math.floor(dpn / stride) if stride < dpn else 1.0
-    if g < 1.0:
-        g = 1.0
-    if g > n:
-        g = n
+    g = _ranks_per_node(rate[_R["dpn"]], stride, n)
     nodes = n / g
     per_rank = experts / n                          # experts on each rank of the group
     if node_limit >= 1.0 and node_limit < nodes:
