@@ -54,11 +54,12 @@ _TABLE = (
     ("bad_choice", ("pp_schedule", "cp_algo", "precision", "selective_rule", "moe_dispatcher", "ep_overlap"),
      "a named choice (pp_schedule, cp_algo, precision, selective_rule, moe_dispatcher, ep_overlap) is not one "
      "ndcost knows"),
-    ("bad_moe_setting", ("capacity_factor", "moe_imbalance", "moe_dispatch", "moe_dispatcher", "ep",
-                         "moe_dispatcher_sms", "moe_node_limit"),
-     "capacity_factor or moe_imbalance is not a finite number in [1, its bound], moe_dispatch not a finite "
-     "number >= 0, moe_dispatcher_sms not an integer in [1, its bound], moe_node_limit not an integer in "
-     "[0, its bound], or moe_dispatcher 'deepep' on an ep group DeepEP has no config for"),
+    ("bad_moe_setting", ("capacity_factor", "moe_imbalance", "moe_dispatch", "moe_dispatch_count", "moe_dispatcher",
+                         "ep", "moe_dispatcher_sms", "moe_node_limit"),
+     "capacity_factor or moe_imbalance is not a finite number in [1, its bound], moe_dispatch or "
+     "moe_dispatch_count not a finite number >= 0, moe_dispatcher_sms not an integer in [1, its bound], "
+     "moe_node_limit not an integer in [0, its bound], or moe_dispatcher 'deepep' on an ep group DeepEP has no "
+     "config for"),
     ("vpp_without_pp", ("vpp",), "vpp > 1 with pp = 1 (virtual stages without a pipeline)"),
     ("schedule_vpp", ("vpp",),
      "vpp does not suit the schedule (interleaved needs vpp > 1, zero_bubble_v and dualpipev 2, gpipe and "
