@@ -143,3 +143,25 @@ def test_a_dense_batch_row_naming_a_moe_option_gets_its_reason():
                                           moe_dispatcher=np.array(["alltoall", "deepep", "alltoall"], dtype=object))
     result = ndcost.estimate_many(dense, cands, ndcost.Cluster("h100-sxm", 8))
     assert list(result.reason_names()) == ["ok", "moe_option_dense", "ok"]
+
+
+def test_emit_states_the_overlap_where_a_launcher_can():
+    """Megatron-LM states its EP overlap and group-limited routing; what it cannot (DualPipe, fp8 dispatch)
+    follows the flags as notes, never inside the command; torchtitan runs torch's DualPipeV."""
+    from ndcost.io.emit import megatron_flags, torchtitan_toml
+
+    model = ndcost.Model.from_catalog("deepseek-v3")
+    megatron = ExecSpec(dp=64, pp=8, vpp=2, ep=64, global_batch_size=1024, seq_length=4096, ep_overlap="1f1b",
+                        moe_dispatcher="deepep", moe_node_limit=4, moe_dispatcher_sms=24)
+    flags = megatron_flags(model, megatron, devices_per_node=8)
+    assert "--overlap-moe-expert-parallel-comm" in flags and "--moe-flex-dispatcher-num-sms 24" in flags
+    assert "--moe-router-group-topk 4 \\\n  --moe-router-num-groups 8" in flags and "#" not in flags
+    command, note = megatron_flags(model, megatron).split("\n# ")               # no cluster: a note instead
+    assert "--moe-router-num-groups" not in command and "--moe-router-num-groups" in note
+    dualpipe = ExecSpec(dp=128, pp=16, ep=64, global_batch_size=15360, seq_length=4096, precision="fp8",
+                        pp_schedule="dualpipe", ep_overlap="dualpipe", moe_dispatcher="deepep", moe_dispatch_fp8=True)
+    command, *notes = megatron_flags(model, dualpipe, devices_per_node=8).split("\n# ")
+    assert "dualpipe" not in command and "overlap-moe" not in command
+    assert any("pp_schedule 'dualpipe'" in note for note in notes) and any("moe_dispatch_fp8" in note for note in notes)
+    assert 'pipeline_parallel_schedule = "DualPipeV"' in torchtitan_toml(model, dualpipe.replace(pp_schedule="dualpipev",
+                                                                                                 vpp=2))

@@ -146,7 +146,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
         if ep_mode == SEC_EP_NONE:
             ep_f = c_sec_exposed(ep_f, layer[SL_fw], ov_ep)
             ep_b = c_sec_exposed(ep_b, layer[SL_bw] + layer[SL_bw_w], ov_ep)
-        paired_ep = c_sec_paired_layer(layer, ov_ep, ep_sm)
+        paired_ep = 0.0 if ep_mode == SEC_EP_NONE else c_sec_paired_layer(layer, ov_ep, ep_sm)
         for o in range(n_slots):
             option = slot_option[o]
             rc = 0.0
@@ -189,7 +189,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                 row[SS_rc] += count * rc
                 row[SS_tp] += count * (tp_f + tp_b + rc_tp)
                 row[SS_cp] += count * (cp_f + cp_b + rc_cp)
-                q = c_sec_paired_share(cand, n_stages, st)
+                q = 0.0 if ep_mode == SEC_EP_NONE else c_sec_paired_share(cand, n_stages, st)
                 rc_ep = q * ep_sm * layer[SL_ep_f] + (1.0 - q) * ep_f if full_rc else 0.0
                 row[SS_ep] += count * (q * paired_ep + (1.0 - q) * (ep_f + ep_b) + rc_ep)
                 row[SS_layers] += count

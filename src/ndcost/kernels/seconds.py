@@ -249,7 +249,7 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
         if ep_mode == EP_NONE:
             ep_f = _exposed(ep_f, layer[_L["fw"]], ov_ep)
             ep_b = _exposed(ep_b, layer[_L["bw"]] + layer[_L["bw_w"]], ov_ep)
-        paired_ep = _paired_layer(layer, ov_ep, ep_sm)
+        paired_ep = 0.0 if ep_mode == EP_NONE else _paired_layer(layer, ov_ep, ep_sm)
         for o in range(n_slots):
             option = slot_option[o]
             rc = rc_tp = rc_cp = rc_flops = 0.0
