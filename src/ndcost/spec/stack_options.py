@@ -46,6 +46,13 @@ def _fp8(fields: Any, model: Any) -> Any:
     return _is(fields["precision"], "fp8")
 
 
+def _overlap_context(value: Any) -> dict[str, Any]:
+    """A spec an expert all-to-all overlap means something in: an EP group, and DualPipe's schedule for its own."""
+    if value == "dualpipe":
+        return {"ep": 2, "pp": 2, "pp_schedule": "dualpipe", "micro_batch_num": 4}
+    return {"ep": 2}
+
+
 def _is(value: Any, name: str) -> Any:
     """A field (or a search's column of it) equal to a choice's *name*."""
     import numpy as np
@@ -73,6 +80,8 @@ class StackOption:
         commands: The commands that take it.
         seconds_only: ND's units do not price it.
         convert: A list's choices -> the field's value, and back (``(to_field, to_words)``).
+        context: value -> the other fields a spec needs for the value to mean anything (a search checks each
+            value's own rules in such a spec: fp8 dispatch under fp8, an all-to-all overlap with an EP group).
     """
 
     name: str
@@ -87,6 +96,7 @@ class StackOption:
     commands: frozenset = ALL_COMMANDS
     seconds_only: bool = True
     convert: tuple[Callable[[tuple], Any], Callable[[Any], tuple]] | None = None
+    context: Callable[[Any], Mapping[str, Any]] | None = None
 
     @property
     def flag(self) -> str:
@@ -185,12 +195,14 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 applies=_moe, needs="a MoE model"),
     StackOption("moe_dispatch_fp8", "moe_dispatch_fp8", "spec", "bool",
                 "dispatch (and the combine's backward) in fp8 with 1x128 scales, the combine in bf16, as DeepSeek-V3 "
-                "(default off)", applies=lambda f, m: _moe(f, m) & _fp8(f, m), needs="a MoE model and --precision fp8"),
+                "(default off)", applies=lambda f, m: _moe(f, m) & _fp8(f, m), needs="a MoE model and --precision fp8",
+                context=lambda value: {"precision": "fp8"}),
     StackOption("ep_overlap", "ep_overlap", "spec", "choice",
                 "how the expert all-to-all overlaps compute: none, 1f1b (Megatron-Core's "
                 "--overlap-moe-expert-parallel-comm: a forward and a backward micro-batch co-scheduled; vpp > 1 when "
                 "pp > 1, no full recompute) or dualpipe (DualPipe's overlapped chunks, with --pp-schedule dualpipe, "
-                "dualpipev or zero_bubble_v) (default none)", choices=EP_OVERLAPS, applies=_moe, needs="a MoE model"),
+                "dualpipev or zero_bubble_v) (default none)", choices=EP_OVERLAPS, applies=_moe, needs="a MoE model",
+                context=_overlap_context),
     StackOption("grouped_gemm", "grouped_gemm", "spec", "bool",
                 "dropless MoE with grouped GEMMs; off: capacity mode with --capacity-factor (default on)",
                 applies=_moe, needs="a MoE model", seconds_only=False),
