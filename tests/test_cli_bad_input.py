@@ -336,12 +336,12 @@ def test_validate_with_every_row_skipped_exits_1_without_nan(fuzz_files, capsys)
 def test_an_empty_list_item_and_deepep_on_a_dense_model(capsys):
     assert main([*SEARCH, "--tp", "1,,2"]) == 2
     assert "no item empty" in capsys.readouterr().err
-    # the command line refuses a dispatcher a dense model has no use for; Python prices it and warns
+    # a dispatcher a dense model has no use for is refused, on the command line and in Python
     assert main(["estimate", "llama3-8b", *STRATEGY, "--moe-dispatcher", "deepep"]) == 2
     assert "--moe-dispatcher" in capsys.readouterr().err
     import ndcost
 
-    with pytest.warns(ndcost.errors.InputWarning, match="no experts"):
+    with pytest.raises(ndcost.SpecError, match="moe_dispatcher"):
         ndcost.estimate("llama3-8b", ndcost.ExecSpec(dp=8, global_batch_size=64, seq_length=4096,
                                                      moe_dispatcher="deepep"), "h100-sxm")
 

@@ -39,8 +39,8 @@ class UnknownFieldError(SpecError, TypeError):
 
 
 class InputWarning(UserWarning):
-    """An input that is legal but ignored or surprising (a DeepEP dispatcher on a dense model, the layers
-    ND's units leave unplaced): the result is priced, and the warning says what it did not use."""
+    """An input that is legal but ignored or surprising (the layers ND's units leave unplaced when pp*vpp does
+    not divide them and no offset is stated): the result is priced, and the warning says what it did not use."""
 
 
 def _shown(value: Any) -> str:

@@ -251,12 +251,9 @@ class _Prepared:
 
 def _warn_unused(model: Model, spec: ExecSpec, seconds: bool) -> None:
     """An InputWarning for what a legal spec states that this price does not use (once per prepared spec):
-    DeepEP's buffers on a model without experts; in ND's units, the layers ND's generator leaves
-    unplaced when pp*vpp does not divide them and no offset is stated (docs/ND_DIFFERENCES.md)."""
+    in ND's units, the layers ND's generator leaves unplaced when pp*vpp does not divide them and no
+    offset is stated (docs/ND_DIFFERENCES.md). (A dispatcher on a dense model is a broken rule, refused.)"""
     c = spec.__dict__
-    if c["moe_dispatcher"] == "deepep" and not model.is_moe:
-        warnings.warn(f"moe_dispatcher 'deepep' on {model.name}, which has no experts: no dispatch, no DeepEP "
-                      "buffers priced", InputWarning, stacklevel=6)
     if not seconds and c["offset"] is None and c["pp_partition"] is None:
         cells = c["pp"] * c["vpp"]
         dropped = offset_layer_count(model, spec) % cells
