@@ -240,7 +240,8 @@ class _Prepared:
             values = seconds_candidate_values(spec, derived) + values
         # One tuple holds both candidates: the unit's, then the memory model's (the kernel converts it).
         self.column = values
-        _warn_unused(model, spec, seconds)
+        if not seconds:
+            _warn_unplaced(model, spec)
         self.model, self.cluster, self.tables, self.cc = model, cluster, tables, cc
         self.packed = _one_layout(model, spec, tables.layouts, not seconds)
         self.pp = c["pp"]
@@ -249,19 +250,19 @@ class _Prepared:
         self.rate = _rates_row(cluster, None, c["precision"]) if seconds else None
 
 
-def _warn_unused(model: Model, spec: ExecSpec, seconds: bool) -> None:
-    """An InputWarning for what a legal spec states that this price does not use (once per prepared spec):
-    in ND's units, the layers ND's generator leaves unplaced when pp*vpp does not divide them and no
-    offset is stated (docs/ND_DIFFERENCES.md). (A dispatcher on a dense model is a broken rule, refused.)"""
+def _warn_unplaced(model: Model, spec: ExecSpec) -> None:
+    """An InputWarning, once per prepared spec, for the layers ND's units leave unplaced: ND's generator
+    drops those pp*vpp does not divide when no offset is stated (docs/ND_DIFFERENCES.md). Legal, and ND's
+    own behaviour, but surprising."""
     c = spec.__dict__
-    if not seconds and c["offset"] is None and c["pp_partition"] is None:
+    if c["offset"] is None and c["pp_partition"] is None:
         cells = c["pp"] * c["vpp"]
-        dropped = offset_layer_count(model, spec) % cells
-        if dropped:
-            warnings.warn(f"ND's units place {cells} x {offset_layer_count(model, spec) // cells} layers of "
-                          f"{model.name}'s {offset_layer_count(model, spec)} (pp*vpp = {cells}, no offset stated): "
-                          f"the {dropped} left over are not priced, as HyperParallel's estimator drops them "
-                          "(docs/ND_DIFFERENCES.md); state an offset to place them", InputWarning, stacklevel=6)
+        layers = offset_layer_count(model, spec)
+        if layers % cells:
+            warnings.warn(f"ND's units place {cells} x {layers // cells} layers of {model.name}'s {layers} (pp*vpp = "
+                          f"{cells}, no offset stated): the {layers % cells} left over are not priced, as "
+                          "HyperParallel's estimator drops them (docs/ND_DIFFERENCES.md); state an offset to place "
+                          "them", InputWarning, stacklevel=6)
 
 
 #: The prepared entries of recently priced specs, by (id(spec), seconds, with_memory), each with a
