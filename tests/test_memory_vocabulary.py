@@ -115,6 +115,8 @@ def test_docs_show_one_vocabulary():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
+    if not (root / "docs").is_dir():
+        pytest.skip("no docs/ beside the tests (an sdist ships none)")
     page = (root / "docs" / "MEMORY.md").read_text(encoding="utf-8")
     for word, key in MEMORY_FIGURES.items():
         assert f"**{word}**" in page and f"`{key}`" in page
