@@ -323,7 +323,9 @@ def test_sdist_holds_the_sources_and_no_build_products(sdist, source_tree):
         "pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "PKG-INFO", "requirements/cython.txt",
         f"src/{NAME}/py.typed", f"src/{NAME}/_kernels_c.pyi", "tests/conftest.py",
     }
-    for pattern in ("cysrc/**/*.pyx", "cysrc/**/*.pxd", "cysrc/**/*.pxi", f"src/{NAME}/data/**/*.json", "tests/*.py"):
+    # docs/ too: the tests read them (tests/test_citations.py), and cibuildwheel runs the tests from the sdist.
+    for pattern in ("cysrc/**/*.pyx", "cysrc/**/*.pxd", "cysrc/**/*.pxi", f"src/{NAME}/data/**/*.json", "tests/*.py",
+                    "docs/*.md"):
         expected |= {p.relative_to(source_tree).as_posix() for p in source_tree.glob(pattern)}
     assert "cysrc/ndcost/_kernels_c.pyx" in expected
     assert any(name.endswith(".pxi") for name in expected)
