@@ -336,6 +336,8 @@ def test_validate_with_every_row_skipped_exits_1_without_nan(fuzz_files, capsys)
 def test_an_empty_list_item_and_deepep_on_a_dense_model(capsys):
     assert main([*SEARCH, "--tp", "1,,2"]) == 2
     assert "no item empty" in capsys.readouterr().err
+    assert main([*SEARCH, "--precision", "bf16,,fp8"]) == 2      # a stack choice's list alike
+    assert "no item empty" in capsys.readouterr().err
     # a dispatcher a dense model has no use for is refused, on the command line and in Python
     assert main(["estimate", "llama3-8b", *STRATEGY, "--moe-dispatcher", "deepep"]) == 2
     assert "--moe-dispatcher" in capsys.readouterr().err

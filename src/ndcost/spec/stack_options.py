@@ -334,9 +334,9 @@ def parse_option(option: StackOption, raw: Any, where: str = "ndcost") -> Any:
 
 def parse_option_list(option: StackOption, text: str, where: str = "ndcost search") -> list:
     """A search's comma-separated values of an option (``on,off``; ``bf16,fp8``), each parsed."""
-    items = [item.strip() for item in str(text).split(",") if item.strip()]
-    if not items:
-        raise SpecError(option.flag, where, "be a value or a comma-separated list", text)
+    items = [item.strip() for item in str(text).split(",")]
+    if not all(items):      # `bf16,,fp8`: an empty item is a typo, not a value to drop (as search's dimensions)
+        raise SpecError(option.flag, where, "be a value or a comma-separated list, no item empty", text)
     values = [parse_option(option, item) for item in items]
     if len(set(map(repr, values))) != len(values):
         raise SpecError(option.flag, where, "list each value once", text)
