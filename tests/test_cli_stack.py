@@ -54,7 +54,9 @@ def test_the_nvidia_llama31_70b_recipe_states_its_stack_on_the_command_line():
     s = _strategy(*LLAMA, "--software", "nemo", "--precision", "fp8", "--fp8-recipe", "current", "--tp-comm-overlap")
     assert s.spec.tp_overlap and s.spec.precision == "fp8" and s.rates.fp8_recipe == "current"
     assert s.rates.sources["fp8_recipe"] == "--fp8-recipe as stated"
-    bf16 = _strategy(*LLAMA, "--software", "nemo", "--tp-comm-overlap", "--micro-batch-size", "1")
+    # the row's facts hold the gradients in Apex's bf16 buffer and the master weights as 16-bit remainders
+    bf16 = _strategy(*LLAMA, "--software", "nemo", "--tp-comm-overlap", "--micro-batch-size", "1", "--grad-bytes", "2",
+                     "--master-weights", "remainder")
     row = {r.id: r for r in validate_runs(BUILTIN_RUNS["h100"]).rows}["dgxc_llama31_70b_bf16_64gpu"]
     priced = ndcost.estimate(bf16.model, bf16.spec, bf16.cluster, rates=bf16.rates)
     assert priced.step_time == pytest.approx(row.estimate_s, rel=1e-9)

@@ -104,7 +104,7 @@ def test_validate_takes_a_cluster_file_for_rows_that_name_no_hardware(tmp_path, 
     cluster = _file(tmp_path, {"device": "h100-sxm", "scale_out_gb_s": 25})
     assert main(["validate", runs_path, "--cluster", cluster]) == 0
     assert "the --cluster file" in capsys.readouterr().out
-    assert main(["validate", runs_path]) == 0
+    assert main(["validate", runs_path]) == 1                     # no row could be priced (issue 25): status 1
     assert "skipped" in capsys.readouterr().out                   # no hardware, no --cluster: refused, named
     runs["runs"][0]["hardware"] = "dgx"
     runs["hardware"] = {"dgx": {"device": "h100-sxm"}}

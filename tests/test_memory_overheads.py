@@ -42,9 +42,13 @@ def test_estimate_states_allocated_reserved_and_fits_on_what_the_device_holds():
     assert memory.device_peak == pytest.approx(memory.peak_reserved + float(fixed_bytes(8, 1, 1, 1, 1)), rel=1e-15)
     assert e.fits == (memory.device_peak <= cluster.device.hbm_bytes)
     assert memory.usable_bytes == pytest.approx(cluster.device.hbm_bytes - memory.fixed_bytes, rel=1e-15)
-    # ND units: ND's own rule (the stage total with its reserve against the HBM)
+    assert memory.headroom == pytest.approx(memory.usable_bytes - memory.peak_reserved, rel=1e-15)
+    # ND units: ND's own rule (the stage total with its reserve against the HBM), in the same words: no
+    # allocator slack, ND's reserve standing for the fixed costs
     nd = ndcost.estimate(model, spec, cluster, units="nd")
-    assert nd.memory.fixed_bytes == 0.0 and nd.memory.device_peak == nd.memory.peak
+    assert nd.memory.fixed_bytes == 2**30 and nd.memory.device_peak == nd.memory.peak
+    assert nd.memory.peak_reserved == nd.memory.peak_allocated == nd.memory.peak - 2**30
+    assert nd.fits == (nd.memory.headroom >= 0) == (nd.memory.peak <= cluster.device.hbm_bytes)
 
 
 @pytest.mark.parametrize("backend", ["cython", "python"])
@@ -130,7 +134,7 @@ def test_torchtitan_loss_bytes_follow_its_loss_path():
 
 def test_the_memory_plot_stacks_what_the_device_holds():
     """`ndcost plot memory`'s bars: the tensors' parts, the allocator's slack and the fixed costs; the
-    peak stage's bar is device_peak (seconds mode), a stage's total with ND's reserve (nd units)."""
+    peak stage's bar is the HBM less the headroom (seconds mode), a stage's total with ND's reserve (nd units)."""
     from ndcost.io.plot import memory_stack
 
     model = ndcost.Model.from_catalog("llama3-70b")
@@ -139,9 +143,11 @@ def test_the_memory_plot_stacks_what_the_device_holds():
     cluster = ndcost.Cluster("h100-sxm", 128)
     memory = ndcost.estimate(model, spec, cluster).memory
     stack = memory_stack(memory)
-    assert [name for name, _ in stack][-2:] == ["allocator slack", "fixed (context, workspaces, NCCL)"]
+    names = [name for name, _ in stack]
+    assert names[0] == "fixed costs (CUDA context, workspaces, NCCL)"      # at the bottom, under the usable HBM
+    assert names[-1] == "allocator slack (reserved peak - allocated peak)"
     heights = [sum(parts[i] for _, parts in stack) for i in range(len(memory.stages))]
-    assert max(heights) == pytest.approx(memory.device_peak, rel=1e-12)
+    assert max(heights) == pytest.approx(memory.capacity_bytes - memory.headroom, rel=1e-12)
     nd = ndcost.estimate(model, spec, cluster, units="nd").memory
     heights = [sum(parts[i] for _, parts in memory_stack(nd)) for i in range(len(nd.stages))]
     assert heights == pytest.approx([stage.total for stage in nd.stages], rel=1e-12)

@@ -77,7 +77,9 @@ def frozen(value) -> bytes:
     return pickle.dumps(value)
 
 
-def same(a: float, b: float) -> bool:
+def same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:      # not defined (ND's units' MFU, HFU, tokens/s)
+        return a is b
     return (math.isnan(a) and math.isnan(b)) or a == b or abs(a - b) <= RTOL * max(abs(a), abs(b))
 
 
@@ -433,3 +435,128 @@ def test_search_refuses_sizes_past_their_bounds():
     model, cluster = Model.from_catalog("llama3-8b"), Cluster("h100-sxm", num_devices=64)
     _refused_fast(lambda: search(model, cluster, global_batch_size=10**30, seq_length=4096), "global_batch_size")
     _refused_fast(lambda: search(model, cluster, global_batch_size=64, seq_length=MAX_SEQ_LENGTH * 2), "seq_length")
+
+
+# --------------------------------------------------------------------------- the seeded API fuzz (issue 25)
+#
+# Two hundred and more bad calls of the public API, drawn with a seed: each returns or raises SpecError
+# within API_LIMIT_S (no other exception, no hang), and what it returns is finite and physical.
+
+import random  # noqa: E402
+
+import ndcost  # noqa: E402
+
+API_LIMIT_S = 20.0
+API_SEED = 25
+BAD = (0, -1, 1.5, "x", "", None, math.nan, math.inf, -math.inf, 1e300, 1e-320, True, [], {}, (1, 2), 10**30,
+       "8", object(), "nd", b"x", 2**63)
+
+
+def _finite_estimate(e) -> None:
+    assert math.isfinite(e.step_time) and e.step_time > 0, e.step_time
+    assert all(math.isfinite(v) and v >= 0 for v in e.parts.values()), dict(e.parts)
+    if e.mfu is not None:
+        assert 0 < e.mfu <= e.hfu <= 1, (e.mfu, e.hfu)
+    if e.memory is not None:
+        for name in ("peak_allocated", "peak_reserved", "fixed_bytes", "usable_bytes", "headroom"):
+            assert math.isfinite(getattr(e.memory, name)), name
+
+
+def _check_result(result) -> None:
+    if isinstance(result, ndcost.Estimate):
+        _finite_estimate(result)
+    elif isinstance(result, ndcost.SearchResult):
+        for ranked in result.results:
+            _finite_estimate(ranked.estimate)
+    elif isinstance(result, ndcost.BatchEstimate):
+        priced = result.valid
+        assert np.isfinite(result.step_time[priced]).all()
+    elif isinstance(result, ndcost.Comparison):
+        assert math.isfinite(result.gap) and isinstance(result.tied, bool)
+
+
+def _api_calls(count: int = 240) -> list[tuple[str, object]]:
+    rng = random.Random(API_SEED)
+    model, cluster = Model.from_catalog("llama3-8b"), Cluster("h100-sxm", num_devices=8)
+    good = dict(dp=8, global_batch_size=64, seq_length=4096)
+    spec = ExecSpec(**good)
+    fields = sorted(ExecSpec.__dataclass_fields__) + ["foo", "tpp", "Dp"]
+    makers = [
+        ("ExecSpec", lambda v, f: ExecSpec(**{**good, f: v})),
+        ("estimate units", lambda v, f: estimate(model, spec, cluster, units=v)),
+        ("estimate ratios", lambda v, f: estimate(model, spec, cluster, ratios={"COMPUTE": v}, units="seconds")),
+        ("estimate nd ratios", lambda v, f: estimate(model, spec, cluster, units="nd", ratios={"COMPUTE": v})),
+        ("estimate rates", lambda v, f: estimate(model, spec, cluster, rates=v)),
+        ("estimate model", lambda v, f: estimate(v, spec, cluster)),
+        ("estimate cluster", lambda v, f: estimate(model, spec, v)),
+        ("estimate spec", lambda v, f: estimate(model, v, cluster)),
+        ("Cluster override", lambda v, f: Cluster("h100-sxm", 8, **{rng.choice(CLUSTER_KEYS): v})),
+        ("Cluster peak", lambda v, f: Cluster("h100-sxm", 8, peak_flops={rng.choice(("bf16", "bogus", "fp8", "")): v})),
+        ("Cluster devices", lambda v, f: Cluster("h100-sxm", v)),
+        ("search kwarg", lambda v, f: ndcost.search(model, cluster, global_batch_size=64, seq_length=4096,
+                                                    per_layer_recompute=0, balance=0,
+                                                    **{rng.choice(("top", "progress", "threads", "memory_limit",
+                                                                   "units", "software", "tp", "pp", "zero_stage",
+                                                                   "recompute", "bogus")): v})),
+        ("Candidates column", lambda v, f: estimate_many(model, Candidates.from_arrays(
+            **{**good, f if f in FIELDS else "dp": [8, v, True, 1.0]}), cluster)),
+        ("compare", lambda v, f: ndcost.compare(spec, v, model, cluster)),
+        ("compare software", lambda v, f: ndcost.compare(spec, spec, model, cluster, software=v)),
+        ("explain", lambda v, f: ndcost.explain(model, v, cluster)),
+        ("plan_recompute", lambda v, f: ndcost.plan_recompute(model, ExecSpec(**{**good, "recompute": "full"}),
+                                                              cluster, memory_limit=v)),
+        ("balance_pipeline", lambda v, f: ndcost.balance_pipeline(model, ExecSpec(dp=2, pp=4, global_batch_size=64,
+                                                                                  seq_length=4096), cluster, units=v)),
+        ("Model.from_catalog", lambda v, f: Model.from_catalog(v)),
+        ("load_rates", lambda v, f: ndcost.load_rates(v)),
+        ("layer_times", lambda v, f: ndcost.layer_times(model, spec, cluster, v)),
+        ("estimate_many cluster", lambda v, f: estimate_many(model, [spec], v)),
+        ("estimate_many threads", lambda v, f: estimate_many(model, [spec], cluster, threads=v)),
+        ("Model.from_hf_config", lambda v, f: Model.from_hf_config({**catalog_entry("llama3-8b")["config"],
+                                                                   rng.choice(CONFIG_KEYS): v})),
+        ("validate_runs", lambda v, f: __import__("ndcost.io.validation", fromlist=["x"]).validate_runs(v)),
+        ("measured_error", lambda v, f: __import__("ndcost.io.measured_error", fromlist=["x"]).measured_error(v, v)),
+    ]
+    calls = []
+    for i in range(count):
+        name, make = makers[i % len(makers)] if i < len(makers) else rng.choice(makers)
+        value, field = rng.choice(BAD), rng.choice(fields)
+        calls.append((f"{name}({field}={value!r})", lambda make=make, value=value, field=field: make(value, field)))
+    return calls
+
+
+def test_two_hundred_bad_api_calls():
+    calls = _api_calls()
+    assert len(calls) >= 200
+    refused = 0
+    for label, call in calls:
+        start = time.perf_counter()
+        try:
+            result = call()
+        except SpecError:
+            refused += 1
+        else:
+            _check_result(result)
+        assert time.perf_counter() - start < API_LIMIT_S, label
+    assert refused >= 150, refused
+
+
+def test_the_issue_25_api_cases():
+    model, cluster = Model.from_catalog("llama3-8b"), Cluster("h100-sxm", num_devices=8)
+    spec = ExecSpec(dp=8, global_batch_size=64, seq_length=4096)
+    with pytest.raises(SpecError) as unknown:
+        ExecSpec(tpp=2)
+    assert isinstance(unknown.value, TypeError) and "did you mean 'tp'" in str(unknown.value)
+    with pytest.raises(SpecError, match="progress"):
+        ndcost.search(model, cluster, global_batch_size=64, seq_length=4096, progress=5)
+    with pytest.raises(SpecError, match="bogus"):
+        Cluster("h100-sxm", 8, peak_flops={"bogus": 1e15})
+    mixed = Candidates.from_arrays(dp=8, global_batch_size=64, seq_length=4096, sequence_parallel=[True, False, 1])
+    assert mixed.reason[0] == 0 and mixed.reason[1] == 0 and mixed.reason[2] != 0
+    nd = estimate(model, spec, cluster, units="nd")
+    assert nd.mfu is None and nd.hfu is None and nd.tokens_per_second is None
+    namespace: dict = {}
+    exec("from ndcost import *", namespace)
+    assert {"estimate_many", "Candidates", "compare", "BatchEstimate"} <= set(namespace)
+    with pytest.warns(ndcost.errors.InputWarning, match="left over"):
+        estimate(model, ExecSpec(dp=2, pp=3, global_batch_size=32, seq_length=4096), "h100-sxm", units="nd")

@@ -17,6 +17,7 @@ from .price.estimate import estimate, layer_times
 from .price.estimate_many import estimate_many
 from .spec.exec_spec import ExecSpec
 from .price.explain import explain
+from .io.compare import Comparison, compare
 from .io import calibrate as _calibrate  # registers fit_ratios behind the deprecated Ratios.fit
 from .io.fit_rates import RatesFit, fit_rates
 from .io.fit_runs import MeasuredRun
@@ -41,9 +42,10 @@ __all__ = [
     "Model", "LayerKind", "OpCounts", "ParamCount", "models",
     "Device", "Cluster", "devices",
     "ExecSpec", "RecomputeRange", "SWITCHES",
-    "Ratios", "Estimate", "estimate", "layer_times", "explain",
+    "Ratios", "Estimate", "estimate", "layer_times", "explain", "compare", "Comparison",
     "Cost", "SwitchProfile", "plan_stage", "RecomputePlan", "plan_recompute",
     "BalancedPipeline", "balance_pipeline",
     "search", "SearchResult",
+    "Candidates", "estimate_many", "BatchEstimate", "REASONS", "explain_reason",
     "fit_rates", "RatesFit", "MeasuredRun", "load_rates", "save_rates",
 ]

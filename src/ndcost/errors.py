@@ -33,6 +33,16 @@ class SpecError(ValueError):
         )
 
 
+class UnknownFieldError(SpecError, TypeError):
+    """A keyword no constructor takes (``ExecSpec(foo=1)``): a SpecError naming the nearest field, and a
+    TypeError, as an unexpected keyword argument always was."""
+
+
+class InputWarning(UserWarning):
+    """An input that is legal but ignored or surprising (the layers ND's units leave unplaced when pp*vpp does
+    not divide them and no offset is stated): the result is priced, and the warning says what it did not use."""
+
+
 def _shown(value: Any) -> str:
     """repr(value); an int too long for Python to print (over 4300 digits) by its size."""
     try:

@@ -13,11 +13,13 @@ from typing import Any
 
 from .errors import SpecError
 
-__all__ = ["read_text", "read_yaml", "read_json", "read_mapping", "output_path"]
+__all__ = ["read_text", "read_yaml", "read_json", "read_mapping", "output_path", "write_output"]
 
 
 def read_text(path: str | os.PathLike, what: str) -> str:
     """The text of *path* (UTF-8); *what* names the file's role in the message ("a runs file")."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise SpecError("path", "ndcost", f"be a path to {what}", path)
     file = Path(path)
     if file.is_dir():
         raise SpecError(str(path), "ndcost", f"be {what}, not a directory", str(path))
@@ -75,3 +77,31 @@ def output_path(path: str | os.PathLike, what: str) -> Path:
     if not os.access(parent, os.W_OK):
         raise SpecError(str(path), "ndcost", f"be in a writable directory ({what})", str(parent))
     return file
+
+
+def write_output(path: str | os.PathLike, what: str, text: str) -> Path:
+    """Write *text* to *path* (checked by :func:`output_path`): through a temporary file renamed over
+    it, so a reader never sees half a file -- or, where *path* exists and is not a regular file (a
+    device, a pipe, ``/dev/stdout``), into it directly, never replacing it. Every failure (no space,
+    no permission, a read-only file system) is one SpecError naming the path."""
+    import tempfile
+
+    target = output_path(path, what)
+    try:
+        if target.exists() and not target.is_file():
+            with open(target, "w", encoding="utf-8") as stream:
+                stream.write(text)
+            return target
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                             dir=target.parent if str(target.parent) else ".")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                stream.write(text)
+            os.replace(temporary, target)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+            raise
+    except OSError as exc:
+        raise SpecError(str(path), "ndcost", f"be writable ({what}): {exc.strerror or exc}", str(path)) from None
+    return target

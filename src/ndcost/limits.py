@@ -26,7 +26,7 @@ from __future__ import annotations
 __all__ = [
     "MAX_LAYERS", "MAX_WIDTH", "MAX_HEADS", "MAX_EXPERTS", "MAX_VOCAB", "MAX_SEQ_LENGTH", "MAX_BATCH",
     "MAX_DEVICES", "MAX_BYTE_WIDTH", "MAX_OPTIMIZER_STATES", "MAX_CAPACITY_FACTOR", "MIN_RATE", "MAX_RATE",
-    "MAX_HBM_BYTES", "MAX_LATENCY", "MAX_SMS",
+    "MAX_HBM_BYTES", "MAX_LATENCY", "MAX_SMS", "MIN_STEP_SECONDS", "MAX_STEP_SECONDS",
 ]
 
 #: Transformer layers of a model (num_hidden_layers, MTP layers, first_k_dense_replace, a vision
@@ -107,3 +107,12 @@ MAX_HBM_BYTES = 2**60
 #: model). A second is 100,000x the slowest; with at most ~1e15 messages a step (devices x
 #: micro-batches) the latency terms stay finite.
 MAX_LATENCY = 1.0
+
+# -- a priced step (what ratios and rates a person states may scale it to)
+
+#: The shortest and longest training step ndcost reports when a ratios or rates file scales the price
+#: (its own figures cannot leave this range). A microsecond is shorter than one kernel launch of a real
+#: step (5-20 us each, thousands a step); 1e9 s is 31 years. A ratio of 1e300 or 1e-320 (a fuzzer's, a
+#: typo's) gave "inf ms", "0.000 ms" or a 300-digit step with exit status 0; it is refused instead.
+MIN_STEP_SECONDS = 1e-6
+MAX_STEP_SECONDS = 1e9

@@ -54,17 +54,28 @@ def _cmd_devices(args: argparse.Namespace) -> int:
         else:
             print("\n\n".join(_device_card(card) for card in cards))
         return 0
+    from ..io.measured_error import validated_devices
+
+    checked = validated_devices()
     rows = []
     for name in devices():
         d = Device.from_catalog(name)
+        error = checked.get(name)
         rows.append((name, f"{d.peak('bf16') / 1e12:.1f}", f"{d.hbm_bytes / 2**30:.0f}", f"{d.hbm_bandwidth / 1e12:.2f}",
-                     d.devices_per_node, f"{d.intra_node_bandwidth / 1e9:.0f}", f"{d.inter_node_bandwidth / 1e9:.1f}"))
-    header = ("device", "bf16 TFLOP/s", "HBM GiB", "HBM TB/s", "per node", "intra GB/s", "inter GB/s")
+                     d.devices_per_node, f"{d.intra_node_bandwidth / 1e9:.0f}", f"{d.inter_node_bandwidth / 1e9:.1f}",
+                     error.rows if error else 0,
+                     f"{100 * error.mae:.1f}% ({100 * error.signed_mean:+.1f}%)" if error else "not checked"))
+    header = ("device", "bf16 TFLOP/s", "HBM GiB", "HBM TB/s", "per node", "intra GB/s", "inter GB/s",
+              "validation rows", "step-time MAE (signed)")
     if args.json:
-        print(json.dumps([{**dict(zip(header, r)), "sources": dict(Device.from_catalog(r[0]).sources)} for r in rows],
-                         indent=2))
+        print(json.dumps([{**dict(zip(header[:7], r)), "validation": None if not checked.get(r[0]) else
+                           {"rows": checked[r[0]].rows, "mae": checked[r[0]].mae,
+                            "signed_mean": checked[r[0]].signed_mean},
+                           "sources": dict(Device.from_catalog(r[0]).sources)} for r in rows], indent=2))
     else:
         _print_table(rows, header)
+        print("validation rows: the shipped runs (ndcost validate --builtin) measured on the part; a part "
+              "'not checked' has none, and its estimates have not been compared with a measurement")
     return 0
 
 
@@ -95,11 +106,47 @@ def _device_card(card: dict) -> str:
     return "\n".join(lines)
 
 
+def _runs(names: Sequence[str]) -> str:
+    """A layer order as runs: ``dense x3, moe x58``."""
+    out: list[list] = []
+    for name in names:
+        if out and out[-1][0] == name:
+            out[-1][1] += 1
+        else:
+            out.append([name, 1])
+    return ", ".join(f"{name} x{count}" for name, count in out)
+
+
+def _short_card(card: dict) -> list[str]:
+    """What a planner reads first: the dimensions that are set, the layer kinds and their order, the
+    parameter counts (``ndcost show MODEL --all`` prints every field)."""
+    dims = {key: value for key, value in card["dims"].items() if value not in (0, False, None)}
+    lines = [f"{card['name']} ({card['family']})",
+             "dims: " + ", ".join(f"{key}={value}" for key, value in dims.items())]
+    lines.append("layers: " + _runs(card["layer_order"]))
+    for kind in card["kinds"]:
+        mtp = f" (+{kind['mtp_layers']} MTP)" if kind.get("mtp_layers") else ""
+        lines.append(f"  kind {kind['name']}: attention {kind['attention']}, ffn {kind['ffn']}, {kind['module']}, "
+                     f"{kind['layers']} layers{mtp}")
+    if card.get("vision"):
+        lines.append(f"vision tower: {card['vision'].get('depth', '?')} blocks")
+    if card.get("census"):
+        lines.append(f"census: {len(card['census'])} kinds")
+    parameters = card["parameters"]
+    lines.append(f"parameters: {_human(parameters['total'])} total, {_human(parameters['active'])} active "
+                 f"({_human(parameters['active_without_input_embedding'])} without the input embedding)")
+    lines.append("(ndcost show MODEL --all: every field, and how the counts are made)")
+    return lines
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     model = model_from_args(args)
     card = model.describe()
     if args.json:
         print(json.dumps(card, indent=2, default=str))
+        return 0
+    if not args.all:
+        print("\n".join(_short_card(card)))
         return 0
     for key, value in card.items():
         if isinstance(value, dict):
@@ -126,5 +173,6 @@ def add_catalog_commands(sub: Any) -> None:
     p.set_defaults(func=_cmd_devices)
     p = sub.add_parser("show", help="dims, layer kinds and parameter counts of a model")
     add_model_arguments(p)
-    p.add_argument("--json", action="store_true", help="print JSON (default: text)")
+    p.add_argument("--all", action="store_true", help="every field of the model (default: the short card)")
+    p.add_argument("--json", action="store_true", help="print JSON: every field (default: text)")
     p.set_defaults(func=_cmd_show)

@@ -10,29 +10,35 @@ from ..errors import SpecError
 from .args import add_strategy_arguments, offset_text, strategy_from_args
 from .help import ESTIMATE_EXAMPLES, add_pricing_arguments, add_software_argument, examples_epilog
 
-__all__ = ["add_estimate_commands"]
+__all__ = ["add_estimate_commands", "price_from_args"]
 
 def _fmt(value: float, units: str) -> str:
-    if units == "seconds":
-        return f"{value * 1e3:.3f} ms"
-    if units == "nd_ms":
-        return f"{value:.3f} ms"
+    if units in ("seconds", "nd_ms"):
+        ms = value * 1e3 if units == "seconds" else value
+        # three decimals; three significant digits below 1 ms (a part of a microsecond is not 0.000) and
+        # past 1e12 ms (a step scaled by a toy ratio is not printed digit by digit)
+        return f"{ms:.3f} ms" if 1.0 <= abs(ms) < 1e12 or ms == 0.0 else f"{ms:.4g} ms"
     return f"{value:.6e}"
 
 
-def _cmd_estimate(args: argparse.Namespace) -> int:
+def price_from_args(args: argparse.Namespace) -> tuple:
+    """(model, spec, cluster, estimate, layers moved or None) of parsed ``ndcost estimate`` arguments:
+    the strategy priced as stated, or first rebalanced with ``--balance``."""
     from ..price.estimate import estimate
 
     strategy = strategy_from_args(args, "estimate")
     model, spec, cluster, rates = strategy.model, strategy.spec, strategy.cluster, strategy.rates
-    moved = None
     if args.balance:
         from ..price.pipeline_balance import balance_pipeline
 
         balanced = balance_pipeline(model, spec, cluster, units=args.units, ratios=args.ratios, rates=rates)
-        spec, result, moved = balanced.spec, balanced.estimate, balanced.moves
-    else:
-        result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios, rates=rates)
+        return model, balanced.spec, cluster, balanced.estimate, balanced.moves
+    return model, spec, cluster, estimate(model, spec, cluster, units=args.units, ratios=args.ratios,
+                                          rates=rates), None
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    model, spec, cluster, result, moved = price_from_args(args)
     if args.json:
         out = result.to_dict()
         out["model"] = model.name
@@ -46,7 +52,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     if moved is not None:
         print(f"balanced: {moved} layer(s) moved" + (f", --offset={offset_text(spec.offset)}" if moved else ""))
     print(f"step time: {_fmt(result.step_time, result.units)}")
-    if result.mfu == result.mfu:
+    if result.mfu is not None:
         print(f"MFU: {100 * result.mfu:.1f}%   tokens/s: {result.tokens_per_second:,.0f}")
     print("parts:")
     total = result.step_time or 1.0
@@ -58,20 +64,11 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _print_memory(result: Any, cluster: Any) -> None:
-    """The peak against what the device can give, then each stage's parts (GiB)."""
-    memory, gib = result.memory, 2**30
-    verdict = "fits" if result.fits else "DOES NOT FIT"
-    if memory.fixed_bytes:
-        print(f"memory: peak {memory.peak_reserved / gib:.2f} GiB reserved ({memory.peak_allocated / gib:.2f} "
-              f"allocated) of {memory.usable_bytes / gib:.2f} GiB usable ({cluster.device.hbm_bytes / gib:.1f} GiB "
-              f"less {memory.fixed_bytes / gib:.2f} fixed: CUDA context, workspaces, NCCL) -> {verdict}")
-    else:
-        print(f"memory: peak {memory.peak / gib:.2f} GiB of {cluster.device.hbm_bytes / gib:.1f} GiB -> {verdict}")
-    parts = ("params", "grads", "optimizer", "activations", "working_set", "comm_buffers", "reserve")
-    print("  stage " + "".join(f"{name:>13}" for name in parts) + f"{'total':>10}")
-    for i, stage in enumerate(memory.stages):
-        print(f"  {i:>5} " + "".join(f"{getattr(stage, name) / gib:13.2f}" for name in parts)
-              + f"{stage.total / gib:10.2f}")
+    """The memory figures in the one vocabulary (ndcost.tables.memory_words), then each stage's parts."""
+    from ..tables.memory_words import memory_line, stage_table
+
+    print(memory_line(result.memory, result.fits))
+    print("\n".join(stage_table(result.memory)))
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -84,15 +81,30 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             raise
         reasons = _broken_rules(args) or [str(exc)]     # the spec cannot be built: every rule group it breaks
     else:
-        reasons = explain(strategy.model, strategy.spec, strategy.cluster)
+        reasons = explain(strategy.model, strategy.spec, strategy.cluster, rates=strategy.rates)
+    if reasons:
+        if args.json:
+            print(json.dumps({"valid": False, "reasons": reasons}, indent=2))
+        else:
+            for reason in reasons:
+                print(f"- {reason}")
+        return 1
+    # valid and it fits: its headroom, and how far it is from #1 of a search of the same job and why
+    from ..price.estimate import estimate
+
+    model, spec, cluster = strategy.model, strategy.spec, strategy.cluster
+    priced = estimate(model, spec, cluster, rates=strategy.rates)
+    rank = None if args.no_rank else _distance_from_best(model, spec, cluster, priced, args.software)
     if args.json:
-        print(json.dumps({"valid": not reasons, "reasons": reasons}, indent=2))
-    elif not reasons:
-        print("valid, and it fits")
-    else:
-        for reason in reasons:
-            print(f"- {reason}")
-    return 0 if not reasons else 1
+        print(json.dumps({"valid": True, "reasons": [], "headroom": priced.memory.headroom,
+                          "rank": rank}, indent=2, default=str))
+        return 0
+    print(f"valid, and it fits: headroom {priced.memory.headroom / 2**30:.2f} GiB "
+          f"(reserved peak {priced.memory.peak_reserved / 2**30:.2f} GiB of usable HBM "
+          f"{priced.memory.usable_bytes / 2**30:.2f} GiB)")
+    if rank is not None:
+        print("\n".join(rank["lines"]))
+    return 0
 
 
 def _broken_rules(args: argparse.Namespace) -> list[str]:
@@ -118,6 +130,32 @@ def _broken_rules(args: argparse.Namespace) -> list[str]:
     return reasons
 
 
+def _distance_from_best(model: Any, spec: Any, cluster: Any, priced: Any, software: str | None) -> dict:
+    """How far *spec* is from #1 of ``ndcost search`` on the same model, devices, batch and sequence, and why
+    (``ndcost.compare``), as {"best": .., "gap": .., "tied": .., "lines": [...]}."""
+    from ..io.compare import compare
+    from ..price.search import search
+
+    command = (f"ndcost search {model.name} --devices {cluster.num_devices} --device {cluster.device.name} "
+               f"--global-batch-size {spec.resolved_global_batch_size} --seq-length {spec.seq_length}")
+    try:
+        result = search(model, cluster, global_batch_size=spec.resolved_global_batch_size,
+                        seq_length=spec.seq_length, top=1, software=software)
+    except SpecError as exc:
+        return {"best": None, "lines": [f"not ranked: {command} refuses the job: {exc}"]}
+    if not result.results:
+        return {"best": None, "lines": [f"not ranked: nothing in `{command}` fits"]}
+    best = result.results[0]
+    comparison = compare(best, (spec, priced), model, cluster, software=software)
+    if comparison.gap <= 0:
+        lines = [f"it is as fast as #1 of `{command}`, or faster: " + comparison.verdict().replace("B - A", "this - #1")]
+    else:
+        lines = [f"against #1 of `{command}` (A = #1, B = this strategy):", comparison.verdict(),
+                 *(f"  - {reason}" for reason in comparison.reasons[:6])]
+    return {"best": comparison.to_dict()["a"]["strategy"], "gap": comparison.gap,
+            "relative_gap": comparison.relative_gap, "tied": comparison.tied, "lines": lines}
+
+
 def add_estimate_commands(sub: Any) -> None:
     p = sub.add_parser("estimate", help="price one strategy", epilog=examples_epilog(ESTIMATE_EXAMPLES),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -128,8 +166,11 @@ def add_estimate_commands(sub: Any) -> None:
                         "default: the stated layout)")
     p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_estimate)
-    p = sub.add_parser("explain", help="why a strategy is invalid or does not fit")
+    p = sub.add_parser("explain", help="why a strategy is invalid or does not fit; for one that runs, how far it "
+                                       "is from #1 of a search of the same job, and why")
     add_strategy_arguments(p, "explain")
     add_software_argument(p)
+    p.add_argument("--no-rank", action="store_true",
+                   help="do not search the job for its #1 to compare a valid strategy with (default: compare)")
     p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_explain)

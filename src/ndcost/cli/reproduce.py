@@ -30,10 +30,9 @@ _FLAG_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", 
 
 def write_plan(path: str, spec: ExecSpec) -> None:
     from ..spec.recompute_spec import plan_document
-    from ..files import output_path
+    from ..files import write_output
 
-    output_path(path, "a recompute plan").write_text(json.dumps(plan_document(spec), indent=2) + "\n",
-                                                     encoding="utf-8")
+    write_output(path, "a recompute plan", json.dumps(plan_document(spec), indent=2) + "\n")
 
 
 def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) -> str:
@@ -145,9 +144,12 @@ def emit_report(launcher: str, model: Any, cluster: Any, ranked: Any, *, units: 
     limit = cluster.device.hbm_bytes if memory_limit is None else memory_limit
 
     def priced(e: Any) -> str:
-        held = e.memory.device_peak      # what the device holds (seconds: allocator slack and fixed costs in)
-        fits = f"fits {limit / 2**30:.1f} GiB" if held <= limit else f"does NOT fit {limit / 2**30:.1f} GiB"
-        return f"{e.step_time:.6g} {'s' if units == 'seconds' else 'ND units'}, peak {held / 2**30:.1f} GiB ({fits})"
+        memory = e.memory     # held to the limit in place of the HBM: usable = limit less the fixed costs
+        headroom = limit - memory.device_peak
+        fits = "fits" if headroom >= 0 else "does NOT fit"
+        return (f"{e.step_time:.6g} {'s' if units == 'seconds' else 'ND units'}, reserved peak "
+                f"{memory.peak_reserved / 2**30:.1f} GiB, headroom {headroom / 2**30:.1f} GiB of {limit / 2**30:.1f} "
+                f"GiB ({fits})")
 
     lines += [f"# NOTE: these {launcher} settings approximate the priced recompute plan: {stated.note}.",
               f"#   the plan as priced: {priced(plan)}",

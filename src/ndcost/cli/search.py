@@ -9,9 +9,10 @@ import sys
 from typing import Any
 
 from ..kernels.columns import PART_NAMES
+from ..tables.memory import MEMORY_FIGURES
 from .help import SEARCH_EXAMPLES, add_pricing_arguments, examples_epilog
 from .reproduce import emit_report, estimate_command, write_plan
-from ..files import output_path
+from ..files import output_path, write_output
 from .args import offset_text
 from ..errors import SpecError
 
@@ -25,18 +26,14 @@ def parse_dimension(name: str, text: str | None, kind: type = int) -> Any:
     """A CLI dimension: absent (searched), one value (fixed) or a comma-separated list."""
     if text is None:
         return None
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items:
-        raise SpecError(name, "ndcost search", "be a value or a comma-separated list", text)
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise SpecError(name, "ndcost search", "be a value or a comma-separated list, no item empty", text)
     try:
         values = [kind(item) for item in items]
     except ValueError:
         raise SpecError(name, "ndcost search", f"be {kind.__name__} values separated by commas", text) from None
     return values[0] if len(values) == 1 else values
-
-
-def _fmt_time(value: float, units: str) -> str:
-    return f"{value * 1e3:10.1f} ms" if units == "seconds" else f"{value:12.4e}"
 
 
 def _searched(args: argparse.Namespace) -> list:
@@ -48,7 +45,7 @@ def _searched(args: argparse.Namespace) -> list:
             and "," in str(getattr(args, stack_dest(option), None) or "")]
 
 
-def _print_result(result: Any, model: Any, cluster: Any, extra: list) -> None:
+def _print_result(result: Any, model: Any, cluster: Any, software: str | None = None, stated: list = ()) -> None:
     print(f"{model.name} on {cluster.num_devices} x {cluster.device.name}: "
           f"{result.space_size} candidates priced, {result.fitting} fit")
     for title, counts in (("rejected:", result.rejected), ("not in the space (the values given):", result.excluded)):
@@ -58,48 +55,35 @@ def _print_result(result: Any, model: Any, cluster: Any, extra: list) -> None:
                 print(f"  {count:>8}  {reason}")
     if not result.results:
         return
-    from ..spec.stack_options import option_text
+    from .search_table import table_lines
+    from ..io.measured_error import measured_error
 
-    header = (f"{'#':>3} {'dp':>5} {'tp':>3} {'pp':>3} {'vpp':>3} {'cp':>3} {'ep':>4} {'mbs':>3} {'m':>5} "
-              f"{'recompute':>10} " + "".join(f"{option.name:>{len(option.name)}} " for option in extra)
-              + f"{'step':>13} {'MFU':>6} {'tokens/s':>12} {'peak GiB':>9}  top parts")
-    print(header)
-    print("-" * len(header))
-    for rank, ranked in enumerate(result.results, 1):
-        s, e = ranked.spec, ranked.estimate
-        mode = "per-layer" if ranked.per_layer_recompute else s.recompute_option
-        parts = sorted(e.parts.items(), key=lambda kv: -kv[1])[:3]
-        share = ", ".join(f"{name} {100 * value / e.step_time:.0f}%" for name, value in parts if value > 0)
-        mfu = f"{100 * e.mfu:5.1f}%" if e.mfu == e.mfu else "     -"
-        tps = f"{e.tokens_per_second:12,.0f}" if e.tokens_per_second == e.tokens_per_second else f"{'-':>12}"
-        stack = "".join(f"{option_text(option, getattr(s, option.field)):>{len(option.name)}} " for option in extra)
-        print(f"{rank:>3} {s.dp:>5} {s.tp:>3} {s.pp:>3} {s.vpp:>3} {s.cp:>3} {s.ep:>4} {s.micro_batch_size:>3} "
-              f"{s.resolved_micro_batch_num:>5} {mode:>10} {stack}{_fmt_time(e.step_time, e.units)} {mfu} {tps} "
-              f"{e.memory.device_peak / 2**30:9.1f}  {share}")
-    for rank, ranked in enumerate(result.results, 1):
-        if ranked.rebalanced:
-            print(f"#{rank}: rebalanced pipeline, --offset={offset_text(ranked.spec.offset)}")
-    print(f"Pareto front (step time vs peak memory): {len(result.pareto)} strategies")
+    print("\n".join(table_lines(result, measured_error(cluster, software), [option.field for option in stated])))
+    print(f"Pareto front (step time vs reserved peak): {len(result.pareto)} strategies")
 
 
 def _write_csv(path: str, result: Any, extra: list) -> None:
+    """The ranked strategies as CSV, built in memory and written at once (files.write_output: a failure
+    to write is one line, and a reader never sees half a file)."""
+    import io
+
+    handle = io.StringIO(newline="")
+    writer = csv.writer(handle)
     from ..spec.stack_options import option_text
 
-    with output_path(path, "the search's CSV").open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["rank", "dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "micro_batch_num",
-                         "recompute", *(option.name for option in extra), "offset", "step_time", "peak_memory", "mfu",
-                         "tokens_per_second",
-                         # the parts of the step, prefixed: "recompute" above is the mode, part_recompute its time
-                         *(f"part_{name}" for name in PART_NAMES)] if result.results else ["rank"])
-        for rank, ranked in enumerate(result.results, 1):
-            s, e = ranked.spec, ranked.estimate
-            writer.writerow([rank, s.dp, s.tp, s.pp, s.vpp, s.cp, s.ep, s.micro_batch_size,
-                             s.resolved_micro_batch_num, "per_layer" if ranked.per_layer_recompute else s.recompute_option,
-                             *(option_text(option, getattr(s, option.field)) for option in extra),
-                             offset_text(s.offset) if s.offset is not None else "",
-                             e.step_time, e.memory.peak, e.mfu, e.tokens_per_second,
-                             *(e.parts[name] for name in PART_NAMES)])
+    writer.writerow(["rank", "dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "micro_batch_num",
+                     "recompute", *(option.name for option in extra), "offset", "step_time", *MEMORY_FIGURES.values(), "mfu", "tokens_per_second",
+                     # the parts of the step, prefixed: "recompute" above is the mode, part_recompute its time
+                     *(f"part_{name}" for name in PART_NAMES)] if result.results else ["rank"])
+    for rank, ranked in enumerate(result.results, 1):
+        s, e = ranked.spec, ranked.estimate
+        writer.writerow([rank, s.dp, s.tp, s.pp, s.vpp, s.cp, s.ep, s.micro_batch_size,
+                         s.resolved_micro_batch_num, "per_layer" if ranked.per_layer_recompute else s.recompute_option,
+                         *(option_text(option, getattr(s, option.field)) for option in extra),
+                         offset_text(s.offset) if s.offset is not None else "",
+                         e.step_time, *(getattr(e.memory, name) for name in MEMORY_FIGURES.values()), e.mfu,
+                         e.tokens_per_second, *(e.parts[name] for name in PART_NAMES)])
+    write_output(path, "the search's CSV", handle.getvalue())
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
@@ -113,7 +97,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
-        _print_result(result, model, cluster, _searched(args))
+        _print_result(result, model, cluster, args.software, _searched(args))
     if result.results:
         best = result.results[0]
         if args.save_plan:

@@ -24,14 +24,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                             "hardware)", args.cluster)
         memory_report = validate_memory(args.file or MEMORY_FACTS)
         if args.json:
-            print(json.dumps({"mae": memory_report.mae, "max_abs_error": memory_report.max_abs_error,
-                              "rows": [{"id": r.id, "figure": r.kind, "estimate_gib": r.estimate_gib,
-                                        "allocated_gib": r.allocated_gib, "measured_gib": r.measured_gib,
+            print(json.dumps({"mae": _finite(memory_report.mae), "max_abs_error": _finite(memory_report.max_abs_error),
+                              "signed_mean": _finite(memory_report.signed_mean),
+                              "rows": [{"id": r.id, "figure": f"peak_{r.kind}", "estimate_gib": r.estimate_gib,
+                                        "peak_allocated_gib": r.allocated_gib, "measured_gib": r.measured_gib,
                                         "error": r.error, "skipped": r.skipped, "notes": list(r.notes)}
                                        for r in memory_report.rows]}, indent=2))
         else:
             print(memory_report.table())
-        return 0
+        return _status(len(memory_report.scored))
     if (args.file is None) == (args.builtin is None):
         raise SpecError("FILE", "ndcost validate", "be given, or --builtin, but not both",
                         args.file if args.file is not None else None)
@@ -52,8 +53,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                         "names its own)", args.cluster)
     if args.json:
         out = [{
-            "file": path, "mae": report.mae, "max_abs_error": report.max_abs_error,
-            "family_mae": report.family_mae(),
+            "file": path, "mae": _finite(report.mae), "max_abs_error": _finite(report.max_abs_error),
+            "signed_mean": _finite(report.signed_mean), "family_mae": report.family_mae(),
+            "family_signed_mean": report.family_signed_mean(), "skipped": report.skipped,
             "rows": [{"id": r.id, "family": r.family, "estimate_s": r.estimate_s, "measured_s": r.measured_s,
                       "error": r.error, "mfu": r.mfu, "skipped": r.skipped, "notes": list(r.notes)}
                      for r in report.rows],
@@ -64,7 +66,22 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             if len(reports) > 1:
                 print(("\n" if number else "") + f"## {path}\n")
             print(report.table())
-    return 0
+    return _status(sum(len(report.scored) for _, report in reports))
+
+
+def _finite(value: float) -> float | None:
+    """A figure for JSON: None where no row was scored (JSON has no NaN)."""
+    return value if value == value else None
+
+
+def _status(scored: int) -> int:
+    """Exit status 1 when no row could be priced (nothing to score), with the reason on stderr."""
+    if scored:
+        return 0
+    import sys
+
+    print("ndcost: no row could be priced: every row was skipped (the table says why)", file=sys.stderr)
+    return 1
 
 
 def add_validate_command(sub: Any) -> None:

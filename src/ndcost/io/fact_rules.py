@@ -17,7 +17,7 @@ from ..spec.device import Cluster
 from ..spec.recompute_spec import MEGATRON_RECOMPUTE_MODULES, SWITCHES
 
 __all__ = ["RECOMPUTE_MODULE_SWITCHES", "catalog_cluster", "recompute_module_switches", "stack_choice",
-           "dispatcher_choice", "expert_exchange_fields", "stated_stack_fields"]
+           "dispatcher_choice", "expert_exchange_fields", "stated_stack_fields", "held_bytes_fields"]
 
 #: Megatron-Core ``recompute_modules`` -> the ND switches each one recomputes (ndcost.spec.recompute_spec).
 RECOMPUTE_MODULE_SWITCHES = MEGATRON_RECOMPUTE_MODULES
@@ -139,4 +139,29 @@ def stated_stack_fields(facts: Any, strategy: Mapping[str, Any], recompute: str,
         fields["reshard_params"] = reshard
     if facts.flag("cuda_graphs"):
         notes.append(f"CUDA graphs stated, not priced ({facts.text('cuda_graphs')})")
+    return fields, notes
+
+
+def held_bytes_fields(facts: Any, fp8: bool) -> tuple[dict[str, Any], list[str]]:
+    """The bytes per parameter a run's facts say its weights, gradients and master copy are held in, as
+    ExecSpec fields (the defaults -- 16-bit weights, fp32 gradients and master -- where they say nothing),
+    with a note for each; *facts* is a ``RunFacts``.
+
+    * ``fp8_params`` true under fp8: Transformer Engine's fp8_model_init keeps the weights as fp8
+      tensors (``param_bytes`` 1: TE's cache then holds only their transpose, ExecSpec.fp8_weight_cache).
+    * ``grad_buffer`` bf16: the gradients accumulate in a 16-bit buffer (``grad_bytes`` 2).
+    * ``main_params`` a 16-bit remainder: the fp32 master is the 16-bit weight plus a stored remainder
+      (Apex's store_param_remainders: ``main_param_bytes`` 2).
+    """
+    fields: dict[str, Any] = {}
+    notes: list[str] = []
+    if fp8 and facts.flag("fp8_params"):
+        fields["param_bytes"] = 1
+        notes.append("fp8_params: weights held in fp8")
+    if facts.text("grad_buffer").startswith("bf16"):
+        fields["grad_bytes"] = 2
+        notes.append("gradients in a bf16 buffer")
+    if facts.text("main_params").startswith("16-bit remainder"):
+        fields["main_param_bytes"] = 2
+        notes.append("master weights as 16-bit remainders")
     return fields, notes

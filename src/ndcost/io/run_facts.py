@@ -24,7 +24,7 @@ from ..errors import SpecError
 from ..spec.model import Model
 from ..spec.software_fields import with_software
 from ..spec.rates import ATTENTION_KERNELS, FP8_RECIPES
-from .fact_rules import catalog_cluster, stack_choice, stated_stack_fields
+from .fact_rules import catalog_cluster, held_bytes_fields, stack_choice, stated_stack_fields
 
 __all__ = ["BuiltRun", "RunFacts", "figure_value", "figure_int", "load_run_facts", "facts_for", "modern_run", "FACTS_FILES", "CATALOG_BY_NAME"]
 
@@ -258,6 +258,8 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
     dropout = facts.text("dropout")
     stack, stack_notes = stated_stack_fields(facts, strategy, recompute, vpp, run_id)
     notes += stack_notes
+    held, held_notes = held_bytes_fields(facts, fp8)
+    notes += held_notes
     # the stack's own fields (torchtitan's FSDP2 widths, its loss) fill what the facts leave, as --software does
     spec = with_software(software_preset(facts), dict(
         dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, micro_batch_size=micro, global_batch_size=global_batch,
@@ -266,7 +268,7 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
         tp_overlap=facts.flag("tp_comm_overlap"), overlapped_grad_reduce=facts.flag("overlap_grad_reduce", True),
         dropout_bytes=1 if dropout.startswith("hidden_dropout 0.1") else 0,
         flash_attention=True, grouped_gemm=not facts.text("moe_capacity").startswith("token drop"),
-        **stack, **extra,
+        **stack, **extra, **held,
     ))
     hardware = hardware_table.get(row.get("hardware"), {}) if isinstance(hardware_table, Mapping) else {}
     overrides = {}

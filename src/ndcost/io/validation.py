@@ -61,7 +61,7 @@ from .run_facts import facts_for, figure_int as _int, figure_value as _value, mo
 from ..tables.seconds import DEEPSPEED_2021, Overlap, seconds_estimate
 from ..tables.validate import validate
 
-__all__ = ["BUILTIN_RUNS", "gpt_model", "RunResult", "ValidationReport", "validate_runs", "build_run", "software", "SOURCE_FACTS", "EQ3_FRAMEWORKS"]
+__all__ = ["BUILTIN_RUNS", "gpt_model", "RunResult", "ValidationReport", "validate_runs", "build_run", "software", "SOURCE_FACTS", "SOURCE_MODEL_FACTS", "EQ3_FRAMEWORKS"]
 
 #: Strategy fields a row omits but its cited source states: row id -> (fields, citation).
 SOURCE_FACTS: Mapping[str, tuple[dict, str]] = {
@@ -73,6 +73,17 @@ SOURCE_FACTS: Mapping[str, tuple[dict, str]] = {
     "bloom176b_tr11_384gpu": (
         {"recompute": "full"},
         "bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm: --checkpoint-activations",
+    ),
+}
+
+#: Model dimensions a row omits but a source states: row id -> (model-block fields, citation).
+SOURCE_MODEL_FACTS: Mapping[str, tuple[dict, str]] = {
+    "opt175b_992gpu": (
+        {"vocab": 50272},
+        "facebookresearch/metaseq@f7ffa5fd61cf90f498a36d365c13dd7f1a912ff7: GPT-2 BPE's 50265 tokens "
+        "(projects/OPT/assets/gpt2-vocab.json) and 4 special tokens padded to a multiple of 8 "
+        "(metaseq/tasks/streaming_language_modeling.py:L218-226); metaseq/cli/interactive_ft.py:L192 "
+        "--vocab-size default 50272",
     ),
 }
 
@@ -110,6 +121,10 @@ class RunResult:
     mfu: float | None = None
     #: The MFU the source publishes (a fraction, its own FLOP count and peak), when it gives one.
     published_mfu: float | None = None
+    #: The catalog device the row ran on and the training stack it was priced with (``Rates.for_software``'s
+    #: name), where the row could be built: what ``ndcost.io.measured_error`` groups the errors by.
+    device: str | None = None
+    software: str | None = None
 
     @property
     def estimated_mfu(self) -> float | None:
@@ -143,18 +158,38 @@ class ValidationReport:
         return sum(abs(row.error) for row in scored) / len(scored) if scored else math.nan
 
     @property
+    def signed_mean(self) -> float:
+        """Mean (estimate/measured - 1) over the scored rows: its bias, negative when ndcost is optimistic
+        (NaN when none)."""
+        scored = self.scored
+        return sum(row.error for row in scored) / len(scored) if scored else math.nan
+
+    @property
     def max_abs_error(self) -> float:
         scored = self.scored
         return max(abs(row.error) for row in scored) if scored else math.nan
 
-    def family_mae(self) -> dict[str, float]:
+    @property
+    def skipped(self) -> dict[str, str]:
+        """The rows not priced, by id, with why."""
+        return {row.id: row.skipped for row in self.rows if row.skipped}
+
+    def _families(self) -> dict[str, list[float]]:
         families: dict[str, list[float]] = {}
         for row in self.scored:
-            families.setdefault(row.family, []).append(abs(row.error))
-        return {name: sum(errors) / len(errors) for name, errors in families.items()}
+            families.setdefault(row.family, []).append(row.error)
+        return families
+
+    def family_mae(self) -> dict[str, float]:
+        return {name: sum(abs(e) for e in errors) / len(errors) for name, errors in self._families().items()}
+
+    def family_signed_mean(self) -> dict[str, float]:
+        """Per family, the mean signed error (negative: ndcost optimistic)."""
+        return {name: sum(errors) / len(errors) for name, errors in self._families().items()}
 
     def table(self) -> str:
-        """A markdown table: one line per row, then the MAE per family and overall."""
+        """A markdown table: one line per row, then the MAE and the signed mean per family and overall, and
+        the rows not priced, named."""
         with_mfu = any(row.published_mfu is not None for row in self.rows)
         lines = ["| run | family | estimate (s) | measured (s) | error |" + (" MFU est / published |" if with_mfu
                                                                             else "") + " notes |",
@@ -171,17 +206,22 @@ class ValidationReport:
             lines.append(f"| {row.id} | {row.family} | {row.estimate_s:.2f} | {measured} | "
                          f"{100.0 * row.error:+.1f}% |{mfu} {'; '.join(row.notes)} |")
         lines.append("")
-        lines.append("| family | rows | MAE |")
-        lines.append("|---|---:|---:|")
-        counts: dict[str, int] = {}
-        for row in self.scored:
-            counts[row.family] = counts.get(row.family, 0) + 1
+        lines.append("| family | rows | MAE | signed mean |")
+        lines.append("|---|---:|---:|---:|")
+        signed = self.family_signed_mean()
         for name, mae in self.family_mae().items():
-            lines.append(f"| {name} | {counts[name]} | {100.0 * mae:.1f}% |")
-        overall = f"**{100.0 * self.mae:.1f}%** (max {100.0 * self.max_abs_error:.1f}%)"
-        lines.append(f"| **all** | {len(self.scored)} | {overall} |")
+            lines.append(f"| {name} | {len(self._families()[name])} | {100.0 * mae:.1f}% | {100.0 * signed[name]:+.1f}% |")
+        if self.scored:
+            overall = f"**{100.0 * self.mae:.1f}%** (max {100.0 * self.max_abs_error:.1f}%)"
+            lines.append(f"| **all** | {len(self.scored)} | {overall} | **{100.0 * self.signed_mean:+.1f}%** |")
+        else:
+            lines.append("| **all** | 0 | no row could be priced | - |")
         lines.append("")
-        lines.append("\\* measured iteration time derived from the row's TFLOP/s with Narayanan et al. Eq. 3.")
+        lines.append("signed mean: estimate/measured - 1 averaged with its sign (negative: ndcost is optimistic).")
+        if any(row.measured_derived for row in self.scored):
+            lines.append("\\* measured iteration time derived from the row's TFLOP/s with Narayanan et al. Eq. 3.")
+        for run_id, why in self.skipped.items():
+            lines.append(f"skipped (not in the MAE): {run_id}: {why}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -233,6 +273,11 @@ def _zero(entry: Any) -> int | None:
         return 0
     if isinstance(value, int) and not isinstance(value, bool):
         return value
+    if "zero-1-equivalent" in str(value).lower():
+        # DeepSpeed's BF16_Optimizer under "stage 0" keeps only its rank's fp32 master partition in the
+        # optimizer (microsoft/DeepSpeed@56c522386878df2513ccb548de76b50191ae3af7
+        # deepspeed/runtime/bf16_optimizer.py:L147-202): ZeRO-1's sharding of the optimizer states
+        return 1
     found = re.search(r"\d", str(value))
     return int(found.group(0)) if found else None
 
@@ -302,6 +347,12 @@ def build_run(row: Mapping, hardware_table: Mapping) -> tuple[Any, Any, Any, flo
     if filled:
         strategy.update({key: value for key, value in facts.items() if key not in strategy})
         notes.append(f"{', '.join(filled)} from {citation.split(':')[0]}")
+    model_facts, model_citation = SOURCE_MODEL_FACTS.get(run_id, ({}, ""))
+    stated = [f"{key}={value}" for key, value in model_facts.items() if model_block.get(key) is None]
+    if stated:
+        model_block = {**model_block, **{key: value for key, value in model_facts.items()
+                                         if model_block.get(key) is None}}
+        notes.append(f"{', '.join(stated)} from {model_citation.split(':')[0]}")
     model = gpt_model(model_block, run_id, untied="untied" in str(model_block.get("note", "")).lower())
     gpus, tp, pp, dp = (_int(strategy.get(key)) for key in ("gpus", "tp", "pp", "dp"))
     for name, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("dp", dp)):
@@ -377,6 +428,7 @@ class BuiltRow:
     rates: Rates
     overlap: Overlap | None
     notes: tuple[str, ...]
+    software: str | None = None    # the stack's Rates.for_software name the row is priced with
 
 
 def build_row(row: Mapping, hardware_table: Mapping, path: str | PathLike | None, *, rates: Any = None,
@@ -422,7 +474,7 @@ def build_row(row: Mapping, hardware_table: Mapping, path: str | PathLike | None
         sources = {**rates.sources, **{name: f"the run's {name} ({run_id})" for name in changes}}
         row_rates = rates.replace(sources=sources, **changes) if changes else rates
     return BuiltRow(model, spec, cluster_, float(measured), derived, row_rates,
-                    row_overlap if overlap is None else overlap, tuple(notes))
+                    row_overlap if overlap is None else overlap, tuple(notes), generation)
 
 
 def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap | None = None,
@@ -459,7 +511,8 @@ def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap |
         results.append(RunResult(run_id, family, estimate_s=result["step_time"], measured_s=built.measured_s,
                                  measured_derived=built.derived, notes=built.notes, parts=result["parts"],
                                  mfu=result["mfu"], published_mfu=published / 100.0
-                                 if isinstance(published, (int, float)) else None))
+                                 if isinstance(published, (int, float)) else None,
+                                 device=built.cluster.device.name, software=built.software))
     return ValidationReport(tuple(results))
 
 

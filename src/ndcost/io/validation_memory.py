@@ -74,16 +74,27 @@ class MemoryReport:
         scored = self.scored
         return max(abs(r.error) for r in scored) if scored else math.nan
 
+    @property
+    def signed_mean(self) -> float:
+        """Mean signed error (negative: ndcost under-estimates the memory); NaN when no row is scored."""
+        scored = self.scored
+        return sum(r.error for r in scored) / len(scored) if scored else math.nan
+
     def table(self) -> str:
         lines = ["| run | figure | estimate (GiB) | measured (GiB) | error | notes |", "|---|---|---:|---:|---:|---|"]
         for row in self.rows:
+            figure = f"{row.kind} peak"      # the memory vocabulary's name of the figure compared
             if row.skipped:
-                lines.append(f"| {row.id} | {row.kind} | - | {row.measured_gib:.1f} | skipped | {row.skipped} |")
+                lines.append(f"| {row.id} | {figure} | - | {row.measured_gib:.1f} | skipped | {row.skipped} |")
                 continue
-            lines.append(f"| {row.id} | {row.kind} | {row.estimate_gib:.1f} | {row.measured_gib:.1f} | "
+            lines.append(f"| {row.id} | {figure} | {row.estimate_gib:.1f} | {row.measured_gib:.1f} | "
                          f"{100 * row.error:+.1f}% | {'; '.join(row.notes)} |")
-        lines += ["", f"**{len(self.scored)} rows: {100 * self.mae:.1f}% mean absolute error "
-                      f"(max {100 * self.max_abs_error:.1f}%)**"]
+        if self.scored:
+            lines += ["", f"**{len(self.scored)} rows: {100 * self.mae:.1f}% mean absolute error "
+                          f"(max {100 * self.max_abs_error:.1f}%), signed mean {100 * self.signed_mean:+.1f}%**"]
+        else:
+            lines += ["", "**no row could be priced**"]
+        lines += [f"skipped (not in the error): {row.id}: {row.skipped}" for row in self.rows if row.skipped]
         return "\n".join(lines)
 
 

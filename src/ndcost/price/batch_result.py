@@ -21,8 +21,8 @@ class BatchEstimate:
             once seconds batches exist.
         step_time: float64 (N,): one training step; NaN for an invalid candidate.
         parts: PART_NAMES -> float64 (N,): the step taken apart (they sum to step_time).
-        peak_memory: float64 (N,): bytes of the fullest pipeline stage (NaN: not priced,
-            or ``with_memory=False``).
+        peak_memory: float64 (N,): bytes of the fullest pipeline stage's total, ND's reserve in
+            (``MemoryEstimate.peak`` row by row; docs/MEMORY.md); NaN: not priced, or ``with_memory=False``.
         fits: bool (N,): device_memory <= the device's HBM (True for every priced row
             when memory was not asked for; False for an invalid row).
         reason: int64 (N,): 0 priced and fits; ``ndcost.REASONS[code]`` says it in words.

@@ -157,7 +157,9 @@ def _scalar_column(name: str, value: Any, n: int) -> _Column:
 
 def _array_column(name: str, value: Any, n: int) -> _Column:
     kind = _KIND[name]
-    if isinstance(value, (list, tuple)) and kind in ("choice", "object"):
+    if isinstance(value, (list, tuple)) and (kind in ("choice", "object") or len({type(v) for v in value}) > 1):
+        # a plain list keeps each item as given: numpy would coerce [True, 1, "x"] to strings and
+        # [8, True] to ints, refusing the good rows with the bad one or taking True for 1
         array = np.empty(len(value), dtype=object)
         array[:] = list(value)
     else:

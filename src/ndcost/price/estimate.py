@@ -7,6 +7,7 @@ price itself, so both backends price every candidate the same way.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,8 @@ from ..spec.ratios import Ratios
 from .result import Estimate, check_parts_sum
 from ..tables.validate import validate
 
-__all__ = ["estimate", "nd_estimate", "nd_options", "layer_times", "UNITS", "as_model", "as_cluster"]
+__all__ = ["estimate", "nd_estimate", "nd_options", "layer_times", "UNITS", "as_model", "as_cluster",
+           "check_physical_step", "memory_limit_bytes"]
 
 UNITS = ("seconds", "nd")
 
@@ -135,10 +137,16 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
             raise SpecError(name, "estimate", "be given in nd units only (in seconds, price plan.spec)", value)
         if rates is not None:
             rates = as_rates(rates, device=cluster, owner="estimate")
-        return estimate_seconds_one(model, spec, cluster, ratios, rates, with_memory)
+        result = estimate_seconds_one(model, spec, cluster, ratios, rates, with_memory)
+        if ratios is not None or rates is not None:
+            check_physical_step(result, ratios, rates, "estimate")
+        return result
     if stage_savings is None and stage_focused is None:
         # refuses a model ND's tables cannot price (refuse_nd_units) as it prepares the spec
-        return estimate_nd_one(model, spec, cluster, ratios, ratio_type, rec_type, p2p, with_memory)
+        result = estimate_nd_one(model, spec, cluster, ratios, ratio_type, rec_type, p2p, with_memory)
+        if ratios is not None:
+            check_physical_step(result, ratios, None, "estimate")
+        return result
     refuse_nd_units(model, "estimate")
     # ND's per-layer plan view (stage_savings, stage_focused): the seeds' own walk and combine.
     validate(model, spec, cluster)
@@ -152,6 +160,36 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         units=priced["units"], step_time=priced["step_time"], parts=priced["parts"],
         stage_times=priced["stage_times"], memory=memory,
         fits=True if memory is None else memory.fits(cluster.device.hbm_bytes))
+
+
+def memory_limit_bytes(memory_limit: Any, cluster: Cluster, owner: str) -> float:
+    """The bytes a device may use: *memory_limit* (a finite number of bytes > 0) or the device's HBM."""
+    from ..errors import is_finite_number
+
+    if memory_limit is None:
+        return float(cluster.device.hbm_bytes)
+    from ..limits import MAX_HBM_BYTES
+
+    if not is_finite_number(memory_limit) or not 0 < memory_limit <= MAX_HBM_BYTES:
+        raise SpecError("memory_limit", owner, f"be a number of bytes in (0, {MAX_HBM_BYTES}] (None: the device's "
+                        "HBM)", memory_limit)
+    return float(memory_limit)
+
+
+def check_physical_step(result: Any, ratios: Any, rates: Any, owner: str) -> None:
+    """Refuse a step a ratios or rates file scaled out of physics: the step in seconds (seconds units;
+    milliseconds with ND's ratios) within [MIN_STEP_SECONDS, MAX_STEP_SECONDS] (ndcost.limits)."""
+    from ..limits import MAX_STEP_SECONDS, MIN_STEP_SECONDS
+
+    seconds = result.step_time / 1e3 if result.units == "nd_ms" else result.step_time
+    # ND's ratios turn a score into milliseconds at any scale a fit gives (a toy ratio of 2 ms per unit
+    # is legal): only a step no clock can take, infinite or below a microsecond, is refused there
+    highest = MAX_STEP_SECONDS if result.units == "seconds" else math.inf
+    if result.units == "nd" or (math.isfinite(seconds) and MIN_STEP_SECONDS <= seconds <= highest):
+        return
+    name, value = ("ratios", ratios) if ratios is not None else ("rates", rates)
+    raise SpecError(name, owner, f"give a physical step time, {MIN_STEP_SECONDS:g} s to {MAX_STEP_SECONDS:g} s "
+                    f"(they price this step at {seconds:.3g} s)", value if isinstance(value, str) else name)
 
 
 def _memory(model: Model, spec: ExecSpec, cluster: Cluster, derived: Any):

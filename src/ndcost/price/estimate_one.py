@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+import warnings
 import weakref
 from types import MappingProxyType
 from typing import Any
@@ -32,7 +33,7 @@ from ..kernels.seconds_batch import STEP_RATE_FIELDS
 from ..tables.layout_pool import LayoutPool, layout_piece, pack_layouts
 from ..tables.derive import derived_values, model_constants
 from ..spec.device import Cluster
-from ..errors import SpecError
+from ..errors import InputWarning, SpecError
 from ..spec.exec_spec import ExecSpec
 from ..tables.layout import _layout_key, build_layout
 from ..tables.memory import MEMORY_PARTS, MemoryEstimate, device_peak_bytes, memory_kind_table, memory_model_vector
@@ -46,7 +47,7 @@ from ..spec.ratios import Ratios
 from ..tables.reasons import REASON_CODES
 from .result import Estimate, check_parts_sum
 from ..tables.seconds import _extras, rates_vector, seconds_candidate_values, seconds_kind_table, seconds_model_vector
-from ..tables.validate import _layout_rules, validate
+from ..tables.validate import _layout_rules, offset_layer_count, validate
 
 __all__ = ["estimate_nd_one", "estimate_seconds_one", "nd_options", "single_layout"]
 
@@ -65,7 +66,6 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 
 
 _NO_RATIOS = _read_only(np.zeros(0, dtype=np.float64))
-_NAN = math.nan
 _NO_DETAILS = MappingProxyType({})
 _N_MEMORY_COLUMNS = len(MEMORY_PARTS) + 1
 _N_STAGE_SUMS = len(col.SECONDS_STAGE_FIELDS)
@@ -240,12 +240,29 @@ class _Prepared:
             values = seconds_candidate_values(spec, derived) + values
         # One tuple holds both candidates: the unit's, then the memory model's (the kernel converts it).
         self.column = values
+        if not seconds:
+            _warn_unplaced(model, spec)
         self.model, self.cluster, self.tables, self.cc = model, cluster, tables, cc
         self.packed = _one_layout(model, spec, tables.layouts, not seconds)
         self.pp = c["pp"]
         self.fixed = _fixed_bytes(c, model) if seconds and with_memory else 0.0
         # seconds mode: the device's own rates of the spec's precision
         self.rate = _rates_row(cluster, None, c["precision"]) if seconds else None
+
+
+def _warn_unplaced(model: Model, spec: ExecSpec) -> None:
+    """An InputWarning, once per prepared spec, for the layers ND's units leave unplaced: ND's generator
+    drops those pp*vpp does not divide when no offset is stated (docs/ND_DIFFERENCES.md). Legal, and ND's
+    own behaviour, but surprising."""
+    c = spec.__dict__
+    if c["offset"] is None and c["pp_partition"] is None:
+        cells = c["pp"] * c["vpp"]
+        layers = offset_layer_count(model, spec)
+        if layers % cells:
+            warnings.warn(f"ND's units place {cells} x {layers // cells} layers of {model.name}'s {layers} (pp*vpp = "
+                          f"{cells}, no offset stated): the {layers % cells} left over are not priced, as "
+                          "HyperParallel's estimator drops them (docs/ND_DIFFERENCES.md); state an offset to place "
+                          "them", InputWarning, stacklevel=6)
 
 
 #: The prepared entries of recently priced specs, by (id(spec), seconds, with_memory), each with a
@@ -305,10 +322,13 @@ def estimate_nd_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any,
     if with_memory:
         capacity = prep.cc.capacity
         peak = values[_ONE_PEAK]
-        memory = MemoryEstimate.from_kernel(stages, peak, capacity)
+        reserve = prep.cc.reserve
+        # ND's memory model in the one vocabulary: no allocator slack, its reserve standing for the fixed costs
+        memory = MemoryEstimate.from_kernel(stages, peak, capacity, reserve, reserve, 1.0)
         fits = peak <= capacity   # memory_batch's fit: the peak stage (its reserve included) within HBM
+    # MFU, HFU and tokens/s are not defined on ND's score: None (JSON null), never a NaN to compute with
     return _result("nd" if ratio_set is None else "nd_ms", total, part_values, tuple(times.tolist()),
-                   memory, fits, _NAN, _NAN, _NAN, _NO_DETAILS)
+                   memory, fits, None, None, None, _NO_DETAILS)
 
 
 _NO_MEMORY_STAGES = np.empty((0, _N_MEMORY_COLUMNS), dtype=np.float64)   # nothing is written to it

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SpecError
-from .estimate import UNITS, Estimate, as_cluster, as_model, estimate
+from .estimate import UNITS, Estimate, as_cluster, as_model, estimate, memory_limit_bytes
 from ..spec.exec_spec import ExecSpec
 from ..tables.layout import placed_counts
 from ..spec.rates_io import as_rates
@@ -71,7 +71,7 @@ def balance_pipeline(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "
     model = as_model(model)
     cluster = as_cluster(cluster, spec)
     rates = as_rates(rates, device=cluster, owner="balance_pipeline")   # a rates file read once
-    capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
+    capacity = memory_limit_bytes(memory_limit, cluster, "balance_pipeline")
     best = estimate(model, spec, cluster, units=units, ratios=ratios, rates=rates)
     # From a start already over the budget a move may not raise the peak; else it must fit.
     capacity = max(capacity, best.memory.device_peak)

@@ -34,7 +34,7 @@ from .. import _backend
 from ..kernels.columns import HYPER_POLICY_MASK, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
 from ..tables.derive import derive
 from ..errors import SpecError
-from .estimate import UNITS, as_cluster, as_model, layer_times
+from .estimate import UNITS, as_cluster, as_model, layer_times, memory_limit_bytes
 from ..spec.exec_spec import ExecSpec
 from .knapsack import plan_stage
 from ..tables.layout import build_layout
@@ -186,9 +186,7 @@ def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: fl
         refuse_nd_units(model, "plan_recompute")
     cluster = as_cluster(cluster, spec)
     rates = as_rates(rates, device=cluster, owner="plan_recompute")
-    capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
-    if not capacity > 0:
-        raise SpecError("memory_limit", "plan_recompute", "be a positive number of bytes", memory_limit)
+    capacity = memory_limit_bytes(memory_limit, cluster, "plan_recompute")
     if units == "seconds":
         # what the device holds must fit: the tensors' budget leaves the allocator's slack and the
         # process's fixed costs (ndcost.tables.memory_overheads)

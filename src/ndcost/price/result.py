@@ -54,11 +54,14 @@ class Estimate:
         step_time: One training step (an optimizer step over the global batch).
         parts: The step taken apart (PART_NAMES); they sum to ``step_time``.
         stage_times: Each pipeline stage's time for one micro-batch.
-        memory: The memory estimate (``.peak`` bytes, ``.stages`` breakdowns), or None.
-        fits: Whether the peak stage fits the device (memory <= HBM).
-        mfu: Model FLOPs utilisation (a fraction), NaN where not defined (ND units).
-        hfu: Hardware FLOPs utilisation (recompute counted), NaN where not defined.
-        tokens_per_second: Global batch tokens per second of step, NaN in ND units.
+        memory: The memory estimate, or None: a ``MemoryEstimate`` with the allocated peak, reserved peak,
+            fixed costs, usable HBM and headroom (``.peak_allocated``, ``.peak_reserved``, ``.fixed_bytes``,
+            ``.usable_bytes``, ``.headroom``, bytes; docs/MEMORY.md), ``.stages`` (each stage's parts) and
+            ``.peak`` (the fullest stage's total with ND's reserve: ND's own figure).
+        fits: Whether the strategy fits the device: headroom >= 0 (the reserved peak within the usable HBM).
+        mfu: Model FLOPs utilisation (a fraction); None where not defined (ND's units: a score, not a time).
+        hfu: Hardware FLOPs utilisation (recompute counted); None where not defined.
+        tokens_per_second: Global batch tokens per second of step; None in ND's units.
     """
 
     units: str
@@ -67,9 +70,9 @@ class Estimate:
     stage_times: tuple[float, ...]
     memory: Any = None
     fits: bool = True
-    mfu: float = math.nan
-    hfu: float = math.nan
-    tokens_per_second: float = math.nan
+    mfu: float | None = None
+    hfu: float | None = None
+    tokens_per_second: float | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

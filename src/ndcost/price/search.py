@@ -28,6 +28,8 @@ from .result import Estimate
 from ..spec.search_space import SEARCH_DIMENSIONS, build_space, stack_dimensions
 from ..spec.software_fields import software_columns, software_fields
 from ..tables.layout_nd import nd_search_offset
+from ..tables.memory import reserved_peak_bytes
+from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR
 
 #: The smallest memory limit a search takes: below 1 GiB no device holds a CUDA context and a model.
 MIN_MEMORY_LIMIT = 2**30
@@ -76,13 +78,19 @@ class SearchResult:
     space_size: int
     fitting: int
     rejected: Mapping[str, int]
-    pareto: tuple[tuple[float, float, int], ...]  # (step_time, peak_memory, index into the space)
+    pareto: tuple[tuple[float, float, int], ...]  # (step_time, reserved peak, index into the space)
     units: str
     columns: Mapping[str, np.ndarray] = field(repr=False, default_factory=dict)
     step_time: np.ndarray = field(repr=False, default=None)
+    #: Per candidate: the reserved peak plus the fixed costs (the HBM less the headroom), what the memory
+    #: limit is held to and the Pareto front is drawn on; NaN where not priced.
     peak_memory: np.ndarray = field(repr=False, default=None)
     #: Given dimension values that fill no combination of the devices, with why (not in the space).
     excluded: Mapping[str, int] = field(default_factory=dict)
+    #: Per candidate: the reserved peak (MemoryEstimate.peak_reserved); NaN where not priced.
+    reserved_memory: np.ndarray = field(repr=False, default=None)
+    #: The memory limit the candidates were held to (the device's HBM unless a limit was given).
+    capacity: float = math.inf
 
     @property
     def best(self) -> Ranked | None:
@@ -101,9 +109,16 @@ class SearchResult:
             "rejected": dict(self.rejected),
             "excluded": dict(self.excluded),
             "results": [r.to_dict() for r in self.results],
-            "pareto": [{"step_time": t, "peak_memory": m, "strategy": _row_strategy(self.columns, i)}
-                       for t, m, i in self.pareto],
+            "pareto": [{"step_time": t, **_memory_figures(self, i), "strategy": _row_strategy(self.columns, i)}
+                       for t, _, i in self.pareto],
         }
+
+
+def _memory_figures(result: SearchResult, i: int) -> dict:
+    """Candidate *i*'s memory in the vocabulary's names (MEMORY_FIGURES): its reserved peak, and its fixed
+    costs and headroom from what it holds (the reserved peak plus the fixed costs)."""
+    reserved, held = float(result.reserved_memory[i]), float(result.peak_memory[i])
+    return {"peak_reserved": reserved, "fixed_bytes": held - reserved, "headroom": result.capacity - held}
 
 
 def _row_strategy(columns: Mapping[str, np.ndarray], i: int) -> dict:
@@ -194,6 +209,8 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise SpecError(name, "search", "be an integer >= 0", value)
     resolve_threads(threads, "search")     # checked before the space is built
+    if progress is not None and not callable(progress):
+        raise SpecError("progress", "search", "be None or a callable taking (priced, total)", progress)
     if units == "nd" and rates is not None:
         raise SpecError("rates", "search", "be given in seconds units only (ND's units price no rates)", rates)
     if software is not None:
@@ -222,6 +239,8 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     n = space.size
     step = np.full(n, np.nan)
     memory = np.full(n, np.nan)
+    reserved = np.full(n, np.nan)
+    slack = ALLOCATOR_RESERVE_FACTOR if units == "seconds" else 1.0   # ND's units price no allocator slack
     reason = np.zeros(n, dtype=np.int64)
     for start in range(0, n, BATCH):
         chunk = {name: col[start:start + BATCH] for name, col in space.columns.items()}
@@ -229,6 +248,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
                               threads=threads)
         step[start:start + BATCH] = batch.step_time
         memory[start:start + BATCH] = batch.device_memory   # what the device holds (seconds: + slack, fixed)
+        reserved[start:start + BATCH] = reserved_peak_bytes(batch.peak_memory, cluster.memory_reserve_bytes, slack)
         reason[start:start + BATCH] = batch.reason
         if progress is not None:
             progress(min(n, start + BATCH), n)
@@ -261,12 +281,12 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     results.sort(key=_rank_key)
     results += _planned(model, cluster, results[:per_layer_recompute], capacity, units, ratios, rates)
     results.sort(key=_rank_key)
-    front = pareto_front(step, memory, fits)
+    front = pareto_front(step, reserved, fits)     # step time against the reserved peak (MEMORY_FIGURES)
     return SearchResult(
         results=tuple(results[:top]), space_size=n, fitting=int(fits.sum()), rejected=dict(rejected),
         excluded=dict(space.excluded or {}),
-        pareto=tuple((float(step[i]), float(memory[i]), i) for i in front), units=units,
-        columns=space.columns, step_time=step, peak_memory=memory,
+        pareto=tuple((float(step[i]), float(reserved[i]), i) for i in front), units=units,
+        columns=space.columns, step_time=step, peak_memory=memory, reserved_memory=reserved, capacity=capacity,
     )
 
 

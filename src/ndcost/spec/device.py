@@ -61,6 +61,8 @@ _SCALAR_FIGURES = (
     "inter_node_latency",
 )
 _OPTIONAL_FIGURES = ("nd_name", "nd_devices_per_node")
+#: The dtypes a peak may be stated for: what the catalog's parts state and the precisions ndcost prices.
+PEAK_DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32")
 _CATALOG_KEYS = frozenset(("name", "part", "peak_flops") + _SCALAR_FIGURES + _OPTIONAL_FIGURES)
 _FIGURE_KEYS = frozenset(("value", "source", "note"))
 # The unit of each figure as the Device holds it (Device.describe).
@@ -134,8 +136,15 @@ class Device:
         for dtype, flops in self.peak_flops.items():
             if not isinstance(dtype, str) or not dtype.strip():
                 raise SpecError("peak_flops", owner, "have dtype names (non-empty strings) as keys", dtype)
+            if dtype.strip().lower() not in PEAK_DTYPES:
+                from ..suggest import did_you_mean
+
+                raise SpecError(f"peak_flops.{dtype}", owner, f"name a dtype ndcost prices ({', '.join(PEAK_DTYPES)})"
+                                f"{did_you_mean(dtype.strip().lower(), PEAK_DTYPES)}", flops)
             peaks[dtype.strip().lower()] = check_positive_number(flops, f"peak_flops.{dtype}", owner,
                                                                  minimum=MIN_RATE, maximum=MAX_RATE)
+        if "bf16" not in peaks:     # seconds mode prices every 16-bit GEMM but fp16's at the bf16 peak
+            raise SpecError("peak_flops.bf16", owner, "be stated (the peak bf16 work is priced at)", dict(peaks))
         object.__setattr__(self, "peak_flops", MappingProxyType(peaks))
         object.__setattr__(self, "hbm_bytes", check_positive_number(self.hbm_bytes, "hbm_bytes", owner,
                                                                     maximum=MAX_HBM_BYTES))

@@ -325,8 +325,12 @@ def _with_positional(args: tuple, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _reject_unknown(fields: dict[str, Any]) -> None:
+    from ..errors import UnknownFieldError
+    from ..suggest import did_you_mean
+
     unknown = next(name for name in fields if name not in _DEFAULTS)
-    raise TypeError(f"ExecSpec.__init__() got an unexpected keyword argument {unknown!r}")
+    raise UnknownFieldError(unknown, _OWNER, f"be an ExecSpec field{did_you_mean(unknown, _DEFAULTS)}",
+                            fields[unknown])
 
 
 def _rebuild(state: dict[str, Any]) -> ExecSpec:

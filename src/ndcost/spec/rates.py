@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..errors import SpecError, is_finite_number
+from ..limits import MAX_LATENCY
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
            "DEEPEP_NVLINK_EFFICIENCY",
@@ -217,8 +218,9 @@ class Rates:
                             self.tp_overlap_sms)
         object.__setattr__(self, "tp_overlap_sms", float(self.tp_overlap_sms))
         overhead = self.kernel_overhead
-        if not is_finite_number(overhead) or overhead < 0.0:
-            raise SpecError("kernel_overhead", _OWNER, "be a finite number of seconds >= 0", overhead)
+        if not is_finite_number(overhead) or not 0.0 <= overhead <= MAX_LATENCY:
+            raise SpecError("kernel_overhead", _OWNER, f"be a number of seconds in [0, {MAX_LATENCY:g}] (real: "
+                            "5-20 us a kernel)", overhead)
         object.__setattr__(self, "kernel_overhead", float(overhead))
         if not isinstance(self.sources, Mapping):
             raise SpecError("sources", _OWNER, "be a mapping of figure names to source texts", self.sources)

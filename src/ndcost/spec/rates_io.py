@@ -47,9 +47,9 @@ def save_rates(rates: Rates, path: str | os.PathLike, *, device: str | None = No
     }
     if fit is not None:
         doc["fit"] = dict(fit)
-    from ..files import output_path
+    from ..files import write_output
 
-    output_path(path, "a rates JSON").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    write_output(path, "a rates JSON", json.dumps(doc, indent=2) + "\n")
 
 
 def load_rates(path: str | os.PathLike, *, device: Any = None) -> Rates:
@@ -63,6 +63,8 @@ def load_rates(path: str | os.PathLike, *, device: Any = None) -> Rates:
         SpecError: An unreadable file, another format, a missing, unknown or invalid figure, or
             another device.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise SpecError("path", "load_rates", "be a path to a rates JSON", path)
     owner = os.fspath(path)
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))

@@ -25,7 +25,6 @@ import functools
 import json
 import math
 import os
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,20 +266,10 @@ class Ratios:
         doc: dict[str, Any] = {key: self.values[key] for key in RATIO_KEYS if key in self.values}
         if self.fitted_on is not None:
             doc[_FITTED_ON] = _thaw(self.fitted_on)
-        from ..files import output_path
+        from ..files import write_output
 
-        target = output_path(os.fspath(path), "a ratios JSON")
-        # Write then rename, so that a reader (cached by mtime and size) never sees half a file.
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as stream:
-                json.dump(doc, stream, indent=2)
-                stream.write("\n")
-            os.replace(temporary, target)
-        except BaseException:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-            raise
+        # written then renamed, so that a reader (cached by mtime and size) never sees half a file
+        write_output(os.fspath(path), "a ratios JSON", json.dumps(doc, indent=2) + "\n")
 
 
 @functools.lru_cache(maxsize=8)

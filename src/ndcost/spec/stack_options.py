@@ -223,6 +223,11 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
     StackOption("grad_bytes", "grad_bytes", "spec", "int",
                 "bytes per gradient element as reduced: 4 (fp32, Megatron's bf16 default), 2 (fp16 runs that "
                 "reduce 16-bit gradients) (default 4)", choices=(2, 4), seconds_only=False),
+    StackOption("master_weights", "main_param_bytes", "spec", "choice",
+                "the optimizer's master copy of the weights: fp32 (4 bytes a parameter) or remainder (2: the 16-bit "
+                "weights and a stored 16-bit remainder, Apex's store_param_remainders, NeMo's bf16 default under its "
+                "distributed Adam) (default fp32)", choices=("fp32", "remainder"), values={"fp32": 4, "remainder": 2},
+                seconds_only=False),
     StackOption("gradient_accumulation_fusion", "grad_accumulation_fusion", "rates", "bool",
                 "the weight-gradient GEMM accumulates into the fp32 main gradient (Megatron's "
                 "--gradient-accumulation-fusion); off: a separate add every micro-batch (default: the --software "
@@ -329,9 +334,9 @@ def parse_option(option: StackOption, raw: Any, where: str = "ndcost") -> Any:
 
 def parse_option_list(option: StackOption, text: str, where: str = "ndcost search") -> list:
     """A search's comma-separated values of an option (``on,off``; ``bf16,fp8``), each parsed."""
-    items = [item.strip() for item in str(text).split(",") if item.strip()]
-    if not items:
-        raise SpecError(option.flag, where, "be a value or a comma-separated list", text)
+    items = [item.strip() for item in str(text).split(",")]
+    if not all(items):      # `bf16,,fp8`: an empty item is a typo, not a value to drop (as search's dimensions)
+        raise SpecError(option.flag, where, "be a value or a comma-separated list, no item empty", text)
     values = [parse_option(option, item) for item in items]
     if len(set(map(repr, values))) != len(values):
         raise SpecError(option.flag, where, "list each value once", text)

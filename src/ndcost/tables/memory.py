@@ -53,6 +53,8 @@ from .memory_overheads import ALLOCATOR_RESERVE_FACTOR
 
 __all__ = [
     "device_peak_bytes",
+    "reserved_peak_bytes",
+    "MEMORY_FIGURES",
     "MEMORY_PARTS",
     "SCHEDULE_CODES",
     "ATTENTION_CODES",
@@ -132,12 +134,43 @@ def device_peak_bytes(peak: float, reserve: float, fixed: float) -> float:
     return (peak - reserve) * ALLOCATOR_RESERVE_FACTOR + fixed
 
 
+def reserved_peak_bytes(total: Any, reserve: float, slack: float = ALLOCATOR_RESERVE_FACTOR) -> Any:
+    """The reserved peak (MemoryEstimate.peak_reserved) from stage totals that hold ND's *reserve*: the
+    allocated peak times the allocator's *slack* (1 in ND's units). Scalars or arrays."""
+    return (total - reserve) * slack
+
+
+#: The memory figures every output names, in words, each with the MemoryEstimate attribute (and JSON
+#: / CSV key) that holds it, in bytes. One vocabulary: search, estimate, explain, plots, JSON, CSV and
+#: Python name a figure only by these (docs/MEMORY.md). ``peak`` (the stage total the kernels sum,
+#: ND's own figure) and ``capacity_bytes`` (the HBM) are the inputs they are derived from.
+MEMORY_FIGURES: Mapping[str, str] = MappingProxyType({
+    "allocated peak": "peak_allocated",
+    "reserved peak": "peak_reserved",
+    "fixed costs": "fixed_bytes",
+    "usable HBM": "usable_bytes",
+    "headroom": "headroom",
+})
+
+
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Memory of every pipeline stage.
+    """Memory of every pipeline stage, and the figures a planner reads (:data:`MEMORY_FIGURES`).
+
+    In seconds units (``estimate()``'s default) the figures are what a PyTorch job sees:
+    the **allocated peak** (``torch.cuda.max_memory_allocated``), the **reserved peak** (what the
+    caching allocator holds, ``max_memory_reserved``), the **fixed costs** outside the allocator
+    (CUDA context, cuBLAS workspaces, NCCL's and DeepEP's buffers), the **usable HBM** (the HBM less
+    the fixed costs) and the **headroom** (usable HBM less the reserved peak; negative: over). A
+    strategy fits when the headroom is >= 0.
+
+    In ND's units the same words hold ND's model (ND_REFERENCE §3.7): no allocator slack (reserved
+    peak = allocated peak), and ND's flat safety reserve (``Cluster.memory_reserve_bytes``) stands
+    for the fixed costs.
 
     Attributes:
-        stages: One :class:`StageMemory` per stage.
+        stages: One :class:`StageMemory` per stage (its ``total`` holds ND's reserve: the allocated
+            peak of the stage is ``total - reserve``).
         capacity_bytes: The device's HBM (what :meth:`fits` compares with by default).
     """
 
@@ -158,9 +191,9 @@ class MemoryEstimate:
 
     @classmethod
     def from_kernel(cls, rows: np.ndarray, peak: float, capacity_bytes: float, fixed: float | None = None,
-                    reserve: float = 0.0) -> MemoryEstimate:
+                    reserve: float = 0.0, slack: float = ALLOCATOR_RESERVE_FACTOR) -> MemoryEstimate:
         """From the memory kernel's (p, 8) stage rows and its peak (stages built on first read); with
-        *fixed*, already :meth:`with_overheads` (*fixed*, *reserve*)."""
+        *fixed*, already :meth:`with_overheads` (*fixed*, *reserve*, *slack*)."""
         estimate = object.__new__(cls)
         fields = estimate.__dict__   # item by item: a per-call cost of estimate() (no keyword dict built)
         fields["_rows"] = rows
@@ -169,11 +202,16 @@ class MemoryEstimate:
         if fixed is not None:
             fields["_fixed"] = float(fixed)
             fields["_reserve"] = float(reserve)
+            fields["_slack"] = slack
         return estimate
 
     @property
     def peak(self) -> float:
-        """The largest stage total in bytes (NaN when a stage is undefined)."""
+        """The fullest stage's total as the memory kernels sum it, in bytes: the allocated peak plus the
+        cluster's reserve (ND's 1 GiB safety buffer, ND_REFERENCE §3.7) -- ND's own memory figure, which
+        ND's units hold to the HBM (``BatchEstimate.peak_memory`` is the same figure). Not what a device
+        reports: read :attr:`peak_allocated`, :attr:`peak_reserved` and :attr:`headroom`. NaN when a
+        stage is undefined."""
         known = self.__dict__.get("_peak")
         if known is not None:
             return known
@@ -191,60 +229,79 @@ class MemoryEstimate:
         return next(i for i, stage in enumerate(self.stages) if stage.total == peak)
 
     def fits(self, capacity_bytes: float | None = None) -> bool:
-        """Whether every stage fits: peak <= capacity (the device's HBM by default;
-        the reserve is already a part of each total). With the process overheads known
-        (:meth:`with_overheads`, seconds mode), what the device holds -- peak_reserved plus
-        the fixed costs -- is compared instead."""
+        """Whether every stage fits: the reserved peak within the usable HBM (headroom >= 0), i.e. the
+        reserved peak plus the fixed costs within *capacity_bytes* (the device's HBM by default)."""
         capacity = self.capacity_bytes if capacity_bytes is None else capacity_bytes
         return bool(self.device_peak <= capacity)
 
     # ---- what the process holds beyond the tensors (ndcost.tables.memory_overheads)
 
-    def with_overheads(self, fixed: float, reserve: float) -> "MemoryEstimate":
-        """This estimate with a process's fixed costs (CUDA context, workspaces, NCCL buffers) and the
-        reserve its totals hold (ND's safety buffer, which the allocator's slack replaces)."""
-        self.__dict__.update(_fixed=float(fixed), _reserve=float(reserve))
+    def with_overheads(self, fixed: float, reserve: float, slack: float = ALLOCATOR_RESERVE_FACTOR) -> "MemoryEstimate":
+        """This estimate with a process's fixed costs (CUDA context, workspaces, NCCL buffers), the
+        reserve its totals hold (ND's safety buffer, which the allocator's slack replaces) and the
+        allocator's slack (reserved / allocated; 1 in ND's units)."""
+        self.__dict__.update(_fixed=float(fixed), _reserve=float(reserve), _slack=float(slack))
         return self
 
     @property
     def fixed_bytes(self) -> float:
-        """Bytes the process holds outside its tensors (0 until :meth:`with_overheads`)."""
+        """**Fixed costs**: bytes the process holds outside the caching allocator -- the CUDA context,
+        cuBLAS workspaces, NCCL's buffers per communicator and DeepEP's (``memory_overheads``); in ND's
+        units ND's safety reserve. 0 until :meth:`with_overheads`."""
         return self.__dict__.get("_fixed", 0.0)
 
     @property
     def peak_allocated(self) -> float:
-        """Tensors alive at the worst moment: what torch.cuda.max_memory_allocated reports."""
+        """**Allocated peak**: the tensors alive at the worst moment of the fullest stage, what
+        ``torch.cuda.max_memory_allocated`` reports (the stage total less ND's reserve)."""
         return self.peak - self.__dict__.get("_reserve", 0.0)
 
     @property
     def peak_reserved(self) -> float:
-        """What the caching allocator holds at that moment (torch.cuda.max_memory_reserved): the
-        allocated peak times the allocator's published slack (memory_overheads.ALLOCATOR_RESERVE_FACTOR)."""
+        """**Reserved peak**: what the caching allocator holds at that moment
+        (``torch.cuda.max_memory_reserved``): the allocated peak times the allocator's published slack
+        (memory_overheads.ALLOCATOR_RESERVE_FACTOR; 1 in ND's units). What must fit the usable HBM."""
         if "_fixed" not in self.__dict__:
             return self.peak
-        return self.peak_allocated * ALLOCATOR_RESERVE_FACTOR
+        return self.peak_allocated * self.slack
+
+    @property
+    def slack(self) -> float:
+        """The caching allocator's slack, reserved / allocated: memory_overheads.ALLOCATOR_RESERVE_FACTOR in
+        seconds units, 1 in ND's (and before :meth:`with_overheads`)."""
+        return self.__dict__.get("_slack", 1.0)
 
     @property
     def device_peak(self) -> float:
-        """What the device holds at the peak (nvidia-smi): peak_reserved plus the fixed costs."""
+        """The reserved peak plus the fixed costs: the HBM less the headroom (what nvidia-smi shows at
+        the peak). Outputs print the headroom instead; this is the figure a memory limit is held to."""
         if "_fixed" not in self.__dict__:
             return self.peak
-        return device_peak_bytes(self.peak, self.__dict__.get("_reserve", 0.0), self.__dict__["_fixed"])
+        return self.peak_reserved + self.__dict__["_fixed"]
 
     @property
     def usable_bytes(self) -> float:
-        """The HBM the allocator can use: capacity less the fixed costs."""
+        """**Usable HBM**: the HBM the allocator can use, the device's HBM less the fixed costs."""
         return self.capacity_bytes - self.fixed_bytes
 
+    @property
+    def headroom(self) -> float:
+        """**Headroom**: the usable HBM less the reserved peak, in bytes; negative when it does not fit."""
+        return self.usable_bytes - self.peak_reserved
+
+    def figures(self) -> dict[str, float]:
+        """The figures by :data:`MEMORY_FIGURES`' attribute names (bytes), with the HBM they are read against."""
+        out = {attribute: getattr(self, attribute) for attribute in MEMORY_FIGURES.values()}
+        out["capacity_bytes"] = self.capacity_bytes
+        return out
+
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: the figures (:data:`MEMORY_FIGURES`), the HBM, the peak stage, ``peak``
+        (the stage total, ND's figure) and each stage's parts."""
         return {
+            **self.figures(),
             "peak": self.peak,
-            "peak_allocated": self.peak_allocated,
-            "peak_reserved": self.peak_reserved,
-            "fixed": self.fixed_bytes,
-            "device_peak": self.device_peak,
             "peak_stage": self.peak_stage,
-            "capacity_bytes": self.capacity_bytes,
             "stages": [stage.to_dict() for stage in self.stages],
         }
 
@@ -517,4 +574,6 @@ def run_memory_batch(model: Any, mcand: np.ndarray, pool: LayoutPool, cluster: A
     _backend.kernels.memory_batch(memory_kind_table(model), memory_model_vector(model), mcand, _ONE_ROW,
                                   pool.layouts, pool.pool, pool.slot_pool, float(cluster.memory_reserve_bytes),
                                   capacity, reason, peak, fits, out)
-    return MemoryEstimate.from_kernel(out[0], float(peak[0]), capacity)
+    reserve = float(cluster.memory_reserve_bytes)
+    # ND's memory model: no allocator slack, its safety reserve standing for the fixed costs
+    return MemoryEstimate.from_kernel(out[0], float(peak[0]), capacity, reserve, reserve, 1.0)

@@ -1,0 +1,85 @@
+"""Validation that shows its bias (issue 25 item 6): the signed mean beside the absolute error, per family
+and overall; every skipped shipped row named; ``ndcost devices`` states per part whether validation rows
+exist and their error; the README says where ndcost has not been checked; the measured-error table a tie
+is judged against is the validation's own result (regenerated and compared)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ndcost.cli.main import main
+from ndcost.files import read_mapping
+from ndcost.io.measured_error import ERROR_TABLE, error_rows, validated_devices
+from ndcost.io.validation import BUILTIN_RUNS, validate_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return {name: validate_runs(path) for name, path in BUILTIN_RUNS.items()}
+
+
+def test_the_signed_mean_is_shown_beside_the_mae(reports):
+    report = reports["h100"]
+    errors = [row.error for row in report.scored]
+    assert report.signed_mean == pytest.approx(sum(errors) / len(errors), rel=1e-12)
+    assert report.signed_mean < 0 < report.mae       # ndcost is optimistic on these runs, and says so
+    table = report.table()
+    assert "| family | rows | MAE | signed mean |" in table
+    for family, signed in report.family_signed_mean().items():
+        assert f"| {family} | " in table and f"{100 * signed:+.1f}%" in table
+    assert f"**{100 * report.signed_mean:+.1f}%**" in table
+
+
+def test_a_skipped_shipped_row_is_named_in_the_summary(reports, capsys):
+    report = reports["a100"]
+    assert set(report.skipped) == {"opt175b_992gpu"}
+    summary = report.table().split("| family | rows |")[1]
+    assert "skipped (not in the MAE): opt175b_992gpu:" in summary
+    assert main(["validate", "--builtin", "a100", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "opt175b_992gpu" in out["skipped"] and out["signed_mean"] == pytest.approx(report.signed_mean)
+
+
+def test_the_measured_error_table_is_the_validations_result(reports):
+    """tools/gen_measured_error.py wrote it from these very reports: regenerate when a row moves."""
+    shipped = read_mapping(ERROR_TABLE, "the measured-error table")
+    fresh = error_rows(reports)
+    assert [(r["id"], r["file"], r["device"], r["software"]) for r in shipped["rows"]] == \
+        [(r.id, r.file, r.device, r.software) for r in fresh], "run python tools/gen_measured_error.py"
+    for row, new in zip(shipped["rows"], fresh):
+        assert row["error"] == pytest.approx(new.error, abs=1e-6), f"{row['id']}: run python tools/gen_measured_error.py"
+    skipped = {run_id for report in reports.values() for run_id in report.skipped}
+    assert set(shipped["skipped"]) == skipped
+
+
+def test_devices_states_where_validation_rows_exist(capsys):
+    assert main(["devices"]) == 0
+    out = capsys.readouterr().out
+    checked = validated_devices()
+    assert "validation rows" in out and "not checked" in out
+    for line in out.splitlines()[2:]:
+        name = line.split()[0] if line.strip() else ""
+        if name in checked:
+            assert f"{100 * checked[name].mae:.1f}%" in line
+        elif name and not line.startswith("validation"):
+            assert line.rstrip().endswith("not checked"), line
+    assert main(["devices", "--json"]) == 0
+    parts = json.loads(capsys.readouterr().out)
+    assert all(("validation" in part) for part in parts)
+    assert any(part["validation"] is None for part in parts)
+
+
+def test_the_readme_says_where_ndcost_has_not_been_checked(capsys):
+    from ndcost.spec.device import devices
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    accuracy = readme.split("## Accuracy")[1].split("\n## ")[0]
+    assert "signed mean" in accuracy and "**Not checked**" in accuracy
+    unchecked = [name for name in devices() if name not in validated_devices()]
+    words = {"h200": "H200", "ascend-910b": "Ascend 910B", "ascend-910c": "910C"}
+    for name in unchecked:
+        assert words.get(name, name) in accuracy.split("**Not checked**")[1].split("\n\n")[0], name
