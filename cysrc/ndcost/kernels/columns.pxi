@@ -192,7 +192,8 @@ cdef enum:
     SC_ov_tp = 33
     SC_ov_cp = 34
     SC_ov_ep = 35
-    SC_COUNT = 36
+    SC_graphs = 36
+    SC_COUNT = 37
 
 cdef enum:
     R_peak_mm = 0
@@ -223,7 +224,16 @@ cdef enum:
     R_attn_copies = 25
     R_tp_ov_splits = 26
     R_tp_ov_sm = 27
-    R_COUNT = 28
+    R_sms = 28
+    R_g_tile_k = 29
+    R_g_stream = 30
+    R_g_launch = 31
+    R_launch_s = 32
+    R_graph_s = 33
+    R_permute = 34
+    R_router_fused = 35
+    R_aux_loss = 36
+    R_COUNT = 37
 
 cdef enum:
     SX_has_emb = 0
@@ -283,6 +293,55 @@ cdef enum:
     SS_model_flops = 14
     SS_hw_flops = 15
     SS_COUNT = 16
+
+cdef enum:
+    MB_tokens = 0
+    MB_rows = 1
+    MB_local = 2
+    MB_hidden = 3
+    MB_width = 4
+    MB_n_ff = 5
+    MB_experts = 6
+    MB_topk = 7
+    MB_shared = 8
+    MB_shared_tokens = 9
+    MB_grad_acc = 10
+    MB_COUNT = 11
+
+cdef enum:
+    LO_attn_proj = 0
+    LO_attn_core = 1
+    LO_norm = 2
+    LO_rope = 3
+    LO_attn_other = 4
+    LO_residual = 5
+    LO_router = 6
+    LO_permute = 7
+    LO_experts = 8
+    LO_expert_act = 9
+    LO_unpermute = 10
+    LO_shared_experts = 11
+    LO_mlp = 12
+    LO_mlp_act = 13
+    LO_grad_acc = 14
+    LO_launch = 15
+    LO_tp_comm = 16
+    LO_cp_comm = 17
+    LO_ep_comm = 18
+    LO_COUNT = 19
+
+cdef enum:
+    LF_flops_f = 0
+    LF_bytes_f = 1
+    LF_kernels_f = 2
+    LF_time_f = 3
+    LF_host_f = 4
+    LF_flops_b = 5
+    LF_bytes_b = 6
+    LF_kernels_b = 7
+    LF_time_b = 8
+    LF_host_b = 9
+    LF_COUNT = 10
 
 cdef enum:
     MK_attention = 0

@@ -190,6 +190,20 @@ def _fp8_recipe(facts: RunFacts) -> str | None:
     return None
 
 
+def _moe_kernel_changes(facts: RunFacts) -> dict[str, Any]:
+    """The Rates a MoE run's facts state about its kernels: the permutation fused or not
+    (moe_permute_fusion), the router fused or not (moe_router ... moe_router_fusion)."""
+    changes: dict[str, Any] = {}
+    if facts.value("moe_permute_fusion") is not None:
+        changes["moe_permute"] = "fused" if facts.flag("moe_permute_fusion") else "unfused"
+    router = facts.text("moe_router")
+    if "moe_router_fusion true" in router:
+        changes["moe_router_fusion"] = True
+    elif "moe_router_fusion false" in router:
+        changes["moe_router_fusion"] = False
+    return changes
+
+
 def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model: Any) -> BuiltRun:
     """The :class:`BuiltRun` of a row whose configuration its facts file states.
 
@@ -275,6 +289,7 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
             changes["fp8_recipe"] = recipe
         else:
             notes.append("fp8 recipe not stated: the software's default")
+    changes.update(_moe_kernel_changes(facts))
     overlap = None
     if facts.text("ep_a2a_overlap").startswith("overlap_moe_expert_parallel_comm true"):
         from ..tables.seconds import Overlap

@@ -180,6 +180,7 @@ SECONDS_CAND_FIELDS = (
     "zero", "zero_ranks", "defer_grads", "reshard", "tie_emb",
     "schedule",                                   # SCHEDULES index: 1f1b, interleaved, zero_bubble_v, gpipe, seq1f1b
     "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep",  # overlap: share of the window that hides comm
+    "graphs",          # ExecSpec.cuda_graphs index: 0 none, 1 attention, 2 + a MoE layer's router, 3 whole layers
 )
 
 # --- device and achievable rates (float64 vector) ---
@@ -206,7 +207,17 @@ RATE_FIELDS = (
     "attn_copies",     # 1: the attention copies K/V per query head and its output to SDPA's layout
     "tp_ov_splits",    # TP comm overlap: chunks of a pipelined reduce-scatter GEMM
     "tp_ov_sm",        # TP comm overlap: share of the SMs the pipelined reduce-scatter kernels hold
+    "sms",             # SMs (compute units) a grouped GEMM's tiles are spread over
+    "g_tile_k",        # grouped GEMM: a tile's fixed cost, in elements of its inner dimension
+    "g_stream",        # grouped GEMM: share of the shorter of its compute and its memory time left exposed
+    "g_launch",        # grouped GEMM launches: 0 one kernel (+ its setup kernel) a call, 1 a GEMM per local expert
+    "launch_s",        # host seconds to launch one kernel eagerly
+    "graph_s",         # seconds per kernel replayed from a CUDA graph
+    "permute",         # Rates.moe_permute index: 0 fused, 1 unfused (a dense routing map), 2 sort (torchtitan)
+    "router_fused",    # 1: the router's score, top-k and aux loss run as one fused kernel a pass
+    "aux_loss",        # 1: a load-balancing auxiliary loss is computed from the routing (its kernels priced)
 )
+
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---
 SECONDS_EXTRA_FIELDS = (
@@ -239,6 +250,36 @@ SECONDS_STAGE_FIELDS = (
     "model_flops", "hw_flops",        # per micro-batch, whole micro-batch: model FLOPs, with recompute
 )
 
+# --- one layer's ops, priced (float64, LAYER_OP_NAMES x LAYER_OP_FIELDS; seconds_layer_ops) ---
+#: The ops of a layer as seconds mode prices them; every second of a layer's fw, bw and bw_w is in exactly
+#: one of the rows before "tp_comm" ("launch": what the host's kernel launches add beyond the device's time);
+#: the communication rows are raw, before the step's overlap.
+LAYER_OP_NAMES = (
+    "attn_proj", "attn_core", "norm", "rope", "attn_other", "residual",
+    "router", "permute", "experts", "expert_act", "unpermute", "shared_experts",
+    "mlp", "mlp_act", "grad_acc", "launch",
+    "tp_comm", "cp_comm", "ep_comm",
+)
+LAYER_OP_FIELDS = (
+    "flops_f", "bytes_f", "kernels_f", "time_f", "host_f",   # forward: FLOPs run, HBM bytes, kernels, seconds, host seconds
+    "flops_b", "bytes_b", "kernels_b", "time_b", "host_b",   # backward, weight gradients included
+)
+
+# --- a MoE block priced on its own (float64 vector; seconds_moe_block) ---
+MOE_BLOCK_FIELDS = (
+    "tokens",         # tokens the rank routes (router, permutation, un-permutation)
+    "rows",           # token-expert rows its local experts compute (a grouped GEMM's rows, all experts)
+    "local",          # experts on the rank
+    "hidden",         # hidden size
+    "width",          # a routed expert's width (before expert tensor parallelism)
+    "n_ff",           # 3: gated (SwiGLU), 2: GELU MLP
+    "experts",        # routed experts of the model (the router's logits a token)
+    "topk",           # experts a token picks
+    "shared",         # the shared experts' width (0: none), before tensor parallelism
+    "shared_tokens",  # tokens the shared experts run on
+    "grad_acc",       # 1: the routed weights' gradients are added into existing ones by a separate pass
+)
+
 #: Pipeline schedules of seconds mode, in SECONDS_CAND_FIELDS["schedule"] code order (ExecSpec.schedule names).
 SCHEDULES = ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")
 
@@ -249,6 +290,9 @@ RATE = index(RATE_FIELDS)
 SECONDS_EXTRA = index(SECONDS_EXTRA_FIELDS)
 SECONDS_LAYER = index(SECONDS_LAYER_FIELDS)
 SECONDS_STAGE = index(SECONDS_STAGE_FIELDS)
+MOE_BLOCK = index(MOE_BLOCK_FIELDS)
+LAYER_OP = index(LAYER_OP_NAMES)
+LAYER_OP_FIELD = index(LAYER_OP_FIELDS)
 
 GROUPS["SK"] = SECONDS_KIND_FIELDS
 GROUPS["SM"] = SECONDS_MODEL_FIELDS
@@ -257,6 +301,9 @@ GROUPS["R"] = RATE_FIELDS
 GROUPS["SX"] = SECONDS_EXTRA_FIELDS
 GROUPS["SL"] = SECONDS_LAYER_FIELDS
 GROUPS["SS"] = SECONDS_STAGE_FIELDS
+GROUPS["MB"] = MOE_BLOCK_FIELDS
+GROUPS["LO"] = LAYER_OP_NAMES
+GROUPS["LF"] = LAYER_OP_FIELDS
 
 
 # ============================================================== batches (kernels/batch.pxi)

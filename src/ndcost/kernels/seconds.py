@@ -98,7 +98,7 @@ def _head(cand, rate, tokens: float, h: float, v: float, softcap: float, out3) -
     """
     t = cand[_C["t"]]
     n_split = cand[_C["seq_split"]]
-    g3 = [0.0, 0.0, 0.0]
+    g3 = [0.0] * 5
     # the output layer stays 16-bit under fp8 (Megatron-Core's output layer is a plain
     # ColumnParallelLinear, torchtitan's float8 conversion skips it)
     _mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3, True)
@@ -140,7 +140,7 @@ def _vision_edges(smodel, cand, rate, out5) -> None:
     rows = b * patches / cp
     merged = rows / m
     wide = hv * m
-    g3 = [0.0, 0.0, 0.0]
+    g3 = [0.0] * 5
     _mm3(rows / sp, hv, patch_in, 1.0, cand, rate, g3)          # the patch embedding
     fw, bw, bw_w = g3[0], g3[1], g3[2]
     _mm3(merged, wide / t, wide, 1.0, cand, rate, g3)           # merger fc1, column parallel
@@ -282,7 +282,7 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
 
     # ---- embedding, output head, MTP modules
     head = [0.0, 0.0, 0.0]
-    g3 = [0.0, 0.0, 0.0]
+    g3 = [0.0] * 5
     edges = [0.0] * 5
     x_sp = tokens * h / sp
     db = cand[_C["dropout_bytes"]]

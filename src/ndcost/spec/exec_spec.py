@@ -21,13 +21,13 @@ from typing import Any, Mapping
 
 from ..errors import SpecError
 from .exec_spec_rules import (
-    BYTE_LIMITS, CHECKS, CP_ALGOS, DEGREE_LIMITS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS, ZERO_STAGES, check_scalars, scalars_hold,
+    BYTE_LIMITS, CHECKS, CP_ALGOS, CUDA_GRAPHS, DEGREE_LIMITS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS, ZERO_STAGES, check_scalars, scalars_hold,
     states_per_stage,
 )
 from .nd_strategy import spec_from_strategy
 from .recompute_spec import RecomputeRange, mask_from_switches, selective_keep_mask, switches_from_mask
 
-__all__ = ["ExecSpec", "RecomputeRange", "PP_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "PRECISIONS", "ZERO_STAGES",
+__all__ = ["ExecSpec", "RecomputeRange", "PP_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "CUDA_GRAPHS", "PRECISIONS", "ZERO_STAGES",
            "DEGREE_LIMITS", "BYTE_LIMITS"]
 
 _OWNER = "ExecSpec"
@@ -114,6 +114,9 @@ class ExecSpec:
     moe_dispatcher: str = "alltoall"  # "alltoall" (NCCL) | "deepep": its buffers in memory (MOE_DISPATCHERS)
     precision: str = "bf16"
     tp_overlap: bool = False  # seconds mode: TP comm overlapped with compute
+    #: Seconds mode: the kernels the stack replays from CUDA graphs instead of launching them from the host
+    #: (CUDA_GRAPHS): "none", "attn", "moe_router" (attention and a MoE layer's router) or "layer".
+    cuda_graphs: str = "none"
     #: Under fp8, Transformer Engine keeps each weight's fp8 copy and its fp8 transpose across a step's
     #: micro-batches (TE v1.10 module/linear.py: get_fp8_workspace(cache_name="weight",
     #: with_transpose=...) whenever is_first_microbatch is passed, as Megatron-Core does): 2 bytes per

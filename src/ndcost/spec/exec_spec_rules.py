@@ -26,7 +26,7 @@ from ..limits import (
 from .recompute_spec import RECOMPUTE_OPTIONS, SELECTIVE_RULES, RecomputeRange, canonical_switches
 
 __all__ = [
-    "PP_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "DEEPEP_RANKS", "PRECISIONS", "ZERO_STAGES", "DEGREE_LIMITS", "BYTE_LIMITS", "BOOL_FIELDS",
+    "PP_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "CUDA_GRAPHS", "DEEPEP_RANKS", "PRECISIONS", "ZERO_STAGES", "DEGREE_LIMITS", "BYTE_LIMITS", "BOOL_FIELDS",
     "CHECKS", "scalars_hold", "is_int", "states_per_stage",
 ]
 
@@ -46,6 +46,13 @@ CP_ALGOS: tuple[str, ...] = ("ring", "ulysses", "ring-allgather")
 #: flex dispatcher with moe_enable_deepep), which keeps its own NVLink and RDMA buffers
 #: (ndcost.tables.memory_overheads.deepep_buffer_bytes). Seconds mode prices both as the all-to-all.
 MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep")
+#: What the stack replays from CUDA graphs (seconds mode's "graphs" column holds the index): nothing; each layer's
+#: attention sub-block (Megatron-Core --cuda-graph-impl local|transformer_engine --cuda-graph-scope attn);
+#: that and a MoE layer's pre-norm, router and token preprocessing (--cuda-graph-scope attn moe_router
+#: moe_preprocess, what a dropless MoE can capture); whole layers (the full-layer scope of a dense or
+#: padded-capacity MoE layer, torch.compile mode="reduce-overhead"). Seconds mode only: the host launches
+#: what is not replayed (Rates.launch_overhead), a replayed kernel costs Rates.graph_kernel_overhead.
+CUDA_GRAPHS: tuple[str, ...] = ("none", "attn", "moe_router", "layer")
 #: The expert-parallel group sizes DeepEP has dispatch and combine configs for (deep_ep/buffers/legacy.py
 #: Buffer.get_dispatch_config / get_combine_config; any other size is refused by an assertion).
 DEEPEP_RANKS: frozenset[int] = frozenset((2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160))
@@ -100,7 +107,7 @@ _BYTE_RULES = tuple((name, minimum, BYTE_LIMITS[name]) for name, minimum in _BYT
 _INT_RULES = _DEGREE_RULES + _SIZE_RULES + _BYTE_RULES
 # The string scalars and their choices.
 _CHOICE_RULES = (("cp_algo", CP_ALGOS), ("precision", PRECISIONS), ("selective_rule", SELECTIVE_RULES),
-                 ("moe_dispatcher", MOE_DISPATCHERS))
+                 ("moe_dispatcher", MOE_DISPATCHERS), ("cuda_graphs", CUDA_GRAPHS))
 
 
 def is_int(value: Any) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..spec.exec_spec import CP_ALGOS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS
+from ..spec.exec_spec import CP_ALGOS, CUDA_GRAPHS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS
 from ..spec.recompute_spec import SELECTIVE_RULES
 
 __all__ = [
@@ -39,6 +39,7 @@ CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "precision": PRECISIONS,
     "selective_rule": SELECTIVE_RULES,
     "moe_dispatcher": MOE_DISPATCHERS,
+    "cuda_graphs": CUDA_GRAPHS,
 })
 _CODES = {field: {name: i for i, name in enumerate(names)} for field, names in CHOICES.items()}
 

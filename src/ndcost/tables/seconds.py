@@ -38,6 +38,8 @@ from .derive import derive
 from ..errors import SpecError
 from .layout import build_layout
 from .nd_tables import nd_kind_table, nd_model_vector
+from ..spec.exec_spec import CUDA_GRAPHS
+from ..spec.moe_kernels import GROUPED_GEMMS, MOE_PERMUTES
 from ..spec.rates import GEMM_TILE_OUTPUTS, Rates
 
 __all__ = ["Overlap", "DEEPSPEED_2021", "seconds_estimate", "seconds_arrays", "seconds_kind_table",
@@ -186,6 +188,15 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     vec[RATE["attn_copies"]] = 1.0 if rates.attention_copies else 0.0
     vec[RATE["tp_ov_splits"]] = rates.tp_overlap_splits
     vec[RATE["tp_ov_sm"]] = min(rates.tp_overlap_sms / rates.sm_count, 0.5)
+    vec[RATE["sms"]] = rates.sm_count
+    vec[RATE["g_tile_k"]] = rates.grouped_gemm_tile_overhead
+    vec[RATE["g_stream"]] = rates.grouped_gemm_exposed
+    vec[RATE["g_launch"]] = GROUPED_GEMMS.index(rates.grouped_gemm)
+    vec[RATE["launch_s"]] = rates.launch_overhead
+    vec[RATE["graph_s"]] = rates.graph_kernel_overhead
+    vec[RATE["permute"]] = MOE_PERMUTES.index(rates.moe_permute)
+    vec[RATE["router_fused"]] = 1.0 if rates.moe_router_fusion else 0.0
+    vec[RATE["aux_loss"]] = 1.0 if rates.moe_aux_loss else 0.0
     vec.setflags(write=False)
     return vec
 
@@ -203,7 +214,7 @@ _CANDIDATE_ORDER = (
     "bytes_c", "bytes_mm", "bytes_p", "bytes_grad", "bytes_opt", "dropout_bytes",
     "flash", "dropless", "cap_fact", "cp_ring", "moe_imb",
     "zero", "zero_ranks", "defer_grads", "reshard", "tie_emb", "schedule",
-    "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep",
+    "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep", "graphs",
 )
 if _CANDIDATE_ORDER != SECONDS_CAND_FIELDS:   # a field added to the ABI must be given a value below
     raise RuntimeError(f"seconds_candidate_values does not follow SECONDS_CAND_FIELDS {SECONDS_CAND_FIELDS}")
@@ -226,6 +237,7 @@ def seconds_candidate_values(spec: Any, d: Any, overlap: Overlap | None = None) 
         spec.zero_stage, d["zero_shard_ranks"], d["defers_grads"], d["reshards"], d["tie_embeddings"],
         SCHEDULES.index(spec.schedule),
         *(overlap or _DEFAULT_OVERLAP).shares(spec),
+        CUDA_GRAPHS.index(spec.cuda_graphs),
     )
 
 
