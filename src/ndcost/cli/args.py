@@ -9,16 +9,21 @@ import argparse
 import json
 from typing import Any
 
-from .help import STRATEGY_HELP
+from .help import RATES_HELP, STRATEGY_HELP
 from ..errors import SpecError
-from ..spec.exec_spec import CP_ALGOS, MOE_DISPATCHERS
+from ..spec.exec_spec import CP_ALGOS, CUDA_GRAPHS, MOE_DISPATCHERS
+from ..spec.moe_kernels import GROUPED_GEMMS, MOE_PERMUTES
 from ..spec.model_source import model_from_text
 
 __all__ = ["add_model_arguments", "model_from_args", "add_strategy_arguments", "spec_from_args",
-           "spec_fields_from_args", "cluster_from_args", "offset_text", "parse_layer_grid", "read_plan"]
+           "spec_fields_from_args", "cluster_from_args", "offset_text", "parse_layer_grid", "read_plan",
+           "rates_from_args"]
 
 _INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "micro_batch_num",
                "global_batch_size", "seq_length", "zero_stage", "seq_split")
+#: Rates figures stated as flags (RATES_HELP), by kind.
+_RATES_FLOATS = ("launch_overhead", "graph_kernel_overhead", "grouped_gemm_tile_overhead", "grouped_gemm_exposed")
+_RATES_FLAGS = ("moe_permute", "grouped_gemm_impl", "moe_router_fusion", "moe_aux_loss") + _RATES_FLOATS
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,8 +61,15 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
                           ("selective_rule", ("megatron", "mindformers", "hyperparallel")),
                           ("pp_schedule", ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")),
                           ("cp_algo", CP_ALGOS), ("precision", ("bf16", "fp16", "fp8")),
-                          ("moe_dispatcher", MOE_DISPATCHERS)):
+                          ("moe_dispatcher", MOE_DISPATCHERS), ("cuda_graphs", CUDA_GRAPHS)):
         p.add_argument("--" + name.replace("_", "-"), dest=name, choices=choices, help=STRATEGY_HELP[name])
+    for name, choices in (("moe_permute", MOE_PERMUTES), ("grouped_gemm_impl", GROUPED_GEMMS)):
+        p.add_argument("--" + name.replace("_", "-"), dest=name, choices=choices, help=RATES_HELP[name])
+    for name in ("moe_router_fusion", "moe_aux_loss"):
+        p.add_argument("--" + name.replace("_", "-"), dest=name, action=argparse.BooleanOptionalAction,
+                       default=None, help=RATES_HELP[name])
+    for name in _RATES_FLOATS:
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=float, metavar="X", help=RATES_HELP[name])
     for name in ("capacity_factor", "moe_imbalance"):
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=float, metavar="X", help=STRATEGY_HELP[name])
     p.add_argument("--grouped-gemm", action=argparse.BooleanOptionalAction, default=None,
@@ -104,7 +116,7 @@ def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The ExecSpec fields the strategy flags state."""
     fields: dict[str, Any] = {name: getattr(args, name) for name in _INT_FIELDS if getattr(args, name) is not None}
     for name in ("sequence_parallel", "recompute", "selective_rule", "pp_schedule", "cp_algo", "precision",
-                 "moe_dispatcher", "capacity_factor", "moe_imbalance", "grouped_gemm"):
+                 "moe_dispatcher", "capacity_factor", "moe_imbalance", "grouped_gemm", "cuda_graphs"):
         value = getattr(args, name)
         if value is not None:
             fields[name] = value
@@ -120,6 +132,22 @@ def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
             raise SpecError("--recompute-plan", "ndcost", "be given without --recompute", plan)
         fields["recompute"] = read_plan(plan)
     return fields
+
+
+def rates_from_args(args: argparse.Namespace, cluster) -> Any:
+    """What --rates FILE / --software NAME ask for (``rates_argument``), with the Rates flags (RATES_HELP) the
+    command line states applied over it: a Rates, or the name / path / None when no flag is given."""
+    from ..spec.rates import Rates
+    from ..spec.rates_io import as_rates, rates_argument
+
+    base = rates_argument(getattr(args, "rates", None), getattr(args, "software", None))
+    changes = {name: getattr(args, name) for name in _RATES_FLAGS if getattr(args, name, None) is not None}
+    if not changes:
+        return base
+    rates = as_rates(base, device=cluster) if base is not None else Rates.for_device(cluster.device)
+    sources = dict(rates.sources)
+    sources.update({name: "the command line (--" + name.replace("_", "-") + ")" for name in changes})
+    return rates.replace(sources=sources, **changes)
 
 
 def cluster_from_args(args: argparse.Namespace, spec):

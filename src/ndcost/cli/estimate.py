@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from .args import (
-    add_strategy_arguments, cluster_from_args, model_from_args, offset_text, spec_fields_from_args, spec_from_args,
+    add_strategy_arguments, cluster_from_args, model_from_args, offset_text, rates_from_args, spec_fields_from_args,
+    spec_from_args,
 )
 from .help import ESTIMATE_EXAMPLES, add_pricing_arguments, examples_epilog
-from ..spec.rates_io import rates_argument
 
 __all__ = ["add_estimate_commands"]
 
@@ -28,7 +28,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     cluster = cluster_from_args(args, spec)
     moved = None
-    rates = rates_argument(args.rates, args.software)
+    rates = rates_from_args(args, cluster)
     if args.balance:
         from ..price.pipeline_balance import balance_pipeline
 
@@ -36,9 +36,16 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         spec, result, moved = balanced.spec, balanced.estimate, balanced.moves
     else:
         result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios, rates=rates)
+    if args.ops and result.units != "seconds":
+        from ..errors import SpecError
+
+        raise SpecError("ops", "ndcost estimate", "be asked for in seconds units (the per-op table prices seconds mode)",
+                        result.units)
     if args.json:
         out = result.to_dict()
         out["model"] = model.name
+        if args.ops:
+            out["ops"] = [table.to_dict() for table in result.ops()]
         if moved is not None:
             out["balanced"] = {"moves": moved, "offset": spec.offset}
         print(json.dumps(out, indent=2))
@@ -57,6 +64,9 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         print(f"  {name:<11} {_fmt(value, result.units):>16}  {100 * value / total:6.2f}%")
     if result.memory is not None:
         _print_memory(result, cluster)
+    if args.ops:
+        for table in result.ops():
+            print(table.table())
     return 0
 
 
@@ -115,6 +125,9 @@ def add_estimate_commands(sub: Any) -> None:
     p.add_argument("--balance", action="store_true",
                    help="first move layers off the slowest stages while the step gets faster (balance_pipeline; "
                         "default: the stated layout)")
+    p.add_argument("--ops", action="store_true",
+                   help="also print one layer of each kind op by op: FLOPs, bytes, kernels, time, host time and "
+                        "what bounds each op, forward and backward (seconds units)")
     p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_estimate)
     p = sub.add_parser("explain", help="why a strategy is invalid or does not fit")

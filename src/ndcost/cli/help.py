@@ -32,6 +32,28 @@ STRATEGY_HELP = {
     "moe_imbalance": "the busiest expert-parallel rank's routed tokens over the mean, dropless mode "
                      "(default 1.0: balanced)",
     "grouped_gemm": "dropless MoE with grouped GEMMs (default on); --no-grouped-gemm: capacity mode",
+    "cuda_graphs": "what the stack replays from CUDA graphs instead of launching from the host: none, attn (each "
+                   "layer's attention), moe_router (also a MoE layer's pre-norm, router and permutation: Megatron's "
+                   "--cuda-graph-scope attn moe_router moe_preprocess) or layer (whole layers; torch.compile "
+                   "mode=reduce-overhead) (default none)",
+}
+
+#: The Rates figures of a MoE layer's kernels and of the host, as flags (seconds mode; a flag overrides the
+#: --software preset's or the --rates file's figure).
+RATES_HELP = {
+    "moe_permute": "how tokens are permuted to their experts and back: fused (TE moe_permute, Megatron "
+                   "--moe-permute-fusion), unfused (Megatron's PyTorch ops) or sort (torchtitan's argsort, gather "
+                   "and scatter-add) (default: the software's; fused)",
+    "moe_router_fusion": "the router's score, top-k and aux loss as one fused kernel (Megatron --moe-router-fusion; "
+                         "default: the software's; on)",
+    "moe_aux_loss": "a load-balancing aux loss computed from the routing (default: the software's; on)",
+    "grouped_gemm_impl": "how a grouped GEMM runs: cutlass (one grouped kernel: torch._grouped_mm, DeepGEMM) or "
+                         "multi_stream (TE GroupedLinear: a cuBLAS GEMM per expert) (default: the software's)",
+    "launch_overhead": "host seconds to launch one kernel eagerly (default 9.58e-6, measured on an H200's host)",
+    "graph_kernel_overhead": "seconds per kernel replayed from a CUDA graph (default 0.84e-6, measured)",
+    "grouped_gemm_tile_overhead": "a grouped GEMM tile's fixed cost in elements of its inner dimension (default 60)",
+    "grouped_gemm_exposed": "share of a grouped GEMM's shorter of compute and weight stream left exposed "
+                            "(default 0.35)",
 }
 
 #: Worked examples, each a whole command the tests run.

@@ -6,7 +6,7 @@ Part of the seconds area (:mod:`ndcost.kernels.seconds` states how time is price
 :mod:`ndcost.kernels.seconds_layer`. The twin is ``cysrc/ndcost/kernels/seconds_moe.pxi``.
 
 What each op moves and launches depends on the stack (``Rates.moe_permute``, ``moe_router_fusion``,
-``moe_aux_loss``, ``grouped_gemm``); the counts below are read off each stack's code, op by op, in bytes
+``moe_aux_loss``, ``grouped_gemm_impl``); the counts below are read off each stack's code, op by op, in bytes
 per element of the tensors named (T the tokens this rank routes, E the experts, k the experts a token
 picks, R = T·k·capacity the routed rows, h the hidden size; 16-bit activations, fp32 probabilities).
 """
@@ -202,7 +202,7 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
     the routed experts as grouped GEMMs at slots / local rows an expert, forward, input and weight
     gradients (``_grouped``; the weight gradient's inner dimension is the expert's rows), under fp8 with
     their casts; their activation (SwiGLU: 3 passes of the width fused, 5 eager); the un-permutation; the
-    shared experts as a dense FFN of their width over *shared_tokens*. ``grouped_gemm`` "cutlass" launches
+    shared experts as a dense FFN of their width over *shared_tokens*. ``grouped_gemm_impl`` "cutlass" launches
     a grouped GEMM as its setup kernel and itself, "multi_stream" a GEMM per local expert. With
     *grad_acc*, the routed weights' gradients are added into existing ones by a separate pass (read both,
     write one), as ``seconds_layer`` prices every weight without gradient-accumulation fusion.

@@ -1,7 +1,7 @@
 """The figures of a MoE layer's kernels and of the host that launches every kernel, with their sources.
 
 :class:`~ndcost.spec.rates.Rates` carries them (its fields ``grouped_gemm_tile_overhead``,
-``grouped_gemm_exposed``, ``grouped_gemm``, ``launch_overhead``, ``graph_kernel_overhead``,
+``grouped_gemm_exposed``, ``grouped_gemm_impl``, ``launch_overhead``, ``graph_kernel_overhead``,
 ``moe_permute``, ``moe_router_fusion``, ``moe_aux_loss``); this module holds their vocabularies, their
 defaults and the texts that say where each comes from, so that ``rates.py`` stays about the device.
 
@@ -19,7 +19,7 @@ from typing import Mapping
 __all__ = ["GROUPED_GEMMS", "MOE_PERMUTES", "MOE_KERNEL_DEFAULTS", "MOE_KERNEL_SOURCES", "TORCHTITAN_MOE",
            "MEGATRON_MOE", "MEGATRON_MOE_SOURCES", "TORCHTITAN_MOE_SOURCES"]
 
-#: How a stack runs a grouped GEMM (Rates.grouped_gemm): one CUTLASS grouped kernel a call
+#: How a stack runs a grouped GEMM (Rates.grouped_gemm_impl): one CUTLASS grouped kernel a call
 #: (torch._grouped_mm, DeepGEMM, TE's CUTLASS path), or one cuBLAS GEMM per local expert on a few streams
 #: (Transformer Engine's GroupedLinear on Hopper: nvte_multi_stream_cublas_gemm).
 GROUPED_GEMMS: tuple[str, ...] = ("cutlass", "multi_stream")
@@ -39,7 +39,7 @@ _FIT = ("fitted across a family of measured kernels (tools/fit_grouped_gemm.py):
 MOE_KERNEL_DEFAULTS: Mapping[str, object] = MappingProxyType({
     "grouped_gemm_tile_overhead": 60.0,
     "grouped_gemm_exposed": 0.35,
-    "grouped_gemm": "multi_stream",
+    "grouped_gemm_impl": "multi_stream",
     "launch_overhead": 9.58e-6,
     "graph_kernel_overhead": 0.84e-6,
     "moe_permute": "fused",
@@ -58,7 +58,7 @@ MOE_KERNEL_SOURCES: Mapping[str, str] = MappingProxyType({
                                   "not hidden under a short main loop; " + _FIT,
     "grouped_gemm_exposed": "0.35 of the shorter of a grouped GEMM's compute and its weight stream left exposed "
                             "(a few hundred rows an expert: the weights' bytes rival the FLOPs); " + _FIT,
-    "grouped_gemm": "default 'multi_stream': Megatron-Core's GroupedMLP / TEGroupedMLP run Transformer Engine's "
+    "grouped_gemm_impl": "default 'multi_stream': Megatron-Core's GroupedMLP / TEGroupedMLP run Transformer Engine's "
                     "GroupedLinear, which on Hopper launches one cuBLAS GEMM per local expert over 4 streams "
                     "(NVIDIA/TransformerEngine transformer_engine/common/gemm/cublaslt_gemm.cu "
                     "nvte_multi_stream_cublas_gemm; common/include/transformer_engine/multi_stream.h num_streams = 4)",
@@ -76,10 +76,10 @@ MOE_KERNEL_SOURCES: Mapping[str, str] = MappingProxyType({
 
 #: Megatron-Core's own defaults (Megatron-LM arguments, no recipe): the "megatron-te" preset.
 MEGATRON_MOE: Mapping[str, object] = MappingProxyType({
-    "grouped_gemm": "multi_stream", "moe_permute": "unfused", "moe_router_fusion": False, "moe_aux_loss": True,
+    "grouped_gemm_impl": "multi_stream", "moe_permute": "unfused", "moe_router_fusion": False, "moe_aux_loss": True,
 })
 MEGATRON_MOE_SOURCES: Mapping[str, str] = MappingProxyType({
-    "grouped_gemm": MOE_KERNEL_SOURCES["grouped_gemm"],
+    "grouped_gemm_impl": MOE_KERNEL_SOURCES["grouped_gemm_impl"],
     "moe_permute": "NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py moe_permute_fusion: bool = "
                    "False: moe_utils.permute / unpermute as PyTorch ops on the dense routing map (a masked_select "
                    "of the token indices, an index_select, a scatter_add back)",
@@ -90,10 +90,10 @@ MEGATRON_MOE_SOURCES: Mapping[str, str] = MappingProxyType({
 
 #: torchtitan's MoE (torchtitan/models/moe): the torchtitan presets.
 TORCHTITAN_MOE: Mapping[str, object] = MappingProxyType({
-    "grouped_gemm": "cutlass", "moe_permute": "sort", "moe_router_fusion": False, "moe_aux_loss": False,
+    "grouped_gemm_impl": "cutlass", "moe_permute": "sort", "moe_router_fusion": False, "moe_aux_loss": False,
 })
 TORCHTITAN_MOE_SOURCES: Mapping[str, str] = MappingProxyType({
-    "grouped_gemm": "pytorch/torchtitan torchtitan/models/moe: GroupedExperts run torch._grouped_mm (one CUTLASS "
+    "grouped_gemm_impl": "pytorch/torchtitan torchtitan/models/moe: GroupedExperts run torch._grouped_mm (one CUTLASS "
                     "grouped kernel a call, after a setup kernel: pytorch/pytorch aten/src/ATen/native/cuda/"
                     "GroupMM.cu prepare_grouped_gemm_data)",
     "moe_permute": "pytorch/torchtitan torchtitan/models/moe: the chosen experts argsort-ed, tokens per expert "

@@ -145,7 +145,7 @@ class Rates:
             (the routed experts' GEMMs: ``ndcost.kernels.seconds_moe``).
         grouped_gemm_exposed: Share of the shorter of a grouped GEMM's compute and weight-stream times
             that is not hidden under the longer.
-        grouped_gemm: "cutlass" (one grouped kernel a call) or "multi_stream" (a cuBLAS GEMM per local
+        grouped_gemm_impl: "cutlass" (one grouped kernel a call) or "multi_stream" (a cuBLAS GEMM per local
             expert): how many kernels the host launches. Software.
         launch_overhead: Host seconds to launch one kernel eagerly; a layer's pass takes at least its
             kernels' launches.
@@ -183,7 +183,7 @@ class Rates:
     tp_overlap_sms: float = 22.0
     grouped_gemm_tile_overhead: float = MOE_KERNEL_DEFAULTS["grouped_gemm_tile_overhead"]
     grouped_gemm_exposed: float = MOE_KERNEL_DEFAULTS["grouped_gemm_exposed"]
-    grouped_gemm: str = MOE_KERNEL_DEFAULTS["grouped_gemm"]
+    grouped_gemm_impl: str = MOE_KERNEL_DEFAULTS["grouped_gemm_impl"]
     launch_overhead: float = MOE_KERNEL_DEFAULTS["launch_overhead"]
     graph_kernel_overhead: float = MOE_KERNEL_DEFAULTS["graph_kernel_overhead"]
     moe_permute: str = MOE_KERNEL_DEFAULTS["moe_permute"]
@@ -196,7 +196,7 @@ class Rates:
             raise SpecError("zero3_fetch_bandwidth", _OWNER, "be a finite number of bytes/s >= 0 (0: off)", fetch)
         object.__setattr__(self, "zero3_fetch_bandwidth", float(fetch))
         for name, choices in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", tuple(FP8_RECIPES)),
-                              ("elementwise", ELEMENTWISE), ("grouped_gemm", GROUPED_GEMMS),
+                              ("elementwise", ELEMENTWISE), ("grouped_gemm_impl", GROUPED_GEMMS),
                               ("moe_permute", MOE_PERMUTES)):
             if getattr(self, name) not in choices:
                 raise SpecError(name, _OWNER, f"be one of {', '.join(map(repr, choices))}", getattr(self, name))

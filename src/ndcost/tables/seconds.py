@@ -191,7 +191,7 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     vec[RATE["sms"]] = rates.sm_count
     vec[RATE["g_tile_k"]] = rates.grouped_gemm_tile_overhead
     vec[RATE["g_stream"]] = rates.grouped_gemm_exposed
-    vec[RATE["g_launch"]] = GROUPED_GEMMS.index(rates.grouped_gemm)
+    vec[RATE["g_launch"]] = GROUPED_GEMMS.index(rates.grouped_gemm_impl)
     vec[RATE["launch_s"]] = rates.launch_overhead
     vec[RATE["graph_s"]] = rates.graph_kernel_overhead
     vec[RATE["permute"]] = MOE_PERMUTES.index(rates.moe_permute)
