@@ -236,3 +236,28 @@ def test_estimate_ops_and_the_command_line(capsys):
     assert main([*argv, "--cuda-graphs", "moe_router"]) == 0
     assert main([*argv, "--units", "nd"]) == 2
     assert "ops" in capsys.readouterr().err
+
+
+def test_a_moe_blocks_activations_by_hand(kernels):
+    """An MLP-only MoE block (Qwen3-30B-A3B's FFN: 128 experts of 768, top-8, h 2048), 2 x 4096 tokens on one
+    rank: its pre-norm's and router's inputs (2 bytes a hidden element each), the router's 16-bit logits, fp32
+    softmax and top-k probabilities, each token's 8 expert indices (int64) and its bool routing map; per
+    routed row (8192 x 8) the permuted input, the gate and up outputs, the activation's output and the
+    expert's output (2 bytes each), and its source index (int64) and fp32 probability. Recomputing the
+    activation (ffAct) drops its output; recomputing the layer keeps its input alone."""
+    seq, batch, h, experts, k, width = 4096.0, 2.0, 2048.0, 128.0, 8.0, 768.0
+    args = dict(seq=seq, batch=batch, hidden=h, tp=1.0, sp=1.0, cp=1.0, etp=1.0, attention=4, heads=0.0,
+                kv_heads=0.0, head_dim=0.0, out_gate=0, qk_norm=0, q_lora=0.0, kv_lora=0.0, qk_nope=0.0,
+                qk_rope=0.0, v_dim=0.0, lin_k_heads=0.0, lin_k_dim=0.0, lin_v_heads=0.0, lin_v_dim=0.0,
+                lin_conv=0.0, lin_chunk=0.0, ffn=1, gated=1, ffn_width=width, experts=experts, top_k=k,
+                shared_width=0.0, token_factor=1.0, flash=1, compute_bytes=2.0, softmax_bytes=4.0,
+                dropout_bytes=0.0, norm_bytes=2.0, option=0, keep_mask=0xFF, slice_input=0)
+    tokens = seq * batch
+    rows = tokens * k
+    router = tokens * (experts * 2 + (experts + k) * 4 + experts * 1 + k * 8)
+    per_row = (h + 2 * width + width + h) * 2 + 8 + 4
+    expected = tokens * h * 2 * 2 + router + rows * per_row
+    assert kernels.layer_activation_bytes(**args) == pytest.approx(expected, rel=1e-12)
+    no_act = kernels.layer_activation_bytes(**{**args, "option": 2, "keep_mask": 0xFF & ~(1 << 6)})
+    assert expected - no_act == pytest.approx(rows * width * 2, rel=1e-12)
+    assert kernels.layer_activation_bytes(**{**args, "option": 1}) == pytest.approx(tokens * h * 2, rel=1e-12)
