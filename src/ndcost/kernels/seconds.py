@@ -1,9 +1,9 @@
 """Seconds mode: a step priced from the device's rates and the links each collective crosses (oracle).
 
-Four kernels, in four parts, twins of ``cysrc/ndcost/kernels/seconds*.pxi`` of the same names:
+Four kernels, in five parts, twins of ``cysrc/ndcost/kernels/seconds*.pxi`` of the same names:
 
 * :func:`~ndcost.kernels.seconds_comm.seconds_collective` (``seconds_comm``) -- one collective;
-  ``seconds_ops`` prices one op (GEMM, elementwise pass, cast);
+  ``seconds_ops`` prices one op (GEMM, elementwise pass, cast); ``seconds_moe`` a MoE layer's FFN;
 * :func:`~ndcost.kernels.seconds_layer.seconds_layer_times` (``seconds_layer``) -- one layer of each kind,
   per micro-batch and device (``SECONDS_LAYER_FIELDS``);
 * :func:`seconds_stage_sums` -- per pipeline stage: the layers of the layout summed, plus the
@@ -28,6 +28,11 @@ How time is priced (sources beside each formula below):
 * an elementwise pass (norms, activations, softmax without flash, dropout, permutes) is
   bytes / (hbm_eff·hbm_bw) + kernel_s; its backward reads two tensors of the forward's size and
   writes one, 1.5x the forward's bytes;
+* the routed experts run as grouped GEMMs at their real shape (``seconds_moe``: tiles per expert, whole
+  waves, a tile's fixed cost, the weight stream not all hidden) or as a cuBLAS GEMM per expert, and the
+  router, permutation and un-permutation as the stack runs them (fused or not);
+* a pass of a layer takes at least the host's time to launch its kernels (launch_s each, graph_s for
+  a kernel the stack replays from a CUDA graph): the slower of host and device sets the pace;
 * collectives are alpha-beta rings over the group's links (``_collective``); ranks are placed tp
   innermost, then cp, then dp (ep folded into dp), then pp (Megatron's default order);
 * the training software's figures ride in the rates vector (``Rates.for_software``): without
