@@ -132,7 +132,8 @@ def test_moe_blocks_agree_on_both_backends(kernels, pykernels):
                        hidden=float(rng.choice([2048, 2880, 7168])), width=float(rng.choice([768, 1536, 2048])),
                        n_ff=float(rng.choice([2, 3])), experts=float(rng.choice([8, 128, 256])),
                        topk=float(rng.choice([1, 4, 8])), shared=float(rng.choice([0, 2048])),
-                       shared_tokens=float(rng.integers(0, 8192)), grad_acc=float(rng.random() < 0.5))
+                       shared_tokens=float(rng.integers(0, 8192)), grad_acc=float(rng.random() < 0.5),
+                       router_bias=float(rng.random() < 0.5))
         out, ref = _block(kernels, shape, cand, rate), _block(pykernels, shape, cand, rate)
         np.testing.assert_allclose(out, ref, rtol=1e-12, atol=0.0)
         assert np.all(out >= 0.0)
@@ -261,3 +262,24 @@ def test_a_moe_blocks_activations_by_hand(kernels):
     no_act = kernels.layer_activation_bytes(**{**args, "option": 2, "keep_mask": 0xFF & ~(1 << 6)})
     assert expected - no_act == pytest.approx(rows * width * 2, rel=1e-12)
     assert kernels.layer_activation_bytes(**{**args, "option": 1}) == pytest.approx(tokens * h * 2, rel=1e-12)
+
+
+def test_the_score_correction_bias_by_hand(kernels):
+    """DeepSeek-V3's router (sigmoid scores, a per-expert correction bias before the top-k): unfused, the bias
+    added to the fp32 scores (read 4, write 4 bytes a logit) and the chosen unbiased scores gathered back
+    (4 + 8 read, 4 written a choice): 2 more forward kernels, nothing more backward (the bias has no gradient).
+    The catalog's DeepSeek-V3 routes so; Qwen3's softmax router does not."""
+    T, E, k = 4096.0, 256.0, 8.0
+    rates = Rates.for_device("h100-sxm").replace(moe_router_fusion=False)
+    rate = rates_vector(ndcost.Cluster("h100-sxm", 1), rates, "bf16")
+    shape = dict(tokens=T, rows=T * k, local=256, hidden=7168, width=2048, n_ff=3, experts=E, topk=k)
+    plain = _block(kernels, _shape(**shape), _cand(), rate)[LAYER_OP["router"]]
+    biased = _block(kernels, _shape(**shape, router_bias=1.0), _cand(), rate)[LAYER_OP["router"]]
+    assert biased[F["bytes_f"]] - plain[F["bytes_f"]] == pytest.approx(8 * T * E + 16 * T * k, rel=1e-12)
+    assert biased[F["kernels_f"]] - plain[F["kernels_f"]] == 2.0
+    assert (biased[F["bytes_b"]], biased[F["kernels_b"]]) == (plain[F["bytes_b"]], plain[F["kernels_b"]])
+    from ndcost.kernels.columns import SECONDS_MODEL
+    from ndcost.tables.seconds import seconds_model_vector
+
+    assert seconds_model_vector(ndcost.Model.from_catalog("deepseek-v3"))[SECONDS_MODEL["router_bias"]] == 1.0
+    assert seconds_model_vector(ndcost.Model.from_catalog("qwen3-30b-a3b"))[SECONDS_MODEL["router_bias"]] == 0.0

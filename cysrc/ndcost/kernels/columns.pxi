@@ -153,7 +153,8 @@ cdef enum:
     SM_rms_norm = 11
     SM_rope = 12
     SM_logit_softcap = 13
-    SM_COUNT = 14
+    SM_router_bias = 14
+    SM_COUNT = 15
 
 cdef enum:
     SC_b = 0
@@ -306,7 +307,8 @@ cdef enum:
     MB_shared = 8
     MB_shared_tokens = 9
     MB_grad_acc = 10
-    MB_COUNT = 11
+    MB_router_bias = 11
+    MB_COUNT = 12
 
 cdef enum:
     LO_attn_proj = 0

@@ -51,8 +51,8 @@ cdef inline double c_sec_experts_gemm(double groups, double m, double n, double 
     return c_sec_gemm(m, n, k, groups, in_bytes, out_bytes, rate, 0) + (rounds - 1.0) * rate[R_kernel_s]
 
 
-cdef inline void c_sec_router_passes(double tok, double n_exp, double topk, double bc, const double* rate,
-                                     double* out4) noexcept nogil:
+cdef inline void c_sec_router_passes(double tok, double n_exp, double topk, double bias, double bc,
+                                     const double* rate, double* out4) noexcept nogil:
     # The router's elementwise work beyond its logits GEMM: (forward bytes, kernels, backward bytes, kernels).
     cdef double logits = tok * n_exp, chosen = tok * topk, f_bytes, b_bytes, kernels
     if rate[R_router_fused] != 0.0:
@@ -70,6 +70,9 @@ cdef inline void c_sec_router_passes(double tok, double n_exp, double topk, doub
         kernels += 2.0
     out4[1] = kernels
     out4[3] = kernels
+    if bias != 0.0:
+        f_bytes += 8.0 * logits + 16.0 * chosen
+        out4[1] += 2.0
     if rate[R_aux_loss] != 0.0:
         f_bytes += (1.0 + SEC_PROB_BYTES) * logits
         b_bytes += 2.0 * SEC_PROB_BYTES * logits
@@ -126,8 +129,8 @@ cdef inline void c_sec_note_two(double* note, double* ops, int op, int scope, do
 
 cdef inline void c_sec_moe_block(double tok, double slots, double local, double h, double width, double n_ff,
                                  double n_exp, double topk, double shared, double shared_tokens, double grad_acc,
-                                 const double* cand, const double* rate, double* sums, double* note, double* ops,
-                                 double* ffn_act) noexcept nogil:
+                                 double bias, const double* cand, const double* rate, double* sums, double* note,
+                                 double* ops, double* ffn_act) noexcept nogil:
     # A MoE block on one rank (the oracle's _moe_block, step for step): ffn_act = (the forward of its FFN
     # matmuls, the forward of its activations).
     cdef double t = cand[SC_t], t_exp = cand[SC_t_exp], n_split = cand[SC_seq_split]
@@ -140,7 +143,7 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
     cdef double flops = 0.0, bytes_f = 0.0, bytes_b = 0.0, passes, kernels, act_f, ffn_f
     c_sec_mm3_noted(tok / n_split, n_exp, h, n_split, cand, rate, g5, 1, 0, note, ops, LO_router, SEC_SCOPE_PRE)
     c_sec_add_gemm(sums, g5[0], g5[1], g5[2])
-    c_sec_router_passes(tok, n_exp, topk, bc, rate, four)
+    c_sec_router_passes(tok, n_exp, topk, bias, bc, rate, four)
     c_sec_note_two(note, ops, LO_router, SEC_SCOPE_PRE, four[0], four[1] * n_split, four[2], four[3] * n_split,
                    rate, sums)
     capacity = cand[SC_cap_fact] if cand[SC_dropless] == 0.0 else 1.0
@@ -204,7 +207,7 @@ cdef inline double c_sec_moe_ffn(const double* model, const double* smodel, cons
     cdef double topk = model[M_n_chosen], n_exp = model[M_n_exp], shared = smodel[SM_shared_width]
     cdef double load = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
     c_sec_moe_block(tokens / cand[SC_sp], tokens * topk * load, n_exp / cand[SC_ep], h, width, n_ff, n_exp, topk,
-                    shared, tokens, 0.0, cand, rate, sums, note, ops, ffn_act)
+                    shared, tokens, 0.0, smodel[SM_router_bias], cand, rate, sums, note, ops, ffn_act)
     return 2.0 * cand[SC_b] * cand[SC_s] * h * (topk * n_ff * width + n_exp + n_ff * shared)
 
 
@@ -238,6 +241,6 @@ def seconds_moe_block(const double[::1] shape, const double[::1] cand, const dou
                 sums[i] = 0.0
             c_sec_moe_block(shape[MB_tokens], shape[MB_rows], shape[MB_local], shape[MB_hidden], shape[MB_width],
                             shape[MB_n_ff], shape[MB_experts], shape[MB_topk], shape[MB_shared],
-                            shape[MB_shared_tokens], shape[MB_grad_acc], &cand[0], &rate[0], sums, note,
-                            &out[0, 0], ffn_act)
+                            shape[MB_shared_tokens], shape[MB_grad_acc], shape[MB_router_bias], &cand[0], &rate[0],
+                            sums, note, &out[0, 0], ffn_act)
             c_sec_note_launch(note, &out[0, 0], sums[0], sums[1] + sums[2], waits)

@@ -167,6 +167,7 @@ SECONDS_MODEL_FIELDS = (
     "rms_norm",       # 1: the norms are RMSNorm (0: LayerNorm)
     "rope",           # 1: attention rotates q and k (RoPE); 0: learned or no positions
     "logit_softcap",  # 1: the logits are soft-capped, cap·tanh(logits/cap), before the loss (Gemma 2)
+    "router_bias",    # 1: the MoE router scores by sigmoid and adds a score-correction bias before its top-k
 )
 
 # --- one candidate of seconds mode (float64 vector) ---
@@ -278,6 +279,7 @@ MOE_BLOCK_FIELDS = (
     "shared",         # the shared experts' width (0: none), before tensor parallelism
     "shared_tokens",  # tokens the shared experts run on
     "grad_acc",       # 1: the routed weights' gradients are added into existing ones by a separate pass
+    "router_bias",    # 1: the router adds a score-correction bias before its top-k (SECONDS_MODEL "router_bias")
 )
 
 #: Pipeline schedules of seconds mode, in SECONDS_CAND_FIELDS["schedule"] code order (ExecSpec.schedule names).

@@ -1,6 +1,6 @@
 """Seconds mode: a step priced from the device's rates and the links each collective crosses (oracle).
 
-Four kernels, in five parts, twins of ``cysrc/ndcost/kernels/seconds*.pxi`` of the same names:
+The kernels, in five parts, twins of ``cysrc/ndcost/kernels/seconds*.pxi`` of the same names:
 
 * :func:`~ndcost.kernels.seconds_comm.seconds_collective` (``seconds_comm``) -- one collective;
   ``seconds_ops`` prices one op (GEMM, elementwise pass, cast); ``seconds_moe`` a MoE layer's FFN;

@@ -92,7 +92,7 @@ def _experts_gemm(groups: float, m: float, n: float, k: float, in_bytes: float, 
     return _gemm(m, n, k, groups, in_bytes, out_bytes, rate) + (rounds - 1.0) * rate[_R["kernel_s"]]
 
 
-def _router_passes(tok: float, n_exp: float, topk: float, bc: float, rate, out4) -> None:
+def _router_passes(tok: float, n_exp: float, topk: float, bias: float, bc: float, rate, out4) -> None:
     """The router's elementwise work beyond its logits GEMM, on *tok* rows of *n_exp* logits: out4 =
     (forward bytes, forward kernels, backward bytes, backward kernels).
 
@@ -106,7 +106,10 @@ def _router_passes(tok: float, n_exp: float, topk: float, bc: float, rate, out4)
     (zero-filled, 4 + 1 a logit; 2 kernels) -- backward as many kernels, the top-k's gradient scattered
     into zeros (4 a logit) and the score's and cast's backward (4 + 4 + 4 + bc). A load-balancing aux
     loss (aux_loss) sums the map and the probabilities over the tokens (1 + 4 a logit, 6 small kernels)
-    and spreads its gradient over the probabilities (4 + 4 a logit, 3 kernels).
+    and spreads its gradient over the probabilities (4 + 4 a logit, 3 kernels). A score-correction bias
+    (*bias*: DeepSeek-V3's sigmoid routing) is added to the fp32 scores before the top-k (read 4, write 4,
+    1 kernel) and the chosen unbiased scores gathered back (4 + 8 read, 4 written a choice, 1 kernel); the
+    bias takes no gradient.
     """
     logits = tok * n_exp
     chosen = tok * topk
@@ -125,6 +128,9 @@ def _router_passes(tok: float, n_exp: float, topk: float, bc: float, rate, out4)
         kernels += 2.0
     out4[1] = kernels
     out4[3] = kernels
+    if bias != 0.0:
+        f_bytes += 8.0 * logits + 16.0 * chosen
+        out4[1] += 2.0
     if rate[_R["aux_loss"]] != 0.0:
         f_bytes += (1.0 + PROB_BYTES) * logits
         b_bytes += 2.0 * PROB_BYTES * logits
@@ -190,8 +196,8 @@ def _permute_passes(tok: float, n_exp: float, chosen: float, sent: float, routed
 
 
 def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n_ff: float, n_exp: float,
-               topk: float, shared: float, shared_tokens: float, grad_acc: float, cand, rate, sums, note,
-               ops) -> tuple[float, float]:
+               topk: float, shared: float, shared_tokens: float, grad_acc: float, bias: float, cand, rate, sums,
+               note, ops) -> tuple[float, float]:
     """A MoE block on one rank, per micro-batch, into sums = [fw, bw, bw_w, gemm_f, gemm_b] and the note;
     returns (the forward of its FFN matmuls -- routed and shared experts, what a census share recomputes
     --, the forward of its activations -- what a recomputed ffAct re-runs).
@@ -205,7 +211,8 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
     shared experts as a dense FFN of their width over *shared_tokens*. ``grouped_gemm_impl`` "cutlass" launches
     a grouped GEMM as its setup kernel and itself, "multi_stream" a GEMM per local expert. With
     *grad_acc*, the routed weights' gradients are added into existing ones by a separate pass (read both,
-    write one), as ``seconds_layer`` prices every weight without gradient-accumulation fusion.
+    write one), as ``seconds_layer`` prices every weight without gradient-accumulation fusion; *bias*: the
+    router adds a score-correction bias (``_router_passes``).
     """
     t, t_exp, n_split = cand[_C["t"]], cand[_C["t_exp"]], cand[_C["seq_split"]]
     bc, bm, bg = cand[_C["bytes_c"]], cand[_C["bytes_mm"]], cand[_C["bytes_grad"]]
@@ -216,7 +223,7 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
     # ---- router: the logits GEMM, then its score, top-k and aux loss (scope of Megatron's moe_router)
     _mm3_noted(tok / n_split, n_exp, h, n_split, cand, rate, g5, True, 0, note, ops, _O["router"], SCOPE_PRE)
     _add_gemm(sums, g5)
-    _router_passes(tok, n_exp, topk, bc, rate, four)
+    _router_passes(tok, n_exp, topk, bias, bc, rate, four)
     _note_two(note, ops, _O["router"], SCOPE_PRE, four[0], four[1] * n_split, four[2], four[3] * n_split, rate, sums)
     # ---- permutation (scope of moe_preprocess) and un-permutation
     capacity = cand[_C["cap_fact"]] if cand[_C["dropless"]] == 0.0 else 1.0
@@ -294,7 +301,8 @@ def _moe_ffn(model, smodel, cand, rate, tokens: float, h: float, n_ff: float, wi
     load = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
     shared = smodel[_SM["shared_width"]]
     ffn_f, act_f = _moe_block(tokens / cand[_C["sp"]], tokens * topk * load, n_exp / cand[_C["ep"]], h, width, n_ff,
-                              n_exp, topk, shared, tokens, 0.0, cand, rate, sums, note, ops)
+                              n_exp, topk, shared, tokens, 0.0, smodel[_SM["router_bias"]], cand, rate, sums, note,
+                              ops)
     return ffn_f, act_f, 2.0 * cand[_C["b"]] * cand[_C["s"]] * h * (topk * n_ff * width + n_exp + n_ff * shared)
 
 
@@ -327,5 +335,6 @@ def seconds_moe_block(shape, cand, rate, out) -> None:
     sums = [0.0] * 5
     _moe_block(shape[_B["tokens"]], shape[_B["rows"]], shape[_B["local"]], shape[_B["hidden"]], shape[_B["width"]],
                shape[_B["n_ff"]], shape[_B["experts"]], shape[_B["topk"]], shape[_B["shared"]],
-               shape[_B["shared_tokens"]], shape[_B["grad_acc"]], cand, rate, sums, note, out)
+               shape[_B["shared_tokens"]], shape[_B["grad_acc"]], shape[_B["router_bias"]], cand, rate, sums, note,
+               out)
     _note_launch(note, out, sums[0], sums[1] + sums[2])

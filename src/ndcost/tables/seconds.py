@@ -42,7 +42,11 @@ from ..spec.exec_spec import CUDA_GRAPHS
 from ..spec.moe_kernels import GROUPED_GEMMS, MOE_PERMUTES
 from ..spec.rates import GEMM_TILE_OUTPUTS, Rates
 
-__all__ = ["Overlap", "DEEPSPEED_2021", "seconds_estimate", "seconds_arrays", "seconds_kind_table",
+#: Model families whose router adds a per-expert score-correction bias to sigmoid scores before its top-k
+#: (the families Model._router_parameters gives an e_score_correction_bias).
+ROUTER_BIAS_FAMILIES = ("deepseek_v3", "glm4_moe")
+
+__all__ = ["ROUTER_BIAS_FAMILIES", "Overlap", "DEEPSPEED_2021", "seconds_estimate", "seconds_arrays", "seconds_kind_table",
            "seconds_model_vector", "seconds_candidate_vector", "rates_vector"]
 
 
@@ -134,6 +138,8 @@ def seconds_model_vector(model: Any) -> np.ndarray:
     no_rope = model.learned_position_embeddings or model.family in ("jamba", "nemotron_h")
     vec[SECONDS_MODEL["rope"]] = 0.0 if no_rope else 1.0
     vec[SECONDS_MODEL["logit_softcap"]] = 1.0 if model.logit_softcapping else 0.0
+    # sigmoid scores with a score-correction bias (noaux_tc routing: DeepSeek-V3 report §2.1.2, GLM-4.5)
+    vec[SECONDS_MODEL["router_bias"]] = 1.0 if model.is_moe and model.family in ROUTER_BIAS_FAMILIES else 0.0
     tower = model.vision
     if tower is not None:
         vec[SECONDS_MODEL["v_patches"]] = tower.tokens
