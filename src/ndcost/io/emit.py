@@ -57,7 +57,22 @@ def megatron_flags(model: Any, spec: ExecSpec) -> str:
         flags.append("--bf16" if spec.precision == "bf16" else "--fp16")
     if spec.flash_attention:
         flags.append("--use-flash-attn")
+    flags += _megatron_cuda_graphs(model, spec)
     return " \\\n  ".join(flags)
+
+
+def _megatron_cuda_graphs(model: Any, spec: ExecSpec) -> list[str]:
+    """ExecSpec.cuda_graphs as Megatron-Core states it (NVIDIA/Megatron-LM@d98e8a64
+    megatron/core/transformer/transformer_config.py cuda_graph_impl, cuda_graph_modules: per-layer graphs
+    of the listed sub-blocks, the whole layer when none is listed); a dense layer has no router to capture."""
+    if spec.cuda_graphs == "none":
+        return []
+    flags = ["--cuda-graph-impl transformer_engine"]
+    if spec.cuda_graphs == "attn" or (spec.cuda_graphs == "moe_router" and not getattr(model, "is_moe", False)):
+        flags.append("--cuda-graph-modules attn")
+    elif spec.cuda_graphs == "moe_router":
+        flags.append("--cuda-graph-modules attn moe_router moe_preprocess")
+    return flags
 
 
 def torchtitan_toml(model: Any, spec: ExecSpec) -> str:
