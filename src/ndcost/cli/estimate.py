@@ -127,7 +127,7 @@ def add_estimate_commands(sub: Any) -> None:
                         "default: the stated layout)")
     p.add_argument("--ops", action="store_true",
                    help="also print one layer of each kind op by op: FLOPs, bytes, kernels, time, host time and "
-                        "what bounds each op, forward and backward (seconds units)")
+                        "what bounds each op, forward and backward (seconds units; default: off)")
     p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_estimate)
     p = sub.add_parser("explain", help="why a strategy is invalid or does not fit")
