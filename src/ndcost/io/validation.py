@@ -88,6 +88,7 @@ EQ3_FRAMEWORKS: Mapping[str, str] = {
 BUILTIN_RUNS: Mapping[str, Path] = {
     "a100": Path(__file__).parents[1] / "data" / "validation" / "public_runs.yaml",
     "h100": Path(__file__).parents[1] / "data" / "validation" / "h100_runs.yaml",
+    "moe": Path(__file__).parents[1] / "data" / "validation" / "moe_runs.yaml",
 }
 
 #: Intel Omni-Path 100 series: 100 Gb/s per port (Intel OPA HFI datasheet).
@@ -427,7 +428,7 @@ def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap |
     results = []
     for row in runs:
         run_id = str(row.get("id", "?"))
-        family = _family(run_id)
+        family = str(row.get("family") or _family(run_id))  # a row may name its model family
         try:
             built = build_row(row, hardware_table, path, rates=rates, overlap=overlap)
         except SpecError as exc:
