@@ -155,9 +155,10 @@ def test_permutation_bytes_by_hand(permute, kernels):
     copies and their fp32 probabilities written -- 3 kernels; back, a gather-sum (rows read, tokens written).
     Unfused (Megatron's moe_utils.permute): the map transposed (2 a logit), indices masked out (1 + 8 a logit,
     8 a row), the rows gathered (2 x 2 bytes an element), probabilities transposed and masked (8 a logit, 4 a
-    row) -- 5 kernels; back, an index_add into zeros: zero-fill the tokens, read the rows, read and write
-    their targets. Sort (torchtitan): an argsort of the 32768 choices (4 radix passes reading and writing int64
-    keys and values: 4 x 2 x 16 bytes a choice), a histogram and cumsum, the gather -- 7 kernels."""
+    row) -- 5 kernels; back, an index_add into zeros: zero-fill the tokens, read the rows and add them into
+    their targets atomically (R x h adds at the device's scatter-add rate). Sort (torchtitan): an argsort of
+    the 32768 choices (4 radix passes reading and writing int64 keys and values: 4 x 2 x 16 bytes a choice),
+    a histogram and cumsum, the gather -- 7 kernels; back as unfused."""
     T, E, k, h = 4096.0, 128.0, 8.0, 2048.0
     R = T * k
     rates = Rates.for_device("h100-sxm").replace(moe_permute=permute)
@@ -168,14 +169,18 @@ def test_permutation_bytes_by_hand(permute, kernels):
     rows_b, tokens_b = 2.0 * R * h, 2.0 * T * h
     forward, kernels_f, backward, kernels_b = {
         "fused": ((1 + 4) * T * E + tokens_b + rows_b + 4 * R, 3, rows_b + tokens_b, 1),
-        "unfused": ((2 + 9 + 8) * T * E + (8 + 4) * R + 2 * rows_b, 5, tokens_b + 3 * rows_b, 2),
-        "sort": (4 * 2 * 16 * R + 2 * rows_b, 7, tokens_b + 3 * rows_b, 2),
+        "unfused": ((2 + 9 + 8) * T * E + (8 + 4) * R + 2 * rows_b, 5, tokens_b + rows_b, 2),
+        "sort": (4 * 2 * 16 * R + 2 * rows_b, 7, tokens_b + rows_b, 2),
     }[permute]
     assert row[F["bytes_f"]] == pytest.approx(forward, rel=1e-12)
     assert row[F["bytes_b"]] == pytest.approx(backward, rel=1e-12)
     assert (row[F["kernels_f"]], row[F["kernels_b"]]) == (kernels_f, kernels_b)
     hbm = rate[RATE["hbm_eff"]] * rate[RATE["hbm_bw"]]
     assert row[F["time_f"]] == pytest.approx(forward / hbm + kernels_f * rate[RATE["kernel_s"]], rel=1e-12)
+    atomics = 0.0 if permute == "fused" else R * h / rate[RATE["scatter_rate"]]
+    assert rate[RATE["scatter_rate"]] == 1e11
+    assert row[F["time_b"]] == pytest.approx(backward / hbm + kernels_b * rate[RATE["kernel_s"]] + atomics,
+                                             rel=1e-12)
 
 
 def test_a_launch_bound_layer_by_hand(kernels):

@@ -234,7 +234,8 @@ cdef enum:
     R_permute = 34
     R_router_fused = 35
     R_aux_loss = 36
-    R_COUNT = 37
+    R_scatter_rate = 37
+    R_COUNT = 38
 
 cdef enum:
     SX_has_emb = 0

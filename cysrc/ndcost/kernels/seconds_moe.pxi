@@ -84,10 +84,11 @@ cdef inline void c_sec_router_passes(double tok, double n_exp, double topk, doub
 
 cdef inline void c_sec_permute_passes(double tok, double n_exp, double chosen, double sent, double routed, double h,
                                       double bc, double ep, const double* rate, double* out8) noexcept nogil:
-    # Permute and un-permute, forward and backward: (bytes, kernels) x 4, as the oracle's _permute_passes.
+    # Permute and un-permute, forward and backward: (bytes, kernels) x 4 and the atomic adds of the permute's
+    # backward and the un-permute's forward, as the oracle's _permute_passes.
     cdef double rows_b = bc * sent * h, tokens_b = bc * tok * h, scatter, mode = rate[R_permute]
     cdef int i
-    scatter = tokens_b + 3.0 * rows_b
+    scatter = tokens_b + rows_b
     if mode == SEC_PERMUTE_FUSED:
         out8[0] = (1.0 + SEC_PROB_BYTES) * tok * n_exp + tokens_b + rows_b + SEC_PROB_BYTES * sent
         out8[1] = 3.0
@@ -97,6 +98,8 @@ cdef inline void c_sec_permute_passes(double tok, double n_exp, double chosen, d
         out8[5] = 1.0
         out8[6] = tokens_b + 2.0 * rows_b + SEC_PROB_BYTES * sent
         out8[7] = 1.0
+        out8[8] = 0.0
+        out8[9] = 0.0
     else:
         if mode == SEC_PERMUTE_UNFUSED:
             out8[0] = (2.0 + 9.0 + 8.0) * tok * n_exp + (SEC_INDEX_BYTES + SEC_PROB_BYTES) * sent + 2.0 * rows_b
@@ -110,6 +113,8 @@ cdef inline void c_sec_permute_passes(double tok, double n_exp, double chosen, d
         out8[5] = 3.0
         out8[6] = 6.0 * rows_b + SEC_PROB_BYTES * sent
         out8[7] = 3.0
+        out8[8] = sent * h
+        out8[9] = sent * h
     if ep > 1.0:
         for i in range(0, 8, 2):
             out8[i] += 2.0 * bc * routed * h
@@ -118,10 +123,12 @@ cdef inline void c_sec_permute_passes(double tok, double n_exp, double chosen, d
 
 
 cdef inline void c_sec_note_two(double* note, double* ops, int op, int scope, double bytes_f, double kernels_f,
-                                double bytes_b, double kernels_b, const double* rate, double* sums) noexcept nogil:
-    # An elementwise op with its own backward bytes and kernels: both passes into sums[0], sums[1], noted.
-    cdef double forward = c_sec_pass(bytes_f, kernels_f, rate)
-    cdef double backward = c_sec_pass(bytes_b, kernels_b, rate)
+                                double bytes_b, double kernels_b, const double* rate, double* sums, double atomic_f,
+                                double atomic_b) noexcept nogil:
+    # An elementwise op with its own backward bytes and kernels, plus seconds of atomic adds: both passes into
+    # sums[0], sums[1], noted.
+    cdef double forward = c_sec_pass(bytes_f, kernels_f, rate) + atomic_f
+    cdef double backward = c_sec_pass(bytes_b, kernels_b, rate) + atomic_b
     sums[0] += forward
     sums[1] += backward
     c_sec_note(note, ops, op, scope, 0.0, bytes_f, kernels_f, forward, 0.0, bytes_b, kernels_b, backward)
@@ -138,22 +145,23 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
     cdef bint eager = rate[R_ew_eager] != 0.0
     cdef double g5[5]
     cdef double four[4]
-    cdef double eight[8]
+    cdef double eight[10]
+    cdef double scatter_rate = rate[R_scatter_rate]
     cdef double capacity, sent, per, wide, narrow, e_f, e_d, e_w, rows, k_f, k_b, weights
     cdef double flops = 0.0, bytes_f = 0.0, bytes_b = 0.0, passes, kernels, act_f, ffn_f
     c_sec_mm3_noted(tok / n_split, n_exp, h, n_split, cand, rate, g5, 1, 0, note, ops, LO_router, SEC_SCOPE_PRE)
     c_sec_add_gemm(sums, g5[0], g5[1], g5[2])
     c_sec_router_passes(tok, n_exp, topk, bias, bc, rate, four)
     c_sec_note_two(note, ops, LO_router, SEC_SCOPE_PRE, four[0], four[1] * n_split, four[2], four[3] * n_split,
-                   rate, sums)
+                   rate, sums, 0.0, 0.0)
     capacity = cand[SC_cap_fact] if cand[SC_dropless] == 0.0 else 1.0
     sent = tok * topk * capacity
     c_sec_permute_passes(tok, n_exp, tok * topk, sent if sent < slots else slots, slots, h, bc, cand[SC_ep], rate,
                          eight)
     c_sec_note_two(note, ops, LO_permute, SEC_SCOPE_PRE, eight[0], eight[1] * n_split, eight[2], eight[3] * n_split,
-                   rate, sums)
+                   rate, sums, 0.0, eight[8] / scatter_rate if scatter_rate > 0.0 else 0.0)
     c_sec_note_two(note, ops, LO_unpermute, SEC_SCOPE_FFN, eight[4], eight[5] * n_split, eight[6],
-                   eight[7] * n_split, rate, sums)
+                   eight[7] * n_split, rate, sums, eight[9] / scatter_rate if scatter_rate > 0.0 else 0.0, 0.0)
     per = slots / local / n_split if local > 0.0 else 0.0
     wide = (n_ff - 1.0) * width / t_exp
     narrow = width / t_exp

@@ -22,7 +22,8 @@ __all__ = ["add_model_arguments", "model_from_args", "add_strategy_arguments", "
 _INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "micro_batch_num",
                "global_batch_size", "seq_length", "zero_stage", "seq_split")
 #: Rates figures stated as flags (RATES_HELP), by kind.
-_RATES_FLOATS = ("launch_overhead", "graph_kernel_overhead", "grouped_gemm_tile_overhead", "grouped_gemm_exposed")
+_RATES_FLOATS = ("launch_overhead", "graph_kernel_overhead", "grouped_gemm_tile_overhead", "grouped_gemm_exposed",
+                 "scatter_add_rate")
 _RATES_FLAGS = ("moe_permute", "grouped_gemm_impl", "moe_router_fusion", "moe_aux_loss") + _RATES_FLOATS
 
 

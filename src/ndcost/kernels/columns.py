@@ -217,6 +217,7 @@ RATE_FIELDS = (
     "permute",         # Rates.moe_permute index: 0 fused, 1 unfused (a dense routing map), 2 sort (torchtitan)
     "router_fused",    # 1: the router's score, top-k and aux loss run as one fused kernel a pass
     "aux_loss",        # 1: a load-balancing auxiliary loss is computed from the routing (its kernels priced)
+    "scatter_rate",    # 16-bit elements a second a scatter-add adds into its targets (atomics); 0: not priced
 )
 
 

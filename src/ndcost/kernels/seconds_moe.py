@@ -144,11 +144,13 @@ def _permute_passes(tok: float, n_exp: float, chosen: float, sent: float, routed
                     ep: float, rate, out8) -> None:
     """Moving *tok* tokens of *h* (*chosen* token-expert pairs) to the *sent* rows of their copies and, on the
     experts' side, the *routed* rows the local experts compute, and back: out8 = (permute forward bytes,
-    kernels, backward bytes, kernels, un-permute forward bytes, kernels, backward bytes, kernels).
+    kernels, backward bytes, kernels, un-permute forward bytes, kernels, backward bytes, kernels, the
+    permute backward's atomic adds, the un-permute forward's).
 
     The copies are *sent* rows (the rank's own tokens' k copies, padded to the capacity in capacity mode).
-    A scatter-add reads and writes its target for every row it adds (2·bc an element) after zero-filling
-    it. Fused (TE moe_permute / moe_unpermute): a row map from the routing map (1 + 4 a logit, 2 kernels)
+    A scatter-add (index_add_ / scatter_add_ into a zero-filled target) reads its rows and adds each
+    element into its target atomically: the atomic adds run at the device's scatter_rate (elements a second,
+    ``Rates.scatter_add_rate``), not at the HBM rate. Fused (TE moe_permute / moe_unpermute): a row map from the routing map (1 + 4 a logit, 2 kernels)
     and one copy of each token to its rows (bc·T·h read, bc·R·h and the fp32 probabilities written);
     backward a gather-sum back (1 kernel); the un-permute a weighted gather-sum of each token's rows
     (1 kernel), its backward the rows' gradient and the probabilities' (reading the saved rows, 1 kernel).
@@ -164,7 +166,7 @@ def _permute_passes(tok: float, n_exp: float, chosen: float, sent: float, routed
     """
     rows_b = bc * sent * h
     tokens_b = bc * tok * h
-    scatter = tokens_b + 3.0 * rows_b            # zero-fill, read the rows, read + write the target
+    scatter = tokens_b + rows_b                  # zero-fill the target, read the rows (the adds: atomics)
     mode = rate[_R["permute"]]
     if mode == PERMUTE_FUSED:
         out8[0] = (1.0 + PROB_BYTES) * tok * n_exp + tokens_b + rows_b + PROB_BYTES * sent
@@ -175,6 +177,7 @@ def _permute_passes(tok: float, n_exp: float, chosen: float, sent: float, routed
         out8[5] = 1.0
         out8[6] = tokens_b + 2.0 * rows_b + PROB_BYTES * sent
         out8[7] = 1.0
+        out8[8] = out8[9] = 0.0
     else:
         if mode == PERMUTE_UNFUSED:
             out8[0] = (2.0 + 9.0 + 8.0) * tok * n_exp + (INDEX_BYTES + PROB_BYTES) * sent + 2.0 * rows_b
@@ -188,6 +191,7 @@ def _permute_passes(tok: float, n_exp: float, chosen: float, sent: float, routed
         out8[5] = 3.0
         out8[6] = 6.0 * rows_b + PROB_BYTES * sent
         out8[7] = 3.0
+        out8[8] = out8[9] = sent * h
     if ep > 1.0:
         for i in (0, 2, 4, 6):
             out8[i] += 2.0 * bc * routed * h
@@ -219,20 +223,22 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
     eager = rate[_R["ew_eager"]] != 0.0
     g5 = [0.0] * 5
     four = [0.0] * 4
-    eight = [0.0] * 8
+    eight = [0.0] * 10
     # ---- router: the logits GEMM, then its score, top-k and aux loss (scope of Megatron's moe_router)
     _mm3_noted(tok / n_split, n_exp, h, n_split, cand, rate, g5, True, 0, note, ops, _O["router"], SCOPE_PRE)
     _add_gemm(sums, g5)
     _router_passes(tok, n_exp, topk, bias, bc, rate, four)
-    _note_two(note, ops, _O["router"], SCOPE_PRE, four[0], four[1] * n_split, four[2], four[3] * n_split, rate, sums)
+    _note_two(note, ops, _O["router"], SCOPE_PRE, four[0], four[1] * n_split, four[2], four[3] * n_split, rate, sums,
+              0.0, 0.0)
     # ---- permutation (scope of moe_preprocess) and un-permutation
     capacity = cand[_C["cap_fact"]] if cand[_C["dropless"]] == 0.0 else 1.0
     sent = tok * topk * capacity
     _permute_passes(tok, n_exp, tok * topk, sent if sent < slots else slots, slots, h, bc, cand[_C["ep"]], rate, eight)
+    scatter_rate = rate[_R["scatter_rate"]]
     _note_two(note, ops, _O["permute"], SCOPE_PRE, eight[0], eight[1] * n_split, eight[2], eight[3] * n_split,
-              rate, sums)
+              rate, sums, 0.0, eight[8] / scatter_rate if scatter_rate > 0.0 else 0.0)
     _note_two(note, ops, _O["unpermute"], SCOPE_FFN, eight[4], eight[5] * n_split, eight[6], eight[7] * n_split,
-              rate, sums)
+              rate, sums, eight[9] / scatter_rate if scatter_rate > 0.0 else 0.0, 0.0)
     # ---- routed experts: grouped GEMMs over the local experts, per Seq1F1B chunk
     per = slots / local / n_split if local > 0.0 else 0.0
     wide = (n_ff - 1.0) * width / t_exp       # gate and up fused when gated
@@ -281,11 +287,11 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
 
 
 def _note_two(note, ops, op: int, scope: int, bytes_f: float, kernels_f: float, bytes_b: float, kernels_b: float,
-              rate, sums) -> None:
-    """An elementwise op whose backward moves *bytes_b* in *kernels_b* (not the forward's 1.5x): both
-    passes added to sums[0], sums[1] and noted."""
-    forward = _pass(bytes_f, kernels_f, rate)
-    backward = _pass(bytes_b, kernels_b, rate)
+              rate, sums, atomic_f: float, atomic_b: float) -> None:
+    """An elementwise op whose backward moves *bytes_b* in *kernels_b* (not the forward's 1.5x), plus
+    *atomic_f* / *atomic_b* seconds of atomic adds: both passes added to sums[0], sums[1] and noted."""
+    forward = _pass(bytes_f, kernels_f, rate) + atomic_f
+    backward = _pass(bytes_b, kernels_b, rate) + atomic_b
     sums[0] += forward
     sums[1] += backward
     _note(note, ops, op, scope, 0.0, bytes_f, kernels_f, forward, 0.0, bytes_b, kernels_b, backward)

@@ -2,14 +2,16 @@
 
 :class:`~ndcost.spec.rates.Rates` carries them (its fields ``grouped_gemm_tile_overhead``,
 ``grouped_gemm_exposed``, ``grouped_gemm_impl``, ``launch_overhead``, ``graph_kernel_overhead``,
-``moe_permute``, ``moe_router_fusion``, ``moe_aux_loss``); this module holds their vocabularies, their
-defaults and the texts that say where each comes from, so that ``rates.py`` stays about the device.
+``moe_permute``, ``moe_router_fusion``, ``moe_aux_loss``, ``scatter_add_rate``); this module holds their
+vocabularies, their defaults and the texts that say where each comes from, so that ``rates.py`` stays about
+the device.
 
-Two of the figures are fitted, across a family of measured kernels and never to a training run:
+Three of the figures are fitted, across a family of measured kernels and never to a training run:
 the grouped GEMM's per-tile fixed cost and the share of its weight stream left exposed, by
 ``tools/fit_grouped_gemm.py`` over the 34 ``torch._grouped_mm`` timings at 128-4096 rows an expert of
 ``tests/data/h200/h200_grouped.json`` (six expert shapes of Qwen3-30B-A3B, gpt-oss-120b and DeepSeek-V3
-on one H200), priced at the part's own GEMM rate and HBM bandwidth.
+on one H200), priced at the part's own GEMM rate and HBM bandwidth; and the atomic scatter-add rate, by
+``tools/fit_scatter_add.py`` over the device-bound expert blocks of ``tests/data/h200/moe.json``.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ MOE_KERNEL_DEFAULTS: Mapping[str, object] = MappingProxyType({
     "moe_permute": "fused",
     "moe_router_fusion": True,
     "moe_aux_loss": True,
+    "scatter_add_rate": 1.0e11,
 })
 
 _LAUNCH = ("../shared/measurements/h200/launch.json (tests/data/h200/launch.json): 20,000 one-element in-place adds "
@@ -72,6 +75,11 @@ MOE_KERNEL_SOURCES: Mapping[str, str] = MappingProxyType({
                          "(Megatron-Core transformer_config.py moe_router_fusion, TE >= 2.7)",
     "moe_aux_loss": "default True: Megatron-Core's moe_router_load_balancing_type defaults to 'aux_loss'; the "
                     "Qwen3 recipes keep it at coefficient 1e-3 (h100_run_facts.yaml 'moe_router')",
+    "scatter_add_rate": "16-bit atomic adds a second of an index_add_ / scatter_add_ into a token-major target, "
+                        "fitted across a family of measured blocks (tools/fit_scatter_add.py): the five device-bound "
+                        "expert blocks of tests/data/h200/moe.json (../shared/measurements/h200/moe.json, one H200, "
+                        "PyTorch 2.11), whose whole block runs two such scatter-adds (the un-permutation and the "
+                        "gather's backward) beyond its GEMM block; an assumption for other parts",
 })
 
 #: Megatron-Core's own defaults (Megatron-LM arguments, no recipe): the "megatron-te" preset.

@@ -154,6 +154,8 @@ class Rates:
             on a dense routing map) or "sort" (an argsort, an index gather, a scatter-add). Software.
         moe_router_fusion: The router's score, top-k and aux loss run as one fused kernel. Software.
         moe_aux_loss: A load-balancing auxiliary loss is computed from the routing. Software.
+        scatter_add_rate: 16-bit elements a second that an atomic scatter-add (index_add_, scatter_add_)
+            adds into its targets: the unfused and sort permutations' scatter-adds (0: not priced).
         sources: Figure name -> where its value comes from; read-only.
 
     The last four describe the training software, not the silicon; the defaults are today's
@@ -189,6 +191,7 @@ class Rates:
     moe_permute: str = MOE_KERNEL_DEFAULTS["moe_permute"]
     moe_router_fusion: bool = MOE_KERNEL_DEFAULTS["moe_router_fusion"]
     moe_aux_loss: bool = MOE_KERNEL_DEFAULTS["moe_aux_loss"]
+    scatter_add_rate: float = MOE_KERNEL_DEFAULTS["scatter_add_rate"]
 
     def __post_init__(self) -> None:
         fetch = self.zero3_fetch_bandwidth
@@ -205,7 +208,7 @@ class Rates:
             raise SpecError("gemm_wave_tail", _OWNER, "be a number of waves in [0, 1]", tail)
         object.__setattr__(self, "gemm_wave_tail", float(tail))
         for name, top in (("grouped_gemm_tile_overhead", 1e6), ("grouped_gemm_exposed", 1.0),
-                          ("launch_overhead", 1.0), ("graph_kernel_overhead", 1.0)):
+                          ("launch_overhead", 1.0), ("graph_kernel_overhead", 1.0), ("scatter_add_rate", 1e18)):
             value = getattr(self, name)
             if not is_finite_number(value) or not 0.0 <= value <= top:
                 raise SpecError(name, _OWNER, f"be a finite number in [0, {top:g}]", value)

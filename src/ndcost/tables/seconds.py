@@ -203,6 +203,7 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     vec[RATE["permute"]] = MOE_PERMUTES.index(rates.moe_permute)
     vec[RATE["router_fused"]] = 1.0 if rates.moe_router_fusion else 0.0
     vec[RATE["aux_loss"]] = 1.0 if rates.moe_aux_loss else 0.0
+    vec[RATE["scatter_rate"]] = rates.scatter_add_rate
     vec.setflags(write=False)
     return vec
 
