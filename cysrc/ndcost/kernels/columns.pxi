@@ -194,7 +194,8 @@ cdef enum:
     SC_ov_cp = 34
     SC_ov_ep = 35
     SC_graphs = 36
-    SC_COUNT = 37
+    SC_ep_disp = 37
+    SC_COUNT = 38
 
 cdef enum:
     R_peak_mm = 0

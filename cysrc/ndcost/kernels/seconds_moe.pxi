@@ -83,7 +83,8 @@ cdef inline void c_sec_router_passes(double tok, double n_exp, double topk, doub
 
 
 cdef inline void c_sec_permute_passes(double tok, double n_exp, double chosen, double sent, double routed, double h,
-                                      double bc, double ep, const double* rate, double* out8) noexcept nogil:
+                                      double bc, double ep, double disp, const double* rate,
+                                      double* out8) noexcept nogil:
     # Permute and un-permute, forward and backward: (bytes, kernels) x 4 and the atomic adds of the permute's
     # backward and the un-permute's forward, as the oracle's _permute_passes.
     cdef double rows_b = bc * sent * h, tokens_b = bc * tok * h, scatter, mode = rate[R_permute]
@@ -115,7 +116,7 @@ cdef inline void c_sec_permute_passes(double tok, double n_exp, double chosen, d
         out8[7] = 3.0
         out8[8] = sent * h
         out8[9] = sent * h
-    if ep > 1.0:
+    if ep > 1.0 and disp == 0.0:
         for i in range(0, 8, 2):
             out8[i] += 2.0 * bc * routed * h
         for i in range(1, 8, 2):
@@ -156,8 +157,8 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
                    rate, sums, 0.0, 0.0)
     capacity = cand[SC_cap_fact] if cand[SC_dropless] == 0.0 else 1.0
     sent = tok * topk * capacity
-    c_sec_permute_passes(tok, n_exp, tok * topk, sent if sent < slots else slots, slots, h, bc, cand[SC_ep], rate,
-                         eight)
+    c_sec_permute_passes(tok, n_exp, tok * topk, sent if sent < slots else slots, slots, h, bc, cand[SC_ep],
+                         cand[SC_ep_disp], rate, eight)
     c_sec_note_two(note, ops, LO_permute, SEC_SCOPE_PRE, eight[0], eight[1] * n_split, eight[2], eight[3] * n_split,
                    rate, sums, 0.0, eight[8] / scatter_rate if scatter_rate > 0.0 else 0.0)
     c_sec_note_two(note, ops, LO_unpermute, SEC_SCOPE_FFN, eight[4], eight[5] * n_split, eight[6],

@@ -207,10 +207,14 @@ def _fp8_recipe(facts: RunFacts) -> str | None:
 
 def _moe_kernel_changes(facts: RunFacts) -> dict[str, Any]:
     """The Rates a MoE run's facts state about its kernels: the permutation fused or not
-    (moe_permute_fusion), the router fused or not (moe_router ... moe_router_fusion)."""
+    (moe_permute_fusion; with DeepEP's dispatcher the tokens reach their experts through DeepEP's layout and
+    Transformer Engine's fused permutation -- Megatron-Core's flex dispatcher, NeMo AutoModel's DeepEP
+    backend -- unless a fact says otherwise), the router fused or not (moe_router ... moe_router_fusion)."""
     changes: dict[str, Any] = {}
     if facts.value("moe_permute_fusion") is not None:
         changes["moe_permute"] = "fused" if facts.flag("moe_permute_fusion") else "unfused"
+    elif "deepep" in facts.text("moe_token_dispatcher"):
+        changes["moe_permute"] = "fused"
     router = facts.text("moe_router")
     if "moe_router_fusion true" in router:
         changes["moe_router_fusion"] = True

@@ -182,6 +182,7 @@ SECONDS_CAND_FIELDS = (
     "schedule",                                   # SCHEDULES index: 1f1b, interleaved, zero_bubble_v, gpipe, seq1f1b
     "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep",  # overlap: share of the window that hides comm
     "graphs",          # ExecSpec.cuda_graphs index: 0 none, 1 attention, 2 + a MoE layer's router, 3 whole layers
+    "ep_disp",         # the dispatcher (ExecSpec.moe_dispatcher index): 0 NCCL all-to-all, 1 DeepEP's normal kernels
 )
 
 # --- device and achievable rates (float64 vector) ---

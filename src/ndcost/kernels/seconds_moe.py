@@ -141,7 +141,7 @@ def _router_passes(tok: float, n_exp: float, topk: float, bias: float, bc: float
 
 
 def _permute_passes(tok: float, n_exp: float, chosen: float, sent: float, routed: float, h: float, bc: float,
-                    ep: float, rate, out8) -> None:
+                    ep: float, disp: float, rate, out8) -> None:
     """Moving *tok* tokens of *h* (*chosen* token-expert pairs) to the *sent* rows of their copies and, on the
     experts' side, the *routed* rows the local experts compute, and back: out8 = (permute forward bytes,
     kernels, backward bytes, kernels, un-permute forward bytes, kernels, backward bytes, kernels, the
@@ -161,8 +161,9 @@ def _permute_passes(tok: float, n_exp: float, chosen: float, sent: float, routed
     backward gathers the gradient, multiplies it and reduces the probabilities' gradient (3). Sort
     (torchtitan): an argsort of the T·k chosen experts (a radix sort: 4 passes reading and writing int64
     keys and values, 4 kernels), a histogram and its cumsum (2), an index gather (1); backward a scatter-add into zeros (2);
-    the un-permute as unfused. Across expert-parallel ranks (ep > 1) the *routed* rows received are
-    sorted by local expert and back (Megatron's sort_chunks_by_idxs): one more copy each way.
+    the un-permute as unfused. Across expert-parallel ranks (ep > 1) with the all-to-all dispatcher
+    (*disp* 0) the *routed* rows received are sorted by local expert and back (Megatron's
+    sort_chunks_by_idxs): one more copy each way; DeepEP (*disp* 1) delivers them in its own layout.
     """
     rows_b = bc * sent * h
     tokens_b = bc * tok * h
@@ -192,7 +193,7 @@ def _permute_passes(tok: float, n_exp: float, chosen: float, sent: float, routed
         out8[6] = 6.0 * rows_b + PROB_BYTES * sent
         out8[7] = 3.0
         out8[8] = out8[9] = sent * h
-    if ep > 1.0:
+    if ep > 1.0 and disp == 0.0:
         for i in (0, 2, 4, 6):
             out8[i] += 2.0 * bc * routed * h
         for i in (1, 3, 5, 7):
@@ -233,7 +234,8 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
     # ---- permutation (scope of moe_preprocess) and un-permutation
     capacity = cand[_C["cap_fact"]] if cand[_C["dropless"]] == 0.0 else 1.0
     sent = tok * topk * capacity
-    _permute_passes(tok, n_exp, tok * topk, sent if sent < slots else slots, slots, h, bc, cand[_C["ep"]], rate, eight)
+    _permute_passes(tok, n_exp, tok * topk, sent if sent < slots else slots, slots, h, bc, cand[_C["ep"]],
+                    cand[_C["ep_disp"]], rate, eight)
     scatter_rate = rate[_R["scatter_rate"]]
     _note_two(note, ops, _O["permute"], SCOPE_PRE, eight[0], eight[1] * n_split, eight[2], eight[3] * n_split,
               rate, sums, 0.0, eight[8] / scatter_rate if scatter_rate > 0.0 else 0.0)

@@ -112,7 +112,7 @@ def seconds_candidate_columns(c: Mapping[str, Any], d: Mapping[str, Any], overla
         "ov_tp": c["tp_overlap"] if shares.tp is None else shares.tp,
         "ov_cp": shares.cp,
         "ov_ep": schedule_code == _PP["zero_bubble_v"] if shares.ep is None else shares.ep,
-        "graphs": c["cuda_graphs"],
+        "graphs": c["cuda_graphs"], "ep_disp": c["moe_dispatcher"],
     }
 
 

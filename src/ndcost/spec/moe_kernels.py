@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 __all__ = ["GROUPED_GEMMS", "MOE_PERMUTES", "MOE_KERNEL_DEFAULTS", "MOE_KERNEL_SOURCES", "TORCHTITAN_MOE",
-           "MEGATRON_MOE", "MEGATRON_MOE_SOURCES", "TORCHTITAN_MOE_SOURCES"]
+           "MCORE_MOE", "MCORE_MOE_SOURCES", "TORCHTITAN_MOE_SOURCES"]
 
 #: How a stack runs a grouped GEMM (Rates.grouped_gemm_impl): one CUTLASS grouped kernel a call
 #: (torch._grouped_mm, DeepGEMM, TE's CUTLASS path), or one cuBLAS GEMM per local expert on a few streams
@@ -82,19 +82,13 @@ MOE_KERNEL_SOURCES: Mapping[str, str] = MappingProxyType({
                         "gather's backward) beyond its GEMM block; an assumption for other parts",
 })
 
-#: Megatron-Core's own defaults (Megatron-LM arguments, no recipe): the "megatron-te" preset.
-MEGATRON_MOE: Mapping[str, object] = MappingProxyType({
-    "grouped_gemm_impl": "multi_stream", "moe_permute": "unfused", "moe_router_fusion": False, "moe_aux_loss": True,
-})
-MEGATRON_MOE_SOURCES: Mapping[str, str] = MappingProxyType({
-    "grouped_gemm_impl": MOE_KERNEL_SOURCES["grouped_gemm_impl"],
-    "moe_permute": "NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py moe_permute_fusion: bool = "
-                   "False: moe_utils.permute / unpermute as PyTorch ops on the dense routing map (a masked_select "
-                   "of the token indices, an index_select, a scatter_add back)",
-    "moe_router_fusion": "NVIDIA/Megatron-LM transformer_config.py moe_router_fusion: bool = False: TopKRouter's "
-                         "softmax/sigmoid, top-k, scatter into the routing map and aux loss as PyTorch ops",
-    "moe_aux_loss": MOE_KERNEL_SOURCES["moe_aux_loss"],
-})
+#: Megatron-Core as NVIDIA's recipes configure it: the "megatron-te" and "nemo" presets. (Megatron-LM's own
+#: argument defaults leave both fusions off -- transformer_config.py moe_permute_fusion / moe_router_fusion
+#: False --: state them with moe_permute="unfused", moe_router_fusion=False.)
+MCORE_MOE: Mapping[str, object] = MappingProxyType({
+    name: MOE_KERNEL_DEFAULTS[name] for name in ("grouped_gemm_impl", "moe_permute", "moe_router_fusion",
+                                                 "moe_aux_loss")})
+MCORE_MOE_SOURCES: Mapping[str, str] = MappingProxyType({name: MOE_KERNEL_SOURCES[name] for name in MCORE_MOE})
 
 #: torchtitan's MoE (torchtitan/models/moe): the torchtitan presets.
 TORCHTITAN_MOE: Mapping[str, object] = MappingProxyType({

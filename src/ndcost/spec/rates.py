@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 from ..errors import SpecError, is_finite_number
 from .moe_kernels import (
-    GROUPED_GEMMS, MEGATRON_MOE, MEGATRON_MOE_SOURCES, MOE_KERNEL_DEFAULTS, MOE_KERNEL_SOURCES, MOE_PERMUTES,
+    GROUPED_GEMMS, MCORE_MOE, MCORE_MOE_SOURCES, MOE_KERNEL_DEFAULTS, MOE_KERNEL_SOURCES, MOE_PERMUTES,
     TORCHTITAN_MOE, TORCHTITAN_MOE_SOURCES,
 )
 
@@ -569,12 +569,12 @@ SOFTWARE_PRESETS: Mapping[str, tuple[Mapping[str, Any], Mapping[str, str]]] = Ma
         MappingProxyType({"grad_accumulation_fusion": _MEGATRON_2021_GRAD, "zero3_fetch_bandwidth": _DS_FETCH,
                           "zero3_recompute_gather": _DS_RELEASE, "zero3_grad_all_reduce": _DS_ALLREDUCE}),
     ),
-    # Megatron-LM's own MoE defaults; NeMo / Megatron-Bridge's recipes fuse the permutation and the router
-    "megatron-te": (MappingProxyType({**_MCORE_TE[0], **MEGATRON_MOE}),
-                    MappingProxyType({**_MCORE_TE[1], **MEGATRON_MOE_SOURCES})),
-    "nemo": (MappingProxyType({**_MCORE_TE[0], **{name: MOE_KERNEL_DEFAULTS[name] for name in MEGATRON_MOE}}),
+    # MoE kernels as NVIDIA's recipes (NeMo, Megatron-Bridge) configure Megatron-Core: fused permutation and router
+    "megatron-te": (MappingProxyType({**_MCORE_TE[0], **MCORE_MOE}),
+                    MappingProxyType({**_MCORE_TE[1], **MCORE_MOE_SOURCES})),
+    "nemo": (MappingProxyType({**_MCORE_TE[0], **MCORE_MOE}),
              MappingProxyType({**_MCORE_TE[1], "fp8_recipe": _TE_RECIPE + "; NeMo 1.x/2.x trains Megatron-Core models "
-                               "with TE", **{name: MOE_KERNEL_SOURCES[name] for name in MEGATRON_MOE}})),
+                               "with TE", **MCORE_MOE_SOURCES})),
     "torchtitan-eager": _torchtitan("eager", _TITAN_EAGER),
     "torchtitan-compile": _torchtitan("fused", _TITAN_COMPILE),
 })

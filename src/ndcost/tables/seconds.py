@@ -38,7 +38,7 @@ from .derive import derive
 from ..errors import SpecError
 from .layout import build_layout
 from .nd_tables import nd_kind_table, nd_model_vector
-from ..spec.exec_spec import CUDA_GRAPHS
+from ..spec.exec_spec import CUDA_GRAPHS, MOE_DISPATCHERS
 from ..spec.moe_kernels import GROUPED_GEMMS, MOE_PERMUTES
 from ..spec.rates import GEMM_TILE_OUTPUTS, Rates
 
@@ -221,7 +221,7 @@ _CANDIDATE_ORDER = (
     "bytes_c", "bytes_mm", "bytes_p", "bytes_grad", "bytes_opt", "dropout_bytes",
     "flash", "dropless", "cap_fact", "cp_ring", "moe_imb",
     "zero", "zero_ranks", "defer_grads", "reshard", "tie_emb", "schedule",
-    "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep", "graphs",
+    "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep", "graphs", "ep_disp",
 )
 if _CANDIDATE_ORDER != SECONDS_CAND_FIELDS:   # a field added to the ABI must be given a value below
     raise RuntimeError(f"seconds_candidate_values does not follow SECONDS_CAND_FIELDS {SECONDS_CAND_FIELDS}")
@@ -244,7 +244,7 @@ def seconds_candidate_values(spec: Any, d: Any, overlap: Overlap | None = None) 
         spec.zero_stage, d["zero_shard_ranks"], d["defers_grads"], d["reshards"], d["tie_embeddings"],
         SCHEDULES.index(spec.schedule),
         *(overlap or _DEFAULT_OVERLAP).shares(spec),
-        CUDA_GRAPHS.index(spec.cuda_graphs),
+        CUDA_GRAPHS.index(spec.cuda_graphs), MOE_DISPATCHERS.index(spec.moe_dispatcher),
     )
 
 
