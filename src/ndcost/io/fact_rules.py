@@ -13,28 +13,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import SpecError
 from ..spec.device import Cluster
-from ..spec.recompute_spec import SWITCHES
+from ..spec.recompute_spec import MEGATRON_RECOMPUTE_MODULES, SWITCHES
 
 __all__ = ["RECOMPUTE_MODULE_SWITCHES", "catalog_cluster", "recompute_module_switches", "stack_choice",
            "dispatcher_choice", "stated_stack_fields", "cuda_graphs_choice"]
 
-#: Megatron-Core ``recompute_modules`` -> the ND switches each one recomputes (0 = recompute).
-#: Megatron-LM megatron/core/transformer/transformer_config.py ``recompute_modules`` (core_v0.14+):
-#: "core_attn" the attention core (QK^T, softmax, dropout, the attention-over-values input: ND's
-#: attBMM, headCast, dropout, softmax, as the "megatron" selective rule), "layernorm" the input and
-#: pre-MLP norms (normOp), "moe_act" / "mlp_act" the expert / MLP activation function (ffAct),
-#: "mla_up_proj" the MLA up-projections (attUp). "mlp" and "moe" recompute the whole MLP or MoE
-#: block, which no switch states: they map to ffAct, the part of them a switch can recompute, and
-#: the row notes the shortfall.
-RECOMPUTE_MODULE_SWITCHES: Mapping[str, tuple[str, ...]] = {
-    "core_attn": ("attBMM", "headCast", "dropout", "softmax"),
-    "layernorm": ("normOp",),
-    "moe_act": ("ffAct",),
-    "mlp_act": ("ffAct",),
-    "mla_up_proj": ("attUp",),
-    "mlp": ("ffAct",),
-    "moe": ("ffAct",),
-}
+#: Megatron-Core ``recompute_modules`` -> the ND switches each one recomputes (ndcost.spec.recompute_spec).
+RECOMPUTE_MODULE_SWITCHES = MEGATRON_RECOMPUTE_MODULES
 _WHOLE_BLOCKS = ("mlp", "moe")
 
 

@@ -21,8 +21,8 @@ from typing import Any, Mapping
 
 from ..spec.device import Cluster
 from ..errors import SpecError
-from ..spec.exec_spec import ExecSpec
 from ..spec.model import Model
+from ..spec.software_fields import with_software
 from ..spec.rates import ATTENTION_KERNELS, FP8_RECIPES
 from .fact_rules import catalog_cluster, stack_choice, stated_stack_fields
 
@@ -276,7 +276,8 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
     dropout = facts.text("dropout")
     stack, stack_notes = stated_stack_fields(facts, strategy, recompute, vpp, run_id)
     notes += stack_notes
-    spec = ExecSpec(
+    # the stack's own fields (torchtitan's FSDP2 widths, its loss) fill what the facts leave, as --software does
+    spec = with_software(software_preset(facts), dict(
         dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, micro_batch_size=micro, global_batch_size=global_batch,
         seq_length=seq, sequence_parallel=facts.flag("sequence_parallel", tp > 1) and tp > 1,
         recompute=recompute, zero_stage=zero, precision="fp8" if fp8 else "bf16",
@@ -284,7 +285,7 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
         dropout_bytes=1 if dropout.startswith("hidden_dropout 0.1") else 0,
         flash_attention=True, grouped_gemm=not facts.text("moe_capacity").startswith("token drop"),
         **stack, **extra,
-    )
+    ))
     hardware = hardware_table.get(row.get("hardware"), {}) if isinstance(hardware_table, Mapping) else {}
     overrides = {}
     if hardware.get("device"):  # any catalog device, with the job's NVLink segment where stated

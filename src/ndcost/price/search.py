@@ -25,7 +25,7 @@ from .estimate import as_cluster, as_model, estimate
 from ..spec.exec_spec import ExecSpec
 from ..spec.rates_io import as_rates
 from .result import Estimate
-from ..spec.search_space import SEARCH_DIMENSIONS, build_space
+from ..spec.search_space import SEARCH_DIMENSIONS, build_space, stack_dimensions
 from ..spec.software_fields import software_columns, software_fields
 from ..tables.layout_nd import nd_search_offset
 
@@ -61,6 +61,10 @@ class Ranked:
             strategy["recompute_ranges"] = plan_document(self.spec)   # what estimate --recompute-plan reads
         if self.rebalanced:
             strategy["offset"] = self.spec.offset
+        from ..spec.stack_options import SPEC_DEFAULTS
+
+        strategy.update({name: getattr(self.spec, name) for name, default in SPEC_DEFAULTS.items()
+                         if getattr(self.spec, name) != default})
         return {"strategy": strategy, "estimate": self.estimate.to_dict()}
 
 
@@ -169,7 +173,9 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
             fields it fixes for its strategy (``ndcost.spec.software_fields``; a search dimension it
             fixes, such as torchtitan's ZeRO-3, is fixed unless given), and *rates* defaults to it.
         **dims: Each search dimension (tp, pp, cp, dp, ep, micro_batch_size, vpp, zero_stage,
-            sequence_parallel, pp_schedule, recompute) fixed (a value), a list, or searched (absent).
+            sequence_parallel, pp_schedule, recompute) fixed (a value), a list, or searched (absent); and
+            any ExecSpec field a stack option sets (``ndcost.spec.stack_options.SEARCHABLE``: tp_overlap,
+            precision, moe_dispatcher, ...) fixed or listed, taken only where it means something.
     """
     from .candidates import Candidates
     from .estimate_many import REASONS, estimate_many, resolve_threads
@@ -200,6 +206,11 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     if memory_limit is not None and not (is_finite_number(memory_limit) and memory_limit >= MIN_MEMORY_LIMIT):
         raise SpecError("memory_limit", "search", f"be a finite number of bytes >= {MIN_MEMORY_LIMIT} (1 GiB)",
                         memory_limit)
+    precisions = dims.get("precision")
+    if "fp8" in (precisions if isinstance(precisions, (list, tuple)) else [precisions]) and \
+            "fp8" not in cluster.device.peak_flops:
+        raise SpecError("precision", "search", f"be fp8 only on a device with an fp8 peak ({cluster.device.name} "
+                        f"has {', '.join(cluster.device.peak_flops)})", precisions)
     capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
     space = build_space(model, cluster.num_devices, cluster.device.devices_per_node,
                         global_batch_size=global_batch_size, seq_length=seq_length, dims=dims,
@@ -238,8 +249,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
                            f"!= {n} candidates")
 
     # Deterministic order: step time, peak memory, then each search dimension (smaller first).
-    keys = [space.columns[d] if space.columns[d].dtype != object else np.unique(space.columns[d], return_inverse=True)[1]
-            for d in reversed(SEARCH_DIMENSIONS)]
+    keys = [_rank_codes(space.columns[d]) for d in reversed(SEARCH_DIMENSIONS + stack_dimensions(space.columns))]
     order = np.lexsort(tuple(keys) + (memory, np.where(fits, step, np.inf)))
     ranked_rows = [int(i) for i in order[: max(top, per_layer_recompute, balance)] if fits[i]]
     fixed = {"global_batch_size": global_batch_size, "seq_length": seq_length}
@@ -258,6 +268,17 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         pareto=tuple((float(step[i]), float(memory[i]), i) for i in front), units=units,
         columns=space.columns, step_time=step, peak_memory=memory,
     )
+
+
+def _rank_codes(column: np.ndarray) -> np.ndarray:
+    """A dimension's column as sortable codes: numbers as they are, strings in their order, other values (a
+    dict of switches) by their text."""
+    if column.dtype != object:
+        return column
+    try:
+        return np.unique(column, return_inverse=True)[1]
+    except TypeError:
+        return np.unique(np.array([repr(value) for value in column.tolist()]), return_inverse=True)[1]
 
 
 def _rank_key(ranked: Ranked) -> tuple:

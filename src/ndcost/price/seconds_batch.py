@@ -108,7 +108,8 @@ def seconds_candidate_columns(c: Mapping[str, Any], d: Mapping[str, Any], overla
                           _SCHEDULE_OF_PP.take(schedule_code, mode="clip")),
         # Overlap.shares(spec), a column at a time: None takes the spec's own switch
         "ov_dp": c["overlapped_grad_reduce"] if shares.dp_reduce is None else shares.dp_reduce,
-        "ov_dp_gather": shares.dp_gather, "ov_fsdp": shares.fsdp_prefetch,
+        "ov_dp_gather": c["overlapped_param_gather"] if shares.dp_gather is None else shares.dp_gather,
+        "ov_fsdp": shares.fsdp_prefetch,
         "ov_tp": c["tp_overlap"] if shares.tp is None else shares.tp,
         "ov_cp": shares.cp,
         "ov_ep": schedule_code == _PP["zero_bubble_v"] if shares.ep is None else shares.ep,
