@@ -172,10 +172,9 @@ def test_deepep_buffers_by_hand(backend_name):
             moe_dispatcher=np.array(["deepep", "alltoall", "deepep"]), **dict(fields, ep=np.array([64, 64, 12]))),
             cluster)
     assert deepep.memory.fixed_bytes - nccl.memory.fixed_bytes == 713_725_184
-    # in time: the all-to-all's price, less the sort of the received rows by local expert that DeepEP's
-    # layout makes unneeded (ndcost.kernels.seconds_moe._permute_passes)
+    # in time DeepEP sends a token once per node and once per rank, NCCL once per expert
+    # (tests/test_seconds_expert_exchange.py)
     assert deepep.step_time < nccl.step_time
-    assert deepep.parts["ep_comm"] == pytest.approx(nccl.parts["ep_comm"], rel=1e-12)
     assert list(batch.reason_names()) == ["ok", "ok", "bad_moe_setting"]
     assert batch.device_memory[0] == pytest.approx(deepep.memory.device_peak, rel=1e-12)
     assert batch.device_memory[1] == pytest.approx(nccl.memory.device_peak, rel=1e-12)

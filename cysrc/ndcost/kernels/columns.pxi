@@ -193,9 +193,13 @@ cdef enum:
     SC_ov_tp = 33
     SC_ov_cp = 34
     SC_ov_ep = 35
-    SC_graphs = 36
+    SC_ep_mode = 36
     SC_ep_disp = 37
-    SC_COUNT = 38
+    SC_ep_sms = 38
+    SC_ep_nodes = 39
+    SC_disp_b = 40
+    SC_graphs = 41
+    SC_COUNT = 42
 
 cdef enum:
     R_peak_mm = 0
@@ -226,17 +230,18 @@ cdef enum:
     R_attn_copies = 25
     R_tp_ov_splits = 26
     R_tp_ov_sm = 27
-    R_sms = 28
-    R_g_tile_k = 29
-    R_g_stream = 30
-    R_g_launch = 31
-    R_launch_s = 32
-    R_graph_s = 33
-    R_permute = 34
-    R_router_fused = 35
-    R_aux_loss = 36
-    R_scatter_rate = 37
-    R_COUNT = 38
+    R_dep_nvl_eff = 28
+    R_sms = 29
+    R_g_tile_k = 30
+    R_g_stream = 31
+    R_g_launch = 32
+    R_launch_s = 33
+    R_graph_s = 34
+    R_permute = 35
+    R_router_fused = 36
+    R_aux_loss = 37
+    R_scatter_rate = 38
+    R_COUNT = 39
 
 cdef enum:
     SX_has_emb = 0
@@ -276,7 +281,10 @@ cdef enum:
     SL_ffn_mm_f = 28
     SL_att_mm_flops = 29
     SL_ffn_mm_flops = 30
-    SL_COUNT = 31
+    SL_att_f = 31
+    SL_att_b = 32
+    SL_ep_d = 33
+    SL_COUNT = 34
 
 cdef enum:
     SS_fw = 0

@@ -27,7 +27,9 @@ import numpy as np
 
 from .. import _backend
 from ..tables.cache import per_object
-from ..kernels.columns import KERNEL_REASONS, PART_NAMES, RATE_FIELDS, SCHEDULES, SECONDS_CAND, SECONDS_CAND_FIELDS
+from ..kernels.columns import (
+    DISPATCHERS, EP_OVERLAPS, KERNEL_REASONS, PART_NAMES, RATE_FIELDS, SCHEDULES, SECONDS_CAND, SECONDS_CAND_FIELDS,
+)
 from ..tables.formulas import ARRAY, CHOICES, ClusterConstants, derived_columns, joint_reason
 from ..kernels.seconds_batch import STEP_RATE_FIELDS
 from ..tables.layout_pool import LayoutPool, layout_piece, pack_layouts
@@ -41,7 +43,8 @@ from ..tables.nd_tables import cluster_constants, nd_kind_table, nd_model_vector
 from ..spec.rates import Rates
 from ..tables.reasons import REASON_CODES
 from ..tables.seconds import (
-    _DEFAULT_OVERLAP, Overlap, _extras, _optimizer_bytes, rates_vector, seconds_kind_table, seconds_model_vector,
+    _DEFAULT_OVERLAP, FP8_DISPATCH_BYTES, Overlap, _extras, _optimizer_bytes, rates_vector, seconds_kind_table,
+    seconds_model_vector,
 )
 
 __all__ = ["SecondsLayouts", "seconds_layouts", "seconds_candidate_columns", "seconds_candidate_matrix",
@@ -59,6 +62,9 @@ _PP = {name: i for i, name in enumerate(CHOICES["pp_schedule"])}
 #: SCHEDULES code of each pp_schedule code ("1f1b" with vpp > 1 runs interleaved: ExecSpec.schedule).
 _SCHEDULE_OF_PP = np.array([SCHEDULES.index(name) for name in CHOICES["pp_schedule"]], dtype=np.float64)
 _INTERLEAVED = float(SCHEDULES.index("interleaved"))
+_EP_NONE = CHOICES["ep_overlap"].index("none")
+if CHOICES["ep_overlap"] != EP_OVERLAPS or CHOICES["moe_dispatcher"] != DISPATCHERS:   # the kernels read the codes
+    raise ImportError("ExecSpec's ep_overlap / moe_dispatcher choices must follow columns.EP_OVERLAPS / DISPATCHERS")
 _N_RATES = len(STEP_RATE_FIELDS)
 #: The kernel's "not asked for" outputs (zero-sized: nothing is ever written to them, so shared).
 _NO_TIMES = np.empty((0, 0), dtype=np.float64)
@@ -112,8 +118,12 @@ def seconds_candidate_columns(c: Mapping[str, Any], d: Mapping[str, Any], overla
         "ov_fsdp": shares.fsdp_prefetch,
         "ov_tp": c["tp_overlap"] if shares.tp is None else shares.tp,
         "ov_cp": shares.cp,
-        "ov_ep": schedule_code == _PP["zero_bubble_v"] if shares.ep is None else shares.ep,
-        "graphs": c["cuda_graphs"], "ep_disp": c["moe_dispatcher"],
+        "ov_ep": c["ep_overlap"] != _EP_NONE if shares.ep is None else shares.ep,
+        # the expert all-to-all: EP_OVERLAPS and DISPATCHERS share CHOICES' order (their codes as stored)
+        "ep_mode": c["ep_overlap"], "ep_disp": c["moe_dispatcher"], "ep_sms": c["moe_dispatcher_sms"],
+        "ep_nodes": c["moe_node_limit"],
+        "disp_b": where(c["moe_dispatch_fp8"], FP8_DISPATCH_BYTES, c["compute_bytes"]),
+        "graphs": c["cuda_graphs"],
     }
 
 

@@ -260,7 +260,10 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     # 3. Experts (ND §3.9 C1-C2; Megatron's expert grid).
     if not mc.is_moe:
         rules.append(("ep_dense", ep != 1))
+        rules.append(("moe_option_dense", ops.not_(ops.is_choice(c, "moe_dispatcher", "alltoall"))
+                      | ops.not_(ops.is_choice(c, "ep_overlap", "none"))))
     else:
+        rules.append(("ep_overlap_mtp", ops.is_choice(c, "ep_overlap", "1f1b") & (mc.mtp_layers > 1)))
         rules.append(("ep_experts", mc.num_experts % ep != 0))
         etp_stated = ops.stated(c["etp"])
         etp = ops.opt_int(c["etp"], 1)
@@ -279,7 +282,8 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     schedule_1f1b = ops.is_choice(c, "pp_schedule", "1f1b")
     interleaved = ops.is_choice(c, "pp_schedule", "interleaved") | (schedule_1f1b & (vpp > 1))
     family = (schedule_1f1b | interleaved | ops.is_choice(c, "pp_schedule", "seq1f1b")
-              | ops.is_choice(c, "pp_schedule", "zero_bubble_v"))
+              | ops.is_choice(c, "pp_schedule", "zero_bubble_v") | ops.is_choice(c, "pp_schedule", "dualpipe")
+              | ops.is_choice(c, "pp_schedule", "dualpipev"))
     too_few = (pp > 1) & family & (micro_batches < pp)
     rules.append(("micro_batches_lt_pp", too_few))
     rules.append(("micro_batches_not_multiple",

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..spec.exec_spec import CP_ALGOS, CUDA_GRAPHS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS
+from ..spec.exec_spec import CP_ALGOS, CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS
 from ..spec.recompute_spec import SELECTIVE_RULES
 
 __all__ = [
@@ -39,13 +39,14 @@ CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "precision": PRECISIONS,
     "selective_rule": SELECTIVE_RULES,
     "moe_dispatcher": MOE_DISPATCHERS,
+    "ep_overlap": EP_OVERLAPS,
     "cuda_graphs": CUDA_GRAPHS,
 })
 _CODES = {field: {name: i for i, name in enumerate(names)} for field, names in CHOICES.items()}
 
 #: memory.SCHEDULE_CODES by ExecSpec.pp_schedule (1f1b and interleaved share a rule).
 MEMORY_SCHEDULE_BY_PP_SCHEDULE: Mapping[str, int] = MappingProxyType({
-    "1f1b": 0, "interleaved": 0, "gpipe": 1, "zero_bubble_v": 2, "seq1f1b": 3,
+    "1f1b": 0, "interleaved": 0, "gpipe": 1, "zero_bubble_v": 2, "seq1f1b": 3, "dualpipev": 4, "dualpipe": 5,
 })
 _MEMORY_SCHEDULE = dict(MEMORY_SCHEDULE_BY_PP_SCHEDULE)   # a plain dict reads faster than the proxy
 _MEMORY_SCHEDULE_TABLE = np.array([MEMORY_SCHEDULE_BY_PP_SCHEDULE[name] for name in PP_SCHEDULES], dtype=np.float64)
@@ -168,8 +169,8 @@ class ModelConstants:
     """What the formulas and the rules read off a model, once (attribute reads are not free)."""
 
     __slots__ = ("num_experts", "heads", "kv_heads", "tie", "is_moe", "is_mla", "linear_k_heads",
-                 "linear_v_heads", "has_linear", "moe_width", "layers_with_mtp", "has_vision", "vision_heads",
-                 "vision_tokens", "has_mamba", "mamba_splits")
+                 "linear_v_heads", "has_linear", "moe_width", "layers_with_mtp", "mtp_layers", "has_vision",
+                 "vision_heads", "vision_tokens", "has_mamba", "mamba_splits")
 
     def __init__(self, model: Any) -> None:
         self.num_experts = model.num_experts
@@ -183,6 +184,7 @@ class ModelConstants:
         self.linear_v_heads = model.linear_num_value_heads
         self.moe_width = model.moe_intermediate_size
         self.layers_with_mtp = model.num_layers_with_mtp
+        self.mtp_layers = model.num_nextn_predict_layers
         self.has_vision = model.vision is not None
         self.vision_heads = model.vision.num_heads if self.has_vision else 0
         self.vision_tokens = model.vision.tokens if self.has_vision else 0

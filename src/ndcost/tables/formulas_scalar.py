@@ -213,7 +213,11 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
     if not mc.is_moe:
         if ep != 1:
             return codes['ep_dense']
+        if not c['moe_dispatcher'] == 'alltoall' or not c['ep_overlap'] == 'none':
+            return codes['moe_option_dense']
     else:
+        if c['ep_overlap'] == '1f1b' and mc.mtp_layers > 1:
+            return codes['ep_overlap_mtp']
         if mc.num_experts % ep != 0:
             return codes['ep_experts']
         etp_stated = c['etp'] is not None
@@ -233,7 +237,7 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
     micro_batches = c['micro_batch_num'] if mbn_stated else (0 if c['global_batch_size'] is None else c['global_batch_size']) // (mbs * dp)
     schedule_1f1b = c['pp_schedule'] == '1f1b'
     interleaved = c['pp_schedule'] == 'interleaved' or (schedule_1f1b and vpp > 1)
-    family = schedule_1f1b or interleaved or c['pp_schedule'] == 'seq1f1b' or (c['pp_schedule'] == 'zero_bubble_v')
+    family = schedule_1f1b or interleaved or c['pp_schedule'] == 'seq1f1b' or (c['pp_schedule'] == 'zero_bubble_v') or (c['pp_schedule'] == 'dualpipe') or (c['pp_schedule'] == 'dualpipev')
     too_few = pp > 1 and family and (micro_batches < pp)
     if too_few:
         return codes['micro_batches_lt_pp']

@@ -31,14 +31,14 @@ import numpy as np
 
 from .. import _backend
 from ..kernels.columns import (
-    PART_NAMES, RATE, RATE_FIELDS, SCHEDULES, SECONDS_CAND_FIELDS, SECONDS_EXTRA, SECONDS_EXTRA_FIELDS, SECONDS_KIND,
+    DISPATCHERS, EP_OVERLAPS, PART_NAMES, RATE, RATE_FIELDS, SCHEDULES, SECONDS_CAND_FIELDS, SECONDS_EXTRA, SECONDS_EXTRA_FIELDS, SECONDS_KIND,
     SECONDS_KIND_FIELDS, SECONDS_MODEL, SECONDS_MODEL_FIELDS, SECONDS_STAGE, SECONDS_STAGE_FIELDS,
 )
 from .derive import derive
 from ..errors import SpecError
 from .layout import build_layout
 from .nd_tables import nd_kind_table, nd_model_vector
-from ..spec.exec_spec import CUDA_GRAPHS, MOE_DISPATCHERS
+from ..spec.exec_spec import CUDA_GRAPHS
 from ..spec.moe_kernels import GROUPED_GEMMS, MOE_PERMUTES
 from ..spec.rates import GEMM_TILE_OUTPUTS, Rates
 
@@ -46,7 +46,8 @@ from ..spec.rates import GEMM_TILE_OUTPUTS, Rates
 #: (the families Model._router_parameters gives an e_score_correction_bias).
 ROUTER_BIAS_FAMILIES = ("deepseek_v3", "glm4_moe")
 
-__all__ = ["ROUTER_BIAS_FAMILIES", "Overlap", "DEEPSPEED_2021", "seconds_estimate", "seconds_arrays", "seconds_kind_table",
+__all__ = ["ROUTER_BIAS_FAMILIES", "Overlap", "DEEPSPEED_2021", "FP8_DISPATCH_BYTES", "seconds_estimate",
+           "seconds_arrays", "seconds_kind_table",
            "seconds_model_vector", "seconds_candidate_vector", "rates_vector"]
 
 
@@ -68,10 +69,10 @@ class Overlap:
             overlap). None: 1 when ``spec.tp_overlap``, else 0 (exposed).
         cp: Ring-attention KV exchange under the attention core (Megatron's CP overlaps each step
             with the previous block's attention): 1.
-        ep: Expert all-to-all under the layer's compute of the same pass. None: 1 with
-            ``pp_schedule="zero_bubble_v"`` (DualPipe overlaps the dispatch and combine of one
-            micro-batch with the other's forward/backward chunk, DeepSeek-V3 report §3.2.1),
-            else 0 (Megatron's default dispatcher waits for it).
+        ep: Expert all-to-all: the share of the other micro-batch's compute that can hide it in an
+            overlapped forward-and-backward pair (``spec.ep_overlap`` '1f1b' or 'dualpipe', which say
+            which micro-batches pair up), or, with ``ep_overlap="none"``, of the same pass's compute.
+            None: 1 when the spec states an overlap, else 0 (the dispatcher waits for it).
     """
 
     dp_reduce: float | None = None
@@ -97,11 +98,16 @@ class Overlap:
         dp_reduce = (1.0 if spec.overlapped_grad_reduce else 0.0) if self.dp_reduce is None else self.dp_reduce
         tp = (1.0 if spec.tp_overlap else 0.0) if self.tp is None else self.tp
         gather = (1.0 if spec.overlapped_param_gather else 0.0) if self.dp_gather is None else self.dp_gather
-        ep = (1.0 if spec.schedule == "zero_bubble_v" else 0.0) if self.ep is None else self.ep
+        ep = (0.0 if spec.ep_overlap == "none" else 1.0) if self.ep is None else self.ep
         return dp_reduce, gather, self.fsdp_prefetch, tp, self.cp, ep
 
 
 _DEFAULT_OVERLAP = Overlap()
+
+#: Bytes per element of an fp8 dispatch: one byte, and a 4-byte scale per 128 elements (DeepSeek-V3
+#: report §3.3.2's 1x128 activation tiles; DeepEP's tests count (1 + 4/128) bytes an element,
+#: tests/legacy/test_internode.py fp8_factor).
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
 
 #: DeepSpeed ZeRO-3 as released in 2021 (v0.3.13-0.3.16): no overlap of the parameter fetch with
 #: compute -- "the async version is not async at all, because each all_gather calls
@@ -196,6 +202,7 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     vec[RATE["attn_copies"]] = 1.0 if rates.attention_copies else 0.0
     vec[RATE["tp_ov_splits"]] = rates.tp_overlap_splits
     vec[RATE["tp_ov_sm"]] = min(rates.tp_overlap_sms / rates.sm_count, 0.5)
+    vec[RATE["dep_nvl_eff"]] = rates.deepep_nvlink_efficiency
     vec[RATE["sms"]] = rates.sm_count
     vec[RATE["g_tile_k"]] = rates.grouped_gemm_tile_overhead
     vec[RATE["g_stream"]] = rates.grouped_gemm_exposed
@@ -223,7 +230,8 @@ _CANDIDATE_ORDER = (
     "bytes_c", "bytes_mm", "bytes_p", "bytes_grad", "bytes_opt", "dropout_bytes",
     "flash", "dropless", "cap_fact", "cp_ring", "moe_imb",
     "zero", "zero_ranks", "defer_grads", "reshard", "tie_emb", "schedule",
-    "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep", "graphs", "ep_disp",
+    "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep",
+    "ep_mode", "ep_disp", "ep_sms", "ep_nodes", "disp_b", "graphs",
 )
 if _CANDIDATE_ORDER != SECONDS_CAND_FIELDS:   # a field added to the ABI must be given a value below
     raise RuntimeError(f"seconds_candidate_values does not follow SECONDS_CAND_FIELDS {SECONDS_CAND_FIELDS}")
@@ -246,7 +254,9 @@ def seconds_candidate_values(spec: Any, d: Any, overlap: Overlap | None = None) 
         spec.zero_stage, d["zero_shard_ranks"], d["defers_grads"], d["reshards"], d["tie_embeddings"],
         SCHEDULES.index(spec.schedule),
         *(overlap or _DEFAULT_OVERLAP).shares(spec),
-        CUDA_GRAPHS.index(spec.cuda_graphs), MOE_DISPATCHERS.index(spec.moe_dispatcher),
+        EP_OVERLAPS.index(spec.ep_overlap), DISPATCHERS.index(spec.moe_dispatcher), spec.moe_dispatcher_sms,
+        spec.moe_node_limit, FP8_DISPATCH_BYTES if spec.moe_dispatch_fp8 else compute_bytes,
+        CUDA_GRAPHS.index(spec.cuda_graphs),
     )
 
 
