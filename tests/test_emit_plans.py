@@ -114,3 +114,21 @@ def test_deepep_is_megatrons_flex_dispatcher():
     flags = megatron_flags(model, spec)
     assert "--moe-token-dispatcher-type flex" in flags and "--moe-flex-dispatcher-backend deepep" in flags
     assert "flex" not in megatron_flags(model, spec.replace(moe_dispatcher="alltoall"))
+
+
+def test_cuda_graphs_as_megatron_states_them():
+    """ExecSpec.cuda_graphs in Megatron-Core's flags: its graph implementation and the sub-blocks each layer's
+    graphs capture (all of the layer when none is listed); a dense model has no router to capture."""
+    from ndcost.io.emit import megatron_flags
+
+    moe = ndcost.Model.from_catalog("qwen3-30b-a3b")
+    spec = ndcost.ExecSpec(dp=8, ep=8, global_batch_size=64)
+    assert "cuda-graph" not in megatron_flags(moe, spec)
+    flags = megatron_flags(moe, spec.replace(cuda_graphs="moe_router"))
+    assert "--cuda-graph-impl transformer_engine" in flags
+    assert "--cuda-graph-modules attn moe_router moe_preprocess" in flags
+    whole = megatron_flags(moe, spec.replace(cuda_graphs="layer"))
+    assert "--cuda-graph-impl transformer_engine" in whole and "--cuda-graph-modules" not in whole
+    dense = ndcost.Model.from_catalog("llama3-8b")
+    assert "--cuda-graph-modules attn" in megatron_flags(dense, ndcost.ExecSpec(dp=8, global_batch_size=64,
+                                                                                cuda_graphs="moe_router"))

@@ -188,7 +188,7 @@ def test_units_share_nothing_but_validation():
     assert nd.units == "nd" and seconds.units == "seconds"
     assert nd.memory.peak == seconds.memory.peak               # one memory model; seconds adds overheads
     assert seconds.memory.device_peak > seconds.memory.peak
-    assert nd.details == {} and set(seconds.details) == {"model_flops", "stage_sums"}
+    assert nd.details == {} and set(seconds.details) == {"model_flops", "stage_sums", "inputs"}
     bad = ExecSpec(dp=3, tp=8, pp=8, global_batch_size=96, seq_length=4096)
     for units in ("nd", "seconds"):
         with pytest.raises(SpecError):

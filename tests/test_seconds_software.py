@@ -130,14 +130,16 @@ def test_tp_comm_overlap_runs_gemms_in_userbuffers_chunks_by_hand(kernels, pyker
     arrays = seconds_arrays(model, spec, cluster)
     cand, rate = arrays["cand"], arrays["rate"]
     m, n, k = 4096.0, 8192.0, 7168.0
-    g = [0.0] * 3
+    g = [0.0] * 5
     oracle._mm3(m, n, k, 1.0, cand, rate, g, False, 2)
     keep = 1.0 - 22.0 / 132.0
     assert g[0] == pytest.approx(4 * oracle._gemm(m / 4, n, k, 1.0, 2.0, 2.0, rate) / keep, rel=1e-12)
     assert g[1] == pytest.approx(4 * oracle._gemm(m / 4, k, n, 1.0, 2.0, 2.0, rate), rel=1e-12)
+    assert (g[3], g[4]) == (4.0, 4.0 + 1.0)   # kernels: 4 chunks forward; 4 input-grad chunks + the wgrad
     oracle._mm3(m, n, k, 1.0, cand, rate, g, False, 1)
     assert g[0] == pytest.approx(4 * oracle._gemm(m / 4, n, k, 1.0, 2.0, 2.0, rate), rel=1e-12)
     assert g[1] == pytest.approx(oracle._gemm(m, k, n, 1.0, 2.0, 2.0, rate), rel=1e-12)
+    assert (g[3], g[4]) == (4.0, 1.0 + 1.0)
     # the layer: slower GEMMs with overlap than without, the same on both backends
     args = [arrays[name] for name in ("kinds", "skinds", "model", "smodel", "cand", "rate")]
     out, ref = np.empty((1, len(L))), np.empty((1, len(L)))

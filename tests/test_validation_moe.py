@@ -131,7 +131,7 @@ def test_rows_are_read_with_their_stated_stack(report):
     gb200 = rows["mbridge_26.04_gb200_deepseekv3_mxfp8_256gpu"].notes
     assert any("NVLink segment 64 GPUs" in note for note in gb200)
     assert any("recompute modules mlp" in note for note in gb200)
-    assert any("CUDA graphs stated" in note for note in gb200)
+    assert any("CUDA graphs 'moe_router'" in note for note in gb200)
     assert any("'mxfp8'" in note for note in gb200)  # priced as blockwise, and said so
     assert any("hybridep" in note for note in gb200)
     h100 = rows["mbridge_26.04_h100_qwen3_235b_a22b_fp8_256gpu"].notes
@@ -165,6 +165,9 @@ def test_the_facts_reach_the_specs():
     assert deepseek.spec.ep_overlap == "dualpipe" and deepseek.rates.fp8_recipe == "blockwise"
     gptoss = built("mbridge_26.04_gb300_gptoss120b_bf16_64gpu")
     assert gptoss.model.family == "gpt_oss" and gptoss.spec.precision == "bf16"
+    # Megatron-Core's CUDA graph scopes: attention, router and preprocessing; Megatron's whole layers
+    assert gptoss.spec.cuda_graphs == "moe_router" and mixtral.spec.cuda_graphs == "layer"
+    assert built("mbridge_26.04_h100_qwen3_235b_a22b_fp8_256gpu").spec.cuda_graphs == "none"
     automodel = built("automodel_h100_deepseekv3_bf16_256gpu")  # FSDP2 with EP, full AC, no MTP
     assert (automodel.spec.zero_stage, automodel.spec.reshard_params, automodel.spec.recompute) == (3, False, "full")
     assert automodel.model.num_nextn_predict_layers == 0 and automodel.spec.pp_schedule == "interleaved"
@@ -239,3 +242,15 @@ def test_validate_builtin_moe_on_the_command_line(capsys):
     assert main(["validate", "--builtin", "moe", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["rows"]) == 21 and set(out["family_mae"]) >= {"gpt_oss", "mixtral"}
+
+
+def test_cuda_graph_facts_as_ndcost_prices_them():
+    """Megatron-Core's graph scopes nest in ndcost (attention, then a MoE layer's router and preprocessing,
+    then the layer): a router scope without the attention is priced with it, and the note says so."""
+    from ndcost.io.fact_rules import cuda_graphs_choice
+
+    assert cuda_graphs_choice("true: transformer_engine, scope attn, moe_router, moe_preprocess")[0] == "moe_router"
+    assert cuda_graphs_choice("true: transformer_engine, scope attn")[0] == "attn"
+    assert cuda_graphs_choice("true: megatron-core enable_cuda_graph (whole transformer layers)")[0] == "layer"
+    choice, note = cuda_graphs_choice("true: transformer_engine, scope moe_router, moe_preprocess")
+    assert choice == "moe_router" and "captures the attention too" in note

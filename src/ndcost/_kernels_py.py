@@ -22,6 +22,8 @@ from .kernels.seconds_ops import *  # noqa: F401,F403
 from .kernels import seconds_ops as _seconds_ops
 from .kernels.seconds_comm import *  # noqa: F401,F403
 from .kernels import seconds_comm as _seconds_comm
+from .kernels.seconds_moe import *  # noqa: F401,F403
+from .kernels import seconds_moe as _seconds_moe
 from .kernels.seconds_layer import *  # noqa: F401,F403
 from .kernels import seconds_layer as _seconds_layer
 from .kernels.seconds import *  # noqa: F401,F403
@@ -32,5 +34,5 @@ from .kernels.one import *  # noqa: F401,F403
 from .kernels import one as _one
 
 __all__ = [*_pipeline.__all__, *_switches.__all__, *_nd_ops.__all__, *_nd_comm.__all__, *_nd_combine.__all__,
-           *_memory.__all__, *_batch.__all__, *_seconds_ops.__all__, *_seconds_comm.__all__,
+           *_memory.__all__, *_batch.__all__, *_seconds_ops.__all__, *_seconds_comm.__all__, *_seconds_moe.__all__,
            *_seconds_layer.__all__, *_seconds.__all__, *_seconds_batch.__all__, *_one.__all__]

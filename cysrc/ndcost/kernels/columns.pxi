@@ -153,7 +153,8 @@ cdef enum:
     SM_rms_norm = 11
     SM_rope = 12
     SM_logit_softcap = 13
-    SM_COUNT = 14
+    SM_router_bias = 14
+    SM_COUNT = 15
 
 cdef enum:
     SC_b = 0
@@ -197,7 +198,8 @@ cdef enum:
     SC_ep_sms = 38
     SC_ep_nodes = 39
     SC_disp_b = 40
-    SC_COUNT = 41
+    SC_graphs = 41
+    SC_COUNT = 42
 
 cdef enum:
     R_peak_mm = 0
@@ -230,7 +232,16 @@ cdef enum:
     R_tp_ov_sm = 27
     R_dep_nvl_eff = 28
     R_sms = 29
-    R_COUNT = 30
+    R_g_tile_k = 30
+    R_g_stream = 31
+    R_g_launch = 32
+    R_launch_s = 33
+    R_graph_s = 34
+    R_permute = 35
+    R_router_fused = 36
+    R_aux_loss = 37
+    R_scatter_rate = 38
+    R_COUNT = 39
 
 cdef enum:
     SX_has_emb = 0
@@ -293,6 +304,56 @@ cdef enum:
     SS_model_flops = 14
     SS_hw_flops = 15
     SS_COUNT = 16
+
+cdef enum:
+    MB_tokens = 0
+    MB_rows = 1
+    MB_local = 2
+    MB_hidden = 3
+    MB_width = 4
+    MB_n_ff = 5
+    MB_experts = 6
+    MB_topk = 7
+    MB_shared = 8
+    MB_shared_tokens = 9
+    MB_grad_acc = 10
+    MB_router_bias = 11
+    MB_COUNT = 12
+
+cdef enum:
+    LO_attn_proj = 0
+    LO_attn_core = 1
+    LO_norm = 2
+    LO_rope = 3
+    LO_attn_other = 4
+    LO_residual = 5
+    LO_router = 6
+    LO_permute = 7
+    LO_experts = 8
+    LO_expert_act = 9
+    LO_unpermute = 10
+    LO_shared_experts = 11
+    LO_mlp = 12
+    LO_mlp_act = 13
+    LO_grad_acc = 14
+    LO_launch = 15
+    LO_tp_comm = 16
+    LO_cp_comm = 17
+    LO_ep_comm = 18
+    LO_COUNT = 19
+
+cdef enum:
+    LF_flops_f = 0
+    LF_bytes_f = 1
+    LF_kernels_f = 2
+    LF_time_f = 3
+    LF_host_f = 4
+    LF_flops_b = 5
+    LF_bytes_b = 6
+    LF_kernels_b = 7
+    LF_time_b = 8
+    LF_host_b = 9
+    LF_COUNT = 10
 
 cdef enum:
     MK_attention = 0

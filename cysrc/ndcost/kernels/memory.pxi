@@ -280,6 +280,9 @@ cdef inline double c_layer_activation_bytes(
         routed_elements += c_mem_ffn_elements(mask, ffn_width / etp, gated)   # expert MLP
         routed_elements += hidden                                         # expert output for the combine
         total += routed_tokens * routed_elements * compute_bytes
+        # the routing's indices, map and row probabilities its backward reads (see the oracle)
+        total += routed_local * (experts * 1.0 + top_k * 8.0)
+        total += routed_tokens * (8.0 + 4.0)
         if shared_width > 0.0:
             total += tokens * compute_bytes * c_mem_ffn_elements(mask, shared_width / tp, gated)
     else:

@@ -30,7 +30,7 @@ cdef inline void c_sec_head(const double* cand, const double* rate, double token
                             double softcap, double* out3) noexcept nogil:
     # One output head on this rank: logits GEMM and Megatron's vocab-parallel cross entropy.
     cdef double t = cand[SC_t], n_split = cand[SC_seq_split], logits, forward, backward
-    cdef double g3[3]
+    cdef double g3[5]
     c_sec_mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3, 1, 0)
     logits = tokens * v / t
     forward = g3[0] + c_sec_pass(SEC_CE_FORWARD_BYTES * logits, SEC_CE_FORWARD_KERNELS * n_split, rate)
@@ -55,7 +55,7 @@ cdef inline void c_sec_vision_edges(const double* smodel, const double* cand, co
     cdef double hv = smodel[SM_v_hidden], m = smodel[SM_v_merge], v_out = smodel[SM_v_out]
     cdef double patch_in = smodel[SM_v_patch_in]
     cdef double rows, merged, wide, fw, bw, bw_w, moved, comm = 0.0
-    cdef double g3[3]
+    cdef double g3[5]
     c_sec_fill(out5, 5, 0.0)
     if patches <= 0.0:
         return
@@ -115,7 +115,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     cdef bint tied_here
     cdef double layer[SL_COUNT]
     cdef double head[3]
-    cdef double g3[3]
+    cdef double g3[5]
     cdef double edges[5]
     cdef const double* row_in
     cdef double* row
@@ -136,7 +136,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                     used = True
         if not used:
             continue
-        c_sec_layer(&kinds[k * K_COUNT], &skinds[k * SK_COUNT], model, smodel, cand, rate, layer)
+        c_sec_layer(&kinds[k * K_COUNT], &skinds[k * SK_COUNT], model, smodel, cand, rate, layer, NULL)
         tp_f = c_sec_exposed(layer[SL_tp_f], layer[SL_gemm_f], ov_tp)
         tp_b = c_sec_exposed(layer[SL_tp_b], layer[SL_gemm_b], ov_tp)
         cp_f = c_sec_exposed(layer[SL_cp_f], layer[SL_core_f], ov_cp)

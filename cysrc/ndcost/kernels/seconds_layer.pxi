@@ -1,7 +1,8 @@
 # Seconds mode, one layer (twin of ndcost/kernels/seconds_layer.py): forward, backward and
 # weight-gradient time of one layer of each kind, its raw communication per pass, the forward time of
-# each recompute switch's ops, its parameters and model FLOPs. Needs kernels/columns.pxi,
-# kernels/seconds_ops.pxi and kernels/seconds_comm.pxi included before it.
+# each recompute switch's ops, its parameters and model FLOPs; and the same layer op by op (a pass
+# takes at least the host's launches of its kernels). Needs kernels/columns.pxi, kernels/seconds_ops.pxi,
+# kernels/seconds_comm.pxi and kernels/seconds_moe.pxi included before it.
 
 from libc.math cimport floor
 
@@ -18,18 +19,40 @@ cdef double SEC_EAGER_RMSNORM_FP32_BYTES = 28.0
 cdef double SEC_EAGER_RMSNORM_KERNELS = 8.0
 cdef double SEC_EAGER_ROPE_FP32_BYTES = 16.0
 cdef double SEC_EAGER_ROPE_KERNELS = 3.0
-cdef double SEC_EAGER_SWIGLU_PASSES = 5.0
+
+
+cdef inline void c_sec_note_core(double* note, double* ops, bint has_core, bint flash, bint recurrent,
+                                 double flops, double tokens, double a, double n_kv, double d_qk, double d_v,
+                                 double scores, double t, double cp, double bc, double n_split, double forward,
+                                 double backward) noexcept nogil:
+    # Note the token mixer's core (the oracle's _note_core).
+    cdef double k_f = 0.0, k_b = 0.0, run = 0.0, moved = 0.0
+    if has_core:
+        if flash:
+            k_f = n_split
+            k_b = n_split
+        else:
+            k_f = 2.0 * n_split
+            k_b = 4.0 * n_split
+    if recurrent:
+        k_f += n_split
+        k_b += 2.0 * n_split
+    if ops != NULL:
+        run = flops / (t * cp)
+        moved = bc * tokens * (a * (d_qk + d_v) + n_kv * (d_qk + d_v)) / t + 2.0 * bc * scores
+    c_sec_note(note, ops, LO_attn_core, SEC_SCOPE_ATTN, run, moved, k_f, forward,
+               (SEC_FLASH_BACKWARD_FLOPS if flash else 2.0) * run, 2.0 * moved, k_b, backward)
 
 
 cdef inline void c_sec_layer(const double* kind, const double* skind, const double* model,
                              const double* smodel, const double* cand, const double* rate,
-                             double* out) noexcept nogil:
+                             double* out, double* ops) noexcept nogil:
     # One layer of a kind, per micro-batch and device (the oracle's _layer, step for step), on the
     # kind's hidden size (sub_h) and its own tokens per sample when it states them (seq_tokens > 0).
     cdef double b = cand[SC_b], t = cand[SC_t], cp = cand[SC_cp], sp = cand[SC_sp]
     cdef double s = kind[K_seq_tokens] if kind[K_seq_tokens] > 0.0 else cand[SC_s]
     cdef double ep = cand[SC_ep], t_exp = cand[SC_t_exp], n_split = cand[SC_seq_split]
-    cdef double bc = cand[SC_bytes_c], bm = cand[SC_bytes_mm], bg = cand[SC_bytes_grad]
+    cdef double bc = cand[SC_bytes_c], bg = cand[SC_bytes_grad]
     cdef double db = cand[SC_dropout_bytes]
     cdef bint flash = cand[SC_flash] != 0.0
     cdef double mm16_rate = rate[R_mm16_eff] * rate[R_peak_attn]
@@ -41,18 +64,23 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double n_kv, dh, gate, d_qk, d_v, tokens, rows, x_sp, n_ff, width, n_qkv
     cdef double q_el, kv_el, steps_acc, f_ring, b_ring
     cdef bint moe, has_core
-    cdef double g3[3]
+    cdef double g3[5]
+    cdef double note[SEC_NOTE_SIZE]
+    cdef double ffn_act[2]
+    cdef double waits[2]
+    cdef double per_norm, ffn_norms, attn_norm_bytes, attn_norm_kernels, residual, copied, copies, act_f = 0.0
+    cdef double moved, added, unfused_passes
+    cdef int ffn_scope
     cdef double fw = 0.0, bw = 0.0, bw_w = 0.0, gemm_f = 0.0, gemm_b = 0.0, p_dense, p_expert
     cdef double w_att, extra, f_att, d_att, w_grad, up_share, flops_att
     cdef double core_f = 0.0, core_b = 0.0, flops_core = 0.0, scores = 0.0, core_extra = 0.0
     cdef double heads, run, keys, q_rows, window, span, full_chunks, rest
     cdef bint windowed, causal, masked
     cdef double flops_rec = 0.0, n_v, d_k, dv_lin, conv_bytes = 0.0, compute, memory, rec_f
-    cdef double flops_ffn = 0.0, act_bytes = 0.0, other_bytes = 0.0, other_kernels = 2.0, ffn_f = 0.0
+    cdef double flops_ffn = 0.0, ffn_f = 0.0
     cdef double sums[5]
-    cdef double topk, n_exp, cap, tok_moe, slots, local, per, wide, e_f, e_d, e_w, shared = 0.0
-    cdef double norm_bytes, norm_kernels, softmax_bytes, dropout_bytes, permute_bytes, act_kernels
-    cdef double ew_bytes, ew_kernels, full, gather, tp_pass, kv, step, qkv, o, ulysses, routed, a2a, dispatch
+    cdef double cap, norm_kernels
+    cdef double full, gather, tp_pass, kv, step, qkv, o, ulysses, routed, a2a, dispatch
     cdef double rotated
     cdef double mixer = kind[K_mixer], parts, ssm_inner = 0.0, ssm_conv = 0.0, n_in, chunk, state, n_norm
     cdef bint has_ffn = kind[K_has_ffn] != 0.0
@@ -63,7 +91,6 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     # sub-blocks (residual add, TP gather/scatter pair, pre-norm each): 2 in a transformer layer, 1 in a
     # hybrid stack's block
     parts = (0.0 if mixer == SEC_MIXER_NONE else 1.0) + (1.0 if has_ffn else 0.0)
-    other_kernels = parts
     f_att = 0.0
     d_att = 0.0
     w_grad = 0.0
@@ -81,17 +108,20 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     moe = kind[K_is_moe] != 0.0
     has_core = kind[K_n_attBMM] != 0.0
     n_qkv = (a * (1.0 + gate) + 2.0 * n_kv) * dh
+    c_sec_note_start(cand, rate, note)
 
     # attention projections; Mamba-2's in_proj (h -> z, x, B, C, dt) and out_proj (d_inner -> h)
     if mixer == SEC_MIXER_MAMBA:
         ssm_inner = a * dh
         ssm_conv = ssm_inner + 2.0 * n_kv * kind[K_lin_d_k]
         n_in = ssm_inner + ssm_conv + a
-        c_sec_mm3(rows, n_in / t, h, n_split, cand, rate, g3, 0, 1)
+        c_sec_mm3_noted(rows, n_in / t, h, n_split, cand, rate, g3, 0, 1, note, ops, LO_attn_proj,
+                        SEC_SCOPE_ATTN)
         f_att = g3[0]
         d_att = g3[1]
         w_grad = g3[2]
-        c_sec_mm3(rows, h, ssm_inner / t, n_split, cand, rate, g3, 0, 2)
+        c_sec_mm3_noted(rows, h, ssm_inner / t, n_split, cand, rate, g3, 0, 2, note, ops, LO_attn_proj,
+                        SEC_SCOPE_ATTN)
         f_att = f_att + g3[0]
         d_att = d_att + g3[1]
         w_grad = w_grad + g3[2]
@@ -100,19 +130,23 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         # Mamba-1: in_proj h -> [x, z], x_proj d_inner -> dt_rank + 2N, dt_proj dt_rank -> d_inner, out_proj
         ssm_inner = a
         state = kind[K_lin_d_k]
-        c_sec_mm3(rows, 2.0 * ssm_inner / t, h, n_split, cand, rate, g3, 0, 1)
+        c_sec_mm3_noted(rows, 2.0 * ssm_inner / t, h, n_split, cand, rate, g3, 0, 1, note, ops, LO_attn_proj,
+                        SEC_SCOPE_ATTN)
         f_att = g3[0]
         d_att = g3[1]
         w_grad = g3[2]
-        c_sec_mm3(rows, n_kv + 2.0 * state, ssm_inner / t, n_split, cand, rate, g3, 0, 0)
+        c_sec_mm3_noted(rows, n_kv + 2.0 * state, ssm_inner / t, n_split, cand, rate, g3, 0, 0, note, ops, LO_attn_proj,
+                        SEC_SCOPE_ATTN)
         f_att = f_att + g3[0]
         d_att = d_att + g3[1]
         w_grad = w_grad + g3[2]
-        c_sec_mm3(rows, ssm_inner / t, n_kv, n_split, cand, rate, g3, 0, 0)
+        c_sec_mm3_noted(rows, ssm_inner / t, n_kv, n_split, cand, rate, g3, 0, 0, note, ops, LO_attn_proj,
+                        SEC_SCOPE_ATTN)
         f_att = f_att + g3[0]
         d_att = d_att + g3[1]
         w_grad = w_grad + g3[2]
-        c_sec_mm3(rows, h, ssm_inner / t, n_split, cand, rate, g3, 0, 2)
+        c_sec_mm3_noted(rows, h, ssm_inner / t, n_split, cand, rate, g3, 0, 2, note, ops, LO_attn_proj,
+                        SEC_SCOPE_ATTN)
         f_att = f_att + g3[0]
         d_att = d_att + g3[1]
         w_grad = w_grad + g3[2]
@@ -121,21 +155,26 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         pass
     elif kind[K_is_mla] != 0.0:
         w_att = kind[K_mla_w]
-        c_sec_mm3(rows, w_att / (h * t), h, n_split, cand, rate, g3, 0, 1)
+        c_sec_mm3_noted(rows, w_att / (h * t), h, n_split, cand, rate, g3, 0, 1, note, ops, LO_attn_proj,
+                        SEC_SCOPE_ATTN)
         extra = 4.0 * n_split * kernel_s
         f_att = g3[0] + extra
         d_att = g3[1] + extra
         w_grad = g3[2] + extra
+        c_sec_note(note, ops, LO_attn_proj, SEC_SCOPE_ATTN, 0.0, 0.0, 4.0 * n_split, extra, 0.0, 0.0, 8.0 * n_split,
+                   2.0 * extra)
         up_share = kind[K_mla_up] / w_att if w_att > 0.0 else 0.0
         out[SL_sw_attUp] = up_share * f_att
         flops_att = 2.0 * b * s * w_att
         out[SL_flops_up] = 2.0 * b * s * kind[K_mla_up]
     else:
-        c_sec_mm3(rows, n_qkv / t, h, n_split, cand, rate, g3, 0, 1)
+        c_sec_mm3_noted(rows, n_qkv / t, h, n_split, cand, rate, g3, 0, 1, note, ops, LO_attn_proj,
+                        SEC_SCOPE_ATTN)
         f_att = g3[0]
         d_att = g3[1]
         w_grad = g3[2]
-        c_sec_mm3(rows, h, a * dh / t, n_split, cand, rate, g3, 0, 2)
+        c_sec_mm3_noted(rows, h, a * dh / t, n_split, cand, rate, g3, 0, 2, note, ops, LO_attn_proj,
+                        SEC_SCOPE_ATTN)
         f_att = f_att + g3[0]
         d_att = d_att + g3[1]
         w_grad = w_grad + g3[2]
@@ -218,10 +257,14 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         core_f += rec_f
         core_b += 2.0 * rec_f
         conv_bytes = 2.0 * bc * tokens * ssm_inner / t
+    if core_f > 0.0:
+        c_sec_note_core(note, ops, has_core, flash, flops_rec > 0.0, flops_core + core_extra + flops_rec, tokens, a,
+                        n_kv, d_qk, d_v, scores, t, cp, bc, n_split, core_f, core_b)
     fw += core_f
     bw += core_b
 
-    # FFN (ffn_f: the forward of the FFN matmuls, routed + shared experts or the dense pair)
+    # FFN (ffn_f: the forward of the FFN matmuls, routed + shared experts or the dense pair; act_f the
+    # forward of the activation pass, ffAct); a MoE layer's FFN is c_sec_moe_ffn
     sums[0] = fw
     sums[1] = bw
     sums[2] = bw_w
@@ -230,65 +273,42 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     if not has_ffn:
         pass
     elif moe:
-        topk = model[M_n_chosen]
-        n_exp = model[M_n_exp]
-        cap = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
-        tok_moe = tokens / sp
-        slots = tokens * topk * cap
-        local = n_exp / ep
-        c_sec_mm3(tok_moe / n_split, n_exp, h, n_split, cand, rate, g3, 1, 0)
-        c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
-        per = slots / local / n_split if local > 0.0 else 0.0
-        wide = (n_ff - 1.0) * width / t_exp
-        e_f = n_split * (c_sec_gemm(per, wide, h, local, bm, bc, rate, 0)
-                         + c_sec_gemm(per, h, width / t_exp, local, bm, bc, rate, 0))
-        e_d = n_split * (c_sec_gemm(per, h, wide, local, bm, bc, rate, 0)
-                         + c_sec_gemm(per, width / t_exp, h, local, bm, bc, rate, 0))
-        e_w = n_split * (c_sec_gemm(h, wide, per, local, bm, 2.0 * bg, rate, 0)
-                         + c_sec_gemm(width / t_exp, h, per, local, bm, 2.0 * bg, rate, 0))
-        e_f += n_split * (c_sec_cast(per * local * h, cand, rate) + c_sec_cast(per * local * width / t_exp, cand, rate))
-        e_f += rate[R_f8_w_mb] * local * c_sec_cast(h * (wide + width / t_exp), cand, rate)
-        e_d += n_split * (c_sec_cast(per * local * wide, cand, rate) + c_sec_cast(per * local * h, cand, rate))
-        c_sec_add_gemm(sums, e_f, e_d, e_w)
-        ffn_f = e_f
-        act_bytes += n_ff * bc * slots * width / t_exp
-        shared = smodel[SM_shared_width]
-        if shared > 0.0:
-            ffn_f += c_sec_ffn_pair(rows, shared, h, n_ff, n_split, cand, rate, sums)
-            act_bytes += n_ff * bc * tokens * shared / t
-        other_bytes += 2.0 * bc * tok_moe * h * (1.0 + topk * cap) + 2.0 * 4.0 * tok_moe * n_exp
-        other_kernels += 4.0
-        flops_ffn = 2.0 * b * s * h * (topk * n_ff * width + n_exp + n_ff * shared)
+        flops_ffn = c_sec_moe_ffn(model, smodel, cand, rate, tokens, h, n_ff, width, sums, note, ops, ffn_act)
+        ffn_f = ffn_act[0]
+        act_f = ffn_act[1]
     else:
-        ffn_f = c_sec_ffn_pair(rows, width, h, n_ff, n_split, cand, rate, sums)
-        act_bytes = (SEC_EAGER_SWIGLU_PASSES if eager and n_ff == 3.0 else n_ff) * bc * tokens * width / t
-        if eager and n_ff == 3.0:
-            other_kernels += 1.0
+        ffn_f = c_sec_ffn_pair(rows, width, h, n_ff, n_split, cand, rate, sums, note, ops, LO_mlp)
+        unfused_passes = SEC_EAGER_SWIGLU_PASSES if eager and n_ff == 3.0 else n_ff
+        act_f = c_sec_note_pass(note, ops, LO_mlp_act, SEC_SCOPE_FFN, unfused_passes * bc * tokens * width / t,
+                                (2.0 if eager and n_ff == 3.0 else 1.0) * n_split, rate, sums)
         flops_ffn = 2.0 * b * s * h * n_ff * width
-    fw = sums[0]
-    bw = sums[1]
-    bw_w = sums[2]
-    gemm_f = sums[3]
-    gemm_b = sums[4]
 
-    # elementwise work
+    # elementwise work, each class an op of its own (the oracle's order)
     n_norm = kind[K_n_normOp]
-    norm_bytes = n_norm * 2.0 * bc * x_sp
-    norm_kernels = n_norm
+    per_norm = 2.0 * bc * x_sp
+    norm_kernels = 1.0
     if eager and smodel[SM_rms_norm] != 0.0:
-        norm_bytes = n_norm * (SEC_EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp
-        norm_kernels = n_norm * SEC_EAGER_RMSNORM_KERNELS
+        per_norm = (SEC_EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp
+        norm_kernels = SEC_EAGER_RMSNORM_KERNELS
+    ffn_norms = 1.0 if has_ffn and n_norm > 0.0 else 0.0
+    attn_norm_bytes = (n_norm - ffn_norms) * per_norm
+    attn_norm_kernels = (n_norm - ffn_norms) * norm_kernels
     if kind[K_n_qknorm] != 0.0 and mixer == SEC_MIXER_ATTENTION:
-        norm_bytes += 2.0 * bc * tokens * (a + n_kv) * dh / t
-        norm_kernels += 2.0
-    softmax_bytes = 0.0
-    dropout_bytes = 0.0
-    permute_bytes = 0.0
+        attn_norm_bytes += 2.0 * bc * tokens * (a + n_kv) * dh / t
+        attn_norm_kernels += 2.0
+    ffn_scope = SEC_SCOPE_PRE if moe else SEC_SCOPE_FFN
+    out[SL_sw_normOp] = (
+        c_sec_note_pass(note, ops, LO_norm, SEC_SCOPE_ATTN, attn_norm_bytes, attn_norm_kernels * n_split, rate, sums)
+        + c_sec_note_pass(note, ops, LO_norm, ffn_scope, ffn_norms * per_norm, ffn_norms * norm_kernels * n_split,
+                          rate, sums))
     if scores > 0.0:
-        softmax_bytes = 2.0 * bc * scores
+        out[SL_sw_softmax] = c_sec_note_pass(note, ops, LO_attn_other, SEC_SCOPE_ATTN, 2.0 * bc * scores, n_split,
+                                             rate, sums)
         if db > 0.0:
-            dropout_bytes = (2.0 * bc + db) * scores
-        permute_bytes = 2.0 * bc * tokens * a * d_v / t
+            out[SL_sw_dropout] = c_sec_note_pass(note, ops, LO_attn_other, SEC_SCOPE_ATTN, (2.0 * bc + db) * scores,
+                                                 n_split, rate, sums)
+        out[SL_sw_attBMM] += c_sec_note_pass(note, ops, LO_attn_other, SEC_SCOPE_ATTN,
+                                             2.0 * bc * tokens * a * d_v / t, n_split, rate, sums)
     # rotary embedding of q and k: fused (read + write) or eager (fp32 complex multiply)
     if smodel[SM_rope] != 0.0 and has_core:
         if kind[K_is_mla] != 0.0:
@@ -296,40 +316,31 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         else:
             rotated = tokens * (a + n_kv) * dh / t
         if eager:
-            other_bytes += (2.0 * bc + SEC_EAGER_ROPE_FP32_BYTES) * rotated
-            other_kernels += 2.0 * SEC_EAGER_ROPE_KERNELS
+            c_sec_note_pass(note, ops, LO_rope, SEC_SCOPE_ATTN, (2.0 * bc + SEC_EAGER_ROPE_FP32_BYTES) * rotated,
+                            2.0 * SEC_EAGER_ROPE_KERNELS * n_split, rate, sums)
         else:
-            other_bytes += 2.0 * bc * rotated
-            other_kernels += 2.0
+            c_sec_note_pass(note, ops, LO_rope, SEC_SCOPE_ATTN, 2.0 * bc * rotated, 2.0 * n_split, rate, sums)
     if rate[R_attn_copies] != 0.0 and has_core and kind[K_is_mla] == 0.0:
         # repeat_kv's K/V copies for every query head (GQA) and the output made contiguous again
+        copied = 2.0 * bc * tokens * a * dh / t
+        copies = 1.0
         if n_kv < a:
-            other_bytes += bc * tokens * (2.0 * n_kv * dh + 2.0 * a * dh) / t
-            other_kernels += 2.0
-        other_bytes += 2.0 * bc * tokens * a * dh / t
-        other_kernels += 1.0
-    other_bytes += parts * (3.0 * bc + db) * x_sp + conv_bytes
+            copied += bc * tokens * (2.0 * n_kv * dh + 2.0 * a * dh) / t
+            copies += 2.0
+        c_sec_note_pass(note, ops, LO_attn_other, SEC_SCOPE_ATTN, copied, copies * n_split, rate, sums)
     if conv_bytes > 0.0:
-        other_kernels += 2.0
-    act_kernels = 0.0
+        c_sec_note_pass(note, ops, LO_attn_other, SEC_SCOPE_ATTN, conv_bytes, 2.0 * n_split, rate, sums)
+    residual = (3.0 * bc + db) * x_sp
+    if mixer != SEC_MIXER_NONE:
+        c_sec_note_pass(note, ops, LO_residual, SEC_SCOPE_ATTN, residual, n_split, rate, sums)
     if has_ffn:
-        act_kernels = 1.0 + (1.0 if moe and smodel[SM_shared_width] > 0.0 else 0.0)
-    out[SL_sw_ffAct] = c_sec_pass(act_bytes, act_kernels * n_split, rate)
-    out[SL_sw_normOp] = c_sec_pass(norm_bytes, norm_kernels * n_split, rate)
-    out[SL_sw_softmax] = c_sec_pass(softmax_bytes, n_split, rate)
-    out[SL_sw_dropout] = c_sec_pass(dropout_bytes, n_split, rate)
-    out[SL_sw_attBMM] += c_sec_pass(permute_bytes, n_split, rate)
-    ew_bytes = act_bytes + norm_bytes + softmax_bytes + dropout_bytes + permute_bytes + other_bytes
-    ew_kernels = act_kernels + norm_kernels + other_kernels
-    if softmax_bytes > 0.0:
-        ew_kernels += 1.0
-    if dropout_bytes > 0.0:
-        ew_kernels += 1.0
-    if permute_bytes > 0.0:
-        ew_kernels += 1.0
-    ew_kernels *= n_split
-    fw += c_sec_pass(ew_bytes, ew_kernels, rate)
-    bw += c_sec_pass(SEC_POINTWISE_BACKWARD_BYTES * ew_bytes, ew_kernels, rate)
+        c_sec_note_pass(note, ops, LO_residual, SEC_SCOPE_FFN, residual, n_split, rate, sums)
+    out[SL_sw_ffAct] = act_f
+    fw = sums[0]
+    bw = sums[1]
+    bw_w = sums[2]
+    gemm_f = sums[3]
+    gemm_b = sums[4]
 
     # tensor parallelism
     if t > 1.0:
@@ -361,6 +372,8 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
             out[SL_sw_attBMM] += f_ring
             fw += f_ring
             bw += b_ring
+            c_sec_note(note, ops, LO_attn_core, SEC_SCOPE_ATTN, 0.0, 0.0, (2.0 + 4.0 * cp) * n_split, f_ring, 0.0,
+                       0.0, (1.0 + 3.0 * cp) * n_split, b_ring)
         else:
             qkv = tokens * (a * d_qk + n_kv * (d_qk + d_v)) * bc / t
             o = tokens * a * d_v * bc / t
@@ -385,7 +398,21 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     p_expert = skind[SK_p_routed] / (ep * t_exp)
     if rate[R_grad_acc_pass] != 0.0:
         # no gradient-accumulation fusion: a separate add of the 16-bit gradient into the main one
-        bw_w += c_sec_pass((p_dense + p_expert) * (bc + 2.0 * bg), n_split, rate)
+        moved = (p_dense + p_expert) * (bc + 2.0 * bg)
+        added = c_sec_pass(moved, n_split, rate)
+        bw_w += added
+        c_sec_note(note, ops, LO_grad_acc, SEC_SCOPE_FFN, 0.0, 0.0, 0.0, 0.0, 0.0, moved, n_split, added)
+    # the host's launches: a pass takes at least that long ("launch")
+    c_sec_note_launch(note, ops, fw, bw + bw_w, waits)
+    fw += waits[0]
+    bw += waits[1]
+    if ops != NULL:
+        ops[LO_tp_comm * LF_COUNT + LF_time_f] = out[SL_tp_f]
+        ops[LO_tp_comm * LF_COUNT + LF_time_b] = out[SL_tp_b]
+        ops[LO_cp_comm * LF_COUNT + LF_time_f] = out[SL_cp_f]
+        ops[LO_cp_comm * LF_COUNT + LF_time_b] = out[SL_cp_b]
+        ops[LO_ep_comm * LF_COUNT + LF_time_f] = out[SL_ep_f]
+        ops[LO_ep_comm * LF_COUNT + LF_time_b] = out[SL_ep_b]
     out[SL_fw] = fw
     out[SL_bw] = bw
     out[SL_bw_w] = bw_w
@@ -423,6 +450,30 @@ def seconds_layer_times(const double[:, ::1] kinds, const double[:, ::1] skinds,
         ok = c_sec_cand_ok(&cand[0], &rate[0])
         for k in range(n_kinds):
             if ok:
-                c_sec_layer(&kinds[k, 0], &skinds[k, 0], &model[0], &smodel[0], &cand[0], &rate[0], &out[k, 0])
+                c_sec_layer(&kinds[k, 0], &skinds[k, 0], &model[0], &smodel[0], &cand[0], &rate[0], &out[k, 0], NULL)
             else:
                 c_sec_fill(&out[k, 0], SL_COUNT, NAN)
+
+
+def seconds_layer_ops(const double[:, ::1] kinds, const double[:, ::1] skinds, const double[::1] model,
+                      const double[::1] smodel, const double[::1] cand, const double[::1] rate, Py_ssize_t kind,
+                      double[:, ::1] out):
+    """One layer of kind `kind`, op by op (LAYER_OP_NAMES x LAYER_OP_FIELDS); see the oracle."""
+    cdef Py_ssize_t n_kinds = kinds.shape[0]
+    cdef double layer[SL_COUNT]
+    cdef bint priced = False
+    c_sec_check_rows("kinds", n_kinds, K_COUNT, kinds.shape[0], kinds.shape[1])
+    c_sec_check_rows("skinds", n_kinds, SK_COUNT, skinds.shape[0], skinds.shape[1])
+    c_sec_check_len("model", M_COUNT, model.shape[0])
+    c_sec_check_len("smodel", SM_COUNT, smodel.shape[0])
+    c_sec_check_len("cand", SC_COUNT, cand.shape[0])
+    c_sec_check_len("rate", R_COUNT, rate.shape[0])
+    c_sec_check_rows("out", LO_COUNT, LF_COUNT, out.shape[0], out.shape[1])
+    with nogil:
+        c_sec_fill(&out[0, 0], LO_COUNT * LF_COUNT, 0.0)
+        if 0 <= kind < n_kinds and c_sec_cand_ok(&cand[0], &rate[0]):
+            c_sec_layer(&kinds[kind, 0], &skinds[kind, 0], &model[0], &smodel[0], &cand[0], &rate[0], layer,
+                        &out[0, 0])
+            priced = layer[SL_fw] == layer[SL_fw]
+        if not priced:
+            c_sec_fill(&out[0, 0], LO_COUNT * LF_COUNT, NAN)

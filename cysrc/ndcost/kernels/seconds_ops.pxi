@@ -1,11 +1,18 @@
 # Seconds mode, the price of one op (twin of ndcost/kernels/seconds_ops.py): a GEMM, an elementwise
-# pass, an fp8 cast, a GEMM's three passes and an FFN pair; and the checks of the seconds kernels'
-# inputs. Every formula, constant and source is stated once, in the oracle; this file repeats each
+# pass, an fp8 cast, a GEMM's three passes and an FFN pair; where a layer's ops are noted (the host's
+# launches, the per-op table); and the checks of the seconds kernels' inputs. Every formula, constant and source is stated once, in the oracle; this file repeats each
 # computation in the oracle's order so that the two agree to rounding. The seconds area is four
 # files, included in this order: seconds_ops, seconds_comm, seconds_layer, seconds.
 # Needs kernels/columns.pxi (the ABI enums) included before it.
 
 cdef double SEC_POINTWISE_BACKWARD_BYTES = 1.5
+cdef double SEC_EAGER_SWIGLU_PASSES = 5.0
+# where a layer's kernels run (the oracle's SCOPE_*), and the note's size (NOTE_SIZE)
+cdef enum:
+    SEC_SCOPE_ATTN = 0
+    SEC_SCOPE_PRE = 1
+    SEC_SCOPE_FFN = 2
+    SEC_NOTE_SIZE = 9
 
 
 cdef inline double c_sec_gemm(double m, double n, double k, double batch, double in_bytes,
@@ -64,7 +71,8 @@ cdef inline bint c_sec_cand_ok(const double* cand, const double* rate) noexcept 
 
 cdef inline void c_sec_mm3(double m, double n, double k, double chunks, const double* cand,
                            const double* rate, double* out3, bint sixteen, int side) noexcept nogil:
-    # A weight GEMM run `chunks` times: (forward, input grad, weight grad accumulating at bytes_grad);
+    # A weight GEMM run `chunks` times: (forward, input grad, weight grad accumulating at bytes_grad,
+    # forward kernels, backward kernels);
     # under fp8 (not `sixteen`) the input (and weight with f8_w_mb) cast forward, the output grad back.
     # `side` (1 after an all-gather, 2 before a reduce-scatter) shapes it under TP comm overlap as
     # TE userbuffers run it (see the oracle's _mm3).
@@ -81,9 +89,14 @@ cdef inline void c_sec_mm3(double m, double n, double k, double chunks, const do
     out3[0] = chunks * f_split * c_sec_gemm(m / f_split, n, k, 1.0, bm, bc, rate, sixteen) / f_keep
     out3[1] = chunks * d_split * c_sec_gemm(m / d_split, k, n, 1.0, bm, bc, rate, sixteen)
     out3[2] = chunks * c_sec_gemm(k, n, m, 1.0, bm, 2.0 * bg, rate, sixteen)
+    out3[3] = chunks * f_split
+    out3[4] = chunks * (d_split + 1.0)
     if not sixteen:
         out3[0] += chunks * c_sec_cast(m * k, cand, rate) + rate[R_f8_w_mb] * c_sec_cast(k * n, cand, rate)
         out3[1] += chunks * c_sec_cast(m * n, cand, rate)
+        if cand[SC_bytes_mm] == 1.0:
+            out3[3] += (chunks + rate[R_f8_w_mb]) * rate[R_f8_cast_k]
+            out3[4] += chunks * rate[R_f8_cast_k]
 
 
 cdef inline void c_sec_add_gemm(double* sums, double f, double d, double w) noexcept nogil:
@@ -95,18 +108,100 @@ cdef inline void c_sec_add_gemm(double* sums, double f, double d, double w) noex
     sums[4] += d + w
 
 
+cdef inline void c_sec_note_start(const double* cand, const double* rate, double* note) noexcept nogil:
+    # A layer's note before its ops: no kernels, each scope's host seconds per kernel (replayed from a
+    # CUDA graph where the spec captures the scope, else launched).
+    cdef double graphs = cand[SC_graphs], launch = rate[R_launch_s], replay = rate[R_graph_s]
+    cdef int i
+    for i in range(6):
+        note[i] = 0.0
+    note[6] = replay if graphs >= 1.0 else launch
+    note[7] = replay if graphs >= 2.0 else launch
+    note[8] = replay if graphs >= 3.0 else launch
+
+
+cdef inline void c_sec_note(double* note, double* ops, int op, int scope, double flops_f, double bytes_f,
+                            double kernels_f, double time_f, double flops_b, double bytes_b, double kernels_b,
+                            double time_b) noexcept nogil:
+    # Count an op's kernels in the note (per scope and pass); with ops (not NULL) add its row's figures.
+    cdef double* row
+    note[2 * scope] += kernels_f
+    note[2 * scope + 1] += kernels_b
+    if ops != NULL:
+        row = ops + op * LF_COUNT
+        row[LF_flops_f] += flops_f
+        row[LF_bytes_f] += bytes_f
+        row[LF_kernels_f] += kernels_f
+        row[LF_time_f] += time_f
+        row[LF_host_f] += kernels_f * note[6 + scope]
+        row[LF_flops_b] += flops_b
+        row[LF_bytes_b] += bytes_b
+        row[LF_kernels_b] += kernels_b
+        row[LF_time_b] += time_b
+        row[LF_host_b] += kernels_b * note[6 + scope]
+
+
+cdef inline double c_sec_note_pass(double* note, double* ops, int op, int scope, double moved, double kernels,
+                                   const double* rate, double* sums) noexcept nogil:
+    # An elementwise op: its forward and backward (1.5x the bytes) into sums[0], sums[1], noted; returns
+    # its forward time.
+    cdef double forward = c_sec_pass(moved, kernels, rate)
+    cdef double backward = c_sec_pass(SEC_POINTWISE_BACKWARD_BYTES * moved, kernels, rate)
+    sums[0] += forward
+    sums[1] += backward
+    if moved > 0.0:
+        c_sec_note(note, ops, op, scope, 0.0, moved, kernels, forward, 0.0, SEC_POINTWISE_BACKWARD_BYTES * moved,
+                   kernels, backward)
+    return forward
+
+
+cdef inline void c_sec_mm3_noted(double m, double n, double k, double chunks, const double* cand,
+                                 const double* rate, double* out5, bint sixteen, int side, double* note,
+                                 double* ops, int op, int scope) noexcept nogil:
+    # c_sec_mm3 into out5, noted as `op` of `scope` (FLOPs and bytes as the oracle's _mm3_noted).
+    cdef double flops = 0.0, bytes_f = 0.0, bytes_b = 0.0, bc, bm
+    c_sec_mm3(m, n, k, chunks, cand, rate, out5, sixteen, side)
+    if ops != NULL and m > 0.0 and n > 0.0 and k > 0.0:
+        bc = cand[SC_bytes_c]
+        bm = bc if sixteen else cand[SC_bytes_mm]
+        flops = 2.0 * m * n * k * chunks
+        bytes_f = chunks * (bm * (m * k + k * n) + bc * m * n)
+        bytes_b = chunks * (bm * (m * n + n * k) + bc * m * k + bm * (k * m + m * n)
+                            + 2.0 * cand[SC_bytes_grad] * k * n)
+    c_sec_note(note, ops, op, scope, flops, bytes_f, out5[3], out5[0], 2.0 * flops, bytes_b, out5[4],
+               out5[1] + out5[2])
+
+
+cdef inline void c_sec_note_launch(const double* note, double* ops, double forward, double backward,
+                                   double* waits) noexcept nogil:
+    # What the host's launches add to a pass (waits[0], waits[1]); with ops the "launch" row.
+    cdef double host_f = note[0] * note[6] + note[2] * note[7] + note[4] * note[8]
+    cdef double host_b = note[1] * note[6] + note[3] * note[7] + note[5] * note[8]
+    cdef double* row
+    waits[0] = host_f - forward if host_f > forward else 0.0
+    waits[1] = host_b - backward if host_b > backward else 0.0
+    if ops != NULL:
+        row = ops + LO_launch * LF_COUNT
+        row[LF_time_f] = waits[0]
+        row[LF_time_b] = waits[1]
+        row[LF_host_f] = host_f
+        row[LF_host_b] = host_b
+
+
 cdef inline double c_sec_ffn_pair(double rows, double width, double h, double n_ff, double n_split,
-                                  const double* cand, const double* rate, double* sums) noexcept nogil:
+                                  const double* cand, const double* rate, double* sums, double* note, double* ops,
+                                  int op) noexcept nogil:
     # A dense FFN of `width`: up (with the gate) h -> (n_ff - 1)·width/t, down width/t -> h; each
-    # GEMM's times into sums, the up GEMM's first; returns the pair's forward time.
+    # GEMM's times into sums, the up GEMM's first, noted as `op` of the FFN scope; returns the pair's
+    # forward time.
     cdef double t = cand[SC_t], forward
-    cdef double g3[3]
-    c_sec_mm3(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g3, 0, 1)
-    c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
-    forward = g3[0]
-    c_sec_mm3(rows, h, width / t, n_split, cand, rate, g3, 0, 2)
-    c_sec_add_gemm(sums, g3[0], g3[1], g3[2])
-    return forward + g3[0]
+    cdef double g5[5]
+    c_sec_mm3_noted(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g5, 0, 1, note, ops, op, SEC_SCOPE_FFN)
+    c_sec_add_gemm(sums, g5[0], g5[1], g5[2])
+    forward = g5[0]
+    c_sec_mm3_noted(rows, h, width / t, n_split, cand, rate, g5, 0, 2, note, ops, op, SEC_SCOPE_FFN)
+    c_sec_add_gemm(sums, g5[0], g5[1], g5[2])
+    return forward + g5[0]
 
 
 cdef inline void c_sec_check_rows(str name, Py_ssize_t rows, Py_ssize_t width, Py_ssize_t got_rows,

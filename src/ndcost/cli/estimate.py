@@ -39,9 +39,14 @@ def price_from_args(args: argparse.Namespace) -> tuple:
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
     model, spec, cluster, result, moved = price_from_args(args)
+    if args.ops and result.units != "seconds":
+        raise SpecError("--ops", "ndcost estimate", "be asked for in seconds units (the per-op table prices seconds "
+                        "mode)", result.units)
     if args.json:
         out = result.to_dict()
         out["model"] = model.name
+        if args.ops:
+            out["ops"] = [table.to_dict() for table in result.ops()]
         if moved is not None:
             out["balanced"] = {"moves": moved, "offset": spec.offset}
         print(json.dumps(out, indent=2))
@@ -60,6 +65,9 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         print(f"  {name:<11} {_fmt(value, result.units):>16}  {100 * value / total:6.2f}%")
     if result.memory is not None:
         _print_memory(result, cluster)
+    if args.ops:
+        for table in result.ops():
+            print(table.table())
     return 0
 
 
@@ -164,6 +172,9 @@ def add_estimate_commands(sub: Any) -> None:
     p.add_argument("--balance", action="store_true",
                    help="first move layers off the slowest stages while the step gets faster (balance_pipeline; "
                         "default: the stated layout)")
+    p.add_argument("--ops", action="store_true",
+                   help="also print one layer of each kind op by op: FLOPs, bytes, kernels, time, host time and "
+                        "what bounds each op, forward and backward (seconds units; default: off)")
     p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_estimate)
     p = sub.add_parser("explain", help="why a strategy is invalid or does not fit; for one that runs, how far it "

@@ -17,7 +17,8 @@ from ..spec.device import Cluster
 from ..spec.recompute_spec import MEGATRON_RECOMPUTE_MODULES, SWITCHES
 
 __all__ = ["RECOMPUTE_MODULE_SWITCHES", "catalog_cluster", "recompute_module_switches", "stack_choice",
-           "dispatcher_choice", "expert_exchange_fields", "stated_stack_fields", "held_bytes_fields"]
+           "dispatcher_choice", "expert_exchange_fields", "stated_stack_fields", "held_bytes_fields",
+           "cuda_graphs_choice"]
 
 #: Megatron-Core ``recompute_modules`` -> the ND switches each one recomputes (ndcost.spec.recompute_spec).
 RECOMPUTE_MODULE_SWITCHES = MEGATRON_RECOMPUTE_MODULES
@@ -138,7 +139,8 @@ def stated_stack_fields(facts: Any, strategy: Mapping[str, Any], recompute: str,
     if isinstance(reshard, bool):  # FSDP2's reshard_after_forward: a re-gather in the backward, or none
         fields["reshard_params"] = reshard
     if facts.flag("cuda_graphs"):
-        notes.append(f"CUDA graphs stated, not priced ({facts.text('cuda_graphs')})")
+        fields["cuda_graphs"], note = cuda_graphs_choice(facts.text("cuda_graphs"))
+        notes.append(note)
     return fields, notes
 
 
@@ -165,3 +167,21 @@ def held_bytes_fields(facts: Any, fp8: bool) -> tuple[dict[str, Any], list[str]]
         fields["main_param_bytes"] = 2
         notes.append("master weights as 16-bit remainders")
     return fields, notes
+
+
+def cuda_graphs_choice(text: str) -> tuple[str, str]:
+    """The ExecSpec.cuda_graphs a ``cuda_graphs`` fact states, with its note: Megatron-Core's per-layer
+    graphs of the listed scopes ("scope attn, moe_router, moe_preprocess"), or whole layers
+    (``enable_cuda_graph`` with no scope). ndcost's scopes nest (attention, then a MoE layer's router and
+    preprocessing, then the layer): a router scope without the attention is priced with it, and noted."""
+    scopes = text.split("scope", 1)[1] if "scope" in text else ""
+    if "moe_router" in scopes:
+        choice = "moe_router"
+        if "attn" not in scopes:
+            return choice, (f"CUDA graphs ({text}): priced as 'moe_router', which captures the attention too "
+                            "(ndcost's graph scopes nest)")
+    elif "attn" in scopes:
+        choice = "attn"
+    else:
+        choice = "layer"
+    return choice, f"CUDA graphs '{choice}' ({text})"

@@ -173,10 +173,29 @@ def _stack_settings(model: Any, spec: ExecSpec, rates: Any) -> list[Setting]:
         else:
             out += [_config("--moe-expert-capacity-factor", spec.capacity_factor),
                     _config("--moe-pad-expert-input-to-capacity", True)]
+        if rates is not None:
+            # the permutation's and the router's kernels (TransformerConfig moe_permute_fusion, moe_router_fusion)
+            out += [_config("--moe-permute-fusion", rates.moe_permute == "fused"),
+                    _config("--moe-router-fusion", rates.moe_router_fusion)]
+    out += _cuda_graph_settings(model, spec)
     dropout = 0.1 if spec.dropout_bytes else 0.0      # Megatron's default is 0.1
     out += [_config("--hidden-dropout", dropout), _config("--attention-dropout", dropout)]
     out.append(Setting("--use-flash-attn", None, True) if spec.flash_attention else
                _config("--attention-backend", "unfused"))
+    return out
+
+
+def _cuda_graph_settings(model: Any, spec: ExecSpec) -> list[Setting]:
+    """ExecSpec.cuda_graphs as Megatron-Core states it (NVIDIA/Megatron-LM@d98e8a64
+    megatron/core/transformer/transformer_config.py cuda_graph_impl, cuda_graph_modules: per-layer graphs of the
+    listed sub-blocks, the whole layer when none is listed); a dense layer has no router to capture."""
+    if spec.cuda_graphs == "none":
+        return []
+    out = [_config("--cuda-graph-impl", "transformer_engine")]
+    if spec.cuda_graphs == "attn" or (spec.cuda_graphs == "moe_router" and not model.is_moe):
+        out.append(_config("--cuda-graph-modules", ["attn"]))
+    elif spec.cuda_graphs == "moe_router":
+        out.append(_config("--cuda-graph-modules", ["attn", "moe_router", "moe_preprocess"]))
     return out
 
 

@@ -205,6 +205,24 @@ def _fp8_recipe(facts: RunFacts) -> str | None:
     return None
 
 
+def _moe_kernel_changes(facts: RunFacts) -> dict[str, Any]:
+    """The Rates a MoE run's facts state about its kernels: the permutation fused or not
+    (moe_permute_fusion; with DeepEP's dispatcher the tokens reach their experts through DeepEP's layout and
+    Transformer Engine's fused permutation -- Megatron-Core's flex dispatcher, NeMo AutoModel's DeepEP
+    backend -- unless a fact says otherwise), the router fused or not (moe_router ... moe_router_fusion)."""
+    changes: dict[str, Any] = {}
+    if facts.value("moe_permute_fusion") is not None:
+        changes["moe_permute"] = "fused" if facts.flag("moe_permute_fusion") else "unfused"
+    elif "deepep" in facts.text("moe_token_dispatcher"):
+        changes["moe_permute"] = "fused"
+    router = facts.text("moe_router")
+    if "moe_router_fusion true" in router:
+        changes["moe_router_fusion"] = True
+    elif "moe_router_fusion false" in router:
+        changes["moe_router_fusion"] = False
+    return changes
+
+
 def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model: Any) -> BuiltRun:
     """The :class:`BuiltRun` of a row whose configuration its facts file states.
 
@@ -306,4 +324,5 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
         changes["attention_kernel"], note = stack_choice("attention_kernel", kernel, ATTENTION_KERNELS, "best",
                                                          "the fastest kernel ndcost prices")
         notes += [note] if note else []
+    changes.update(_moe_kernel_changes(facts))
     return BuiltRun(model, spec, cluster, float(seconds), software_preset(facts), changes, None, tuple(notes))

@@ -167,6 +167,7 @@ SECONDS_MODEL_FIELDS = (
     "rms_norm",       # 1: the norms are RMSNorm (0: LayerNorm)
     "rope",           # 1: attention rotates q and k (RoPE); 0: learned or no positions
     "logit_softcap",  # 1: the logits are soft-capped, cap·tanh(logits/cap), before the loss (Gemma 2)
+    "router_bias",    # 1: the MoE router scores by sigmoid and adds a score-correction bias before its top-k
 )
 
 # --- one candidate of seconds mode (float64 vector) ---
@@ -185,6 +186,7 @@ SECONDS_CAND_FIELDS = (
     "ep_sms",         # SMs DeepEP's kernels hold while they run (taken from compute when overlapped)
     "ep_nodes",       # node-limited routing: nodes a token is sent to at most (0: no limit)
     "disp_b",         # bytes per element of a dispatch-direction payload (16-bit, or fp8 with its 1x128 scales)
+    "graphs",         # ExecSpec.cuda_graphs index: 0 none, 1 attention, 2 + a MoE layer's router, 3 whole layers
 )
 
 # --- device and achievable rates (float64 vector) ---
@@ -212,7 +214,16 @@ RATE_FIELDS = (
     "tp_ov_splits",    # TP comm overlap: chunks of a pipelined reduce-scatter GEMM
     "tp_ov_sm",        # TP comm overlap: share of the SMs the pipelined reduce-scatter kernels hold
     "dep_nvl_eff",     # share of the scale-up link DeepEP's normal kernels reach (bytes a rank receives, its own included)
-    "sms",             # compute units (NVIDIA SMs) of the device
+    "sms",             # compute units (NVIDIA SMs) of the device: a grouped GEMM's tiles are spread over them
+    "g_tile_k",        # grouped GEMM: a tile's fixed cost, in elements of its inner dimension
+    "g_stream",        # grouped GEMM: share of the shorter of its compute and its memory time left exposed
+    "g_launch",        # grouped GEMM launches: 0 one kernel (+ its setup kernel) a call, 1 a GEMM per local expert
+    "launch_s",        # host seconds to launch one kernel eagerly
+    "graph_s",         # seconds per kernel replayed from a CUDA graph
+    "permute",         # Rates.moe_permute index: 0 fused, 1 unfused (a dense routing map), 2 sort (torchtitan)
+    "router_fused",    # 1: the router's score, top-k and aux loss run as one fused kernel a pass
+    "aux_loss",        # 1: a load-balancing auxiliary loss is computed from the routing (its kernels priced)
+    "scatter_rate",    # 16-bit elements a second a scatter-add adds into its targets (atomics); 0: not priced
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---
@@ -248,6 +259,37 @@ SECONDS_STAGE_FIELDS = (
     "model_flops", "hw_flops",        # per micro-batch, whole micro-batch: model FLOPs, with recompute
 )
 
+# --- one layer's ops, priced (float64, LAYER_OP_NAMES x LAYER_OP_FIELDS; seconds_layer_ops) ---
+#: The ops of a layer as seconds mode prices them; every second of a layer's fw, bw and bw_w is in exactly
+#: one of the rows before "tp_comm" ("launch": what the host's kernel launches add beyond the device's time);
+#: the communication rows are raw, before the step's overlap.
+LAYER_OP_NAMES = (
+    "attn_proj", "attn_core", "norm", "rope", "attn_other", "residual",
+    "router", "permute", "experts", "expert_act", "unpermute", "shared_experts",
+    "mlp", "mlp_act", "grad_acc", "launch",
+    "tp_comm", "cp_comm", "ep_comm",
+)
+LAYER_OP_FIELDS = (
+    "flops_f", "bytes_f", "kernels_f", "time_f", "host_f",   # forward: FLOPs run, HBM bytes, kernels, seconds, host seconds
+    "flops_b", "bytes_b", "kernels_b", "time_b", "host_b",   # backward, weight gradients included
+)
+
+# --- a MoE block priced on its own (float64 vector; seconds_moe_block) ---
+MOE_BLOCK_FIELDS = (
+    "tokens",         # tokens the rank routes (router, permutation, un-permutation)
+    "rows",           # token-expert rows its local experts compute (a grouped GEMM's rows, all experts)
+    "local",          # experts on the rank
+    "hidden",         # hidden size
+    "width",          # a routed expert's width (before expert tensor parallelism)
+    "n_ff",           # 3: gated (SwiGLU), 2: GELU MLP
+    "experts",        # routed experts of the model (the router's logits a token)
+    "topk",           # experts a token picks
+    "shared",         # the shared experts' width (0: none), before tensor parallelism
+    "shared_tokens",  # tokens the shared experts run on
+    "grad_acc",       # 1: the routed weights' gradients are added into existing ones by a separate pass
+    "router_bias",    # 1: the router adds a score-correction bias before its top-k (SECONDS_MODEL "router_bias")
+)
+
 #: Pipeline schedules of seconds mode, in SECONDS_CAND_FIELDS["schedule"] code order (ExecSpec.schedule names).
 SCHEDULES = ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b", "dualpipe", "dualpipev")
 #: How the expert all-to-all overlaps compute, in SECONDS_CAND_FIELDS["ep_mode"] code order (ExecSpec.ep_overlap).
@@ -262,6 +304,9 @@ RATE = index(RATE_FIELDS)
 SECONDS_EXTRA = index(SECONDS_EXTRA_FIELDS)
 SECONDS_LAYER = index(SECONDS_LAYER_FIELDS)
 SECONDS_STAGE = index(SECONDS_STAGE_FIELDS)
+MOE_BLOCK = index(MOE_BLOCK_FIELDS)
+LAYER_OP = index(LAYER_OP_NAMES)
+LAYER_OP_FIELD = index(LAYER_OP_FIELDS)
 
 GROUPS["SK"] = SECONDS_KIND_FIELDS
 GROUPS["SM"] = SECONDS_MODEL_FIELDS
@@ -270,6 +315,9 @@ GROUPS["R"] = RATE_FIELDS
 GROUPS["SX"] = SECONDS_EXTRA_FIELDS
 GROUPS["SL"] = SECONDS_LAYER_FIELDS
 GROUPS["SS"] = SECONDS_STAGE_FIELDS
+GROUPS["MB"] = MOE_BLOCK_FIELDS
+GROUPS["LO"] = LAYER_OP_NAMES
+GROUPS["LF"] = LAYER_OP_FIELDS
 
 
 # ============================================================== batches (kernels/batch.pxi)

@@ -33,6 +33,8 @@ N_MEMORY_COLUMNS = 8
 _SCHED_1F1B, _SCHED_GPIPE, _SCHED_ZB_V, _SCHED_SEQ1F1B, _SCHED_DUALPIPE_V, _SCHED_DUALPIPE = 0, 1, 2, 3, 4, 5
 # Attention and FFN flavour codes (ndcost.tables.memory.ATTENTION_CODES / FFN_CODES).
 _ATT_FULL, _ATT_MLA, _ATT_LINEAR, _ATT_MAMBA, _ATT_NONE, _ATT_MAMBA1 = 0, 1, 2, 3, 4, 5
+#: Bytes of a routing map entry (bool), an index (int64) and a routing probability (fp32).
+ROUTING_MAP_BYTES, INDEX_BYTES, PROBABILITY_BYTES = 1.0, 8.0, 4.0
 _FFN_DENSE, _FFN_MOE, _FFN_NONE = 0, 1, 2
 # Recompute options (ndcost.kernels.columns.OPTION_*).
 _OPT_NONE, _OPT_FULL, _OPT_SELECTIVE = 0, 1, 2
@@ -411,6 +413,12 @@ def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp:
         routed_elements += _ffn_elements(mask, ffn_width / etp, gated)  # expert MLP, width split over etp
         routed_elements += hidden                                    # expert output kept for the prob-weighted combine
         total += routed_tokens * routed_elements * compute_bytes
+        # The routing's own tensors its backward reads: each token's k expert indices (int64) and the
+        # dense bool routing map (Megatron-Core's TopKRouter; torchtitan keeps the indices), and each
+        # routed row's source index (int64) and fp32 probability (the un-permutation's map and weights:
+        # Megatron's moe_utils.permute, torchtitan's sorted token indices and scores).
+        total += routed_local * (experts * ROUTING_MAP_BYTES + top_k * INDEX_BYTES)
+        total += routed_tokens * (INDEX_BYTES + PROBABILITY_BYTES)
         if shared_width > 0.0:
             # Shared experts: a dense MLP over every token, split over tp; its
             # input is the router input above.

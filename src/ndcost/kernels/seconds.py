@@ -1,9 +1,9 @@
 """Seconds mode: a step priced from the device's rates and the links each collective crosses (oracle).
 
-Four kernels, in four parts, twins of ``cysrc/ndcost/kernels/seconds*.pxi`` of the same names:
+The kernels, in five parts, twins of ``cysrc/ndcost/kernels/seconds*.pxi`` of the same names:
 
 * :func:`~ndcost.kernels.seconds_comm.seconds_collective` (``seconds_comm``) -- one collective;
-  ``seconds_ops`` prices one op (GEMM, elementwise pass, cast);
+  ``seconds_ops`` prices one op (GEMM, elementwise pass, cast); ``seconds_moe`` a MoE layer's FFN;
 * :func:`~ndcost.kernels.seconds_layer.seconds_layer_times` (``seconds_layer``) -- one layer of each kind,
   per micro-batch and device (``SECONDS_LAYER_FIELDS``);
 * :func:`seconds_stage_sums` -- per pipeline stage: the layers of the layout summed, plus the
@@ -28,6 +28,9 @@ How time is priced (sources beside each formula below):
 * an elementwise pass (norms, activations, softmax without flash, dropout, permutes) is
   bytes / (hbm_eff·hbm_bw) + kernel_s; its backward reads two tensors of the forward's size and
   writes one, 1.5x the forward's bytes;
+* routed experts run as grouped GEMMs at their real shape (``seconds_moe``: tiles, whole waves, a tile's
+  fixed cost) or a GEMM per expert; router and permutations as the stack runs them (fused or not);
+* a layer's pass takes at least its kernels' host launches (launch_s each, graph_s from a CUDA graph);
 * collectives are alpha-beta rings over the group's links (``_collective``); ranks are placed tp
   innermost, then cp, then dp (ep folded into dp), then pp (Megatron's default order);
 * the training software's figures ride in the rates vector (``Rates.for_software``): without
@@ -101,7 +104,7 @@ def _head(cand, rate, tokens: float, h: float, v: float, softcap: float, out3) -
     """
     t = cand[_C["t"]]
     n_split = cand[_C["seq_split"]]
-    g3 = [0.0, 0.0, 0.0]
+    g3 = [0.0] * 5
     # the output layer stays 16-bit under fp8 (Megatron-Core's output layer is a plain
     # ColumnParallelLinear, torchtitan's float8 conversion skips it)
     _mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3, True)
@@ -143,7 +146,7 @@ def _vision_edges(smodel, cand, rate, out5) -> None:
     rows = b * patches / cp
     merged = rows / m
     wide = hv * m
-    g3 = [0.0, 0.0, 0.0]
+    g3 = [0.0] * 5
     _mm3(rows / sp, hv, patch_in, 1.0, cand, rate, g3)          # the patch embedding
     fw, bw, bw_w = g3[0], g3[1], g3[2]
     _mm3(merged, wide / t, wide, 1.0, cand, rate, g3)           # merger fc1, column parallel
@@ -303,7 +306,7 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
 
     # ---- embedding, output head, MTP modules
     head = [0.0, 0.0, 0.0]
-    g3 = [0.0, 0.0, 0.0]
+    g3 = [0.0] * 5
     edges = [0.0] * 5
     x_sp = tokens * h / sp
     db = cand[_C["dropout_bytes"]]

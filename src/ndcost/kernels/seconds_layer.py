@@ -1,7 +1,13 @@
 """Seconds mode, one layer (oracle): :func:`seconds_layer_times` -- one layer of each kind, per
 micro-batch and device: forward, backward and weight-gradient time, the raw communication per
 pass, the forward time of each recompute switch's ops, the parameters it holds and its model FLOPs
-(``SECONDS_LAYER_FIELDS``).
+(``SECONDS_LAYER_FIELDS``); :func:`seconds_layer_ops` -- the same layer op by op
+(``LAYER_OP_NAMES`` x ``LAYER_OP_FIELDS``), its rows adding up to the layer's fw, bw and bw_w.
+
+A pass of a layer takes at least the host's time to launch its kernels: the host runs ahead of the
+device through CUDA's asynchronous launch queue, so over a pass the slower of the two sets the pace
+(a layer of short kernels is launch-bound). Each kernel the host launches costs launch_s, a kernel
+replayed from a CUDA graph graph_s (``ExecSpec.cuda_graphs``, ``seconds_ops._note_start``).
 
 Part of the seconds area (:mod:`ndcost.kernels.seconds` states how time is priced).
 The twin is ``cysrc/ndcost/kernels/seconds_layer.pxi``.
@@ -10,15 +16,19 @@ from __future__ import annotations
 
 import math
 
-from .columns import KIND, MODEL, RATE, SECONDS_CAND, SECONDS_KIND, SECONDS_LAYER, SECONDS_LAYER_FIELDS, SECONDS_MODEL
+from .columns import (
+    KIND, LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, MODEL, RATE, SECONDS_CAND, SECONDS_KIND,
+    SECONDS_LAYER, SECONDS_LAYER_FIELDS, SECONDS_MODEL,
+)
 from ..spec.mamba import SELECTIVE_SCAN_FLOPS
 from .seconds_ops import (
-    POINTWISE_BACKWARD_BYTES, _add_gemm, _cand_ok, _cast, _check_rows, _check_tables, _ffn_pair, _fill, _gemm, _mm3,
-    _pass,
+    EAGER_SWIGLU_PASSES, NOTE_SIZE, SCOPE_ATTN, SCOPE_FFN, SCOPE_PRE, _cand_ok, _check_rows,
+    _check_tables, _ffn_pair, _fill, _gemm, _mm3_noted, _note, _note_launch, _note_pass, _note_start, _pass,
 )
 from .seconds_comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, SEND_RECV, _collective, _exchange
+from .seconds_moe import _moe_ffn
 
-__all__ = ["seconds_layer_times"]
+__all__ = ["seconds_layer_times", "seconds_layer_ops"]
 
 NAN = math.nan
 
@@ -31,6 +41,8 @@ _C = SECONDS_CAND
 _R = RATE
 _L = SECONDS_LAYER
 _L_COUNT = len(SECONDS_LAYER_FIELDS)
+_O = LAYER_OP
+_OF = LAYER_OP_FIELD
 
 #: FlashAttention's backward recomputes the scores: 2.5x the forward's FLOPs, and a causal kernel
 #: skips the blocks above the diagonal: half of 4·b·s²·heads·d -- the accounting of
@@ -55,9 +67,6 @@ EAGER_RMSNORM_KERNELS = 8.0
 #: (4 + 4), downcast (4 + 16-bit): 16 fp32 bytes plus 2 16-bit ones per element, 3 kernels a tensor.
 EAGER_ROPE_FP32_BYTES = 16.0
 EAGER_ROPE_KERNELS = 3.0
-#: Unfused SwiGLU, ``F.silu(w1(x)) * w3(x)`` (torchtitan FeedForward): silu reads and writes the
-#: gate (2 passes), the product reads two and writes one (3): 5 passes of the width, in 2 kernels.
-EAGER_SWIGLU_PASSES = 5.0
 
 
 def _ring_merge_passes(q_elements: float, kv_elements: float, cp: float, bc: float, n_split: float,
@@ -82,8 +91,31 @@ def _ring_merge_passes(q_elements: float, kv_elements: float, cp: float, bc: flo
             _pass(b_bytes, (1.0 + 3.0 * cp) * n_split, rate))
 
 
-def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
-    """One layer of a kind, per micro-batch and device, into out[SECONDS_LAYER_FIELDS].
+def _note_core(note, ops, has_core: bool, flash: bool, recurrent: bool, flops: float, tokens: float, a: float,
+               n_kv: float, d_qk: float, d_v: float, scores: float, t: float, cp: float, bc: float, n_split: float,
+               forward: float, backward: float) -> None:
+    """Note the token mixer's core (attention, a chunked recurrence or a scan) of *forward* and *backward*
+    seconds: flash one kernel a pass and chunk, unfused attention two BMMs forward and four backward, a
+    recurrence one forward and two backward; its FLOPs on this rank (*flops*: the whole micro-batch's)
+    and its bytes -- Q, K, V and the output read or written once forward, twice backward, and an unfused
+    score matrix written and read back."""
+    k_f = k_b = 0.0
+    if has_core:
+        k_f, k_b = (n_split, n_split) if flash else (2.0 * n_split, 4.0 * n_split)
+    if recurrent:
+        k_f += n_split
+        k_b += 2.0 * n_split
+    run = moved = 0.0
+    if ops is not None:
+        run = flops / (t * cp)
+        moved = bc * tokens * (a * (d_qk + d_v) + n_kv * (d_qk + d_v)) / t + 2.0 * bc * scores
+    _note(note, ops, _O["attn_core"], SCOPE_ATTN, run, moved, k_f, forward,
+          (FLASH_BACKWARD_FLOPS if flash else 2.0) * run, 2.0 * moved, k_b, backward)
+
+
+def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
+    """One layer of a kind, per micro-batch and device, into out[SECONDS_LAYER_FIELDS]; with *ops*
+    (LAYER_OP_NAMES x LAYER_OP_FIELDS, zeroed), each op's figures added to its row.
 
     The layer runs on its submodule's dimensions: the kind's hidden size (sub_h) and, when the kind
     states one (seq_tokens > 0, a vision tower's patch tokens), its own tokens per sample in place
@@ -95,7 +127,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     sp = cand[_C["sp"]]                       # t with sequence parallelism, else 1
     ep, t_exp = cand[_C["ep"]], cand[_C["t_exp"]]
     n_split = cand[_C["seq_split"]]           # Seq1F1B: every op runs n_split times on s/n_split
-    bc, bm, bg = cand[_C["bytes_c"]], cand[_C["bytes_mm"]], cand[_C["bytes_grad"]]
+    bc, bg = cand[_C["bytes_c"]], cand[_C["bytes_grad"]]
     db = cand[_C["dropout_bytes"]]
     flash = cand[_C["flash"]] != 0.0
     mm16_rate = rate[_R["mm16_eff"]] * rate[_R["peak_attn"]]   # GDN's chunked recurrence runs 16-bit
@@ -126,7 +158,10 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     moe = kind[_K["is_moe"]] != 0.0
     has_core = kind[_K["n_attBMM"]] != 0.0
     n_qkv = (a * (1.0 + gate) + 2.0 * n_kv) * dh   # Q (doubled by an output gate), K, V outputs
-    g3 = [0.0, 0.0, 0.0]
+    g3 = [0.0] * 5
+    note = [0.0] * NOTE_SIZE
+    _note_start(cand, rate, note)
+    proj = _O["attn_proj"]
     fw = bw = bw_w = gemm_f = gemm_b = 0.0
     f_att = d_att = w_grad = flops_att = 0.0
     ssm_inner = ssm_conv = 0.0
@@ -138,9 +173,9 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         ssm_inner = a * dh                                    # d_inner = heads x head_dim
         ssm_conv = ssm_inner + 2.0 * n_kv * kind[_K["lin_d_k"]]   # x, B, C: conv channels
         n_in = ssm_inner + ssm_conv + a
-        _mm3(rows, n_in / t, h, n_split, cand, rate, g3, False, 1)
+        _mm3_noted(rows, n_in / t, h, n_split, cand, rate, g3, False, 1, note, ops, proj, SCOPE_ATTN)
         f_att, d_att, w_grad = g3[0], g3[1], g3[2]
-        _mm3(rows, h, ssm_inner / t, n_split, cand, rate, g3, False, 2)
+        _mm3_noted(rows, h, ssm_inner / t, n_split, cand, rate, g3, False, 2, note, ops, proj, SCOPE_ATTN)
         f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
         flops_att = 2.0 * b * s * h * (n_in + ssm_inner)
     elif mixer == MIXER_MAMBA1:
@@ -149,13 +184,13 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         # x_proj's small all-reduce over tp is not priced
         ssm_inner = a
         state = kind[_K["lin_d_k"]]
-        _mm3(rows, 2.0 * ssm_inner / t, h, n_split, cand, rate, g3, False, 1)
+        _mm3_noted(rows, 2.0 * ssm_inner / t, h, n_split, cand, rate, g3, False, 1, note, ops, proj, SCOPE_ATTN)
         f_att, d_att, w_grad = g3[0], g3[1], g3[2]
-        _mm3(rows, n_kv + 2.0 * state, ssm_inner / t, n_split, cand, rate, g3)
+        _mm3_noted(rows, n_kv + 2.0 * state, ssm_inner / t, n_split, cand, rate, g3, False, 0, note, ops, proj, SCOPE_ATTN)
         f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
-        _mm3(rows, ssm_inner / t, n_kv, n_split, cand, rate, g3)
+        _mm3_noted(rows, ssm_inner / t, n_kv, n_split, cand, rate, g3, False, 0, note, ops, proj, SCOPE_ATTN)
         f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
-        _mm3(rows, h, ssm_inner / t, n_split, cand, rate, g3, False, 2)
+        _mm3_noted(rows, h, ssm_inner / t, n_split, cand, rate, g3, False, 2, note, ops, proj, SCOPE_ATTN)
         f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
         flops_att = 2.0 * b * s * (3.0 * h * ssm_inner + 2.0 * ssm_inner * (n_kv + state))
     elif mixer == MIXER_NONE:
@@ -164,17 +199,18 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         # MLA: every attention weight W (ND's mla_weights, ND_REFERENCE §2.2) as one GEMM of the
         # same FLOPs (k = h, n = W/(h·t)), plus 4 more kernels (q_a, q_b, kv_a, kv_b, o: 5 GEMMs).
         w_att = kind[_K["mla_w"]]
-        _mm3(rows, w_att / (h * t), h, n_split, cand, rate, g3, False, 1)
+        _mm3_noted(rows, w_att / (h * t), h, n_split, cand, rate, g3, False, 1, note, ops, proj, SCOPE_ATTN)
         extra = 4.0 * n_split * kernel_s
         f_att, d_att, w_grad = g3[0] + extra, g3[1] + extra, g3[2] + extra
+        _note(note, ops, proj, SCOPE_ATTN, 0.0, 0.0, 4.0 * n_split, extra, 0.0, 0.0, 8.0 * n_split, 2.0 * extra)
         up_share = kind[_K["mla_up"]] / w_att if w_att > 0.0 else 0.0
         out[_L["sw_attUp"]] = up_share * f_att
         flops_att = 2.0 * b * s * w_att
         out[_L["flops_up"]] = 2.0 * b * s * kind[_K["mla_up"]]
     else:
-        _mm3(rows, n_qkv / t, h, n_split, cand, rate, g3, False, 1)
+        _mm3_noted(rows, n_qkv / t, h, n_split, cand, rate, g3, False, 1, note, ops, proj, SCOPE_ATTN)
         f_att, d_att, w_grad = g3[0], g3[1], g3[2]
-        _mm3(rows, h, a * dh / t, n_split, cand, rate, g3, False, 2)
+        _mm3_noted(rows, h, a * dh / t, n_split, cand, rate, g3, False, 2, note, ops, proj, SCOPE_ATTN)
         f_att, d_att, w_grad = f_att + g3[0], d_att + g3[1], w_grad + g3[2]
         flops_att = 2.0 * b * s * h * (n_qkv + a * dh)
     fw += f_att
@@ -280,81 +316,62 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         core_f += rec_f
         core_b += 2.0 * rec_f
         conv_bytes = 2.0 * bc * tokens * ssm_inner / t        # the causal depthwise conv1d over x
+    if core_f > 0.0:
+        _note_core(note, ops, has_core, flash, flops_rec > 0.0, flops_core + core_extra + flops_rec, tokens, a,
+                   n_kv, d_qk, d_v, scores, t, cp, bc, n_split, core_f, core_b)
     fw += core_f
     bw += core_b
 
-    # ---- FFN: dense 2 (GELU) or 3 (SwiGLU) matmuls; MoE: the router, the routed experts as one
-    # grouped GEMM (top-k x capacity-factor token slots in capacity mode, top-k dropless), shared
-    # experts as a dense FFN of their width. ffn_f: the forward of the FFN matmuls (routed and
-    # shared experts, or the dense pair; not the router), what a census share recomputes.
-    flops_ffn = 0.0
-    ffn_f = 0.0
+    # ---- FFN: dense 2 (GELU) or 3 (SwiGLU) matmuls; MoE (``seconds_moe._moe_ffn``): the router, the
+    # permutation, the routed experts as grouped GEMMs, their activation, the un-permutation, shared
+    # experts as a dense FFN of their width. ffn_f: the forward of the FFN matmuls (routed and shared
+    # experts, or the dense pair; not the router), what a census share recomputes; act_f the forward of
+    # the activation pass (ffAct), what a selective recompute of it re-runs.
+    flops_ffn = ffn_f = act_f = 0.0
     sums = [fw, bw, bw_w, gemm_f, gemm_b]
-    act_bytes = other_bytes = 0.0             # forward bytes: activation pass (ffAct); never recomputed
-    other_kernels = parts                     # the bias-dropout-add kernels, one a sub-block
     if not has_ffn:
         pass                                  # a mixer-only block of a hybrid stack
     elif moe:
-        topk = model[_M["n_chosen"]]
-        n_exp = model[_M["n_exp"]]
-        cap = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
-        tok_moe = tokens / sp                 # tokens routed by this rank
-        slots = tokens * topk * cap           # token-expert rows an EP rank computes, balanced
-        local = n_exp / ep                    # experts on this rank
-        # router: tokens x h x n_exp, replicated over tp, a plain 16-bit linear (Megatron-Core's
-        # TopKRouter is not a Transformer Engine module: it never runs fp8)
-        _mm3(tok_moe / n_split, n_exp, h, n_split, cand, rate, g3, True)
-        _add_gemm(sums, g3)
-        # grouped GEMM over the local experts: FLOPs of every slot, weights of every local expert
-        per = slots / local / n_split if local > 0.0 else 0.0
-        wide = (n_ff - 1.0) * width / t_exp
-        e_f = n_split * (_gemm(per, wide, h, local, bm, bc, rate) + _gemm(per, h, width / t_exp, local, bm, bc, rate))
-        e_d = n_split * (_gemm(per, h, wide, local, bm, bc, rate) + _gemm(per, width / t_exp, h, local, bm, bc, rate))
-        e_w = n_split * (_gemm(h, wide, per, local, bm, 2.0 * bg, rate)
-                         + _gemm(width / t_exp, h, per, local, bm, 2.0 * bg, rate))
-        # fp8 grouped GEMMs (TE GroupedLinear) cast both inputs forward and both output gradients back
-        e_f += n_split * (_cast(per * local * h, cand, rate) + _cast(per * local * width / t_exp, cand, rate))
-        e_f += rate[_R["f8_w_mb"]] * local * _cast(h * (wide + width / t_exp), cand, rate)
-        e_d += n_split * (_cast(per * local * wide, cand, rate) + _cast(per * local * h, cand, rate))
-        _add_gemm(sums, (e_f, e_d, e_w))
-        ffn_f = e_f
-        act_bytes += n_ff * bc * slots * width / t_exp
-        shared = smodel[_SM["shared_width"]]
-        if shared > 0.0:
-            ffn_f += _ffn_pair(rows, shared, h, n_ff, n_split, cand, rate, sums)
-            act_bytes += n_ff * bc * tokens * shared / t
-        # permute before the experts and unpermute after: read tokens x h, write the slot copies,
-        # and back; the router's softmax/top-k reads its fp32 logits (2 kernels)
-        other_bytes += 2.0 * bc * tok_moe * h * (1.0 + topk * cap) + 2.0 * 4.0 * tok_moe * n_exp
-        other_kernels += 4.0
-        flops_ffn = 2.0 * b * s * h * (topk * n_ff * width + n_exp + n_ff * shared)
+        ffn_f, act_f, flops_ffn = _moe_ffn(model, smodel, cand, rate, tokens, h, n_ff, width, sums, note, ops)
     else:
-        ffn_f = _ffn_pair(rows, width, h, n_ff, n_split, cand, rate, sums)
+        ffn_f = _ffn_pair(rows, width, h, n_ff, n_split, cand, rate, sums, note, ops, _O["mlp"])
         # GELU reads one tensor and writes one (2 passes); SwiGLU reads two and writes one (3), or,
         # unfused, silu(gate) (read, write) then its product with up (read 2, write): 5 passes
-        act_bytes = (EAGER_SWIGLU_PASSES if eager and n_ff == 3.0 else n_ff) * bc * tokens * width / t
-        if eager and n_ff == 3.0:
-            other_kernels += 1.0
+        unfused = eager and n_ff == 3.0
+        act_f = _note_pass(note, ops, _O["mlp_act"], SCOPE_FFN,
+                           (EAGER_SWIGLU_PASSES if unfused else n_ff) * bc * tokens * width / t,
+                           (2.0 if unfused else 1.0) * n_split, rate, sums)
         flops_ffn = 2.0 * b * s * h * n_ff * width
-    fw, bw, bw_w, gemm_f, gemm_b = sums
 
-    # ---- elementwise work, forward (bytes, kernels) per op class -- the recompute switches' classes
-    n_norm = kind[_K["n_normOp"]]                          # the layer's norms (ND's normOp count)
-    norm_bytes = n_norm * 2.0 * bc * x_sp                  # read + write each
-    norm_kernels = n_norm
+    # ---- elementwise work, each class an op of its own: forward bytes and kernels a Seq1F1B chunk;
+    # each class's forward time is what a selective recompute of its switch re-runs. The norms: the
+    # layer's (ND's normOp count), the FFN's pre-norm in the FFN's scope, q/k norms in attention's
+    n_norm = kind[_K["n_normOp"]]
+    per_norm, norm_kernels = 2.0 * bc * x_sp, 1.0         # read + write each
     if eager and smodel[_SM["rms_norm"]] != 0.0:
         # an RMSNorm written in PyTorch ops and run eagerly, one kernel each
-        norm_bytes = n_norm * (EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp
-        norm_kernels = n_norm * EAGER_RMSNORM_KERNELS
+        per_norm, norm_kernels = (EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp, EAGER_RMSNORM_KERNELS
+    ffn_norms = 1.0 if has_ffn and n_norm > 0.0 else 0.0
+    attn_norm_bytes = (n_norm - ffn_norms) * per_norm
+    attn_norm_kernels = (n_norm - ffn_norms) * norm_kernels
     if kind[_K["n_qknorm"]] != 0.0 and mixer == MIXER_ATTENTION:
-        norm_bytes += 2.0 * bc * tokens * (a + n_kv) * dh / t
-        norm_kernels += 2.0
-    softmax_bytes = dropout_bytes = permute_bytes = 0.0
+        attn_norm_bytes += 2.0 * bc * tokens * (a + n_kv) * dh / t
+        attn_norm_kernels += 2.0
+    ffn_scope = SCOPE_PRE if moe else SCOPE_FFN
+    out[_L["sw_normOp"]] = (
+        _note_pass(note, ops, _O["norm"], SCOPE_ATTN, attn_norm_bytes, attn_norm_kernels * n_split, rate, sums)
+        + _note_pass(note, ops, _O["norm"], ffn_scope, ffn_norms * per_norm, ffn_norms * norm_kernels * n_split,
+                     rate, sums))
     if scores > 0.0:
-        softmax_bytes = 2.0 * bc * scores                    # Megatron's fused scale-mask-softmax
+        other = _O["attn_other"]
+        # Megatron's fused scale-mask-softmax; dropout (read, write, keep the mask); the context
+        # [b·a, s, d] -> [s, b, a·d] permute (read + write)
+        out[_L["sw_softmax"]] = _note_pass(note, ops, other, SCOPE_ATTN, 2.0 * bc * scores, n_split, rate, sums)
         if db > 0.0:
-            dropout_bytes = (2.0 * bc + db) * scores         # read, write, keep the mask
-        permute_bytes = 2.0 * bc * tokens * a * d_v / t      # context [b·a, s, d] -> [s, b, a·d]
+            out[_L["sw_dropout"]] = _note_pass(note, ops, other, SCOPE_ATTN, (2.0 * bc + db) * scores, n_split,
+                                               rate, sums)
+        out[_L["sw_attBMM"]] += _note_pass(note, ops, other, SCOPE_ATTN, 2.0 * bc * tokens * a * d_v / t, n_split,
+                                           rate, sums)
     # rotary position embedding on q and k (no learned position table): fused, read + write
     # each element once (Megatron's apply_rope_fusion, TE's fused RoPE, an inductor kernel); eager
     # (torchtitan's apply_rotary_emb): upcast to fp32, complex multiply, cast back, per tensor
@@ -364,43 +381,28 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         else:
             rotated = tokens * (a + n_kv) * dh / t
         if eager:
-            other_bytes += (2.0 * bc + EAGER_ROPE_FP32_BYTES) * rotated
-            other_kernels += 2.0 * EAGER_ROPE_KERNELS
+            _note_pass(note, ops, _O["rope"], SCOPE_ATTN, (2.0 * bc + EAGER_ROPE_FP32_BYTES) * rotated,
+                       2.0 * EAGER_ROPE_KERNELS * n_split, rate, sums)
         else:
-            other_bytes += 2.0 * bc * rotated
-            other_kernels += 2.0
+            _note_pass(note, ops, _O["rope"], SCOPE_ATTN, 2.0 * bc * rotated, 2.0 * n_split, rate, sums)
     if rate[_R["attn_copies"]] != 0.0 and has_core and kind[_K["is_mla"]] == 0.0:
         # torchtitan's attention: repeat_kv materialises K and V for every query head (GQA), and
         # the core's output is made contiguous again after its transpose (copies: read + write)
+        copied, copies = 2.0 * bc * tokens * a * dh / t, 1.0
         if n_kv < a:
-            other_bytes += bc * tokens * (2.0 * n_kv * dh + 2.0 * a * dh) / t
-            other_kernels += 2.0
-        other_bytes += 2.0 * bc * tokens * a * dh / t
-        other_kernels += 1.0
-    # the fused bias-dropout-add kernels: read the output and the residual, write (+ mask)
-    other_bytes += parts * (3.0 * bc + db) * x_sp + conv_bytes
+            copied += bc * tokens * (2.0 * n_kv * dh + 2.0 * a * dh) / t
+            copies += 2.0
+        _note_pass(note, ops, _O["attn_other"], SCOPE_ATTN, copied, copies * n_split, rate, sums)
     if conv_bytes > 0.0:
-        other_kernels += 2.0
-    act_kernels = 0.0
+        _note_pass(note, ops, _O["attn_other"], SCOPE_ATTN, conv_bytes, 2.0 * n_split, rate, sums)
+    # the fused bias-dropout-add kernels, one a sub-block: read the output and the residual, write (+ mask)
+    residual = (3.0 * bc + db) * x_sp
+    if mixer != MIXER_NONE:
+        _note_pass(note, ops, _O["residual"], SCOPE_ATTN, residual, n_split, rate, sums)
     if has_ffn:
-        act_kernels = 1.0 + (1.0 if moe and smodel[_SM["shared_width"]] > 0.0 else 0.0)
-    # each class's forward time is what a selective recompute of its switch re-runs
-    out[_L["sw_ffAct"]] = _pass(act_bytes, act_kernels * n_split, rate)
-    out[_L["sw_normOp"]] = _pass(norm_bytes, norm_kernels * n_split, rate)
-    out[_L["sw_softmax"]] = _pass(softmax_bytes, n_split, rate)
-    out[_L["sw_dropout"]] = _pass(dropout_bytes, n_split, rate)
-    out[_L["sw_attBMM"]] += _pass(permute_bytes, n_split, rate)
-    ew_bytes = act_bytes + norm_bytes + softmax_bytes + dropout_bytes + permute_bytes + other_bytes
-    ew_kernels = act_kernels + norm_kernels + other_kernels
-    if softmax_bytes > 0.0:
-        ew_kernels += 1.0
-    if dropout_bytes > 0.0:
-        ew_kernels += 1.0
-    if permute_bytes > 0.0:
-        ew_kernels += 1.0
-    ew_kernels *= n_split
-    fw += _pass(ew_bytes, ew_kernels, rate)
-    bw += _pass(POINTWISE_BACKWARD_BYTES * ew_bytes, ew_kernels, rate)
+        _note_pass(note, ops, _O["residual"], SCOPE_FFN, residual, n_split, rate, sums)
+    out[_L["sw_ffAct"]] = act_f
+    fw, bw, bw_w, gemm_f, gemm_b = sums
     # headCast: Megatron scales, masks and casts the scores inside its fused softmax kernel, so a
     # separate cast pass costs nothing here (sw_headCast stays 0).
 
@@ -433,6 +435,8 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
             out[_L["sw_attBMM"]] += f_ring
             fw += f_ring
             bw += b_ring
+            _note(note, ops, _O["attn_core"], SCOPE_ATTN, 0.0, 0.0, (2.0 + 4.0 * cp) * n_split, f_ring, 0.0, 0.0,
+                  (1.0 + 3.0 * cp) * n_split, b_ring)
         else:
             # Ulysses (Jacobs et al. 2023): all-to-alls of Q, K, V in and of the output back; the
             # same in backward.
@@ -468,7 +472,21 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
         # no gradient-accumulation fusion: the weight-gradient GEMM writes a 16-bit gradient and a
         # separate kernel adds it into the main gradient (read both, write the main one), every
         # micro-batch (Megatron-LM 2021 distributed.py param_hook: param.main_grad.add_(param.grad))
-        bw_w += _pass((p_dense + p_expert) * (bc + 2.0 * bg), n_split, rate)
+        moved = (p_dense + p_expert) * (bc + 2.0 * bg)
+        added = _pass(moved, n_split, rate)
+        bw_w += added
+        _note(note, ops, _O["grad_acc"], SCOPE_FFN, 0.0, 0.0, 0.0, 0.0, 0.0, moved, n_split, added)
+    # the host launches the kernels of each pass (those not replayed from a CUDA graph): a pass takes
+    # at least that long; what it adds is the "launch" op
+    wait_f, wait_b = _note_launch(note, ops, fw, bw + bw_w)
+    fw += wait_f
+    bw += wait_b
+    if ops is not None:
+        for name, forward, backward in (("tp_comm", out[_L["tp_f"]], out[_L["tp_b"]]),
+                                        ("cp_comm", out[_L["cp_f"]], out[_L["cp_b"]]),
+                                        ("ep_comm", out[_L["ep_f"]], out[_L["ep_b"]])):
+            ops[_O[name]][_OF["time_f"]] = forward
+            ops[_O[name]][_OF["time_b"]] = backward
     out[_L["fw"]] = fw
     out[_L["bw"]] = bw
     out[_L["bw_w"]] = bw_w
@@ -505,3 +523,25 @@ def seconds_layer_times(kinds, skinds, model, smodel, cand, rate, out) -> None:
             _layer(kinds[k], skinds[k], model, smodel, cand, rate, out[k])
         else:
             _fill(out[k], _L_COUNT, NAN)
+
+
+def seconds_layer_ops(kinds, skinds, model, smodel, cand, rate, kind: int, out) -> None:
+    """One layer of kind *kind*, op by op, into out (LAYER_OP_NAMES x LAYER_OP_FIELDS): each op's FLOPs
+    run on this device, HBM bytes, kernels, seconds and host seconds, forward and backward (weight
+    gradients in backward), per micro-batch. The rows before "tp_comm" add up to the layer's fw and
+    bw + bw_w of seconds_layer_times; "launch" holds what the host's launches add (its host columns:
+    the pass's whole host time); the communication rows are raw, before the step's overlap.
+
+    NaN everywhere for a kind index out of range or a candidate seconds_layer_times refuses.
+    """
+    _check_tables(kinds, skinds, model, smodel, cand, rate)
+    _check_rows(out, "out", len(LAYER_OP_NAMES), len(LAYER_OP_FIELDS))
+    for row in out:
+        _fill(row, len(LAYER_OP_FIELDS), 0.0)
+    layer = [0.0] * _L_COUNT
+    if 0 <= kind < len(kinds) and _cand_ok(cand, rate):
+        _layer(kinds[kind], skinds[kind], model, smodel, cand, rate, layer, out)
+        if layer[_L["fw"]] == layer[_L["fw"]]:
+            return
+    for row in out:
+        _fill(row, len(LAYER_OP_FIELDS), NAN)

@@ -1,5 +1,6 @@
 """Seconds mode, the price of one op (oracle): a GEMM, an elementwise pass, an fp8 cast, a GEMM's three
-passes and an FFN pair; and the checks of the seconds kernels' inputs.
+passes and an FFN pair; where a layer's ops are noted (the host's launches, the per-op table); and the
+checks of the seconds kernels' inputs.
 
 Part of the seconds area (:mod:`ndcost.kernels.seconds` states how time is priced): these are the
 scalar pieces :mod:`ndcost.kernels.seconds_layer` and :mod:`ndcost.kernels.seconds` add up.
@@ -8,8 +9,8 @@ The twin is ``cysrc/ndcost/kernels/seconds_ops.pxi``.
 from __future__ import annotations
 
 from .columns import (
-    KIND_FIELDS, MODEL_FIELDS, RATE, RATE_FIELDS, SECONDS_CAND, SECONDS_CAND_FIELDS, SECONDS_KIND_FIELDS,
-    SECONDS_MODEL_FIELDS,
+    KIND_FIELDS, LAYER_OP, LAYER_OP_FIELD, MODEL_FIELDS, RATE, RATE_FIELDS, SECONDS_CAND, SECONDS_CAND_FIELDS,
+    SECONDS_KIND_FIELDS, SECONDS_MODEL_FIELDS,
 )
 from .nd_ops import _check_len
 
@@ -20,6 +21,24 @@ _C = SECONDS_CAND
 _R = RATE
 
 
+#: Where a layer's kernels run, for what a stack replays from CUDA graphs (ExecSpec.cuda_graphs): the
+#: attention sub-block (its pre-norm, projections, core, rotary, residual add); a MoE layer's pre-norm,
+#: router and token permutation (Megatron-Core's moe_router and moe_preprocess scopes); the rest of the
+#: FFN sub-block (experts, un-permutation, shared experts, a dense MLP, its residual add).
+SCOPE_ATTN, SCOPE_PRE, SCOPE_FFN = 0, 1, 2
+#: The note of one layer (``_note``): kernels per scope and pass (forward, backward) in its first six
+#: slots, the host's seconds per kernel of each scope in the next three.
+NOTE_SIZE = 9
+_O = LAYER_OP
+_F = LAYER_OP_FIELD
+_F_FLOPS, _F_BYTES, _F_KERNELS, _F_TIME, _F_HOST = (_F["flops_f"], _F["bytes_f"], _F["kernels_f"], _F["time_f"],
+                                                    _F["host_f"])
+_B_FLOPS, _B_BYTES, _B_KERNELS, _B_TIME, _B_HOST = (_F["flops_b"], _F["bytes_b"], _F["kernels_b"], _F["time_b"],
+                                                    _F["host_b"])
+
+#: Unfused SwiGLU, ``F.silu(w1(x)) * w3(x)`` (torchtitan FeedForward): silu reads and writes the
+#: gate (2 passes), the product reads two and writes one (3): 5 passes of the width, in 2 kernels.
+EAGER_SWIGLU_PASSES = 5.0
 #: A pointwise op's backward reads its output gradient and one saved tensor and writes its input
 #: gradient -- three tensor passes where the forward makes two (read, write): 1.5x the bytes.
 #: (The saved tensor is the one Korthikanti et al. 2022 §4.1 count as stored for each op.)
@@ -94,7 +113,8 @@ def _cand_ok(cand, rate) -> bool:
 
 def _mm3(m: float, n: float, k: float, chunks: float, cand, rate, out3, sixteen: bool = False,
          side: int = 0) -> None:
-    """A weight GEMM [m x k]·[k x n] run *chunks* times: out3 = (forward, input grad, weight grad).
+    """A weight GEMM [m x k]·[k x n] run *chunks* times: out3 = (forward, input grad, weight grad,
+    forward kernels, backward kernels).
 
     The input gradient [m x n]·[n x k] has the forward's FLOPs; the weight gradient
     [k x m]·[m x n] accumulates into the main gradient buffer, read and written at bytes_grad
@@ -129,9 +149,15 @@ def _mm3(m: float, n: float, k: float, chunks: float, cand, rate, out3, sixteen:
     out3[0] = chunks * f_split * _gemm(m / f_split, n, k, 1.0, bm, bc, rate, sixteen) / f_keep
     out3[1] = chunks * d_split * _gemm(m / d_split, k, n, 1.0, bm, bc, rate, sixteen)
     out3[2] = chunks * _gemm(k, n, m, 1.0, bm, 2.0 * bg, rate, sixteen)
+    out3[3] = chunks * f_split
+    out3[4] = chunks * (d_split + 1.0)
     if not sixteen:
         out3[0] += chunks * _cast(m * k, cand, rate) + rate[_R["f8_w_mb"]] * _cast(k * n, cand, rate)
         out3[1] += chunks * _cast(m * n, cand, rate)
+        if cand[_C["bytes_mm"]] == 1.0:
+            # the casts' kernels: the input's every chunk, the weight's with f8_w_mb, the output grad's
+            out3[3] += (chunks + rate[_R["f8_w_mb"]]) * rate[_R["f8_cast_k"]]
+            out3[4] += chunks * rate[_R["f8_cast_k"]]
 
 
 def _add_gemm(sums, g3) -> None:
@@ -143,21 +169,87 @@ def _add_gemm(sums, g3) -> None:
     sums[4] += g3[1] + g3[2]
 
 
-def _ffn_pair(rows: float, width: float, h: float, n_ff: float, n_split: float, cand, rate, sums) -> float:
+def _ffn_pair(rows: float, width: float, h: float, n_ff: float, n_split: float, cand, rate, sums, note, ops,
+              op: int) -> float:
     """A dense FFN of *width* on this rank: up h -> (n_ff - 1)·width/t (gate and up fused when gated,
     n_ff = 3), then down width/t -> h (Megatron's column- / row-parallel pair).
 
-    Each GEMM's times go into sums (``_add_gemm``), the up GEMM's first; returns the pair's forward
-    time (the FFN matmuls a census share recomputes).
+    Each GEMM's times go into sums (``_add_gemm``), the up GEMM's first, and into the layer's note as
+    the op *op* of the FFN scope; returns the pair's forward time (the FFN matmuls a census share
+    recomputes).
     """
     t = cand[_C["t"]]
-    g3 = [0.0, 0.0, 0.0]
-    _mm3(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g3, False, 1)
-    _add_gemm(sums, g3)
-    forward = g3[0]
-    _mm3(rows, h, width / t, n_split, cand, rate, g3, False, 2)
-    _add_gemm(sums, g3)
-    return forward + g3[0]
+    g5 = [0.0] * 5
+    _mm3_noted(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g5, False, 1, note, ops, op, SCOPE_FFN)
+    _add_gemm(sums, g5)
+    forward = g5[0]
+    _mm3_noted(rows, h, width / t, n_split, cand, rate, g5, False, 2, note, ops, op, SCOPE_FFN)
+    _add_gemm(sums, g5)
+    return forward + g5[0]
+
+
+def _note_start(cand, rate, note) -> None:
+    """A layer's note before its ops: no kernels yet, and each scope's host seconds per kernel --
+    a replayed kernel's (graph_s) where the spec's CUDA graphs capture the scope, a launch's (launch_s)
+    elsewhere. ``graphs`` 1 captures the attention sub-block, 2 also a MoE layer's pre-norm, router and
+    permutation (a dense layer's FFN pre-norm is not in that scope), 3 whole layers."""
+    graphs = cand[_C["graphs"]]
+    launch, replay = rate[_R["launch_s"]], rate[_R["graph_s"]]
+    for i in range(6):
+        note[i] = 0.0
+    note[6] = replay if graphs >= 1.0 else launch
+    note[7] = replay if graphs >= 2.0 else launch
+    note[8] = replay if graphs >= 3.0 else launch
+
+
+def _note(note, ops, op: int, scope: int, flops_f: float, bytes_f: float, kernels_f: float, time_f: float,
+          flops_b: float, bytes_b: float, kernels_b: float, time_b: float) -> None:
+    """Count an op's kernels in the layer's note (what the host launches, per scope and pass) and, when a
+    per-op table is asked for (*ops* not None), add its figures to its row."""
+    note[2 * scope] += kernels_f
+    note[2 * scope + 1] += kernels_b
+    if ops is not None:
+        row = ops[op]
+        row[_F_FLOPS] += flops_f
+        row[_F_BYTES] += bytes_f
+        row[_F_KERNELS] += kernels_f
+        row[_F_TIME] += time_f
+        row[_F_HOST] += kernels_f * note[6 + scope]
+        row[_B_FLOPS] += flops_b
+        row[_B_BYTES] += bytes_b
+        row[_B_KERNELS] += kernels_b
+        row[_B_TIME] += time_b
+        row[_B_HOST] += kernels_b * note[6 + scope]
+
+
+def _note_pass(note, ops, op: int, scope: int, moved: float, kernels: float, rate, sums) -> float:
+    """An elementwise op of *moved* forward bytes in *kernels* kernels: its forward and backward
+    (POINTWISE_BACKWARD_BYTES the bytes, as many kernels) added to sums[0], sums[1] and noted; returns
+    its forward time."""
+    forward = _pass(moved, kernels, rate)
+    backward = _pass(POINTWISE_BACKWARD_BYTES * moved, kernels, rate)
+    sums[0] += forward
+    sums[1] += backward
+    if moved > 0.0:
+        _note(note, ops, op, scope, 0.0, moved, kernels, forward, 0.0, POINTWISE_BACKWARD_BYTES * moved, kernels,
+              backward)
+    return forward
+
+
+def _mm3_noted(m: float, n: float, k: float, chunks: float, cand, rate, out5, sixteen: bool, side: int, note, ops,
+               op: int, scope: int) -> None:
+    """``_mm3`` into out5, noted as the op *op* of *scope*: its FLOPs (2·m·n·k a chunk forward, twice
+    that backward) and HBM bytes as ``_gemm`` counts them, forward and backward (input and weight grads)."""
+    _mm3(m, n, k, chunks, cand, rate, out5, sixteen, side)
+    flops = bytes_f = bytes_b = 0.0
+    if ops is not None and m > 0.0 and n > 0.0 and k > 0.0:
+        bc = cand[_C["bytes_c"]]
+        bm = bc if sixteen else cand[_C["bytes_mm"]]
+        flops = 2.0 * m * n * k * chunks
+        bytes_f = chunks * (bm * (m * k + k * n) + bc * m * n)
+        bytes_b = chunks * (bm * (m * n + n * k) + bc * m * k + bm * (k * m + m * n)
+                            + 2.0 * cand[_C["bytes_grad"]] * k * n)
+    _note(note, ops, op, scope, flops, bytes_f, out5[3], out5[0], 2.0 * flops, bytes_b, out5[4], out5[1] + out5[2])
 
 
 def _check_tables(kinds, skinds, model, smodel, cand, rate) -> None:
@@ -177,3 +269,20 @@ def _check_rows(array, name: str, rows: int, width: int) -> None:
     for row in array:
         if len(row) != width:
             raise ValueError(f"{name} must have {width} columns, got {len(row)}")
+
+
+def _note_launch(note, ops, forward: float, backward: float) -> tuple[float, float]:
+    """What the host's launches add to a pass of *forward* / *backward* device seconds: (forward, backward)
+    waits, the host's time beyond the device's (0 where the device is slower); with *ops*, the "launch"
+    row (its host columns: the whole pass's host time)."""
+    host_f = note[0] * note[6] + note[2] * note[7] + note[4] * note[8]
+    host_b = note[1] * note[6] + note[3] * note[7] + note[5] * note[8]
+    wait_f = host_f - forward if host_f > forward else 0.0
+    wait_b = host_b - backward if host_b > backward else 0.0
+    if ops is not None:
+        row = ops[_O["launch"]]
+        row[_F_TIME] = wait_f
+        row[_B_TIME] = wait_b
+        row[_F_HOST] = host_f
+        row[_B_HOST] = host_b
+    return wait_f, wait_b

@@ -69,7 +69,7 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
             rules.add("bad_size", _bad(cols[name]) | (a[name] < 1) | (a[name] > limit))
         for name, minimum in _BYTE_MINIMUM.items():
             rules.add("bad_bytes", _bad(cols[name]) | (a[name] < minimum) | (a[name] > BYTE_LIMITS[name]))
-        for name in ("cp_algo", "precision", "selective_rule", "moe_dispatcher", "ep_overlap"):
+        for name in ("cp_algo", "precision", "selective_rule", "moe_dispatcher", "ep_overlap", "cuda_graphs"):
             rules.add("bad_choice", a[name] >= len(CHOICES[name]))
         rules.add("bad_flag", _bad(cols["tie_embeddings"]))
         factor = a["capacity_factor"]

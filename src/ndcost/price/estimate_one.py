@@ -350,7 +350,8 @@ def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios:
     """Seconds mode of one spec (and its memory, with the process's overheads) through ``seconds_estimate_one``.
 
     *rates* is a :class:`~ndcost.spec.rates.Rates` or None (the device's); ``details`` carries the
-    step's model FLOPs and the raw per-stage sums (``SECONDS_STAGE_FIELDS`` columns).
+    step's model FLOPs, the raw per-stage sums (``SECONDS_STAGE_FIELDS`` columns) and what was priced
+    (model, spec, cluster, rates: ``Estimate.ops``).
     """
     prep = _prepared(model, spec, cluster, True, with_memory)
     pp = prep.pp
@@ -383,4 +384,5 @@ def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios:
         memory = MemoryEstimate.from_kernel(stages, values[_ONE_PEAK], cc.capacity, prep.fixed, cc.reserve)
         fits = device_peak_bytes(values[_ONE_PEAK], cc.reserve, prep.fixed) <= cc.capacity   # memory.fits(capacity)
     return _result("seconds", total, part_values, tuple(times.tolist()), memory, fits, mfu, hfu,
-                   tokens_per_second, MappingProxyType({"model_flops": model_flops, "stage_sums": sums}))
+                   tokens_per_second, MappingProxyType({"model_flops": model_flops, "stage_sums": sums,
+                                                        "inputs": (model, spec, cluster, rates)}))

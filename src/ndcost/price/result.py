@@ -79,6 +79,20 @@ class Estimate:
         object.__setattr__(self, "parts", MappingProxyType(dict(self.parts)))
         object.__setattr__(self, "details", MappingProxyType(dict(self.details)))
 
+    def ops(self, kind: int | None = None) -> tuple:
+        """Where a layer's time goes (seconds mode): one layer of each kind (or of kind *kind*), op by op,
+        as :func:`ndcost.price.layer_ops.layer_ops` prices it -- each op's FLOPs, bytes, kernels, seconds,
+        host seconds and bound, forward and backward, adding up to the layer's priced time."""
+        inputs = self.details.get("inputs")
+        if inputs is None:
+            from ..errors import SpecError
+
+            raise SpecError("units", "Estimate.ops", "be 'seconds' (the per-op table prices seconds mode)", self.units)
+        from .layer_ops import layer_ops
+
+        model, spec, cluster, rates = inputs
+        return layer_ops(model, spec, cluster, rates=rates, kind=kind)
+
     @property
     def folded(self) -> dict[str, float]:
         """ND's folded view of the parts (comp, dp_wait, mp_wait, ep_wait, cp_wait, pp_wait)."""

@@ -123,6 +123,7 @@ def seconds_candidate_columns(c: Mapping[str, Any], d: Mapping[str, Any], overla
         "ep_mode": c["ep_overlap"], "ep_disp": c["moe_dispatcher"], "ep_sms": c["moe_dispatcher_sms"],
         "ep_nodes": c["moe_node_limit"],
         "disp_b": where(c["moe_dispatch_fp8"], FP8_DISPATCH_BYTES, c["compute_bytes"]),
+        "graphs": c["cuda_graphs"],
     }
 
 

@@ -21,14 +21,14 @@ from typing import Any, Mapping
 
 from ..errors import SpecError
 from .exec_spec_rules import (
-    BYTE_LIMITS, CHECKS, CP_ALGOS, DEGREE_LIMITS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS, ZERO_STAGES,
-    check_scalars, scalars_hold, states_per_stage,
+    BYTE_LIMITS, CHECKS, CP_ALGOS, CUDA_GRAPHS, DEGREE_LIMITS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS,
+    ZERO_STAGES, check_scalars, scalars_hold, states_per_stage,
 )
 from .nd_strategy import spec_from_strategy
 from .recompute_spec import RecomputeRange, mask_from_switches, selective_keep_mask, switches_from_mask
 
-__all__ = ["ExecSpec", "RecomputeRange", "PP_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "EP_OVERLAPS", "PRECISIONS",
-           "ZERO_STAGES",
+__all__ = ["ExecSpec", "RecomputeRange", "PP_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "EP_OVERLAPS", "CUDA_GRAPHS",
+           "PRECISIONS", "ZERO_STAGES",
            "DEGREE_LIMITS", "BYTE_LIMITS"]
 
 _OWNER = "ExecSpec"
@@ -139,6 +139,9 @@ class ExecSpec:
     ep_overlap: str = "none"
     precision: str = "bf16"
     tp_overlap: bool = False  # seconds mode: TP comm overlapped with compute
+    #: Seconds mode: the kernels the stack replays from CUDA graphs instead of launching them from the host
+    #: (CUDA_GRAPHS): "none", "attn", "moe_router" (attention and a MoE layer's router) or "layer".
+    cuda_graphs: str = "none"
     #: Under fp8, Transformer Engine keeps each weight's fp8 copy and its fp8 transpose across a step's
     #: micro-batches (TE v1.10 module/linear.py: get_fp8_workspace(cache_name="weight",
     #: with_transpose=...) whenever is_first_microbatch is passed, as Megatron-Core does): 2 bytes per

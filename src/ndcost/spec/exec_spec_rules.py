@@ -27,7 +27,8 @@ from ..limits import (
 from .recompute_spec import RECOMPUTE_OPTIONS, SELECTIVE_RULES, RecomputeRange, canonical_switches
 
 __all__ = [
-    "PP_SCHEDULES", "V_SCHEDULES", "EP_OVERLAPS", "DUALPIPE_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "DEEPEP_RANKS", "PRECISIONS", "ZERO_STAGES", "DEGREE_LIMITS", "BYTE_LIMITS", "BOOL_FIELDS",
+    "PP_SCHEDULES", "V_SCHEDULES", "EP_OVERLAPS", "DUALPIPE_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "CUDA_GRAPHS",
+    "DEEPEP_RANKS", "PRECISIONS", "ZERO_STAGES", "DEGREE_LIMITS", "BYTE_LIMITS", "BOOL_FIELDS",
     "CHECKS", "scalars_hold", "is_int", "states_per_stage",
 ]
 
@@ -55,6 +56,13 @@ CP_ALGOS: tuple[str, ...] = ("ring", "ulysses", "ring-allgather")
 #: flex dispatcher with moe_enable_deepep), which keeps its own NVLink and RDMA buffers
 #: (ndcost.tables.memory_overheads.deepep_buffer_bytes). Seconds mode prices both as the all-to-all.
 MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep")
+#: What the stack replays from CUDA graphs (seconds mode's "graphs" column holds the index): nothing; each layer's
+#: attention sub-block (Megatron-Core --cuda-graph-impl local|transformer_engine --cuda-graph-modules attn);
+#: that and a MoE layer's pre-norm, router and token preprocessing (--cuda-graph-modules attn moe_router
+#: moe_preprocess, what a dropless MoE can capture); whole layers (the full-layer scope of a dense or
+#: padded-capacity MoE layer, torch.compile mode="reduce-overhead"). Seconds mode only: the host launches
+#: what is not replayed (Rates.launch_overhead), a replayed kernel costs Rates.graph_kernel_overhead.
+CUDA_GRAPHS: tuple[str, ...] = ("none", "attn", "moe_router", "layer")
 #: The schedules DualPipe's overlapped chunks run in (ep_overlap 'dualpipe'): ND's zero_bubble_v is DualPipeV.
 DUALPIPE_SCHEDULES: tuple[str, ...] = ("dualpipe", "dualpipev", "zero_bubble_v")
 #: The expert-parallel group sizes DeepEP has dispatch and combine configs for (deep_ep/buffers/legacy.py
@@ -108,12 +116,14 @@ BYTE_LIMITS = MappingProxyType({name: MAX_OPTIMIZER_STATES if name == "optimizer
 # The integer scalars as (field, minimum, maximum), in the order the scalar group checks them.
 _DEGREE_RULES = tuple((name, 1, limit) for name, limit in DEGREE_LIMITS.items())
 _SIZE_RULES = (("micro_batch_size", 1, MAX_BATCH), ("seq_length", 1, MAX_SEQ_LENGTH),
-               ("seq_split", 1, MAX_SEQ_LENGTH), ("moe_dispatcher_sms", 1, MAX_SMS), ("moe_node_limit", 0, MAX_DEVICES))
+               ("seq_split", 1, MAX_SEQ_LENGTH))
 _BYTE_RULES = tuple((name, minimum, BYTE_LIMITS[name]) for name, minimum in _BYTE_MINIMUMS)
-_INT_RULES = _DEGREE_RULES + _SIZE_RULES + _BYTE_RULES
+# checked with the MoE settings (a batch row's bad_moe_setting, after bad_bytes and bad_choice)
+_MOE_INT_RULES = (("moe_dispatcher_sms", 1, MAX_SMS), ("moe_node_limit", 0, MAX_DEVICES))
+_INT_RULES = _DEGREE_RULES + _SIZE_RULES + _BYTE_RULES + _MOE_INT_RULES
 # The string scalars and their choices.
 _CHOICE_RULES = (("cp_algo", CP_ALGOS), ("precision", PRECISIONS), ("selective_rule", SELECTIVE_RULES),
-                 ("moe_dispatcher", MOE_DISPATCHERS), ("ep_overlap", EP_OVERLAPS))
+                 ("moe_dispatcher", MOE_DISPATCHERS), ("ep_overlap", EP_OVERLAPS), ("cuda_graphs", CUDA_GRAPHS))
 
 
 def is_int(value: Any) -> bool:
@@ -196,6 +206,8 @@ def check_scalars(spec: Any) -> None:
     # ND's n_dispatch, a count (ND_REFERENCE §2.3): 0 charges no dispatch, as ND's unset count.
     _store(spec, "moe_dispatch_count",
            check_positive_number(spec.moe_dispatch_count, "moe_dispatch_count", OWNER, allow_zero=True))
+    for name, minimum, maximum in _MOE_INT_RULES:
+        check_positive_int(getattr(spec, name), name, OWNER, minimum=minimum, maximum=maximum)
     if spec.moe_dispatcher == "deepep" and spec.ep != 1 and spec.ep not in DEEPEP_RANKS:
         raise SpecError("ep", OWNER, "be 1 or a group size DeepEP has a config for "
                         f"({', '.join(map(str, sorted(DEEPEP_RANKS)))}) with moe_dispatcher='deepep'", spec.ep)

@@ -25,6 +25,10 @@ from typing import Any, Mapping
 
 from ..errors import SpecError, is_finite_number
 from ..limits import MAX_LATENCY
+from .moe_kernels import (
+    GROUPED_GEMMS, MCORE_MOE, MCORE_MOE_SOURCES, MOE_KERNEL_DEFAULTS, MOE_KERNEL_SOURCES, MOE_PERMUTES,
+    TORCHTITAN_MOE, TORCHTITAN_MOE_SOURCES,
+)
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
            "DEEPEP_NVLINK_EFFICIENCY",
@@ -150,6 +154,21 @@ class Rates:
             (Transformer Engine userbuffers' "pipeline" method, num_splits). Software.
         tp_overlap_sms: With TP comm overlap, SMs the pipelined reduce-scatter kernels hold while
             that GEMM runs (userbuffers num_sm). Software.
+        grouped_gemm_tile_overhead: A grouped GEMM tile's fixed cost, in elements of its inner dimension
+            (the routed experts' GEMMs: ``ndcost.kernels.seconds_moe``).
+        grouped_gemm_exposed: Share of the shorter of a grouped GEMM's compute and weight-stream times
+            that is not hidden under the longer.
+        grouped_gemm_impl: "cutlass" (one grouped kernel a call) or "multi_stream" (a cuBLAS GEMM per local
+            expert): how many kernels the host launches. Software.
+        launch_overhead: Host seconds to launch one kernel eagerly; a layer's pass takes at least its
+            kernels' launches.
+        graph_kernel_overhead: Seconds per kernel replayed from a CUDA graph (ExecSpec.cuda_graphs).
+        moe_permute: How tokens are permuted to their experts and back: "fused", "unfused" (PyTorch ops
+            on a dense routing map) or "sort" (an argsort, an index gather, a scatter-add). Software.
+        moe_router_fusion: The router's score, top-k and aux loss run as one fused kernel. Software.
+        moe_aux_loss: A load-balancing auxiliary loss is computed from the routing. Software.
+        scatter_add_rate: 16-bit elements a second that an atomic scatter-add (index_add_, scatter_add_)
+            adds into its targets: the unfused and sort permutations' scatter-adds (0: not priced).
         deepep_nvlink_efficiency: Share of the scale-up link rate DeepEP's normal dispatch and combine
             kernels reach, counted as DeepEP counts it: the bytes a rank receives from its node, its
             own share included (:data:`DEEPEP_NVLINK_EFFICIENCY`). Software.
@@ -180,6 +199,15 @@ class Rates:
     attention_copies: bool = False
     tp_overlap_splits: int = 4
     tp_overlap_sms: float = 22.0
+    grouped_gemm_tile_overhead: float = MOE_KERNEL_DEFAULTS["grouped_gemm_tile_overhead"]
+    grouped_gemm_exposed: float = MOE_KERNEL_DEFAULTS["grouped_gemm_exposed"]
+    grouped_gemm_impl: str = MOE_KERNEL_DEFAULTS["grouped_gemm_impl"]
+    launch_overhead: float = MOE_KERNEL_DEFAULTS["launch_overhead"]
+    graph_kernel_overhead: float = MOE_KERNEL_DEFAULTS["graph_kernel_overhead"]
+    moe_permute: str = MOE_KERNEL_DEFAULTS["moe_permute"]
+    moe_router_fusion: bool = MOE_KERNEL_DEFAULTS["moe_router_fusion"]
+    moe_aux_loss: bool = MOE_KERNEL_DEFAULTS["moe_aux_loss"]
+    scatter_add_rate: float = MOE_KERNEL_DEFAULTS["scatter_add_rate"]
     deepep_nvlink_efficiency: float = DEEPEP_NVLINK_EFFICIENCY
 
     def __post_init__(self) -> None:
@@ -188,15 +216,22 @@ class Rates:
             raise SpecError("zero3_fetch_bandwidth", _OWNER, "be a finite number of bytes/s >= 0 (0: off)", fetch)
         object.__setattr__(self, "zero3_fetch_bandwidth", float(fetch))
         for name, choices in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", tuple(FP8_RECIPES)),
-                              ("elementwise", ELEMENTWISE)):
+                              ("elementwise", ELEMENTWISE), ("grouped_gemm_impl", GROUPED_GEMMS),
+                              ("moe_permute", MOE_PERMUTES)):
             if getattr(self, name) not in choices:
                 raise SpecError(name, _OWNER, f"be one of {', '.join(map(repr, choices))}", getattr(self, name))
         tail = self.gemm_wave_tail
         if not is_finite_number(tail) or not 0.0 <= tail <= 1.0:
             raise SpecError("gemm_wave_tail", _OWNER, "be a number of waves in [0, 1]", tail)
         object.__setattr__(self, "gemm_wave_tail", float(tail))
+        for name, top in (("grouped_gemm_tile_overhead", 1e6), ("grouped_gemm_exposed", 1.0),
+                          ("launch_overhead", 1.0), ("graph_kernel_overhead", 1.0), ("scatter_add_rate", 1e18)):
+            value = getattr(self, name)
+            if not is_finite_number(value) or not 0.0 <= value <= top:
+                raise SpecError(name, _OWNER, f"be a finite number in [0, {top:g}]", value)
+            object.__setattr__(self, name, float(value))
         for name in ("zero3_recompute_gather", "zero3_grad_all_reduce", "grad_accumulation_fusion",
-                     "attention_copies"):
+                     "attention_copies", "moe_router_fusion", "moe_aux_loss"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(name, _OWNER, "be True or False", getattr(self, name))
         for name in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
@@ -347,6 +382,7 @@ def _rates(matmul: float, matmul_source: str, attention: float, attention_source
         "deepep_nvlink_efficiency": _DEEPEP_NVL + assumed,
     }
     sources.update(_TODAY_SOFTWARE)
+    sources.update(MOE_KERNEL_SOURCES)
     sources["gemm_wave_tail"] = wave_tail[1] or _GUIDE_TAIL
     if fa2[0] is not None:
         sources["fa2_attention_efficiency"] = fa2[1]
@@ -413,6 +449,11 @@ _H200 = _rates(708.5 / 989.0, f"{_MSMF}: NVIDIA H200 SXM MSMF 708.5 of 989 TFLOP
                f"{_MSMF}: NVIDIA H200 SXM FP8 MSMF 1288.7 of 1979 TFLOPS (65.1%)",
                wave_tail=(0.05, _MEASURED_TAIL.format(part="h200_sxm", version="1.3.0rc20", count=6860, tail=0.05)),
                fa2=(_HOPPER_FA2[0], _HOPPER_FA2[1] + " (the H200 is the same GH100 part)"))
+#: The H200's streaming bandwidth is measured: a 1 GiB device-to-device copy moves 4.2 TB/s (read + write)
+#: of the 4.8 TB/s datasheet figure.
+_H200 = dataclasses.replace(_H200, hbm_efficiency=4.2 / 4.8, sources={
+    **_H200.sources, "hbm_efficiency": "../shared/measurements/h200/h200.json 'hbm' (tests/data/h200/h200_grouped.json): "
+    "a 1 GiB device-to-device copy on one H200 SXM, 4.2 TB/s read + write of 4.8 TB/s"})
 _H800 = _rates(_H100_MM[0], _H100_MM[1] + "; the H800 is the same SM90 silicon and HBM as the H100 (aiconfigurator "
                "systems/h800_sxm.yaml: compute 'identical to H100 SXM')", *_HOPPER_FA3, 132,
                f"{_GH100} (the H800 is the same SM90 part)", _H100_F8[0], _H100_F8[1] + "; the H800 is the same SM90 part",
@@ -529,10 +570,10 @@ _MCORE_TE = (
 def _torchtitan(elementwise: str, elementwise_source: str) -> tuple[Mapping[str, Any], Mapping[str, str]]:
     """torchtitan's figures: eager and torch.compile differ only in how the elementwise ops run."""
     return (MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "fa2", "elementwise": elementwise,
-                              "attention_copies": True, "fp8_recipe": "torchao"}),
+                              "attention_copies": True, "fp8_recipe": "torchao", **TORCHTITAN_MOE}),
             MappingProxyType({"grad_accumulation_fusion": _TITAN_GRAD, "attention_kernel": _TITAN_SDPA,
                               "elementwise": elementwise_source, "attention_copies": _TITAN_COPIES,
-                              "fp8_recipe": _TITAN_FP8}))
+                              "fp8_recipe": _TITAN_FP8, **TORCHTITAN_MOE_SOURCES}))
 
 
 #: Training-software generations: name -> (Rates figures, their sources). ``Rates.for_software``.
@@ -547,9 +588,12 @@ SOFTWARE_PRESETS: Mapping[str, tuple[Mapping[str, Any], Mapping[str, str]]] = Ma
         MappingProxyType({"grad_accumulation_fusion": _MEGATRON_2021_GRAD, "zero3_fetch_bandwidth": _DS_FETCH,
                           "zero3_recompute_gather": _DS_RELEASE, "zero3_grad_all_reduce": _DS_ALLREDUCE}),
     ),
-    "megatron-te": _MCORE_TE,
-    "nemo": (_MCORE_TE[0], MappingProxyType({
-        **_MCORE_TE[1], "fp8_recipe": _TE_RECIPE + "; NeMo 1.x/2.x trains Megatron-Core models with TE"})),
+    # MoE kernels as NVIDIA's recipes (NeMo, Megatron-Bridge) configure Megatron-Core: fused permutation and router
+    "megatron-te": (MappingProxyType({**_MCORE_TE[0], **MCORE_MOE}),
+                    MappingProxyType({**_MCORE_TE[1], **MCORE_MOE_SOURCES})),
+    "nemo": (MappingProxyType({**_MCORE_TE[0], **MCORE_MOE}),
+             MappingProxyType({**_MCORE_TE[1], "fp8_recipe": _TE_RECIPE + "; NeMo 1.x/2.x trains Megatron-Core models "
+                               "with TE", **MCORE_MOE_SOURCES})),
     "torchtitan-eager": _torchtitan("eager", _TITAN_EAGER),
     "torchtitan-compile": _torchtitan("fused", _TITAN_COMPILE),
 })

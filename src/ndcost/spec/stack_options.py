@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ..errors import SpecError
-from .exec_spec_rules import CP_ALGOS, EP_OVERLAPS, MOE_DISPATCHERS, PRECISIONS
+from .exec_spec_rules import CP_ALGOS, CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PRECISIONS
+from .moe_kernels import GROUPED_GEMMS, MOE_PERMUTES
 from .recompute_spec import SELECTIVE_RULES
 from .rates import ATTENTION_KERNELS, ELEMENTWISE, FP8_RECIPES
 
@@ -241,6 +242,40 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
     StackOption("attention_copies", "attention_copies", "rates", "bool",
                 "the model code copies K/V per query head (GQA's repeat_kv) and the attention output (torchtitan's "
                 "Llama) (default: the --software stack's, else off)"),
+    StackOption("cuda_graphs", "cuda_graphs", "spec", "choice",
+                "what the stack replays from CUDA graphs instead of launching from the host: none, attn (each "
+                "layer's attention), moe_router (also a MoE layer's pre-norm, router and permutation: Megatron's "
+                "--cuda-graph-modules attn moe_router moe_preprocess) or layer (whole layers; torch.compile "
+                "mode=reduce-overhead) (default none)", choices=CUDA_GRAPHS),
+    StackOption("moe_permute", "moe_permute", "rates", "choice",
+                "how a MoE layer's tokens are permuted to their experts and back: fused (Transformer Engine's "
+                "moe_permute, Megatron's --moe-permute-fusion), unfused (Megatron-Core's PyTorch ops) or sort "
+                "(torchtitan's argsort, gather and scatter-add) (default: the --software stack's, else fused)",
+                choices=MOE_PERMUTES, applies=_moe, needs="a MoE model"),
+    StackOption("moe_router_fusion", "moe_router_fusion", "rates", "bool",
+                "the router's score, top-k and aux loss as one fused kernel (Megatron's --moe-router-fusion) "
+                "(default: the --software stack's, else on)", applies=_moe, needs="a MoE model"),
+    StackOption("moe_aux_loss", "moe_aux_loss", "rates", "bool",
+                "a load-balancing aux loss computed from the routing (default: the --software stack's, else on)",
+                applies=_moe, needs="a MoE model"),
+    StackOption("grouped_gemm_impl", "grouped_gemm_impl", "rates", "choice",
+                "how the experts' grouped GEMMs run: cutlass (one grouped kernel: torch._grouped_mm, DeepGEMM) or "
+                "multi_stream (Transformer Engine's GroupedLinear: a cuBLAS GEMM per expert) (default: the "
+                "--software stack's, else multi_stream)", choices=GROUPED_GEMMS, applies=_moe, needs="a MoE model"),
+    StackOption("launch_overhead", "launch_overhead", "rates", "number",
+                "host seconds to launch one kernel eagerly; a layer's pass takes at least its launches (default "
+                "9.58e-6, measured on an H200's host)"),
+    StackOption("graph_kernel_overhead", "graph_kernel_overhead", "rates", "number",
+                "seconds per kernel replayed from a CUDA graph (default 0.84e-6, measured on an H200)"),
+    StackOption("grouped_gemm_tile_overhead", "grouped_gemm_tile_overhead", "rates", "number",
+                "a grouped GEMM tile's fixed cost, in elements of its inner dimension (default 60, fitted to "
+                "measured grouped GEMMs)", applies=_moe, needs="a MoE model"),
+    StackOption("grouped_gemm_exposed", "grouped_gemm_exposed", "rates", "number",
+                "share of a grouped GEMM's shorter of compute and weight stream left exposed (default 0.35, fitted "
+                "to measured grouped GEMMs)", applies=_moe, needs="a MoE model"),
+    StackOption("scatter_add_rate", "scatter_add_rate", "rates", "number",
+                "16-bit elements a second an atomic scatter-add adds (the unfused and sort permutations) (default "
+                "1e11, fitted to an H200's measured expert blocks)", applies=_moe, needs="a MoE model"),
 )
 #: A runs file's name for Megatron-Core's EP overlap (validate only): ``overlap_moe_expert_parallel_comm: on`` is
 #: ``ep_overlap: 1f1b`` (kept out of STACK_OPTIONS' flags and search dimensions, where ``ep_overlap`` states it).

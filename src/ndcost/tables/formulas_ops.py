@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..spec.exec_spec import CP_ALGOS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS
+from ..spec.exec_spec import CP_ALGOS, CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS
 from ..spec.recompute_spec import SELECTIVE_RULES
 
 __all__ = [
@@ -40,6 +40,7 @@ CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "selective_rule": SELECTIVE_RULES,
     "moe_dispatcher": MOE_DISPATCHERS,
     "ep_overlap": EP_OVERLAPS,
+    "cuda_graphs": CUDA_GRAPHS,
 })
 _CODES = {field: {name: i for i, name in enumerate(names)} for field, names in CHOICES.items()}
 

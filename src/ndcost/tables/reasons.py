@@ -52,9 +52,10 @@ _TABLE = (
     ("bad_size", ("micro_batch_size", "seq_length", "seq_split"),
      "micro_batch_size, seq_length or seq_split is not an integer >= 1, or is above its bound (docs/LIMITS.md)"),
     ("bad_bytes", _BYTES, "a byte width is not an integer of at least its minimum and at most its bound"),
-    ("bad_choice", ("pp_schedule", "cp_algo", "precision", "selective_rule", "moe_dispatcher", "ep_overlap"),
-     "a named choice (pp_schedule, cp_algo, precision, selective_rule, moe_dispatcher, ep_overlap) is not one "
-     "ndcost knows"),
+    ("bad_choice", ("pp_schedule", "cp_algo", "precision", "selective_rule", "moe_dispatcher", "ep_overlap",
+                    "cuda_graphs"),
+     "a named choice (pp_schedule, cp_algo, precision, selective_rule, moe_dispatcher, ep_overlap, cuda_graphs) is "
+     "not one ndcost knows"),
     ("bad_moe_setting", ("capacity_factor", "moe_imbalance", "moe_dispatch", "moe_dispatch_count", "moe_dispatcher",
                          "ep", "moe_dispatcher_sms", "moe_node_limit"),
      "capacity_factor or moe_imbalance is not a finite number in [1, its bound], moe_dispatch or "

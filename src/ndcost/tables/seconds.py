@@ -38,9 +38,16 @@ from .derive import derive
 from ..errors import SpecError
 from .layout import build_layout
 from .nd_tables import nd_kind_table, nd_model_vector
+from ..spec.exec_spec import CUDA_GRAPHS
+from ..spec.moe_kernels import GROUPED_GEMMS, MOE_PERMUTES
 from ..spec.rates import GEMM_TILE_OUTPUTS, Rates
 
-__all__ = ["Overlap", "DEEPSPEED_2021", "FP8_DISPATCH_BYTES", "seconds_estimate", "seconds_arrays", "seconds_kind_table",
+#: Model families whose router adds a per-expert score-correction bias to sigmoid scores before its top-k
+#: (the families Model._router_parameters gives an e_score_correction_bias).
+ROUTER_BIAS_FAMILIES = ("deepseek_v3", "glm4_moe")
+
+__all__ = ["ROUTER_BIAS_FAMILIES", "Overlap", "DEEPSPEED_2021", "FP8_DISPATCH_BYTES", "seconds_estimate",
+           "seconds_arrays", "seconds_kind_table",
            "seconds_model_vector", "seconds_candidate_vector", "rates_vector"]
 
 
@@ -139,6 +146,8 @@ def seconds_model_vector(model: Any) -> np.ndarray:
     no_rope = model.learned_position_embeddings or model.family in ("jamba", "nemotron_h")
     vec[SECONDS_MODEL["rope"]] = 0.0 if no_rope else 1.0
     vec[SECONDS_MODEL["logit_softcap"]] = 1.0 if model.logit_softcapping else 0.0
+    # sigmoid scores with a score-correction bias (noaux_tc routing: DeepSeek-V3 report §2.1.2, GLM-4.5)
+    vec[SECONDS_MODEL["router_bias"]] = 1.0 if model.is_moe and model.family in ROUTER_BIAS_FAMILIES else 0.0
     tower = model.vision
     if tower is not None:
         vec[SECONDS_MODEL["v_patches"]] = tower.tokens
@@ -195,6 +204,15 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     vec[RATE["tp_ov_sm"]] = min(rates.tp_overlap_sms / rates.sm_count, 0.5)
     vec[RATE["dep_nvl_eff"]] = rates.deepep_nvlink_efficiency
     vec[RATE["sms"]] = rates.sm_count
+    vec[RATE["g_tile_k"]] = rates.grouped_gemm_tile_overhead
+    vec[RATE["g_stream"]] = rates.grouped_gemm_exposed
+    vec[RATE["g_launch"]] = GROUPED_GEMMS.index(rates.grouped_gemm_impl)
+    vec[RATE["launch_s"]] = rates.launch_overhead
+    vec[RATE["graph_s"]] = rates.graph_kernel_overhead
+    vec[RATE["permute"]] = MOE_PERMUTES.index(rates.moe_permute)
+    vec[RATE["router_fused"]] = 1.0 if rates.moe_router_fusion else 0.0
+    vec[RATE["aux_loss"]] = 1.0 if rates.moe_aux_loss else 0.0
+    vec[RATE["scatter_rate"]] = rates.scatter_add_rate
     vec.setflags(write=False)
     return vec
 
@@ -213,7 +231,7 @@ _CANDIDATE_ORDER = (
     "flash", "dropless", "cap_fact", "cp_ring", "moe_imb",
     "zero", "zero_ranks", "defer_grads", "reshard", "tie_emb", "schedule",
     "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep",
-    "ep_mode", "ep_disp", "ep_sms", "ep_nodes", "disp_b",
+    "ep_mode", "ep_disp", "ep_sms", "ep_nodes", "disp_b", "graphs",
 )
 if _CANDIDATE_ORDER != SECONDS_CAND_FIELDS:   # a field added to the ABI must be given a value below
     raise RuntimeError(f"seconds_candidate_values does not follow SECONDS_CAND_FIELDS {SECONDS_CAND_FIELDS}")
@@ -238,6 +256,7 @@ def seconds_candidate_values(spec: Any, d: Any, overlap: Overlap | None = None) 
         *(overlap or _DEFAULT_OVERLAP).shares(spec),
         EP_OVERLAPS.index(spec.ep_overlap), DISPATCHERS.index(spec.moe_dispatcher), spec.moe_dispatcher_sms,
         spec.moe_node_limit, FP8_DISPATCH_BYTES if spec.moe_dispatch_fp8 else compute_bytes,
+        CUDA_GRAPHS.index(spec.cuda_graphs),
     )
 
 
