@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src/ndcost/tables"
 FORMULAS = ("derived_columns", "derived_extra_columns", "nd_candidate_columns", "memory_candidate_columns",
-            "joint_reason")
+            "seconds_candidate_columns", "joint_reason")
 #: The fused twins: name -> (the consumers of derived_columns run in its body, the derived values returned
 #: after the joint reason, as a dict of them or not). joint_reason runs first: one candidate pays for no
 #: intermediate dict or call. The second's dict holds what ndcost.tables.seconds.seconds_candidate_values
@@ -53,9 +53,11 @@ def _is_ops_attribute(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ops"
 
 
-def _scalar_rules(ops_tree: ast.Module) -> tuple[dict[str, ast.expr], dict[str, tuple[list[str], ast.expr]]]:
-    """``_ScalarOps``'s aliases (name -> callable expression) and one-expression methods (name -> params, body)."""
-    cls = next(node for node in ops_tree.body if isinstance(node, ast.ClassDef) and node.name == "_ScalarOps")
+def _scalar_rules(ops_tree: ast.Module, rules: str = "_ScalarOps") -> tuple[dict[str, ast.expr],
+                                                                         dict[str, tuple[list[str], ast.expr]]]:
+    """The *rules* class's (``_ScalarOps``'s) aliases (name -> callable expression) and one-expression
+    methods (name -> params, body)."""
+    cls = next(node for node in ops_tree.body if isinstance(node, ast.ClassDef) and node.name == rules)
     aliases: dict[str, ast.expr] = {}
     inline: dict[str, tuple[list[str], ast.expr]] = {}
     for node in cls.body:

@@ -9,9 +9,11 @@ from typing import Any, Mapping
 
 from .formulas_ops import (
     _MEMORY_SCHEDULE,
+    _SCHEDULE,
     ClusterConstants,
     COMM_DP_OVERLAP,
     COMM_TP_OVERLAP,
+    INTERLEAVED_SCHEDULE,
     ModelConstants,
 )
 
@@ -20,6 +22,7 @@ __all__ = [
     "derived_extra_columns_scalar",
     "nd_candidate_columns_scalar",
     "memory_candidate_columns_scalar",
+    "seconds_candidate_columns_scalar",
     "joint_reason_scalar",
 ]
 
@@ -182,6 +185,50 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         1.0 if d['tie_embeddings'] else 0.0,
         c['logit_bytes'],
         (1.0 if c['param_bytes'] == 1 else 2.0) if (c['precision'] == 'fp8') & c['fp8_weight_cache'] else 0.0,
+    )
+
+
+def seconds_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any], overlap: 'Overlap') -> tuple:
+    """:func:`ndcost.tables.formulas.seconds_candidate_columns` on Python scalars (*ops* must be SCALAR)."""
+    compute_bytes = c['compute_bytes']
+    schedule_1f1b = c['pp_schedule'] == '1f1b'
+    return (
+        c['micro_batch_size'],
+        c['seq_length'],
+        c['tp'],
+        d['sp'],
+        c['cp'],
+        c['ep'],
+        d['t_exp'],
+        c['dp'],
+        d['expert_data_parallel'],
+        c['pp'],
+        c['vpp'],
+        d['micro_batch_num'],
+        c['seq_split'],
+        compute_bytes,
+        1 if c['precision'] == 'fp8' else compute_bytes,
+        c['param_bytes'],
+        d['bytes_grad'],
+        2.0 * c['optimizer_states'] * c['optimizer_state_bytes'] + 2.0 * c['main_param_bytes'] + 2.0 * c['grad_bytes'] + c['param_bytes'],
+        c['dropout_bytes'],
+        c['flash_attention'],
+        c['grouped_gemm'],
+        c['capacity_factor'],
+        not c['cp_algo'] == 'ulysses',
+        c['moe_imbalance'],
+        c['zero_stage'],
+        d['zero_shard_ranks'],
+        d['defers_grads'],
+        d['reshards'],
+        d['tie_embeddings'],
+        INTERLEAVED_SCHEDULE if schedule_1f1b and c['vpp'] > 1 else _SCHEDULE[c['pp_schedule']],
+        (1.0 if c['overlapped_grad_reduce'] else 0.0) if overlap.dp_reduce is None else overlap.dp_reduce,
+        overlap.dp_gather,
+        overlap.fsdp_prefetch,
+        (1.0 if c['tp_overlap'] else 0.0) if overlap.tp is None else overlap.tp,
+        overlap.cp,
+        (1.0 if c['pp_schedule'] == 'zero_bubble_v' else 0.0) if overlap.ep is None else overlap.ep,
     )
 
 
