@@ -106,8 +106,8 @@ class Watched:
 
 
 def test_chunks_run_on_several_threads_at_once(backend_name):
-    """threads=2 has two chunks priced at the same time: each of the first two kernel calls waits for
-    the other at a barrier (one thread alone would time out there)."""
+    """threads=2 has two chunks priced at the same time, by the calling thread and a pool worker: each of
+    the first two kernel calls waits for the other at a barrier (one thread alone would time out there)."""
     model = Model.from_catalog("llama3-8b")
     cands = _mixed(model, 40, seed=53)
     barrier = threading.Barrier(2, timeout=30)
@@ -125,7 +125,7 @@ def test_chunks_run_on_several_threads_at_once(backend_name):
         many = estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=2)
         _backend.kernels = module
         one = estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=1)
-    assert len(callers) == 2 and threading.get_ident() not in callers
+    assert len(callers) == 2
     assert_bit_for_bit(one, many)
 
 
@@ -140,7 +140,7 @@ def test_all_cores_is_one_thread_on_the_pure_python_backend():
         assert callers == {threading.get_ident()}
         callers.clear()
         estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=2)
-        assert callers and threading.get_ident() not in callers      # the pool's workers priced it
+        assert len(callers) == 2 and threading.get_ident() in callers    # the caller and a pool worker priced it
 
 
 def test_worker_threads_ignore_floating_point_warnings_as_one_thread_does():

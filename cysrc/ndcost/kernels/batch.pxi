@@ -383,7 +383,7 @@ cdef void c_mem_scratch_free(MemScratch* scratch) noexcept:
 
 cdef Py_ssize_t c_batch_check(Py_ssize_t n_kinds, Py_ssize_t n_rows, const long long[::1] layout_index,
                               const long long[:, ::1] layouts, Py_ssize_t n_pool, Py_ssize_t n_slot_pool,
-                              const long long[::1] reason, const double[:, ::1] cands, Py_ssize_t p_column,
+                              const long long[::1] reason, const double[:, :] cands, Py_ssize_t p_column,
                               Py_ssize_t vp_column, Py_ssize_t* max_p, Py_ssize_t* max_pv,
                               Py_ssize_t* max_slots) except -1:
     # The shapes both batch kernels share, every layout's pool spans and places, and every priced
@@ -446,7 +446,7 @@ cdef inline double c_nd_price(const double* kinds, Py_ssize_t n_kinds, const dou
 
 def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
                       const double[::1] model,             # IN (M_COUNT,)
-                      const double[:, ::1] cands,          # IN (C_COUNT, N): a candidate per column
+                      const double[:, :] cands,            # IN (C_COUNT, N): a candidate per column, any strides
                       const long long[::1] layout_index,   # IN (N,)
                       const long long[:, ::1] layouts,     # IN (L, LY_COUNT)
                       const double[::1] pool,              # IN
@@ -525,7 +525,7 @@ def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
 
 def memory_batch(const double[:, ::1] kinds,          # IN (K, MK_COUNT)
                  const double[::1] model,             # IN (MM_COUNT,)
-                 const double[:, ::1] cands,          # IN (MC_COUNT, N): a candidate per column
+                 const double[:, :] cands,            # IN (MC_COUNT, N): a candidate per column, any strides
                  const long long[::1] layout_index,   # IN (N,)
                  const long long[:, ::1] layouts,     # IN (L, LY_COUNT)
                  const double[::1] pool,              # IN

@@ -259,7 +259,7 @@ class ModelConstants:
     linear_k_heads: int
     linear_v_heads: int
     has_linear: bool
-    moe_width: int
+    moe_width: int | None
     layers_with_mtp: int
     has_vision: bool
     vision_heads: int
