@@ -101,6 +101,9 @@ def rows_of(columns, start: int, stop: int, reads: tuple) -> list:
     for j, (column, read) in enumerate(zip(columns, reads)):
         if getattr(column, "ndim", 1) != 1 or len(column) < stop:
             raise ValueError(f"columns[{j}] must be 1-D with >= {stop} rows")
+        dtype = getattr(column, "dtype", None)
+        if dtype is not None and not (dtype.kind in "biu" or (dtype.kind == "f" and dtype.itemsize == 8)):
+            raise ValueError(f"columns[{j}] must hold integers, bools or float64, got {dtype}")
         values = column[start:stop].tolist()
         if read == "int":
             values = [int(v) if isinstance(v, int) else float_int(v) for v in values]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
@@ -27,6 +28,7 @@ from ..spec.rates_io import as_rates
 from .result import Estimate
 from ..spec.search_space import SEARCH_DIMENSIONS, build_space
 from ..spec.software_fields import software_columns, software_fields
+from .threads import resolve_threads, run_chunks
 
 #: The smallest memory limit a search takes: below 1 GiB no device holds a CUDA context and a model.
 MIN_MEMORY_LIMIT = 2**30
@@ -35,8 +37,13 @@ OVER_LIMIT = "does not fit in memory"
 
 __all__ = ["SearchResult", "Ranked", "search", "pareto_front"]
 
-#: Candidates priced per kernel call: large enough to amortise the call, small enough to show progress.
+#: Candidates per batch of the space (a Candidates and an estimate_many each) at most: large enough to
+#: amortise the calls, small enough to show progress.
 BATCH = 65536
+#: Rows per batch at least when batches run in parallel (each one thread's work).
+MIN_BATCH = 8192
+#: Rows per thread at least when ``threads=None`` runs batches in parallel (two batches' worth).
+BATCH_ROWS_PER_THREAD = 2 * MIN_BATCH
 
 
 @dataclass(frozen=True)
@@ -154,7 +161,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
             sequence_parallel, pp_schedule, recompute) fixed (a value), a list, or searched (absent).
     """
     from .candidates import Candidates
-    from .estimate_many import REASONS, estimate_many, resolve_threads
+    from .estimate_many import REASONS, estimate_many
 
     model = as_model(model)
     if units == "nd":
@@ -192,20 +199,33 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     step = np.full(n, np.nan)
     memory = np.full(n, np.nan)
     reason = np.zeros(n, dtype=np.int64)
-    for start in range(0, n, BATCH):
-        chunk = {name: col[start:start + BATCH] for name, col in space.columns.items()}
-        batch = estimate_many(model, Candidates.from_arrays(**chunk), cluster, units=units, ratios=ratios, rates=rates,
-                              threads=threads)
-        step[start:start + BATCH] = batch.step_time
-        memory[start:start + BATCH] = batch.device_memory   # what the device holds (seconds: + slack, fixed)
-        reason[start:start + BATCH] = batch.reason
+    workers, batch = search_plan(n, threads)
+    done = [0]
+    reporting = threading.Lock()
+
+    def price(start: int) -> None:
+        """One batch of the space: its Candidates (ExecSpec's rules over its columns) and its prices."""
+        stop = min(n, start + batch)
+        chunk = {name: col[start:stop] for name, col in space.columns.items()}
+        priced = estimate_many(model, Candidates.from_arrays(**chunk), cluster, units=units, ratios=ratios,
+                               rates=rates, threads=threads if workers == 1 else 1)
+        step[start:stop] = priced.step_time
+        memory[start:stop] = priced.device_memory   # what the device holds (seconds: + slack, fixed)
+        reason[start:stop] = priced.reason
         if progress is not None:
-            progress(min(n, start + BATCH), n)
+            with reporting:
+                done[0] += stop - start
+                progress(done[0], n)
+
+    # A space of many batches: each batch priced start to end by one thread (its Candidates' numpy rules
+    # too, whose loops release the GIL); a few batches: one after the other, each on every thread.
+    run_chunks(price, n, batch, workers)
 
     valid = reason == 0
     priced = valid & np.isfinite(step) & np.isfinite(memory)
     fits = priced & (memory <= capacity)
-    rejected = Counter(REASONS[int(code)] for code in reason[~valid])
+    codes, counts = np.unique(reason[~valid], return_counts=True)
+    rejected = Counter({REASONS[int(code)]: int(count) for code, count in zip(codes, counts)})
     over = int((priced & ~fits).sum())
     if over:
         rejected[OVER_LIMIT] += over
@@ -217,11 +237,12 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         raise RuntimeError(f"search accounting: {int(fits.sum())} fit + {sum(rejected.values())} rejected "
                            f"!= {n} candidates")
 
-    # Deterministic order: step time, peak memory, then each search dimension (smaller first).
-    keys = [space.columns[d] if space.columns[d].dtype != object else np.unique(space.columns[d], return_inverse=True)[1]
-            for d in reversed(SEARCH_DIMENSIONS)]
-    order = np.lexsort(tuple(keys) + (memory, np.where(fits, step, np.inf)))
-    ranked_rows = [int(i) for i in order[: max(top, per_layer_recompute, balance)] if fits[i]]
+    # Deterministic order of the rows that fit: step time, peak memory, then each search dimension
+    # (smaller first; names in sorted order).
+    fit_rows = np.flatnonzero(fits)
+    keys = [_rank_codes(space.columns[d][fit_rows]) for d in reversed(SEARCH_DIMENSIONS)]
+    order = fit_rows[np.lexsort(tuple(keys) + (memory[fit_rows], step[fit_rows]))]
+    ranked_rows = [int(i) for i in order[: max(top, per_layer_recompute, balance)]]
     fixed = {"global_batch_size": global_batch_size, "seq_length": seq_length}
     results = []
     for i in ranked_rows:
@@ -238,6 +259,27 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         pareto=tuple((float(step[i]), float(memory[i]), i) for i in front), units=units,
         columns=space.columns, step_time=step, peak_memory=memory,
     )
+
+
+def _rank_codes(column: np.ndarray) -> np.ndarray:
+    """A column as sortable numbers: itself, or (names) each value's rank among the column's sorted values."""
+    if column.dtype != object:
+        return column
+    values = column.tolist()
+    rank = {value: i for i, value in enumerate(sorted(set(values)))}
+    return np.fromiter(map(rank.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+def search_plan(n: int, threads: Any) -> tuple[int, int]:
+    """(threads the batches run on, rows per batch) for a space of *n* rows: one batch after the other when
+    the space is a few batches (each priced on every thread estimate_many's *threads* picks), else
+    :data:`BATCH`-row batches or smaller, about four a thread, each priced by one thread."""
+    cap = resolve_threads(threads, "search")
+    if threads is None:
+        cap = min(cap, max(1, n // BATCH_ROWS_PER_THREAD))
+    batch = min(BATCH, max(MIN_BATCH, -(-n // (cap * 4))))
+    workers = min(cap, -(-n // batch))
+    return (workers, batch) if workers > 1 else (1, BATCH)
 
 
 def _rank_key(ranked: Ranked) -> tuple:
