@@ -264,7 +264,7 @@ def _rate_index(storage: dict, start: int, stop: int) -> np.ndarray:
     """Each row's row of the seconds kernel's rate table: its precision's (a code past the choices is a
     bad row, priced by nobody)."""
     out = np.empty(stop - start, dtype=np.int64)
-    np.clip(storage["precision"][start:stop], 0, _PRECISION_CODES - 1, out=out)
+    np.minimum(storage["precision"][start:stop], _PRECISION_CODES - 1, out=out)      # codes are >= 0
     return out
 
 
