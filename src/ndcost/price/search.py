@@ -152,8 +152,11 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
             between stages while the step gets faster (``ndcost.price.pipeline_balance``).
         progress: Called with (priced, total) after each batch.
         rates: Seconds mode's rates, as :func:`ndcost.estimate`'s (a rates JSON is read once).
-        threads: Threads each batch is priced on, as :func:`ndcost.estimate_many`'s: None (default)
-            all the cores the process may use, 1 the calling thread only; the result is the same.
+        threads: Threads the space is priced on: None (default) as many as its size pays for, up to the
+            cores the process may use (``NDCOST_THREADS`` caps it; :func:`search_plan`), 1 the calling
+            thread only. A space of many batches prices each batch -- its Candidates and its prices --
+            on one thread, the batches in parallel; a smaller one each batch on every thread. The result
+            is the same whatever the count.
         software: A training stack (``Rates.for_software``'s names): every candidate takes the
             fields it fixes for its strategy (``ndcost.spec.software_fields``; a search dimension it
             fixes, such as torchtitan's ZeRO-3, is fixed unless given), and *rates* defaults to it.
