@@ -5,13 +5,12 @@ arguments before any row is read."""
 from __future__ import annotations
 
 import ast
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from batch_cases import columns_of, planted_rows, random_rows
+from source_tools import tool
 from ndcost import Cluster, Model
 from ndcost.kernels.columns import CAND_FIELDS, MEMORY_CAND_FIELDS, SECONDS_CAND_FIELDS
 from ndcost.kernels.formula_rows import FORMULA_ROW_CONSTANTS, FORMULA_ROW_FIELDS, FORMULA_ROW_OUTPUTS
@@ -25,30 +24,24 @@ from ndcost.tables.nd_tables import MOE_DISPATCH, cluster_constants
 from ndcost.tables.reasons import REASON_CODES
 from ndcost.tables.seconds import _DEFAULT_OVERLAP, Overlap
 
-ROOT = Path(__file__).resolve().parents[1]
 #: One model per branch of the joint rules: dense GQA, MoE, MLA, linear attention, Mamba, a vision tower.
 MODELS = ("llama3-70b", "mixtral-8x7b", "deepseek-v3", "qwen3-next-80b-a3b", "nemotron-h-56b", "qwen2.5-vl-7b")
-UNITS = {"nd_formula_rows": (nd_candidate_columns, CAND_FIELDS), "seconds_formula_rows": (None, SECONDS_CAND_FIELDS)}
+#: Each output of the row kernel and the ABI's fields of its rows.
+OUTPUTS = {"nd": CAND_FIELDS, "seconds": SECONDS_CAND_FIELDS, "memory": MEMORY_CAND_FIELDS}
 
 
 def _generator():
-    gen = ROOT / "tools/gen_formula_rows.py"
-    if not gen.exists() or not (ROOT / "src/ndcost/tables/formulas.py").exists():
-        pytest.skip("source tree not available (installed wheel)")
-    spec = importlib.util.spec_from_file_location("gen_formula_rows", gen)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool("gen_formula_rows", "src/ndcost/tables/formulas.py")
 
 
 def test_generated_row_kernels_are_in_sync():
     """The compiled twins and their oracle are what the generator writes from today's formulas: a formula
     added to tables/formulas.py (or a constant, a column) fails here until it is regenerated."""
     gen = _generator()
-    built = gen.kernels()
+    built = gen.kernel()
     assert gen.PXI.read_text() == gen.render_pxi(built), "run: python tools/gen_formula_rows.py"
-    for path, text in gen.render_oracle(built).items():
-        assert path.read_text() == text, f"{path.name} is stale: run python tools/gen_formula_rows.py"
+    assert gen.ORACLE.read_text() == gen.render_oracle(built), "run: python tools/gen_formula_rows.py"
+    assert dict(FORMULA_ROW_OUTPUTS) == {name: len(fields) for name, fields in OUTPUTS.items()}
 
 
 def _typed(gen, source: str):
@@ -87,16 +80,19 @@ def _numpy(model, cands, cc, layout_bad):
     return np.where(cands.reason != 0, cands.reason, joint), matrices
 
 
-def _run(kernels, kernel, model, cands, cc, layout_bad, layout_row, start, stop, candidate_major=True):
+def _run(kernels, model, cands, cc, layout_bad, layout_row, start, stop, candidate_major=True, overlap=None,
+         asked=tuple(OUTPUTS)):
     storage = {name: cands.storage(name) for name in cands.fields}
-    rows = FormulaRows(kernel, storage, REASON_CODES, mc=model_constants(model), cc=cc, overlap=_DEFAULT_OVERLAP,
-                       allow_cross_node_tp=True, moe_dispatch_default=MOE_DISPATCH)
+    rows = FormulaRows(storage, REASON_CODES, mc=model_constants(model), cc=cc,
+                       overlap=_DEFAULT_OVERLAP if overlap is None else overlap, allow_cross_node_tp=True,
+                       moe_dispatch_default=MOE_DISPATCH)
     n = stop - start
-    outs = [np.empty((n, count)).T if candidate_major else np.empty((count, n)) for _, count in rows.outputs.items()]
+    outs = {name: (np.empty((n, count)).T if candidate_major else np.empty((count, n))) if name in asked
+            else np.empty((0, 0)) for name, count in rows.outputs.items()}
     reason, table_row = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    getattr(kernels, kernel)(rows.columns, start, stop, rows.constants, rows.codes, cands.reason, cands.layout_index,
-                             layout_bad.view(np.uint8), layout_row, reason, table_row, *outs)
-    return reason, table_row, dict(zip(rows.outputs, outs))
+    kernels.formula_rows(rows.columns, start, stop, rows.constants, rows.codes, cands.reason, cands.layout_index,
+                         layout_bad.view(np.uint8), layout_row, reason, table_row, *outs.values())
+    return reason, table_row, outs
 
 
 def _cases():
@@ -106,71 +102,60 @@ def _cases():
         rows += [dict(dp=0, tp=1, global_batch_size=8), dict(dp=2, tp=3, global_batch_size=8),
                  dict(dp=4, micro_batch_size=3, global_batch_size=8)]
         cands = Candidates.from_arrays(**columns_of(rows))
-        for cluster in (Cluster("h100-sxm", num_devices=64), "h100-sxm"):
-            cc = cluster_constants(cluster) if isinstance(cluster, Cluster) else cluster_constants(
-                Cluster(cluster, num_devices=1))
-            if not isinstance(cluster, Cluster):
+        for cluster in (Cluster("h100-sxm", num_devices=64), None):
+            cc = cluster_constants(cluster or Cluster("h100-sxm", num_devices=1))
+            if cluster is None:
                 cc.num_devices = None                               # a bare device: no device-count rule
             yield name, model, cands, cc
 
 
-@pytest.mark.parametrize("kernel", list(UNITS))
-def test_row_kernels_give_the_numpy_formulas_values_bit_for_bit(kernels, kernel):
+def test_the_row_kernel_gives_the_numpy_formulas_values_bit_for_bit(kernels):
     """Every row's reason as the numpy rules give it; every vector entry of a priced row the numpy formulas'
-    float64, bit for bit; an unpriced row NaN and table row -1; a chunk in the middle of the batch the
-    same as the whole batch's rows."""
-    unit = kernel.split("_")[0]
+    float64, bit for bit; an unpriced row NaN and table row -1; a chunk in the middle of the batch (its
+    matrices field-major, one output not asked for) the same as the whole batch's rows."""
     priced = 0
     for name, model, cands, cc in _cases():
         n = len(cands)
         layout_bad = np.random.default_rng(3).random(len(cands.layouts)) < 0.15
         layout_row = np.arange(len(cands.layouts), dtype=np.int64) * 3
         expected_reason, matrices = _numpy(model, cands, cc, layout_bad)
-        reason, table_row, outs = _run(kernels, kernel, model, cands, cc, layout_bad, layout_row, 0, n)
+        reason, table_row, outs = _run(kernels, model, cands, cc, layout_bad, layout_row, 0, n)
         assert reason.tobytes() == expected_reason.tobytes(), name
         ok = reason == 0
         assert (table_row[ok] == layout_row[cands.layout_index[ok]]).all() and (table_row[~ok] == -1).all()
-        for out in (unit, "memory"):
+        for out in OUTPUTS:
             assert outs[out][:, ok].tobytes() == np.ascontiguousarray(matrices[out][:, ok]).tobytes(), (name, out)
             assert np.isnan(outs[out][:, ~ok]).all()
         priced += int(ok.sum())
-        part = _run(kernels, kernel, model, cands, cc, layout_bad, layout_row, 7, n - 5, candidate_major=False)
-        assert part[0].tobytes() == reason[7:n - 5].tobytes()
-        for out in (unit, "memory"):
+        part = _run(kernels, model, cands, cc, layout_bad, layout_row, 7, n - 5, candidate_major=False,
+                    asked=("seconds", "memory"))
+        assert part[0].tobytes() == reason[7:n - 5].tobytes() and part[2]["nd"].shape == (0, 0)
+        for out in ("seconds", "memory"):
             assert np.ascontiguousarray(part[2][out]).tobytes() == np.ascontiguousarray(outs[out][:, 7:n - 5]).tobytes()
     assert priced > 200
 
 
 @pytest.mark.cython
-@pytest.mark.parametrize("kernel", list(UNITS))
-def test_compiled_and_oracle_row_kernels_agree(ckernels, pykernels, kernel):
+def test_compiled_and_oracle_row_kernels_agree(ckernels, pykernels):
     for name, model, cands, cc in _cases():
         layout_bad = np.zeros(len(cands.layouts), dtype=bool)
         layout_row = np.arange(len(cands.layouts), dtype=np.int64)
-        got = [_run(k, kernel, model, cands, cc, layout_bad, layout_row, 0, len(cands)) for k in (ckernels, pykernels)]
+        got = [_run(k, model, cands, cc, layout_bad, layout_row, 0, len(cands)) for k in (ckernels, pykernels)]
         assert got[0][0].tobytes() == got[1][0].tobytes() and got[0][1].tobytes() == got[1][1].tobytes(), name
-        for out in got[0][2]:
+        for out in OUTPUTS:
             assert np.array_equal(got[0][2][out], got[1][2][out], equal_nan=True), (name, out)
 
 
-def test_stated_overlap_and_no_memory(kernels):
-    """A stated Overlap reaches the seconds vector as numpy's formula gives it; an output not asked for
-    ((0, 0)) is not written."""
+def test_a_stated_overlap_reaches_the_seconds_vector(kernels):
+    """A stated Overlap reaches the seconds vector as numpy's formula gives it."""
     model = Model.from_catalog("mixtral-8x7b")
     cands = Candidates.from_arrays(**columns_of(random_rows(model, 60, seed=5)))
     cc = cluster_constants(Cluster("h100-sxm", num_devices=1))
     cc.num_devices = None
     overlap = Overlap(dp_reduce=0.5, dp_gather=0.25, tp=1.0, cp=0.0, ep=0.75)
-    storage = {name: cands.storage(name) for name in cands.fields}
-    rows = FormulaRows("seconds_formula_rows", storage, REASON_CODES, mc=model_constants(model), cc=cc, overlap=overlap,
-                       allow_cross_node_tp=True, moe_dispatch_default=MOE_DISPATCH)
-    n = len(cands)
-    out = np.empty((n, len(SECONDS_CAND_FIELDS))).T
-    reason, table_row = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
     layouts = len(cands.layouts)
-    kernels.seconds_formula_rows(rows.columns, 0, n, rows.constants, rows.codes, cands.reason, cands.layout_index,
-                                 np.zeros(layouts, dtype=np.uint8), np.zeros(layouts, dtype=np.int64), reason,
-                                 table_row, out, np.empty((0, 0)))
+    reason, _, outs = _run(kernels, model, cands, cc, np.zeros(layouts, dtype=bool), np.zeros(layouts, dtype=np.int64),
+                           0, len(cands), overlap=overlap, asked=("seconds",))
     c = {name: cands.storage(name) for name in cands.fields}
     with np.errstate(all="ignore"):
         d = derived_columns(ARRAY, c, model_constants(model))
@@ -178,7 +163,8 @@ def test_stated_overlap_and_no_memory(kernels):
     ok = reason == 0
     assert ok.sum() > 20
     for j, value in enumerate(expected):
-        assert np.array_equal(out[j, ok], np.broadcast_to(np.asarray(value, dtype=np.float64), (n,))[ok]), j
+        assert np.array_equal(outs["seconds"][j, ok], np.broadcast_to(np.asarray(value, dtype=np.float64),
+                                                                      (len(cands),))[ok]), j
 
 
 def test_a_layout_index_out_of_range_is_the_layout_rule_not_a_read(kernels):
@@ -187,8 +173,7 @@ def test_a_layout_index_out_of_range_is_the_layout_rule_not_a_read(kernels):
     cc = cluster_constants(Cluster("h100-sxm", num_devices=1))
     cc.num_devices = None
     empty = np.zeros(0, dtype=bool)
-    reason, table_row, _ = _run(kernels, "nd_formula_rows", model, cands, cc, empty, np.zeros(0, dtype=np.int64),
-                                0, len(cands))
+    reason, table_row, _ = _run(kernels, model, cands, cc, empty, np.zeros(0, dtype=np.int64), 0, len(cands))
     valid = cands.reason == 0
     assert (reason[valid] == REASON_CODES["layout"]).all() and (table_row == -1).all()
 
@@ -198,19 +183,18 @@ def test_bad_arguments_are_value_errors_before_any_row(kernels):
     cands = Candidates.from_arrays(**columns_of(random_rows(model, 10, seed=1)))
     storage = {name: cands.storage(name) for name in cands.fields}
     cc = cluster_constants(Cluster("h100-sxm", num_devices=8))
-    rows = FormulaRows("nd_formula_rows", storage, REASON_CODES, mc=model_constants(model), cc=cc, overlap=None,
+    rows = FormulaRows(storage, REASON_CODES, mc=model_constants(model), cc=cc, overlap=_DEFAULT_OVERLAP,
                        allow_cross_node_tp=True, moe_dispatch_default=MOE_DISPATCH)
     n, layouts = len(cands), len(cands.layouts)
-    counts = dict(FORMULA_ROW_OUTPUTS["nd_formula_rows"])
 
     def call(**change):
         args = dict(columns=rows.columns, start=0, stop=n, constants=rows.constants, codes=rows.codes,
                     spec_reason=cands.reason, layout_index=cands.layout_index,
                     layout_bad=np.zeros(layouts, dtype=np.uint8), layout_row=np.zeros(layouts, dtype=np.int64),
                     out_reason=np.empty(n, dtype=np.int64), out_layout=np.empty(n, dtype=np.int64),
-                    out_nd=np.empty((counts["nd"], n)), out_memory=np.empty((counts["memory"], n)))
+                    **{f"out_{name}": np.empty((count, n)) for name, count in rows.outputs.items()})
         args.update(change)
-        kernels.nd_formula_rows(*args.values())
+        kernels.formula_rows(*args.values())
 
     call()
     string_column = np.array(["x"] * n)
@@ -223,24 +207,23 @@ def test_bad_arguments_are_value_errors_before_any_row(kernels):
                             (dict(codes=rows.codes[:-1]), "codes"),
                             (dict(layout_bad=np.zeros(layouts + 1, dtype=np.uint8)), "layout_bad"),
                             (dict(out_reason=np.empty(n - 1, dtype=np.int64)), "out_reason"),
-                            (dict(out_nd=np.empty((counts["nd"] - 1, n))), "out_nd"),
-                            (dict(out_memory=np.empty((counts["memory"], n + 1))), "out_memory")):
+                            (dict(out_nd=np.empty((rows.outputs["nd"] - 1, n))), "out_nd"),
+                            (dict(out_memory=np.empty((rows.outputs["memory"], n + 1))), "out_memory")):
         with pytest.raises(ValueError, match=message):
             call(**change)
 
 
 def test_every_constant_slot_is_read_off_the_objects_the_formulas_name():
-    """What FormulaRows packs: each slot of each kernel from mc, cc, overlap or a parameter; the tuples
-    last, as their length then their items."""
+    """What FormulaRows packs: each slot from mc, cc, overlap or a parameter; the tuples last, as their
+    length then their items."""
     model = Model.from_catalog("nemotron-h-56b")
     mc = model_constants(model)
     cc = cluster_constants(Cluster("h100-sxm", num_devices=8))
-    for kernel, slots in FORMULA_ROW_CONSTANTS.items():
-        rows = FormulaRows(kernel, {f: np.zeros(1) for f in FORMULA_ROW_FIELDS[kernel]}, REASON_CODES, mc=mc, cc=cc,
-                           overlap=_DEFAULT_OVERLAP, allow_cross_node_tp=False, moe_dispatch_default=MOE_DISPATCH)
-        scalars = [slot for slot in slots if not slot[2].startswith("t")]
-        for j, (owner, attribute, kind) in enumerate(scalars):
-            value = {"allow_cross_node_tp": False, "moe_dispatch_default": MOE_DISPATCH}.get(attribute) if owner is None \
-                else getattr({"mc": mc, "cc": cc, "overlap": _DEFAULT_OVERLAP}[owner], attribute)
-            assert (np.isnan(rows.constants[j]) if value is None else rows.constants[j] == float(value)), attribute
-        assert list(rows.constants[len(scalars):]) == [float(len(mc.mamba_splits)), *map(float, mc.mamba_splits)]
+    objects = {"mc": mc, "cc": cc, "overlap": _DEFAULT_OVERLAP}
+    parameters = {"allow_cross_node_tp": False, "moe_dispatch_default": MOE_DISPATCH}
+    rows = FormulaRows({f: np.zeros(1) for f in FORMULA_ROW_FIELDS}, REASON_CODES, **objects, **parameters)
+    scalars = [slot for slot in FORMULA_ROW_CONSTANTS if not slot[2].startswith("t")]
+    for j, (owner, attribute, kind) in enumerate(scalars):
+        value = parameters[attribute] if owner is None else getattr(objects[owner], attribute)
+        assert (np.isnan(rows.constants[j]) if value is None else rows.constants[j] == float(value)), attribute
+    assert list(rows.constants[len(scalars):]) == [float(len(mc.mamba_splits)), *map(float, mc.mamba_splits)]

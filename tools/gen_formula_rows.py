@@ -4,11 +4,12 @@ src/ndcost/tables/formulas.py, and src/ndcost/kernels/formula_rows.py, their pur
 Run after changing formulas.py or formulas_ops.py (with tools/gen_formulas.py):
 ``python tools/gen_formula_rows.py``. tests/test_formula_rows.py fails when either file is stale.
 
-Each kernel of ``KERNELS`` prices no candidate: for each row of a chunk of a batch's storage
+The kernel ``formula_rows`` prices no candidate: for each row of a chunk of a batch's storage
 columns it runs what ``estimate_many`` ran in numpy before the pricing kernels -- the joint rules,
-then the derived values and the candidate vectors -- and writes the vectors as columns of the
-matrices the pricing kernels read. The compiled twin runs without the GIL, so that each thread
-prices its chunk start to end on its own core.
+then the derived values and the candidate vectors of ``CONSUMERS`` (each only where its output is
+asked for) -- and writes the vectors as columns of the matrices the pricing kernels read. The
+compiled twin runs without the GIL, so that each thread prices its chunk start to end on its own
+core.
 
 A formula becomes a row twin by ``tools/gen_formulas.py``'s rewriting, with the rules of
 ``_RowOps`` (src/ndcost/tables/formulas_ops.py: one row of storage codes, numpy's semantics)
@@ -51,11 +52,10 @@ import gen_formulas as gf  # noqa: E402
 
 PXI = ROOT / "cysrc/ndcost/kernels/formula_rows.pxi"
 ORACLE = ROOT / "src/ndcost/kernels/formula_rows.py"
-#: kernel name -> the consumers of derived_columns whose vectors it writes (an output matrix each).
-KERNELS = {
-    "nd_formula_rows": ("nd_candidate_columns", "memory_candidate_columns"),
-    "seconds_formula_rows": ("seconds_candidate_columns", "memory_candidate_columns"),
-}
+#: The kernel's name, and the consumers of derived_columns whose vectors it writes (an output matrix each,
+#: named by the formula's first word: out_nd, out_seconds, out_memory).
+NAME = "formula_rows"
+CONSUMERS = ("nd_candidate_columns", "seconds_candidate_columns", "memory_candidate_columns")
 #: joint_reason's parameter read per row (rule 7, decided per layout), not per batch.
 ROW_PARAMETER = "layout_bad"
 #: Parameters no row twin reads as a constant: the ops object, the row, derived's values, the codes.
@@ -95,7 +95,7 @@ def _row_twins(trees: dict[str, ast.Module]) -> dict[str, ast.FunctionDef]:
     aliases, inline = gf._scalar_rules(trees["formulas_ops"], "_RowOps")
     by_name = {node.name: node for node in trees["formulas"].body if isinstance(node, ast.FunctionDef)}
     twins = {}
-    for name in {"joint_reason", "derived_columns", *(c for cs in KERNELS.values() for c in cs)}:
+    for name in ("joint_reason", "derived_columns", *CONSUMERS):
         twin = gf._Scalarise(aliases, inline).visit(copy.deepcopy(by_name[name]))
         twins[name] = gf._ShortCircuit(gf._bool_names(twin)).visit(twin)
     return twins
@@ -122,27 +122,11 @@ def _split_tuples(statements: list[ast.stmt]) -> list[ast.stmt]:
 def _fuse(consumers: tuple[str, ...], twins: dict[str, ast.FunctionDef]):
     """(joint's statements, derived's, [(consumer prefix, its statements, its values)], the parameters):
     gen_formulas' fusion, every section pruned of what nothing after it reads."""
-    joint = copy.deepcopy(twins["joint_reason"])
-    body = joint.body[1:] if ast.get_docstring(joint) is not None else list(joint.body)
-    *joint_statements, last = body
-    if not (isinstance(last, ast.Return) and isinstance(last.value, ast.Constant) and last.value.value == 0):
-        raise ValueError("joint_reason's twin must end in return 0")
-    renamed = gf._Rename({local: f"joint_{local}" for local in gf._stored(joint_statements)}, None)
-    joint_statements = _split_tuples([renamed.visit(stmt) for stmt in joint_statements])
-
+    joint_statements = _split_tuples(gf._joint_body(copy.deepcopy(twins["joint_reason"])))
     derived_statements, returned = gf._body(copy.deepcopy(twins["derived_columns"]))
     derived_statements = _split_tuples(derived_statements)
-    taken = gf._stored(derived_statements)
-    local_of = {}
-    for key, value in zip(returned.keys, returned.values):
-        if isinstance(value, ast.Name):
-            local_of[key.value] = value.id
-            continue
-        local_of[key.value] = f"d_{key.value}"
-        if local_of[key.value] in taken:
-            raise ValueError(f"d_{key.value} is already a local of derived_columns")
-        derived_statements.append(ast.Assign(targets=[ast.Name(id=local_of[key.value], ctx=ast.Store())],
-                                             value=value, lineno=0))
+    derived_statements, local_of = gf._derived_locals(NAME, derived_statements, returned,
+                                                      gf._stored(derived_statements))
     sections, live = [], set()
     parameters = {arg.arg: arg.annotation for name in ("joint_reason", "derived_columns", *consumers)
                   for arg in twins[name].args.args}
@@ -481,11 +465,9 @@ class Kernel:
         return [slot for slot, kind in self.slots.items() if kind.startswith("t")]
 
 
-def kernels() -> dict[str, Kernel]:
+def kernel() -> Kernel:
     ops, kinds, classes = _sources()
-    trees = gf._trees()
-    twins = _row_twins(trees)
-    return {name: Kernel(name, consumers, twins, ops, kinds, classes) for name, consumers in KERNELS.items()}
+    return Kernel(NAME, CONSUMERS, _row_twins(gf._trees()), ops, kinds, classes)
 
 
 # --------------------------------------------------------------------------- C (Cython)
@@ -632,6 +614,22 @@ def _c_kernel(kernel: Kernel) -> list[str]:
     return lines + _c_def(kernel, struct, outs)
 
 
+#: The checks of the kernel's arguments both twins make first, in the same words (len() of a memoryview
+#: is its first extent in Cython as in Python).
+_ARGUMENT_CHECKS = (
+    ("start < 0 or stop < start", "rows must be 0 <= start <= stop, got {start}, {stop}"),
+    ("len(spec_reason) < stop or len(layout_index) < stop", "spec_reason and layout_index must cover the rows "
+                                                               "(>= {stop})"),
+    ("len(layout_bad) != n_layouts", "layout_bad must have one entry per layout ({n_layouts})"),
+    ("len(out_reason) != n or len(out_layout) != n", "out_reason and out_layout must have length {n}"),
+)
+
+
+def _argument_checks() -> list[str]:
+    return [line for test, message in _ARGUMENT_CHECKS
+            for line in (f"    if {test}:", f'        raise ValueError(f"{message}")')]
+
+
 def _c_def(kernel: Kernel, struct: str, outs: list[str]) -> list[str]:
     name, nf = kernel.name, len(kernel.fields)
     counts = {prefix: len(values) for prefix, _, values in kernel.sections}
@@ -658,14 +656,7 @@ def _c_def(kernel: Kernel, struct: str, outs: list[str]) -> list[str]:
              "    cdef int opened = 0",
              *(f"    cdef double* p_{p}" for p in outs),
              *(f"    cdef Py_ssize_t f_{p}, r_{p}" for p in outs),
-             "    if start < 0 or stop < start:",
-             '        raise ValueError(f"rows must be 0 <= start <= stop, got {start}, {stop}")',
-             "    if spec_reason.shape[0] < stop or layout_index.shape[0] < stop:",
-             '        raise ValueError(f"spec_reason and layout_index must cover the rows (>= {stop})")',
-             "    if layout_bad.shape[0] != n_layouts:",
-             '        raise ValueError(f"layout_bad must have one entry per layout ({n_layouts})")',
-             "    if out_reason.shape[0] != n or out_layout.shape[0] != n:",
-             '        raise ValueError(f"out_reason and out_layout must have length {n}")']
+             *_argument_checks()]
     for p in outs:
         lines += [f"    if not ((out_{p}.shape[0] == {counts[p]} and out_{p}.shape[1] == n) "
                   f"or (out_{p}.shape[0] == 0 and out_{p}.shape[1] == 0)):",
@@ -838,15 +829,12 @@ def _c_table(name: str, values: tuple) -> list[str]:
     return lines + [f"    return {_c_literal(values[-1])}"]
 
 
-def render_pxi(built: dict[str, Kernel] | None = None) -> str:
-    built = kernels() if built is None else built
-    tables = {name: values for kernel in built.values() for name, values in kernel.tables.items()}
+def render_pxi(built: Kernel | None = None) -> str:
+    built = kernel() if built is None else built
     lines = _C_PREAMBLE.rstrip("\n").split("\n")
-    for name, values in tables.items():
+    for name, values in built.tables.items():
         lines += _c_table(name, values)
-    for kernel in built.values():
-        lines += _c_kernel(kernel)
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _c_kernel(built)) + "\n"
 
 
 # --------------------------------------------------------------------------- the oracle (Python)
@@ -912,16 +900,9 @@ def _py_kernel(kernel: Kernel) -> list[str]:
               'priced)."""',
               "    n = stop - start",
               "    n_layouts = len(layout_row)",
-              "    if start < 0 or stop < start:",
-              '        raise ValueError(f"rows must be 0 <= start <= stop, got {start}, {stop}")',
-              "    if len(spec_reason) < stop or len(layout_index) < stop:",
-              '        raise ValueError(f"spec_reason and layout_index must cover the rows (>= {stop})")',
-              "    if len(layout_bad) != n_layouts:",
-              '        raise ValueError(f"layout_bad must have one entry per layout ({n_layouts})")',
-              "    if len(out_reason) != n or len(out_layout) != n:",
-              '        raise ValueError(f"out_reason and out_layout must have length {n}")',
+              *_argument_checks(),
               *(f"    check_out(out_{p}, {counts[p]}, n, 'out_{p}')" for p in outs),
-              f"    k = unpack(constants, codes, CONSTANTS, {len(kernel.rules)})",
+              f"    k = unpack(constants, codes, FORMULA_ROW_CONSTANTS, {len(kernel.rules)})",
               f"    rows = zip(*rows_of(columns, start, stop, ({reads},)))",
               *(f"    want_{p} = len(out_{p}) != 0" for p in outs),
               "    for i, row in enumerate(rows):",
@@ -943,22 +924,24 @@ def _py_kernel(kernel: Kernel) -> list[str]:
 _GENERATED = "# Generated by tools/gen_formula_rows.py from src/ndcost/tables/formulas.py and formulas_ops.py: do not edit."
 
 
-def _module_name(kernel: str) -> str:
-    return "formula_rows_" + kernel.split("_")[0]
-
-
-def _wrapped(values, indent: int = 8) -> list[str]:
+def _wrapped(values, indent: int = 4) -> list[str]:
     return textwrap.wrap(", ".join(map(repr, values)) + ",", 116 - indent, initial_indent=" " * indent,
                          subsequent_indent=" " * indent)
 
 
-def _render_kernel_module(kernel: Kernel) -> str:
-    consumers = ", ".join(f"``{c}``" for c in KERNELS[kernel.name])
+def render_oracle(built: Kernel | None = None) -> str:
+    """The oracle's module: the kernel and what it reads."""
+    built = kernel() if built is None else built
+    consumers = ", ".join(f"``{c}``" for c in CONSUMERS)
     lines = [_GENERATED,
-             f'"""The oracle of the compiled ``{kernel.name}`` (``cysrc/ndcost/kernels/formula_rows.pxi``, generated',
-             "alike): for each row of a chunk of a batch's storage columns, ``ndcost.tables.formulas``' joint_reason,",
-             f"derived_columns and {consumers}, one row at a time in plain Python",
-             "with numpy's int64 / float64 results (``ndcost.kernels.formula_row_ops``).",
+             '"""The oracle of the compiled ``formula_rows`` (``cysrc/ndcost/kernels/formula_rows.pxi``, generated alike):',
+             "for each row of a chunk of a batch's storage columns, ``ndcost.tables.formulas``' joint_reason,",
+             f"derived_columns and {consumers},",
+             "one row at a time in plain Python with numpy's int64 / float64 results (``ndcost.kernels.formula_row_ops``).",
+             "",
+             "What it reads, by name: ``FORMULA_ROW_FIELDS`` (the storage columns, in the order ``columns`` holds them),",
+             "``FORMULA_ROW_CONSTANTS`` (the constant slots), ``FORMULA_ROW_RULES`` (the joint rules whose codes",
+             "``codes`` holds) and ``FORMULA_ROW_OUTPUTS`` (the output matrices and their rows).",
              '"""',
              "from __future__ import annotations",
              "",
@@ -966,49 +949,23 @@ def _render_kernel_module(kernel: Kernel) -> str:
              "from .formula_row_ops import div as _div, floordiv as _floordiv, gcd as _gcd, item as _item, mod as _mod",
              "from .formula_row_ops import take as _take",
              "",
-             f'__all__ = ["{kernel.name}"]',
+             f'__all__ = ["{NAME}"]',
              "",
              "#: The storage columns it reads, in the order its ``columns`` argument holds them.",
-             "FIELDS = (", *_wrapped(kernel.fields, 4), ")",
+             "FORMULA_ROW_FIELDS = (", *_wrapped(built.fields), ")",
              "#: Its constant slots: (owner -- mc, cc, overlap, or None for a parameter -- , attribute, type: i int,",
              "#: b bool, f float, a trailing ? where None is allowed (packed as NaN), ti / tf a tuple of them).",
-             "CONSTANTS = (", *(f"    {kernel.sources[slot] + (kernel.slots[slot],)!r},"
-                                for slot in kernel.scalar_slots + kernel.tuple_slots), ")",
+             "FORMULA_ROW_CONSTANTS = (", *(f"    {built.sources[slot] + (built.slots[slot],)!r},"
+                                            for slot in built.scalar_slots + built.tuple_slots), ")",
              "#: The joint rules it checks, in order: ``codes[j]`` is rule j's reason code.",
-             "RULES = (", *_wrapped(kernel.rules, 4), ")",
-             "#: Its output matrices: (name, rows).",
-             f"OUTPUTS = {tuple((p, len(v)) for p, _, v in kernel.sections)!r}"]
-    lines += [f"_TABLE{name} = {values!r}" for name, values in kernel.tables.items()]
-    return "\n".join(lines + _py_kernel(kernel)) + "\n"
-
-
-def render_oracle(built: dict[str, Kernel] | None = None) -> dict[Path, str]:
-    """The oracle's files: one module per kernel and the area's module that gathers them."""
-    built = kernels() if built is None else built
-    files = {ORACLE.with_name(_module_name(name) + ".py"): _render_kernel_module(kernel)
-             for name, kernel in built.items()}
-    lines = [_GENERATED,
-             '"""The oracle of the compiled batch formulas (``cysrc/ndcost/kernels/formula_rows.pxi``): one module per',
-             "kernel (``formula_rows_<unit>``, generated alike), gathered here with what each kernel reads, by name:",
-             "``FORMULA_ROW_FIELDS`` (the storage columns, in the order ``columns`` holds them),",
-             "``FORMULA_ROW_CONSTANTS`` (the constant slots: owner, attribute, type), ``FORMULA_ROW_RULES`` (the joint",
-             "rules whose codes ``codes`` holds) and ``FORMULA_ROW_OUTPUTS`` (the output matrices and their rows).",
-             '"""',
-             "from __future__ import annotations",
-             ""]
-    lines += [f"from . import {_module_name(name)} as _{name.split('_')[0]}" for name in built]
-    lines += [f"from .{_module_name(name)} import {name}" for name in built]
-    lines += ["", f"__all__ = [{', '.join(repr(name) for name in built)}]", ""]
-    for table, attribute in (("FIELDS", "FIELDS"), ("CONSTANTS", "CONSTANTS"), ("RULES", "RULES"),
-                             ("OUTPUTS", "OUTPUTS")):
-        lines.append(f"FORMULA_ROW_{table} = {{" + ", ".join(f"{name!r}: _{name.split('_')[0]}.{attribute}"
-                                                           for name in built) + "}")
-    files[ORACLE] = "\n".join(lines) + "\n"
-    return files
+             "FORMULA_ROW_RULES = (", *_wrapped(built.rules), ")",
+             "#: Its output matrices: (name, rows); a (0, 0) matrix is not asked for.",
+             f"FORMULA_ROW_OUTPUTS = {tuple((p, len(v)) for p, _, v in built.sections)!r}"]
+    lines += [f"_TABLE{name} = {values!r}" for name, values in built.tables.items()]
+    return "\n".join(lines + _py_kernel(built)) + "\n"
 
 
 if __name__ == "__main__":
-    BUILT = kernels()
+    BUILT = kernel()
     PXI.write_text(render_pxi(BUILT))
-    for PATH, TEXT in render_oracle(BUILT).items():
-        PATH.write_text(TEXT)
+    ORACLE.write_text(render_oracle(BUILT))

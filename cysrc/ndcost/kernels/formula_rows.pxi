@@ -122,19 +122,6 @@ cdef inline double _fr_item_f(const double* items, Py_ssize_t size, Py_ssize_t j
     return items[j] if 0 <= j < size else 0.0
 
 
-cdef inline double _fr_table_memory_schedule_row(long long code) noexcept nogil:
-    # formulas_ops._MEMORY_SCHEDULE_ROW[code], the code clipped into the table (numpy's take(mode="clip"))
-    if code <= 0:
-        return 0.0
-    if code == 1:
-        return 0.0
-    if code == 2:
-        return 2.0
-    if code == 3:
-        return 1.0
-    return 3.0
-
-
 cdef inline double _fr_table_schedule_row(long long code) noexcept nogil:
     # formulas_ops._SCHEDULE_ROW[code], the code clipped into the table (numpy's take(mode="clip"))
     if code <= 0:
@@ -148,7 +135,20 @@ cdef inline double _fr_table_schedule_row(long long code) noexcept nogil:
     return 4.0
 
 
-cdef struct _nd_formula_rows_constants:
+cdef inline double _fr_table_memory_schedule_row(long long code) noexcept nogil:
+    # formulas_ops._MEMORY_SCHEDULE_ROW[code], the code clipped into the table (numpy's take(mode="clip"))
+    if code <= 0:
+        return 0.0
+    if code == 1:
+        return 0.0
+    if code == 2:
+        return 2.0
+    if code == 3:
+        return 1.0
+    return 3.0
+
+
+cdef struct _formula_rows_constants:
     # the batch's constants (tools/gen_formula_rows.py: slots in FORMULA_ROW_CONSTANTS order)
     long long cc_num_devices
     bint cc_num_devices_none
@@ -174,15 +174,24 @@ cdef struct _nd_formula_rows_constants:
     double moe_dispatch_default
     double cc_dpn
     double cc_is_a3
+    double overlap_dp_reduce
+    bint overlap_dp_reduce_none
+    double overlap_dp_gather
+    double overlap_fsdp_prefetch
+    double overlap_tp
+    bint overlap_tp_none
+    double overlap_cp
+    double overlap_ep
+    bint overlap_ep_none
     const double* mc_mamba_splits
     Py_ssize_t mc_mamba_splits_len
     const long long* codes
 
 
-cdef int _nd_formula_rows_unpack(_nd_formula_rows_constants* k, const double[::1] v, const long long[::1] codes) except -1:
-    cdef Py_ssize_t at = 22, size
-    if v.shape[0] < 22:
-        raise ValueError(f"constants must hold 22 values and the tuples, got {v.shape[0]}")
+cdef int _formula_rows_unpack(_formula_rows_constants* k, const double[::1] v, const long long[::1] codes) except -1:
+    cdef Py_ssize_t at = 28, size
+    if v.shape[0] < 28:
+        raise ValueError(f"constants must hold 28 values and the tuples, got {v.shape[0]}")
     if codes.shape[0] != 27:
         raise ValueError(f"codes must hold 27 reason codes, got {codes.shape[0]}")
     k.cc_num_devices_none = v[0] != v[0]
@@ -209,6 +218,15 @@ cdef int _nd_formula_rows_unpack(_nd_formula_rows_constants* k, const double[::1
     k.moe_dispatch_default = v[19]
     k.cc_dpn = v[20]
     k.cc_is_a3 = v[21]
+    k.overlap_dp_reduce_none = v[22] != v[22]
+    k.overlap_dp_reduce = v[22]
+    k.overlap_dp_gather = v[23]
+    k.overlap_fsdp_prefetch = v[24]
+    k.overlap_tp_none = v[25] != v[25]
+    k.overlap_tp = v[25]
+    k.overlap_cp = v[26]
+    k.overlap_ep_none = v[27] != v[27]
+    k.overlap_ep = v[27]
     size = _fr_to_int(v[at]) if at < v.shape[0] else -1
     if size < 0 or at + 1 + size > v.shape[0]:
         raise ValueError("constants must hold mc_mamba_splits as its length then its items")
@@ -221,7 +239,7 @@ cdef int _nd_formula_rows_unpack(_nd_formula_rows_constants* k, const double[::1
     return 0
 
 
-cdef long long _nd_formula_rows_row(const _nd_formula_rows_constants* k, const _FRColumn* cols, Py_ssize_t i, bint layout_bad, double* out_nd, Py_ssize_t s_nd, double* out_memory, Py_ssize_t s_memory) noexcept nogil:
+cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColumn* cols, Py_ssize_t i, bint layout_bad, double* out_nd, Py_ssize_t s_nd, double* out_seconds, Py_ssize_t s_seconds, double* out_memory, Py_ssize_t s_memory) noexcept nogil:
     # One row: its reason code (0: priced), and its vectors written where asked (out not NULL).
     cdef long long c_dp = _fr_int(&cols[0], i)
     cdef long long c_tp = _fr_int(&cols[1], i)
@@ -254,15 +272,17 @@ cdef long long _nd_formula_rows_row(const _nd_formula_rows_constants* k, const _
     cdef double c_capacity_factor = _fr_float(&cols[28], i)
     cdef double c_moe_dispatch = _fr_float(&cols[29], i)
     cdef long long c_seq_split = _fr_int(&cols[30], i)
-    cdef bint c_grouped_gemm = _fr_bool(&cols[31], i)
-    cdef double c_moe_imbalance = _fr_float(&cols[32], i)
-    cdef bint c_flash_attention = _fr_bool(&cols[33], i)
-    cdef bint c_recompute_slice_activation = _fr_bool(&cols[34], i)
-    cdef long long c_softmax_bytes = _fr_int(&cols[35], i)
-    cdef long long c_dropout_bytes = _fr_int(&cols[36], i)
-    cdef long long c_norm_bytes = _fr_int(&cols[37], i)
-    cdef long long c_logit_bytes = _fr_int(&cols[38], i)
-    cdef bint c_fp8_weight_cache = _fr_bool(&cols[39], i)
+    cdef long long c_dropout_bytes = _fr_int(&cols[31], i)
+    cdef bint c_flash_attention = _fr_bool(&cols[32], i)
+    cdef bint c_grouped_gemm = _fr_bool(&cols[33], i)
+    cdef double c_moe_imbalance = _fr_float(&cols[34], i)
+    cdef bint c_overlapped_grad_reduce = _fr_bool(&cols[35], i)
+    cdef bint c_tp_overlap = _fr_bool(&cols[36], i)
+    cdef bint c_recompute_slice_activation = _fr_bool(&cols[37], i)
+    cdef long long c_softmax_bytes = _fr_int(&cols[38], i)
+    cdef long long c_norm_bytes = _fr_int(&cols[39], i)
+    cdef long long c_logit_bytes = _fr_int(&cols[40], i)
+    cdef bint c_fp8_weight_cache = _fr_bool(&cols[41], i)
     cdef long long joint_dp
     cdef long long joint_tp
     cdef long long joint_pp
@@ -327,6 +347,8 @@ cdef long long _nd_formula_rows_row(const _nd_formula_rows_constants* k, const _
     cdef bint d_tie_embeddings
     cdef bint d_reshards
     cdef bint d_defers_grads
+    cdef long long seconds_compute_bytes
+    cdef bint seconds_schedule_1f1b
     cdef long long memory_seq_length
     cdef double memory_seq
     cdef long long memory_zero
@@ -510,437 +532,6 @@ cdef long long _nd_formula_rows_row(const _nd_formula_rows_constants* k, const _
         out_nd[33 * s_nd] = 0.9
         out_nd[34 * s_nd] = 0.5
         out_nd[35 * s_nd] = 0.0
-    if out_memory != NULL:
-        memory_seq_length = c_seq_length
-        memory_seq = (((<double>memory_seq_length) / (<double>c_seq_split)) if (c_pp_schedule == 4) else (<double>memory_seq_length))
-        memory_zero = c_zero_stage
-        memory_has_op = has_op
-        memory_non_expert = d_zero_shard_ranks
-        memory_ranks = ((<double>(d_expert_data_parallel * os_ranks)) / (<double>c_dp))
-        memory_ranks = (memory_ranks if c_shard_spans_cp else (memory_ranks / (<double>c_cp)))
-        memory_expert = ((1.0 if ((1.0 >= memory_ranks) or (1.0 != 1.0)) else memory_ranks) if memory_has_op else 1.0)
-        memory_shards_params = ((memory_zero == 3) & d_reshards)
-        memory_shards_grads = ((memory_zero >= 2) and (not d_defers_grads))
-        out_memory[0] = memory_seq
-        out_memory[s_memory] = (<double>c_micro_batch_size)
-        out_memory[2 * s_memory] = (<double>c_tp)
-        out_memory[3 * s_memory] = (<double>d_sp)
-        out_memory[4 * s_memory] = (<double>c_cp)
-        out_memory[5 * s_memory] = (<double>t_exp)
-        out_memory[6 * s_memory] = (<double>c_ep)
-        out_memory[7 * s_memory] = (<double>c_pp)
-        out_memory[8 * s_memory] = (<double>c_vpp)
-        out_memory[9 * s_memory] = (<double>micro_batch_num)
-        out_memory[10 * s_memory] = (<double>c_seq_split)
-        out_memory[11 * s_memory] = _fr_table_memory_schedule_row(c_pp_schedule)
-        out_memory[12 * s_memory] = (c_moe_imbalance if c_grouped_gemm else c_capacity_factor)
-        out_memory[13 * s_memory] = (1.0 if c_flash_attention else 0.0)
-        out_memory[14 * s_memory] = (1.0 if c_recompute_slice_activation else 0.0)
-        out_memory[15 * s_memory] = (<double>c_compute_bytes)
-        out_memory[16 * s_memory] = (<double>c_softmax_bytes)
-        out_memory[17 * s_memory] = (<double>c_dropout_bytes)
-        out_memory[18 * s_memory] = (<double>c_norm_bytes)
-        out_memory[19 * s_memory] = (<double>c_param_bytes)
-        out_memory[20 * s_memory] = (<double>d_bytes_grad)
-        out_memory[21 * s_memory] = (<double>d_bytes_optim)
-        out_memory[22 * s_memory] = ((<double>memory_non_expert) if memory_shards_params else 1.0)
-        out_memory[23 * s_memory] = ((<double>memory_non_expert) if memory_shards_grads else 1.0)
-        out_memory[24 * s_memory] = ((<double>memory_non_expert) if (memory_zero >= 1) else 1.0)
-        out_memory[25 * s_memory] = (memory_expert if memory_shards_params else 1.0)
-        out_memory[26 * s_memory] = (memory_expert if memory_shards_grads else 1.0)
-        out_memory[27 * s_memory] = (memory_expert if (memory_zero >= 1) else 1.0)
-        out_memory[28 * s_memory] = (1.0 if memory_shards_params else 0.0)
-        out_memory[29 * s_memory] = (1.0 if memory_shards_grads else 0.0)
-        out_memory[30 * s_memory] = (0.0 if (c_cp_algo == 1) else (2.0 if (c_cp_algo == 2) else 1.0))
-        out_memory[31 * s_memory] = (1.0 if d_tie_embeddings else 0.0)
-        out_memory[32 * s_memory] = (<double>c_logit_bytes)
-        out_memory[33 * s_memory] = ((1.0 if (c_param_bytes == 1) else 2.0) if ((c_precision == 2) & c_fp8_weight_cache) else 0.0)
-    return 0
-
-
-def nd_formula_rows(tuple columns,                       # IN: storage columns (40, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
-                    Py_ssize_t start, Py_ssize_t stop,    # IN: the rows
-                    const double[::1] constants,        # IN: FORMULA_ROW_CONSTANTS, the tuples after
-                    const long long[::1] codes,         # IN: the code of each FORMULA_ROW_RULES rule
-                    const long long[::1] spec_reason,   # IN (>= stop,): the rows' own reasons
-                    const long long[::1] layout_index,  # IN (>= stop,): -1 or a layout
-                    const unsigned char[::1] layout_bad,  # IN (L,): the layout breaks rule 7
-                    const long long[::1] layout_row,    # IN (L,): the layout's table row, -1: none
-                    long long[::1] out_reason,          # OUT (stop - start,)
-                    long long[::1] out_layout,
-                    double[:, :] out_nd,
-                    double[:, :] out_memory) -> None:
-    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the memory vector (34, n) or (0, 0) of each (NaN when not priced)."""
-    cdef Py_ssize_t n = stop - start, n_layouts = layout_row.shape[0], i, j, li
-    cdef long long r
-    cdef bint bad
-    cdef _nd_formula_rows_constants k
-    cdef _FRColumn cols[40]
-    cdef Py_buffer views[40]
-    cdef int opened = 0
-    cdef double* p_nd
-    cdef double* p_memory
-    cdef Py_ssize_t f_nd, r_nd
-    cdef Py_ssize_t f_memory, r_memory
-    if start < 0 or stop < start:
-        raise ValueError(f"rows must be 0 <= start <= stop, got {start}, {stop}")
-    if spec_reason.shape[0] < stop or layout_index.shape[0] < stop:
-        raise ValueError(f"spec_reason and layout_index must cover the rows (>= {stop})")
-    if layout_bad.shape[0] != n_layouts:
-        raise ValueError(f"layout_bad must have one entry per layout ({n_layouts})")
-    if out_reason.shape[0] != n or out_layout.shape[0] != n:
-        raise ValueError(f"out_reason and out_layout must have length {n}")
-    if not ((out_nd.shape[0] == 36 and out_nd.shape[1] == n) or (out_nd.shape[0] == 0 and out_nd.shape[1] == 0)):
-        raise ValueError(f"out_nd must be (36, {n}) or (0, 0)")
-    p_nd = &out_nd[0, 0] if out_nd.shape[0] and n else NULL
-    if out_nd.strides[0] % sizeof(double) or out_nd.strides[1] % sizeof(double):
-        raise ValueError("out_nd must have strides of whole float64s")
-    f_nd = out_nd.strides[0] // sizeof(double)     # a field's step
-    r_nd = out_nd.strides[1] // sizeof(double)     # a row's step
-    if not ((out_memory.shape[0] == 34 and out_memory.shape[1] == n) or (out_memory.shape[0] == 0 and out_memory.shape[1] == 0)):
-        raise ValueError(f"out_memory must be (34, {n}) or (0, 0)")
-    p_memory = &out_memory[0, 0] if out_memory.shape[0] and n else NULL
-    if out_memory.strides[0] % sizeof(double) or out_memory.strides[1] % sizeof(double):
-        raise ValueError("out_memory must have strides of whole float64s")
-    f_memory = out_memory.strides[0] // sizeof(double)     # a field's step
-    r_memory = out_memory.strides[1] // sizeof(double)     # a row's step
-    if len(columns) != 40:
-        raise ValueError(f"columns must hold 40 storage columns, got {len(columns)}")
-    _nd_formula_rows_unpack(&k, constants, codes)
-    try:
-        for j in range(40):
-            _fr_open(columns[j], &views[j], &cols[j], stop, j)
-            opened += 1
-        with nogil:
-            for i in range(n):
-                r = spec_reason[start + i]
-                li = layout_index[start + i]
-                bad = li < 0 or li >= n_layouts
-                if r == 0:
-                    r = _nd_formula_rows_row(&k, cols, start + i, bad or layout_bad[li] != 0, p_nd + i * r_nd if p_nd != NULL else NULL, f_nd, p_memory + i * r_memory if p_memory != NULL else NULL, f_memory)
-                out_reason[i] = r
-                out_layout[i] = -1 if (r != 0 or bad) else layout_row[li]
-                if r != 0:
-                    if p_nd != NULL:
-                        for j in range(36):
-                            p_nd[j * f_nd + i * r_nd] = NAN
-                    if p_memory != NULL:
-                        for j in range(34):
-                            p_memory[j * f_memory + i * r_memory] = NAN
-    finally:
-        for j in range(opened):
-            PyBuffer_Release(&views[j])
-
-
-cdef struct _seconds_formula_rows_constants:
-    # the batch's constants (tools/gen_formula_rows.py: slots in FORMULA_ROW_CONSTANTS order)
-    long long cc_num_devices
-    bint cc_num_devices_none
-    long long cc_devices_per_node
-    long long mc_heads
-    bint mc_is_mla
-    long long mc_kv_heads
-    bint mc_has_linear
-    long long mc_linear_k_heads
-    long long mc_linear_v_heads
-    bint mc_has_mamba
-    bint mc_is_moe
-    long long mc_num_experts
-    long long mc_moe_width
-    bint mc_moe_width_none
-    long long mc_layers_with_mtp
-    bint mc_has_vision
-    long long mc_vision_tokens
-    long long mc_vision_heads
-    bint allow_cross_node_tp
-    bint cc_has_fp8
-    bint mc_tie
-    double overlap_dp_reduce
-    bint overlap_dp_reduce_none
-    double overlap_dp_gather
-    double overlap_fsdp_prefetch
-    double overlap_tp
-    bint overlap_tp_none
-    double overlap_cp
-    double overlap_ep
-    bint overlap_ep_none
-    const double* mc_mamba_splits
-    Py_ssize_t mc_mamba_splits_len
-    const long long* codes
-
-
-cdef int _seconds_formula_rows_unpack(_seconds_formula_rows_constants* k, const double[::1] v, const long long[::1] codes) except -1:
-    cdef Py_ssize_t at = 25, size
-    if v.shape[0] < 25:
-        raise ValueError(f"constants must hold 25 values and the tuples, got {v.shape[0]}")
-    if codes.shape[0] != 27:
-        raise ValueError(f"codes must hold 27 reason codes, got {codes.shape[0]}")
-    k.cc_num_devices_none = v[0] != v[0]
-    k.cc_num_devices = 0 if k.cc_num_devices_none else _fr_to_int(v[0])
-    k.cc_devices_per_node = _fr_to_int(v[1])
-    k.mc_heads = _fr_to_int(v[2])
-    k.mc_is_mla = v[3] != 0.0
-    k.mc_kv_heads = _fr_to_int(v[4])
-    k.mc_has_linear = v[5] != 0.0
-    k.mc_linear_k_heads = _fr_to_int(v[6])
-    k.mc_linear_v_heads = _fr_to_int(v[7])
-    k.mc_has_mamba = v[8] != 0.0
-    k.mc_is_moe = v[9] != 0.0
-    k.mc_num_experts = _fr_to_int(v[10])
-    k.mc_moe_width_none = v[11] != v[11]
-    k.mc_moe_width = 0 if k.mc_moe_width_none else _fr_to_int(v[11])
-    k.mc_layers_with_mtp = _fr_to_int(v[12])
-    k.mc_has_vision = v[13] != 0.0
-    k.mc_vision_tokens = _fr_to_int(v[14])
-    k.mc_vision_heads = _fr_to_int(v[15])
-    k.allow_cross_node_tp = v[16] != 0.0
-    k.cc_has_fp8 = v[17] != 0.0
-    k.mc_tie = v[18] != 0.0
-    k.overlap_dp_reduce_none = v[19] != v[19]
-    k.overlap_dp_reduce = v[19]
-    k.overlap_dp_gather = v[20]
-    k.overlap_fsdp_prefetch = v[21]
-    k.overlap_tp_none = v[22] != v[22]
-    k.overlap_tp = v[22]
-    k.overlap_cp = v[23]
-    k.overlap_ep_none = v[24] != v[24]
-    k.overlap_ep = v[24]
-    size = _fr_to_int(v[at]) if at < v.shape[0] else -1
-    if size < 0 or at + 1 + size > v.shape[0]:
-        raise ValueError("constants must hold mc_mamba_splits as its length then its items")
-    k.mc_mamba_splits = &v[0] + at + 1
-    k.mc_mamba_splits_len = size
-    at += 1 + size
-    if at != v.shape[0]:
-        raise ValueError(f"constants must end after the tuples ({at} values), got {v.shape[0]}")
-    k.codes = &codes[0]
-    return 0
-
-
-cdef long long _seconds_formula_rows_row(const _seconds_formula_rows_constants* k, const _FRColumn* cols, Py_ssize_t i, bint layout_bad, double* out_seconds, Py_ssize_t s_seconds, double* out_memory, Py_ssize_t s_memory) noexcept nogil:
-    # One row: its reason code (0: priced), and its vectors written where asked (out not NULL).
-    cdef long long c_dp = _fr_int(&cols[0], i)
-    cdef long long c_tp = _fr_int(&cols[1], i)
-    cdef long long c_pp = _fr_int(&cols[2], i)
-    cdef long long c_vpp = _fr_int(&cols[3], i)
-    cdef long long c_cp = _fr_int(&cols[4], i)
-    cdef long long c_ep = _fr_int(&cols[5], i)
-    cdef long long c_seq_length = _fr_int(&cols[6], i)
-    cdef long long c_etp = _fr_int(&cols[7], i)
-    cdef long long c_micro_batch_size = _fr_int(&cols[8], i)
-    cdef long long c_micro_batch_num = _fr_int(&cols[9], i)
-    cdef long long c_global_batch_size = _fr_int(&cols[10], i)
-    cdef long long c_pp_schedule = _fr_int(&cols[11], i)
-    cdef bint c_sequence_parallel = _fr_bool(&cols[12], i)
-    cdef long long c_cp_algo = _fr_int(&cols[13], i)
-    cdef long long c_precision = _fr_int(&cols[14], i)
-    cdef long long c_zero_stage = _fr_int(&cols[15], i)
-    cdef long long c_optimizer_shard = _fr_int(&cols[16], i)
-    cdef bint c_shard_spans_cp = _fr_bool(&cols[17], i)
-    cdef long long c_grad_bytes = _fr_int(&cols[18], i)
-    cdef long long c_optimizer_states = _fr_int(&cols[19], i)
-    cdef long long c_optimizer_state_bytes = _fr_int(&cols[20], i)
-    cdef long long c_main_param_bytes = _fr_int(&cols[21], i)
-    cdef long long c_tie_embeddings = _fr_int(&cols[22], i)
-    cdef long long c_reshard_params = _fr_int(&cols[23], i)
-    cdef bint c_deferred_grad_accumulation = _fr_bool(&cols[24], i)
-    cdef long long c_compute_bytes = _fr_int(&cols[25], i)
-    cdef long long c_seq_split = _fr_int(&cols[26], i)
-    cdef long long c_param_bytes = _fr_int(&cols[27], i)
-    cdef long long c_dropout_bytes = _fr_int(&cols[28], i)
-    cdef bint c_flash_attention = _fr_bool(&cols[29], i)
-    cdef bint c_grouped_gemm = _fr_bool(&cols[30], i)
-    cdef double c_capacity_factor = _fr_float(&cols[31], i)
-    cdef double c_moe_imbalance = _fr_float(&cols[32], i)
-    cdef bint c_overlapped_grad_reduce = _fr_bool(&cols[33], i)
-    cdef bint c_tp_overlap = _fr_bool(&cols[34], i)
-    cdef bint c_recompute_slice_activation = _fr_bool(&cols[35], i)
-    cdef long long c_softmax_bytes = _fr_int(&cols[36], i)
-    cdef long long c_norm_bytes = _fr_int(&cols[37], i)
-    cdef long long c_logit_bytes = _fr_int(&cols[38], i)
-    cdef bint c_fp8_weight_cache = _fr_bool(&cols[39], i)
-    cdef long long joint_dp
-    cdef long long joint_tp
-    cdef long long joint_pp
-    cdef long long joint_vpp
-    cdef long long joint_cp
-    cdef long long joint_ep
-    cdef long long joint_s
-    cdef long long joint_devices
-    cdef bint joint_broken
-    cdef long long joint_width
-    cdef bint joint_etp_stated
-    cdef long long joint_etp
-    cdef bint joint_grid
-    cdef long long joint_t_exp
-    cdef long long joint_layers
-    cdef long long joint_mbs
-    cdef bint joint_mbn_stated
-    cdef long long joint_micro_batches
-    cdef bint joint_schedule_1f1b
-    cdef bint joint_interleaved
-    cdef bint joint_family
-    cdef bint joint_too_few
-    cdef bint joint_sequence_parallel
-    cdef bint joint_ring
-    cdef bint joint_ulysses
-    cdef long long joint_v_tokens
-    cdef long long joint_v_heads
-    cdef long long joint_d_exp
-    cdef long long dp
-    cdef long long tp
-    cdef long long cp
-    cdef long long ep
-    cdef bint etp_stated
-    cdef long long etp
-    cdef long long t_exp
-    cdef long long zero
-    cdef bint has_op
-    cdef long long os_ranks
-    cdef long long cp_shard
-    cdef long long expert_ranks
-    cdef long long micro_batch_num
-    cdef long long d_sp
-    cdef long long d_expert_data_parallel
-    cdef long long d_bytes_grad
-    cdef long long d_bytes_optim
-    cdef long long d_zero_shard_ranks
-    cdef bint d_tie_embeddings
-    cdef bint d_reshards
-    cdef bint d_defers_grads
-    cdef long long seconds_compute_bytes
-    cdef bint seconds_schedule_1f1b
-    cdef long long memory_seq_length
-    cdef double memory_seq
-    cdef long long memory_zero
-    cdef bint memory_has_op
-    cdef long long memory_non_expert
-    cdef double memory_ranks
-    cdef double memory_expert
-    cdef bint memory_shards_params
-    cdef bint memory_shards_grads
-    cdef Py_ssize_t _fr_j
-    joint_dp = c_dp
-    joint_tp = c_tp
-    joint_pp = c_pp
-    joint_vpp = c_vpp
-    joint_cp = c_cp
-    joint_ep = c_ep
-    joint_s = c_seq_length
-    if (True and (not k.cc_num_devices_none)):
-        if ((((joint_dp * joint_tp) * joint_pp) * joint_cp) != k.cc_num_devices):
-            return k.codes[0]
-    else:
-        if True:
-            joint_devices = (((joint_dp * joint_tp) * joint_pp) * joint_cp)
-            if ((joint_devices > k.cc_devices_per_node) and (_fr_mod(joint_devices, k.cc_devices_per_node) != 0)):
-                return k.codes[1]
-    if (_fr_mod(k.mc_heads, joint_tp) != 0):
-        return k.codes[2]
-    if (not k.mc_is_mla):
-        if (_fr_mod(k.mc_kv_heads, joint_tp) != 0):
-            return k.codes[3]
-    if k.mc_has_linear:
-        if ((_fr_mod(k.mc_linear_k_heads, joint_tp) != 0) or (_fr_mod(k.mc_linear_v_heads, joint_tp) != 0)):
-            return k.codes[4]
-    if k.mc_has_mamba:
-        joint_broken = (_fr_mod(_fr_item_i(k.mc_mamba_splits, k.mc_mamba_splits_len, 0), joint_tp) != 0)
-        for _fr_j in range(1, k.mc_mamba_splits_len):
-            joint_width = <long long>k.mc_mamba_splits[_fr_j]
-            joint_broken = (joint_broken or (_fr_mod(joint_width, joint_tp) != 0))
-        if joint_broken:
-            return k.codes[5]
-    if (not k.mc_is_moe):
-        if (joint_ep != 1):
-            return k.codes[6]
-    else:
-        if (_fr_mod(k.mc_num_experts, joint_ep) != 0):
-            return k.codes[7]
-        joint_etp_stated = (c_etp != INT64_MIN)
-        joint_etp = (1 if (c_etp == INT64_MIN) else c_etp)
-        joint_grid = ((_fr_mod(((joint_dp * joint_cp) * joint_tp), (joint_ep * joint_etp)) != 0) if joint_etp_stated else ((_fr_mod(joint_dp, joint_ep) != 0) if (joint_ep <= joint_dp) else (_fr_mod((joint_dp * joint_tp), joint_ep) != 0)))
-        if joint_grid:
-            return k.codes[8]
-        joint_t_exp = (joint_etp if joint_etp_stated else (joint_tp if (joint_ep <= joint_dp) else 1))
-        if (_fr_mod(k.mc_moe_width, joint_t_exp) != 0):
-            return k.codes[9]
-    joint_layers = k.mc_layers_with_mtp
-    if (joint_pp > joint_layers):
-        return k.codes[10]
-    if ((joint_pp <= joint_layers) and (joint_vpp > 1) and ((joint_vpp * joint_pp) > joint_layers)):
-        return k.codes[11]
-    joint_mbs = c_micro_batch_size
-    joint_mbn_stated = (c_micro_batch_num != INT64_MIN)
-    joint_micro_batches = (c_micro_batch_num if joint_mbn_stated else _fr_floordiv((0 if (c_global_batch_size == INT64_MIN) else c_global_batch_size), (joint_mbs * joint_dp)))
-    joint_schedule_1f1b = (c_pp_schedule == 0)
-    joint_interleaved = ((c_pp_schedule == 1) or (joint_schedule_1f1b and (joint_vpp > 1)))
-    joint_family = (joint_schedule_1f1b or joint_interleaved or (c_pp_schedule == 4) or (c_pp_schedule == 2))
-    joint_too_few = ((joint_pp > 1) and joint_family and (joint_micro_batches < joint_pp))
-    if joint_too_few:
-        return k.codes[12]
-    if ((joint_pp > 1) and (not joint_too_few) and joint_interleaved and (_fr_mod(joint_micro_batches, joint_pp) != 0)):
-        return k.codes[13]
-    joint_sequence_parallel = c_sequence_parallel
-    if ((joint_sequence_parallel & (joint_tp > 1)) & (_fr_mod(joint_s, (joint_tp * joint_cp)) != 0)):
-        return k.codes[14]
-    joint_ring = (not (c_cp_algo == 1))
-    if ((joint_cp > 1) and joint_ring and (_fr_mod(joint_s, (2 * joint_cp)) != 0)):
-        return k.codes[15]
-    joint_ulysses = ((joint_cp > 1) and (not joint_ring))
-    if (joint_ulysses and (_fr_mod(k.mc_kv_heads, (joint_tp * joint_cp)) != 0)):
-        return k.codes[16]
-    if (joint_ulysses and (_fr_mod(joint_s, joint_cp) != 0)):
-        return k.codes[17]
-    if k.mc_has_mamba:
-        if (joint_cp > 1):
-            return k.codes[18]
-    if k.mc_has_vision:
-        joint_v_tokens = k.mc_vision_tokens
-        joint_v_heads = k.mc_vision_heads
-        if (_fr_mod(joint_v_heads, joint_tp) != 0):
-            return k.codes[19]
-        if ((((joint_sequence_parallel & (joint_tp > 1)) & (_fr_mod(joint_v_tokens, (joint_tp * joint_cp)) != 0)) | ((joint_cp > 1) and joint_ring and (_fr_mod(joint_v_tokens, (2 * joint_cp)) != 0))) | (joint_ulysses and (_fr_mod(joint_v_tokens, joint_cp) != 0))):
-            return k.codes[20]
-        if (joint_ulysses and (_fr_mod(joint_v_heads, (joint_tp * joint_cp)) != 0)):
-            return k.codes[21]
-        if (c_pp_schedule == 4):
-            return k.codes[22]
-    if layout_bad:
-        return k.codes[23]
-    if True:
-        if (not k.allow_cross_node_tp):
-            if (joint_tp > k.cc_devices_per_node):
-                return k.codes[24]
-        if (not k.cc_has_fp8):
-            if (c_precision == 2):
-                return k.codes[25]
-    if k.mc_is_moe:
-        joint_etp_stated = (c_etp != INT64_MIN)
-        joint_etp = (1 if (c_etp == INT64_MIN) else c_etp)
-        joint_d_exp = (_fr_floordiv(_fr_floordiv(((joint_dp * joint_tp) * joint_cp), joint_etp), joint_ep) if joint_etp_stated else (_fr_floordiv(joint_dp, joint_ep) if (joint_dp >= joint_ep) else _fr_floordiv((joint_dp * joint_tp), joint_ep)))
-        if (joint_d_exp < 1):
-            return k.codes[26]
-    dp = c_dp
-    tp = c_tp
-    cp = c_cp
-    ep = c_ep
-    etp_stated = (c_etp != INT64_MIN)
-    etp = (1 if (c_etp == INT64_MIN) else c_etp)
-    t_exp = (etp if etp_stated else (1 if ((tp * ep) > (dp * tp)) else tp))
-    zero = c_zero_stage
-    has_op = (zero >= 1)
-    os_ranks = ((dp if (c_optimizer_shard == INT64_MIN) else c_optimizer_shard) if has_op else 1)
-    cp_shard = (cp if c_shard_spans_cp else 1)
-    expert_ranks = _fr_floordiv(((dp * cp) * tp), (ep * t_exp))
-    micro_batch_num = (c_micro_batch_num if (c_micro_batch_num != INT64_MIN) else _fr_floordiv((0 if (c_global_batch_size == INT64_MIN) else c_global_batch_size), (c_micro_batch_size * dp)))
-    d_sp = (tp if c_sequence_parallel else 1)
-    d_expert_data_parallel = (1 if ((1 >= expert_ranks) or (1 != 1)) else expert_ranks)
-    d_bytes_grad = c_grad_bytes
-    d_bytes_optim = ((c_optimizer_states * c_optimizer_state_bytes) + c_main_param_bytes)
-    d_zero_shard_ranks = ((os_ranks * cp_shard) if has_op else 1)
-    d_tie_embeddings = (k.mc_tie if (c_tie_embeddings < 0) else (c_tie_embeddings > 0))
-    d_reshards = ((zero == 3) if (c_reshard_params < 0) else (c_reshard_params > 0))
-    d_defers_grads = c_deferred_grad_accumulation
     if out_seconds != NULL:
         seconds_compute_bytes = c_compute_bytes
         seconds_schedule_1f1b = (c_pp_schedule == 0)
@@ -1028,38 +619,48 @@ cdef long long _seconds_formula_rows_row(const _seconds_formula_rows_constants* 
     return 0
 
 
-def seconds_formula_rows(tuple columns,                       # IN: storage columns (40, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
-                         Py_ssize_t start, Py_ssize_t stop,    # IN: the rows
-                         const double[::1] constants,        # IN: FORMULA_ROW_CONSTANTS, the tuples after
-                         const long long[::1] codes,         # IN: the code of each FORMULA_ROW_RULES rule
-                         const long long[::1] spec_reason,   # IN (>= stop,): the rows' own reasons
-                         const long long[::1] layout_index,  # IN (>= stop,): -1 or a layout
-                         const unsigned char[::1] layout_bad,  # IN (L,): the layout breaks rule 7
-                         const long long[::1] layout_row,    # IN (L,): the layout's table row, -1: none
-                         long long[::1] out_reason,          # OUT (stop - start,)
-                         long long[::1] out_layout,
-                         double[:, :] out_seconds,
-                         double[:, :] out_memory) -> None:
-    """Rows start..stop: the reason (0: priced), the table row and the seconds vector (36, n) or (0, 0), the memory vector (34, n) or (0, 0) of each (NaN when not priced)."""
+def formula_rows(tuple columns,                       # IN: storage columns (42, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
+                 Py_ssize_t start, Py_ssize_t stop,    # IN: the rows
+                 const double[::1] constants,        # IN: FORMULA_ROW_CONSTANTS, the tuples after
+                 const long long[::1] codes,         # IN: the code of each FORMULA_ROW_RULES rule
+                 const long long[::1] spec_reason,   # IN (>= stop,): the rows' own reasons
+                 const long long[::1] layout_index,  # IN (>= stop,): -1 or a layout
+                 const unsigned char[::1] layout_bad,  # IN (L,): the layout breaks rule 7
+                 const long long[::1] layout_row,    # IN (L,): the layout's table row, -1: none
+                 long long[::1] out_reason,          # OUT (stop - start,)
+                 long long[::1] out_layout,
+                 double[:, :] out_nd,
+                 double[:, :] out_seconds,
+                 double[:, :] out_memory) -> None:
+    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (36, n) or (0, 0), the memory vector (34, n) or (0, 0) of each (NaN when not priced)."""
     cdef Py_ssize_t n = stop - start, n_layouts = layout_row.shape[0], i, j, li
     cdef long long r
     cdef bint bad
-    cdef _seconds_formula_rows_constants k
-    cdef _FRColumn cols[40]
-    cdef Py_buffer views[40]
+    cdef _formula_rows_constants k
+    cdef _FRColumn cols[42]
+    cdef Py_buffer views[42]
     cdef int opened = 0
+    cdef double* p_nd
     cdef double* p_seconds
     cdef double* p_memory
+    cdef Py_ssize_t f_nd, r_nd
     cdef Py_ssize_t f_seconds, r_seconds
     cdef Py_ssize_t f_memory, r_memory
     if start < 0 or stop < start:
         raise ValueError(f"rows must be 0 <= start <= stop, got {start}, {stop}")
-    if spec_reason.shape[0] < stop or layout_index.shape[0] < stop:
+    if len(spec_reason) < stop or len(layout_index) < stop:
         raise ValueError(f"spec_reason and layout_index must cover the rows (>= {stop})")
-    if layout_bad.shape[0] != n_layouts:
+    if len(layout_bad) != n_layouts:
         raise ValueError(f"layout_bad must have one entry per layout ({n_layouts})")
-    if out_reason.shape[0] != n or out_layout.shape[0] != n:
+    if len(out_reason) != n or len(out_layout) != n:
         raise ValueError(f"out_reason and out_layout must have length {n}")
+    if not ((out_nd.shape[0] == 36 and out_nd.shape[1] == n) or (out_nd.shape[0] == 0 and out_nd.shape[1] == 0)):
+        raise ValueError(f"out_nd must be (36, {n}) or (0, 0)")
+    p_nd = &out_nd[0, 0] if out_nd.shape[0] and n else NULL
+    if out_nd.strides[0] % sizeof(double) or out_nd.strides[1] % sizeof(double):
+        raise ValueError("out_nd must have strides of whole float64s")
+    f_nd = out_nd.strides[0] // sizeof(double)     # a field's step
+    r_nd = out_nd.strides[1] // sizeof(double)     # a row's step
     if not ((out_seconds.shape[0] == 36 and out_seconds.shape[1] == n) or (out_seconds.shape[0] == 0 and out_seconds.shape[1] == 0)):
         raise ValueError(f"out_seconds must be (36, {n}) or (0, 0)")
     p_seconds = &out_seconds[0, 0] if out_seconds.shape[0] and n else NULL
@@ -1074,11 +675,11 @@ def seconds_formula_rows(tuple columns,                       # IN: storage colu
         raise ValueError("out_memory must have strides of whole float64s")
     f_memory = out_memory.strides[0] // sizeof(double)     # a field's step
     r_memory = out_memory.strides[1] // sizeof(double)     # a row's step
-    if len(columns) != 40:
-        raise ValueError(f"columns must hold 40 storage columns, got {len(columns)}")
-    _seconds_formula_rows_unpack(&k, constants, codes)
+    if len(columns) != 42:
+        raise ValueError(f"columns must hold 42 storage columns, got {len(columns)}")
+    _formula_rows_unpack(&k, constants, codes)
     try:
-        for j in range(40):
+        for j in range(42):
             _fr_open(columns[j], &views[j], &cols[j], stop, j)
             opened += 1
         with nogil:
@@ -1087,10 +688,13 @@ def seconds_formula_rows(tuple columns,                       # IN: storage colu
                 li = layout_index[start + i]
                 bad = li < 0 or li >= n_layouts
                 if r == 0:
-                    r = _seconds_formula_rows_row(&k, cols, start + i, bad or layout_bad[li] != 0, p_seconds + i * r_seconds if p_seconds != NULL else NULL, f_seconds, p_memory + i * r_memory if p_memory != NULL else NULL, f_memory)
+                    r = _formula_rows_row(&k, cols, start + i, bad or layout_bad[li] != 0, p_nd + i * r_nd if p_nd != NULL else NULL, f_nd, p_seconds + i * r_seconds if p_seconds != NULL else NULL, f_seconds, p_memory + i * r_memory if p_memory != NULL else NULL, f_memory)
                 out_reason[i] = r
                 out_layout[i] = -1 if (r != 0 or bad) else layout_row[li]
                 if r != 0:
+                    if p_nd != NULL:
+                        for j in range(36):
+                            p_nd[j * f_nd + i * r_nd] = NAN
                     if p_seconds != NULL:
                         for j in range(36):
                             p_seconds[j * f_seconds + i * r_seconds] = NAN

@@ -1,5 +1,5 @@
-"""What the generated oracle of the batch formulas (``ndcost.kernels.nd_formula_rows``,
-``seconds_formula_rows``, written by ``tools/gen_formula_rows.py``) is written in: numpy's int64 and
+"""What the generated oracle of the batch formulas (``ndcost.kernels.formula_rows``, written by
+``tools/gen_formula_rows.py``) is written in: numpy's int64 and
 float64 results one value at a time, and the unpacking of a kernel's inputs -- the twins of the helpers
 at the top of ``cysrc/ndcost/kernels/formula_rows.pxi``. Nothing here raises for a value: a zero divisor
 gives numpy's 0 (or IEEE's infinity or NaN), a float read as an int that has none gives 0.

@@ -180,10 +180,10 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
     else:
         pool, layout_row, layout_bad = seconds.layouts.pool, seconds.layouts.row[:-1], seconds.layouts.bad[:-1]
     storage = {name: cands.storage(name) for name in cands.fields}
-    formulas = FormulaRows("nd_formula_rows" if seconds is None else "seconds_formula_rows", storage, REASON_CODES,
-                           mc=model_constants(model), cc=cc, overlap=_DEFAULT_OVERLAP,
+    formulas = FormulaRows(storage, REASON_CODES, mc=model_constants(model), cc=cc, overlap=_DEFAULT_OVERLAP,
                            allow_cross_node_tp=bool(allow_cross_node_tp), moe_dispatch_default=MOE_DISPATCH)
-    unit_rows, memory_rows = (formulas.outputs[name] for name in ("nd" if seconds is None else "seconds", "memory"))
+    unit = "nd" if seconds is None else "seconds"
+    unit_rows, memory_rows = formulas.outputs[unit], formulas.outputs["memory"]
     layout_bad = np.ascontiguousarray(layout_bad).view(np.uint8)
     layout_row = np.ascontiguousarray(layout_row, dtype=np.int64)
     spec_reason, layout_index = cands.reason, cands.layout_index
@@ -215,7 +215,8 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
         # (field-major, each row's writes would go to as many streams as fields: measured 2.5x slower).
         cand = np.empty((stop - start, unit_rows)).T
         mcand = np.empty((stop - start, memory_rows)).T if with_memory else _NOT_ASKED
-        formulas.run(start, stop, spec_reason, layout_index, layout_bad, layout_row, rows, table_row, cand, mcand)
+        formulas.run(start, stop, spec_reason, layout_index, layout_bad, layout_row, rows, table_row,
+                     **{unit: cand, "memory": mcand})
         if seconds is not None:
             seconds.run((cand, fit_inputs.rate_index(start, stop) if fit_inputs else _rate_index(storage, start, stop),
                          table_row), rows, step[start:stop], parts[:, start:stop], step_rates[:, start:stop],

@@ -1,7 +1,7 @@
 """The threads a batch is priced on: how many, how many rows a chunk, and the pool that runs them.
 
 ``estimate_many`` cuts a batch into chunks of rows and prices each chunk start to end in compiled code
-that releases the GIL -- its formulas (``kernels.<unit>_formula_rows``), then the pricing kernels -- so
+that releases the GIL -- its formulas (``kernels.formula_rows``), then the pricing kernels -- so
 chunks run on as many cores as there are threads; what a chunk does under the GIL is a fixed number of
 calls, whatever its rows (docs/PERFORMANCE.md measures it). Every chunk writes only its own rows of the
 outputs and a row's price depends on that row alone, so the result is the same bit for bit whatever the

@@ -185,31 +185,17 @@ class _ArrayOps:
         return reason
 
 
-class _RowOps:
+class _RowOps(_ScalarOps):
     """One row of a batch's storage columns (the codes and sentinels :class:`_ArrayOps` reads) as
     scalars: never called, only read by ``tools/gen_formula_rows.py``, which writes each formula
-    with these one-expression methods inlined, as C (the compiled twins) and as Python (their
-    oracle). Each gives what :class:`_ArrayOps` gives for that row, numpy's corner cases included
-    (``maximum`` passes a NaN on as ``np.maximum`` does)."""
-
-    gcd = staticmethod(math.gcd)
-    float_ = staticmethod(float)
+    with these one-expression methods (and those of :class:`_ScalarOps` it does not override)
+    inlined, as C (the compiled twins) and as Python (their oracle). Each gives what
+    :class:`_ArrayOps` gives for that row, numpy's corner cases included (``maximum`` passes a NaN
+    on as ``np.maximum`` does)."""
 
     @staticmethod
     def maximum(a, b):
         return a if (a >= b or a != a) else b
-
-    @staticmethod
-    def int_(flag):
-        return 1 if flag else 0
-
-    @staticmethod
-    def where(condition, a, b):
-        return a if condition else b
-
-    @staticmethod
-    def not_(x):
-        return not x
 
     @staticmethod
     def stated(x):
