@@ -525,25 +525,34 @@ def _c(node: ast.expr, kernel: Kernel) -> str:
     return f"_fr{name}({', '.join(_c(a, kernel) for a in args)})"
 
 
-def _c_statements(statements: list[ast.stmt], kernel: Kernel, indent: str) -> list[str]:
+def _statements(statements: list[ast.stmt], expression, loop, indent: str) -> list[str]:
+    """Typed row statements as source: *expression* writes an expression, *loop(stmt, indent)* the header
+    lines of a loop over a tuple constant (the languages differ there only)."""
     lines = []
     for stmt in statements:
         if isinstance(stmt, ast.Assign):
-            lines.append(f"{indent}{stmt.targets[0].id} = {_c(stmt.value, kernel)}")
+            lines.append(f"{indent}{stmt.targets[0].id} = {expression(stmt.value)}")
         elif isinstance(stmt, ast.Return):
-            lines.append(f"{indent}return {_c(stmt.value, kernel)}")
+            lines.append(f"{indent}return {expression(stmt.value)}")
         elif isinstance(stmt, ast.If):
-            lines.append(f"{indent}if {_c(stmt.test, kernel)}:")
-            lines += _c_statements(stmt.body, kernel, indent + "    ") or [indent + "    pass"]
+            lines.append(f"{indent}if {expression(stmt.test)}:")
+            lines += _statements(stmt.body, expression, loop, indent + "    ") or [indent + "    pass"]
             if stmt.orelse:
                 lines.append(f"{indent}else:")
-                lines += _c_statements(stmt.orelse, kernel, indent + "    ")
-        else:                                                                   # for over a tuple constant
-            slot, start = stmt.iter.args[0].attr, stmt.iter.args[1].value
-            lines.append(f"{indent}for _fr_j in range({start}, k.{slot}_len):")
-            lines.append(f"{indent}    {stmt.target.id} = {_C_CAST[kernel.slots[slot][1]]}k.{slot}[_fr_j]")
-            lines += _c_statements(stmt.body, kernel, indent + "    ")
+                lines += _statements(stmt.orelse, expression, loop, indent + "    ")
+        else:
+            lines += loop(stmt, indent)
+            lines += _statements(stmt.body, expression, loop, indent + "    ")
     return lines
+
+
+def _c_statements(statements: list[ast.stmt], kernel: Kernel, indent: str) -> list[str]:
+    def loop(stmt: ast.For, at: str) -> list[str]:
+        slot, start = stmt.iter.args[0].attr, stmt.iter.args[1].value
+        return [f"{at}for _fr_j in range({start}, k.{slot}_len):",
+                f"{at}    {stmt.target.id} = {_C_CAST[kernel.slots[slot][1]]}k.{slot}[_fr_j]"]
+
+    return _statements(statements, lambda node: _c(node, kernel), loop, indent)
 
 
 _C_CAST = {"i": "<long long>", "f": ""}
@@ -856,23 +865,10 @@ def _py(node: ast.expr) -> str:
 
 
 def _py_statements(statements: list[ast.stmt], indent: str) -> list[str]:
-    lines = []
-    for stmt in statements:
-        if isinstance(stmt, ast.Assign):
-            lines.append(f"{indent}{stmt.targets[0].id} = {_py(stmt.value)}")
-        elif isinstance(stmt, ast.Return):
-            lines.append(f"{indent}return {_py(stmt.value)}")
-        elif isinstance(stmt, ast.If):
-            lines.append(f"{indent}if {_py(stmt.test)}:")
-            lines += _py_statements(stmt.body, indent + "    ") or [indent + "    pass"]
-            if stmt.orelse:
-                lines.append(f"{indent}else:")
-                lines += _py_statements(stmt.orelse, indent + "    ")
-        else:
-            slot, start = stmt.iter.args[0].attr, stmt.iter.args[1].value
-            lines.append(f"{indent}for {stmt.target.id} in k.{slot}[{start}:]:")
-            lines += _py_statements(stmt.body, indent + "    ")
-    return lines
+    def loop(stmt: ast.For, at: str) -> list[str]:
+        return [f"{at}for {stmt.target.id} in k.{stmt.iter.args[0].attr}[{stmt.iter.args[1].value}:]:"]
+
+    return _statements(statements, _py, loop, indent)
 
 
 def _py_kernel(kernel: Kernel) -> list[str]:
