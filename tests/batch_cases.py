@@ -96,6 +96,7 @@ def random_rows(model: Model, n: int, seed: int = 0) -> list[dict[str, Any]]:
                    selective_comm_recompute=bool(rng.random() < 0.2),
                    recompute_slice_activation=bool(rng.random() < 0.2), vocab_emb_dp=bool(rng.random() < 0.2),
                    moe_dispatch=None if rng.random() < 0.9 else float(rng.choice((0.0, 500.0))),
+                   moe_dispatch_count=float(rng.choice((0.0, 0.0, 1.0, 2.0))),
                    dropout_bytes=int(rng.choice((0, 1))), main_param_bytes=int(rng.choice((0, 4))))
         if row["sequence_parallel"] and seq % (tp * cp):
             row["sequence_parallel"] = False

@@ -137,7 +137,8 @@ def _raw_row(rng: np.random.Generator) -> dict:
         reshard_params=pick((None, None, False), (True, "yes")), param_bytes=pick((2, 4), (0,)),
         dropout_bytes=pick((0, 1), (-1,)), capacity_factor=pick((1.0, 1.5, 2), (0.5, float("inf"), True)),
         moe_imbalance=pick((1.0, 1.0, 1.25), (0.9, float("nan"))),
-        moe_dispatch=pick((None, None, 0.0, 500), (-1.0, float("nan"))), cp_algo=pick(("ring", "ulysses", "ring-allgather"), ("zigzag",)),
+        moe_dispatch=pick((None, None, 0.0, 500), (-1.0, float("nan"))),
+        moe_dispatch_count=pick((0.0, 0.0, 1.0, 2), (-1.0, float("inf"), "1")), cp_algo=pick(("ring", "ulysses", "ring-allgather"), ("zigzag",)),
         moe_dispatcher=pick(("alltoall", "alltoall", "deepep"), ("nccl",)),
         precision=pick(("bf16", "fp16", "fp8"), ("fp4",)), tie_embeddings=pick((None, True, False), (0,)),
     )

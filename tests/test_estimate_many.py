@@ -394,7 +394,7 @@ def test_middle_stages_hold_the_static_bytes_of_their_layers():
         checked = 0
         for i in np.flatnonzero(result.valid):
             spec = cands[int(i)]
-            layout = build_layout(model, spec)
+            layout = build_layout(model, spec, nd=True)     # ND units: ND's placement
             per_kind = [static_layer_bytes(model, spec, k) for k in range(len(model.kinds))]
             for stage in range(spec.pp):
                 if stage in (layout.emb_stage, layout.out_stage):

@@ -18,6 +18,7 @@ from ndcost import Cluster, ExecSpec, Model, SpecError, estimate
 from ndcost.kernels.columns import PART_NAMES, SECONDS_STAGE_FIELDS
 from ndcost.kernels.one import ND_ONE_COUNT, ONE_FIELDS
 from ndcost.price.estimate_one import _prepared, nd_options
+from ndcost.tables.layout_nd import nd_search_offset
 from ndcost.tables.layout import build_layout
 from ndcost.tables.memory import memory_estimate
 from ndcost.tables.memory_overheads import fixed_bytes
@@ -180,6 +181,8 @@ def test_a_prepared_spec_is_revalidated_on_another_cluster_or_model():
 
 def test_units_share_nothing_but_validation():
     model, spec, cluster = realistic("deepseek-v3")
+    # an offset that places every layer: ND's placement and the one seconds mode runs agree
+    spec = spec.replace(offset=nd_search_offset(model.num_layers_with_mtp, spec.pp, spec.vpp))
     nd = ndcost.estimate(model, spec, cluster, units="nd")
     seconds = ndcost.estimate(model, spec, cluster)
     assert nd.units == "nd" and seconds.units == "seconds"

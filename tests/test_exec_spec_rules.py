@@ -27,7 +27,7 @@ EDGES = (0, 1, 2, 4, 8, -1, 64, 65, MAX_LAYERS, MAX_LAYERS + 1, MAX_DEVICES, MAX
 SCALARS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel", "micro_batch_size", "micro_batch_num",
            "global_batch_size", "seq_length", "seq_split", "pp_schedule", "param_bytes", "optimizer_states",
            "main_param_bytes", "logit_bytes", "flash_attention", "tp_overlap", "capacity_factor", "moe_imbalance",
-           "moe_dispatch", "cp_algo", "precision", "selective_rule", "tie_embeddings", "zero_stage", "recompute",
+           "moe_dispatch", "moe_dispatch_count", "cp_algo", "precision", "selective_rule", "tie_embeddings", "zero_stage", "recompute",
            "reshard_params", "optimizer_shard")
 
 

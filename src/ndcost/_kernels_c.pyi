@@ -18,7 +18,7 @@ def switch_settings(plain: _F64Array, alone: _F64Array, acting_mask: int, out: _
 def dominance_front(values: _F64Array, n_criteria: int, always_keep: _I64Array, out_keep: _I64Array) -> None: ...  # const double[:, ::1], long long, const long long[::1], long long[::1]
 def mck_min_time(weights: _I64Array, values: _F64Array, group_start: _I64Array, budget_buckets: int, out_choice: _I64Array) -> float: ...  # const long long[::1], const double[::1], const long long[::1], long long, long long[::1]
 
-# --- nd (kernels/nd.pxi): ND's score in ND units ---
+# --- nd (kernels/nd_ops.pxi, nd_comm.pxi, nd_combine.pxi): ND's score in ND units ---
 def nd_op_loads(kinds: _F64Array, model: _F64Array, cand: _F64Array, k: int, out: _F64Array) -> None: ...  # const double[:, ::1], const double[::1], const double[::1], long long, double[::1]
 def nd_recompute_factors(kinds: _F64Array, k: int, option: int, keep_mask: int, out: _F64Array) -> None: ...  # const double[:, ::1], long long, long long, long long, double[::1]
 def nd_fsdp_part_traffic(size: float, computed: float, kept: float, group: float, gathers: float, reduces: float, bytes_p: float, bytes_grad: float, out: _F64Array) -> None: ...  # double x 8, double[::1]

@@ -83,7 +83,7 @@ ND_FIELDS: tuple[str, ...] = (
     # strategy
     "d", "t", "p", "vp", "cp", "ep", "b", "m", "s", "sp", "sequence_parallel", "has_op", "grad_shard_as_params",
     "has_grad_shard", "os_max_shard", "bytes_p", "bytes_compute", "cap_fact", "has_fa", "cp_algo", "pp_sched",
-    "is_mtp_in_offset", "emb_out_in_offset", "sel_rec_rule", "vocab_emb_dp", "moe_dispatch",
+    "is_mtp_in_offset", "emb_out_in_offset", "sel_rec_rule", "vocab_emb_dp", "moe_dispatch", "n_dispatch",
     # keyed by type as well
     "model_name", "offset", "full_rec", "sel_rec",
 )
@@ -255,8 +255,7 @@ def spec_from_nd(cfg: Any) -> ExecSpec:
 
 def _spec(get: Any) -> ExecSpec:
     t = _int(get, "t", 1)
-    sp = get("sequence_parallel", None)
-    sequence_parallel = bool(sp) if sp is not None else _int(get, "sp", 1) > 1
+    sequence_parallel = _sequence_parallel(get, t)
     has_op = bool(get("has_op", False))
     zero = 0
     if has_op:
@@ -281,6 +280,8 @@ def _spec(get: Any) -> ExecSpec:
             fields["optimizer_shard"] = shard
     if get("moe_dispatch", None) is not None:
         fields["moe_dispatch"] = _float(get, "moe_dispatch")
+    # the layer's dispatch count: 0 where the config states none, as ND's config reads it (§2.3)
+    fields["moe_dispatch_count"] = _float(get, "n_dispatch", 0)
     offset = get("offset", None)
     if offset:
         fields["offset"] = offset
@@ -289,6 +290,24 @@ def _spec(get: Any) -> ExecSpec:
         if value not in (None, False, 0):
             fields[name] = value
     return ExecSpec(**fields)
+
+
+def _sequence_parallel(get: Any, t: int) -> bool:
+    """Whether the config runs sequence parallelism, as ND's op table reads it: from ``sp``, the
+    factor derive() sets (t with SP, else 1) and the table divides by (ND_REFERENCE §1.4 derive step 1,
+    §2.2), where the config states it; ``sequence_parallel``, what derive() reads, only where it does
+    not. A config answers 0 for a field it lacks (ND's Config), so an ``sp`` of 0 is not stated.
+
+    Raises:
+        SpecError: For an ``sp`` that is neither 1 nor t: a factor no run of derive() sets, which
+            ndcost's on/off sequence parallelism cannot price.
+    """
+    if get("sp", None) in (None, 0):
+        return bool(get("sequence_parallel", False))
+    factor = _int(get, "sp")
+    if factor not in (1, t):
+        raise SpecError("sp", "estimate_performance", f"be 1 or t ({t}), the factors ND's derive() sets", factor)
+    return factor > 1
 
 
 def _shared_reader(parent: Any, text: Any):

@@ -1,6 +1,6 @@
 # Batches of candidates (twin of ndcost/kernels/batch.py): ND's score and the memory model over
-# N candidates in one call, the GIL released for the whole loop. Needs columns.pxi, nd.pxi
-# (c_nd_stage_sums, c_nd_combine, c_nd_apply_ratios) and memory.pxi (c_layer_activation_bytes,
+# N candidates in one call, the GIL released for the whole loop. Needs columns.pxi, nd_comm.pxi
+# and nd_combine.pxi (c_nd_stage_sums, c_nd_combine, c_nd_apply_ratios) and memory.pxi (c_layer_activation_bytes,
 # c_inflight_micro_batches, c_stage_memory) included before it.
 #
 # Each candidate is a column of a candidate matrix (fields x N: numpy fills a field's values

@@ -271,18 +271,19 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     cdef long long c_compute_bytes = _fr_int(&cols[27], i)
     cdef double c_capacity_factor = _fr_float(&cols[28], i)
     cdef double c_moe_dispatch = _fr_float(&cols[29], i)
-    cdef long long c_seq_split = _fr_int(&cols[30], i)
-    cdef long long c_dropout_bytes = _fr_int(&cols[31], i)
-    cdef bint c_flash_attention = _fr_bool(&cols[32], i)
-    cdef bint c_grouped_gemm = _fr_bool(&cols[33], i)
-    cdef double c_moe_imbalance = _fr_float(&cols[34], i)
-    cdef bint c_overlapped_grad_reduce = _fr_bool(&cols[35], i)
-    cdef bint c_tp_overlap = _fr_bool(&cols[36], i)
-    cdef bint c_recompute_slice_activation = _fr_bool(&cols[37], i)
-    cdef long long c_softmax_bytes = _fr_int(&cols[38], i)
-    cdef long long c_norm_bytes = _fr_int(&cols[39], i)
-    cdef long long c_logit_bytes = _fr_int(&cols[40], i)
-    cdef bint c_fp8_weight_cache = _fr_bool(&cols[41], i)
+    cdef double c_moe_dispatch_count = _fr_float(&cols[30], i)
+    cdef long long c_seq_split = _fr_int(&cols[31], i)
+    cdef long long c_dropout_bytes = _fr_int(&cols[32], i)
+    cdef bint c_flash_attention = _fr_bool(&cols[33], i)
+    cdef bint c_grouped_gemm = _fr_bool(&cols[34], i)
+    cdef double c_moe_imbalance = _fr_float(&cols[35], i)
+    cdef bint c_overlapped_grad_reduce = _fr_bool(&cols[36], i)
+    cdef bint c_tp_overlap = _fr_bool(&cols[37], i)
+    cdef bint c_recompute_slice_activation = _fr_bool(&cols[38], i)
+    cdef long long c_softmax_bytes = _fr_int(&cols[39], i)
+    cdef long long c_norm_bytes = _fr_int(&cols[40], i)
+    cdef long long c_logit_bytes = _fr_int(&cols[41], i)
+    cdef bint c_fp8_weight_cache = _fr_bool(&cols[42], i)
     cdef long long joint_dp
     cdef long long joint_tp
     cdef long long joint_pp
@@ -512,7 +513,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
         out_nd[13 * s_nd] = (<double>c_compute_bytes)
         out_nd[14 * s_nd] = (<double>d_nd_bytes_grad)
         out_nd[15 * s_nd] = c_capacity_factor
-        out_nd[16 * s_nd] = (k.moe_dispatch_default if (c_moe_dispatch != c_moe_dispatch) else c_moe_dispatch)
+        out_nd[16 * s_nd] = ((k.moe_dispatch_default if (c_moe_dispatch != c_moe_dispatch) else c_moe_dispatch) * c_moe_dispatch_count)
         out_nd[17 * s_nd] = (<double>d_comm_d_non_exp)
         out_nd[18 * s_nd] = (<double>d_comm_d_exp)
         out_nd[19 * s_nd] = (<double>d_comm_t)
@@ -619,7 +620,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     return 0
 
 
-def formula_rows(tuple columns,                       # IN: storage columns (42, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
+def formula_rows(tuple columns,                       # IN: storage columns (43, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
                  Py_ssize_t start, Py_ssize_t stop,    # IN: the rows
                  const double[::1] constants,        # IN: FORMULA_ROW_CONSTANTS, the tuples after
                  const long long[::1] codes,         # IN: the code of each FORMULA_ROW_RULES rule
@@ -637,8 +638,8 @@ def formula_rows(tuple columns,                       # IN: storage columns (42,
     cdef long long r
     cdef bint bad
     cdef _formula_rows_constants k
-    cdef _FRColumn cols[42]
-    cdef Py_buffer views[42]
+    cdef _FRColumn cols[43]
+    cdef Py_buffer views[43]
     cdef int opened = 0
     cdef double* p_nd
     cdef double* p_seconds
@@ -675,11 +676,11 @@ def formula_rows(tuple columns,                       # IN: storage columns (42,
         raise ValueError("out_memory must have strides of whole float64s")
     f_memory = out_memory.strides[0] // sizeof(double)     # a field's step
     r_memory = out_memory.strides[1] // sizeof(double)     # a row's step
-    if len(columns) != 42:
-        raise ValueError(f"columns must hold 42 storage columns, got {len(columns)}")
+    if len(columns) != 43:
+        raise ValueError(f"columns must hold 43 storage columns, got {len(columns)}")
     _formula_rows_unpack(&k, constants, codes)
     try:
-        for j in range(42):
+        for j in range(43):
             _fr_open(columns[j], &views[j], &cols[j], stop, j)
             opened += 1
         with nogil:

@@ -3,7 +3,7 @@
 # (c_batch_check) included before it.
 #
 # Each candidate is a column of a (SC_COUNT, N) matrix (gathered into a stack buffer) with the index
-# of its layout in the LY_* table of ndcost._layout_pool (chunk-summed counts in `pool`, slot options
+# of its layout in the LY_* table of ndcost.tables.layout_pool (chunk-summed counts in `pool`, slot options
 # and keep masks in `slot_pool`), its layout's per-stage SX_* rows at `extras[extras_at[layout]]`,
 # and its rates row `rates[rate_index[i]]`. Shapes, spans and every priced row's layout and rates
 # row are checked before `nogil`; the scratch is allocated once per call, sized for the largest pp.

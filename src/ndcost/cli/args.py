@@ -1,7 +1,7 @@
 """The arguments the ``ndcost`` commands share, and how they turn into a Model, an ExecSpec and a Cluster.
 
-Command modules (cli_estimate, cli_search, cli_plot, cli_calibrate) import these; ``cli.py`` only
-builds the parser from the commands and runs one.
+The command modules of ``ndcost.cli`` (estimate, search, plot, calibrate, ...) import these;
+``ndcost.cli.main`` only builds the parser from the commands and runs one.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """MODEL and what refines it: a HyperParallel census, a VLM's vision tokens."""
     p.add_argument("model", help="catalog name, config.json path or YAML model file")
     p.add_argument("--census", metavar="FILE",
-                   help="a HyperParallel census JSON of the model's layer kinds (ndcost.census; default: none)")
+                   help="a HyperParallel census JSON of the model's layer kinds (ndcost.spec.census; default: none)")
     p.add_argument("--vision-tokens", type=int, metavar="N",
                    help="patches per sample the vision tower runs (VLMs; default the tower's)")
 

@@ -1,8 +1,8 @@
 """The ``ndcost`` command line: builds the parser from the command modules and runs one command.
 
-Each command lives in its own module (cli_catalog: models, devices, show; cli_estimate: estimate,
-explain; cli_validate; cli_calibrate; cli_search; cli_plot), with the arguments they share in
-cli_args. Every subcommand prints a readable table by default and JSON with ``--json``.
+Each command group lives in its own module of ``ndcost.cli`` (catalog: models, devices, show;
+estimate: estimate, explain; reproduce; validate; calibrate; search; plot), with the arguments they
+share in ``ndcost.cli.args``. Every subcommand prints a readable table by default and JSON with ``--json``.
 Bad input is a :class:`~ndcost.errors.SpecError`, printed as one line on
 stderr with exit status 2 (never a traceback).
 """

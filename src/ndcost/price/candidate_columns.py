@@ -35,7 +35,7 @@ _BOOL_FIELDS = ("sequence_parallel", "mtp_in_offset", "emb_out_in_offset", "sele
                 "shard_spans_cp", "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap",
                 "fp8_weight_cache")
 _OPT_BOOL_FIELDS = ("tie_embeddings", "reshard_params")
-_FLOAT_FIELDS = ("capacity_factor", "moe_imbalance")
+_FLOAT_FIELDS = ("capacity_factor", "moe_imbalance", "moe_dispatch_count")
 _OPT_FLOAT_FIELDS = ("moe_dispatch",)
 _CHOICE_FIELDS = tuple(CHOICES)
 _OBJECT_FIELDS = ("recompute", "offset", "pp_partition", "full_recompute", "selective_recompute",

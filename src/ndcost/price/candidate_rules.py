@@ -81,6 +81,8 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
         dispatch = a["moe_dispatch"]
         rules.add("bad_moe_setting", _bad(cols["moe_dispatch"])
                   | (~np.isnan(dispatch) & (~np.isfinite(dispatch) | (dispatch < 0.0))))
+        dispatches = a["moe_dispatch_count"]
+        rules.add("bad_moe_setting", _bad(cols["moe_dispatch_count"]) | ~np.isfinite(dispatches) | ~(dispatches >= 0.0))
         deepep = a["moe_dispatcher"] == CHOICES["moe_dispatcher"].index("deepep")
         rules.add("bad_moe_setting", deepep & (a["ep"] != 1) & ~np.isin(a["ep"], sorted(DEEPEP_RANKS)))
         # _check_pipeline

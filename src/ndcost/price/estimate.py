@@ -142,7 +142,7 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
     refuse_nd_units(model, "estimate")
     # ND's per-layer plan view (stage_savings, stage_focused): the seeds' own walk and combine.
     validate(model, spec, cluster)
-    layout = build_layout(model, spec)
+    layout = build_layout(model, spec, nd=True)
     derived = derive(model, spec, cluster)
     memory = _memory(model, spec, cluster, derived) if with_memory else None
     priced = nd_estimate(model, spec, cluster, layout, ratios=ratios, ratio_type=ratio_type,
@@ -155,12 +155,13 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
 
 
 def _memory(model: Model, spec: ExecSpec, cluster: Cluster, derived: Any):
-    """The memory model's estimate of a validated spec (its *derived* values given), on the
-    layout pool the one-candidate path caches per model (``memory_estimate`` packs it on every call)."""
+    """The memory model's estimate of a validated spec (its *derived* values given) in ND's units, on
+    ND's placement, from the layout pool the one-candidate path caches per model (``memory_estimate``
+    packs it on every call)."""
     from ..tables.memory import memory_candidate_vector, run_memory_batch
 
     return run_memory_batch(model, memory_candidate_vector(model, spec, derived).reshape(-1, 1),
-                            single_layout(model, spec), cluster)
+                            single_layout(model, spec, nd=True), cluster)
 
 
 def layer_times(model: Any, spec: ExecSpec, cluster: Any, kind: int, option: str = "none",

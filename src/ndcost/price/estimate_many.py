@@ -92,19 +92,19 @@ def _cluster_of(cluster: Any) -> tuple[ClusterConstants, float]:
     raise SpecError("cluster", _OWNER, "be a Cluster, a Device or a device name", cluster)
 
 
-def _layout_pool(model: Any, cands: Candidates) -> tuple[LayoutPool, np.ndarray, np.ndarray]:
+def _layout_pool(model: Any, cands: Candidates, nd: bool) -> tuple[LayoutPool, np.ndarray, np.ndarray]:
     """(the pool of the candidates' layouts on *model*, each layout's row in it (-1: none),
-    each layout's rule-7 violation), cached per (model, candidates)."""
-    cached = cands._cache.get(("pool", id(model)))
+    each layout's rule-7 violation), cached per (model, candidates, placement: ND's for ND units)."""
+    cached = cands._cache.get(("pool", id(model), nd))
     if cached is not None and cached[0]() is model:
         return cached[1]
-    pieces_of = per_object(model).setdefault("batch_layout_pieces", {})
+    pieces_of = per_object(model).setdefault(("batch_layout_pieces", nd), {})
     pieces, rows, bad = [], [], []
     for index, fields in enumerate(cands.layouts):
         key = tuple(fields.values())
         entry = pieces_of.get(key)
         if entry is None:
-            layout = layout_if_valid(model, cands.layout_spec(index))
+            layout = layout_if_valid(model, cands.layout_spec(index), nd)
             entry = pieces_of[key] = (layout is None, None if layout is None else layout_piece(layout))
         broken, piece = entry
         bad.append(broken)
@@ -114,7 +114,7 @@ def _layout_pool(model: Any, cands: Candidates) -> tuple[LayoutPool, np.ndarray,
             rows.append(len(pieces))
             pieces.append(piece)
     result = (pack_layouts(pieces), np.asarray(rows, dtype=np.int64), np.asarray(bad, dtype=bool))
-    cands._cache[("pool", id(model))] = (weakref.ref(model), result)
+    cands._cache[("pool", id(model), nd)] = (weakref.ref(model), result)
     return result
 
 
@@ -176,8 +176,8 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
     seconds = (SecondsPricer(model, cluster, seconds_layouts(model, cands), rates=rate_set)
                if units == "seconds" else None)
     if seconds is None:
-        pool, layout_row, layout_bad = _layout_pool(model, cands)
-    else:
+        pool, layout_row, layout_bad = _layout_pool(model, cands, True)       # ND's placement
+    else:                                                                   # where layers run
         pool, layout_row, layout_bad = seconds.layouts.pool, seconds.layouts.row[:-1], seconds.layouts.bad[:-1]
     storage = {name: cands.storage(name) for name in cands.fields}
     formulas = FormulaRows(storage, REASON_CODES, mc=model_constants(model), cc=cc, overlap=_DEFAULT_OVERLAP,

@@ -157,22 +157,23 @@ class _OneLayout:
         return held
 
 
-def _one_layout(model: Model, spec: ExecSpec, layouts: dict) -> _OneLayout:
-    """The spec's layout, packed (cached per model and layout key)."""
-    key = _layout_key(spec)
+def _one_layout(model: Model, spec: ExecSpec, layouts: dict, nd: bool) -> _OneLayout:
+    """The spec's layout, packed (cached per model, layout key and placement: ND's for ND units)."""
+    key = (_layout_key(spec), nd)
     packed = layouts.get(key)
     if packed is None:
         if len(layouts) >= 4096:
             layouts.clear()
-        layout = build_layout(model, spec)
+        layout = build_layout(model, spec, nd)
         packed = layouts[key] = _OneLayout(pack_layouts([layout_piece(layout)]),
                                            np.ascontiguousarray(_extras(layout).reshape(-1)))
     return packed
 
 
-def single_layout(model: Model, spec: ExecSpec) -> LayoutPool:
-    """The layout pool of a validated spec on *model* (one layout; cached per model and layout key)."""
-    return _one_layout(model, spec, _model_tables(model).layouts).pool
+def single_layout(model: Model, spec: ExecSpec, nd: bool = False) -> LayoutPool:
+    """The layout pool of a validated spec on *model* (one layout, ND's placement with *nd*; cached
+    per model and layout key)."""
+    return _one_layout(model, spec, _model_tables(model).layouts, nd).pool
 
 
 class _Scratch(threading.local):
@@ -240,7 +241,7 @@ class _Prepared:
         # One tuple holds both candidates: the unit's, then the memory model's (the kernel converts it).
         self.column = values
         self.model, self.cluster, self.tables, self.cc = model, cluster, tables, cc
-        self.packed = _one_layout(model, spec, tables.layouts)
+        self.packed = _one_layout(model, spec, tables.layouts, not seconds)
         self.pp = c["pp"]
         self.fixed = _fixed_bytes(c, model) if seconds and with_memory else 0.0
         # seconds mode: the device's own rates of the spec's precision

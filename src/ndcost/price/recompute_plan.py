@@ -196,7 +196,8 @@ def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: fl
 
         capacity = tensor_budget(capacity, spec, float(cluster.memory_reserve_bytes), model)
     plain_spec = spec.replace(recompute="none", full_recompute=None, selective_recompute=None)
-    layout = build_layout(model, plain_spec)
+    nd = units == "nd"   # ND's placement in ND's units (ndcost.tables.layout_nd)
+    layout = build_layout(model, plain_spec, nd)
     base = memory_estimate(model, plain_spec, cluster, layout)
     derived = derive(model, plain_spec, cluster)
     p, vp = spec.pp, spec.vpp
@@ -240,8 +241,8 @@ def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: fl
 
     ranges = _ranges(choices)
     planned = spec.replace(recompute=ranges, full_recompute=None, selective_recompute=None)
-    planned_memory = memory_estimate(model, planned, cluster, build_layout(model, planned))
-    savings = _stage_savings(model, spec, planned, cluster, profiles)
+    planned_memory = memory_estimate(model, planned, cluster, build_layout(model, planned, nd))
+    savings = _stage_savings(model, spec, planned, cluster, profiles, nd)
     return RecomputePlan(
         ranges=ranges, spec=planned, stage_memory=tuple(st.total for st in planned_memory.stages),
         stage_budget=tuple(budgets), stage_savings=savings, feasible=feasible,
@@ -249,11 +250,11 @@ def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: fl
 
 
 def _stage_savings(model: Any, before: ExecSpec, after: ExecSpec, cluster: Any,
-                   profiles: list[SwitchProfile]) -> tuple[float, ...]:
+                   profiles: list[SwitchProfile], nd: bool) -> tuple[float, ...]:
     """Per stage, Σ layer times under *before*'s recompute minus under *after*'s (the profiles' units)."""
 
     def stage_times(spec: ExecSpec) -> np.ndarray:
-        layout = build_layout(model, spec)
+        layout = build_layout(model, spec, nd)
         out = np.zeros(spec.pp)
         for s, _, k, o in layout.positions:
             option, mask = int(layout.slot_option[o]), int(layout.slot_mask[o])

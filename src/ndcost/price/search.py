@@ -28,6 +28,7 @@ from ..spec.rates_io import as_rates
 from .result import Estimate
 from ..spec.search_space import SEARCH_DIMENSIONS, build_space
 from ..spec.software_fields import software_columns, software_fields
+from ..tables.layout_nd import nd_search_offset
 from .threads import resolve_threads, run_chunks
 
 #: The smallest memory limit a search takes: below 1 GiB no device holds a CUDA context and a model.
@@ -132,6 +133,22 @@ def _spec_of(columns: Mapping[str, np.ndarray], i: int, fixed: Mapping[str, Any]
     return ExecSpec(**fields)
 
 
+def _nd_search_offsets(model: Any, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Each candidate's offset as ND's search states it (ndcost.tables.layout_nd.nd_search_offset):
+    ND's generator drops the layers pp*vpp leaves over when a strategy states no offset, and ND's
+    search never prices one without (ND_REFERENCE §1.6 "Offsets in the search"). None where the
+    layers divide evenly."""
+    layers = model.num_layers_with_mtp          # ND's lay: the search's specs count MTP in the offset
+    pp, vpp = columns["pp"], columns["vpp"]
+    offsets = np.empty(len(pp), dtype=object)
+    by_pipeline: dict[tuple[int, int], Any] = {}
+    for i, key in enumerate(zip(pp.tolist(), vpp.tolist())):
+        if key not in by_pipeline:
+            by_pipeline[key] = nd_search_offset(layers, *key)
+        offsets[i] = by_pipeline[key]
+    return offsets
+
+
 def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int, top: int = 10,
            units: str = "seconds", ratios: Any = None, memory_limit: float | None = None,
            allow_cross_node_tp: bool = False, per_layer_recompute: int = 3, balance: int = 3,
@@ -144,7 +161,8 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         cluster: A Cluster (its device count is the search's).
         global_batch_size, seq_length: Required: what every candidate trains.
         top: How many to return.
-        units: "seconds" or "nd"; *ratios* calibrates either.
+        units: "seconds" or "nd"; *ratios* calibrates either. In ND's units every candidate
+            states the offset ND's search gives it (``_nd_search_offsets``), as ND's search does.
         memory_limit: Bytes a device may use (default its HBM).
         allow_cross_node_tp: Let tp exceed a node.
         per_layer_recompute: How many of the best to offer a per-layer recompute plan (0: none).
@@ -198,6 +216,8 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
                         allow_cross_node_tp=allow_cross_node_tp)
     if software is not None:
         space = replace(space, columns={**space.columns, **software_columns(software, space.columns)})
+    if units == "nd":
+        space = replace(space, columns={**space.columns, "offset": _nd_search_offsets(model, space.columns)})
     n = space.size
     step = np.full(n, np.nan)
     memory = np.full(n, np.nan)

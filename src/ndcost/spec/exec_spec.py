@@ -111,6 +111,12 @@ class ExecSpec:
     vocab_emb_dp: bool = False  # ND: the embedding is not split over tp when pp == 1
     tie_embeddings: bool | None = None  # None: the model's tie_word_embeddings
     moe_dispatch: float | None = None  # ND's MOE_DISPATCH (None: 1040; 0 prices no dispatch)
+    #: ND's op count ``n_dispatch``: how many times a MoE layer's dispatch is charged (ND units only).
+    #: HyperParallel's estimator weighs the dispatch term by this count of the layer's config, which
+    #: reads 0 when the config does not state it and nothing in upstream's code sets it: ND prices no
+    #: dispatch. 1 charges it once per MoE layer, as the MOE_DISPATCH comment's measurements do
+    #: (ND_REFERENCE §2.3 open point; docs/ND_DIFFERENCES.md).
+    moe_dispatch_count: float = 0.0
     moe_dispatcher: str = "alltoall"  # "alltoall" (NCCL) | "deepep": its buffers in memory (MOE_DISPATCHERS)
     precision: str = "bf16"
     tp_overlap: bool = False  # seconds mode: TP comm overlapped with compute
@@ -232,9 +238,9 @@ class ExecSpec:
         ``"ranges"`` for a tuple of :class:`RecomputeRange`; for a per-stage
         statement, ``"full"``/``"selective"`` when it is ``True`` (every
         layer) and ``"per_stage"`` for layer counts (full wins over selective,
-        as ND's partition generator reads ``full_rec`` first, ND_REFERENCE
-        §1.6); else the ``recompute`` string (``"none"``, ``"full"``,
-        ``"selective"``).
+        as ND's partition generator reads ``full_rec`` first,
+        ND_REFERENCE §1.6); else the ``recompute`` string (``"none"``,
+        ``"full"``, ``"selective"``).
         """
         if isinstance(self.recompute, tuple):
             return "ranges"

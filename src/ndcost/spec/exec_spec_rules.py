@@ -135,6 +135,7 @@ def scalars_hold(values: dict[str, Any]) -> bool:
         if values[name] not in choices:
             return False
     etp, tie, dispatch = values["etp"], values["tie_embeddings"], values["moe_dispatch"]
+    dispatches = values["moe_dispatch_count"]
     factor, imbalance = values["capacity_factor"], values["moe_imbalance"]
     # NaN fails every comparison and inf is past every bound, so these ranges hold only finite floats.
     return ((etp is None or (type(etp) is int and 1 <= etp <= MAX_DEVICES))
@@ -143,6 +144,7 @@ def scalars_hold(values: dict[str, Any]) -> bool:
             and type(factor) is float and 1.0 <= factor <= MAX_CAPACITY_FACTOR
             and type(imbalance) is float and 1.0 <= imbalance <= MAX_CAPACITY_FACTOR
             and (dispatch is None or (type(dispatch) is float and 0.0 <= dispatch < math.inf))
+            and type(dispatches) is float and 0.0 <= dispatches < math.inf
             and (values["moe_dispatcher"] != "deepep" or values["ep"] == 1 or values["ep"] in DEEPEP_RANKS))
 
 
@@ -178,6 +180,9 @@ def check_scalars(spec: Any) -> None:
         # 0 prices no dispatch at all (ND_REFERENCE §2.3: "0 = none").
         dispatch = check_positive_number(spec.moe_dispatch, "moe_dispatch", OWNER, allow_zero=True)
         _store(spec, "moe_dispatch", dispatch)
+    # ND's n_dispatch, a count (ND_REFERENCE §2.3): 0 charges no dispatch, as ND's unset count.
+    _store(spec, "moe_dispatch_count",
+           check_positive_number(spec.moe_dispatch_count, "moe_dispatch_count", OWNER, allow_zero=True))
     if spec.moe_dispatcher == "deepep" and spec.ep != 1 and spec.ep not in DEEPEP_RANKS:
         raise SpecError("ep", OWNER, "be 1 or a group size DeepEP has a config for "
                         f"({', '.join(map(str, sorted(DEEPEP_RANKS)))}) with moe_dispatcher='deepep'", spec.ep)

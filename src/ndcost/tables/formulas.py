@@ -158,14 +158,15 @@ def derived_extra_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants, d:
 
 def nd_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any],
                          cc: ClusterConstants, moe_dispatch_default: float) -> tuple:
-    """The ND candidate vector (``_columns.CAND_FIELDS`` order) of *c* with derived values *d*."""
+    """The ND candidate vector (``ndcost.kernels.columns.CAND_FIELDS`` order) of *c* with derived values *d*."""
     where = ops.where
     return (
         c["micro_batch_size"], c["seq_length"], c["tp"], d["sp"], c["cp"],        # b, s, t, sp, cp
         c["ep"], d["t_exp"], c["dp"], d["d_exp"], c["pp"],                         # ep, t_exp, d, d_exp, p
         c["vpp"], d["micro_batch_num"],                                            # vp, m
         c["param_bytes"], c["compute_bytes"], d["nd_bytes_grad"],                  # bytes_p, bytes_c, bytes_grad
-        c["capacity_factor"], ops.opt_float(c["moe_dispatch"], moe_dispatch_default),
+        # ND's dispatch entry times the layer's count n_dispatch (ND_REFERENCE §2.3; 0: none, ND's unset count)
+        c["capacity_factor"], ops.opt_float(c["moe_dispatch"], moe_dispatch_default) * c["moe_dispatch_count"],
         d["comm_d_non_exp"], d["comm_d_exp"], d["comm_t"], d["comm_ep"], d["comm_cp"],
         where(ops.is_choice(c, "cp_algo", "ulysses"), 0.0, 1.0),                   # cp_ring
         d["shard_p_os_non_exp_partial"], d["shard_p_os_exp"], d["shard_p_os_exp_partial"],
@@ -180,7 +181,7 @@ def nd_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any],
 
 
 def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any]) -> tuple:
-    """The memory candidate vector (``_columns.MEMORY_CAND_FIELDS`` order): what
+    """The memory candidate vector (``ndcost.kernels.columns.MEMORY_CAND_FIELDS`` order): what
     ``ndcost.tables.memory`` reads off the spec, its ZeRO divisors and byte widths (ZeRO,
     Rajbhandari et al. 2020 §5; Megatron's expert data-parallel group).
 

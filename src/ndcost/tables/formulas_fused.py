@@ -28,9 +28,9 @@ _C_JOINT_ND_MEMORY_CANDIDATE = operator.itemgetter(
     'global_batch_size', 'pp_schedule', 'sequence_parallel', 'cp_algo', 'precision', 'zero_stage',
     'optimizer_shard', 'shard_spans_cp', 'vocab_emb_dp', 'grad_bytes', 'optimizer_states', 'optimizer_state_bytes',
     'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation', 'seq_split',
-    'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch', 'grouped_gemm', 'moe_imbalance',
-    'flash_attention', 'recompute_slice_activation', 'softmax_bytes', 'dropout_bytes', 'norm_bytes', 'logit_bytes',
-    'fp8_weight_cache',
+    'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch', 'moe_dispatch_count', 'grouped_gemm',
+    'moe_imbalance', 'flash_attention', 'recompute_slice_activation', 'softmax_bytes', 'dropout_bytes',
+    'norm_bytes', 'logit_bytes', 'fp8_weight_cache',
 )
 _C_JOINT_DERIVED_MEMORY_CANDIDATE = operator.itemgetter(
     'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'etp', 'micro_batch_size', 'micro_batch_num',
@@ -53,8 +53,9 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
         c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states,
         c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
         c_deferred_grad_accumulation, c_seq_split, c_param_bytes, c_compute_bytes, c_capacity_factor,
-        c_moe_dispatch, c_grouped_gemm, c_moe_imbalance, c_flash_attention, c_recompute_slice_activation,
-        c_softmax_bytes, c_dropout_bytes, c_norm_bytes, c_logit_bytes, c_fp8_weight_cache,
+        c_moe_dispatch, c_moe_dispatch_count, c_grouped_gemm, c_moe_imbalance, c_flash_attention,
+        c_recompute_slice_activation, c_softmax_bytes, c_dropout_bytes, c_norm_bytes, c_logit_bytes,
+        c_fp8_weight_cache,
     ) = _C_JOINT_ND_MEMORY_CANDIDATE(c)
     joint_dp, joint_tp, joint_pp, joint_vpp, joint_cp, joint_ep = (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep)
     joint_s = c_seq_length
@@ -209,7 +210,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
             c_compute_bytes,
             d_nd_bytes_grad,
             c_capacity_factor,
-            moe_dispatch_default if c_moe_dispatch is None else c_moe_dispatch,
+            (moe_dispatch_default if c_moe_dispatch is None else c_moe_dispatch) * c_moe_dispatch_count,
             d_comm_d_non_exp,
             d_comm_d_exp,
             d_comm_t,

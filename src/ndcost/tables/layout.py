@@ -15,16 +15,19 @@ and the layout fields of the spec, so it is built once per distinct
 (pp, vpp, offset, schedule, recompute) and shared by every candidate with the
 same layout.
 
-Deliberate differences from ND, each because ND's search does the same thing
-in another place:
+Two placements, one per unit (``build_layout(..., nd=)``): ``units="nd"`` prices ND's own
+(:mod:`ndcost.tables.layout_nd`, the generator as upstream writes it); everything else -- seconds
+mode, the memory a launch holds, the emitted launch layout -- the placement the layers run in, which
+differs from ND's where ND's is not where a layer runs (docs/ND_DIFFERENCES.md):
 
 * With no offset and ``lay`` not a multiple of pp·vpp, ND's generator drops the
   remainder (its search adds a default offset that spreads it, §1.6 "Offsets in
   the search"). ndcost spreads the remainder itself, one layer a cell, to the
   cells nearest the middle of the pipeline first: the first stage holds the
   embedding and the most micro-batches in flight, the last the output layer.
-* For zero_bubble_v the output layer goes where the last layer in model order
-  runs (stage 0 of DualPipeV's V), not on the last stage.
+* The output layer goes where the last layer in model order runs: for zero_bubble_v
+  stage 0 of DualPipeV's V, not the last stage; past an empty cell, the model's
+  true last layer, not the cell before the gap.
 
 A vision-language model's vision tower shares the pipeline (ND_REFERENCE §1.4:
 its submodule is front-loaded by an offset that puts every vision layer on the
@@ -48,6 +51,7 @@ from ..kernels.columns import OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
 from ..errors import SpecError
 from ..spec.exec_spec import ExecSpec
 from ..spec.recompute_spec import ALL_KEPT
+from .layout_nd import EMBEDDING, OUTPUT, nd_placement, per_stage_count, range_options
 from .validate import _layout_rules, offset_chunk_counts, offset_layer_count, pipeline_depth_error
 
 __all__ = ["Layout", "build_layout", "layout_if_valid", "LAYOUT_FIELDS"]
@@ -62,6 +66,7 @@ LAYOUT_FIELDS = (
 _EMBEDDING = -1
 _OUTPUT = -2
 _VISION = -3
+_ENDS = (EMBEDDING, OUTPUT)
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,8 +136,11 @@ def _layout_key(spec: ExecSpec) -> tuple:
 _LAYOUTS_PER_MODEL = 4096
 
 
-def build_layout(model: Any, spec: ExecSpec) -> Layout:
-    """The :class:`Layout` of *spec* on *model*, cached per model object and distinct layout key.
+def build_layout(model: Any, spec: ExecSpec, nd: bool = False) -> Layout:
+    """The :class:`Layout` of *spec* on *model*, cached per model object, distinct layout key and *nd*.
+
+    *nd*: ND's own placement (:mod:`ndcost.tables.layout_nd`, what ``units="nd"`` prices), else
+    where the layers run (seconds mode, the memory a launch holds, the emitted placement).
 
     Raises:
         SpecError: For a pipeline deeper than the model (validate's rule 4), before any work:
@@ -141,7 +149,7 @@ def build_layout(model: Any, spec: ExecSpec) -> Layout:
     depth = pipeline_depth_error(model, spec.pp, spec.vpp)
     if depth is not None:
         raise depth
-    key = _layout_key(spec)
+    key = (_layout_key(spec), nd)
     cache = per_object(model)
     layouts = cache.get("layouts")
     if layouts is None:
@@ -150,7 +158,7 @@ def build_layout(model: Any, spec: ExecSpec) -> Layout:
     if layout is None:
         if len(layouts) >= _LAYOUTS_PER_MODEL:
             layouts.clear()
-        layout = layouts[key] = _build(model, spec)
+        layout = layouts[key] = _build(model, spec, nd)
     return layout
 
 
@@ -170,8 +178,9 @@ def placed_counts(model: Any, spec: ExecSpec) -> list[list[int]]:
     return _chunk_counts(model, spec, offset_layer_count(model, spec))
 
 
-def _chunk_counts(model: Any, spec: ExecSpec, lay: int) -> list[list[int]]:
-    """Layers per chunk per stage, counts[chunk][stage], as ND's generator assigns them."""
+def _chunk_counts(model: Any, spec: ExecSpec, lay: int, nd: bool = False) -> list[list[int]]:
+    """Layers per chunk per stage, counts[chunk][stage], as ND's generator assigns them; without an
+    offset ND (*nd*) places ``per`` layers a cell and drops the remainder, ndcost spreads it."""
     pp, vpp = spec.pp, spec.vpp
     if spec.pp_partition is not None:
         # Layers per stage, split evenly over the chunks, the last taking the rest.
@@ -181,7 +190,7 @@ def _chunk_counts(model: Any, spec: ExecSpec, lay: int) -> list[list[int]]:
         raw = [list(row) for row in offset_chunk_counts(model, spec)]
     else:
         per, remainder = divmod(lay, pp * vpp)
-        raw = _spread_remainder(per, remainder, pp, vpp)
+        raw = _spread_remainder(per, 0 if nd else remainder, pp, vpp)
     # ND assigns stage by stage, then chunk by chunk, never more than remain.
     remaining = lay
     counts = [[0] * pp for _ in range(vpp)]
@@ -190,7 +199,7 @@ def _chunk_counts(model: Any, spec: ExecSpec, lay: int) -> list[list[int]]:
             take = max(0, min(remaining, raw[v][s]))
             counts[v][s] = take
             remaining -= take
-    if remaining:
+    if remaining and not (nd and spec.offset is None and spec.pp_partition is None):
         raise SpecError("offset", "ExecSpec", f"place all {lay} layers", spec.offset or spec.pp_partition)
     return counts
 
@@ -213,11 +222,7 @@ def _per_stage_options(spec: ExecSpec, placed: list[tuple[int, int]], statement:
     pp, vpp = spec.pp, spec.vpp
     if statement is True:
         return [option] * len(placed)
-    if isinstance(statement[0], tuple):  # vpp x pp
-        per_chunk = [[statement[v][s] for s in range(pp)] for v in range(vpp)]
-    else:  # per stage, spread over chunks, the first f % vpp chunks one more
-        per_chunk = [[statement[s] // vpp + (1 if v < statement[s] % vpp else 0) for s in range(pp)]
-                     for v in range(vpp)]
+    per_chunk = [[per_stage_count(statement, s, v, vpp) for s in range(pp)] for v in range(vpp)]
     seen: dict[tuple[int, int], int] = {}
     options = []
     for s, v in placed:
@@ -231,13 +236,7 @@ def _layer_options(spec: ExecSpec, n_layers: int, placed_layers: list[tuple[int,
     """(option, keep mask) of each body/MTP layer in model order."""
     stated = spec.recompute_option
     if stated == "ranges":
-        out = [(OPTION_NONE, ALL_KEPT)] * n_layers
-        for rng in spec.recompute:
-            kind = {"none": OPTION_NONE, "full": OPTION_FULL, "selective": OPTION_SELECTIVE}[rng.option]
-            mask = ALL_KEPT if kind == OPTION_NONE else (0 if kind == OPTION_FULL else spec.range_keep_mask(rng))
-            for i in range(rng.first, min(n_layers, rng.first + rng.count)):
-                out[i] = (kind, mask)
-        return out
+        return range_options(spec, n_layers)
     if stated in ("full", "selective", "per_stage") and (
         spec.full_recompute not in (None, False) or spec.selective_recompute not in (None, False)
     ):
@@ -263,44 +262,49 @@ def _vision_option(spec: ExecSpec) -> tuple[int, int]:
     return OPTION_NONE, ALL_KEPT
 
 
-def _build(model: Any, spec: ExecSpec) -> Layout:
-    pp, vpp = spec.pp, spec.vpp
-    n_body = model.num_hidden_layers
-    n_mtp = model.num_nextn_predict_layers
-    n_layers = n_body + n_mtp
-    lay = offset_layer_count(model, spec)
-    counts = _chunk_counts(model, spec, lay)
+def _model_placement(model: Any, spec: ExecSpec, counts: list[list[int]], lay: int) -> tuple:
+    """Where the layers run (seconds mode's placement): ``(embedding cell, output cell, layers, run)``
+    as :func:`ndcost.tables.layout_nd.nd_placement` returns them. The output layer runs after the
+    model's last layer (for zero_bubble_v on stage 0, where DualPipeV's V ends) and the MTP layers,
+    when the offset does not count them, run after it, in its chunk."""
+    n_layers = model.num_hidden_layers + model.num_nextn_predict_layers
     placed = _model_order(counts, spec)  # one (stage, chunk) per placed slot, model order
-
     # What each placed slot holds, in model order: the embedding and output
     # take the first and last slot when they count in the offset.
     slots: list[int] = list(range(len(placed)))
     if spec.emb_out_in_offset:
         slots = [_EMBEDDING] + list(range(len(placed) - 2)) + [_OUTPUT]
-    layer_at = []  # (stage, chunk) of model layer i
-    for where, what in zip(placed, slots):
-        if what >= 0:
-            layer_at.append(where)
+    layer_at = [where for where, what in zip(placed, slots) if what >= 0]  # (stage, chunk) of model layer i
     if not spec.mtp_in_offset:
         # MTP layers run after the last layer, in its chunk (ND duplicates the last layer n_mtp times).
         last = layer_at[-1] if layer_at else placed[-1]
-        layer_at.extend([last] * n_mtp)
+        layer_at.extend([last] * model.num_nextn_predict_layers)
     if len(layer_at) != n_layers:
         raise SpecError("offset", "ExecSpec", f"place the model's {n_layers} layers", len(layer_at))
+    emb, out = (placed[0], placed[-1]) if spec.emb_out_in_offset else (layer_at[0], layer_at[-1])
+    layers = list(zip(layer_at, _layer_options(spec, n_layers, layer_at)))
+    run: dict[tuple[int, int], list] = {(s, v): [] for s in range(spec.pp) for v in range(spec.vpp)}
+    run[emb].append(_ENDS[0])
+    for i, (where, _) in enumerate(layers):
+        run[where].append(i)
+    run[out].append(_ENDS[1])
+    return emb, out, layers, run
 
-    if spec.emb_out_in_offset:
-        emb, out = placed[0], placed[-1]
+
+def _build(model: Any, spec: ExecSpec, nd: bool) -> Layout:
+    pp, vpp = spec.pp, spec.vpp
+    n_body = model.num_hidden_layers
+    lay = offset_layer_count(model, spec)
+    counts = _chunk_counts(model, spec, lay, nd)
+    if nd:
+        emb, out, layers, run = nd_placement(spec, counts, n_body + model.num_nextn_predict_layers,
+                                             model.num_nextn_predict_layers)
     else:
-        emb, out = layer_at[0], layer_at[-1]
-        if spec.schedule != "zero_bubble_v":
-            # ND: the output is appended to the last non-empty (stage, chunk) of the partition.
-            nonempty = [(s, v) for s in range(pp) for v in range(vpp) if counts[v][s] > 0]
-            out = nonempty[-1] if nonempty else out
+        emb, out, layers, run = _model_placement(model, spec, counts, lay)
 
-    options = _layer_options(spec, n_layers, layer_at)
     vision_option = _vision_option(spec)
     vision_kinds = model.vision_kinds_in_order
-    slot_set = set(options) | {(OPTION_NONE, ALL_KEPT)}
+    slot_set = {option for _, option in layers} | {(OPTION_NONE, ALL_KEPT)}
     if vision_kinds:
         slot_set.add(vision_option)
     slot_keys = sorted(slot_set, key=lambda om: (om[0], -om[1]))
@@ -309,21 +313,21 @@ def _build(model: Any, spec: ExecSpec) -> Layout:
     grid = np.zeros((pp, vpp, n_kinds, len(slot_keys)), dtype=np.float64)
     kinds_in_order = model.layer_kinds_in_order
     positions = []
-    run_order: dict[tuple[int, int], list[int]] = {(s, v): [] for s in range(pp) for v in range(vpp)}
     for k in vision_kinds:   # the tower runs first, where the embedding is
         grid[emb[0], emb[1], k, slot_index[vision_option]] += 1.0
-        run_order[emb].append(_VISION)
-    run_order[emb].append(_EMBEDDING)
     mtp_stage = np.zeros(pp, dtype=np.int64)
-    for i, ((s, v), option) in enumerate(zip(layer_at, options)):
-        k = kinds_in_order[i]
+    for i, ((s, v), option) in enumerate(layers):
+        # a layer past the model's own (none in seconds mode) keeps the last kind, as ND's does
+        k = kinds_in_order[min(i, len(kinds_in_order) - 1)]
         o = slot_index[option]
         grid[s, v, k, o] += 1.0
         positions.append((s, v, k, o))
-        run_order[(s, v)].append(i)
         if i >= n_body:
             mtp_stage[s] += 1
-    run_order[out].append(_OUTPUT)
+    ends = {_ENDS[0]: _EMBEDDING, _ENDS[1]: _OUTPUT}
+    stages = tuple(tuple(tuple(([_VISION] * len(vision_kinds) if (s, v) == emb else [])
+                               + [ends.get(entry, entry) for entry in run[(s, v)]]) for v in range(vpp))
+                   for s in range(pp))
     grid.setflags(write=False)
     slot_option = np.array([key[0] for key in slot_keys], dtype=np.int64)
     slot_mask = np.array([key[1] for key in slot_keys], dtype=np.int64)
@@ -339,11 +343,11 @@ def _build(model: Any, spec: ExecSpec) -> Layout:
         out_chunk=out[1],
         mtp_stage_counts=mtp_stage,
         positions=tuple(positions),
-        stages=tuple(tuple(tuple(run_order[(s, v)]) for v in range(vpp)) for s in range(pp)),
+        stages=stages,
     )
 
 
-def layout_if_valid(model: Any, spec: ExecSpec) -> Layout | None:
+def layout_if_valid(model: Any, spec: ExecSpec, nd: bool = False) -> Layout | None:
     """The spec's layout, or None when the layout rules refuse it (a batch row's reason "layout").
 
     A pipeline deeper than the model (rule 4) is refused before anything is built -- a layout's
@@ -352,6 +356,6 @@ def layout_if_valid(model: Any, spec: ExecSpec) -> Layout | None:
     if pipeline_depth_error(model, spec.pp, spec.vpp) is not None or any(True for _ in _layout_rules(model, spec)):
         return None
     try:
-        return build_layout(model, spec)
+        return build_layout(model, spec, nd)
     except SpecError:
         return None

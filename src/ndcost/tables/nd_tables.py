@@ -29,7 +29,8 @@ __all__ = [
 #: What a MoE layer's dispatch costs per token, hidden unit, routed expert and
 #: EP rank, in ND's units: EMPIRICAL, fitted by upstream on 15 profiled points
 #: of Qwen3.5-35B-A3B at 8192 tokens on 64 dies (seed estimate.py, MOE_DISPATCH;
-#: ND_REFERENCE §2.3). ``ExecSpec.moe_dispatch`` overrides it; 0 prices none.
+#: ND_REFERENCE §2.3). ``ExecSpec.moe_dispatch`` overrides it; 0 prices none. ND charges it as many
+#: times as its op count n_dispatch says (``ExecSpec.moe_dispatch_count``, 0 unless stated).
 MOE_DISPATCH = 1040.0
 #: ND's P2P weight per send/receive (seed estimate.py, MANUAL_P2P_RATIO).
 MANUAL_P2P_RATIO = 0.002
@@ -151,8 +152,9 @@ def _nd_kind_table(model: Any) -> np.ndarray:
         for op in ("attMM", "attBMM", "ffMM", "softmax", "dropout", "normOp", "gather", "headCast", "ffAct", "linrec"):
             row[KIND["n_" + op]] = getattr(kind.ops, op)
         row[KIND["n_qknorm"]] = 1.0 if shape.qk_norm else 0.0
-        # ND leaves the dispatch count to a layer kind; ndcost: a MoE layer dispatches once, a dense one never
-        # (ND_REFERENCE §2.3, open point).
+        # Only ND's expert table carries a dispatch entry (ND_REFERENCE §2.3): 1 marks a MoE kind. How
+        # many times its layers are charged is ND's count n_dispatch, the spec's moe_dispatch_count,
+        # folded into the candidate's moe_dispatch column (0 by default: ND's unset count prices none).
         row[KIND["n_dispatch"]] = 1.0 if moe else 0.0
         if kind.attention in ("mamba", "none", "mamba1") or kind.ffn == "none":
             # no ND profile prices a hybrid block (ND units refuse it): its real counts

@@ -53,9 +53,11 @@ _TABLE = (
     ("bad_bytes", _BYTES, "a byte width is not an integer of at least its minimum and at most its bound"),
     ("bad_choice", ("pp_schedule", "cp_algo", "precision", "selective_rule", "moe_dispatcher"),
      "a named choice (pp_schedule, cp_algo, precision, selective_rule, moe_dispatcher) is not one ndcost knows"),
-    ("bad_moe_setting", ("capacity_factor", "moe_imbalance", "moe_dispatch", "moe_dispatcher", "ep"),
-     "capacity_factor or moe_imbalance is not a finite number in [1, its bound], moe_dispatch not a finite "
-     "number >= 0, or moe_dispatcher 'deepep' on an ep group DeepEP has no config for"),
+    ("bad_moe_setting", ("capacity_factor", "moe_imbalance", "moe_dispatch", "moe_dispatch_count", "moe_dispatcher",
+                         "ep"),
+     "capacity_factor or moe_imbalance is not a finite number in [1, its bound], moe_dispatch or "
+     "moe_dispatch_count not a finite number >= 0, or moe_dispatcher 'deepep' on an ep group DeepEP has no "
+     "config for"),
     ("vpp_without_pp", ("vpp",), "vpp > 1 with pp = 1 (virtual stages without a pipeline)"),
     ("schedule_vpp", ("vpp",),
      "vpp does not suit the schedule (interleaved needs vpp > 1, zero_bubble_v 2, gpipe 1)"),
