@@ -18,8 +18,10 @@ from ndcost.price.candidates import Candidates
 from ndcost.tables.derive import model_constants
 from ndcost.tables.formula_rows import FormulaRows
 from ndcost.tables.formulas import (
-    ARRAY, derived_columns, joint_reason, memory_candidate_columns, nd_candidate_columns, seconds_candidate_columns,
+    ARRAY, derived_columns, fixed_bytes_columns, joint_reason, memory_candidate_columns, nd_candidate_columns,
+    seconds_candidate_columns,
 )
+from ndcost.tables.memory_overheads import FIXED_BYTES, fixed_bytes
 from ndcost.tables.nd_tables import MOE_DISPATCH, cluster_constants
 from ndcost.tables.reasons import REASON_CODES
 from ndcost.tables.seconds import _DEFAULT_OVERLAP, Overlap
@@ -27,7 +29,7 @@ from ndcost.tables.seconds import _DEFAULT_OVERLAP, Overlap
 #: One model per branch of the joint rules: dense GQA, MoE, MLA, linear attention, Mamba, a vision tower.
 MODELS = ("llama3-70b", "mixtral-8x7b", "deepseek-v3", "qwen3-next-80b-a3b", "nemotron-h-56b", "qwen2.5-vl-7b")
 #: Each output of the row kernel and the ABI's fields of its rows.
-OUTPUTS = {"nd": CAND_FIELDS, "seconds": SECONDS_CAND_FIELDS, "memory": MEMORY_CAND_FIELDS}
+OUTPUTS = {"nd": CAND_FIELDS, "seconds": SECONDS_CAND_FIELDS, "memory": MEMORY_CAND_FIELDS, "fixed": ("fixed",)}
 
 
 def _generator():
@@ -74,7 +76,8 @@ def _numpy(model, cands, cc, layout_bad):
         d = derived_columns(ARRAY, c, mc)
         vectors = {"nd": nd_candidate_columns(ARRAY, c, d, cc, MOE_DISPATCH),
                    "seconds": seconds_candidate_columns(ARRAY, c, d, _DEFAULT_OVERLAP),
-                   "memory": memory_candidate_columns(ARRAY, c, d)}
+                   "memory": memory_candidate_columns(ARRAY, c, d),
+                   "fixed": fixed_bytes_columns(ARRAY, c, **FIXED_BYTES)}
     matrices = {name: np.array([np.broadcast_to(np.asarray(v, dtype=np.float64), (n,)) for v in values])
                 for name, values in vectors.items()}
     return np.where(cands.reason != 0, cands.reason, joint), matrices
@@ -85,7 +88,7 @@ def _run(kernels, model, cands, cc, layout_bad, layout_row, start, stop, candida
     storage = {name: cands.storage(name) for name in cands.fields}
     rows = FormulaRows(storage, REASON_CODES, mc=model_constants(model), cc=cc,
                        overlap=_DEFAULT_OVERLAP if overlap is None else overlap, allow_cross_node_tp=True,
-                       moe_dispatch_default=MOE_DISPATCH)
+                       moe_dispatch_default=MOE_DISPATCH, **FIXED_BYTES)
     n = stop - start
     outs = {name: (np.empty((n, count)).T if candidate_major else np.empty((count, n))) if name in asked
             else np.empty((0, 0)) for name, count in rows.outputs.items()}
@@ -129,6 +132,9 @@ def test_the_row_kernel_gives_the_numpy_formulas_values_bit_for_bit(kernels):
         priced += int(ok.sum())
         part = _run(kernels, model, cands, cc, layout_bad, layout_row, 7, n - 5, candidate_major=False,
                     asked=("seconds", "memory"))
+        for i in np.flatnonzero(ok)[:20]:                    # the scalar path's fixed costs, row for row
+            row = {name: int(cands.storage(name)[i]) for name in ("dp", "tp", "pp", "cp", "ep")}
+            assert outs["fixed"][0, i] == fixed_bytes(**row)
         assert part[0].tobytes() == reason[7:n - 5].tobytes() and part[2]["nd"].shape == (0, 0)
         for out in ("seconds", "memory"):
             assert np.ascontiguousarray(part[2][out]).tobytes() == np.ascontiguousarray(outs[out][:, 7:n - 5]).tobytes()
@@ -184,7 +190,7 @@ def test_bad_arguments_are_value_errors_before_any_row(kernels):
     storage = {name: cands.storage(name) for name in cands.fields}
     cc = cluster_constants(Cluster("h100-sxm", num_devices=8))
     rows = FormulaRows(storage, REASON_CODES, mc=model_constants(model), cc=cc, overlap=_DEFAULT_OVERLAP,
-                       allow_cross_node_tp=True, moe_dispatch_default=MOE_DISPATCH)
+                       allow_cross_node_tp=True, moe_dispatch_default=MOE_DISPATCH, **FIXED_BYTES)
     n, layouts = len(cands), len(cands.layouts)
 
     def call(**change):
@@ -220,7 +226,7 @@ def test_every_constant_slot_is_read_off_the_objects_the_formulas_name():
     mc = model_constants(model)
     cc = cluster_constants(Cluster("h100-sxm", num_devices=8))
     objects = {"mc": mc, "cc": cc, "overlap": _DEFAULT_OVERLAP}
-    parameters = {"allow_cross_node_tp": False, "moe_dispatch_default": MOE_DISPATCH}
+    parameters = {"allow_cross_node_tp": False, "moe_dispatch_default": MOE_DISPATCH, **FIXED_BYTES}
     rows = FormulaRows({f: np.zeros(1) for f in FORMULA_ROW_FIELDS}, REASON_CODES, **objects, **parameters)
     scalars = [slot for slot in FORMULA_ROW_CONSTANTS if not slot[2].startswith("t")]
     for j, (owner, attribute, kind) in enumerate(scalars):

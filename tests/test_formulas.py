@@ -21,7 +21,7 @@ from ndcost.tables.reasons import REASON_CODES
 
 ROOT = Path(__file__).resolve().parents[1]
 TWINS = ("derived_columns", "derived_extra_columns", "nd_candidate_columns", "memory_candidate_columns",
-         "joint_reason")
+         "seconds_candidate_columns", "fixed_bytes_columns", "joint_reason")
 #: One model per branch of the joint rules: dense GQA, MoE, MLA, linear attention, Mamba, a vision tower.
 MODELS = ("llama3-70b", "mixtral-8x7b", "deepseek-v3", "qwen3-next-80b-a3b", "nemotron-h-56b", "qwen2.5-vl-7b")
 

@@ -52,10 +52,10 @@ import gen_formulas as gf  # noqa: E402
 
 PXI = ROOT / "cysrc/ndcost/kernels/formula_rows.pxi"
 ORACLE = ROOT / "src/ndcost/kernels/formula_rows.py"
-#: The kernel's name, and the consumers of derived_columns whose vectors it writes (an output matrix each,
-#: named by the formula's first word: out_nd, out_seconds, out_memory).
+#: The kernel's name, and the formulas after derived_columns whose vectors it writes (an output matrix each,
+#: named by the formula's first word: out_nd, out_seconds, out_memory, out_fixed).
 NAME = "formula_rows"
-CONSUMERS = ("nd_candidate_columns", "seconds_candidate_columns", "memory_candidate_columns")
+CONSUMERS = ("nd_candidate_columns", "seconds_candidate_columns", "memory_candidate_columns", "fixed_bytes_columns")
 #: joint_reason's parameter read per row (rule 7, decided per layout), not per batch.
 ROW_PARAMETER = "layout_bad"
 #: Parameters no row twin reads as a constant: the ops object, the row, derived's values, the codes.

@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src/ndcost/tables"
 FORMULAS = ("derived_columns", "derived_extra_columns", "nd_candidate_columns", "memory_candidate_columns",
-            "seconds_candidate_columns", "joint_reason")
+            "seconds_candidate_columns", "fixed_bytes_columns", "joint_reason")
 #: The fused twins: name -> (the consumers of derived_columns run in its body, the derived values returned
 #: after the joint reason, as a dict of them or not). joint_reason runs first: one candidate pays for no
 #: intermediate dict or call. The second's dict holds what ndcost.tables.seconds.seconds_candidate_values

@@ -183,15 +183,19 @@ cdef struct _formula_rows_constants:
     double overlap_cp
     double overlap_ep
     bint overlap_ep_none
+    double base_bytes
+    double ring_bytes
+    double pair_bytes
+    double all_to_all_bytes
     const double* mc_mamba_splits
     Py_ssize_t mc_mamba_splits_len
     const long long* codes
 
 
 cdef int _formula_rows_unpack(_formula_rows_constants* k, const double[::1] v, const long long[::1] codes) except -1:
-    cdef Py_ssize_t at = 28, size
-    if v.shape[0] < 28:
-        raise ValueError(f"constants must hold 28 values and the tuples, got {v.shape[0]}")
+    cdef Py_ssize_t at = 32, size
+    if v.shape[0] < 32:
+        raise ValueError(f"constants must hold 32 values and the tuples, got {v.shape[0]}")
     if codes.shape[0] != 27:
         raise ValueError(f"codes must hold 27 reason codes, got {codes.shape[0]}")
     k.cc_num_devices_none = v[0] != v[0]
@@ -227,6 +231,10 @@ cdef int _formula_rows_unpack(_formula_rows_constants* k, const double[::1] v, c
     k.overlap_cp = v[26]
     k.overlap_ep_none = v[27] != v[27]
     k.overlap_ep = v[27]
+    k.base_bytes = v[28]
+    k.ring_bytes = v[29]
+    k.pair_bytes = v[30]
+    k.all_to_all_bytes = v[31]
     size = _fr_to_int(v[at]) if at < v.shape[0] else -1
     if size < 0 or at + 1 + size > v.shape[0]:
         raise ValueError("constants must hold mc_mamba_splits as its length then its items")
@@ -239,7 +247,7 @@ cdef int _formula_rows_unpack(_formula_rows_constants* k, const double[::1] v, c
     return 0
 
 
-cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColumn* cols, Py_ssize_t i, bint layout_bad, double* out_nd, Py_ssize_t s_nd, double* out_seconds, Py_ssize_t s_seconds, double* out_memory, Py_ssize_t s_memory) noexcept nogil:
+cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColumn* cols, Py_ssize_t i, bint layout_bad, double* out_nd, Py_ssize_t s_nd, double* out_seconds, Py_ssize_t s_seconds, double* out_memory, Py_ssize_t s_memory, double* out_fixed, Py_ssize_t s_fixed) noexcept nogil:
     # One row: its reason code (0: priced), and its vectors written where asked (out not NULL).
     cdef long long c_dp = _fr_int(&cols[0], i)
     cdef long long c_tp = _fr_int(&cols[1], i)
@@ -359,6 +367,12 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     cdef double memory_expert
     cdef bint memory_shards_params
     cdef bint memory_shards_grads
+    cdef long long fixed_dp
+    cdef long long fixed_tp
+    cdef long long fixed_pp
+    cdef long long fixed_cp
+    cdef long long fixed_ep
+    cdef double fixed_rings
     cdef Py_ssize_t _fr_j
     joint_dp = c_dp
     joint_tp = c_tp
@@ -617,6 +631,14 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
         out_memory[31 * s_memory] = (1.0 if d_tie_embeddings else 0.0)
         out_memory[32 * s_memory] = (<double>c_logit_bytes)
         out_memory[33 * s_memory] = ((1.0 if (c_param_bytes == 1) else 2.0) if ((c_precision == 2) & c_fp8_weight_cache) else 0.0)
+    if out_fixed != NULL:
+        fixed_dp = c_dp
+        fixed_tp = c_tp
+        fixed_pp = c_pp
+        fixed_cp = c_cp
+        fixed_ep = c_ep
+        fixed_rings = ((((1.0 if (fixed_tp > 1) else 0.0) + (1.0 if ((fixed_dp * fixed_cp) > 1) else 0.0)) + (1.0 if (fixed_cp > 1) else 0.0)) + (1.0 if ((((fixed_dp * fixed_tp) * fixed_pp) * fixed_cp) > 1) else 0.0))
+        out_fixed[0] = (k.base_bytes + (((fixed_rings * k.ring_bytes) + ((1.0 if (fixed_pp > 1) else 0.0) * k.pair_bytes)) + ((1.0 if (fixed_ep > 1) else 0.0) * k.all_to_all_bytes)))
     return 0
 
 
@@ -632,8 +654,9 @@ def formula_rows(tuple columns,                       # IN: storage columns (43,
                  long long[::1] out_layout,
                  double[:, :] out_nd,
                  double[:, :] out_seconds,
-                 double[:, :] out_memory) -> None:
-    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (36, n) or (0, 0), the memory vector (34, n) or (0, 0) of each (NaN when not priced)."""
+                 double[:, :] out_memory,
+                 double[:, :] out_fixed) -> None:
+    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (36, n) or (0, 0), the memory vector (34, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
     cdef Py_ssize_t n = stop - start, n_layouts = layout_row.shape[0], i, j, li
     cdef long long r
     cdef bint bad
@@ -644,9 +667,11 @@ def formula_rows(tuple columns,                       # IN: storage columns (43,
     cdef double* p_nd
     cdef double* p_seconds
     cdef double* p_memory
+    cdef double* p_fixed
     cdef Py_ssize_t f_nd, r_nd
     cdef Py_ssize_t f_seconds, r_seconds
     cdef Py_ssize_t f_memory, r_memory
+    cdef Py_ssize_t f_fixed, r_fixed
     if start < 0 or stop < start:
         raise ValueError(f"rows must be 0 <= start <= stop, got {start}, {stop}")
     if len(spec_reason) < stop or len(layout_index) < stop:
@@ -676,6 +701,13 @@ def formula_rows(tuple columns,                       # IN: storage columns (43,
         raise ValueError("out_memory must have strides of whole float64s")
     f_memory = out_memory.strides[0] // sizeof(double)     # a field's step
     r_memory = out_memory.strides[1] // sizeof(double)     # a row's step
+    if not ((out_fixed.shape[0] == 1 and out_fixed.shape[1] == n) or (out_fixed.shape[0] == 0 and out_fixed.shape[1] == 0)):
+        raise ValueError(f"out_fixed must be (1, {n}) or (0, 0)")
+    p_fixed = &out_fixed[0, 0] if out_fixed.shape[0] and n else NULL
+    if out_fixed.strides[0] % sizeof(double) or out_fixed.strides[1] % sizeof(double):
+        raise ValueError("out_fixed must have strides of whole float64s")
+    f_fixed = out_fixed.strides[0] // sizeof(double)     # a field's step
+    r_fixed = out_fixed.strides[1] // sizeof(double)     # a row's step
     if len(columns) != 43:
         raise ValueError(f"columns must hold 43 storage columns, got {len(columns)}")
     _formula_rows_unpack(&k, constants, codes)
@@ -689,7 +721,7 @@ def formula_rows(tuple columns,                       # IN: storage columns (43,
                 li = layout_index[start + i]
                 bad = li < 0 or li >= n_layouts
                 if r == 0:
-                    r = _formula_rows_row(&k, cols, start + i, bad or layout_bad[li] != 0, p_nd + i * r_nd if p_nd != NULL else NULL, f_nd, p_seconds + i * r_seconds if p_seconds != NULL else NULL, f_seconds, p_memory + i * r_memory if p_memory != NULL else NULL, f_memory)
+                    r = _formula_rows_row(&k, cols, start + i, bad or layout_bad[li] != 0, p_nd + i * r_nd if p_nd != NULL else NULL, f_nd, p_seconds + i * r_seconds if p_seconds != NULL else NULL, f_seconds, p_memory + i * r_memory if p_memory != NULL else NULL, f_memory, p_fixed + i * r_fixed if p_fixed != NULL else NULL, f_fixed)
                 out_reason[i] = r
                 out_layout[i] = -1 if (r != 0 or bad) else layout_row[li]
                 if r != 0:
@@ -702,6 +734,9 @@ def formula_rows(tuple columns,                       # IN: storage columns (43,
                     if p_memory != NULL:
                         for j in range(34):
                             p_memory[j * f_memory + i * r_memory] = NAN
+                    if p_fixed != NULL:
+                        for j in range(1):
+                            p_fixed[j * f_fixed + i * r_fixed] = NAN
     finally:
         for j in range(opened):
             PyBuffer_Release(&views[j])

@@ -51,7 +51,7 @@ from ..tables.memory import MEMORY_PARTS, memory_kind_table, memory_model_vector
 from ..tables.nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, refuse_nd_units
 from ..spec.rates_io import as_rates
 from ..spec.ratios import Ratios
-from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR, deepep_column, fixed_bytes
+from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR, FIXED_BYTES, deepep_column
 from ..tables.reasons import REASON_CODES, REASONS
 from ..tables.seconds import _DEFAULT_OVERLAP
 from .seconds_batch import STEP_RATE_FIELDS, SecondsPricer, seconds_layouts
@@ -181,7 +181,8 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
         pool, layout_row, layout_bad = seconds.layouts.pool, seconds.layouts.row[:-1], seconds.layouts.bad[:-1]
     storage = {name: cands.storage(name) for name in cands.fields}
     formulas = FormulaRows(storage, REASON_CODES, mc=model_constants(model), cc=cc, overlap=_DEFAULT_OVERLAP,
-                           allow_cross_node_tp=bool(allow_cross_node_tp), moe_dispatch_default=MOE_DISPATCH)
+                           allow_cross_node_tp=bool(allow_cross_node_tp), moe_dispatch_default=MOE_DISPATCH,
+                           **FIXED_BYTES)
     unit = "nd" if seconds is None else "seconds"
     unit_rows, memory_rows = formulas.outputs[unit], formulas.outputs["memory"]
     layout_bad = np.ascontiguousarray(layout_bad).view(np.uint8)
@@ -215,8 +216,9 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
         # (field-major, each row's writes would go to as many streams as fields: measured 2.5x slower).
         cand = np.empty((stop - start, unit_rows)).T
         mcand = np.empty((stop - start, memory_rows)).T if with_memory else _NOT_ASKED
+        fixed = np.empty((1, stop - start)) if fit_inputs is not None else _NOT_ASKED
         formulas.run(start, stop, spec_reason, layout_index, layout_bad, layout_row, rows, table_row,
-                     **{unit: cand, "memory": mcand})
+                     **{unit: cand, "memory": mcand, "fixed": fixed})
         if seconds is not None:
             seconds.run((cand, fit_inputs.rate_index(start, stop) if fit_inputs else _rate_index(storage, start, stop),
                          table_row), rows, step[start:stop], parts[:, start:stop], step_rates[:, start:stop],
@@ -231,8 +233,8 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
                                  fits[start:stop].view(np.uint8),
                                  stages[start:stop] if stages is not None else no_stages)
             if fit_inputs is not None:
-                fit_inputs.fit(start, stop, rows, peak[start:stop], device[start:stop], fits[start:stop], reserve,
-                               cc.capacity)
+                fit_inputs.fit(start, stop, rows, fixed[0], peak[start:stop], device[start:stop], fits[start:stop],
+                               reserve, cc.capacity)
         else:
             peak[start:stop] = np.nan
             device[start:stop] = np.nan
@@ -271,8 +273,9 @@ def _rate_index(storage: dict, start: int, stop: int) -> np.ndarray:
 
 class _FitInputs:
     """Seconds mode's fit: what a rank holds beyond the tensors the memory kernel prices -- the caching
-    allocator's slack and the fixed costs (CUDA, cuBLAS, NCCL, DeepEP: ndcost.tables.memory_overheads) --
-    decides it, as for ``MemoryEstimate.device_peak``. A few numpy operations on a chunk's columns."""
+    allocator's slack and the fixed costs (CUDA, cuBLAS, NCCL: the row kernel's ``fixed`` vector; DeepEP's
+    buffers where a row dispatches with it: ndcost.tables.memory_overheads) -- decides it, as for
+    ``MemoryEstimate.device_peak``. A few numpy operations on a chunk's rows."""
 
     __slots__ = ("storage", "hidden", "deepep")
 
@@ -286,15 +289,14 @@ class _FitInputs:
     def rate_index(self, start: int, stop: int) -> np.ndarray:
         return _rate_index(self.storage, start, stop)
 
-    def fit(self, start: int, stop: int, rows: np.ndarray, peak: np.ndarray, held: np.ndarray, fits: np.ndarray,
-            reserve: float, capacity: float) -> None:
-        c = {name: self.storage[name][start:stop] for name in ("dp", "tp", "pp", "cp", "ep")}
-        deepep = 0.0
+    def fit(self, start: int, stop: int, rows: np.ndarray, fixed: np.ndarray, peak: np.ndarray, held: np.ndarray,
+            fits: np.ndarray, reserve: float, capacity: float) -> None:
         if self.deepep:
-            deepep = deepep_column(self.hidden, c["ep"], self.storage["moe_dispatcher"][start:stop] == _DEEPEP)
+            on = self.storage["moe_dispatcher"][start:stop] == _DEEPEP
+            fixed = fixed + deepep_column(self.hidden, self.storage["ep"][start:stop], on)
         np.subtract(peak, reserve, out=held)
         held *= ALLOCATOR_RESERVE_FACTOR
-        held += fixed_bytes(c["dp"], c["tp"], c["pp"], c["cp"], c["ep"], deepep)
+        held += fixed
         priced = (rows == 0) | (rows == NO_FIT)
         rows[...] = np.where(priced, (held > capacity) * NO_FIT, rows)
         np.equal(rows, 0, out=fits)

@@ -47,7 +47,7 @@ from .formulas_ops import (
 from .formulas_fused import joint_derived_memory_candidate_scalar, joint_nd_memory_candidate_scalar
 from .formulas_scalar import (
     derived_columns_scalar, derived_extra_columns_scalar, joint_reason_scalar, memory_candidate_columns_scalar,
-    nd_candidate_columns_scalar, seconds_candidate_columns_scalar,
+    fixed_bytes_columns_scalar, nd_candidate_columns_scalar, seconds_candidate_columns_scalar,
 )
 
 if TYPE_CHECKING:
@@ -56,7 +56,8 @@ if TYPE_CHECKING:
 __all__ = [
     "SCALAR", "ARRAY", "NONE_INT", "COMM_DP_OVERLAP", "COMM_TP_OVERLAP", "CHOICES", "MEMORY_SCHEDULE_BY_PP_SCHEDULE",
     "derived_columns", "derived_extra_columns", "derived_extra_columns_scalar", "nd_candidate_columns", "memory_candidate_columns", "joint_reason",
-    "seconds_candidate_columns", "seconds_candidate_columns_scalar",
+    "seconds_candidate_columns", "seconds_candidate_columns_scalar", "fixed_bytes_columns",
+    "fixed_bytes_columns_scalar",
     "derived_columns_scalar", "nd_candidate_columns_scalar", "memory_candidate_columns_scalar",
     "joint_reason_scalar", "joint_nd_memory_candidate_scalar", "joint_derived_memory_candidate_scalar",
     "ModelConstants", "ClusterConstants",
@@ -258,6 +259,21 @@ def seconds_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, An
         overlap.cp,
         where(ops.is_choice(c, "pp_schedule", "zero_bubble_v"), 1.0, 0.0) if overlap.ep is None else overlap.ep,
     )
+
+
+def fixed_bytes_columns(ops: Any, c: Mapping[str, Any], base_bytes: float, ring_bytes: float, pair_bytes: float,
+                        all_to_all_bytes: float) -> tuple:
+    """(bytes a rank holds outside its tensors, DeepEP's buffers aside,): *base_bytes* (the CUDA context and
+    the cuBLAS workspaces), then NCCL's buffers for each communicator the strategy uses -- a ring for tp,
+    for the data-parallel group (dp·cp, the gradients' and ZeRO's), for cp and for the world (the loss and
+    gradient-norm reductions), a pair for the pipeline's send/recv, an all-to-all for ep.
+    :func:`ndcost.tables.memory_overheads.fixed_bytes` calls it with its figures, each with its source."""
+    where = ops.where
+    dp, tp, pp, cp, ep = c["dp"], c["tp"], c["pp"], c["cp"], c["ep"]
+    rings = (where(tp > 1, 1.0, 0.0) + where(dp * cp > 1, 1.0, 0.0) + where(cp > 1, 1.0, 0.0)
+             + where(dp * tp * pp * cp > 1, 1.0, 0.0))
+    return (base_bytes + (rings * ring_bytes + where(pp > 1, 1.0, 0.0) * pair_bytes
+                          + where(ep > 1, 1.0, 0.0) * all_to_all_bytes),)
 
 
 # --------------------------------------------------------------------------- joint rules

@@ -23,6 +23,7 @@ __all__ = [
     "nd_candidate_columns_scalar",
     "memory_candidate_columns_scalar",
     "seconds_candidate_columns_scalar",
+    "fixed_bytes_columns_scalar",
     "joint_reason_scalar",
 ]
 
@@ -229,6 +230,15 @@ def seconds_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[
         (1.0 if c['tp_overlap'] else 0.0) if overlap.tp is None else overlap.tp,
         overlap.cp,
         (1.0 if c['pp_schedule'] == 'zero_bubble_v' else 0.0) if overlap.ep is None else overlap.ep,
+    )
+
+
+def fixed_bytes_columns_scalar(ops: Any, c: Mapping[str, Any], base_bytes: float, ring_bytes: float, pair_bytes: float, all_to_all_bytes: float) -> tuple:
+    """:func:`ndcost.tables.formulas.fixed_bytes_columns` on Python scalars (*ops* must be SCALAR)."""
+    dp, tp, pp, cp, ep = (c['dp'], c['tp'], c['pp'], c['cp'], c['ep'])
+    rings = (1.0 if tp > 1 else 0.0) + (1.0 if dp * cp > 1 else 0.0) + (1.0 if cp > 1 else 0.0) + (1.0 if dp * tp * pp * cp > 1 else 0.0)
+    return (
+        base_bytes + (rings * ring_bytes + (1.0 if pp > 1 else 0.0) * pair_bytes + (1.0 if ep > 1 else 0.0) * all_to_all_bytes),
     )
 
 
