@@ -63,12 +63,12 @@ def machine() -> dict:
             "load": os.getloadavg() if hasattr(os, "getloadavg") else None}
 
 
-def _best(call, rounds: int) -> float:
+def _best(call, rounds: int, clock=time.perf_counter) -> float:
     best = math.inf
     for _ in range(rounds):
-        start = time.perf_counter()
+        start = clock()
         call()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return best
 
 
@@ -107,6 +107,9 @@ def phases(name: str, n: int, rounds: int, repeats: int = 40, calls: int = 64) -
     * ``setup_s``: per batch, outside the chunks: a batch of one valid row, less one chunk;
     * ``row_s``: per row, the compiled loops that run without the GIL: the valid batch of *n* rows (chunks
       of ``MAX_CHUNK``), less its setup and its chunks, over *n*.
+
+    Each is the CPU time of the calling thread (``threads=1``: all the work runs on it), which a machine
+    busy with other jobs disturbs less than the wall clock.
     """
     model, cluster, cands = batch(name, n)
     fields = ("dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "recompute", "zero_stage",
@@ -118,7 +121,7 @@ def phases(name: str, n: int, rounds: int, repeats: int = 40, calls: int = 64) -
         for units in UNITS:
             def run(c, chunk, times):
                 return _best(lambda: estimate_many(model, c, cluster, units=units, threads=1, chunk_size=chunk),
-                             times)
+                             times, time.thread_time)
             run(cands, None, 1)
             one, many = (run(broken.take(np.arange(k)), 1, repeats) for k in (1, calls + 1))
             chunk_cost = max(0.0, (many - one) / calls)
@@ -144,15 +147,14 @@ def amdahl(profile: dict, n: int, threads: int) -> dict:
 
 
 def table(results: dict, oracle_results: dict, info: dict, stall: float | None, wall: float, n: int,
-          n_oracle: int) -> str:
+          n_oracle: int, command: str) -> str:
     lines = [f"## estimate_many scaling, {n:,} candidates", "",
              f"Machine: {info['cpu']}, {info['cores']} cores usable ({info['os_cpus']} CPUs), Python {info['python']}, "
              f"numpy {info['numpy']}, ndcost {info['commit']}. Load average before: "
              f"{', '.join(f'{x:.2f}' for x in info['load']) if info['load'] else '?'}; "
              + (f"CPU pressure during the runs: some task waited for a CPU {stall:.0f} s of {wall:.0f} s."
                 if stall is not None else "CPU pressure: not available."),
-             f"Command: `python bench/scaling.py --candidates {n}`; best of the rounds, compiled backend, memory "
-             "included.", ""]
+             f"Command: `{command}`; best of the rounds, compiled backend, memory included.", ""]
     for name, figures in results.items():
         one = {units: figures[f"{units}/1"] for units in UNITS}
         lines += [f"### {name}", "", "| threads | ND candidates/s | speed-up | seconds candidates/s | speed-up |",
@@ -177,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--oracle-candidates", type=int, default=10_000, help="0: no oracle row")
     parser.add_argument("--phases", action="store_true", help="also the per-phase profile and the Amdahl model")
     parser.add_argument("--predict", type=int, default=16, help="threads the Amdahl model predicts for")
+    parser.add_argument("--model-candidates", type=int, default=None,
+                        help="the batch size the model predicts for (default --candidates; the profile itself "
+                             "runs on at most 65,536)")
     parser.add_argument("--out", type=Path, default=None, help="write the markdown table here")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args(argv)
@@ -189,28 +194,37 @@ def main(argv: list[str] | None = None) -> int:
         if args.phases else {}
     wall = time.perf_counter() - start
     stall = None if stall0 is None else cpu_stall() - stall0
-    text = table(results, oracles, info, stall, wall, args.candidates, args.oracle_candidates)
+    command = " ".join(["python bench/scaling.py", *(sys.argv[1:] if argv is None else argv)])
+    text = table(results, oracles, info, stall, wall, args.candidates, args.oracle_candidates, command)
     if profile:
-        text += "\n" + model_text(profile, args.candidates, args.predict)
+        text += "\n" + model_text(profile, args.model_candidates or args.candidates, args.predict)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
     if args.json:
         args.json.write_text(json.dumps({"machine": info, "cpu_stall_s": stall, "wall_s": wall,
                                          "candidates": args.candidates, "results": results, "oracle": oracles,
-                                         "phases": profile}, indent=1))
+                                         "phases": profile,
+                                         "model": {name: {unit: amdahl(p, args.model_candidates or args.candidates,
+                                                                        args.predict) for unit, p in units.items()}
+                                                   for name, units in profile.items()}}, indent=1))
     return 0
 
 
 def model_text(profile: dict, n: int, threads: int) -> str:
-    lines = ["## Per-phase profile (one thread) and the Amdahl model", "",
-             "| model | units | setup per batch | GIL-held per chunk | per row (no GIL) | serial share at "
-             f"{n:,} | predicted speed-up, {threads} threads |", "|---|---|---:|---:|---:|---:|---:|"]
+    """The profile, then the serial share s(n) and the predicted speed-up at *threads* threads for batches
+    of 10,000 to *n* candidates (the chunks plan() cuts for that many threads)."""
+    sizes = sorted({10_000, 100_000, 1_000_000, n})
+    lines = ["## Per-phase profile (one thread, CPU time) and the Amdahl model", "",
+             "| model | units | setup per batch | GIL-held per chunk | per row (no GIL) | "
+             + " | ".join(f"s({size:,}), {threads} threads" for size in sizes) + " |",
+             "|---|---|---:|---:|---:|" + "---:|" * len(sizes)]
     for name, units in profile.items():
         for unit, p in units.items():
-            model = amdahl(p, n, threads)
+            cells = [f"{m['serial_share'] * 100:.2f}% -> {m['speedup']:.1f}x"
+                     for m in (amdahl(p, size, threads) for size in sizes)]
             lines.append(f"| {name} | {unit} | {p['setup_s'] * 1e3:.2f} ms | {p['chunk_s'] * 1e6:.1f} us | "
-                         f"{p['row_s'] * 1e9:.0f} ns | {model['serial_share'] * 100:.2f}% | {model['speedup']:.1f}x |")
+                         f"{p['row_s'] * 1e9:.0f} ns | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

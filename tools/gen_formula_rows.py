@@ -912,8 +912,8 @@ def _py_kernel(kernel: Kernel) -> list[str]:
               "        out_reason[i] = r",
               "        out_layout[i] = -1 if (r != 0 or bad) else int(layout_row[li])",
               f"        for out, vector in zip(({', '.join(f'out_{p}' for p in outs)},), vectors):",
-              "            for j in range(len(out)):",
-              "                out[j][i] = NAN if vector is None else float(vector[j])"]
+              "            if len(out):",
+              "                out[:, i] = NAN if vector is None else vector"]
     return lines
 
 

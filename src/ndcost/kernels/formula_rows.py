@@ -392,5 +392,5 @@ def formula_rows(columns, start, stop, constants, codes, spec_reason, layout_ind
         out_reason[i] = r
         out_layout[i] = -1 if (r != 0 or bad) else int(layout_row[li])
         for out, vector in zip((out_nd, out_seconds, out_memory, out_fixed,), vectors):
-            for j in range(len(out)):
-                out[j][i] = NAN if vector is None else float(vector[j])
+            if len(out):
+                out[:, i] = NAN if vector is None else vector
