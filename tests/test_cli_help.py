@@ -55,8 +55,8 @@ def test_estimate_help_shows_its_examples(capsys):
     assert "(default 1)" in out and "(default 4096)" in out
 
 
-@pytest.mark.parametrize("typed, meant", [("deepseekv3", "deepseek-v3"), ("llama3_70b", "llama3-70b"),
-                                          ("Qwen3-8B", "qwen3-8b"), ("gptoss-120b", "gpt-oss-120b")])
+@pytest.mark.parametrize("typed, meant", [("deepsek-v3", "deepseek-v3"), ("lama3-70b", "llama3-70b"),
+                                          ("qwen3-9b", "qwen3-8b"), ("gpt-oss-12b", "gpt-oss-120b")])
 def test_a_mistyped_model_gets_the_nearest_name(typed, meant, capsys):
     assert main(["show", typed]) == 2
     err = capsys.readouterr().err

@@ -7,13 +7,13 @@ estimator if nothing in them is an unsourced guess.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from ndcost.io.validation import BUILTIN_RUNS
 import yaml
+from facts_checks import fact_problems, overlapping_merges
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "ndcost" / "data" / "validation"
 FACTS = DATA / "h100_run_facts.yaml"
@@ -21,10 +21,7 @@ MEMORY = DATA / "h100_memory_facts.yaml"
 # The packaged copy of the shared runs file (ndcost.io.validation.BUILTIN_RUNS).
 SHARED_RUNS = BUILTIN_RUNS["h100"]
 
-BASES = {"stated", "preset", "code_default", "derived", "inferred"}
 KINDS = {"reserved", "active", "allocated", "unknown"}
-# A source naming a repository revision must pin it to a full commit.
-PINNED = re.compile(r"\b[\w.-]+/[\w.-]+@([0-9a-f]*)")
 
 
 def _load(path: Path) -> dict:
@@ -41,25 +38,6 @@ def shared_runs() -> list[dict]:
     return _load(SHARED_RUNS)["runs"]
 
 
-def _fact_problems(where: str, name: str, fact) -> list[str]:
-    if not isinstance(fact, dict) or "value" not in fact:
-        return [f"{where}.{name}: not a {{value, ...}} mapping"]
-    problems = []
-    if fact["value"] is None:
-        if not str(fact.get("note") or "").strip():
-            problems.append(f"{where}.{name}: null value without a note saying where it was looked for")
-        return problems
-    source = str(fact.get("source") or "").strip()
-    if not source:
-        problems.append(f"{where}.{name}: value without a source")
-    for commit in PINNED.findall(source):
-        if len(commit) != 40:
-            problems.append(f"{where}.{name}: source pins '{commit}', not a 40-hex commit")
-    if "basis" in fact and fact["basis"] not in BASES:
-        problems.append(f"{where}.{name}: unknown basis {fact['basis']!r}")
-    return problems
-
-
 def test_every_shared_run_has_an_entry(facts, shared_runs):
     ids = [run["id"] for run in shared_runs]
     assert len(ids) == 31
@@ -69,12 +47,12 @@ def test_every_shared_run_has_an_entry(facts, shared_runs):
 def test_every_fact_is_sourced_or_explained(facts):
     problems = []
     for run_id, row in facts["runs"].items():
-        problems += _fact_problems(run_id, "framework", row["framework"])
+        problems += fact_problems(run_id, "framework", row["framework"])
         assert str(row["figures_from"]).strip(), run_id
         for section in ("facts", "measurement"):
             assert row[section], f"{run_id} has no {section}"
             for name, fact in row[section].items():
-                problems += _fact_problems(f"{run_id}.{section}", name, fact)
+                problems += fact_problems(f"{run_id}.{section}", name, fact)
     assert not problems, "\n".join(problems)
 
 
@@ -92,27 +70,11 @@ def test_family_merges_resolve_per_row(facts):
     assert "Float8Linear" in runs["torchtitan_t1_8b_8gpu_f8"]["facts"]["float8"]["value"]
 
 
-def _merge_lists(node, found):
-    """Every `<<: [a, b, ...]` in a composed YAML tree."""
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            if key.value == "<<" and isinstance(value, yaml.SequenceNode):
-                found.append(value)
-            _merge_lists(value, found)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _merge_lists(item, found)
-
-
 @pytest.mark.parametrize("path", [FACTS, MEMORY], ids=["run_facts", "memory_facts"])
 def test_merge_lists_never_overlap(path):
     """PyYAML releases disagree on which mapping of a merge list wins a shared key (6.0.3 and 6.0.4
     resolve it in opposite orders), so merge lists must only combine disjoint mappings."""
-    merges = []
-    _merge_lists(yaml.compose(path.read_text(encoding="utf-8")), merges)
-    for sequence in merges:
-        keys = [key.value for mapping in sequence.value for key, _ in mapping.value]
-        assert len(keys) == len(set(keys)), f"overlapping merge at line {sequence.start_mark.line + 1}"
+    assert not overlapping_merges(path.read_text(encoding="utf-8"))
 
 
 def test_layout_facts_agree_with_the_runs_file(facts, shared_runs):
@@ -145,10 +107,10 @@ def test_memory_rows_state_their_figure_kind_and_source():
         if figure["kind"] == "unknown" or figure.get("basis") == "inferred":
             if not str(figure.get("note") or "").strip():
                 problems.append(f"{row['id']}: {figure['kind']} figure without a note")
-        problems += _fact_problems(row["id"], "figure", {"value": figure["value_gib"], **figure})
+        problems += fact_problems(row["id"], "figure", {"value": figure["value_gib"], **figure})
         for name, fact in row["strategy"].items():
             if isinstance(fact, dict):
-                problems += _fact_problems(f"{row['id']}.strategy", name, fact)
+                problems += fact_problems(f"{row['id']}.strategy", name, fact)
         assert row["model"]["name"] and row["hardware"]["gpu"], row["id"]
     assert not problems, "\n".join(problems)
 

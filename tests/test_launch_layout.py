@@ -27,7 +27,7 @@ def test_the_even_split_states_no_layout():
     assert not needs_layout(model, spec)
     flags = megatron_flags(model, spec)
     assert "--pipeline-model-parallel-layout" not in flags
-    assert "--num-layers-per-virtual-pipeline-stage 4" in flags
+    assert "--num-virtual-stages-per-pipeline-rank 2" in flags
     assert "module_fqns_per_model_part" not in torchtitan_toml(model, spec)
 
 

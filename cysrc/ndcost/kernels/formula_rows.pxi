@@ -177,6 +177,7 @@ cdef struct _formula_rows_constants:
     double overlap_dp_reduce
     bint overlap_dp_reduce_none
     double overlap_dp_gather
+    bint overlap_dp_gather_none
     double overlap_fsdp_prefetch
     double overlap_tp
     bint overlap_tp_none
@@ -224,6 +225,7 @@ cdef int _formula_rows_unpack(_formula_rows_constants* k, const double[::1] v, c
     k.cc_is_a3 = v[21]
     k.overlap_dp_reduce_none = v[22] != v[22]
     k.overlap_dp_reduce = v[22]
+    k.overlap_dp_gather_none = v[23] != v[23]
     k.overlap_dp_gather = v[23]
     k.overlap_fsdp_prefetch = v[24]
     k.overlap_tp_none = v[25] != v[25]
@@ -286,12 +288,13 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     cdef bint c_grouped_gemm = _fr_bool(&cols[34], i)
     cdef double c_moe_imbalance = _fr_float(&cols[35], i)
     cdef bint c_overlapped_grad_reduce = _fr_bool(&cols[36], i)
-    cdef bint c_tp_overlap = _fr_bool(&cols[37], i)
-    cdef bint c_recompute_slice_activation = _fr_bool(&cols[38], i)
-    cdef long long c_softmax_bytes = _fr_int(&cols[39], i)
-    cdef long long c_norm_bytes = _fr_int(&cols[40], i)
-    cdef long long c_logit_bytes = _fr_int(&cols[41], i)
-    cdef bint c_fp8_weight_cache = _fr_bool(&cols[42], i)
+    cdef bint c_overlapped_param_gather = _fr_bool(&cols[37], i)
+    cdef bint c_tp_overlap = _fr_bool(&cols[38], i)
+    cdef bint c_recompute_slice_activation = _fr_bool(&cols[39], i)
+    cdef long long c_softmax_bytes = _fr_int(&cols[40], i)
+    cdef long long c_norm_bytes = _fr_int(&cols[41], i)
+    cdef long long c_logit_bytes = _fr_int(&cols[42], i)
+    cdef bint c_fp8_weight_cache = _fr_bool(&cols[43], i)
     cdef long long joint_dp
     cdef long long joint_tp
     cdef long long joint_pp
@@ -581,7 +584,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
         out_seconds[28 * s_seconds] = (<double>d_tie_embeddings)
         out_seconds[29 * s_seconds] = (1.0 if (seconds_schedule_1f1b and (c_vpp > 1)) else _fr_table_schedule_row(c_pp_schedule))
         out_seconds[30 * s_seconds] = ((1.0 if c_overlapped_grad_reduce else 0.0) if k.overlap_dp_reduce_none else k.overlap_dp_reduce)
-        out_seconds[31 * s_seconds] = k.overlap_dp_gather
+        out_seconds[31 * s_seconds] = ((1.0 if c_overlapped_param_gather else 0.0) if k.overlap_dp_gather_none else k.overlap_dp_gather)
         out_seconds[32 * s_seconds] = k.overlap_fsdp_prefetch
         out_seconds[33 * s_seconds] = ((1.0 if c_tp_overlap else 0.0) if k.overlap_tp_none else k.overlap_tp)
         out_seconds[34 * s_seconds] = k.overlap_cp
@@ -642,7 +645,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     return 0
 
 
-def formula_rows(tuple columns,                       # IN: storage columns (43, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
+def formula_rows(tuple columns,                       # IN: storage columns (44, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
                  Py_ssize_t start, Py_ssize_t stop,    # IN: the rows
                  const double[::1] constants,        # IN: FORMULA_ROW_CONSTANTS, the tuples after
                  const long long[::1] codes,         # IN: the code of each FORMULA_ROW_RULES rule
@@ -661,8 +664,8 @@ def formula_rows(tuple columns,                       # IN: storage columns (43,
     cdef long long r
     cdef bint bad
     cdef _formula_rows_constants k
-    cdef _FRColumn cols[43]
-    cdef Py_buffer views[43]
+    cdef _FRColumn cols[44]
+    cdef Py_buffer views[44]
     cdef int opened = 0
     cdef double* p_nd
     cdef double* p_seconds
@@ -708,11 +711,11 @@ def formula_rows(tuple columns,                       # IN: storage columns (43,
         raise ValueError("out_fixed must have strides of whole float64s")
     f_fixed = out_fixed.strides[0] // sizeof(double)     # a field's step
     r_fixed = out_fixed.strides[1] // sizeof(double)     # a row's step
-    if len(columns) != 43:
-        raise ValueError(f"columns must hold 43 storage columns, got {len(columns)}")
+    if len(columns) != 44:
+        raise ValueError(f"columns must hold 44 storage columns, got {len(columns)}")
     _formula_rows_unpack(&k, constants, codes)
     try:
-        for j in range(43):
+        for j in range(44):
             _fr_open(columns[j], &views[j], &cols[j], stop, j)
             opened += 1
         with nogil:

@@ -1,21 +1,26 @@
 """The arguments the ``ndcost`` commands share, and how they turn into a Model, an ExecSpec and a Cluster.
 
 The command modules of ``ndcost.cli`` (estimate, search, plot, calibrate, ...) import these;
-``ndcost.cli.main`` only builds the parser from the commands and runs one.
+``ndcost.cli.main`` only builds the parser from the commands and runs one. The stack and cluster flags
+come from their tables (:mod:`ndcost.cli.stack_args`).
 """
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from .help import STRATEGY_HELP
+from .stack_args import (
+    add_cluster_arguments, add_stack_arguments, cluster_options_from_args, device_from_args, stated_options,
+)
 from ..errors import SpecError
-from ..spec.exec_spec import CP_ALGOS, MOE_DISPATCHERS
 from ..spec.model_source import model_from_text
 
 __all__ = ["add_model_arguments", "model_from_args", "add_strategy_arguments", "spec_from_args",
-           "spec_fields_from_args", "cluster_from_args", "offset_text", "parse_layer_grid", "read_plan"]
+           "spec_fields_from_args", "cluster_from_args", "offset_text", "parse_layer_grid", "read_plan",
+           "Strategy", "strategy_from_args", "rates_from_args", "check_software", "cluster_where"]
 
 _INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "micro_batch_num",
                "global_batch_size", "seq_length", "zero_stage", "seq_split")
@@ -43,25 +48,19 @@ def model_from_args(args: argparse.Namespace):
     return model
 
 
-def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
-    """MODEL, --device, --devices and the ExecSpec fields as flags (estimate, explain, plot memory|timeline)."""
+def add_strategy_arguments(p: argparse.ArgumentParser, command: str = "estimate") -> None:
+    """MODEL, --device, --devices, the ExecSpec fields, the stack options and the cluster as flags
+    (estimate, explain, plot memory|timeline)."""
     add_model_arguments(p)
-    p.add_argument("--device", required=True, help="catalog device (see `ndcost devices`; required)")
+    p.add_argument("--device", help="catalog device (see `ndcost devices`; required unless --cluster names one)")
     p.add_argument("--devices", type=int, help="number of devices (default: dp*tp*pp*cp)")
     for name in _INT_FIELDS:
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=int, metavar="N", help=STRATEGY_HELP[name])
     p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                    help=STRATEGY_HELP["sequence_parallel"])
     for name, choices in (("recompute", ("none", "full", "selective")),
-                          ("selective_rule", ("megatron", "mindformers", "hyperparallel")),
-                          ("pp_schedule", ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")),
-                          ("cp_algo", CP_ALGOS), ("precision", ("bf16", "fp16", "fp8")),
-                          ("moe_dispatcher", MOE_DISPATCHERS)):
+                          ("pp_schedule", ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b"))):
         p.add_argument("--" + name.replace("_", "-"), dest=name, choices=choices, help=STRATEGY_HELP[name])
-    for name in ("capacity_factor", "moe_imbalance"):
-        p.add_argument("--" + name.replace("_", "-"), dest=name, type=float, metavar="X", help=STRATEGY_HELP[name])
-    p.add_argument("--grouped-gemm", action=argparse.BooleanOptionalAction, default=None,
-                   help=STRATEGY_HELP["grouped_gemm"])
     p.add_argument("--offset", metavar="N,N,...[|N,...]",
                    help="layers added per stage (per chunk: rows separated by |), as `ndcost search` prints it "
                         "(default: the even split)")
@@ -71,6 +70,8 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
                    help="a per-layer recompute plan: ranges of layers {first, count, option, switches}, as "
                         "`ndcost search --save-plan` writes them (or that JSON inline, as search prints it; "
                         "default: --recompute for every layer)")
+    add_stack_arguments(p, command)
+    add_cluster_arguments(p)
 
 
 def offset_text(offset: Any) -> str:
@@ -89,22 +90,76 @@ def parse_layer_grid(name: str, text: str) -> tuple:
     return rows[0] if len(rows) == 1 else rows
 
 
-def spec_from_args(args: argparse.Namespace):
-    """The ExecSpec the strategy flags state; an unstated field takes what ``--software``'s stack fixes
-    for the strategy (``ndcost.spec.software_fields``), else ExecSpec's default."""
-    from ..spec.rates_io import rates_argument
+@dataclass(frozen=True)
+class Strategy:
+    """What a command's flags state: the model, the spec, the cluster and the rates (None: the device's)."""
+
+    model: Any
+    spec: Any
+    cluster: Any
+    rates: Any
+
+
+def strategy_from_args(args: argparse.Namespace, command: str = "estimate") -> Strategy:
+    """The Strategy the flags state: an unstated field takes what ``--software``'s stack fixes for the strategy
+    (``ndcost.spec.software_fields``), else ExecSpec's default; a stated stack option overrides the stack and
+    must mean something for the strategy; a rates figure must agree with a ``--rates`` file's."""
     from ..spec.software_fields import with_software
+    from ..spec.stack_options import check_applies, stack_fields, with_torchtitan_op
 
     software = getattr(args, "software", None)
-    rates_argument(getattr(args, "rates", None), software)      # --software's name and --rates checked first
-    return with_software(software, spec_fields_from_args(args))
+    check_software(args)
+    stated = stated_options(args, command)
+    spec_changes, figures, _ = stack_fields(stated)
+    model, fields = with_torchtitan_op(model_from_args(args), {**spec_fields_from_args(args), **spec_changes})
+    spec = with_software(software, fields)
+    check_applies(stated, spec, model)
+    cluster = cluster_from_args(args, spec)
+    return Strategy(model, spec, cluster, rates_from_args(args, cluster, stated, figures))
+
+
+def rates_from_args(args: argparse.Namespace, cluster: Any, stated: dict, figures: dict) -> Any:
+    """The Rates that --software, --rates and the stated rates figures give (None: the device's)."""
+    from ..spec.stack_rates import stack_rates
+
+    flags = {option.field: option.flag for option in stated if option.owner == "rates"}
+    software = getattr(args, "software", None)
+    rates_file = getattr(args, "rates", None)
+    if getattr(args, "units", "seconds") == "nd":
+        # ND's units price no rates: the software's strategy fields apply, its rates are refused by estimate
+        return software if software is not None else rates_file
+    return stack_rates(cluster, software=software, rates_file=rates_file, figures=figures, flags=flags)
+
+
+def check_software(args: argparse.Namespace) -> None:
+    """--software's name checked (with the nearest one) before anything is built."""
+    software = getattr(args, "software", None)
+    if software is not None:
+        from ..spec.software_fields import software_fields
+
+        try:
+            software_fields(software)
+        except SpecError as exc:
+            raise SpecError("--software", "ndcost", exc.rule, software) from None
+
+
+def spec_from_args(args: argparse.Namespace):
+    """The ExecSpec the strategy flags state (:func:`strategy_from_args`'s)."""
+    from ..spec.software_fields import with_software
+    from ..spec.stack_options import stack_fields, with_torchtitan_op
+
+    check_software(args)
+    spec_changes = stack_fields(stated_options(args, "estimate"))[0]
+    fields = {**spec_fields_from_args(args), **spec_changes}
+    if fields.get("selective_rule") is not None:
+        fields = with_torchtitan_op(model_from_args(args), fields)[1]
+    return with_software(getattr(args, "software", None), fields)
 
 
 def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The ExecSpec fields the strategy flags state."""
+    """The ExecSpec fields the strategy flags (not the stack options) state."""
     fields: dict[str, Any] = {name: getattr(args, name) for name in _INT_FIELDS if getattr(args, name) is not None}
-    for name in ("sequence_parallel", "recompute", "selective_rule", "pp_schedule", "cp_algo", "precision",
-                 "moe_dispatcher", "capacity_factor", "moe_imbalance", "grouped_gemm"):
+    for name in ("sequence_parallel", "recompute", "pp_schedule"):
         value = getattr(args, name)
         if value is not None:
             fields[name] = value
@@ -123,10 +178,19 @@ def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cluster_from_args(args: argparse.Namespace, spec):
-    """The Cluster of --device and --devices (default: the devices *spec* uses)."""
-    from ..spec.device import Cluster
+    """The Cluster of --device (or --cluster's device), --devices (default: the devices *spec* uses) and the
+    cluster flags and file."""
+    from ..spec.cluster_options import make_cluster
 
-    return Cluster(args.device, num_devices=spec.num_devices if args.devices is None else args.devices)
+    options = cluster_options_from_args(args)
+    devices = spec.num_devices if args.devices is None else args.devices
+    return make_cluster(device_from_args(options), devices, options, cluster_where(args))
+
+
+def cluster_where(args: argparse.Namespace) -> str:
+    """Where the command's cluster figures were stated (each figure's source says it)."""
+    path = getattr(args, "cluster", None)
+    return "the command line" if path is None else f"the command line and {path}"
 
 
 def read_plan(text: str) -> tuple:

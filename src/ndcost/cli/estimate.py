@@ -5,11 +5,10 @@ import argparse
 import json
 from typing import Any
 
-from .args import (
-    add_strategy_arguments, cluster_from_args, model_from_args, offset_text, spec_fields_from_args, spec_from_args,
-)
-from .help import ESTIMATE_EXAMPLES, add_pricing_arguments, examples_epilog
-from ..spec.rates_io import rates_argument
+from ..errors import SpecError
+
+from .args import add_strategy_arguments, offset_text, strategy_from_args
+from .help import ESTIMATE_EXAMPLES, add_pricing_arguments, add_software_argument, examples_epilog
 
 __all__ = ["add_estimate_commands"]
 
@@ -24,11 +23,9 @@ def _fmt(value: float, units: str) -> str:
 def _cmd_estimate(args: argparse.Namespace) -> int:
     from ..price.estimate import estimate
 
-    model = model_from_args(args)
-    spec = spec_from_args(args)
-    cluster = cluster_from_args(args, spec)
+    strategy = strategy_from_args(args, "estimate")
+    model, spec, cluster, rates = strategy.model, strategy.spec, strategy.cluster, strategy.rates
     moved = None
-    rates = rates_argument(args.rates, args.software)
     if args.balance:
         from ..price.pipeline_balance import balance_pipeline
 
@@ -80,23 +77,14 @@ def _print_memory(result: Any, cluster: Any) -> None:
 def _cmd_explain(args: argparse.Namespace) -> int:
     from ..price.explain import explain
 
-    from ..spec.exec_spec import ExecSpec
-
-    model = model_from_args(args)
-    fields = spec_fields_from_args(args)
-    problems = ExecSpec.problems(**fields)
-    if problems:
-        # the spec cannot be built: every rule group it breaks, and whether it fills the devices
-        reasons = [str(problem) for problem in problems]
-        degrees = [fields.get(name, 1) for name in ("dp", "tp", "pp", "cp")]
-        if args.devices is not None and all(isinstance(d, int) for d in degrees):
-            devices = degrees[0] * degrees[1] * degrees[2] * degrees[3]
-            if devices != args.devices:
-                reasons.append(f"The 'dp*tp*pp*cp' parameter of ExecSpec on --devices {args.devices} must equal "
-                               f"the devices ({args.devices}). Got {devices} instead.")
+    try:
+        strategy = strategy_from_args(args, "explain")
+    except SpecError as exc:
+        if exc.owner != "ExecSpec":
+            raise
+        reasons = _broken_rules(args) or [str(exc)]     # the spec cannot be built: every rule group it breaks
     else:
-        spec = ExecSpec(**fields)
-        reasons = explain(model, spec, cluster_from_args(args, spec))
+        reasons = explain(strategy.model, strategy.spec, strategy.cluster)
     if args.json:
         print(json.dumps({"valid": not reasons, "reasons": reasons}, indent=2))
     elif not reasons:
@@ -107,10 +95,33 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0 if not reasons else 1
 
 
+def _broken_rules(args: argparse.Namespace) -> list[str]:
+    """Every rule group the stated fields break, and whether they fill --devices."""
+    from .args import spec_fields_from_args
+    from .stack_args import stated_options
+    from ..spec.exec_spec import ExecSpec
+    from ..spec.stack_options import stack_fields
+
+    fields = {**spec_fields_from_args(args), **stack_fields(stated_options(args, "explain"))[0]}
+    if args.software is not None:
+        from ..spec.software_fields import software_fields
+
+        fields = {**software_fields(args.software, *(fields.get(n, 1) for n in ("tp", "pp", "cp"))), **fields}
+    fields = {name: value for name, value in fields.items() if name != "selective_rule" or value != "torchtitan-op"}
+    reasons = [str(problem) for problem in ExecSpec.problems(**fields)]
+    degrees = [fields.get(name, 1) for name in ("dp", "tp", "pp", "cp")]
+    if args.devices is not None and all(isinstance(d, int) for d in degrees):
+        devices = degrees[0] * degrees[1] * degrees[2] * degrees[3]
+        if devices != args.devices:
+            reasons.append(f"The 'dp*tp*pp*cp' parameter of ExecSpec on --devices {args.devices} must equal "
+                           f"the devices ({args.devices}). Got {devices} instead.")
+    return reasons
+
+
 def add_estimate_commands(sub: Any) -> None:
     p = sub.add_parser("estimate", help="price one strategy", epilog=examples_epilog(ESTIMATE_EXAMPLES),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_strategy_arguments(p)
+    add_strategy_arguments(p, "estimate")
     add_pricing_arguments(p)
     p.add_argument("--balance", action="store_true",
                    help="first move layers off the slowest stages while the step gets faster (balance_pipeline; "
@@ -118,6 +129,7 @@ def add_estimate_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_estimate)
     p = sub.add_parser("explain", help="why a strategy is invalid or does not fit")
-    add_strategy_arguments(p)
+    add_strategy_arguments(p, "explain")
+    add_software_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON (default: text)")
     p.set_defaults(func=_cmd_explain)

@@ -2,7 +2,8 @@
 what the flag sets, its unit and its default (ExecSpec's), and the worked examples of the commands."""
 from __future__ import annotations
 
-__all__ = ["STRATEGY_HELP", "ESTIMATE_EXAMPLES", "SEARCH_EXAMPLES", "examples_epilog", "add_pricing_arguments"]
+__all__ = ["STRATEGY_HELP", "ESTIMATE_EXAMPLES", "SEARCH_EXAMPLES", "examples_epilog", "add_pricing_arguments",
+           "add_software_argument"]
 
 #: ExecSpec field -> help line (the defaults are ExecSpec's; tests/test_cli_help.py checks each names one).
 STRATEGY_HELP = {
@@ -22,16 +23,7 @@ STRATEGY_HELP = {
     "seq_split": "Seq1F1B sequence chunks (default 1; with --pp-schedule seq1f1b)",
     "sequence_parallel": "Megatron sequence parallelism over the tp ranks (default off)",
     "recompute": "activation recompute of every layer: none, full or selective (default none)",
-    "selective_rule": "which switches selective recompute turns on (default megatron: the core attention)",
     "pp_schedule": "pipeline schedule (default 1f1b; interleaved when vpp > 1)",
-    "moe_dispatcher": "MoE token dispatcher: alltoall (NCCL) or deepep (DeepEP: its NVLink and RDMA buffers are "
-                      "held beside NCCL's; priced as the all-to-all in time) (default alltoall)",
-    "cp_algo": "context-parallel algorithm: ring (Transformer Engine's P2P ring), ulysses, or ring-allgather (PyTorch's context_parallel as torchtitan runs it: a backward holds all ranks' K/V) (default ring)",
-    "precision": "matmul precision (default bf16; fp8 needs a device with an fp8 peak)",
-    "capacity_factor": "MoE capacity factor of the token-dropping mode (default 1.0; with --no-grouped-gemm)",
-    "moe_imbalance": "the busiest expert-parallel rank's routed tokens over the mean, dropless mode "
-                     "(default 1.0: balanced)",
-    "grouped_gemm": "dropless MoE with grouped GEMMs (default on); --no-grouped-gemm: capacity mode",
 }
 
 #: Worked examples, each a whole command the tests run.
@@ -40,23 +32,38 @@ ESTIMATE_EXAMPLES = (
     "--seq-length 8192 --sequence-parallel --recompute selective",
     "ndcost estimate gpt-oss-120b --device h100-sxm --dp 16 --pp 4 --ep 16 --global-batch-size 512 "
     "--seq-length 8192 --recompute full",
+    "ndcost estimate llama3.1-70b --device h100-sxm --dp 2 --tp 4 --pp 4 --cp 2 --vpp 5 --global-batch-size 128 "
+    "--seq-length 8192 --sequence-parallel --software nemo --tp-comm-overlap --precision fp8 --fp8-recipe current",
+    "ndcost estimate llama3-70b --device gb200-nvl72 --devices-per-node 64 --devices-per-host 4 --nics-per-host 8 "
+    "--nic-gbps 200 --devices 128 --dp 16 --tp 8 --global-batch-size 256 --seq-length 8192",
 )
 SEARCH_EXAMPLES = (
     "ndcost search llama3-8b --device h100-sxm --devices 64 --global-batch-size 512 --seq-length 8192 --top 5",
+    "ndcost search llama3-8b --device h100-sxm --devices 64 --global-batch-size 512 --seq-length 8192 --top 5 "
+    "--tp-comm-overlap on,off --precision bf16,fp8 --fp8-recipe current --emit nemo",
 )
 
 
 def add_pricing_arguments(p) -> None:
-    """--units, --ratios, --rates and --software: how a command prices (estimate, search)."""
+    """--units, --ratios, --rates and --software: how a command prices (estimate, search, plot)."""
     p.add_argument("--units", choices=("seconds", "nd"), default="seconds",
                    help="seconds (default) or ND's relative score")
     p.add_argument("--ratios", metavar="FILE", help="a ratios JSON file (ND's calibration; default: none)")
     p.add_argument("--rates", metavar="FILE",
-                   help="seconds mode's rates from a JSON (`ndcost calibrate --fit rates`; default: the "
-                        "device's and the software preset's)")
+                   help="seconds mode's rates from a JSON (`ndcost calibrate --fit rates`); with --software, a "
+                        "figure both state must agree (default: the device's and the software preset's)")
+    add_software_argument(p)
+
+
+def add_software_argument(p) -> None:
+    """--software: the training stack (its strategy fields; in seconds mode its rates too)."""
+    from ..spec.rates import SOFTWARE_PRESETS
+
     p.add_argument("--software", metavar="NAME",
-                   help="the training software's rates preset (megatron-te, nemo, torchtitan-eager, "
-                        "torchtitan-compile, megatron-2021, deepspeed-2021; default: today's Megatron-LM)")
+                   help=f"the training stack ({', '.join(SOFTWARE_PRESETS)}): the strategy fields it fixes "
+                        "(torchtitan: FSDP2's sharding and widths, its loss, torchao's casts, its CP ring) and, in "
+                        "seconds mode, its kernels, fusions and fp8 recipe; each stack flag overrides it (default: "
+                        "today's Megatron-LM)")
 
 
 def examples_epilog(examples: tuple[str, ...]) -> str:

@@ -13,7 +13,7 @@ def _cmd_search_plot(args: argparse.Namespace) -> int:
     from ..io.plot import plot_pareto, plot_parts
 
     output_path(args.output, "a plot")
-    _, _, result = run_search(args)
+    _, _, result, _ = run_search(args)
     if args.kind == "pareto":
         print(plot_pareto(result, args.output))
     else:
@@ -22,16 +22,15 @@ def _cmd_search_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_strategy_plot(args: argparse.Namespace) -> int:
-    from .args import cluster_from_args, model_from_args, spec_from_args
+    from .args import strategy_from_args
     from ..price.estimate import estimate
     from ..files import output_path
     from ..io.plot import plot_memory, plot_timeline
 
     output_path(args.output, "a plot")
-    model = model_from_args(args)
-    spec = spec_from_args(args)
-    cluster = cluster_from_args(args, spec)
-    result = estimate(model, spec, cluster, units=args.units)
+    strategy = strategy_from_args(args, "plot")
+    model, spec, cluster = strategy.model, strategy.spec, strategy.cluster
+    result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios, rates=strategy.rates)
     if args.kind == "memory":
         print(plot_memory(result, args.output, cluster.device.hbm_bytes))
     else:
@@ -41,6 +40,7 @@ def _cmd_strategy_plot(args: argparse.Namespace) -> int:
 
 def add_plot_command(sub: Any) -> None:
     from .args import add_strategy_arguments
+    from .help import add_pricing_arguments
     from .search import add_search_arguments
 
     plot = sub.add_parser("plot", help="draw a search or a strategy (PNG or SVG; needs matplotlib)")
@@ -54,8 +54,7 @@ def add_plot_command(sub: Any) -> None:
     for kind, what in (("memory", "memory per pipeline stage of one strategy"),
                        ("timeline", "which micro-batch runs where, when, for one strategy")):
         p = kinds.add_parser(kind, help=what)
-        add_strategy_arguments(p)
-        p.add_argument("--units", choices=("seconds", "nd"), default="seconds",
-                       help="seconds (default) or ND's relative score")
+        add_strategy_arguments(p, "plot")
+        add_pricing_arguments(p)
         p.add_argument("-o", "--output", required=True, help="a .png or .svg path to write (required)")
         p.set_defaults(func=_cmd_strategy_plot)

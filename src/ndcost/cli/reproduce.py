@@ -17,6 +17,7 @@ from typing import Any
 from .args import offset_text
 from ..errors import SpecError
 from ..spec.exec_spec import ExecSpec
+from ..spec.stack_options import SEARCHABLE, STACK_OPTIONS, TORCHTITAN_OP, option_text
 
 __all__ = ["estimate_command", "write_plan", "emit_report"]
 
@@ -24,7 +25,7 @@ __all__ = ["estimate_command", "write_plan", "emit_report"]
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ExecSpec) if f.default is not dataclasses.MISSING}
 #: ExecSpec fields a command states with a flag of its own name (ints, then choices).
 _FLAG_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "global_batch_size", "seq_length",
-                "zero_stage", "seq_split", "pp_schedule", "cp_algo", "precision", "selective_rule", "moe_dispatcher")
+                "zero_stage", "seq_split", "pp_schedule")
 
 
 def write_plan(path: str, spec: ExecSpec) -> None:
@@ -38,15 +39,19 @@ def write_plan(path: str, spec: ExecSpec) -> None:
 def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) -> str:
     """The ``ndcost estimate`` command that prices *spec* (a search's result) again with the search's
     model, device and units flags."""
-    words = ["ndcost", "estimate", args.model, "--device", args.device, "--devices", str(args.devices)]
-    for name in ("census", "vision_tokens", "ratios", "rates", "software"):
+    words = ["ndcost", "estimate", args.model, "--devices", str(args.devices)]
+    if getattr(args, "device", None) is not None:
+        words += ["--device", args.device]
+    for name in ("census", "vision_tokens", "ratios", "rates", "software", "cluster"):
         value = getattr(args, name, None)
         if value is not None:
             words += ["--" + name.replace("_", "-"), str(value)]
+    words += _cluster_flags(args)
     if getattr(args, "units", "seconds") != "seconds":
         words += ["--units", args.units]
-    stated = set(_FLAG_FIELDS) | {"sequence_parallel", "offset", "pp_partition", "recompute", "full_recompute",
-                                  "selective_recompute", "micro_batch_num", "selective_switches"}
+    stated = set(_FLAG_FIELDS) | set(SEARCHABLE) | {"sequence_parallel", "offset", "pp_partition", "recompute",
+                                                    "full_recompute", "selective_recompute", "micro_batch_num",
+                                                    "selective_switches"}
     # --software fills the fields its stack fixes (ndcost.spec.software_fields): those are its defaults here
     implied = {}
     if getattr(args, "software", None) is not None:
@@ -62,6 +67,7 @@ def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) ->
         if value != _DEFAULTS.get(name) or name in ("dp", "global_batch_size", "seq_length"):
             words += ["--" + name.replace("_", "-"), str(value if name != "global_batch_size"
                                                          else spec.resolved_global_batch_size)]
+    words += _stack_flags(args, spec, implied)
     if spec.sequence_parallel:
         words.append("--sequence-parallel")
     if spec.offset is not None:
@@ -84,15 +90,53 @@ def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) ->
     return " ".join(shlex.quote(word) for word in words)
 
 
+def _cluster_flags(args: Any) -> list[str]:
+    """The cluster flags the command was given, as they were given."""
+    from ..spec.cluster_options import CLUSTER_OPTIONS
+
+    words = []
+    for option in CLUSTER_OPTIONS:
+        value = getattr(args, "cluster_" + option.name, None)
+        if value is not None:
+            words += [option.flag, str(value)]
+    return words
+
+
+def _stack_flags(args: Any, spec: ExecSpec, implied: dict) -> list[str]:
+    """Each stack option whose field *spec* holds otherwise than its stack and ExecSpec leave it (and each rates
+    option the command was given), as its flag."""
+    from .stack_args import stack_dest
+
+    words = []
+    for option in STACK_OPTIONS:
+        if option.owner == "rates":
+            value = getattr(args, stack_dest(option), None)
+            if value is not None:
+                words += [option.flag, str(value)]
+            continue
+        if option.owner != "spec":
+            continue
+        value = getattr(spec, option.field)
+        if value == implied.get(option.field, _DEFAULTS[option.field]):
+            continue
+        if option.name == "selective_rule" and value == "hyperparallel" and \
+                TORCHTITAN_OP in str(getattr(args, stack_dest(option), "")):
+            value = TORCHTITAN_OP          # the search's model carries torchtitan's census: restate the rule
+        elif option.values is not None and value not in option.values.values():
+            raise SpecError(option.field, "estimate_command", f"be one of the values {option.flag} states", value)
+        words += [option.flag, option_text(option, value)]
+    return words
+
+
 def emit_report(launcher: str, model: Any, cluster: Any, ranked: Any, *, units: str, ratios: Any,
-                rates: Any, memory_limit: float | None = None) -> list[str]:
+                rates: Any, memory_limit: float | None = None, software: str | None = None) -> list[str]:
     """The launcher's settings of *ranked* and, when they cannot state its recompute, what they do state
     priced beside the plan."""
     from ..io.emit import EMITTERS
     from ..io.emit_recompute import launcher_recompute
     from ..price.estimate import estimate
 
-    lines = [f"# {launcher} settings of #1:", EMITTERS[launcher](model, ranked.spec)]
+    lines = [f"# {launcher} settings of #1:", EMITTERS[launcher](model, ranked.spec, rates=rates, software=software)]
     stated = launcher_recompute(launcher, model, ranked.spec)
     if stated.exact:
         return lines

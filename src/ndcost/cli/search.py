@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -11,7 +12,6 @@ from ..kernels.columns import PART_NAMES
 from .help import SEARCH_EXAMPLES, add_pricing_arguments, examples_epilog
 from .reproduce import emit_report, estimate_command, write_plan
 from ..files import output_path
-from ..spec.rates_io import rates_argument
 from .args import offset_text
 from ..errors import SpecError
 
@@ -39,7 +39,16 @@ def _fmt_time(value: float, units: str) -> str:
     return f"{value * 1e3:10.1f} ms" if units == "seconds" else f"{value:12.4e}"
 
 
-def _print_result(result: Any, model: Any, cluster: Any) -> None:
+def _searched(args: argparse.Namespace) -> list:
+    """The stack options the search was given a list of: its table's extra columns."""
+    from .stack_args import stack_dest
+    from ..spec.stack_options import STACK_OPTIONS
+
+    return [option for option in STACK_OPTIONS if option.owner == "spec" and option.kind != "list"
+            and "," in str(getattr(args, stack_dest(option), None) or "")]
+
+
+def _print_result(result: Any, model: Any, cluster: Any, extra: list) -> None:
     print(f"{model.name} on {cluster.num_devices} x {cluster.device.name}: "
           f"{result.space_size} candidates priced, {result.fitting} fit")
     for title, counts in (("rejected:", result.rejected), ("not in the space (the values given):", result.excluded)):
@@ -49,8 +58,11 @@ def _print_result(result: Any, model: Any, cluster: Any) -> None:
                 print(f"  {count:>8}  {reason}")
     if not result.results:
         return
+    from ..spec.stack_options import option_text
+
     header = (f"{'#':>3} {'dp':>5} {'tp':>3} {'pp':>3} {'vpp':>3} {'cp':>3} {'ep':>4} {'mbs':>3} {'m':>5} "
-              f"{'recompute':>10} {'step':>13} {'MFU':>6} {'tokens/s':>12} {'peak GiB':>9}  top parts")
+              f"{'recompute':>10} " + "".join(f"{option.name:>{len(option.name)}} " for option in extra)
+              + f"{'step':>13} {'MFU':>6} {'tokens/s':>12} {'peak GiB':>9}  top parts")
     print(header)
     print("-" * len(header))
     for rank, ranked in enumerate(result.results, 1):
@@ -60,8 +72,9 @@ def _print_result(result: Any, model: Any, cluster: Any) -> None:
         share = ", ".join(f"{name} {100 * value / e.step_time:.0f}%" for name, value in parts if value > 0)
         mfu = f"{100 * e.mfu:5.1f}%" if e.mfu == e.mfu else "     -"
         tps = f"{e.tokens_per_second:12,.0f}" if e.tokens_per_second == e.tokens_per_second else f"{'-':>12}"
+        stack = "".join(f"{option_text(option, getattr(s, option.field)):>{len(option.name)}} " for option in extra)
         print(f"{rank:>3} {s.dp:>5} {s.tp:>3} {s.pp:>3} {s.vpp:>3} {s.cp:>3} {s.ep:>4} {s.micro_batch_size:>3} "
-              f"{s.resolved_micro_batch_num:>5} {mode:>10} {_fmt_time(e.step_time, e.units)} {mfu} {tps} "
+              f"{s.resolved_micro_batch_num:>5} {mode:>10} {stack}{_fmt_time(e.step_time, e.units)} {mfu} {tps} "
               f"{e.memory.device_peak / 2**30:9.1f}  {share}")
     for rank, ranked in enumerate(result.results, 1):
         if ranked.rebalanced:
@@ -69,17 +82,21 @@ def _print_result(result: Any, model: Any, cluster: Any) -> None:
     print(f"Pareto front (step time vs peak memory): {len(result.pareto)} strategies")
 
 
-def _write_csv(path: str, result: Any) -> None:
+def _write_csv(path: str, result: Any, extra: list) -> None:
+    from ..spec.stack_options import option_text
+
     with output_path(path, "the search's CSV").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["rank", "dp", "tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "micro_batch_num",
-                         "recompute", "offset", "step_time", "peak_memory", "mfu", "tokens_per_second",
+                         "recompute", *(option.name for option in extra), "offset", "step_time", "peak_memory", "mfu",
+                         "tokens_per_second",
                          # the parts of the step, prefixed: "recompute" above is the mode, part_recompute its time
                          *(f"part_{name}" for name in PART_NAMES)] if result.results else ["rank"])
         for rank, ranked in enumerate(result.results, 1):
             s, e = ranked.spec, ranked.estimate
             writer.writerow([rank, s.dp, s.tp, s.pp, s.vpp, s.cp, s.ep, s.micro_batch_size,
                              s.resolved_micro_batch_num, "per_layer" if ranked.per_layer_recompute else s.recompute_option,
+                             *(option_text(option, getattr(s, option.field)) for option in extra),
                              offset_text(s.offset) if s.offset is not None else "",
                              e.step_time, e.memory.peak, e.mfu, e.tokens_per_second,
                              *(e.parts[name] for name in PART_NAMES)])
@@ -90,13 +107,13 @@ def _cmd_search(args: argparse.Namespace) -> int:
         output_path(args.csv, "the search's CSV")      # refused before the search, not after it
     if args.save_plan:
         output_path(args.save_plan, "a recompute plan")
-    model, cluster, result = run_search(args)
+    model, cluster, result, rates = run_search(args)
     if args.csv:
-        _write_csv(args.csv, result)
+        _write_csv(args.csv, result, _searched(args))
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
-        _print_result(result, model, cluster)
+        _print_result(result, model, cluster, _searched(args))
     if result.results:
         best = result.results[0]
         if args.save_plan:
@@ -107,7 +124,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
             if args.emit:
                 print()
                 print("\n".join(emit_report(args.emit, model, cluster, best, units=args.units, ratios=args.ratios,
-                                             rates=rates_argument(args.rates, args.software),
+                                             rates=rates, software=args.software,
                                              memory_limit=None if args.memory_limit_gib is None
                                              else args.memory_limit_gib * 2**30)))
     if not result.results:
@@ -120,10 +137,11 @@ def _cmd_search(args: argparse.Namespace) -> int:
 def add_search_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of a search (shared with `ndcost plot pareto|parts`)."""
     from .args import add_model_arguments
+    from .stack_args import add_cluster_arguments, add_stack_arguments
 
     add_model_arguments(p)
     p.add_argument("--devices", type=int, required=True, help="number of devices (required)")
-    p.add_argument("--device", required=True, help="catalog device (see `ndcost devices`; required)")
+    p.add_argument("--device", help="catalog device (see `ndcost devices`; required unless --cluster names one)")
     p.add_argument("--global-batch-size", type=int, required=True, metavar="N", help="sequences per step (required)")
     p.add_argument("--seq-length", type=int, required=True, metavar="N", help="tokens per sequence (required)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="strategies to list (default 10)")
@@ -142,6 +160,8 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
                        help=f"fix {name}, or give a list to search (default: searched)")
     p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="fix sequence parallelism on or off (default: searched)")
+    add_stack_arguments(p, "search")
+    add_cluster_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (default: shown)")
     p.add_argument("--threads", type=int, metavar="N",
                    help="threads pricing the candidates, at least 1 (default: as many as the space's size pays "
@@ -149,18 +169,22 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_search(args: argparse.Namespace):
-    """(model, cluster, SearchResult) of parsed search arguments."""
-    from .args import model_from_args
-    from ..spec.device import Cluster
+    """(model, cluster, SearchResult, rates) of parsed search arguments."""
+    from .args import model_from_args, rates_from_args, check_software, cluster_where
+    from .stack_args import cluster_options_from_args, device_from_args, stated_options
+    from ..spec.cluster_options import make_cluster
     from ..price.search import print_progress, search
+    from ..spec.stack_options import with_torchtitan_op
 
     limit = args.memory_limit_gib
     if limit is not None and not (limit == limit and 1.0 <= limit < float("inf")):
         raise SpecError("--memory-limit-gib", "ndcost search", "be a finite number of GiB >= 1", limit)
     if args.threads is not None and args.threads < 1:
         raise SpecError("--threads", "ndcost search", "be an integer >= 1 (omit it: as many as pay off)", args.threads)
+    check_software(args)
+    options = cluster_options_from_args(args)
     model = model_from_args(args)
-    cluster = Cluster(args.device, num_devices=args.devices)
+    cluster = make_cluster(device_from_args(options), args.devices, options, cluster_where(args))
     dims: dict[str, Any] = {}
     for name in _INT_DIMS:
         value = parse_dimension(name, getattr(args, name), int)
@@ -172,15 +196,37 @@ def run_search(args: argparse.Namespace):
             dims[name] = value
     if args.sequence_parallel is not None:
         dims["sequence_parallel"] = args.sequence_parallel
+    stated = stated_options(args, "search")
+    figures = {option.field: value for option, value in stated.items() if option.owner == "rates"}
+    dims.update({option.field: value for option, value in stated.items() if option.owner == "spec"})
+    model, dims = with_torchtitan_op(model, dims)
+    _check_rates_options(stated, dims, model)
+    rates = rates_from_args(args, cluster, stated, figures)
     show_progress = not getattr(args, "json", False) and not args.no_progress and sys.stderr.isatty()
     result = search(
         model, cluster, global_batch_size=args.global_batch_size, seq_length=args.seq_length, top=args.top,
-        units=args.units, ratios=args.ratios, rates=rates_argument(args.rates, args.software),
+        units=args.units, ratios=args.ratios, rates=rates,
         memory_limit=None if args.memory_limit_gib is None else args.memory_limit_gib * 2**30,
         allow_cross_node_tp=args.allow_cross_node_tp, per_layer_recompute=args.plan_top, balance=args.balance_top,
         progress=print_progress if show_progress else None, threads=args.threads, software=args.software, **dims,
     )
-    return model, cluster, result
+    return model, cluster, result, rates
+
+
+def _check_rates_options(stated: dict, dims: dict, model: Any) -> None:
+    """A rates option must mean something to some candidate (an fp8 recipe needs fp8 among the precisions)."""
+    import numpy as np
+
+    from ..spec.stack_options import option_applies, option_text
+    from ..spec.exec_spec import ExecSpec
+
+    defaults = {f.name: f.default for f in dataclasses.fields(ExecSpec)}
+    view = {name: np.asarray(dims[name] if isinstance(dims.get(name), list) else [dims.get(name, default)],
+                             dtype=object) for name, default in defaults.items()}
+    for option, value in stated.items():
+        if option.owner == "rates" and not np.any(option_applies(option, view, model)):
+            raise SpecError(option.flag, "ndcost search", f"be given only with {option.needs}",
+                            option_text(option, value))
 
 
 def add_search_command(sub: Any) -> None:
@@ -189,7 +235,7 @@ def add_search_command(sub: Any) -> None:
     add_search_arguments(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON (default: a table)")
     p.add_argument("--csv", metavar="FILE", help="write the top strategies as CSV (default: none)")
-    p.add_argument("--emit", choices=("megatron", "torchtitan"),
+    p.add_argument("--emit", choices=("megatron", "nemo", "torchtitan"),
                    help="print the launch settings of the best (and, when they cannot state its recompute plan, "
                         "what they approximate and their own price; default: none)")
     p.add_argument("--save-plan", metavar="FILE",

@@ -19,6 +19,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         if args.builtin is not None:
             raise SpecError("--memory", "ndcost validate", "take a memory facts FILE or none (the shipped one)",
                             args.builtin)
+        if args.cluster is not None:
+            raise SpecError("--cluster", "ndcost validate", "be given without --memory (its rows name their "
+                            "hardware)", args.cluster)
         memory_report = validate_memory(args.file or MEMORY_FACTS)
         if args.json:
             print(json.dumps({"mae": memory_report.mae, "max_abs_error": memory_report.max_abs_error,
@@ -37,7 +40,16 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         names = tuple(BUILTIN_RUNS) if args.builtin == "all" else (args.builtin,)
     paths = [BUILTIN_RUNS[name] for name in names] or [args.file]
     rates = None if args.rates is None else load_rates(args.rates)
-    reports = [(str(path), validate_runs(path, rates=rates)) for path in paths]
+    cluster = None
+    if args.cluster is not None:
+        from ..spec.cluster_options import read_cluster_file
+
+        cluster = read_cluster_file(args.cluster)
+    reports = [(str(path), validate_runs(path, rates=rates, cluster=cluster)) for path in paths]
+    if cluster is not None and not any("the --cluster file" in note for _, report in reports for row in report.rows
+                                       for note in row.notes):
+        raise SpecError("--cluster", "ndcost validate", "be given only for rows that name no hardware (every row "
+                        "names its own)", args.cluster)
     if args.json:
         out = [{
             "file": path, "mae": report.mae, "max_abs_error": report.max_abs_error,
@@ -59,12 +71,17 @@ def add_validate_command(sub: Any) -> None:
     from ..io.validation import BUILTIN_RUNS
 
     p = sub.add_parser("validate", help="estimate published runs and show the error per row",
-                       description="Estimate each run of a runs YAML (shaped like validation/public_runs.yaml) "
-                                   "and compare with its measured step time.")
+                       description="Estimate each run of a runs YAML and compare with its measured step time. A "
+                                   "row states its model (a catalog name, alias or config.json path, or GPT "
+                                   "dims), its strategy with its stack (software, precision, fp8_recipe, "
+                                   "tp_comm_overlap, ... as the estimate flags name them) and its hardware (a "
+                                   "cluster block): docs/examples/h100_runs_in_row.yaml; rows shaped like "
+                                   "validation/public_runs.yaml that state no software are read as 2021 runs.")
     p.add_argument("file", nargs="?", help="the runs YAML (or give --builtin)")
     p.add_argument("--builtin", nargs="?", const="all", choices=(*BUILTIN_RUNS, "all"),
                    help="the published runs shipped with ndcost: a100 (25 Megatron-LM/DeepSpeed runs), h100 (31 "
-                        "NVIDIA and torchtitan runs), or all (the default when no name is given)")
+                        "NVIDIA and torchtitan runs), moe (21 MoE runs: Megatron-Bridge, DeepSeek-V3 on H800, "
+                        "NeMo Mixtral, NeMo AutoModel), or all (the default when no name is given)")
     p.add_argument("--rates", metavar="FILE",
                    help="rates JSON (`ndcost calibrate --fit rates`) for every row, in place of each row's "
                         "software defaults")
@@ -72,5 +89,8 @@ def add_validate_command(sub: Any) -> None:
                    help="score peak memory instead: published peaks (allocated or reserved, as each source "
                         "reports) against the matching estimate; FILE defaults to the shipped "
                         "data/validation/h100_memory_facts.yaml")
+    p.add_argument("--cluster", metavar="FILE",
+                   help="a YAML cluster file (as estimate --cluster takes) for the rows that name no hardware "
+                        "(default: none)")
     p.add_argument("--json", action="store_true", help="print JSON (default: a table)")
     p.set_defaults(func=_cmd_validate)

@@ -206,6 +206,8 @@ def torchtitan_recompute(model: Any, spec: ExecSpec) -> RecomputeEmit:
             return RecomputeEmit(lines, True)
         return RecomputeEmit(lines, False, _with_recompute(spec, stated),
                              f"torchtitan recomputes every {k}-th block fully; the plan's full layers are others")
+    if options == {2} and _is_torchtitan_op(model, {mask for _, _, mask in flat}):
+        return RecomputeEmit(('mode = "selective"', 'selective_ac_option = "op"'), True)
     meaning = dataclasses.replace(spec, recompute="selective", full_recompute=None, selective_recompute=None,
                                   selective_switches=None)
     return RecomputeEmit(('mode = "selective"', 'selective_ac_option = "op"'), False, meaning,
@@ -213,6 +215,21 @@ def torchtitan_recompute(model: Any, spec: ExecSpec) -> RecomputeEmit:
                          "the planned switch set per layer; priced as ndcost's default selective recompute")
 
 
+def _is_torchtitan_op(model: Any, masks: set) -> bool:
+    """Whether every selective layer runs torchtitan's per-op policy as ndcost prices it: HyperParallel's
+    switches on the census of what the policy recomputes (ndcost.spec.torchtitan_sac)."""
+    from ..kernels.columns import HYPER_POLICY_MASK
+    from ..spec.torchtitan_sac import torchtitan_op_census
+
+    if masks != {HYPER_POLICY_MASK} or not getattr(model, "census", ()):
+        return False
+    try:
+        return tuple(model.census) == tuple(torchtitan_op_census(model))
+    except ValueError:
+        return False
+
+
 def launcher_recompute(launcher: str, model: Any, spec: ExecSpec) -> RecomputeEmit:
-    """The recompute settings of *launcher* ("megatron" or "torchtitan") for *spec*."""
-    return (megatron_recompute if launcher == "megatron" else torchtitan_recompute)(model, spec)
+    """The recompute settings of *launcher* ("megatron", "nemo" -- Megatron-Core's fields -- or "torchtitan")
+    for *spec*."""
+    return (torchtitan_recompute if launcher == "torchtitan" else megatron_recompute)(model, spec)

@@ -12,6 +12,7 @@ on the row; a fact the estimate needs and the file leaves null makes the row ski
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,15 +21,18 @@ from typing import Any, Mapping
 
 from ..spec.device import Cluster
 from ..errors import SpecError
-from ..spec.exec_spec import ExecSpec
 from ..spec.model import Model
+from ..spec.software_fields import with_software
+from ..spec.rates import ATTENTION_KERNELS, FP8_RECIPES
+from .fact_rules import catalog_cluster, stack_choice, stated_stack_fields
 
 __all__ = ["BuiltRun", "RunFacts", "figure_value", "figure_int", "load_run_facts", "facts_for", "modern_run", "FACTS_FILES", "CATALOG_BY_NAME"]
 
 _DATA = Path(__file__).parents[1] / "data" / "validation"
 
 #: Runs file name -> its facts file (package data).
-FACTS_FILES: Mapping[str, Path] = {"h100_runs.yaml": _DATA / "h100_run_facts.yaml"}
+FACTS_FILES: Mapping[str, Path] = {"h100_runs.yaml": _DATA / "h100_run_facts.yaml",
+                                   "moe_runs.yaml": _DATA / "moe_run_facts.yaml"}
 
 #: A runs-file model name -> the catalog model with the same published config.json (the rows of
 #: the NVIDIA pages name the model and state only some of its dimensions; the dimensions they do
@@ -133,7 +137,9 @@ def figure_int(entry: Any) -> int | None:
 
 def _catalog_model(block: Mapping, run_id: str) -> tuple[Model, str]:
     name = str(block.get("name", "")).lower()
-    for pattern, catalog in CATALOG_BY_NAME:
+    # a row may name its catalog model outright (``catalog:``); else its name is matched
+    named = [(".*", block["catalog"])] if block.get("catalog") else CATALOG_BY_NAME
+    for pattern, catalog in named:
         if re.search(pattern, name):
             model = Model.from_catalog(catalog)
             for key, field in _DIMENSION_CHECKS:
@@ -141,13 +147,21 @@ def _catalog_model(block: Mapping, run_id: str) -> tuple[Model, str]:
                 if stated is not None and stated != getattr(model, field):
                     raise SpecError(key, run_id, f"equal the catalog {catalog}'s {field} ({getattr(model, field)})",
                                     stated)
+            mtp = figure_int(block.get("mtp_layers"))
+            if mtp is not None and mtp != model.num_nextn_predict_layers:
+                # the run trains the catalog model without (or with other) multi-token prediction layers
+                model = dataclasses.replace(model, num_nextn_predict_layers=mtp)
+                return model, f"model: catalog {catalog}, {mtp} MTP layers"
             return model, f"model: catalog {catalog}"
     raise SpecError("model", run_id, "name a catalog model (ndcost.io.run_facts.CATALOG_BY_NAME) or state GPT dims",
                     block.get("name"))
 
 
 def software_preset(facts: RunFacts) -> str:
-    """The ``Rates.for_software`` preset of the run's stack, from its framework fact."""
+    """The ``Rates.for_software`` preset of the run's stack: its ``software`` fact, else its framework's."""
+    stated = facts.value("software")
+    if stated:
+        return str(stated)
     framework = facts.framework.lower()
     if "torchtitan" in framework:
         return "torchtitan-compile" if facts.text("torch_compile").startswith("per-") else "torchtitan-eager"
@@ -184,7 +198,8 @@ class BuiltRun:
 
 def _fp8_recipe(facts: RunFacts) -> str | None:
     text = facts.text("fp8_recipe") + " " + facts.text("precision")
-    for word, recipe in (("delayed", "delayed"), ("current scaling", "current"), ("blockwise", "blockwise")):
+    for word, recipe in (("mxfp8", "mxfp8"), ("delayed", "delayed"), ("current scaling", "current"),
+                         ("blockwise", "blockwise")):
         if word in text:
             return recipe
     return None
@@ -203,7 +218,7 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
     block = row.get("model") or {}
     strategy = row.get("strategy") or {}
     notes: list[str] = []
-    if "gpt" in str(block.get("name", "")).lower():
+    if not block.get("catalog") and "gpt" in str(block.get("name", "")).lower():
         model = gpt_model(block, run_id, untied=False)
     else:
         model, note = _catalog_model(block, run_id)
@@ -241,24 +256,30 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
     fsdp = facts.text("fsdp")
     zero = 3 if (fsdp.startswith("fsdp2") or fsdp.startswith("megatron-core fsdp")) else 1
     dropout = facts.text("dropout")
-    spec = ExecSpec(
+    stack, stack_notes = stated_stack_fields(facts, strategy, recompute, vpp, run_id)
+    notes += stack_notes
+    # the stack's own fields (torchtitan's FSDP2 widths, its loss) fill what the facts leave, as --software does
+    spec = with_software(software_preset(facts), dict(
         dp=dp, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, micro_batch_size=micro, global_batch_size=global_batch,
         seq_length=seq, sequence_parallel=facts.flag("sequence_parallel", tp > 1) and tp > 1,
         recompute=recompute, zero_stage=zero, precision="fp8" if fp8 else "bf16",
         tp_overlap=facts.flag("tp_comm_overlap"), overlapped_grad_reduce=facts.flag("overlap_grad_reduce", True),
         dropout_bytes=1 if dropout.startswith("hidden_dropout 0.1") else 0,
-        pp_schedule="interleaved" if vpp > 1 else "1f1b", flash_attention=True,
-        grouped_gemm=not facts.text("moe_capacity").startswith("token drop"),
-        moe_dispatcher="deepep" if "deepep" in facts.text("moe_token_dispatcher").lower() else "alltoall", **extra,
-    )
+        flash_attention=True, grouped_gemm=not facts.text("moe_capacity").startswith("token drop"),
+        **stack, **extra,
+    ))
     hardware = hardware_table.get(row.get("hardware"), {}) if isinstance(hardware_table, Mapping) else {}
     overrides = {}
-    if "hbm2e" in str(hardware.get("gpu", "")).lower():
+    if hardware.get("device"):  # any catalog device, with the job's NVLink segment where stated
+        cluster, placed = catalog_cluster(hardware, gpus, figure_int(facts.value("nvlink_segment")), run_id)
+        notes.append(f"device {placed}")
+    elif "hbm2e" in str(hardware.get("gpu", "")).lower():
         overrides = dict(GRAND_TETON_H100)
         notes.append("H100 96GB HBM2e (2.4 TB/s) at 500 W: the middle of its stated SXM-NVL peak interval")
     elif "h100" not in str(hardware.get("gpu", "")).lower():
-        raise SpecError("hardware", run_id, "name an H100", row.get("hardware"))
-    cluster = Cluster("h100-sxm", gpus, **overrides)
+        raise SpecError("hardware", run_id, "name an H100 or a catalog device (device:)", row.get("hardware"))
+    if not hardware.get("device"):
+        cluster = Cluster("h100-sxm", gpus, **overrides)
     measured = row.get("measured") or {}
     seconds = figure_value(measured.get("iteration_s"))
     if not isinstance(seconds, (int, float)):
@@ -272,11 +293,19 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
     if fp8:
         recipe = _fp8_recipe(facts)
         if recipe is not None:
+            recipe, note = stack_choice("fp8_recipe", recipe, FP8_RECIPES, "blockwise",
+                                        "MXFP8 scales 1x32 blocks inside its cast kernel, as blockwise does")
+            notes += [note] if note else []
             changes["fp8_recipe"] = recipe
         else:
             notes.append("fp8 recipe not stated: the software's default")
+    kernel = facts.text("attention_kernel").split(" ")[0]
+    if kernel:  # the attention kernel the run states (TE's fused attention: "best"), where its preset's differs
+        changes["attention_kernel"], note = stack_choice("attention_kernel", kernel, ATTENTION_KERNELS, "best",
+                                                         "the fastest kernel ndcost prices")
+        notes += [note] if note else []
     overlap = None
-    if facts.text("ep_a2a_overlap").startswith("overlap_moe_expert_parallel_comm true"):
+    if facts.text("ep_a2a_overlap").startswith(("overlap_moe_expert_parallel_comm true", "dualpipe")):
         from ..tables.seconds import Overlap
 
         overlap = Overlap(ep=1.0)

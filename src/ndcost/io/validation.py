@@ -88,6 +88,7 @@ EQ3_FRAMEWORKS: Mapping[str, str] = {
 BUILTIN_RUNS: Mapping[str, Path] = {
     "a100": Path(__file__).parents[1] / "data" / "validation" / "public_runs.yaml",
     "h100": Path(__file__).parents[1] / "data" / "validation" / "h100_runs.yaml",
+    "moe": Path(__file__).parents[1] / "data" / "validation" / "moe_runs.yaml",
 }
 
 #: Intel Omni-Path 100 series: 100 Gb/s per port (Intel OPA HFI datasheet).
@@ -306,8 +307,9 @@ def build_run(row: Mapping, hardware_table: Mapping) -> tuple[Any, Any, Any, flo
     for name, value in (("gpus", gpus), ("tp", tp), ("pp", pp), ("dp", dp)):
         if value is None:
             raise SpecError(name, run_id, "be an integer degree in the strategy", strategy.get(name))
-    if dp * tp * pp != gpus:
-        raise SpecError("dp*tp*pp", run_id, f"equal gpus ({gpus})", dp * tp * pp)
+    cp, ep = (_int(strategy.get(key)) or 1 for key in ("cp", "ep"))
+    if dp * tp * pp * cp != gpus:
+        raise SpecError("dp*tp*pp*cp", run_id, f"equal gpus ({gpus})", dp * tp * pp * cp)
     global_batch = _int(strategy.get("global_batch"))
     if global_batch is None:
         raise SpecError("global_batch", run_id, "be a number of sequences", strategy.get("global_batch"))
@@ -327,10 +329,11 @@ def build_run(row: Mapping, hardware_table: Mapping) -> tuple[Any, Any, Any, flo
     hardware = hardware_table.get(row.get("hardware"), {}) if isinstance(hardware_table, Mapping) else {}
     device = _device_name(hardware)
     if device is None:
-        raise SpecError("hardware", run_id, "name an A100 40GB or 80GB", row.get("hardware"))
+        raise SpecError("hardware", run_id, "name an A100 40GB or 80GB (a 2021 run), or a block that states its "
+                        "device and the row its software (docs/examples/h100_runs_in_row.yaml)", row.get("hardware"))
 
     spec = ExecSpec(
-        dp=dp, tp=tp, pp=pp, vpp=_int(strategy.get("vpp")) or 1, micro_batch_size=micro_batch,
+        dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=_int(strategy.get("vpp")) or 1, micro_batch_size=micro_batch,
         global_batch_size=global_batch, seq_length=_int(model_block["seq_len"]),
         sequence_parallel=bool(_value(strategy.get("sequence_parallel")) or False),
         recompute=recompute, zero_stage=zero, flash_attention=False, overlapped_grad_reduce=False,
@@ -377,43 +380,61 @@ class BuiltRow:
 
 
 def build_row(row: Mapping, hardware_table: Mapping, path: str | PathLike | None, *, rates: Any = None,
-              overlap: Overlap | None = None) -> BuiltRow:
-    """A row of the runs file at *path*, read with its facts file where one ships (``run_facts``) or
-    from the row alone, validated, with its software's rates (*rates* / *overlap* replace them).
+              overlap: Overlap | None = None, cluster: Mapping | None = None) -> BuiltRow:
+    """A row of the runs file at *path*, read with its facts file where one ships (``run_facts``), as the
+    stack it states (``run_rows``: *cluster*, a ``--cluster`` file's options, stands for a row that names no
+    hardware), or with the 2021 rules of the module's docstring; validated, with its software's rates
+    (*rates* / *overlap* replace them).
 
     Raises:
         SpecError: With the reason, when the row cannot be priced.
     """
+    from .run_rows import is_stated, stated_run
+
     run_id = str(row.get("id", "?"))
     facts = facts_for(path, run_id) if path is not None else None
     changes: Mapping[str, Any] = {}
     if facts is not None:
         built = modern_run(row, hardware_table, facts, gpt_model)
-        model, spec, cluster, measured, derived = built.model, built.spec, built.cluster, built.measured_s, False
+        model, spec, cluster_, measured, derived = built.model, built.spec, built.cluster, built.measured_s, False
         notes, generation, row_overlap, changes = list(built.notes), built.software, built.overlap, built.rates_changes
         note = f"software {generation}" + "".join(f", {k} {v}" for k, v in changes.items())
+    elif is_stated(row, hardware_table):
+        stated = stated_run(row, hardware_table, gpt_model, cluster)
+        model, spec, cluster_, measured, derived = stated.model, stated.spec, stated.cluster, stated.measured_s, False
+        notes, generation, row_overlap, changes = list(stated.notes), stated.software, stated.overlap, \
+            stated.rates_figures
+        note = f"software {generation or 'default'}" + "".join(f", {k} {v}" for k, v in changes.items())
     else:
-        model, spec, cluster, measured, derived, notes = build_run(row, hardware_table)
+        model, spec, cluster_, measured, derived, notes = build_run(row, hardware_table)
         generation, row_overlap, note = software(row)
-    validate(model, spec, cluster)
+    validate(model, spec, cluster_)
     if note and (rates is None or overlap is None):
         notes = [*notes, note]
-    row_rates = Rates.for_software(cluster.device, generation) if rates is None else rates
-    if rates is None and changes:
-        sources = dict(row_rates.sources)
-        sources.update({name: f"the run's facts ({run_id})" for name in changes})
-        row_rates = row_rates.replace(sources=sources, **changes)
-    return BuiltRow(model, spec, cluster, float(measured), derived, row_rates,
+    if rates is None:
+        from ..spec.stack_rates import stack_rates
+
+        row_rates = stack_rates(cluster_.device, software=generation, figures=changes, owner=run_id,
+                                flags={name: f"the run's {name}" for name in changes}) \
+            or Rates.for_device(cluster_.device)
+    else:
+        # the caller's rates stand for the software's; what the row states of its own run (its fp8 recipe) holds
+        sources = {**rates.sources, **{name: f"the run's {name} ({run_id})" for name in changes}}
+        row_rates = rates.replace(sources=sources, **changes) if changes else rates
+    return BuiltRow(model, spec, cluster_, float(measured), derived, row_rates,
                     row_overlap if overlap is None else overlap, tuple(notes))
 
 
-def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap | None = None) -> ValidationReport:
+def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap | None = None,
+                  cluster: Mapping | None = None) -> ValidationReport:
     """Estimate every row of a runs YAML and compare with its measured iteration time.
 
     Args:
         path: A YAML file shaped like ``validation/public_runs.yaml``.
         rates: :class:`~ndcost.spec.rates.Rates` for every row (default: each device's).
         overlap: :class:`~ndcost.tables.seconds.Overlap` for every row (default: Overlap()).
+        cluster: The cluster options (``ndcost.spec.cluster_options.read_cluster_file``) of every row that
+            names no hardware.
     """
     doc = read_mapping(path, "a runs file shaped like validation/public_runs.yaml")
     hardware_table = doc.get("hardware") or {}
@@ -427,9 +448,9 @@ def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap |
     results = []
     for row in runs:
         run_id = str(row.get("id", "?"))
-        family = _family(run_id)
+        family = str(row.get("family") or _family(run_id))  # a row may name its model family
         try:
-            built = build_row(row, hardware_table, path, rates=rates, overlap=overlap)
+            built = build_row(row, hardware_table, path, rates=rates, overlap=overlap, cluster=cluster)
         except SpecError as exc:
             results.append(RunResult(run_id, family, skipped=str(exc)))
             continue

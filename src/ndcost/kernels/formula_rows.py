@@ -24,8 +24,8 @@ FORMULA_ROW_FIELDS = (
     'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params',
     'deferred_grad_accumulation', 'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch',
     'moe_dispatch_count', 'seq_split', 'dropout_bytes', 'flash_attention', 'grouped_gemm', 'moe_imbalance',
-    'overlapped_grad_reduce', 'tp_overlap', 'recompute_slice_activation', 'softmax_bytes', 'norm_bytes',
-    'logit_bytes', 'fp8_weight_cache',
+    'overlapped_grad_reduce', 'overlapped_param_gather', 'tp_overlap', 'recompute_slice_activation',
+    'softmax_bytes', 'norm_bytes', 'logit_bytes', 'fp8_weight_cache',
 )
 #: Its constant slots: (owner -- mc, cc, overlap, or None for a parameter -- , attribute, type: i int,
 #: b bool, f float, a trailing ? where None is allowed (packed as NaN), ti / tf a tuple of them).
@@ -53,7 +53,7 @@ FORMULA_ROW_CONSTANTS = (
     ('cc', 'dpn', 'f'),
     ('cc', 'is_a3', 'f'),
     ('overlap', 'dp_reduce', 'f?'),
-    ('overlap', 'dp_gather', 'f'),
+    ('overlap', 'dp_gather', 'f?'),
     ('overlap', 'fsdp_prefetch', 'f'),
     ('overlap', 'tp', 'f?'),
     ('overlap', 'cp', 'f'),
@@ -80,7 +80,7 @@ _TABLE_MEMORY_SCHEDULE_ROW = (0.0, 0.0, 2.0, 1.0, 3.0)
 
 def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
     # One row: (its reason code, 0 when priced; then each asked-for vector, else None).
-    (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_param_bytes, c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_moe_dispatch_count, c_seq_split, c_dropout_bytes, c_flash_attention, c_grouped_gemm, c_moe_imbalance, c_overlapped_grad_reduce, c_tp_overlap, c_recompute_slice_activation, c_softmax_bytes, c_norm_bytes, c_logit_bytes, c_fp8_weight_cache,) = row
+    (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_param_bytes, c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_moe_dispatch_count, c_seq_split, c_dropout_bytes, c_flash_attention, c_grouped_gemm, c_moe_imbalance, c_overlapped_grad_reduce, c_overlapped_param_gather, c_tp_overlap, c_recompute_slice_activation, c_softmax_bytes, c_norm_bytes, c_logit_bytes, c_fp8_weight_cache,) = row
     joint_dp = c_dp
     joint_tp = c_tp
     joint_pp = c_pp
@@ -292,7 +292,7 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
             float(d_tie_embeddings),
             1.0 if seconds_schedule_1f1b and c_vpp > 1 else _take(_TABLE_SCHEDULE_ROW, c_pp_schedule),
             (1.0 if c_overlapped_grad_reduce else 0.0) if k.overlap_dp_reduce_none else k.overlap_dp_reduce,
-            k.overlap_dp_gather,
+            (1.0 if c_overlapped_param_gather else 0.0) if k.overlap_dp_gather_none else k.overlap_dp_gather,
             k.overlap_fsdp_prefetch,
             (1.0 if c_tp_overlap else 0.0) if k.overlap_tp_none else k.overlap_tp,
             k.overlap_cp,
@@ -377,7 +377,7 @@ def formula_rows(columns, start, stop, constants, codes, spec_reason, layout_ind
     check_out(out_memory, 34, n, 'out_memory')
     check_out(out_fixed, 1, n, 'out_fixed')
     k = unpack(constants, codes, FORMULA_ROW_CONSTANTS, 27)
-    rows = zip(*rows_of(columns, start, stop, ('int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'int', 'int', 'bool', 'bool', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'float', 'float', 'float', 'int', 'int', 'bool', 'bool', 'float', 'bool', 'bool', 'bool', 'int', 'int', 'int', 'bool',)))
+    rows = zip(*rows_of(columns, start, stop, ('int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'int', 'int', 'bool', 'bool', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'float', 'float', 'float', 'int', 'int', 'bool', 'bool', 'float', 'bool', 'bool', 'bool', 'bool', 'int', 'int', 'int', 'bool',)))
     want_nd = len(out_nd) != 0
     want_seconds = len(out_seconds) != 0
     want_memory = len(out_memory) != 0

@@ -31,7 +31,7 @@ _DEGREE_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep")
 _INT_FIELDS = _DEGREE_FIELDS + ("micro_batch_size", "seq_length", "seq_split", "zero_stage") + tuple(_BYTE_MINIMUM)
 _OPT_INT_FIELDS = ("etp", "micro_batch_num", "global_batch_size", "optimizer_shard")
 _BOOL_FIELDS = ("sequence_parallel", "mtp_in_offset", "emb_out_in_offset", "selective_comm_recompute",
-                "recompute_slice_activation", "overlapped_grad_reduce", "deferred_grad_accumulation",
+                "recompute_slice_activation", "overlapped_grad_reduce", "overlapped_param_gather", "deferred_grad_accumulation",
                 "shard_spans_cp", "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap",
                 "fp8_weight_cache")
 _OPT_BOOL_FIELDS = ("tie_embeddings", "reshard_params")

@@ -26,7 +26,7 @@ from .estimate import as_cluster, as_model, estimate
 from ..spec.exec_spec import ExecSpec
 from ..spec.rates_io import as_rates
 from .result import Estimate
-from ..spec.search_space import SEARCH_DIMENSIONS, build_space
+from ..spec.search_space import SEARCH_DIMENSIONS, build_space, stack_dimensions
 from ..spec.software_fields import software_columns, software_fields
 from ..tables.layout_nd import nd_search_offset
 from .threads import resolve_threads, run_chunks
@@ -68,6 +68,10 @@ class Ranked:
             strategy["recompute_ranges"] = plan_document(self.spec)   # what estimate --recompute-plan reads
         if self.rebalanced:
             strategy["offset"] = self.spec.offset
+        from ..spec.stack_options import SPEC_DEFAULTS
+
+        strategy.update({name: getattr(self.spec, name) for name, default in SPEC_DEFAULTS.items()
+                         if getattr(self.spec, name) != default})
         return {"strategy": strategy, "estimate": self.estimate.to_dict()}
 
 
@@ -179,7 +183,9 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
             fields it fixes for its strategy (``ndcost.spec.software_fields``; a search dimension it
             fixes, such as torchtitan's ZeRO-3, is fixed unless given), and *rates* defaults to it.
         **dims: Each search dimension (tp, pp, cp, dp, ep, micro_batch_size, vpp, zero_stage,
-            sequence_parallel, pp_schedule, recompute) fixed (a value), a list, or searched (absent).
+            sequence_parallel, pp_schedule, recompute) fixed (a value), a list, or searched (absent); and
+            any ExecSpec field a stack option sets (``ndcost.spec.stack_options.SEARCHABLE``: tp_overlap,
+            precision, moe_dispatcher, ...) fixed or listed, taken only where it means something.
     """
     from .candidates import Candidates
     from .estimate_many import REASONS, estimate_many
@@ -210,6 +216,11 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     if memory_limit is not None and not (is_finite_number(memory_limit) and memory_limit >= MIN_MEMORY_LIMIT):
         raise SpecError("memory_limit", "search", f"be a finite number of bytes >= {MIN_MEMORY_LIMIT} (1 GiB)",
                         memory_limit)
+    precisions = dims.get("precision")
+    if "fp8" in (precisions if isinstance(precisions, (list, tuple)) else [precisions]) and \
+            "fp8" not in cluster.device.peak_flops:
+        raise SpecError("precision", "search", f"be fp8 only on a device with an fp8 peak ({cluster.device.name} "
+                        f"has {', '.join(cluster.device.peak_flops)})", precisions)
     capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
     space = build_space(model, cluster.num_devices, cluster.device.devices_per_node,
                         global_batch_size=global_batch_size, seq_length=seq_length, dims=dims,
@@ -260,10 +271,11 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         raise RuntimeError(f"search accounting: {int(fits.sum())} fit + {sum(rejected.values())} rejected "
                            f"!= {n} candidates")
 
-    # Deterministic order of the rows that fit: step time, peak memory, then each search dimension
-    # (smaller first; names in sorted order).
+    # Deterministic order of the rows that fit: step time, peak memory, then each search dimension and
+    # stack choice (smaller first; names in sorted order).
     fit_rows = np.flatnonzero(fits)
-    keys = [_rank_codes(space.columns[d][fit_rows]) for d in reversed(SEARCH_DIMENSIONS)]
+    keys = [_rank_codes(space.columns[d][fit_rows])
+            for d in reversed(SEARCH_DIMENSIONS + stack_dimensions(space.columns))]
     order = fit_rows[np.lexsort(tuple(keys) + (memory[fit_rows], step[fit_rows]))]
     ranked_rows = [int(i) for i in order[: max(top, per_layer_recompute, balance)]]
     fixed = {"global_batch_size": global_batch_size, "seq_length": seq_length}
@@ -285,11 +297,18 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
 
 
 def _rank_codes(column: np.ndarray) -> np.ndarray:
-    """A column as sortable numbers: itself, or (names) each value's rank among the column's sorted values."""
+    """A dimension's column as sortable codes: numbers as they are; other values by their rank among the
+    column's distinct values, in order (strings), or (a dict of switches) by their text's; a lookup per row
+    at C speed, not a sort of the rows."""
     if column.dtype != object:
         return column
     values = column.tolist()
-    rank = {value: i for i, value in enumerate(sorted(set(values)))}
+    try:
+        distinct = sorted(set(values))
+    except TypeError:                                # unhashable or unordered values: their text
+        values = [repr(value) for value in values]
+        distinct = sorted(set(values))
+    rank = {value: i for i, value in enumerate(distinct)}
     return np.fromiter(map(rank.__getitem__, values), dtype=np.int64, count=len(values))
 
 

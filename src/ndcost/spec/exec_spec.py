@@ -82,6 +82,9 @@ class ExecSpec:
     optimizer_shard: int | None = None  # ND's os_max_shard: DP ranks the shards span (None: dp)
     reshard_params: bool | None = None  # FSDP reshard after forward (None: True at ZeRO-3)
     overlapped_grad_reduce: bool = True
+    #: ZeRO-1/2: the next step's parameter all-gather runs under its first forward, bucket by bucket
+    #: (Megatron's --overlap-param-gather, off by default there); seconds mode only.
+    overlapped_param_gather: bool = False
     deferred_grad_accumulation: bool = False  # reduce gradients once, after the last micro-batch
     shard_spans_cp: bool = True  # ZeRO shards span dp*cp (Megatron's DP x CP optimizer group)
     # -- byte widths (per element)

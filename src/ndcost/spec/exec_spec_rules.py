@@ -65,6 +65,7 @@ BOOL_FIELDS: tuple[str, ...] = (
     "selective_comm_recompute",
     "recompute_slice_activation",
     "overlapped_grad_reduce",
+    "overlapped_param_gather",
     "deferred_grad_accumulation",
     "shard_spans_cp",
     "flash_attention",

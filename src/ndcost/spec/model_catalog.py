@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import SpecError
 from .model import Model, register_catalog_loader
 
-__all__ = ["models", "load_model", "catalog_entry"]
+__all__ = ["models", "load_model", "catalog_entry", "catalog_name", "model_aliases"]
 
 _OWNER = "the model catalog"
 
@@ -48,6 +48,54 @@ def _read_entry(name: str) -> dict[str, Any]:
     return json.loads(text)
 
 
+#: Spellings of a catalog model that its own file does not carry: the Hugging Face repositories' earlier
+#: names (each catalog file's config_source cites the config as "meta-llama/Meta-Llama-3.1-70B"), and
+#: repositories that publish the same config.json (architecture) under another name.
+EXTRA_ALIASES = {
+    "meta-llama/Meta-Llama-3.1-8B": "llama3-8b",
+    "meta-llama/Meta-Llama-3.1-70B": "llama3-70b",
+    "meta-llama/Meta-Llama-3.1-405B": "llama3.1-405b",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama3-8b",
+    "meta-llama/Llama-3.1-70B-Instruct": "llama3-70b",
+    "meta-llama/Llama-3.1-405B-Instruct": "llama3.1-405b",
+    "deepseek-ai/DeepSeek-V3-Base": "deepseek-v3",
+}
+
+
+def _key(text: str) -> str:
+    """A spelling without case, organisation and separators: "Qwen/Qwen3-235B-A22B" -> "qwen3235ba22b"."""
+    return "".join(ch for ch in text.lower().rsplit("/", 1)[-1] if ch.isalnum())
+
+
+@lru_cache(maxsize=1)
+def model_aliases() -> dict[str, str]:
+    """Every spelling that names a catalog model -> its name: the name, the model's published name and its
+    Hugging Face repository (``source.name``, ``source.hf_repo`` of its file), :data:`EXTRA_ALIASES`, each
+    also without case and separators (``llama3.1-70b``, ``Llama-3.1-70B``, ``llama_3_1_70b``). A spelling
+    two models share is left out (ambiguous)."""
+    spellings: dict[str, set[str]] = {}
+    for name in _names():
+        source = _read_entry(name).get("source") or {}
+        for text in (name, source.get("name"), source.get("hf_repo")):
+            if isinstance(text, str) and text:
+                spellings.setdefault(text.lower(), set()).add(name)
+                spellings.setdefault(_key(text), set()).add(name)
+    for text, name in EXTRA_ALIASES.items():
+        spellings.setdefault(text.lower(), set()).add(name)
+        spellings.setdefault(_key(text), set()).add(name)
+    return {text: next(iter(names)) for text, names in spellings.items() if len(names) == 1}
+
+
+def catalog_name(text: Any) -> str | None:
+    """The catalog model *text* names (a name or an alias: :func:`model_aliases`), or None."""
+    if not isinstance(text, str):
+        return None
+    if text in _names():
+        return text
+    aliases = model_aliases()
+    return aliases.get(text.strip().lower()) or aliases.get(_key(text))
+
+
 def catalog_entry(name: str) -> dict[str, Any]:
     """The catalog file of ``name`` as a dict (a copy: ``source``, ``config``, ``published``)."""
     if not isinstance(name, str):
@@ -56,10 +104,10 @@ def catalog_entry(name: str) -> dict[str, Any]:
 
 
 def load_model(name: str) -> Model:
-    """The catalog model ``name`` (models are frozen, so one instance is shared)."""
+    """The catalog model ``name`` or an alias of it (models are frozen, so one instance is shared)."""
     if not isinstance(name, str):
         raise SpecError("name", _OWNER, f"be one of {', '.join(map(repr, _names()))}", name)
-    return _load(name)
+    return _load(catalog_name(name) or name)
 
 
 @lru_cache(maxsize=None)

@@ -113,17 +113,3 @@ def as_rates(value: Any, *, device: Any = None, owner: str = "rates") -> Rates |
     if isinstance(value, (str, os.PathLike)):
         return load_rates(value, device=device)
     raise SpecError("rates", owner, "be a Rates, a software preset name, a rates JSON path or None", value)
-
-
-def rates_argument(rates_file: Any, software: Any, owner: str = "ndcost") -> Any:
-    """What ``--rates FILE`` / ``--software NAME`` on the command line ask for: one of them or None."""
-    from .rates import SOFTWARE_PRESETS
-
-    if rates_file is not None and software is not None:
-        raise SpecError("--software", owner, "be given without --rates (a rates file states its software)", software)
-    if software is not None and software not in SOFTWARE_PRESETS:
-        from ..suggest import did_you_mean
-
-        rule = f"be one of {', '.join(SOFTWARE_PRESETS)}{did_you_mean(software, SOFTWARE_PRESETS)}"
-        raise SpecError("--software", owner, rule, software)
-    return software if software is not None else rates_file

@@ -25,6 +25,7 @@ __all__ = [
     "ALL_KEPT",
     "SELECTIVE_RULES",
     "RECOMPUTE_OPTIONS",
+    "MEGATRON_RECOMPUTE_MODULES",
     "canonical_switches",
     "mask_from_switches",
     "switches_from_mask",
@@ -47,6 +48,24 @@ ALL_KEPT: int = (1 << len(SWITCHES)) - 1
 SELECTIVE_RULES: tuple[str, ...] = ("megatron", "mindformers", "hyperparallel")
 #: What a layer (or a range of layers) does about its activations.
 RECOMPUTE_OPTIONS: tuple[str, ...] = ("none", "full", "selective")
+
+#: Megatron-Core ``recompute_modules`` -> the ND switches each one recomputes (0 = recompute).
+#: Megatron-LM megatron/core/transformer/transformer_config.py ``recompute_modules`` (core_v0.14+):
+#: "core_attn" the attention core (QK^T, softmax, dropout, the attention-over-values input: ND's
+#: attBMM, headCast, dropout, softmax, as the "megatron" selective rule), "layernorm" the input and
+#: pre-MLP norms (normOp), "moe_act" / "mlp_act" the expert / MLP activation function (ffAct),
+#: "mla_up_proj" the MLA up-projections (attUp). "mlp" and "moe" recompute the whole MLP or MoE
+#: block, which no switch states: they map to ffAct, the part of them a switch can recompute, and
+#: the row notes the shortfall.
+MEGATRON_RECOMPUTE_MODULES: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "core_attn": ("attBMM", "headCast", "dropout", "softmax"),
+    "layernorm": ("normOp",),
+    "moe_act": ("ffAct",),
+    "mlp_act": ("ffAct",),
+    "mla_up_proj": ("attUp",),
+    "mlp": ("ffAct",),
+    "moe": ("ffAct",),
+})
 
 _BIT = {name: 1 << index for index, name in enumerate(SWITCHES)}
 

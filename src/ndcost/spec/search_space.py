@@ -3,8 +3,11 @@
 ND's loop nest (ND_REFERENCE §4.1) and more: tp, pp, cp, then dp as what is
 left of the devices; ep, micro-batch size, vpp, zero stage, sequence
 parallelism, schedule and recompute mode. A dimension is fixed (an int or a
-string), given as a list, or searched over its default domain below. The
-space is the cartesian product; each candidate then either prices, is invalid
+string), given as a list, or searched over its default domain below. Any
+ExecSpec field a stack option sets (``ndcost.spec.stack_options``: TP comm
+overlap, precision, the MoE dispatcher, ...) is a dimension too when given,
+taking its values only on the rows where it means something (TP overlap at
+tp > 1) and its default on the others. The space is the cartesian product; each candidate then either prices, is invalid
 (a rule it breaks, counted by reason), or does not fit. Nothing is dropped
 silently: ``space_size`` counts every combination that fills the devices.
 """
@@ -21,7 +24,7 @@ from collections import Counter
 from ..errors import SpecError, check_bool, check_choice, check_positive_int
 from ..limits import MAX_BATCH, MAX_DEVICES, MAX_SEQ_LENGTH
 
-__all__ = ["SEARCH_DIMENSIONS", "SearchSpace", "build_space", "divisors"]
+__all__ = ["SEARCH_DIMENSIONS", "SearchSpace", "build_space", "divisors", "stack_dimensions"]
 
 #: The dimensions a search enumerates, in the order ties are broken (smaller first).
 SEARCH_DIMENSIONS = ("tp", "pp", "cp", "ep", "micro_batch_size", "vpp", "zero_stage", "sequence_parallel",
@@ -122,10 +125,14 @@ def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_b
     check_positive_int(global_batch_size, "global_batch_size", "search", maximum=MAX_BATCH)
     check_positive_int(seq_length, "seq_length", "search", maximum=MAX_SEQ_LENGTH)
     dims = dict(dims or {})
-    unknown = set(dims) - set(SEARCH_DIMENSIONS) - {"dp"}
+    from .stack_options import SEARCHABLE
+
+    unknown = set(dims) - set(SEARCH_DIMENSIONS) - {"dp"} - set(SEARCHABLE)
     if unknown:
-        raise SpecError(sorted(unknown)[0], "search", f"be one of {', '.join(SEARCH_DIMENSIONS + ('dp',))}",
-                        dims[sorted(unknown)[0]])
+        names = SEARCH_DIMENSIONS + ("dp",) + tuple(SEARCHABLE)
+        raise SpecError(sorted(unknown)[0], "search", f"be one of {', '.join(names)}", dims[sorted(unknown)[0]])
+    stack = {name: _stack_values(name, dims.pop(name)) for name in list(dims) if name in SEARCHABLE
+             and dims[name] is not None}
     layers = model.num_hidden_layers + model.num_nextn_predict_layers
     tp_limit = num_devices if allow_cross_node_tp else min(devices_per_node, num_devices)
     tps = _choices("tp", dims.get("tp"), [t for t in _powers_of_two(tp_limit) if num_devices % t == 0])
@@ -173,4 +180,67 @@ def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_b
     size = len(columns["tp"])
     columns["global_batch_size"] = np.full(size, global_batch_size, dtype=np.int64)
     columns["seq_length"] = np.full(size, seq_length, dtype=np.int64)
-    return SearchSpace(columns=columns, size=size, excluded=dict(excluded))
+    columns = _with_stack_dimensions(columns, stack, model)
+    return SearchSpace(columns=columns, size=len(columns["tp"]), excluded=dict(excluded))
+
+
+def stack_dimensions(columns: Mapping[str, np.ndarray]) -> tuple[str, ...]:
+    """The stack fields a space's columns hold (in the table's order): the dimensions beyond SEARCH_DIMENSIONS."""
+    from .stack_options import SEARCHABLE
+
+    return tuple(name for name in SEARCHABLE if name in columns and name not in SEARCH_DIMENSIONS)
+
+
+def _stack_values(name: str, given: Any) -> list:
+    """A stack dimension's values, each checked by ExecSpec's rule for the field."""
+    from .exec_spec import ExecSpec
+
+    values = list(given) if isinstance(given, (list, tuple)) else [given]
+    if not values:
+        raise SpecError(name, "search", "be a value, a non-empty list, or None (not searched)", given)
+    for value in values:
+        problems = ExecSpec.problems(micro_batch_num=1, **{name: value})   # the field's own rules, in a valid spec
+        if problems:
+            raise SpecError(name, "search", problems[0].rule, value)
+    return values
+
+
+def _with_stack_dimensions(columns: dict, stack: Mapping[str, list], model: Any) -> dict:
+    """*columns* times each stack dimension's values: every row once with the first value (the field's default
+    where the option means nothing for the row), and again with each further value where it means something."""
+    from .stack_options import SEARCHABLE, SPEC_DEFAULTS, option_applies
+
+    defaults = dict(SPEC_DEFAULTS)
+    for name in [name for name in SEARCHABLE if name in stack]:    # the table's order: grouped_gemm before capacity
+        values, option = stack[name], SEARCHABLE[name]
+        size = len(columns["tp"])
+        view = {**defaults, **columns}
+        applies = np.broadcast_to(np.asarray(option_applies(option, view, model), dtype=bool), (size,))
+        if size and not applies.any():
+            raise SpecError(name, "search", f"be given only where it applies ({option.needs}); no candidate has it",
+                            values if len(values) > 1 else values[0])
+        parts = []
+        for index, value in enumerate(values):
+            rows = np.arange(size) if index == 0 else np.flatnonzero(applies)
+            part = {key: col[rows] for key, col in columns.items()}
+            column = np.empty(len(rows), dtype=object)
+            column[:] = [value] * len(rows)
+            if index == 0:
+                column[~applies] = defaults[name]
+            part[name] = column
+            parts.append(part)
+        columns = {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
+        columns[name] = _typed(columns[name])
+    return columns
+
+
+def _typed(column: np.ndarray) -> np.ndarray:
+    """An object column of bools or numbers as its numpy dtype (strings stay objects, as the space's others)."""
+    first = column[0] if len(column) else None
+    if isinstance(first, bool):
+        return column.astype(bool)
+    if isinstance(first, int):
+        return column.astype(np.int64)
+    if isinstance(first, float):
+        return column.astype(np.float64)
+    return column

@@ -254,7 +254,8 @@ def seconds_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, An
         where(schedule_1f1b & (c["vpp"] > 1), INTERLEAVED_SCHEDULE, ops.schedule_code(c)),
         # Overlap.shares: a share left None takes the spec's switch
         where(c["overlapped_grad_reduce"], 1.0, 0.0) if overlap.dp_reduce is None else overlap.dp_reduce,
-        overlap.dp_gather, overlap.fsdp_prefetch,
+        where(c["overlapped_param_gather"], 1.0, 0.0) if overlap.dp_gather is None else overlap.dp_gather,
+        overlap.fsdp_prefetch,
         where(c["tp_overlap"], 1.0, 0.0) if overlap.tp is None else overlap.tp,
         overlap.cp,
         where(ops.is_choice(c, "pp_schedule", "zero_bubble_v"), 1.0, 0.0) if overlap.ep is None else overlap.ep,

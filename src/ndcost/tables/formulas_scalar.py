@@ -225,7 +225,7 @@ def seconds_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[
         d['tie_embeddings'],
         INTERLEAVED_SCHEDULE if schedule_1f1b and c['vpp'] > 1 else _SCHEDULE[c['pp_schedule']],
         (1.0 if c['overlapped_grad_reduce'] else 0.0) if overlap.dp_reduce is None else overlap.dp_reduce,
-        overlap.dp_gather,
+        (1.0 if c['overlapped_param_gather'] else 0.0) if overlap.dp_gather is None else overlap.dp_gather,
         overlap.fsdp_prefetch,
         (1.0 if c['tp_overlap'] else 0.0) if overlap.tp is None else overlap.tp,
         overlap.cp,

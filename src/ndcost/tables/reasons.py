@@ -33,7 +33,8 @@ class Reason(NamedTuple):
 
 _DEGREES = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp")
 _FLAGS = ("sequence_parallel", "mtp_in_offset", "emb_out_in_offset", "selective_comm_recompute",
-          "recompute_slice_activation", "overlapped_grad_reduce", "deferred_grad_accumulation", "shard_spans_cp",
+          "recompute_slice_activation", "overlapped_grad_reduce", "overlapped_param_gather",
+          "deferred_grad_accumulation", "shard_spans_cp",
           "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap", "fp8_weight_cache", "tie_embeddings",
           "reshard_params")
 _BYTES = ("param_bytes", "compute_bytes", "softmax_bytes", "grad_bytes", "optimizer_state_bytes",

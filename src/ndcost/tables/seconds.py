@@ -55,7 +55,8 @@ class Overlap:
             the first layer's bucket never hidden (Megatron's ``overlap_grad_reduce``). None: 1
             when ``spec.overlapped_grad_reduce``, else 0.
         dp_gather: ZeRO-1/2 parameter all-gather under the next step's first forward (Megatron's
-            ``overlap_param_gather``, off by default there): 0.
+            ``overlap_param_gather``, off by default there). None: 1 when
+            ``spec.overlapped_param_gather``, else 0.
         fsdp_prefetch: ZeRO-3/FSDP gathers and reduce-scatters under the layers' compute (FSDP's
             forward/backward prefetch, on by default): 1.
         tp: TP all-reduce / all-gather / reduce-scatter under the layer's GEMMs (TE's userbuffer
@@ -69,7 +70,7 @@ class Overlap:
     """
 
     dp_reduce: float | None = None
-    dp_gather: float = 0.0
+    dp_gather: float | None = None
     fsdp_prefetch: float = 1.0
     tp: float | None = None
     cp: float = 1.0
@@ -78,7 +79,7 @@ class Overlap:
     def __post_init__(self) -> None:
         for name in ("dp_reduce", "dp_gather", "fsdp_prefetch", "tp", "cp", "ep"):
             value = getattr(self, name)
-            if value is None and name in ("dp_reduce", "tp", "ep"):
+            if value is None and name in ("dp_reduce", "dp_gather", "tp", "ep"):
                 continue
             if isinstance(value, bool):
                 value = float(value)
@@ -90,8 +91,9 @@ class Overlap:
         """(dp_reduce, dp_gather, fsdp_prefetch, tp, cp, ep) with the spec's defaults applied."""
         dp_reduce = (1.0 if spec.overlapped_grad_reduce else 0.0) if self.dp_reduce is None else self.dp_reduce
         tp = (1.0 if spec.tp_overlap else 0.0) if self.tp is None else self.tp
+        gather = (1.0 if spec.overlapped_param_gather else 0.0) if self.dp_gather is None else self.dp_gather
         ep = (1.0 if spec.schedule == "zero_bubble_v" else 0.0) if self.ep is None else self.ep
-        return dp_reduce, self.dp_gather, self.fsdp_prefetch, tp, self.cp, ep
+        return dp_reduce, gather, self.fsdp_prefetch, tp, self.cp, ep
 
 
 _DEFAULT_OVERLAP = Overlap()

@@ -1,0 +1,120 @@
+"""The rules that turn a run's stated stack facts into ndcost's fields, beyond the H100 file's.
+
+``run_facts.modern_run`` reads the facts files of the shipped runs. The MoE runs
+(``data/validation/moe_run_facts.yaml``) state more of their stack than the H100 ones: the catalog
+device and the job's NVLink segment, Megatron-Core's ``recompute_modules``, the MoE dispatcher
+backend, the pipeline schedule, the fp8 recipe by name. Each rule here maps one such fact; a fact
+naming a choice ndcost does not price yet is priced as the nearest choice it has, and the row's
+notes say so (never silently). A fact the H100 file does not state leaves its rows as they were.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..errors import SpecError
+from ..spec.device import Cluster
+from ..spec.recompute_spec import MEGATRON_RECOMPUTE_MODULES, SWITCHES
+
+__all__ = ["RECOMPUTE_MODULE_SWITCHES", "catalog_cluster", "recompute_module_switches", "stack_choice",
+           "dispatcher_choice", "stated_stack_fields"]
+
+#: Megatron-Core ``recompute_modules`` -> the ND switches each one recomputes (ndcost.spec.recompute_spec).
+RECOMPUTE_MODULE_SWITCHES = MEGATRON_RECOMPUTE_MODULES
+_WHOLE_BLOCKS = ("mlp", "moe")
+
+
+def recompute_module_switches(modules: Sequence[str], run_id: str) -> tuple[dict[str, int], list[str]]:
+    """The selective switches of Megatron-Core's ``recompute_modules`` list, with the notes it needs.
+
+    Raises:
+        SpecError: A module that Megatron-Core does not name (a typo in the facts file).
+    """
+    if isinstance(modules, str) or not isinstance(modules, Sequence) or not modules:
+        raise SpecError("recompute_modules", run_id, "be a non-empty list of Megatron-Core module names", modules)
+    switches = {name: 1 for name in SWITCHES}
+    notes = [f"recompute modules {', '.join(modules)}"]
+    for module in modules:
+        if module not in RECOMPUTE_MODULE_SWITCHES:
+            rule = f"name Megatron-Core recompute modules ({', '.join(RECOMPUTE_MODULE_SWITCHES)})"
+            raise SpecError("recompute_modules", run_id, rule, module)
+        for switch in RECOMPUTE_MODULE_SWITCHES[module]:
+            switches[switch] = 0
+        if module in _WHOLE_BLOCKS:
+            notes.append(f"'{module}' recomputes the whole block: priced as its activation (ffAct) only")
+    return switches, notes
+
+
+def stack_choice(field: str, stated: str, choices: Iterable[str], nearest: str, why: str) -> tuple[str, str | None]:
+    """*stated* when ndcost prices it (in *choices*), else *nearest* with a note naming both and *why*."""
+    if stated in tuple(choices):
+        return stated, None
+    return nearest, f"{field} '{stated}' is not one ndcost prices yet: priced as '{nearest}' ({why})"
+
+
+def dispatcher_choice(text: str, choices: Iterable[str]) -> tuple[str, str | None]:
+    """The MoE dispatcher a ``moe_token_dispatcher`` fact names: HybridEP, DeepEP or NCCL all-to-all.
+
+    HybridEP is NVIDIA's backend of Megatron-Core's flex dispatcher from DeepEP's ``hybrid-ep`` branch
+    (NVIDIA/Megatron-LM megatron/core/transformer/moe/README.md: "FlexDispatcher with HybridEP backend
+    ... TMA and IBGDA, fewer SMs, native MNNVL support"): where ndcost has no HybridEP, DeepEP is the
+    nearest.
+    """
+    text = text.lower()
+    if "hybridep" in text:
+        return stack_choice("moe_dispatcher", "hybridep", choices, "deepep", "DeepEP's hybrid-ep branch")
+    return ("deepep" if "deepep" in text else "alltoall"), None
+
+
+def catalog_cluster(hardware: Mapping[str, Any], gpus: int, segment: int | None, run_id: str) -> tuple[Cluster, str]:
+    """The Cluster of a hardware block that names its catalog device (``device:``), with the job's
+    NVLink segment (GPUs per scale-up domain, e.g. a GB200 NVL72 job in 64-GPU segments) when stated.
+
+    Raises:
+        SpecError: An unknown device, or a GPU count that is not whole segments (nodes).
+    """
+    device = hardware.get("device")
+    if not isinstance(device, str) or not device:
+        raise SpecError("hardware.device", run_id, "name a catalog device (ndcost devices)", device)
+    overrides = {} if segment is None else {"devices_per_node": segment}
+    cluster = Cluster(device, gpus, **overrides)
+    note = f"{device}" + ("" if segment is None else f", NVLink segment {segment} GPUs")
+    return cluster, note
+
+
+def stated_stack_fields(facts: Any, strategy: Mapping[str, Any], recompute: str, vpp: int,
+                        run_id: str) -> tuple[dict[str, Any], list[str]]:
+    """The ExecSpec fields a row's stack facts state (schedule, dispatcher, recompute modules, expert
+    TP), with the notes of each choice ndcost prices differently; *facts* is a ``RunFacts``.
+
+    A row whose facts leave ``pp_schedule``, ``recompute_modules`` and the strategy's ``etp`` out gets
+    the schedule its vpp implies and the dispatcher its text names, as the H100 file's rows always did.
+    """
+    from ..spec.exec_spec_rules import MOE_DISPATCHERS, PP_SCHEDULES
+
+    notes: list[str] = []
+    schedule = "interleaved" if vpp > 1 else "1f1b"
+    stated = facts.text("pp_schedule")
+    if stated:
+        # DualPipe (DeepSeek-V3 report §3.2.1) runs 1F1B-like steady phases in both directions
+        schedule, note = stack_choice("pp_schedule", stated.split()[0], PP_SCHEDULES, schedule,
+                                      "its steady phase overlaps a forward and a backward chunk; the EP overlap "
+                                      "fact states the all-to-all it hides")
+        notes += [note] if note else []
+    dispatcher, note = dispatcher_choice(facts.text("moe_token_dispatcher"), MOE_DISPATCHERS)
+    notes += [note] if note else []
+    fields: dict[str, Any] = {"pp_schedule": schedule, "moe_dispatcher": dispatcher}
+    modules = facts.value("recompute_modules")
+    if recompute == "selective" and modules is not None:
+        fields["selective_switches"], module_notes = recompute_module_switches(modules, run_id)
+        notes += module_notes
+    etp = strategy.get("etp")
+    if isinstance(etp, Mapping):
+        etp = etp.get("value")
+    if isinstance(etp, int) and not isinstance(etp, bool):
+        fields["etp"] = etp
+    reshard = facts.value("reshard_after_forward")
+    if isinstance(reshard, bool):  # FSDP2's reshard_after_forward: a re-gather in the backward, or none
+        fields["reshard_params"] = reshard
+    if facts.flag("cuda_graphs"):
+        notes.append(f"CUDA graphs stated, not priced ({facts.text('cuda_graphs')})")
+    return fields, notes
