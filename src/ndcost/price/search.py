@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import sys
-import threading
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
@@ -29,7 +28,7 @@ from .result import Estimate
 from ..spec.search_space import SEARCH_DIMENSIONS, build_space, stack_dimensions
 from ..spec.software_fields import software_columns, software_fields
 from ..tables.layout_nd import nd_search_offset
-from .threads import resolve_threads, run_chunks
+from .threads import resolve_threads
 
 #: The smallest memory limit a search takes: below 1 GiB no device holds a CUDA context and a model.
 MIN_MEMORY_LIMIT = 2**30
@@ -38,13 +37,9 @@ OVER_LIMIT = "does not fit in memory"
 
 __all__ = ["SearchResult", "Ranked", "search", "pareto_front"]
 
-#: Candidates per batch of the space (a Candidates and an estimate_many each) at most: large enough to
-#: amortise the calls, small enough to show progress.
+#: Candidates per batch of the space (a Candidates and an estimate_many each): large enough to amortise
+#: the calls, small enough to show progress.
 BATCH = 65536
-#: Rows per batch at least when batches run in parallel (each one thread's work).
-MIN_BATCH = 8192
-#: Rows per thread at least when ``threads=None`` runs batches in parallel (two batches' worth).
-BATCH_ROWS_PER_THREAD = 2 * MIN_BATCH
 
 
 @dataclass(frozen=True)
@@ -174,11 +169,10 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
             between stages while the step gets faster (``ndcost.price.pipeline_balance``).
         progress: Called with (priced, total) after each batch.
         rates: Seconds mode's rates, as :func:`ndcost.estimate`'s (a rates JSON is read once).
-        threads: Threads the space is priced on: None (default) as many as its size pays for, up to the
-            cores the process may use (``NDCOST_THREADS`` caps it; :func:`search_plan`), 1 the calling
-            thread only. A space of many batches prices each batch -- its Candidates and its prices --
-            on one thread, the batches in parallel; a smaller one each batch on every thread. The result
-            is the same whatever the count.
+        threads: Threads each batch of the space is priced on, as :func:`ndcost.estimate_many`'s: None
+            (default) as many as its size pays for, up to the cores the process may use
+            (``NDCOST_THREADS`` caps it), 1 the calling thread only; the result is the same whatever
+            the count.
         software: A training stack (``Rates.for_software``'s names): every candidate takes the
             fields it fixes for its strategy (``ndcost.spec.software_fields``; a search dimension it
             fixes, such as torchtitan's ZeRO-3, is fixed unless given), and *rates* defaults to it.
@@ -233,27 +227,18 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     step = np.full(n, np.nan)
     memory = np.full(n, np.nan)
     reason = np.zeros(n, dtype=np.int64)
-    workers, batch = search_plan(n, threads)
-    done = [0]
-    reporting = threading.Lock()
-
-    def price(start: int) -> None:
-        """One batch of the space: its Candidates (ExecSpec's rules over its columns) and its prices."""
-        stop = min(n, start + batch)
+    for start in range(0, n, BATCH):
+        # One batch at a time: its Candidates (ExecSpec's rules over its columns, under the GIL) then its
+        # prices, on every thread estimate_many's *threads* gives it (docs/PERFORMANCE.md: the search).
+        stop = min(n, start + BATCH)
         chunk = {name: col[start:stop] for name, col in space.columns.items()}
-        priced = estimate_many(model, Candidates.from_arrays(**chunk), cluster, units=units, ratios=ratios,
-                               rates=rates, threads=threads if workers == 1 else 1)
-        step[start:stop] = priced.step_time
-        memory[start:stop] = priced.device_memory   # what the device holds (seconds: + slack, fixed)
-        reason[start:stop] = priced.reason
+        batch = estimate_many(model, Candidates.from_arrays(**chunk), cluster, units=units, ratios=ratios, rates=rates,
+                              threads=threads)
+        step[start:stop] = batch.step_time
+        memory[start:stop] = batch.device_memory   # what the device holds (seconds: + slack, fixed)
+        reason[start:stop] = batch.reason
         if progress is not None:
-            with reporting:
-                done[0] += stop - start
-                progress(done[0], n)
-
-    # A space of many batches: each batch priced start to end by one thread (its Candidates' numpy rules
-    # too, whose loops release the GIL); a few batches: one after the other, each on every thread.
-    run_chunks(price, n, batch, workers)
+            progress(stop, n)
 
     valid = reason == 0
     priced = valid & np.isfinite(step) & np.isfinite(memory)
@@ -310,18 +295,6 @@ def _rank_codes(column: np.ndarray) -> np.ndarray:
         distinct = sorted(set(values))
     rank = {value: i for i, value in enumerate(distinct)}
     return np.fromiter(map(rank.__getitem__, values), dtype=np.int64, count=len(values))
-
-
-def search_plan(n: int, threads: Any) -> tuple[int, int]:
-    """(threads the batches run on, rows per batch) for a space of *n* rows: one batch after the other when
-    the space is a few batches (each priced on every thread estimate_many's *threads* picks), else
-    :data:`BATCH`-row batches or smaller, about four a thread, each priced by one thread."""
-    cap = resolve_threads(threads, "search")
-    if threads is None:
-        cap = min(cap, max(1, n // BATCH_ROWS_PER_THREAD))
-    batch = min(BATCH, max(MIN_BATCH, -(-n // (cap * 4))))
-    workers = min(cap, -(-n // batch))
-    return (workers, batch) if workers > 1 else (1, BATCH)
 
 
 def _rank_key(ranked: Ranked) -> tuple:
