@@ -35,6 +35,7 @@ def legal_tp(model: Model, limit: int = 8) -> list[int]:
 def random_rows(model: Model, n: int, seed: int = 0) -> list[dict[str, Any]]:
     """*n* valid strategy dicts (ExecSpec fields) for *model*, every candidate on its own devices."""
     rng = np.random.default_rng(seed)
+    comm = np.random.default_rng(seed + 7919)   # DeepSeek's schedules and the all-to-all: a stream of their own
     layers = model.num_layers_with_mtp
     tps = legal_tp(model)
     rows = []
@@ -100,8 +101,29 @@ def random_rows(model: Model, n: int, seed: int = 0) -> list[dict[str, Any]]:
                    dropout_bytes=int(rng.choice((0, 1))), main_param_bytes=int(rng.choice((0, 4))))
         if row["sequence_parallel"] and seq % (tp * cp):
             row["sequence_parallel"] = False
+        _moe_comm(row, model, comm, layers)
         rows.append(row)
     return rows
+
+
+def _moe_comm(row: dict[str, Any], model: Model, rng: Any, layers: int) -> None:
+    """Now and then: a DualPipe schedule (even pp, 2·pp micro-batches a step or more), and on a MoE model
+    DeepEP, node-limited routing, the all-to-all's overlap mode and its dispatcher's SMs."""
+    pp = row["pp"]
+    if pp > 1 and pp % 2 == 0 and row["pp_schedule"] != "seq1f1b" and rng.random() < 0.25:
+        name = str(rng.choice(("dualpipe", "dualpipev"))) if 2 * pp <= layers else "dualpipe"
+        row.update(pp_schedule=name, vpp=2 if name == "dualpipev" else 1, seq_split=1,
+                   global_batch_size=row["micro_batch_size"] * row["dp"] * 2 * pp * int(rng.choice((1, 2))))
+    if not model.is_moe or row["ep"] == 1:
+        return
+    if row["ep"] in (2, 4, 8, 16, 32, 64, 128) and rng.random() < 0.5:
+        row.update(moe_dispatcher="deepep", moe_dispatcher_sms=int(rng.choice((20, 24))),
+                   moe_node_limit=int(rng.choice((0, 1, 2, 4))))
+    if row["pp_schedule"] in ("dualpipe", "dualpipev", "zero_bubble_v") and rng.random() < 0.6:
+        row["ep_overlap"] = "dualpipe"
+    elif (row["pp_schedule"] in ("1f1b", "interleaved") and (pp == 1 or row["vpp"] > 1)
+          and row["recompute"] != "full" and model.num_nextn_predict_layers <= 1 and rng.random() < 0.5):
+        row["ep_overlap"] = "1f1b"
 
 
 def columns_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -147,4 +169,13 @@ def planted_rows(model: Model) -> list[dict[str, Any]]:
         rows.append(dict(base, tp=1, sequence_parallel=False, dp=e, ep=e, global_batch_size=e * pp))  # ep = experts
         rows.append(dict(base, tp=1, sequence_parallel=False, dp=e, ep=e, global_batch_size=e * pp,
                          moe_dispatch=0.0, grouped_gemm=False, capacity_factor=1.5))      # no dispatch priced
+        moe = dict(base, tp=1, sequence_parallel=False, dp=8, ep=8, moe_dispatcher="deepep")
+        if pp > 1:
+            rows.append(dict(moe, global_batch_size=8 * 2 * pp, pp_schedule="dualpipe", ep_overlap="dualpipe",
+                             moe_node_limit=2))                                          # DualPipe, DeepEP
+            rows.append(dict(moe, vpp=2, global_batch_size=8 * 2 * pp, pp_schedule="dualpipev",
+                             ep_overlap="dualpipe", precision="fp8", moe_dispatch_fp8=True))  # DualPipeV, fp8 dispatch
+        rows.append(dict(moe, vpp=2 if pp > 1 else 1, global_batch_size=8 * 2 * pp, ep_overlap="1f1b"))  # Megatron's
+    elif pp > 1:
+        rows.append(dict(base, global_batch_size=2 * 2 * pp, pp_schedule="dualpipe"))   # DualPipe, dense
     return rows

@@ -394,6 +394,8 @@ def test_middle_stages_hold_the_static_bytes_of_their_layers():
         checked = 0
         for i in np.flatnonzero(result.valid):
             spec = cands[int(i)]
+            if spec.schedule == "dualpipe":
+                continue            # a device holds two stages (tests/test_ep_overlap_schedules.py)
             layout = build_layout(model, spec, nd=True)     # ND units: ND's placement
             per_kind = [static_layer_bytes(model, spec, k) for k in range(len(model.kinds))]
             for stage in range(spec.pp):

@@ -24,7 +24,7 @@ from ndcost.tables.formulas import (
 from ndcost.tables.memory_overheads import FIXED_BYTES, fixed_bytes
 from ndcost.tables.nd_tables import MOE_DISPATCH, cluster_constants
 from ndcost.tables.reasons import REASON_CODES
-from ndcost.tables.seconds import _DEFAULT_OVERLAP, Overlap
+from ndcost.tables.seconds import _DEFAULT_OVERLAP, FP8_DISPATCH_BYTES, Overlap
 
 #: One model per branch of the joint rules: dense GQA, MoE, MLA, linear attention, Mamba, a vision tower.
 MODELS = ("llama3-70b", "mixtral-8x7b", "deepseek-v3", "qwen3-next-80b-a3b", "nemotron-h-56b", "qwen2.5-vl-7b")
@@ -75,7 +75,7 @@ def _numpy(model, cands, cc, layout_bad):
         joint = joint_reason(ARRAY, c, mc, cc, np.append(layout_bad, False)[cands.layout_index], True, REASON_CODES)
         d = derived_columns(ARRAY, c, mc)
         vectors = {"nd": nd_candidate_columns(ARRAY, c, d, cc, MOE_DISPATCH),
-                   "seconds": seconds_candidate_columns(ARRAY, c, d, _DEFAULT_OVERLAP),
+                   "seconds": seconds_candidate_columns(ARRAY, c, d, _DEFAULT_OVERLAP, FP8_DISPATCH_BYTES),
                    "memory": memory_candidate_columns(ARRAY, c, d),
                    "fixed": fixed_bytes_columns(ARRAY, c, **FIXED_BYTES)}
     matrices = {name: np.array([np.broadcast_to(np.asarray(v, dtype=np.float64), (n,)) for v in values])
@@ -88,7 +88,7 @@ def _run(kernels, model, cands, cc, layout_bad, layout_row, start, stop, candida
     storage = {name: cands.storage(name) for name in cands.fields}
     rows = FormulaRows(storage, REASON_CODES, mc=model_constants(model), cc=cc,
                        overlap=_DEFAULT_OVERLAP if overlap is None else overlap, allow_cross_node_tp=True,
-                       moe_dispatch_default=MOE_DISPATCH, **FIXED_BYTES)
+                       moe_dispatch_default=MOE_DISPATCH, fp8_dispatch_bytes=FP8_DISPATCH_BYTES, **FIXED_BYTES)
     n = stop - start
     outs = {name: (np.empty((n, count)).T if candidate_major else np.empty((count, n))) if name in asked
             else np.empty((0, 0)) for name, count in rows.outputs.items()}
@@ -165,7 +165,7 @@ def test_a_stated_overlap_reaches_the_seconds_vector(kernels):
     c = {name: cands.storage(name) for name in cands.fields}
     with np.errstate(all="ignore"):
         d = derived_columns(ARRAY, c, model_constants(model))
-        expected = seconds_candidate_columns(ARRAY, c, d, overlap)
+        expected = seconds_candidate_columns(ARRAY, c, d, overlap, FP8_DISPATCH_BYTES)
     ok = reason == 0
     assert ok.sum() > 20
     for j, value in enumerate(expected):
@@ -190,7 +190,8 @@ def test_bad_arguments_are_value_errors_before_any_row(kernels):
     storage = {name: cands.storage(name) for name in cands.fields}
     cc = cluster_constants(Cluster("h100-sxm", num_devices=8))
     rows = FormulaRows(storage, REASON_CODES, mc=model_constants(model), cc=cc, overlap=_DEFAULT_OVERLAP,
-                       allow_cross_node_tp=True, moe_dispatch_default=MOE_DISPATCH, **FIXED_BYTES)
+                       allow_cross_node_tp=True, moe_dispatch_default=MOE_DISPATCH,
+                       fp8_dispatch_bytes=FP8_DISPATCH_BYTES, **FIXED_BYTES)
     n, layouts = len(cands), len(cands.layouts)
 
     def call(**change):
@@ -226,7 +227,8 @@ def test_every_constant_slot_is_read_off_the_objects_the_formulas_name():
     mc = model_constants(model)
     cc = cluster_constants(Cluster("h100-sxm", num_devices=8))
     objects = {"mc": mc, "cc": cc, "overlap": _DEFAULT_OVERLAP}
-    parameters = {"allow_cross_node_tp": False, "moe_dispatch_default": MOE_DISPATCH, **FIXED_BYTES}
+    parameters = {"allow_cross_node_tp": False, "moe_dispatch_default": MOE_DISPATCH,
+                  "fp8_dispatch_bytes": FP8_DISPATCH_BYTES, **FIXED_BYTES}
     rows = FormulaRows({f: np.zeros(1) for f in FORMULA_ROW_FIELDS}, REASON_CODES, **objects, **parameters)
     scalars = [slot for slot in FORMULA_ROW_CONSTANTS if not slot[2].startswith("t")]
     for j, (owner, attribute, kind) in enumerate(scalars):

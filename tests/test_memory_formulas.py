@@ -328,7 +328,8 @@ def inflight(kernels, schedule, p, m, vp, seq_split=1):
 
 
 def test_schedule_codes():
-    assert dict(SCHEDULE_CODES) == {"1f1b": 0, "interleaved": 0, "gpipe": 1, "zero_bubble_v": 2, "seq1f1b": 3}
+    assert dict(SCHEDULE_CODES) == {"1f1b": 0, "interleaved": 0, "gpipe": 1, "zero_bubble_v": 2, "seq1f1b": 3,
+                                    "dualpipev": 4, "dualpipe": 5}
 
 
 def test_inflight_1f1b(kernels):

@@ -172,7 +172,9 @@ def test_deepep_buffers_by_hand(backend_name):
             moe_dispatcher=np.array(["deepep", "alltoall", "deepep"]), **dict(fields, ep=np.array([64, 64, 12]))),
             cluster)
     assert deepep.memory.fixed_bytes - nccl.memory.fixed_bytes == 713_725_184
-    assert deepep.step_time == nccl.step_time               # priced as the all-to-all in time
+    # in time DeepEP sends a token once per node and once per rank, NCCL once per expert
+    # (tests/test_seconds_expert_exchange.py)
+    assert deepep.step_time < nccl.step_time
     assert list(batch.reason_names()) == ["ok", "ok", "bad_moe_setting"]
     assert batch.device_memory[0] == pytest.approx(deepep.memory.device_peak, rel=1e-12)
     assert batch.device_memory[1] == pytest.approx(nccl.memory.device_peak, rel=1e-12)

@@ -225,12 +225,13 @@ def test_interleaving_and_sequence_chunks_shrink_the_bubble(kernels):
 
 
 def test_zero_bubble_v_uses_dualpipe_bubble(kernels):
-    # F = 1, B = 1.5 (input grads + recompute), W = 0.5 per device and micro-batch:
-    # bubble = (p - 1)·(F + 2B - 3W)/2 = 3 x 2.5 / 2
+    # F = 1, full backward B = 2 (input grads 1 + recompute 0.5 + weight grads 0.5), W = 0.5, F&B = 3
+    # per device and micro-batch: DualPipeV's (PP/2 - 1)(F&B + B - 3W) at PP = 2p chunks of half a
+    # stage = (p - 1)·(3 + 2 - 1.5)/2
     stage = _stages([dict(fw=1.0, bw=1.0, rc=0.5, bw_w=0.5)] * 4)
     step, parts, _ = _combine(kernels, stage, _cand(m=8, p=4, vp=2, schedule=SCHEDULES.index("zero_bubble_v")))
-    assert step == pytest.approx(8 * 3.0 + 3 * (1.0 + 3.0 - 1.5) / 2)
-    assert parts[PART["bubble"]] == pytest.approx(3 * 2.5 / 2)
+    assert step == pytest.approx(8 * 3.0 + 3 * (3.0 + 2.0 - 1.5) / 2)
+    assert parts[PART["bubble"]] == pytest.approx(3 * 3.5 / 2)
 
 
 def test_data_parallel_tail_starts_when_each_stage_ends_its_backward(kernels):
@@ -319,6 +320,7 @@ def _candidate_arrays():
             continue
         base.append(seconds_arrays(model, spec, cluster, overlap=Overlap(cp=float(rng.random()))))
     arrays = list(base)
+    moe_rng = np.random.default_rng(20260823)
     for i in range(260):
         a = dict(base[i % len(base)])
         cand = a["cand"].copy()
@@ -334,6 +336,17 @@ def _candidate_arrays():
         rate[RATE["z3_fetch_bw"]] = float(rng.choice([0.0, 24.3e9, 2e11]))
         for name in ("z3_rc_gather", "z3_grad_ar", "grad_acc_pass"):
             rate[RATE[name]] = float(rng.random() < 0.5)
+        # the expert all-to-all (a draw of its own, so that the cases above stay as they were): overlap
+        # mode, dispatcher, its SMs, node-limited routing, fp8 dispatch; DualPipe's schedule
+        cand[SECONDS_CAND["ep_mode"]] = float(moe_rng.integers(0, 3))
+        cand[SECONDS_CAND["ep_disp"]] = float(moe_rng.integers(0, 2))
+        cand[SECONDS_CAND["ep_sms"]] = float(moe_rng.choice([1.0, 20.0, 24.0, 132.0]))
+        cand[SECONDS_CAND["ep_nodes"]] = float(moe_rng.choice([0.0, 1.0, 2.0, 4.0]))
+        cand[SECONDS_CAND["disp_b"]] = float(moe_rng.choice([2.0, 1.0 + 4.0 / 128.0]))
+        if moe_rng.random() < 0.25:
+            cand[SECONDS_CAND["schedule"]] = float(SCHEDULES.index(str(moe_rng.choice(["dualpipe", "dualpipev"]))))
+        rate[RATE["dep_nvl_eff"]] = float(moe_rng.uniform(0.3, 1.0))
+        rate[RATE["dpn"]] = float(moe_rng.choice([2.0, 4.0, 8.0]))
         a["cand"], a["rate"] = cand, rate
         arrays.append(a)
     return arrays

@@ -84,9 +84,9 @@ SPEC_CASES = [
     ("micro batches zero", lambda: ExecSpec(micro_batch_num=0),
      "The 'micro_batch_num' parameter of ExecSpec must be an integer >= 1. Got 0 instead."),
     # --- pipeline
-    ("schedule", lambda: ExecSpec(pp_schedule="dualpipe", **M),
+    ("schedule", lambda: ExecSpec(pp_schedule="zero_bubble", **M),
      "The 'pp_schedule' parameter of ExecSpec must be one of '1f1b', 'interleaved', 'zero_bubble_v', "
-     "'gpipe', 'seq1f1b'. Got 'dualpipe' instead."),
+     "'gpipe', 'seq1f1b', 'dualpipe', 'dualpipev'. Got 'zero_bubble' instead."),
     ("vpp without pp", lambda: ExecSpec(vpp=2, **M),
      "The 'vpp' parameter of ExecSpec must be 1 when pp is 1 (vpp without pp). Got 2 instead."),
     ("interleaved vpp 1", lambda: ExecSpec(pp=4, pp_schedule="interleaved", **M),

@@ -115,8 +115,15 @@ def test_deepseek_step_is_derived_from_the_reports_gpu_hours(runs_doc, report):
     assert row["measured"]["iteration_s"]["value"] == pytest.approx(step, abs=1e-4)
     priced = next(r for r in report.rows if r.id == row["id"])
     assert priced.measured_s == pytest.approx(step, abs=1e-4)
-    assert any("dualpipe" in note for note in priced.notes)  # said, not silently dropped
     assert row["strategy"]["pp"] == 16 and row["strategy"]["ep"] == 64 and row["strategy"]["tp"] == 1
+    # priced with its stack as DeepSeek ran it (the report's §3.2-3.3, its facts): DualPipe and its F&B
+    # overlap, DeepEP on 20 SMs, node-limited routing to 4 nodes, fp8 dispatch
+    from ndcost.io.validation import BUILTIN_RUNS, build_row
+
+    spec = build_row(row, runs_doc.get("hardware", {}), BUILTIN_RUNS["moe"]).spec
+    assert (spec.pp_schedule, spec.ep_overlap, spec.moe_dispatcher, spec.moe_dispatcher_sms, spec.moe_node_limit,
+            spec.moe_dispatch_fp8, spec.precision) == ("dualpipe", "dualpipe", "deepep", 20, 4, True, "fp8")
+    assert not any("dualpipe" in note for note in priced.notes)     # priced as stated, no nearest choice
 
 
 def test_rows_are_read_with_their_stated_stack(report):
@@ -145,7 +152,7 @@ def test_the_facts_reach_the_specs():
         return build_row(rows[run_id], doc["hardware"], MOE_RUNS)
 
     qwen = built("mbridge_26.04_h100_qwen3_235b_a22b_fp8_256gpu")
-    assert qwen.overlap is not None and qwen.overlap.ep == 1.0
+    assert qwen.overlap is None and qwen.spec.ep_overlap == "1f1b"     # Megatron-Core's EP overlap, stated
     assert (qwen.spec.tp, qwen.spec.etp, qwen.spec.pp, qwen.spec.vpp, qwen.spec.ep) == (2, 1, 8, 4, 32)
     assert qwen.spec.sequence_parallel and qwen.spec.precision == "fp8"
     gb300 = built("mbridge_26.04_gb300_deepseekv3_mxfp8_256gpu")
@@ -155,7 +162,7 @@ def test_the_facts_reach_the_specs():
     assert not mixtral.spec.grouped_gemm  # token drop at capacity factor 1.0
     deepseek = built("deepseek_v3_pretrain_h800_2048gpu")
     assert deepseek.cluster.device.name == "h800" and deepseek.spec.dp == 128
-    assert deepseek.overlap.ep == 1.0 and deepseek.rates.fp8_recipe == "blockwise"
+    assert deepseek.spec.ep_overlap == "dualpipe" and deepseek.rates.fp8_recipe == "blockwise"
     gptoss = built("mbridge_26.04_gb300_gptoss120b_bf16_64gpu")
     assert gptoss.model.family == "gpt_oss" and gptoss.spec.precision == "bf16"
     automodel = built("automodel_h100_deepseekv3_bf16_256gpu")  # FSDP2 with EP, full AC, no MTP

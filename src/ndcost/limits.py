@@ -26,7 +26,7 @@ from __future__ import annotations
 __all__ = [
     "MAX_LAYERS", "MAX_WIDTH", "MAX_HEADS", "MAX_EXPERTS", "MAX_VOCAB", "MAX_SEQ_LENGTH", "MAX_BATCH",
     "MAX_DEVICES", "MAX_BYTE_WIDTH", "MAX_OPTIMIZER_STATES", "MAX_CAPACITY_FACTOR", "MIN_RATE", "MAX_RATE",
-    "MAX_HBM_BYTES", "MAX_LATENCY",
+    "MAX_HBM_BYTES", "MAX_LATENCY", "MAX_SMS",
 ]
 
 #: Transformer layers of a model (num_hidden_layers, MTP layers, first_k_dense_replace, a vision
@@ -83,6 +83,11 @@ MAX_OPTIMIZER_STATES = 64
 #: every expert already has room for every token, so no factor above MAX_EXPERTS changes
 #: anything; a larger one only inflates the numbers.
 MAX_CAPACITY_FACTOR = float(MAX_EXPERTS)
+
+#: Compute units (NVIDIA SMs) a communication kernel holds (ExecSpec.moe_dispatcher_sms). Real: 20
+#: (DeepEP in DeepSeek-V3's training, Megatron-Core's default), 132 (every SM of an H100). 2**16 is
+#: ~400x the largest GPU's.
+MAX_SMS = 2**16
 
 # -- a device's figures (Device, Cluster overrides)
 

@@ -322,7 +322,10 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
 
     c_stage_memory(scratch.static_, scratch.act, scratch.work, n_kinds, n_slots, pool + layout[LY_mcounts_at],
                    p, vp, scratch.inflight, scratch.stage_static, scratch.extra_act, scratch.comm, reserve,
-                   scratch.out, mc[MC_schedule] == <double>_MEM_SCHED_ZB_V)
+                   scratch.out, mc[MC_schedule] == <double>_MEM_SCHED_ZB_V
+                   or mc[MC_schedule] == <double>_MEM_SCHED_DUALPIPE_V)
+    if mc[MC_schedule] == <double>_MEM_SCHED_DUALPIPE:
+        c_mem_pair_dualpipe(scratch.out, p)
     peak = scratch.out[_MEM_COLUMNS - 1]
     for s in range(1, p):
         peak = c_batch_max_nan(peak, scratch.out[s * _MEM_COLUMNS + _MEM_COLUMNS - 1])

@@ -192,7 +192,12 @@ cdef enum:
     SC_ov_tp = 33
     SC_ov_cp = 34
     SC_ov_ep = 35
-    SC_COUNT = 36
+    SC_ep_mode = 36
+    SC_ep_disp = 37
+    SC_ep_sms = 38
+    SC_ep_nodes = 39
+    SC_disp_b = 40
+    SC_COUNT = 41
 
 cdef enum:
     R_peak_mm = 0
@@ -223,7 +228,9 @@ cdef enum:
     R_attn_copies = 25
     R_tp_ov_splits = 26
     R_tp_ov_sm = 27
-    R_COUNT = 28
+    R_dep_nvl_eff = 28
+    R_sms = 29
+    R_COUNT = 30
 
 cdef enum:
     SX_has_emb = 0
@@ -263,7 +270,10 @@ cdef enum:
     SL_ffn_mm_f = 28
     SL_att_mm_flops = 29
     SL_ffn_mm_flops = 30
-    SL_COUNT = 31
+    SL_att_f = 31
+    SL_att_b = 32
+    SL_ep_d = 33
+    SL_COUNT = 34
 
 cdef enum:
     SS_fw = 0

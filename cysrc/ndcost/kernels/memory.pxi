@@ -8,6 +8,8 @@ cdef enum:
     _MEM_SCHED_GPIPE = 1
     _MEM_SCHED_ZB_V = 2
     _MEM_SCHED_SEQ1F1B = 3
+    _MEM_SCHED_DUALPIPE_V = 4
+    _MEM_SCHED_DUALPIPE = 5
     _MEM_ATT_FULL = 0
     _MEM_ATT_MLA = 1
     _MEM_ATT_LINEAR = 2
@@ -80,6 +82,14 @@ cdef inline double c_inflight_micro_batches(long long schedule, long long p, lon
         count = c_mem_one_f_one_b(base, vp, stage, chunk)
         if chunk == 0:
             count += seq_split - 1  # §3.6 Seq1F1B: base − stage + n_s_split − 1
+    elif schedule == _MEM_SCHED_DUALPIPE_V:
+        if vp != 2:
+            return NAN
+        count = 2 * base - stage if chunk == 0 else stage + 1  # deepseek-ai/DualPipe dualpipev.py: PP + 1
+    elif schedule == _MEM_SCHED_DUALPIPE:
+        if vp != 1:
+            return NAN
+        count = base - stage  # dualpipe.py: the 1F1B counts of a rank's two stages (c_mem_pair_dualpipe)
     else:
         return NAN
     return <double>(count if count > 1 else 1)
@@ -372,6 +382,44 @@ cdef void c_stage_memory(const double* static_per_layer, const double* act_per_l
         out_row[5] = working
         out_row[6] = reserve
         out_row[7] = total
+
+
+cdef inline double c_mem_larger(double a, double b) noexcept nogil:
+    return a if a > b else b
+
+
+cdef void c_mem_pair_dualpipe(double* out, Py_ssize_t n_stages) noexcept nogil:
+    # DualPipe's devices: rows i and p-1-i both become stage i's plus stage p-1-i's (the oracle's
+    # pair_dualpipe_rows): params, grads, activations added, the optimizer halved and added, the larger
+    # comm buffers and working set, one reserve.
+    cdef Py_ssize_t stage, column
+    cdef double* mine
+    cdef double* mirror
+    cdef double values[_MEM_COLUMNS]
+    for stage in range(n_stages // 2):
+        mine = out + stage * _MEM_COLUMNS
+        mirror = out + (n_stages - 1 - stage) * _MEM_COLUMNS
+        values[0] = mine[0] + mirror[0]
+        values[1] = mine[1] + mirror[1]
+        values[2] = 0.5 * (mine[2] + mirror[2])
+        values[3] = mine[3] + mirror[3]
+        values[4] = c_mem_larger(mine[4], mirror[4])
+        values[5] = c_mem_larger(mine[5], mirror[5])
+        values[6] = mine[6]
+        values[7] = values[0] + values[1] + values[2] + values[3] + values[4] + values[5] + values[6]
+        for column in range(_MEM_COLUMNS):
+            mine[column] = values[column]
+            mirror[column] = values[column]
+
+
+def pair_dualpipe_rows(double[:, ::1] out) -> None:
+    """DualPipe's devices from the stages' memory rows, in place; see the oracle."""
+    if out.shape[1] != _MEM_COLUMNS:
+        raise ValueError("out must be (p, 8)")
+    if out.shape[0] == 0:
+        return
+    with nogil:
+        c_mem_pair_dualpipe(&out[0, 0], out.shape[0])
 
 
 def stage_memory(const double[:, ::1] static_per_layer,   # IN (K, 3)

@@ -14,6 +14,8 @@ cdef enum:
     SEC_ZERO_BUBBLE_V = 2
     SEC_GPIPE = 3
     SEC_SEQ1F1B = 4
+    SEC_DUALPIPE = 5
+    SEC_DUALPIPE_V = 6
     SEC_GATHER_BIT = 5
 
 cdef double SEC_CE_FORWARD_BYTES = 20.0
@@ -100,7 +102,9 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     if cand[SC_cp_ring] == 0.0:
         ov_cp = 0.0      # Ulysses' all-to-alls are on the critical path (see the oracle)
     cdef double h = model[M_h], v = model[M_v], tokens = b * s / cp
-    cdef double tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, rc, rc_tp, rc_cp, rc_ep, rc_flops, count
+    cdef double tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, rc, rc_tp, rc_cp, rc_flops, count
+    cdef double ep_mode = cand[SC_ep_mode], ep_sm = 0.0, paired_ep, q, rc_ep, copies
+    cdef bint full_rc
     cdef double census_att, census_ffn
     cdef double x_sp, db, full, moved, kernels, heads, norm, n_mtp, chunks, piece, step
     cdef double zero, bg, bp, edp, ov_dp, ov_fsdp, n_dp, hbm, dense, expert, layers, grads, params
@@ -118,6 +122,10 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     c_sec_fill(out, n_stages * SS_COUNT, 0.0)
     c_sec_fill(p_dense, n_stages, 0.0)
     c_sec_fill(p_expert, n_stages, 0.0)
+    # DeepEP's SMs, taken from compute while its kernels run beside it
+    if cand[SC_ep_disp] == SEC_DEEPEP and rate[R_sms] > 0.0:
+        ep_sm = cand[SC_ep_sms] / rate[R_sms]
+        ep_sm = ep_sm if ep_sm < 1.0 else 1.0
 
     # body layers
     for k in range(n_kinds):
@@ -133,20 +141,23 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
         tp_b = c_sec_exposed(layer[SL_tp_b], layer[SL_gemm_b], ov_tp)
         cp_f = c_sec_exposed(layer[SL_cp_f], layer[SL_core_f], ov_cp)
         cp_b = c_sec_exposed(layer[SL_cp_b], layer[SL_core_b], ov_cp)
-        ep_f = c_sec_exposed(layer[SL_ep_f], layer[SL_fw], ov_ep)
-        ep_b = c_sec_exposed(layer[SL_ep_b], layer[SL_bw] + layer[SL_bw_w], ov_ep)
+        ep_f = layer[SL_ep_f]
+        ep_b = layer[SL_ep_b]
+        if ep_mode == SEC_EP_NONE:
+            ep_f = c_sec_exposed(ep_f, layer[SL_fw], ov_ep)
+            ep_b = c_sec_exposed(ep_b, layer[SL_bw] + layer[SL_bw_w], ov_ep)
+        paired_ep = 0.0 if ep_mode == SEC_EP_NONE else c_sec_paired_layer(layer, ov_ep, ep_sm)
         for o in range(n_slots):
             option = slot_option[o]
             rc = 0.0
             rc_tp = 0.0
             rc_cp = 0.0
-            rc_ep = 0.0
             rc_flops = 0.0
-            if option == OPTION_FULL:
+            full_rc = option == OPTION_FULL
+            if full_rc:
                 rc = layer[SL_fw]
                 rc_tp = tp_f
                 rc_cp = cp_f
-                rc_ep = ep_f
                 rc_flops = layer[SL_flops_f] + layer[SL_flops_core_extra]
             elif option == OPTION_SELECTIVE:
                 mask = slot_mask[o]
@@ -178,7 +189,9 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                 row[SS_rc] += count * rc
                 row[SS_tp] += count * (tp_f + tp_b + rc_tp)
                 row[SS_cp] += count * (cp_f + cp_b + rc_cp)
-                row[SS_ep] += count * (ep_f + ep_b + rc_ep)
+                q = 0.0 if ep_mode == SEC_EP_NONE else c_sec_paired_share(cand, n_stages, st)
+                rc_ep = q * ep_sm * layer[SL_ep_f] + (1.0 - q) * ep_f if full_rc else 0.0
+                row[SS_ep] += count * (q * paired_ep + (1.0 - q) * (ep_f + ep_b) + rc_ep)
                 row[SS_layers] += count
                 row[SS_model_flops] += count * 3.0 * layer[SL_flops_f]
                 row[SS_hw_flops] += count * (3.0 * (layer[SL_flops_f] + layer[SL_flops_core_extra]) + rc_flops)
@@ -276,10 +289,11 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     z3_grad_ar = rate[R_z3_grad_ar] != 0.0
     n_dp = d * cp
     hbm = rate[R_hbm_eff] * rate[R_hbm_bw]
+    copies = 2.0 if cand[SC_schedule] == SEC_DUALPIPE else 1.0    # DualPipe's two copies of the parameters
     for st in range(n_stages):
         row = &out[st * SS_COUNT]
-        dense = p_dense[st]
-        expert = p_expert[st]
+        dense = copies * p_dense[st]
+        expert = copies * p_expert[st]
         layers = row[SS_layers]
         reduce_op = SEC_ALL_REDUCE if zero == 0.0 or (zero == 3.0 and z3_grad_ar) else SEC_GATHER_OR_SCATTER
         grads = (c_sec_collective(reduce_op, dense * bg, n_dp, t, rate)
@@ -319,6 +333,8 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                 row[SS_dp_gather] += params
         shards = cand[SC_zero_ranks] if zero >= 1.0 else 1.0
         local = dense / shards + expert / (edp if zero >= 1.0 else 1.0)
+        if zero >= 1.0:
+            local /= copies
         if local > 0.0:
             row[SS_opt] += cand[SC_bytes_opt] * local / hbm + rate[R_kernel_s]
 
@@ -330,21 +346,33 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
         out[out_stage * SS_COUNT + SS_dp_reduce] += shared_ar
 
 
+cdef inline double c_sec_at(const double* stage, Py_ssize_t n_stages, Py_ssize_t st, Py_ssize_t j,
+                            bint pair) noexcept nogil:
+    # A stage's field, or DualPipe's device's: the mean of stage st and stage p-1-st (the oracle's _dualpipe_rows)
+    if pair:
+        return 0.5 * (stage[st * SS_COUNT + j] + stage[(n_stages - 1 - st) * SS_COUNT + j])
+    return stage[st * SS_COUNT + j]
+
+
 cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const double* cand,
                                  double* parts, double* stage_times, double* totals) noexcept nogil:
     # The oracle's seconds_combine after its checks.
     cdef Py_ssize_t st, straggler
     cdef double m = cand[SC_m], total, slowest, summed, schedule, vp, n_split, chunks, pipeline
-    cdef double forward, backward, bubble_v, ov_dp, ov_gather, slack, tail, layers, reduce_, gather
+    cdef double backward, bubble, ov_dp, ov_gather, slack, tail, layers, reduce_, gather
     cdef double optimizer, own, late, t_reduce = 0.0, t_opt = 0.0, t_gather = 0.0, scale
+    cdef double dp_reduce, dp_gather
     cdef bint ok = n_stages >= 1 and m >= 1.0
-    cdef const double* row
-    cdef const double* worst
+    cdef bint pair, dualpipe
+    schedule = cand[SC_schedule]
+    pair = schedule == SEC_DUALPIPE
     for st in range(n_stages):
-        row = &stage[st * SS_COUNT]
-        total = (row[SS_fw] + row[SS_bw] + row[SS_bw_w] + row[SS_rc] + row[SS_tp]
-                 + row[SS_cp] + row[SS_ep] + row[SS_pp] + row[SS_dp_mb_gather]
-                 + row[SS_dp_mb_reduce])
+        total = (c_sec_at(stage, n_stages, st, SS_fw, pair) + c_sec_at(stage, n_stages, st, SS_bw, pair)
+                 + c_sec_at(stage, n_stages, st, SS_bw_w, pair) + c_sec_at(stage, n_stages, st, SS_rc, pair)
+                 + c_sec_at(stage, n_stages, st, SS_tp, pair) + c_sec_at(stage, n_stages, st, SS_cp, pair)
+                 + c_sec_at(stage, n_stages, st, SS_ep, pair) + c_sec_at(stage, n_stages, st, SS_pp, pair)
+                 + c_sec_at(stage, n_stages, st, SS_dp_mb_gather, pair)
+                 + c_sec_at(stage, n_stages, st, SS_dp_mb_reduce, pair))
         if total != total:
             ok = False
         totals[st] = total
@@ -360,7 +388,6 @@ cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const
     summed = 0.0
     for st in range(n_stages):
         summed += totals[st]
-    schedule = cand[SC_schedule]
     vp = cand[SC_vp]
     n_split = cand[SC_seq_split]
     chunks = 1.0
@@ -368,13 +395,16 @@ cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const
         chunks = vp
     elif schedule == SEC_SEQ1F1B:
         chunks = vp * n_split
-    worst = &stage[straggler * SS_COUNT]
-    if schedule == SEC_ZERO_BUBBLE_V:
-        forward = worst[SS_fw]
-        backward = (worst[SS_bw] + worst[SS_rc] + worst[SS_tp] + worst[SS_cp] + worst[SS_ep]
-                    + worst[SS_pp] + worst[SS_dp_mb_gather] + worst[SS_dp_mb_reduce])
-        bubble_v = forward + 2.0 * backward - 3.0 * worst[SS_bw_w]
-        pipeline = m * slowest + (n_stages - 1.0) * (bubble_v if bubble_v > 0.0 else 0.0) / 2.0
+    dualpipe = schedule == SEC_ZERO_BUBBLE_V or schedule == SEC_DUALPIPE_V or schedule == SEC_DUALPIPE
+    if dualpipe:
+        bubble = (2.0 * slowest - c_sec_at(stage, n_stages, straggler, SS_fw, pair)
+                  - 3.0 * c_sec_at(stage, n_stages, straggler, SS_bw_w, pair))
+        bubble = bubble if bubble > 0.0 else 0.0
+        if schedule == SEC_DUALPIPE:
+            bubble *= n_stages / 2.0 - 1.0
+        else:
+            bubble *= (n_stages - 1.0) / 2.0
+        pipeline = m * slowest + bubble
     else:
         pipeline = m * slowest + (summed - slowest) / chunks
     ov_dp = cand[SC_ov_dp]
@@ -382,16 +412,18 @@ cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const
     slack = 0.0
     tail = -1.0
     for st in range(n_stages):
-        row = &stage[st * SS_COUNT]
-        layers = row[SS_layers]
-        backward = (row[SS_bw] + row[SS_bw_w] + row[SS_rc]) / chunks
-        reduce_ = c_sec_exposed_tail(row[SS_dp_reduce], backward, ov_dp, layers) if row[SS_dp_reduce] > 0.0 else 0.0
-        gather = (c_sec_exposed_tail(row[SS_dp_gather], row[SS_fw] / chunks, ov_gather, layers)
-                  if row[SS_dp_gather] > 0.0 else 0.0)
-        optimizer = row[SS_opt]
+        layers = c_sec_at(stage, n_stages, st, SS_layers, pair)
+        backward = (c_sec_at(stage, n_stages, st, SS_bw, pair) + c_sec_at(stage, n_stages, st, SS_bw_w, pair)
+                    + c_sec_at(stage, n_stages, st, SS_rc, pair)) / chunks
+        dp_reduce = c_sec_at(stage, n_stages, st, SS_dp_reduce, pair)
+        dp_gather = c_sec_at(stage, n_stages, st, SS_dp_gather, pair)
+        reduce_ = c_sec_exposed_tail(dp_reduce, backward, ov_dp, layers) if dp_reduce > 0.0 else 0.0
+        gather = (c_sec_exposed_tail(dp_gather, c_sec_at(stage, n_stages, st, SS_fw, pair) / chunks, ov_gather,
+                                     layers) if dp_gather > 0.0 else 0.0)
+        optimizer = c_sec_at(stage, n_stages, st, SS_opt, pair)
         own = reduce_ + optimizer + gather
         stage_times[st] = m * totals[st] + own
-        late = own - (0.0 if schedule == SEC_ZERO_BUBBLE_V else slack)
+        late = own - (0.0 if dualpipe else slack)
         if late > tail:
             tail = late
             t_reduce = reduce_
@@ -403,15 +435,16 @@ cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const
     own = t_reduce + t_opt + t_gather
     scale = tail / own if own > 0.0 else 0.0
     c_sec_fill(parts, P_COUNT, 0.0)
-    parts[P_fw_compute] = m * worst[SS_fw]
-    parts[P_bw_compute] = m * (worst[SS_bw] + worst[SS_bw_w]) + scale * t_opt
-    parts[P_recompute] = m * worst[SS_rc]
-    parts[P_dp_comm] = m * worst[SS_dp_mb_gather] + scale * t_gather
-    parts[P_dp_reduce] = m * worst[SS_dp_mb_reduce] + scale * t_reduce
-    parts[P_tp_comm] = m * worst[SS_tp]
-    parts[P_ep_comm] = m * worst[SS_ep]
-    parts[P_cp_comm] = m * worst[SS_cp]
-    parts[P_pp_comm] = m * worst[SS_pp]
+    parts[P_fw_compute] = m * c_sec_at(stage, n_stages, straggler, SS_fw, pair)
+    parts[P_bw_compute] = (m * (c_sec_at(stage, n_stages, straggler, SS_bw, pair)
+                                + c_sec_at(stage, n_stages, straggler, SS_bw_w, pair)) + scale * t_opt)
+    parts[P_recompute] = m * c_sec_at(stage, n_stages, straggler, SS_rc, pair)
+    parts[P_dp_comm] = m * c_sec_at(stage, n_stages, straggler, SS_dp_mb_gather, pair) + scale * t_gather
+    parts[P_dp_reduce] = m * c_sec_at(stage, n_stages, straggler, SS_dp_mb_reduce, pair) + scale * t_reduce
+    parts[P_tp_comm] = m * c_sec_at(stage, n_stages, straggler, SS_tp, pair)
+    parts[P_ep_comm] = m * c_sec_at(stage, n_stages, straggler, SS_ep, pair)
+    parts[P_cp_comm] = m * c_sec_at(stage, n_stages, straggler, SS_cp, pair)
+    parts[P_pp_comm] = m * c_sec_at(stage, n_stages, straggler, SS_pp, pair)
     parts[P_bubble] = pipeline - m * slowest
     return pipeline + tail
 

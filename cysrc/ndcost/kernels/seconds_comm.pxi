@@ -12,8 +12,25 @@ cdef enum:
     SEC_SEND_RECV = 3
 
 
+# Dispatcher codes of seconds_expert_exchange (columns.DISPATCHERS), overlap codes (columns.EP_OVERLAPS).
+cdef enum:
+    SEC_NCCL_ALL_TO_ALL = 0
+    SEC_DEEPEP = 1
+    SEC_EP_NONE = 0
+    SEC_EP_1F1B = 1
+    SEC_EP_DUALPIPE = 2
+
+
 cdef inline double c_sec_ring(double steps, double share, double moved, double bw, double lat) noexcept nogil:
     return steps * lat + share * moved / bw
+
+
+cdef inline double c_sec_ranks_per_node(double dpn, double stride, double n) noexcept nogil:
+    # Ranks of a group of n ranks stride apart that share a node (1 to n).
+    cdef double g = floor(dpn / stride) if stride < dpn else 1.0
+    if g < 1.0:
+        g = 1.0
+    return n if g > n else g
 
 
 cdef inline double c_sec_collective(long long op, double moved, double n, double stride,
@@ -35,11 +52,7 @@ cdef inline double c_sec_collective(long long op, double moved, double n, double
         if op == SEC_SEND_RECV:
             return c_sec_ring(1.0, 1.0, moved, bw_in, lat_in)
         return c_sec_ring(n - 1.0, (n - 1.0) / n, moved, bw_in, lat_in)
-    g = floor(dpn / stride) if stride < dpn else 1.0
-    if g < 1.0:
-        g = 1.0
-    if g > n:
-        g = n
+    g = c_sec_ranks_per_node(dpn, stride, n)
     nodes = n / g
     if op == SEC_SEND_RECV:
         return c_sec_ring(1.0, 1.0, moved, bw_out, lat_out)
@@ -54,9 +67,84 @@ cdef inline double c_sec_collective(long long op, double moved, double n, double
     return inner + outer
 
 
+cdef inline double c_sec_missed(double pool, double own, double k) noexcept nogil:
+    # C(pool - own, k) / C(pool, k): k picks without replacement miss a given own of the pool.
+    cdef double chance = 1.0, i = 0.0
+    while i < k:
+        if pool - own - i <= 0.0 or pool - i <= 0.0:
+            return 0.0
+        chance *= (pool - own - i) / (pool - i)
+        i += 1.0
+    return chance
+
+
+cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidden, double topk, double experts,
+                                  double n, double stride, double node_limit, double element_bytes,
+                                  const double* rate) noexcept nogil:
+    # One dispatch or combine: NCCL's all-to-all of every (token, expert) copy, or DeepEP's RDMA once per
+    # node and NVLink once per rank, concurrently (the oracle's _exchange).
+    cdef double token_bytes, g, nodes, per_rank, reached, ranks, nvlink, rdma
+    if not stride >= 1.0:
+        return NAN
+    if n <= 1.0 or tokens <= 0.0 or topk <= 0.0:
+        return 0.0
+    token_bytes = hidden * element_bytes
+    if dispatcher != SEC_DEEPEP:
+        return c_sec_collective(SEC_ALL_TO_ALL, tokens * topk * token_bytes, n, stride, rate)
+    g = c_sec_ranks_per_node(rate[R_dpn], stride, n)
+    nodes = n / g
+    per_rank = experts / n
+    if node_limit >= 1.0 and node_limit < nodes:
+        reached = node_limit if node_limit < topk else topk
+        ranks = node_limit * g * (1.0 - c_sec_missed(node_limit * g * per_rank, per_rank, topk))
+    else:
+        reached = nodes * (1.0 - c_sec_missed(experts, experts / nodes, topk))
+        ranks = n * (1.0 - c_sec_missed(experts, per_rank, topk))
+    nvlink = tokens * ranks * token_bytes / (rate[R_intra_bw] * rate[R_dep_nvl_eff])
+    if nodes <= 1.0:
+        return nvlink + rate[R_intra_lat]
+    rdma = tokens * reached * (nodes - 1.0) / nodes * token_bytes / (rate[R_inter_bw] * rate[R_inter_eff])
+    return (rdma if rdma > nvlink else nvlink) + rate[R_inter_lat]
+
+
+cdef inline double c_sec_exposed_paired(double comm, double window, double share, double sms) noexcept nogil:
+    # Comm beside another micro-batch's compute on kernels holding sms of the SMs (the oracle's).
+    cdef double exposed = comm - share * window
+    cdef double held = sms * comm
+    exposed = exposed if exposed > held else held
+    return exposed if exposed < comm else comm
+
+
 cdef inline double c_sec_exposed(double comm, double window, double share) noexcept nogil:
     cdef double hidden = share * (window if window < comm else comm)
     return comm - hidden
+
+
+cdef inline double c_sec_paired_share(const double* cand, Py_ssize_t n_stages, Py_ssize_t stage) noexcept nogil:
+    # The share of a stage's micro-batches run in overlapped F&B pairs (the oracle's _paired_share).
+    cdef double mode = cand[SC_ep_mode], m = cand[SC_m], vp = cand[SC_vp], total, alone, paired
+    if mode == SEC_EP_DUALPIPE:
+        return 1.0
+    if mode != SEC_EP_1F1B:
+        return 0.0
+    total = m * vp
+    if total <= 0.0:
+        return 0.0
+    alone = 1.0 if n_stages <= 1 else (n_stages - stage - 1.0) * 2.0 + (vp - 1.0) * n_stages + 1.0
+    paired = total - alone
+    return paired / total if paired > 0.0 else 0.0
+
+
+cdef inline double c_sec_paired_layer(const double* layer, double share, double sms) noexcept nogil:
+    # A layer's all-to-alls in an F&B pair: the three phases of Megatron-Core's combined 1F1B (the oracle's
+    # _paired_layer).
+    cdef double dispatch = layer[SL_ep_d]
+    cdef double combine = layer[SL_ep_f] - dispatch
+    cdef double att_f = layer[SL_att_f], att_b = layer[SL_att_b]
+    cdef double mlp = layer[SL_fw] - att_f + layer[SL_bw] + layer[SL_bw_w] - att_b
+    return (c_sec_exposed_paired(dispatch, att_f, share, sms)
+            + c_sec_exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0, share, sms)
+            + c_sec_exposed_paired(combine, att_b, share, sms))
 
 
 cdef inline double c_sec_exposed_tail(double comm, double window, double share, double layers) noexcept nogil:
@@ -69,3 +157,12 @@ def seconds_collective(long long op, double moved, double n, double stride, cons
     """Seconds of one collective over n ranks stride apart (ring, alpha-beta, hierarchical); see the oracle."""
     c_sec_check_len("rate", R_COUNT, rate.shape[0])
     return c_sec_collective(op, moved, n, stride, &rate[0])
+
+
+def seconds_expert_exchange(long long dispatcher, double tokens, double hidden, double topk, double experts,
+                            double n, double stride, double node_limit, double element_bytes,
+                            const double[::1] rate) -> float:
+    """Seconds of one MoE dispatch (or combine) on a rank of an expert-parallel group; see the oracle."""
+    c_sec_check_len("rate", R_COUNT, rate.shape[0])
+    return c_sec_exchange(<double>dispatcher, tokens, hidden, topk, experts, n, stride, node_limit, element_bytes,
+                          &rate[0])

@@ -52,7 +52,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double sums[5]
     cdef double topk, n_exp, cap, tok_moe, slots, local, per, wide, e_f, e_d, e_w, shared = 0.0
     cdef double norm_bytes, norm_kernels, softmax_bytes, dropout_bytes, permute_bytes, act_kernels
-    cdef double ew_bytes, ew_kernels, full, gather, tp_pass, kv, step, qkv, o, ulysses, routed, a2a
+    cdef double ew_bytes, ew_kernels, full, gather, tp_pass, kv, step, qkv, o, ulysses, routed, a2a, dispatch
     cdef double rotated
     cdef double mixer = kind[K_mixer], parts, ssm_inner = 0.0, ssm_conv = 0.0, n_in, chunk, state, n_norm
     cdef bint has_ffn = kind[K_has_ffn] != 0.0
@@ -369,13 +369,17 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
             out[SL_cp_f] = ulysses
             out[SL_cp_b] = ulysses
 
-    # expert parallelism
+    # expert parallelism: a dispatch (disp_b bytes an element) and a combine (16-bit), each way
     if moe and ep > 1.0:
         cap = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
-        routed = (tokens / sp) * model[M_n_chosen] * cap * h * bc
-        a2a = 2.0 * c_sec_collective(SEC_ALL_TO_ALL, routed, ep, t * cp, rate)
+        routed = (tokens / sp) * cap
+        dispatch = c_sec_exchange(cand[SC_ep_disp], routed, h, model[M_n_chosen], model[M_n_exp], ep, t_exp,
+                                  cand[SC_ep_nodes], cand[SC_disp_b], rate)
+        a2a = dispatch + c_sec_exchange(cand[SC_ep_disp], routed, h, model[M_n_chosen], model[M_n_exp], ep, t_exp,
+                                        cand[SC_ep_nodes], bc, rate)
         out[SL_ep_f] = a2a
         out[SL_ep_b] = a2a
+        out[SL_ep_d] = dispatch
 
     p_dense = (skind[SK_p_nonexp] + skind[SK_p_shared]) / t
     p_expert = skind[SK_p_routed] / (ep * t_exp)
@@ -389,6 +393,8 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     out[SL_gemm_b] = gemm_b
     out[SL_core_f] = core_f
     out[SL_core_b] = core_b
+    out[SL_att_f] = f_att + core_f
+    out[SL_att_b] = d_att + w_grad + core_b
     out[SL_p_dense] = p_dense
     out[SL_p_expert] = p_expert
     out[SL_flops_f] = flops_att + flops_core + flops_rec + flops_ffn

@@ -16,6 +16,7 @@ from .stack_args import (
     add_cluster_arguments, add_stack_arguments, cluster_options_from_args, device_from_args, stated_options,
 )
 from ..errors import SpecError
+from ..spec.exec_spec import PP_SCHEDULES
 from ..spec.model_source import model_from_text
 
 __all__ = ["add_model_arguments", "model_from_args", "add_strategy_arguments", "spec_from_args",
@@ -59,7 +60,7 @@ def add_strategy_arguments(p: argparse.ArgumentParser, command: str = "estimate"
     p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                    help=STRATEGY_HELP["sequence_parallel"])
     for name, choices in (("recompute", ("none", "full", "selective")),
-                          ("pp_schedule", ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b"))):
+                          ("pp_schedule", PP_SCHEDULES)):
         p.add_argument("--" + name.replace("_", "-"), dest=name, choices=choices, help=STRATEGY_HELP[name])
     p.add_argument("--offset", metavar="N,N,...[|N,...]",
                    help="layers added per stage (per chunk: rows separated by |), as `ndcost search` prints it "

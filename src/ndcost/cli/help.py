@@ -23,7 +23,10 @@ STRATEGY_HELP = {
     "seq_split": "Seq1F1B sequence chunks (default 1; with --pp-schedule seq1f1b)",
     "sequence_parallel": "Megatron sequence parallelism over the tp ranks (default off)",
     "recompute": "activation recompute of every layer: none, full or selective (default none)",
-    "pp_schedule": "pipeline schedule (default 1f1b; interleaved when vpp > 1)",
+    "pp_schedule": "pipeline schedule: 1f1b, interleaved, zero_bubble_v (ND's DualPipeV), gpipe, seq1f1b, "
+                   "dualpipe (DeepSeek's bidirectional DualPipe: even pp, vpp 1, >= 2*pp micro-batches, two "
+                   "copies of the parameters) or dualpipev (its V: vpp 2, >= 2*pp micro-batches) (default 1f1b; "
+                   "interleaved when vpp > 1)",
 }
 
 #: Worked examples, each a whole command the tests run.

@@ -54,7 +54,7 @@ import numpy as np
 from ..errors import SpecError
 from ..price.estimate import UNITS, estimate
 from .measured import MeasuredRow
-from ..spec.ratios import PART_NAMES, RATIO_KEYS, Ratios
+from ..spec.ratios import PART_NAMES, RATIO_KEYS, Ratios, register_ratio_fitter
 from .fit_stats import nnls
 
 __all__ = [
@@ -319,6 +319,10 @@ def fit_ratios(rows: Sequence[MeasuredRow], model: Any, cluster: Any, units: str
         fitted_on["floored"] = list(fitted.floored)
     ratios = Ratios({key: fitted.values[key] for key in RATIO_KEYS}, fitted_on=fitted_on)
     return Fit(ratios, method, units, dict(fitted.fallbacks), fitted.floored, runs)
+
+
+# The deprecated Ratios.fit calls fit_ratios through this hook: spec may not import io.
+register_ratio_fitter(fit_ratios)
 
 
 def corrected(parts: Mapping[str, float], ratios: Any) -> float:

@@ -20,8 +20,8 @@ __all__ = ["megatron_flags", "nemo_recipe", "torchtitan_toml", "EMITTERS", "TORC
 # torchtitan's schedule names (torchtitan/distributed/pipeline_parallel.py, torch.distributed.pipelining).
 _TORCHTITAN_SCHEDULES = {
     "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zero_bubble_v": "ZBVZeroBubble",
-    "seq1f1b": "1F1B",
-}
+    "seq1f1b": "1F1B", "dualpipev": "DualPipeV", "dualpipe": "DualPipeV",   # torch's ScheduleDualPipeV (a note says
+}                                                                           # DualPipe's own is not)
 #: Catalog models torchtitan ships as a flavor: name -> (model name, flavor) (pytorch/torchtitan@9dec370
 #: torchtitan/models/llama/__init__.py llama3_configs; deepseek_v3 and qwen3 in later versions' registries).
 TORCHTITAN_FLAVORS = {"llama3-8b": ("llama3", "8B"), "llama3-70b": ("llama3", "70B"), "llama3.1-405b": ("llama3", "405B"),

@@ -9,6 +9,7 @@ notes say so (never silently). A fact the H100 file does not state leaves its ro
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import SpecError
@@ -16,7 +17,7 @@ from ..spec.device import Cluster
 from ..spec.recompute_spec import MEGATRON_RECOMPUTE_MODULES, SWITCHES
 
 __all__ = ["RECOMPUTE_MODULE_SWITCHES", "catalog_cluster", "recompute_module_switches", "stack_choice",
-           "dispatcher_choice", "stated_stack_fields"]
+           "dispatcher_choice", "expert_exchange_fields", "stated_stack_fields"]
 
 #: Megatron-Core ``recompute_modules`` -> the ND switches each one recomputes (ndcost.spec.recompute_spec).
 RECOMPUTE_MODULE_SWITCHES = MEGATRON_RECOMPUTE_MODULES
@@ -65,6 +66,26 @@ def dispatcher_choice(text: str, choices: Iterable[str]) -> tuple[str, str | Non
     return ("deepep" if "deepep" in text else "alltoall"), None
 
 
+def expert_exchange_fields(dispatcher_text: str, overlap_text: str) -> dict[str, Any]:
+    """The expert all-to-all's ExecSpec fields a row's facts state: the EP overlap it ran
+    (``ep_a2a_overlap``: Megatron-Core's ``overlap_moe_expert_parallel_comm true`` -> '1f1b', DualPipe's
+    overlapped chunks -> 'dualpipe'), and what its dispatcher fact says of node-limited routing ("at most N
+    nodes"), fp8 dispatch ("dispatch in FP8") and its SMs ("N SMs")."""
+    fields: dict[str, Any] = {}
+    if overlap_text.startswith("overlap_moe_expert_parallel_comm true"):
+        fields["ep_overlap"] = "1f1b"
+    elif overlap_text.startswith("dualpipe"):
+        fields["ep_overlap"] = "dualpipe"
+    text = dispatcher_text.lower()
+    for pattern, field in ((r"at most (\d+) nodes", "moe_node_limit"), (r"(\d+) sms", "moe_dispatcher_sms")):
+        found = re.search(pattern, text)
+        if found:
+            fields[field] = int(found.group(1))
+    if "dispatch in fp8" in text:
+        fields["moe_dispatch_fp8"] = True
+    return fields
+
+
 def catalog_cluster(hardware: Mapping[str, Any], gpus: int, segment: int | None, run_id: str) -> tuple[Cluster, str]:
     """The Cluster of a hardware block that names its catalog device (``device:``), with the job's
     NVLink segment (GPUs per scale-up domain, e.g. a GB200 NVL72 job in 64-GPU segments) when stated.
@@ -103,6 +124,7 @@ def stated_stack_fields(facts: Any, strategy: Mapping[str, Any], recompute: str,
     dispatcher, note = dispatcher_choice(facts.text("moe_token_dispatcher"), MOE_DISPATCHERS)
     notes += [note] if note else []
     fields: dict[str, Any] = {"pp_schedule": schedule, "moe_dispatcher": dispatcher}
+    fields.update(expert_exchange_fields(facts.text("moe_token_dispatcher"), facts.text("ep_a2a_overlap")))
     modules = facts.value("recompute_modules")
     if recompute == "selective" and modules is not None:
         fields["selective_switches"], module_notes = recompute_module_switches(modules, run_id)

@@ -12,7 +12,7 @@ one priced. Both launchers take an explicit layout, virtual stage by virtual sta
   module names it holds (``tok_embeddings``, ``layers.<i>``, ``norm`` + ``output``).
 
 Virtual stages are numbered as both launchers run them: chunk by chunk, the stages
-of a chunk in rank order; for a V schedule (zero_bubble_v) every odd chunk runs the
+of a chunk in rank order; for a V schedule (zero_bubble_v, dualpipev) every odd chunk runs the
 ranks backwards. A vision tower's blocks are left out (neither string names them:
 both launchers place the encoder with the embedding, as ndcost's layout does), and so
 are MTP layers in torchtitan's names (its models have none).
@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..spec.exec_spec import ExecSpec
+from ..spec.exec_spec_rules import V_SCHEDULES
 from ..tables.layout import build_layout
 
 __all__ = ["needs_layout", "virtual_stages", "megatron_layout", "torchtitan_fqns"]
@@ -49,7 +50,7 @@ def virtual_stages(model: Any, spec: ExecSpec) -> list[tuple[int, ...]]:
     order = []
     for chunk in range(layout.vpp):
         ranks = range(layout.pp)
-        if spec.schedule == "zero_bubble_v" and chunk % 2 == 1:
+        if spec.schedule in V_SCHEDULES and chunk % 2 == 1:
             ranks = reversed(ranks)
         order += [(stage, chunk) for stage in ranks]
     return [tuple(i for i in layout.stages[stage][chunk] if i != _VISION) for stage, chunk in order]

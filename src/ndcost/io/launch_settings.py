@@ -157,8 +157,17 @@ def _stack_settings(model: Any, spec: ExecSpec, rates: Any) -> list[Setting]:
             # Megatron-Core's flex dispatcher on DeepEP (TransformerConfig moe_token_dispatcher_type,
             # moe_flex_dispatcher_backend)
             out += [_config("--moe-token-dispatcher-type", "flex"), _config("--moe-flex-dispatcher-backend", "deepep")]
+            if spec.moe_dispatcher_sms != 20:     # Megatron-Core's default for DeepEP (token_dispatcher.py)
+                out.append(_config("--moe-flex-dispatcher-num-sms", spec.moe_dispatcher_sms))
         else:
             out.append(_config("--moe-token-dispatcher-type", "alltoall"))   # Megatron's default is allgather
+        if spec.ep_overlap == "1f1b":
+            # the EP A2A overlap of the combined 1F1B schedule (megatron/core/transformer/moe/README.md)
+            out.append(_config("--overlap-moe-expert-parallel-comm", True))
+        if spec.moe_node_limit:
+            # group-limited routing, node-limited when its groups are the EP group's nodes
+            # (TransformerConfig.moe_router_num_groups: the group count is stack_notes')
+            out.append(_config("--moe-router-group-topk", spec.moe_node_limit))
         if spec.grouped_gemm:
             out.append(_config("--moe-grouped-gemm", True))
         else:
@@ -190,4 +199,29 @@ def stack_notes(model: Any, spec: ExecSpec, rates: Any, launcher: str) -> list[s
                      "Megatron-Core's")
     if spec.grad_bytes == 2 and spec.precision != "fp16":
         notes.append("16-bit gradient reduction under bf16 (Megatron reduces bf16 runs' gradients in fp32)")
+    if model.is_moe:
+        notes += _expert_exchange_notes(spec, launcher)
+    return notes
+
+
+def _expert_exchange_notes(spec: ExecSpec, launcher: str) -> list[str]:
+    """The expert all-to-all's settings *launcher* cannot state."""
+    if launcher == "torchtitan":
+        stated = [f"{name} {value!r}" for name, value, default in (
+            ("moe_dispatcher", spec.moe_dispatcher, "alltoall"), ("ep_overlap", spec.ep_overlap, "none"),
+            ("moe_node_limit", spec.moe_node_limit, 0), ("moe_dispatch_fp8", spec.moe_dispatch_fp8, False))
+            if value != default]
+        notes = [f"{', '.join(stated)} (torchtitan's all-to-all as priced)"] if stated else []
+        if spec.schedule == "dualpipe":
+            notes.append("pp_schedule 'dualpipe' (bidirectional, two parameter copies): its V, DualPipeV, stated")
+        return notes
+    notes = []
+    if spec.moe_node_limit:
+        notes.append(f"--moe-router-num-groups: the nodes the EP group spans (node-limited routing to "
+                     f"{spec.moe_node_limit})")
+    if spec.ep_overlap == "dualpipe":
+        notes.append("ep_overlap 'dualpipe' (DualPipe's overlapped chunks)")
+    if spec.moe_dispatch_fp8:
+        notes.append("moe_dispatch_fp8 (Megatron-Core's DeepEP path dispatches in bf16; the ncclep backend's "
+                     "--moe-dispatch-fwd-dtype mxfp8 is the nearest)")
     return notes

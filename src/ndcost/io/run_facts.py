@@ -304,9 +304,4 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
         changes["attention_kernel"], note = stack_choice("attention_kernel", kernel, ATTENTION_KERNELS, "best",
                                                          "the fastest kernel ndcost prices")
         notes += [note] if note else []
-    overlap = None
-    if facts.text("ep_a2a_overlap").startswith(("overlap_moe_expert_parallel_comm true", "dualpipe")):
-        from ..tables.seconds import Overlap
-
-        overlap = Overlap(ep=1.0)
-    return BuiltRun(model, spec, cluster, float(seconds), software_preset(facts), changes, overlap, tuple(notes))
+    return BuiltRun(model, spec, cluster, float(seconds), software_preset(facts), changes, None, tuple(notes))

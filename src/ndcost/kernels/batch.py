@@ -38,7 +38,8 @@ from .columns import (
     ND_OPTION_FIELDS, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART_NAMES, STAGE_FIELDS,
 )
 from .memory import (
-    _FP32_BYTES, _NORMOP, N_MEMORY_COLUMNS, _kept, inflight_micro_batches, stage_memory, windowed_layer_activation_bytes,
+    _FP32_BYTES, _NORMOP, N_MEMORY_COLUMNS, _kept, inflight_micro_batches, pair_dualpipe_rows, stage_memory,
+    windowed_layer_activation_bytes,
 )
 from .nd_combine import nd_apply_ratios, nd_combine
 from .nd_comm import nd_stage_sums
@@ -56,6 +57,8 @@ _ATT_MLA, _ATT_LINEAR, _FFN_MOE = 1.0, 2.0, 1.0
 _CP_ALLGATHER = 2.0    # memory candidate cp_ring: 0 Ulysses, 1 P2P ring, 2 all-gather ring
 _SCHED_ZB_V = 2.0      # memory.SCHEDULE_CODES["zero_bubble_v"]
 _SCHED_SEQ1F1B = 3.0   # memory.SCHEDULE_CODES["seq1f1b"]
+_SCHED_DUALPIPE_V = 4.0   # memory.SCHEDULE_CODES["dualpipev"]
+_SCHED_DUALPIPE = 5.0     # memory.SCHEDULE_CODES["dualpipe"]
 
 
 def _rows(array) -> list:
@@ -468,7 +471,9 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
     counts = [[pool[at + (s * vp + chunk) * k_o: at + (s * vp + chunk + 1) * k_o] for chunk in range(vp)]
               for s in range(p)]
     stage_memory(static, act, work, counts, inflight, stage_static, extra_act, comm, reserve, out,
-                 1 if mc[_MC["schedule"]] == _SCHED_ZB_V else 0)
+                 1 if mc[_MC["schedule"]] in (_SCHED_ZB_V, _SCHED_DUALPIPE_V) else 0)
+    if mc[_MC["schedule"]] == _SCHED_DUALPIPE:
+        pair_dualpipe_rows(out)
     return _max_nan([out[s][N_MEMORY_COLUMNS - 1] for s in range(p)])
 
 

@@ -178,8 +178,13 @@ SECONDS_CAND_FIELDS = (
     "flash", "dropless", "cap_fact", "cp_ring",  # 0/1, 0/1 (grouped GEMM) or capacity mode, factor, 1 ring / 0 Ulysses
     "moe_imb",                                    # dropless: the busiest expert's load over the mean
     "zero", "zero_ranks", "defer_grads", "reshard", "tie_emb",
-    "schedule",                                   # SCHEDULES index: 1f1b, interleaved, zero_bubble_v, gpipe, seq1f1b
+    "schedule",                                   # SCHEDULES index: 1f1b, interleaved, zero_bubble_v, gpipe, seq1f1b, ...
     "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep",  # overlap: share of the window that hides comm
+    "ep_mode",        # how the expert all-to-all overlaps (EP_OVERLAPS index): 0 none, 1 Megatron's 1F1B, 2 DualPipe
+    "ep_disp",        # the dispatcher: 0 NCCL all-to-all, 1 DeepEP's normal kernels
+    "ep_sms",         # SMs DeepEP's kernels hold while they run (taken from compute when overlapped)
+    "ep_nodes",       # node-limited routing: nodes a token is sent to at most (0: no limit)
+    "disp_b",         # bytes per element of a dispatch-direction payload (16-bit, or fp8 with its 1x128 scales)
 )
 
 # --- device and achievable rates (float64 vector) ---
@@ -206,6 +211,8 @@ RATE_FIELDS = (
     "attn_copies",     # 1: the attention copies K/V per query head and its output to SDPA's layout
     "tp_ov_splits",    # TP comm overlap: chunks of a pipelined reduce-scatter GEMM
     "tp_ov_sm",        # TP comm overlap: share of the SMs the pipelined reduce-scatter kernels hold
+    "dep_nvl_eff",     # share of the scale-up link DeepEP's normal kernels reach (bytes a rank receives, its own included)
+    "sms",             # compute units (NVIDIA SMs) of the device
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---
@@ -227,6 +234,8 @@ SECONDS_LAYER_FIELDS = (
     "flops_core_extra",               # attention FLOPs run beyond the model's (a masked matrix without flash)
     "att_mm_f", "ffn_mm_f",           # forward time of the attention projections / the FFN matmuls (census shares)
     "att_mm_flops", "ffn_mm_flops",   # their FLOPs (whole micro-batch): what a census share recomputes, for HFU
+    "att_f", "att_b",                 # the token mixer's sub-block: forward, backward with its weight grads
+    "ep_d",                           # one dispatch-direction exchange of ep_f (the rest of it: the combine)
 )
 
 # --- per stage raw sums of seconds mode (float64, pp x SECONDS_STAGE_FIELDS) ---
@@ -240,7 +249,11 @@ SECONDS_STAGE_FIELDS = (
 )
 
 #: Pipeline schedules of seconds mode, in SECONDS_CAND_FIELDS["schedule"] code order (ExecSpec.schedule names).
-SCHEDULES = ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")
+SCHEDULES = ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b", "dualpipe", "dualpipev")
+#: How the expert all-to-all overlaps compute, in SECONDS_CAND_FIELDS["ep_mode"] code order (ExecSpec.ep_overlap).
+EP_OVERLAPS = ("none", "1f1b", "dualpipe")
+#: MoE token dispatchers, in SECONDS_CAND_FIELDS["ep_disp"] code order (ExecSpec.moe_dispatcher).
+DISPATCHERS = ("alltoall", "deepep")
 
 SECONDS_KIND = index(SECONDS_KIND_FIELDS)
 SECONDS_MODEL = index(SECONDS_MODEL_FIELDS)

@@ -18,14 +18,15 @@ __all__ = ["formula_rows"]
 
 #: The storage columns it reads, in the order its ``columns`` argument holds them.
 FORMULA_ROW_FIELDS = (
-    'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'etp', 'micro_batch_size', 'micro_batch_num',
-    'global_batch_size', 'pp_schedule', 'sequence_parallel', 'cp_algo', 'precision', 'zero_stage',
-    'optimizer_shard', 'shard_spans_cp', 'vocab_emb_dp', 'grad_bytes', 'optimizer_states',
-    'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params',
+    'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'etp',
+    'micro_batch_size', 'micro_batch_num', 'global_batch_size', 'pp_schedule', 'sequence_parallel', 'cp_algo',
+    'precision', 'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'vocab_emb_dp', 'grad_bytes',
+    'optimizer_states', 'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params',
     'deferred_grad_accumulation', 'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch',
     'moe_dispatch_count', 'seq_split', 'dropout_bytes', 'flash_attention', 'grouped_gemm', 'moe_imbalance',
-    'overlapped_grad_reduce', 'overlapped_param_gather', 'tp_overlap', 'recompute_slice_activation',
-    'softmax_bytes', 'norm_bytes', 'logit_bytes', 'fp8_weight_cache',
+    'overlapped_grad_reduce', 'overlapped_param_gather', 'tp_overlap', 'moe_dispatcher_sms', 'moe_node_limit',
+    'moe_dispatch_fp8', 'recompute_slice_activation', 'softmax_bytes', 'norm_bytes', 'logit_bytes',
+    'fp8_weight_cache',
 )
 #: Its constant slots: (owner -- mc, cc, overlap, or None for a parameter -- , attribute, type: i int,
 #: b bool, f float, a trailing ? where None is allowed (packed as NaN), ti / tf a tuple of them).
@@ -40,6 +41,7 @@ FORMULA_ROW_CONSTANTS = (
     ('mc', 'linear_v_heads', 'i'),
     ('mc', 'has_mamba', 'b'),
     ('mc', 'is_moe', 'b'),
+    ('mc', 'mtp_layers', 'i'),
     ('mc', 'num_experts', 'i'),
     ('mc', 'moe_width', 'i?'),
     ('mc', 'layers_with_mtp', 'i'),
@@ -58,6 +60,7 @@ FORMULA_ROW_CONSTANTS = (
     ('overlap', 'tp', 'f?'),
     ('overlap', 'cp', 'f'),
     ('overlap', 'ep', 'f?'),
+    (None, 'fp8_dispatch_bytes', 'f'),
     (None, 'base_bytes', 'f'),
     (None, 'ring_bytes', 'f'),
     (None, 'pair_bytes', 'f'),
@@ -67,20 +70,20 @@ FORMULA_ROW_CONSTANTS = (
 #: The joint rules it checks, in order: ``codes[j]`` is rule j's reason code.
 FORMULA_ROW_RULES = (
     'devices', 'whole_nodes', 'tp_heads', 'tp_kv_heads', 'tp_linear_heads', 'tp_mamba_heads', 'ep_dense',
-    'ep_experts', 'ep_grid', 'expert_width', 'pp_layers', 'vpp_layers', 'micro_batches_lt_pp',
-    'micro_batches_not_multiple', 'seq_sp', 'seq_ring', 'ulysses_heads', 'seq_ulysses', 'cp_mamba',
-    'tp_vision_heads', 'vision_tokens', 'vision_ulysses_heads', 'vision_seq1f1b', 'layout', 'tp_cross_node',
-    'no_fp8', 'expert_dp',
+    'moe_option_dense', 'ep_overlap_mtp', 'ep_experts', 'ep_grid', 'expert_width', 'pp_layers', 'vpp_layers',
+    'micro_batches_lt_pp', 'micro_batches_not_multiple', 'seq_sp', 'seq_ring', 'ulysses_heads', 'seq_ulysses',
+    'cp_mamba', 'tp_vision_heads', 'vision_tokens', 'vision_ulysses_heads', 'vision_seq1f1b', 'layout',
+    'tp_cross_node', 'no_fp8', 'expert_dp',
 )
 #: Its output matrices: (name, rows); a (0, 0) matrix is not asked for.
-FORMULA_ROW_OUTPUTS = (('nd', 36), ('seconds', 36), ('memory', 34), ('fixed', 1))
-_TABLE_SCHEDULE_ROW = (0.0, 1.0, 2.0, 3.0, 4.0)
-_TABLE_MEMORY_SCHEDULE_ROW = (0.0, 0.0, 2.0, 1.0, 3.0)
+FORMULA_ROW_OUTPUTS = (('nd', 36), ('seconds', 41), ('memory', 34), ('fixed', 1))
+_TABLE_SCHEDULE_ROW = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
+_TABLE_MEMORY_SCHEDULE_ROW = (0.0, 0.0, 2.0, 1.0, 3.0, 5.0, 4.0)
 
 
 def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
     # One row: (its reason code, 0 when priced; then each asked-for vector, else None).
-    (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_param_bytes, c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_moe_dispatch_count, c_seq_split, c_dropout_bytes, c_flash_attention, c_grouped_gemm, c_moe_imbalance, c_overlapped_grad_reduce, c_overlapped_param_gather, c_tp_overlap, c_recompute_slice_activation, c_softmax_bytes, c_norm_bytes, c_logit_bytes, c_fp8_weight_cache,) = row
+    (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_param_bytes, c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_moe_dispatch_count, c_seq_split, c_dropout_bytes, c_flash_attention, c_grouped_gemm, c_moe_imbalance, c_overlapped_grad_reduce, c_overlapped_param_gather, c_tp_overlap, c_moe_dispatcher_sms, c_moe_node_limit, c_moe_dispatch_fp8, c_recompute_slice_activation, c_softmax_bytes, c_norm_bytes, c_logit_bytes, c_fp8_weight_cache,) = row
     joint_dp = c_dp
     joint_tp = c_tp
     joint_pp = c_pp
@@ -113,73 +116,77 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
     if not k.mc_is_moe:
         if joint_ep != 1:
             return (k.codes[6], None, None, None, None)
-    else:
-        if _mod(k.mc_num_experts, joint_ep) != 0:
+        if not c_moe_dispatcher == 0 or not c_ep_overlap == 0:
             return (k.codes[7], None, None, None, None)
+    else:
+        if c_ep_overlap == 1 and k.mc_mtp_layers > 1:
+            return (k.codes[8], None, None, None, None)
+        if _mod(k.mc_num_experts, joint_ep) != 0:
+            return (k.codes[9], None, None, None, None)
         joint_etp_stated = c_etp != -9223372036854775808
         joint_etp = 1 if c_etp == -9223372036854775808 else c_etp
         joint_grid = _mod(joint_dp * joint_cp * joint_tp, joint_ep * joint_etp) != 0 if joint_etp_stated else _mod(joint_dp, joint_ep) != 0 if joint_ep <= joint_dp else _mod(joint_dp * joint_tp, joint_ep) != 0
         if joint_grid:
-            return (k.codes[8], None, None, None, None)
+            return (k.codes[10], None, None, None, None)
         joint_t_exp = joint_etp if joint_etp_stated else joint_tp if joint_ep <= joint_dp else 1
         if _mod(k.mc_moe_width, joint_t_exp) != 0:
-            return (k.codes[9], None, None, None, None)
+            return (k.codes[11], None, None, None, None)
     joint_layers = k.mc_layers_with_mtp
     if joint_pp > joint_layers:
-        return (k.codes[10], None, None, None, None)
+        return (k.codes[12], None, None, None, None)
     if joint_pp <= joint_layers and joint_vpp > 1 and (joint_vpp * joint_pp > joint_layers):
-        return (k.codes[11], None, None, None, None)
+        return (k.codes[13], None, None, None, None)
     joint_mbs = c_micro_batch_size
     joint_mbn_stated = c_micro_batch_num != -9223372036854775808
     joint_micro_batches = c_micro_batch_num if joint_mbn_stated else _floordiv(0 if c_global_batch_size == -9223372036854775808 else c_global_batch_size, joint_mbs * joint_dp)
     joint_schedule_1f1b = c_pp_schedule == 0
     joint_interleaved = c_pp_schedule == 1 or (joint_schedule_1f1b and joint_vpp > 1)
-    joint_family = joint_schedule_1f1b or joint_interleaved or c_pp_schedule == 4 or (c_pp_schedule == 2)
+    joint_family = joint_schedule_1f1b or joint_interleaved or c_pp_schedule == 4 or (c_pp_schedule == 2) or (c_pp_schedule == 5) or (c_pp_schedule == 6)
     joint_too_few = joint_pp > 1 and joint_family and (joint_micro_batches < joint_pp)
     if joint_too_few:
-        return (k.codes[12], None, None, None, None)
+        return (k.codes[14], None, None, None, None)
     if joint_pp > 1 and (not joint_too_few) and joint_interleaved and (_mod(joint_micro_batches, joint_pp) != 0):
-        return (k.codes[13], None, None, None, None)
+        return (k.codes[15], None, None, None, None)
     joint_sequence_parallel = c_sequence_parallel
     if joint_sequence_parallel & (joint_tp > 1) & (_mod(joint_s, joint_tp * joint_cp) != 0):
-        return (k.codes[14], None, None, None, None)
+        return (k.codes[16], None, None, None, None)
     joint_ring = not c_cp_algo == 1
     if joint_cp > 1 and joint_ring and (_mod(joint_s, 2 * joint_cp) != 0):
-        return (k.codes[15], None, None, None, None)
+        return (k.codes[17], None, None, None, None)
     joint_ulysses = joint_cp > 1 and (not joint_ring)
     if joint_ulysses and _mod(k.mc_kv_heads, joint_tp * joint_cp) != 0:
-        return (k.codes[16], None, None, None, None)
+        return (k.codes[18], None, None, None, None)
     if joint_ulysses and _mod(joint_s, joint_cp) != 0:
-        return (k.codes[17], None, None, None, None)
+        return (k.codes[19], None, None, None, None)
     if k.mc_has_mamba:
         if joint_cp > 1:
-            return (k.codes[18], None, None, None, None)
+            return (k.codes[20], None, None, None, None)
     if k.mc_has_vision:
         joint_v_tokens = k.mc_vision_tokens
         joint_v_heads = k.mc_vision_heads
         if _mod(joint_v_heads, joint_tp) != 0:
-            return (k.codes[19], None, None, None, None)
-        if joint_sequence_parallel & (joint_tp > 1) & (_mod(joint_v_tokens, joint_tp * joint_cp) != 0) | (joint_cp > 1 and joint_ring and (_mod(joint_v_tokens, 2 * joint_cp) != 0)) | (joint_ulysses and _mod(joint_v_tokens, joint_cp) != 0):
-            return (k.codes[20], None, None, None, None)
-        if joint_ulysses and _mod(joint_v_heads, joint_tp * joint_cp) != 0:
             return (k.codes[21], None, None, None, None)
-        if c_pp_schedule == 4:
+        if joint_sequence_parallel & (joint_tp > 1) & (_mod(joint_v_tokens, joint_tp * joint_cp) != 0) | (joint_cp > 1 and joint_ring and (_mod(joint_v_tokens, 2 * joint_cp) != 0)) | (joint_ulysses and _mod(joint_v_tokens, joint_cp) != 0):
             return (k.codes[22], None, None, None, None)
+        if joint_ulysses and _mod(joint_v_heads, joint_tp * joint_cp) != 0:
+            return (k.codes[23], None, None, None, None)
+        if c_pp_schedule == 4:
+            return (k.codes[24], None, None, None, None)
     if layout_bad:
-        return (k.codes[23], None, None, None, None)
+        return (k.codes[25], None, None, None, None)
     if True:
         if not k.allow_cross_node_tp:
             if joint_tp > k.cc_devices_per_node:
-                return (k.codes[24], None, None, None, None)
+                return (k.codes[26], None, None, None, None)
         if not k.cc_has_fp8:
             if c_precision == 2:
-                return (k.codes[25], None, None, None, None)
+                return (k.codes[27], None, None, None, None)
     if k.mc_is_moe:
         joint_etp_stated = c_etp != -9223372036854775808
         joint_etp = 1 if c_etp == -9223372036854775808 else c_etp
         joint_d_exp = _floordiv(_floordiv(joint_dp * joint_tp * joint_cp, joint_etp), joint_ep) if joint_etp_stated else _floordiv(joint_dp, joint_ep) if joint_dp >= joint_ep else _floordiv(joint_dp * joint_tp, joint_ep)
         if joint_d_exp < 1:
-            return (k.codes[26], None, None, None, None)
+            return (k.codes[28], None, None, None, None)
     dp = c_dp
     tp = c_tp
     pp = c_pp
@@ -296,7 +303,12 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
             k.overlap_fsdp_prefetch,
             (1.0 if c_tp_overlap else 0.0) if k.overlap_tp_none else k.overlap_tp,
             k.overlap_cp,
-            (1.0 if c_pp_schedule == 2 else 0.0) if k.overlap_ep_none else k.overlap_ep,
+            (0.0 if c_ep_overlap == 0 else 1.0) if k.overlap_ep_none else k.overlap_ep,
+            float(c_ep_overlap),
+            float(c_moe_dispatcher),
+            float(c_moe_dispatcher_sms),
+            float(c_moe_node_limit),
+            k.fp8_dispatch_bytes if c_moe_dispatch_fp8 else float(seconds_compute_bytes),
         )
     memory = None
     if want_memory:
@@ -361,7 +373,7 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
 
 
 def formula_rows(columns, start, stop, constants, codes, spec_reason, layout_index, layout_bad, layout_row, out_reason, out_layout, out_nd, out_seconds, out_memory, out_fixed):
-    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (36, n) or (0, 0), the memory vector (34, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
+    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (41, n) or (0, 0), the memory vector (34, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
     n = stop - start
     n_layouts = len(layout_row)
     if start < 0 or stop < start:
@@ -373,11 +385,11 @@ def formula_rows(columns, start, stop, constants, codes, spec_reason, layout_ind
     if len(out_reason) != n or len(out_layout) != n:
         raise ValueError(f"out_reason and out_layout must have length {n}")
     check_out(out_nd, 36, n, 'out_nd')
-    check_out(out_seconds, 36, n, 'out_seconds')
+    check_out(out_seconds, 41, n, 'out_seconds')
     check_out(out_memory, 34, n, 'out_memory')
     check_out(out_fixed, 1, n, 'out_fixed')
-    k = unpack(constants, codes, FORMULA_ROW_CONSTANTS, 27)
-    rows = zip(*rows_of(columns, start, stop, ('int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'int', 'int', 'bool', 'bool', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'float', 'float', 'float', 'int', 'int', 'bool', 'bool', 'float', 'bool', 'bool', 'bool', 'bool', 'int', 'int', 'int', 'bool',)))
+    k = unpack(constants, codes, FORMULA_ROW_CONSTANTS, 29)
+    rows = zip(*rows_of(columns, start, stop, ('int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'int', 'int', 'bool', 'bool', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'float', 'float', 'float', 'int', 'int', 'bool', 'bool', 'float', 'bool', 'bool', 'bool', 'int', 'int', 'bool', 'bool', 'int', 'int', 'int', 'bool',)))
     want_nd = len(out_nd) != 0
     want_seconds = len(out_seconds) != 0
     want_memory = len(out_memory) != 0

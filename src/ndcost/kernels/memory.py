@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["inflight_micro_batches", "layer_activation_bytes", "stage_memory"]
+__all__ = ["inflight_micro_batches", "layer_activation_bytes", "stage_memory", "pair_dualpipe_rows"]
 
 NAN = math.nan
 
@@ -30,7 +30,7 @@ NAN = math.nan
 N_MEMORY_COLUMNS = 8
 
 # Schedule codes (ndcost.tables.memory.SCHEDULE_CODES).
-_SCHED_1F1B, _SCHED_GPIPE, _SCHED_ZB_V, _SCHED_SEQ1F1B = 0, 1, 2, 3
+_SCHED_1F1B, _SCHED_GPIPE, _SCHED_ZB_V, _SCHED_SEQ1F1B, _SCHED_DUALPIPE_V, _SCHED_DUALPIPE = 0, 1, 2, 3, 4, 5
 # Attention and FFN flavour codes (ndcost.tables.memory.ATTENTION_CODES / FFN_CODES).
 _ATT_FULL, _ATT_MLA, _ATT_LINEAR, _ATT_MAMBA, _ATT_NONE, _ATT_MAMBA1 = 0, 1, 2, 3, 4, 5
 _FFN_DENSE, _FFN_MOE, _FFN_NONE = 0, 1, 2
@@ -84,9 +84,20 @@ def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, c
       s / seq_split): the 1F1B count plus seq_split − 1 on chunk 0 (vp = 1:
       base − stage + seq_split − 1, §3.6; for vp > 1 ND says only "analogous":
       ndcost adds the extra chunks to the warm-up chunk, chunk 0).
+    * 4, DualPipeV (dualpipev, vp must be 2): chunk 0 2·base − stage, chunk 1
+      stage + 1 -- deepseek-ai/DualPipe dualpipev.py step(): rank r runs
+      2(p − r − 1) + r + 1 forwards of chunk 0 and r + 1 of chunk 1 before its
+      first backward, and its main step's overlapped forward adds one before a
+      backward frees one: p·2 + 1 chunks, the README's "PP+1" (PP = 2p).
+    * 5, DualPipe (dualpipe, vp must be 1): base − stage, the 1F1B count --
+      dualpipe.py step(): rank r (h = min(r, p − 1 − r)) holds p − h chunks of its
+      phase-0 stage (h's own, with the overlapped forward) and h + 1 of its phase-1
+      stage (p − 1 − h's), the 1F1B counts of those two stages, p + 1 in all (the
+      README's "PP+1"); :func:`pair_dualpipe_rows` adds the two stages' rows.
 
     Always >= 1; NaN for p, m, vp or seq_split < 1, a stage or chunk out of
-    range, an unknown schedule, vp != 1 with GPipe or vp != 2 with zero_bubble_v.
+    range, an unknown schedule, vp != 1 with GPipe or DualPipe or vp != 2 with
+    zero_bubble_v or DualPipeV.
     """
     if p < 1 or m < 1 or vp < 1 or seq_split < 1:
         return NAN
@@ -107,6 +118,14 @@ def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, c
         count = _one_f_one_b(base, vp, stage, chunk)
         if chunk == 0:
             count += seq_split - 1  # §3.6 Seq1F1B: base − stage + n_s_split − 1
+    elif schedule == _SCHED_DUALPIPE_V:
+        if vp != 2:
+            return NAN
+        count = 2 * base - stage if chunk == 0 else stage + 1
+    elif schedule == _SCHED_DUALPIPE:
+        if vp != 1:
+            return NAN
+        count = base - stage
     else:
         return NAN
     return float(count if count > 1 else 1)  # §3.6 "always at least 1"
@@ -433,7 +452,7 @@ def stage_memory(static_per_layer, act_per_layer, work_per_layer, counts, inflig
         comm_buffers: (p,) communication buffer bytes.
         reserve: bytes kept back on every device (ND's safety buffer, §3.7).
         overlapped_chunks: 1 when the schedule runs one chunk's forward beside another
-            chunk's backward (DualPipeV, zero_bubble_v), else 0.
+            chunk's backward (DualPipeV, zero_bubble_v, dualpipev), else 0.
 
     Activations: Σ over chunks of in-flight × (layers' + extra) bytes (§3.4).
     Working set: the largest of the layers in the stage's last non-empty chunk
@@ -498,3 +517,27 @@ def stage_memory(static_per_layer, act_per_layer, work_per_layer, counts, inflig
         values = (params, grads, optimizer, activations, comm, working, float(reserve), total)
         for column in range(N_MEMORY_COLUMNS):
             out[stage][column] = values[column]
+
+
+def pair_dualpipe_rows(out) -> None:
+    """DualPipe's devices from the stages' rows of :func:`stage_memory`, in place: device i holds stage i
+    and stage p-1-i (deepseek-ai/DualPipe dualpipe.py: the two directions' stages on one rank; its
+    README's "Parameter Per Device 2x"), so both rows become the device's: the two stages' parameters,
+    gradients and activations added; their optimizer state halved and added (each stage's shards over
+    both copies' data-parallel ranks); the larger communication buffers and working set; one reserve."""
+    n_stages = len(out)
+    if any(len(row) != N_MEMORY_COLUMNS for row in out):
+        raise ValueError("out must be (p, 8)")
+    for stage in range(n_stages // 2):
+        mine, mirror = out[stage], out[n_stages - 1 - stage]
+        params = mine[0] + mirror[0]
+        grads = mine[1] + mirror[1]
+        optimizer = 0.5 * (mine[2] + mirror[2])
+        activations = mine[3] + mirror[3]
+        comm = mine[4] if mine[4] > mirror[4] else mirror[4]
+        working = mine[5] if mine[5] > mirror[5] else mirror[5]
+        total = params + grads + optimizer + activations + comm + working + mine[6]
+        values = (params, grads, optimizer, activations, comm, working, mine[6], total)
+        for column in range(N_MEMORY_COLUMNS):
+            mine[column] = values[column]
+            mirror[column] = values[column]

@@ -47,7 +47,10 @@ from .columns import (
 )
 from .nd_ops import _check_len
 from .seconds_ops import POINTWISE_BACKWARD_BYTES, _cand_ok, _check_rows, _check_tables, _fill, _mm3, _pass
-from .seconds_comm import ALL_REDUCE, GATHER_OR_SCATTER, SEND_RECV, _collective, _exposed, _exposed_tail
+from .seconds_comm import (
+    ALL_REDUCE, DEEPEP, EP_NONE, GATHER_OR_SCATTER, SEND_RECV, _collective, _exposed, _exposed_tail, _paired_layer,
+    _paired_share,
+)
 from .seconds_layer import _layer
 
 __all__ = ["seconds_stage_sums", "seconds_combine"]
@@ -72,7 +75,7 @@ _SWITCH_COLUMNS = tuple(_L[name] for name in _SWITCH_FIELDS)
 _GATHER_BIT = 5
 
 # Schedule codes (SCHEDULES order).
-_ONE_F_ONE_B, _INTERLEAVED, _ZERO_BUBBLE_V, _GPIPE, _SEQ1F1B = 0, 1, 2, 3, 4
+_ONE_F_ONE_B, _INTERLEAVED, _ZERO_BUBBLE_V, _GPIPE, _SEQ1F1B, _DUALPIPE, _DUALPIPE_V = 0, 1, 2, 3, 4, 5, 6
 #: Megatron's vocab-parallel cross entropy, bytes per logit element (mpu/cross_entropy.py):
 #: forward reads the 16-bit logits for the max, reads them again and writes fp32 exp (2 + 4),
 #: sums them (4), normalises in place (4 + 4): 2 + 6 + 4 + 8 = 20; backward reads the fp32
@@ -212,6 +215,14 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
         ov_cp = 0.0
     h, v = model[_M["h"]], model[_M["v"]]
     tokens = b * s / cp
+    # the expert all-to-all beside another micro-batch's compute: DeepEP's kernels hold ep_sms of the SMs
+    # meanwhile (DeepSeek-V3 §3.2.2: 20 SMs; Megatron-Core's flex dispatcher default); NCCL's are not priced
+    ep_mode = cand[_C["ep_mode"]]
+    ep_sm = 0.0
+    if cand[_C["ep_disp"]] == DEEPEP and rate[_R["sms"]] > 0.0:
+        ep_sm = cand[_C["ep_sms"]] / rate[_R["sms"]]
+        ep_sm = ep_sm if ep_sm < 1.0 else 1.0
+    paired = [_paired_share(cand, n_stages, st) for st in range(n_stages)]
     p_dense = [0.0] * n_stages
     p_expert = [0.0] * n_stages
     layer = [0.0] * _L_COUNT
@@ -230,15 +241,21 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
         tp_b = _exposed(layer[_L["tp_b"]], layer[_L["gemm_b"]], ov_tp)
         cp_f = _exposed(layer[_L["cp_f"]], layer[_L["core_f"]], ov_cp)
         cp_b = _exposed(layer[_L["cp_b"]], layer[_L["core_b"]], ov_cp)
-        # the expert all-to-all hides (ov_ep) under the layer's whole compute of the same pass: a
-        # schedule that overlaps it (DualPipe) runs another micro-batch's chunk meanwhile
-        ep_f = _exposed(layer[_L["ep_f"]], layer[_L["fw"]], ov_ep)
-        ep_b = _exposed(layer[_L["ep_b"]], layer[_L["bw"]] + layer[_L["bw_w"]], ov_ep)
+        # the expert all-to-all: with no overlap mode, ov_ep of the same pass's compute hides it (an
+        # Overlap share a caller states); in an overlapped F&B pair, _paired_layer's phases, for the
+        # stage's paired share of its micro-batches (_paired_share)
+        ep_f = layer[_L["ep_f"]]
+        ep_b = layer[_L["ep_b"]]
+        if ep_mode == EP_NONE:
+            ep_f = _exposed(ep_f, layer[_L["fw"]], ov_ep)
+            ep_b = _exposed(ep_b, layer[_L["bw"]] + layer[_L["bw_w"]], ov_ep)
+        paired_ep = 0.0 if ep_mode == EP_NONE else _paired_layer(layer, ov_ep, ep_sm)
         for o in range(n_slots):
             option = slot_option[o]
-            rc = rc_tp = rc_cp = rc_ep = rc_flops = 0.0
-            if option == OPTION_FULL:
-                rc, rc_tp, rc_cp, rc_ep = layer[_L["fw"]], tp_f, cp_f, ep_f
+            rc = rc_tp = rc_cp = rc_flops = 0.0
+            full_rc = option == OPTION_FULL
+            if full_rc:
+                rc, rc_tp, rc_cp = layer[_L["fw"]], tp_f, cp_f
                 rc_flops = layer[_L["flops_f"]] + layer[_L["flops_core_extra"]]
             elif option == OPTION_SELECTIVE:
                 mask = slot_mask[o]
@@ -272,7 +289,11 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
                 row[_S["rc"]] += count * rc
                 row[_S["tp"]] += count * (tp_f + tp_b + rc_tp)
                 row[_S["cp"]] += count * (cp_f + cp_b + rc_cp)
-                row[_S["ep"]] += count * (ep_f + ep_b + rc_ep)
+                # a full recompute re-runs the forward's dispatch and combine: beside compute (at DeepEP's
+                # SMs) in a pair, exposed alone
+                q = paired[st]
+                rc_ep = q * ep_sm * layer[_L["ep_f"]] + (1.0 - q) * ep_f if full_rc else 0.0
+                row[_S["ep"]] += count * (q * paired_ep + (1.0 - q) * (ep_f + ep_b) + rc_ep)
                 row[_S["layers"]] += count
                 row[_S["model_flops"]] += count * 3.0 * layer[_L["flops_f"]]
                 row[_S["hw_flops"]] += count * (3.0 * (layer[_L["flops_f"]] + layer[_L["flops_core_extra"]])
@@ -389,9 +410,12 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
     z3_grad_ar = rate[_R["z3_grad_ar"]] != 0.0
     n_dp = d * cp
     hbm = rate[_R["hbm_eff"]] * rate[_R["hbm_bw"]]
+    # DualPipe keeps two copies of the parameters (README: 2x; seconds_combine pairs stage i with p-1-i):
+    # both copies' gradients reduced and parameters gathered, the optimizer sharded over both copies' ranks
+    copies = 2.0 if cand[_C["schedule"]] == _DUALPIPE else 1.0
     for st in range(n_stages):
         row = out[st]
-        dense, expert = p_dense[st], p_expert[st]
+        dense, expert = copies * p_dense[st], copies * p_expert[st]
         layers = row[_S["layers"]]
         reduce_op = ALL_REDUCE if zero == 0.0 or (zero == 3.0 and z3_grad_ar) else GATHER_OR_SCATTER
         grads = (_collective(reduce_op, dense * bg, n_dp, t, rate)
@@ -434,6 +458,8 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
         # copy and gradient read and written, the 16-bit copy written), one fused kernel
         shards = cand[_C["zero_ranks"]] if zero >= 1.0 else 1.0
         local = dense / shards + expert / (edp if zero >= 1.0 else 1.0)
+        if zero >= 1.0:
+            local /= copies
         if local > 0.0:
             row[_S["opt"]] += cand[_C["bytes_opt"]] * local / hbm + rate[_R["kernel_s"]]
 
@@ -444,6 +470,18 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
                                     (out_stage - emb_stage) * t * cp * d, rate)
         out[emb_stage][_S["dp_reduce"]] += shared
         out[out_stage][_S["dp_reduce"]] += shared
+
+
+def _dualpipe_rows(stage, n_stages: int) -> list:
+    """DualPipe's devices: device i runs stage i for the micro-batches of one direction and stage
+    p-1-i for the other's, half of them each (deepseek-ai/DualPipe dualpipe.py: the first half of the
+    ranks run the forward direction in phase 0, the second half the reverse): per micro-batch its
+    time and parts are the mean of the two stages' rows."""
+    rows = []
+    for st in range(n_stages):
+        mine, mirror = stage[st], stage[n_stages - 1 - st]
+        rows.append([0.5 * (mine[j] + mirror[j]) for j in range(_S_COUNT)])
+    return rows
 
 
 def seconds_combine(stage, cand, parts, stage_times) -> float:
@@ -458,19 +496,20 @@ def seconds_combine(stage, cand, parts, stage_times) -> float:
     * interleaved 1F1B with v chunks per stage: m·M + (S - M)/v (bubble (p - 1)/(v·m), §2.2.2);
     * Seq1F1B with n sequence chunks: m·M + (S - M)/(v·n) (Sun et al. 2024, Seq1F1B: the pipeline
       runs m·n chunk slots of 1/n the work);
-    * zero_bubble_v (DualPipeV): m·M + (p - 1)·max(0, F + 2B - 3W)/2 with the straggler's forward
-      F, backward-for-input B (incl. recompute and comm) and weight-gradient W: DeepSeek-V3
-      report Table 2's DualPipe bubble (PP/2 - 1)(F&B + B - 3W) with PP = 2p chunks and
-      chunk-level F, B, W (half a stage's), F&B taken as F + B (the overlap hides comm, not compute).
+    * DualPipeV (dualpipev, ND's zero_bubble_v): m·M + (p - 1)·max(0, F&B + B - 3W)/2, the
+      deepseek-ai/DualPipe README's (PP/2 - 1)(F&B + B - 3W) at PP = 2p chunks of half a stage: F the
+      straggler's forward compute, B its full backward (input and weight gradients, recompute, the
+      exposed comm), W its weight-gradient GEMMs, F&B = M (the overlap's leftover comm is in M);
+    * DualPipe: on the devices' rows (:func:`_dualpipe_rows`), m·M + (p/2 - 1)·max(0, F&B + B - 3W).
 
     Then the data-parallel tail: stage i's gradient reduction (overlapped with its last
     backward by ov_dp, never its first layer's bucket), optimizer and parameter gather (overlapped
     with the next forward by ov_dp_gather) start when its last backward ends, sum_{j<i} of the
-    backward times of the stages before it earlier than stage 0's (zero for zero_bubble_v, whose
-    V ends every stage together); the step ends with the latest. Parts: the straggler's parts x m,
+    backward times of the stages before it earlier than stage 0's (zero for the DualPipe schedules,
+    whose devices end together); the step ends with the latest. Parts: the straggler's parts x m,
     bubble = the pipeline beyond m·M, the tail split over dp_reduce / bw_compute (the optimizer)
-    / dp_comm. They sum to the step time. stage_times[i] = m·t_i + stage i's tail before slack.
-    NaN when a stage sum is NaN or m < 1.
+    / dp_comm. They sum to the step time. stage_times[i] = m·t_i + stage i's tail before slack
+    (device i's under DualPipe). NaN when a stage sum is NaN or m < 1.
     """
     n_stages = len(stage)
     _check_rows(stage, "stage", n_stages, _S_COUNT)
@@ -478,10 +517,12 @@ def seconds_combine(stage, cand, parts, stage_times) -> float:
     _check_len(parts, "parts", len(PART_NAMES))
     _check_len(stage_times, "stage_times", n_stages)
     m = cand[_C["m"]]
+    schedule = cand[_C["schedule"]]
+    rows = _dualpipe_rows(stage, n_stages) if schedule == _DUALPIPE else stage
     ok = n_stages >= 1 and m >= 1.0
     totals = []
     for st in range(n_stages):
-        row = stage[st]
+        row = rows[st]
         total = (row[_S["fw"]] + row[_S["bw"]] + row[_S["bw_w"]] + row[_S["rc"]] + row[_S["tp"]]
                  + row[_S["cp"]] + row[_S["ep"]] + row[_S["pp"]] + row[_S["dp_mb_gather"]]
                  + row[_S["dp_mb_reduce"]])
@@ -500,20 +541,23 @@ def seconds_combine(stage, cand, parts, stage_times) -> float:
     summed = 0.0
     for st in range(n_stages):
         summed += totals[st]
-    schedule = cand[_C["schedule"]]
     vp, n_split = cand[_C["vp"]], cand[_C["seq_split"]]
     chunks = 1.0
     if schedule == _INTERLEAVED:
         chunks = vp
     elif schedule == _SEQ1F1B:
         chunks = vp * n_split
-    worst = stage[straggler]
-    if schedule == _ZERO_BUBBLE_V:
-        forward = worst[_S["fw"]]
-        backward = (worst[_S["bw"]] + worst[_S["rc"]] + worst[_S["tp"]] + worst[_S["cp"]] + worst[_S["ep"]]
-                    + worst[_S["pp"]] + worst[_S["dp_mb_gather"]] + worst[_S["dp_mb_reduce"]])
-        bubble_v = forward + 2.0 * backward - 3.0 * worst[_S["bw_w"]]
-        pipeline = m * slowest + (n_stages - 1.0) * (bubble_v if bubble_v > 0.0 else 0.0) / 2.0
+    worst = rows[straggler]
+    dualpipe = schedule == _ZERO_BUBBLE_V or schedule == _DUALPIPE_V or schedule == _DUALPIPE
+    if dualpipe:
+        # F&B + B - 3W with F&B = M and B = M - F
+        bubble = 2.0 * slowest - worst[_S["fw"]] - 3.0 * worst[_S["bw_w"]]
+        bubble = bubble if bubble > 0.0 else 0.0
+        if schedule == _DUALPIPE:
+            bubble *= n_stages / 2.0 - 1.0
+        else:
+            bubble *= (n_stages - 1.0) / 2.0
+        pipeline = m * slowest + bubble
     else:
         pipeline = m * slowest + (summed - slowest) / chunks
     # the data-parallel tail
@@ -522,7 +566,7 @@ def seconds_combine(stage, cand, parts, stage_times) -> float:
     tail = -1.0
     tail_parts = (0.0, 0.0, 0.0)
     for st in range(n_stages):
-        row = stage[st]
+        row = rows[st]
         layers = row[_S["layers"]]
         backward = (row[_S["bw"]] + row[_S["bw_w"]] + row[_S["rc"]]) / chunks
         reduce_ = _exposed_tail(row[_S["dp_reduce"]], backward, ov_dp, layers) if row[_S["dp_reduce"]] > 0.0 else 0.0
@@ -531,7 +575,7 @@ def seconds_combine(stage, cand, parts, stage_times) -> float:
         optimizer = row[_S["opt"]]
         own = reduce_ + optimizer + gather
         stage_times[st] = m * totals[st] + own
-        late = own - (0.0 if schedule == _ZERO_BUBBLE_V else slack)
+        late = own - (0.0 if dualpipe else slack)
         if late > tail:
             tail, tail_parts = late, (reduce_, optimizer, gather)
         slack += backward

@@ -8,18 +8,24 @@ from __future__ import annotations
 
 import math
 
-from .columns import RATE, RATE_FIELDS
+from .columns import RATE, RATE_FIELDS, SECONDS_CAND, SECONDS_LAYER
 from .nd_ops import _check_len
 
-__all__ = ["seconds_collective"]
+__all__ = ["seconds_collective", "seconds_expert_exchange"]
 
 NAN = math.nan
 
 # Column indices, bound once (the kernel ABI of ndcost.kernels.columns).
 _R = RATE
+_C = SECONDS_CAND
+_L = SECONDS_LAYER
 
 # Collective codes of seconds_collective.
 ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL, SEND_RECV = 0, 1, 2, 3
+# Dispatcher codes of seconds_expert_exchange (columns.DISPATCHERS).
+NCCL_ALL_TO_ALL, DEEPEP = 0, 1
+# Expert all-to-all overlap codes (columns.EP_OVERLAPS).
+EP_NONE, EP_1F1B, EP_DUALPIPE = 0, 1, 2
 
 
 def _ring(steps: float, share: float, moved: float, bw: float, lat: float) -> float:
@@ -55,6 +61,14 @@ def seconds_collective(op: int, moved: float, n: float, stride: float, rate) -> 
     return _collective(op, moved, n, stride, rate)
 
 
+def _ranks_per_node(dpn: float, stride: float, n: float) -> float:
+    """Ranks of a group of *n* ranks *stride* apart that share a node of *dpn* devices (1 to n)."""
+    g = math.floor(dpn / stride) if stride < dpn else 1.0
+    if g < 1.0:
+        g = 1.0
+    return n if g > n else g
+
+
 def _collective(op: int, moved: float, n: float, stride: float, rate) -> float:
     """seconds_collective without the length check (the kernels' own calls)."""
     if not stride >= 1.0:
@@ -72,11 +86,7 @@ def _collective(op: int, moved: float, n: float, stride: float, rate) -> float:
         if op == SEND_RECV:
             return _ring(1.0, 1.0, moved, bw_in, lat_in)
         return _ring(n - 1.0, (n - 1.0) / n, moved, bw_in, lat_in)
-    g = math.floor(dpn / stride) if stride < dpn else 1.0
-    if g < 1.0:
-        g = 1.0
-    if g > n:
-        g = n
+    g = _ranks_per_node(dpn, stride, n)
     nodes = n / g
     if op == SEND_RECV:
         return _ring(1.0, 1.0, moved, bw_out, lat_out)
@@ -91,10 +101,140 @@ def _collective(op: int, moved: float, n: float, stride: float, rate) -> float:
     return inner + outer
 
 
+def _missed(pool: float, own: float, k: float) -> float:
+    """The chance that *k* picks drawn without replacement from *pool* items miss a given *own* of them:
+    C(pool - own, k) / C(pool, k) = prod_{i<k} (pool - own - i) / (pool - i); 0 when they cannot."""
+    chance = 1.0
+    i = 0.0
+    while i < k:
+        if pool - own - i <= 0.0 or pool - i <= 0.0:
+            return 0.0
+        chance *= (pool - own - i) / (pool - i)
+        i += 1.0
+    return chance
+
+
+def _exchange(dispatcher: float, tokens: float, hidden: float, topk: float, experts: float, n: float,
+              stride: float, node_limit: float, element_bytes: float, rate) -> float:
+    """seconds_expert_exchange without the length check (the kernels' own calls)."""
+    if not stride >= 1.0:
+        return NAN
+    if n <= 1.0 or tokens <= 0.0 or topk <= 0.0:
+        return 0.0
+    token_bytes = hidden * element_bytes
+    if dispatcher != DEEPEP:
+        return _collective(ALL_TO_ALL, tokens * topk * token_bytes, n, stride, rate)
+    g = _ranks_per_node(rate[_R["dpn"]], stride, n)
+    nodes = n / g
+    per_rank = experts / n                          # experts on each rank of the group
+    if node_limit >= 1.0 and node_limit < nodes:
+        # the k experts among the node_limit nodes chosen (DeepSeek-V3 §2.1.2: the nodes by their
+        # experts' top affinities, so each chosen node holds one of the token's experts)
+        reached = node_limit if node_limit < topk else topk
+        ranks = node_limit * g * (1.0 - _missed(node_limit * g * per_rank, per_rank, topk))
+    else:
+        reached = nodes * (1.0 - _missed(experts, experts / nodes, topk))
+        ranks = n * (1.0 - _missed(experts, per_rank, topk))
+    nvlink = tokens * ranks * token_bytes / (rate[_R["intra_bw"]] * rate[_R["dep_nvl_eff"]])
+    if nodes <= 1.0:
+        return nvlink + rate[_R["intra_lat"]]
+    rdma = tokens * reached * (nodes - 1.0) / nodes * token_bytes / (rate[_R["inter_bw"]] * rate[_R["inter_eff"]])
+    return (rdma if rdma > nvlink else nvlink) + rate[_R["inter_lat"]]
+
+
+def seconds_expert_exchange(dispatcher: int, tokens: float, hidden: float, topk: float, experts: float, n: float,
+                            stride: float, node_limit: float, element_bytes: float, rate) -> float:
+    """Seconds of one MoE dispatch (or one combine) on a rank of an expert-parallel group of *n* ranks
+    *stride* apart: *tokens* routed by the rank, each to *topk* of *experts* experts, *hidden* elements of
+    *element_bytes* each. NaN for a stride below 1; 0 for a group of one rank or nothing to move.
+
+    * 0, NCCL all-to-all (Megatron-Core's alltoall dispatcher): every (token, expert) pair is a copy,
+      tokens·topk·hidden·bytes sent through :func:`seconds_collective`'s all-to-all.
+    * 1, DeepEP's normal kernels (deepseek-ai/DeepEP, csrc/kernels/legacy/intranode.cu, internode.cu;
+      DeepSeek-V3 report §3.2.2): a token crosses the scale-out network once per *node* it goes to
+      (RDMA to the same local rank there, none for its own node: internode.cu writes its own node's
+      share into the receive buffer directly), then is forwarded over NVLink once per *rank* of that
+      node holding one of its experts. Over g = devices_per_node/stride ranks a node and N = n/g
+      nodes, with uniform routing (the balanced load NVIDIA's runs force), a token reaches
+      ranks R = n·(1 - C(E - E/n, k)/C(E, k)) and nodes N·(1 - C(E - E/N, k)/C(E, k)); with
+      node-limited routing to M < N nodes (*node_limit*) it reaches min(M, k) nodes and
+      M·g·(1 - C(M·g·E/n - E/n, k)/C(M·g·E/n, k)) ranks. Time: the larger of the RDMA stage,
+      tokens·nodes·(N-1)/N·bytes at the NIC's NCCL share, and the NVLink stage, tokens·R·bytes
+      (every rank receives what it computes, its own share included, as DeepEP counts it) at
+      DeepEP's own NVLink share (``dep_nvl_eff``), which run concurrently (warp-specialised:
+      IB send, IB-to-NVLink forward, NVLink receive), plus one latency. Inside one node, the
+      NVLink stage alone.
+
+    A combine moves the same tokens back (its element bytes are the caller's: DeepEP combines in
+    BF16). The busiest rank's extra load is the caller's (*tokens* scaled).
+    """
+    _check_len(rate, "rate", len(RATE_FIELDS))
+    return _exchange(dispatcher, tokens, hidden, topk, experts, n, stride, node_limit, element_bytes, rate)
+
+
 def _exposed(comm: float, window: float, share: float) -> float:
     """Comm left on the critical path when *share* of a compute *window* can hide it."""
     hidden = share * (window if window < comm else comm)
     return comm - hidden
+
+
+def _exposed_paired(comm: float, window: float, share: float, sms: float) -> float:
+    """Comm left on the critical path when it runs beside another micro-batch's compute *window*
+    (an F&B pair) on kernels that hold a share *sms* of the SMs: the compute meanwhile runs on the
+    rest, so the pair takes max(window + sms·comm, comm) (the comm's SM time added, or the comm
+    itself when longer than the window). *share* of the window can hide it (1: all of it)."""
+    exposed = comm - share * window
+    held = sms * comm
+    exposed = exposed if exposed > held else held
+    return exposed if exposed < comm else comm
+
+
+def _paired_share(cand, n_stages: int, stage: int) -> float:
+    """The share of a stage's micro-batches that run in overlapped forward-and-backward pairs.
+
+    * Megatron-Core's EP overlap (ep_mode 1; Megatron-LM pipeline_parallel/combined_1f1b.py,
+      schedules.py get_pp_rank_microbatches): without a pipeline the first forward and the last
+      backward run alone, (m - 1)/m paired; interleaved, the m·v chunks but the warm-up ones --
+      (p - stage - 1)·2 + (v - 1)·p, plus the one extra forward the overlap schedules before the
+      1F1B phase -- are paired, as many backwards in the cool-down alone.
+    * DualPipe and DualPipeV (ep_mode 2): 1 -- the schedule's own bubble (seconds_combine, the
+      README's formula against m overlapped pairs) holds the chunks that run alone.
+    * none: 0.
+    """
+    mode = cand[_C["ep_mode"]]
+    if mode == EP_DUALPIPE:
+        return 1.0
+    if mode != EP_1F1B:
+        return 0.0
+    m, vp = cand[_C["m"]], cand[_C["vp"]]
+    total = m * vp
+    if total <= 0.0:
+        return 0.0
+    alone = 1.0 if n_stages <= 1 else (n_stages - stage - 1.0) * 2.0 + (vp - 1.0) * n_stages + 1.0
+    paired = total - alone
+    return paired / total if paired > 0.0 else 0.0
+
+
+def _paired_layer(layer, share: float, sms: float) -> float:
+    """What a layer's dispatches and combines leave exposed when one micro-batch's forward runs beside
+    another's backward (an F&B pair: both passes' all-to-alls, 2·ep_f). Megatron-Core's combined 1F1B
+    (models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run) runs three phases,
+    each the comm stream beside the compute stream:
+
+      comm: combine backward     | dispatch forward, dispatch backward | combine forward
+      comp: attention forward    | MLP backward (+ its dW), MLP forward | attention backward
+
+    DeepSeek-V3's DualPipe pairs the same four components of a chunk (report §3.2.1, Figure 4). The
+    combine's backward moves the dispatch direction's bytes (ep_d), the dispatch's backward the
+    combine's (ep_f - ep_d); the attention sub-block is att_f / att_b, the MLP the rest of the pass.
+    Each phase leaves :func:`_exposed_paired` of its comm."""
+    dispatch = layer[_L["ep_d"]]
+    combine = layer[_L["ep_f"]] - dispatch
+    att_f, att_b = layer[_L["att_f"]], layer[_L["att_b"]]
+    mlp = layer[_L["fw"]] - att_f + layer[_L["bw"]] + layer[_L["bw_w"]] - att_b
+    return (_exposed_paired(dispatch, att_f, share, sms)
+            + _exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0, share, sms)
+            + _exposed_paired(combine, att_b, share, sms))
 
 
 def _exposed_tail(comm: float, window: float, share: float, layers: float) -> float:

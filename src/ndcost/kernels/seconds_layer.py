@@ -16,7 +16,7 @@ from .seconds_ops import (
     POINTWISE_BACKWARD_BYTES, _add_gemm, _cand_ok, _cast, _check_rows, _check_tables, _ffn_pair, _fill, _gemm, _mm3,
     _pass,
 )
-from .seconds_comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, SEND_RECV, _collective
+from .seconds_comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, SEND_RECV, _collective, _exchange
 
 __all__ = ["seconds_layer_times"]
 
@@ -443,14 +443,24 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
             out[_L["cp_f"]] = ulysses
             out[_L["cp_b"]] = ulysses
 
-    # ---- expert parallelism, in the ep group (stride t·cp): dispatch and combine all-to-all of the
-    # routed token slots (tokens x top-k x capacity x h), forward and backward.
+    # ---- expert parallelism, in the ep group (stride t·cp): a dispatch and a combine of the tokens this
+    # rank routes (x the busiest rank's load: capacity, or the imbalance dropless), forward and backward
+    # (seconds_comm._exchange: NCCL's all-to-all or DeepEP's). The dispatch direction -- the forward
+    # dispatch and the combine's backward, which sends the output gradients to the experts -- moves
+    # disp_b bytes an element (fp8 with its scales where the stack quantizes it, DeepSeek-V3 §3.3.4),
+    # the combine direction the 16-bit activations (DeepEP combines in BF16).
     if moe and ep > 1.0:
         cap = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
-        routed = (tokens / sp) * model[_M["n_chosen"]] * cap * h * bc
-        a2a = 2.0 * _collective(ALL_TO_ALL, routed, ep, t * cp, rate)
+        routed = (tokens / sp) * cap
+        # over the expert grid's EP group: ranks t_exp apart (Megatron-Core's expert ranks are ordered
+        # expert-tp, ep, expert-dp, pp: parallel_state's expert RankGenerator "tp-ep-dp-pp")
+        args = (cand[_C["ep_disp"]], routed, h, model[_M["n_chosen"]], model[_M["n_exp"]], ep, t_exp,
+                cand[_C["ep_nodes"]])
+        dispatch = _exchange(*args, cand[_C["disp_b"]], rate)
+        a2a = dispatch + _exchange(*args, bc, rate)
         out[_L["ep_f"]] = a2a
         out[_L["ep_b"]] = a2a
+        out[_L["ep_d"]] = dispatch
 
     p_dense = (skind[_SK["p_nonexp"]] + skind[_SK["p_shared"]]) / t
     p_expert = skind[_SK["p_routed"]] / (ep * t_exp)
@@ -466,6 +476,8 @@ def _layer(kind, skind, model, smodel, cand, rate, out) -> None:
     out[_L["gemm_b"]] = gemm_b
     out[_L["core_f"]] = core_f
     out[_L["core_b"]] = core_b
+    out[_L["att_f"]] = f_att + core_f
+    out[_L["att_b"]] = d_att + w_grad + core_b
     # parameters on this device: non-expert and shared experts split over tp, routed over ep·t_exp
     out[_L["p_dense"]] = p_dense
     out[_L["p_expert"]] = p_expert

@@ -28,12 +28,13 @@ _BYTE_MINIMUM = {"param_bytes": 1, "compute_bytes": 1, "softmax_bytes": 1, "grad
                  "optimizer_state_bytes": 1, "optimizer_states": 0, "main_param_bytes": 0, "norm_bytes": 1,
                  "dropout_bytes": 0, "logit_bytes": 1}
 _DEGREE_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep")
-_INT_FIELDS = _DEGREE_FIELDS + ("micro_batch_size", "seq_length", "seq_split", "zero_stage") + tuple(_BYTE_MINIMUM)
+_INT_FIELDS = (_DEGREE_FIELDS + ("micro_batch_size", "seq_length", "seq_split", "zero_stage", "moe_dispatcher_sms",
+                                  "moe_node_limit") + tuple(_BYTE_MINIMUM))
 _OPT_INT_FIELDS = ("etp", "micro_batch_num", "global_batch_size", "optimizer_shard")
 _BOOL_FIELDS = ("sequence_parallel", "mtp_in_offset", "emb_out_in_offset", "selective_comm_recompute",
                 "recompute_slice_activation", "overlapped_grad_reduce", "overlapped_param_gather", "deferred_grad_accumulation",
                 "shard_spans_cp", "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap",
-                "fp8_weight_cache")
+                "fp8_weight_cache", "moe_dispatch_fp8")
 _OPT_BOOL_FIELDS = ("tie_embeddings", "reshard_params")
 _FLOAT_FIELDS = ("capacity_factor", "moe_imbalance", "moe_dispatch_count")
 _OPT_FLOAT_FIELDS = ("moe_dispatch",)

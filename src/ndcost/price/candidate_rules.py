@@ -15,8 +15,8 @@ import numpy as np
 from ..tables.formulas import CHOICES, NONE_INT
 from ..errors import SpecError
 from ..spec.exec_spec import BYTE_LIMITS, DEGREE_LIMITS, ExecSpec
-from ..spec.exec_spec_rules import DEEPEP_RANKS
-from ..limits import MAX_BATCH, MAX_CAPACITY_FACTOR, MAX_DEVICES, MAX_SEQ_LENGTH
+from ..spec.exec_spec_rules import DEEPEP_RANKS, DUALPIPE_SCHEDULES, recomputes_fully
+from ..limits import MAX_BATCH, MAX_CAPACITY_FACTOR, MAX_DEVICES, MAX_SEQ_LENGTH, MAX_SMS
 from ..tables.reasons import REASON_CODES
 from ..spec.recompute_spec import SELECTIVE_RULES, mask_from_switches, selective_keep_mask
 from .candidate_columns import _BOOL_FIELDS, _BYTE_MINIMUM, _Column, _DEGREE_FIELDS, _OBJECT_FIELDS, _freeze
@@ -69,7 +69,7 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
             rules.add("bad_size", _bad(cols[name]) | (a[name] < 1) | (a[name] > limit))
         for name, minimum in _BYTE_MINIMUM.items():
             rules.add("bad_bytes", _bad(cols[name]) | (a[name] < minimum) | (a[name] > BYTE_LIMITS[name]))
-        for name in ("cp_algo", "precision", "selective_rule", "moe_dispatcher"):
+        for name in ("cp_algo", "precision", "selective_rule", "moe_dispatcher", "ep_overlap"):
             rules.add("bad_choice", a[name] >= len(CHOICES[name]))
         rules.add("bad_flag", _bad(cols["tie_embeddings"]))
         factor = a["capacity_factor"]
@@ -83,6 +83,8 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
                   | (~np.isnan(dispatch) & (~np.isfinite(dispatch) | (dispatch < 0.0))))
         dispatches = a["moe_dispatch_count"]
         rules.add("bad_moe_setting", _bad(cols["moe_dispatch_count"]) | ~np.isfinite(dispatches) | ~(dispatches >= 0.0))
+        for name, minimum, limit in (("moe_dispatcher_sms", 1, MAX_SMS), ("moe_node_limit", 0, MAX_DEVICES)):
+            rules.add("bad_moe_setting", _bad(cols[name]) | (a[name] < minimum) | (a[name] > limit))
         deepep = a["moe_dispatcher"] == CHOICES["moe_dispatcher"].index("deepep")
         rules.add("bad_moe_setting", deepep & (a["ep"] != 1) & ~np.isin(a["ep"], sorted(DEEPEP_RANKS)))
         # _check_pipeline
@@ -92,8 +94,9 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
         pp, vpp = a["pp"], a["vpp"]
         rules.add("vpp_without_pp", (vpp > 1) & (pp == 1))
         rules.add("schedule_vpp", ((schedule == codes["interleaved"]) & (vpp == 1))
-                  | ((schedule == codes["zero_bubble_v"]) & (vpp != 2))
-                  | ((schedule == codes["gpipe"]) & (vpp != 1)))
+                  | (((schedule == codes["zero_bubble_v"]) | (schedule == codes["dualpipev"])) & (vpp != 2))
+                  | (((schedule == codes["gpipe"]) | (schedule == codes["dualpipe"])) & (vpp != 1)))
+        rules.add("dualpipe_pp", (schedule == codes["dualpipe"]) & (pp % 2 != 0))
         seq_split = a["seq_split"]
         safe_split = np.where(seq_split > 0, seq_split, 1)
         rules.add("bad_seq_split", (seq_split != 1)
@@ -112,8 +115,32 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
         rules.add("batch_mismatch", gbs_stated & mbn_stated & (gbs // safe != mbn))
         # ExecSpec bounds the global batch micro_batch_num states (mbs*dp*mbn <= MAX_BATCH).
         rules.add("bad_batch", ~gbs_stated & mbn_stated & (mbn > MAX_BATCH // safe))
+        micro_batches = np.where(mbn_stated, mbn, gbs // safe)
+        dualpipe = schedule == codes["dualpipe"]
+        rules.add("dualpipe_micro_batches", (dualpipe | (schedule == codes["dualpipev"]))
+                  & ((micro_batches < 2 * pp) | (dualpipe & (micro_batches % 2 != 0))))
     probe_rows = (pp >= 1) & (vpp >= 1) & ~((vpp > 1) & (pp == 1)) & ~_bad(cols["pp"]) & ~_bad(cols["vpp"])
     return rules.reason, probe_rows
+
+
+def _moe_rules(cols: dict[str, _Column], reason: np.ndarray, full_recompute: np.ndarray) -> None:
+    """ExecSpec's check_moe over columns (after the sharding rules, as ExecSpec runs it);
+    *full_recompute* marks the rows whose recompute statement recomputes a layer fully."""
+    a = {name: column.array for name, column in cols.items()}
+    rules = _Rules(len(reason))
+    rules.reason = reason
+    fp8 = a["precision"] == CHOICES["precision"].index("fp8")
+    rules.add("dispatch_fp8_precision", a["moe_dispatch_fp8"] & ~fp8)
+    overlap = a["ep_overlap"]
+    codes = {name: i for i, name in enumerate(CHOICES["ep_overlap"])}
+    schedule = a["pp_schedule"]
+    schedules = {name: i for i, name in enumerate(CHOICES["pp_schedule"])}
+    dualpipe_schedule = np.isin(schedule, [schedules[name] for name in DUALPIPE_SCHEDULES])
+    megatron_schedule = (schedule == schedules["1f1b"]) | (schedule == schedules["interleaved"])
+    megatron = overlap == codes["1f1b"]
+    rules.add("ep_overlap_rule", ((overlap != codes["none"]) & (a["ep"] == 1))
+              | ((overlap == codes["dualpipe"]) & ~dualpipe_schedule)
+              | (megatron & (~megatron_schedule | ((a["pp"] > 1) & (a["vpp"] == 1)) | full_recompute)))
 
 
 def _sharding_rules(cols: dict[str, _Column], reason: np.ndarray) -> None:
@@ -187,6 +214,7 @@ def _probe_structured(cols: dict[str, _Column], rows: np.ndarray, n: int) -> tup
     normal_code = np.zeros(n_groups + 1, dtype=np.int64)
     switches_mask = np.full(n_groups + 1, -1, dtype=np.int64)
     selective_possible = np.zeros(n_groups + 1, dtype=bool)
+    full_possible = np.zeros(n_groups + 1, dtype=bool)
     normals: dict[Any, int] = {}
     normal_values: list[tuple] = []
     for g, row in enumerate(first.tolist()):
@@ -208,10 +236,12 @@ def _probe_structured(cols: dict[str, _Column], rows: np.ndarray, n: int) -> tup
             switches_mask[g] = mask_from_switches(probe.selective_switches)
         selective_possible[g] = not (probe.recompute in ("none", "full")
                                      and probe.selective_recompute in (None, False))
+        full_possible[g] = recomputes_fully(probe)
     slot = np.where(group >= 0, group, n_groups)
     return status[slot], {
         "normal_code": normal_code[slot], "normal_values": normal_values,
         "switches_mask": switches_mask[slot], "selective_possible": selective_possible[slot],
+        "full_recompute": full_possible[slot],
     }
 
 

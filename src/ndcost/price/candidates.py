@@ -49,7 +49,7 @@ from ..spec.recompute_spec import switches_from_mask
 from .candidate_columns import (
     FIELDS, _Column, _DEFAULTS, _KIND, _RECOMPUTE_STRINGS, _array_column, _interned, _per_row, _scalar_column,
 )
-from .candidate_rules import _Rules, _layouts_of, _probe_structured, _sharding_rules, _spec_rules
+from .candidate_rules import _Rules, _layouts_of, _moe_rules, _probe_structured, _sharding_rules, _spec_rules
 
 __all__ = ["Candidates"]
 
@@ -136,6 +136,7 @@ class Candidates:
         rules.add("bad_layout_field", probe_code == 1)
         rules.add("bad_recompute", probe_code == 2)
         _sharding_rules(cols, reason)
+        _moe_rules(cols, reason, layout_fields["full_recompute"])
         self._reason = reason
         self._reason.setflags(write=False)
         self._layout_index, self._layouts = _layouts_of(cols, reason == 0, layout_fields, n)
@@ -275,5 +276,6 @@ class Candidates:
         """A spec with layout *layout*'s fields (its layout is the layout of every row that has it)."""
         fields = dict(self._layouts[layout])
         mask = fields.pop("keep_mask")
-        return ExecSpec(micro_batch_num=1, selective_switches=switches_from_mask(mask) if mask >= 0 else None,
-                        **fields)
+        # no layout depends on the micro-batches: 2·pp of them, which every schedule accepts (DualPipe's least)
+        return ExecSpec(micro_batch_num=2 * fields["pp"],
+                        selective_switches=switches_from_mask(mask) if mask >= 0 else None, **fields)

@@ -53,7 +53,7 @@ from ..spec.rates_io import as_rates
 from ..spec.ratios import Ratios
 from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR, FIXED_BYTES, deepep_column
 from ..tables.reasons import REASON_CODES, REASONS
-from ..tables.seconds import _DEFAULT_OVERLAP
+from ..tables.seconds import _DEFAULT_OVERLAP, FP8_DISPATCH_BYTES
 from .seconds_batch import STEP_RATE_FIELDS, SecondsPricer, seconds_layouts
 from .threads import MAX_CHUNK, available_cores, plan, resolve_threads, run_chunks
 
@@ -182,7 +182,7 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
     storage = {name: cands.storage(name) for name in cands.fields}
     formulas = FormulaRows(storage, REASON_CODES, mc=model_constants(model), cc=cc, overlap=_DEFAULT_OVERLAP,
                            allow_cross_node_tp=bool(allow_cross_node_tp), moe_dispatch_default=MOE_DISPATCH,
-                           **FIXED_BYTES)
+                           fp8_dispatch_bytes=FP8_DISPATCH_BYTES, **FIXED_BYTES)
     unit = "nd" if seconds is None else "seconds"
     unit_rows, memory_rows = formulas.outputs[unit], formulas.outputs["memory"]
     layout_bad = np.ascontiguousarray(layout_bad).view(np.uint8)

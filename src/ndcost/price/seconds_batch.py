@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import _backend
 from ..tables.cache import per_object
-from ..kernels.columns import KERNEL_REASONS, PART_NAMES, RATE_FIELDS, SECONDS_CAND_FIELDS
+from ..kernels.columns import DISPATCHERS, EP_OVERLAPS, KERNEL_REASONS, PART_NAMES, RATE_FIELDS, SECONDS_CAND_FIELDS
 from ..tables.formulas import ARRAY, CHOICES, ClusterConstants, derived_columns, joint_reason
 from ..tables.formulas import seconds_candidate_columns as formula_seconds_columns
 from ..kernels.seconds_batch import STEP_RATE_FIELDS
@@ -42,7 +42,7 @@ from ..tables.nd_tables import cluster_constants, nd_kind_table, nd_model_vector
 from ..spec.rates import Rates
 from ..tables.reasons import REASON_CODES
 from ..tables.seconds import (
-    _DEFAULT_OVERLAP, Overlap, _extras, rates_vector, seconds_kind_table, seconds_model_vector,
+    _DEFAULT_OVERLAP, FP8_DISPATCH_BYTES, Overlap, _extras, rates_vector, seconds_kind_table, seconds_model_vector,
 )
 
 __all__ = ["SecondsLayouts", "seconds_layouts", "seconds_candidate_columns", "seconds_candidate_matrix",
@@ -54,6 +54,8 @@ _CHUNK = 8192
 _N_KERNEL_REASONS = len(KERNEL_REASONS)
 _LAYOUT_CODE = REASON_CODES["layout"]
 _PRECISIONS = CHOICES["precision"]
+if CHOICES["ep_overlap"] != EP_OVERLAPS or CHOICES["moe_dispatcher"] != DISPATCHERS:   # the kernels read the codes
+    raise ImportError("ExecSpec's ep_overlap / moe_dispatcher choices must follow columns.EP_OVERLAPS / DISPATCHERS")
 _N_RATES = len(STEP_RATE_FIELDS)
 #: The kernel's "not asked for" outputs (zero-sized: nothing is ever written to them, so shared).
 _NO_TIMES = np.empty((0, 0), dtype=np.float64)
@@ -73,14 +75,14 @@ def seconds_candidate_columns(c: Mapping[str, Any], d: Mapping[str, Any], overla
     :func:`ndcost.tables.seconds.seconds_candidate_vector`'s; rows that are not valid candidates get
     values nobody reads.
     """
-    values = formula_seconds_columns(ARRAY, c, d, _DEFAULT_OVERLAP if overlap is None else overlap)
+    values = formula_seconds_columns(ARRAY, c, d, _DEFAULT_OVERLAP if overlap is None else overlap, FP8_DISPATCH_BYTES)
     return dict(zip(SECONDS_CAND_FIELDS, values))
 
 
 def seconds_candidate_matrix(c: Mapping[str, Any], d: Mapping[str, Any], n: int, overlap: Overlap | None = None,
                              out: np.ndarray | None = None) -> np.ndarray:
     """(len(SECONDS_CAND_FIELDS), n) float64: a candidate per column (what seconds_estimate_batch reads)."""
-    values = formula_seconds_columns(ARRAY, c, d, _DEFAULT_OVERLAP if overlap is None else overlap)
+    values = formula_seconds_columns(ARRAY, c, d, _DEFAULT_OVERLAP if overlap is None else overlap, FP8_DISPATCH_BYTES)
     matrix = np.empty((len(SECONDS_CAND_FIELDS), n), dtype=np.float64) if out is None else out
     for j, value in enumerate(values):
         matrix[j] = value

@@ -18,6 +18,7 @@ import functools
 import json
 import math
 import operator
+import os
 from dataclasses import dataclass, field
 from importlib import resources
 from types import MappingProxyType
@@ -225,6 +226,32 @@ class Device:
         """
         return _catalog_device(_resolve_name(name, "name", "Device.from_catalog"))
 
+    @classmethod
+    def from_file(cls, path: "str | os.PathLike[str]") -> "Device":
+        """A part described by a device file outside the package, in the catalog's format.
+
+        The file is what ``data/devices/<name>.json`` holds: ``name``, ``part``, ``peak_flops``
+        (one figure per dtype) and every scalar figure, each as ``{"value", "source"[, "note"]}``
+        (CONTRIBUTING.md, "Add a device"). Its ``name`` labels the part and need not match the
+        file's name; a name the catalog already uses is refused, so that a Cluster never prices
+        a file's figures under a catalog part's name (and its default rates). Price it with
+        ``Cluster(Device.from_file(path), n)``; its seconds-mode rates come from a rates file
+        (``estimate(..., rates="rates.json")``, ``ndcost.save_rates``), else
+        ``Rates.for_device`` gives the generic rates, each marked an assumption.
+
+        Raises:
+            SpecError: A missing or unreadable file, invalid JSON, an unknown key, a figure
+                without its source, a catalog name, or a figure Device refuses.
+        """
+        from ..files import read_text
+
+        where = os.fspath(path)
+        device = _parse_device(read_text(path, "a device JSON file"), where)
+        if _resolve_known(device.name) is not None:
+            rule = "not be a catalog device or alias (name the part anew; Cluster keywords override a catalog part)"
+            raise SpecError("name", where, rule, device.name)
+        return device
+
 
 def _rebuild_device(state: dict) -> Device:
     return Device(**state)
@@ -242,13 +269,21 @@ def _catalog_names() -> tuple[str, ...]:
     return tuple(sorted(entry.name[: -len(suffix)] for entry in folder.iterdir() if entry.name.endswith(suffix)))
 
 
-def _resolve_name(name: Any, parameter: str, owner: str) -> str:
-    names = _catalog_names()
+def _resolve_known(name: Any) -> str | None:
+    """The catalog name *name* spells (itself or an alias, any case), or None."""
     if isinstance(name, str):
         key = name.strip().lower()
         key = DEVICE_ALIASES.get(key, key)
-        if key in names:
+        if key in _catalog_names():
             return key
+    return None
+
+
+def _resolve_name(name: Any, parameter: str, owner: str) -> str:
+    key = _resolve_known(name)
+    if key is not None:
+        return key
+    names = _catalog_names()
     from ..suggest import did_you_mean
 
     aliases = ", ".join(f"{alias} -> {target}" for alias, target in DEVICE_ALIASES.items())
@@ -259,8 +294,13 @@ def _resolve_name(name: Any, parameter: str, owner: str) -> str:
 @functools.lru_cache(maxsize=None)
 def _catalog_device(name: str) -> Device:
     # Parsed once per process: a Device is immutable, so every caller can share it.
-    path = f"data/devices/{name}.json"
     text = resources.files("ndcost").joinpath("data", "devices", f"{name}.json").read_text(encoding="utf-8")
+    return _parse_device(text, f"data/devices/{name}.json", name)
+
+
+def _parse_device(text: str, path: str, name: str | None = None) -> Device:
+    """The Device a catalog-format document states; *path* names it in errors, *name* (a catalog
+    file's) is the name the document must carry."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -272,8 +312,10 @@ def _catalog_device(name: str) -> Device:
     if unknown:
         raise SpecError(unknown[0], path, f"be one of the catalog keys ({', '.join(sorted(_CATALOG_KEYS))})",
                         doc[unknown[0]])
-    if doc.get("name") != name:
+    if name is not None and doc.get("name") != name:
         raise SpecError("name", path, f"equal the file's name ({name!r})", doc.get("name"))
+    if not isinstance(doc.get("name"), str):
+        raise SpecError("name", path, "be a string naming the part", doc.get("name"))
     sources: dict[str, str] = {}
     part = _figure(doc, "part", path, sources)
     sources["name"] = f"{part}: {sources.pop('part')}"
@@ -284,7 +326,10 @@ def _catalog_device(name: str) -> Device:
     figures = {key: _figure(doc, key, path, sources) for key in _SCALAR_FIGURES}
     for key in _OPTIONAL_FIGURES:
         figures[key] = None if doc.get(key) is None else _figure(doc, key, path, sources)
-    return Device(name=name, peak_flops=peaks, sources=sources, **figures)
+    try:
+        return Device(name=doc["name"], peak_flops=peaks, sources=sources, **figures)
+    except SpecError as exc:  # a figure out of its bounds: name the file that states it
+        raise SpecError(exc.parameter, path, exc.rule, exc.value) from None
 
 
 def _figure(doc: dict, key: str, path: str, sources: dict, prefix: str = "") -> Any:

@@ -21,13 +21,14 @@ from typing import Any, Mapping
 
 from ..errors import SpecError
 from .exec_spec_rules import (
-    BYTE_LIMITS, CHECKS, CP_ALGOS, DEGREE_LIMITS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS, ZERO_STAGES, check_scalars, scalars_hold,
-    states_per_stage,
+    BYTE_LIMITS, CHECKS, CP_ALGOS, DEGREE_LIMITS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS, ZERO_STAGES,
+    check_scalars, scalars_hold, states_per_stage,
 )
 from .nd_strategy import spec_from_strategy
 from .recompute_spec import RecomputeRange, mask_from_switches, selective_keep_mask, switches_from_mask
 
-__all__ = ["ExecSpec", "RecomputeRange", "PP_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "PRECISIONS", "ZERO_STAGES",
+__all__ = ["ExecSpec", "RecomputeRange", "PP_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "EP_OVERLAPS", "PRECISIONS",
+           "ZERO_STAGES",
            "DEGREE_LIMITS", "BYTE_LIMITS"]
 
 _OWNER = "ExecSpec"
@@ -63,7 +64,7 @@ class ExecSpec:
     global_batch_size: int | None = None  # None: micro_batch_size*dp*micro_batch_num
     seq_length: int = 4096
     # -- pipeline (ND_REFERENCE §1.6, §3.6)
-    pp_schedule: str = "1f1b"  # "1f1b" with vpp > 1 runs interleaved (see `schedule`)
+    pp_schedule: str = "1f1b"  # "1f1b" with vpp > 1 runs interleaved (see `schedule`); PP_SCHEDULES
     seq_split: int = 1  # Seq1F1B sequence chunks (ND's n_s_split)
     offset: tuple | None = None  # layers added per stage (1-D) or per chunk and stage (vpp x pp)
     pp_partition: tuple | None = None  # layers per stage; excludes offset
@@ -120,7 +121,22 @@ class ExecSpec:
     #: dispatch. 1 charges it once per MoE layer, as the MOE_DISPATCH comment's measurements do
     #: (ND_REFERENCE §2.3 open point; docs/ND_DIFFERENCES.md).
     moe_dispatch_count: float = 0.0
-    moe_dispatcher: str = "alltoall"  # "alltoall" (NCCL) | "deepep": its buffers in memory (MOE_DISPATCHERS)
+    moe_dispatcher: str = "alltoall"  # "alltoall" (NCCL's all-to-all) | "deepep" (DeepEP's normal kernels) (MOE_DISPATCHERS)
+    #: SMs DeepEP's kernels hold while they run, taken from compute when they overlap it (Megatron-Core's
+    #: moe_flex_dispatcher_num_sms, default 20; DeepSeek-V3 report §3.2.2: 20 of the H800's 132).
+    moe_dispatcher_sms: int = 20
+    #: Node-limited routing: each token is sent to at most this many nodes of its expert-parallel group
+    #: (DeepSeek-V3 §2.1.2: M = 4, the nodes chosen by their experts' top affinities); 0: no limit.
+    moe_node_limit: int = 0
+    #: The dispatch direction (the forward dispatch, the combine's backward) moved in fp8 with a 4-byte
+    #: scale per 128 elements (DeepSeek-V3 §3.3.4; Megatron-Core's moe_dispatch_fwd_dtype 'mxfp8' moves
+    #: the same 1 + 1/32 bytes); the combine direction stays 16-bit. Needs precision 'fp8'.
+    moe_dispatch_fp8: bool = False
+    #: How the expert all-to-all overlaps compute (EP_OVERLAPS): "none"; "1f1b", Megatron-Core's
+    #: --overlap-moe-expert-parallel-comm (a forward and a backward micro-batch co-scheduled layer by
+    #: layer, each one's all-to-all under the other's compute); "dualpipe", DualPipe's and DualPipeV's
+    #: overlapped forward-and-backward chunks (pp_schedule 'dualpipe' or 'dualpipev').
+    ep_overlap: str = "none"
     precision: str = "bf16"
     tp_overlap: bool = False  # seconds mode: TP comm overlapped with compute
     #: Under fp8, Transformer Engine keeps each weight's fp8 copy and its fp8 transpose across a step's

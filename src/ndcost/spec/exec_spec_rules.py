@@ -22,20 +22,29 @@ from ..errors import (
 )
 from ..limits import (
     MAX_BATCH, MAX_BYTE_WIDTH, MAX_CAPACITY_FACTOR, MAX_DEVICES, MAX_LAYERS, MAX_OPTIMIZER_STATES, MAX_SEQ_LENGTH,
+    MAX_SMS,
 )
 from .recompute_spec import RECOMPUTE_OPTIONS, SELECTIVE_RULES, RecomputeRange, canonical_switches
 
 __all__ = [
-    "PP_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "DEEPEP_RANKS", "PRECISIONS", "ZERO_STAGES", "DEGREE_LIMITS", "BYTE_LIMITS", "BOOL_FIELDS",
+    "PP_SCHEDULES", "V_SCHEDULES", "EP_OVERLAPS", "DUALPIPE_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "DEEPEP_RANKS", "PRECISIONS", "ZERO_STAGES", "DEGREE_LIMITS", "BYTE_LIMITS", "BOOL_FIELDS",
     "CHECKS", "scalars_hold", "is_int", "states_per_stage",
 ]
 
 OWNER = "ExecSpec"
 
 #: Pipeline schedules (ND_REFERENCE §1.7 / §3.6): ND's ``1f1b`` (interleaved
-#: when vpp > 1), ``zero_bubble_v`` (DualPipeV), ``gpipe``, and ``seq1f1b``
-#: (ND's ``seqpipe``/``seqsmartvpp``).
-PP_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b")
+#: when vpp > 1), ``zero_bubble_v`` (ND's DualPipeV: its V and its bubble, ND's rules), ``gpipe``,
+#: ``seq1f1b`` (ND's ``seqpipe``/``seqsmartvpp``), and DeepSeek's own two (deepseek-ai/DualPipe):
+#: ``dualpipe`` (bidirectional: device i runs stage i for half the micro-batches and stage pp-1-i
+#: for the other half, two copies of the parameters) and ``dualpipev`` (its cut-in-half V: two
+#: chunks a device, one copy), with that repository's requirements.
+PP_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b", "dualpipe", "dualpipev")
+#: The V schedules: a stage's second chunk runs the stages backwards (the layout's V).
+V_SCHEDULES: tuple[str, ...] = ("zero_bubble_v", "dualpipev")
+#: How the expert all-to-all overlaps compute (ExecSpec.ep_overlap): none; Megatron-Core's EP A2A
+#: overlap of the 1F1B schedule (--overlap-moe-expert-parallel-comm); DualPipe's F&B chunks.
+EP_OVERLAPS: tuple[str, ...] = ("none", "1f1b", "dualpipe")
 #: Context-parallel algorithms: ring attention (ND's ``colossalai_cp``; Transformer Engine's P2P ring),
 #: Ulysses, and ``ring-allgather``: PyTorch's ``context_parallel`` ring with ``rotate_method
 #: "allgather"`` as torchtitan (9dec370) calls it -- the same sequence split, traffic and compute as
@@ -46,6 +55,8 @@ CP_ALGOS: tuple[str, ...] = ("ring", "ulysses", "ring-allgather")
 #: flex dispatcher with moe_enable_deepep), which keeps its own NVLink and RDMA buffers
 #: (ndcost.tables.memory_overheads.deepep_buffer_bytes). Seconds mode prices both as the all-to-all.
 MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep")
+#: The schedules DualPipe's overlapped chunks run in (ep_overlap 'dualpipe'): ND's zero_bubble_v is DualPipeV.
+DUALPIPE_SCHEDULES: tuple[str, ...] = ("dualpipe", "dualpipev", "zero_bubble_v")
 #: The expert-parallel group sizes DeepEP has dispatch and combine configs for (deep_ep/buffers/legacy.py
 #: Buffer.get_dispatch_config / get_combine_config; any other size is refused by an assertion).
 DEEPEP_RANKS: frozenset[int] = frozenset((2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 144, 160))
@@ -73,6 +84,7 @@ BOOL_FIELDS: tuple[str, ...] = (
     "vocab_emb_dp",
     "tp_overlap",
     "fp8_weight_cache",
+    "moe_dispatch_fp8",
 )
 # Byte widths and their minimum: a main (master) parameter copy and a dropout
 # mask may be absent (ND's DEFAULT_RUN has main_param_bytes 0 and
@@ -96,12 +108,12 @@ BYTE_LIMITS = MappingProxyType({name: MAX_OPTIMIZER_STATES if name == "optimizer
 # The integer scalars as (field, minimum, maximum), in the order the scalar group checks them.
 _DEGREE_RULES = tuple((name, 1, limit) for name, limit in DEGREE_LIMITS.items())
 _SIZE_RULES = (("micro_batch_size", 1, MAX_BATCH), ("seq_length", 1, MAX_SEQ_LENGTH),
-               ("seq_split", 1, MAX_SEQ_LENGTH))
+               ("seq_split", 1, MAX_SEQ_LENGTH), ("moe_dispatcher_sms", 1, MAX_SMS), ("moe_node_limit", 0, MAX_DEVICES))
 _BYTE_RULES = tuple((name, minimum, BYTE_LIMITS[name]) for name, minimum in _BYTE_MINIMUMS)
 _INT_RULES = _DEGREE_RULES + _SIZE_RULES + _BYTE_RULES
 # The string scalars and their choices.
 _CHOICE_RULES = (("cp_algo", CP_ALGOS), ("precision", PRECISIONS), ("selective_rule", SELECTIVE_RULES),
-                 ("moe_dispatcher", MOE_DISPATCHERS))
+                 ("moe_dispatcher", MOE_DISPATCHERS), ("ep_overlap", EP_OVERLAPS))
 
 
 def is_int(value: Any) -> bool:
@@ -203,6 +215,17 @@ def check_pipeline(spec: Any) -> None:
         # DualPipeV runs each stage's two chunks in a V (ND_REFERENCE §3.6:
         # its micro-factor is defined for vp <= 2 and returns 0 above).
         raise SpecError("vpp", OWNER, "be 2 with pp_schedule='zero_bubble_v' (DualPipeV's two chunks)", spec.vpp)
+    if schedule == "dualpipe":
+        # DualPipe's two chunks are its two directions' stages, not virtual stages; its ranks pair up
+        # (rank i with pp-1-i): deepseek-ai/DualPipe dualpipe.py step(): assert num_ranks % 2 == 0
+        if spec.vpp != 1:
+            raise SpecError("vpp", OWNER, "be 1 with pp_schedule='dualpipe' (its two chunks are its two "
+                            "directions' stages)", spec.vpp)
+        if spec.pp % 2:
+            raise SpecError("pp", OWNER, "be even with pp_schedule='dualpipe' (DualPipe pairs rank i with "
+                            "rank pp-1-i)", spec.pp)
+    if schedule == "dualpipev" and spec.vpp != 2:
+        raise SpecError("vpp", OWNER, "be 2 with pp_schedule='dualpipev' (its V of two chunks)", spec.vpp)
     if schedule == "gpipe" and spec.vpp != 1:
         # ND's GPipe factor (p micro-batches in flight, §3.6) has no chunks.
         raise SpecError("vpp", OWNER, "be 1 with pp_schedule='gpipe'", spec.vpp)
@@ -242,6 +265,22 @@ def check_batch(spec: Any) -> None:
         raise SpecError("micro_batch_num", OWNER,
                         f"keep micro_batch_size*dp*micro_batch_num (the global batch) at most {MAX_BATCH} "
                         "(ndcost's upper bound for this size; see docs/LIMITS.md)", micro_batch_num)
+    if spec.pp_schedule in ("dualpipe", "dualpipev"):
+        _check_dualpipe_micro_batches(spec, micro_batch_num if micro_batch_num is not None
+                                      else global_batch_size // per_micro_batch)
+
+
+def _check_dualpipe_micro_batches(spec: Any, micro_batches: int) -> None:
+    """deepseek-ai/DualPipe (3da1bbe) step(): DualPipe asserts ``num_chunks % 2 == 0 and num_chunks >=
+    num_ranks * 2`` (half the micro-batches run each direction), DualPipeV ``num_chunks >= num_ranks * 2``."""
+    name = "micro_batch_num" if spec.micro_batch_num is not None else "global_batch_size"
+    value = getattr(spec, name)
+    if micro_batches < 2 * spec.pp:
+        raise SpecError(name, OWNER, f"give at least 2*pp (= {2 * spec.pp}) micro-batches with "
+                        f"pp_schedule='{spec.pp_schedule}' (it gives {micro_batches})", value)
+    if spec.pp_schedule == "dualpipe" and micro_batches % 2:
+        raise SpecError(name, OWNER, f"give an even number of micro-batches with pp_schedule='dualpipe' "
+                        f"(it gives {micro_batches}: half run each direction)", value)
 
 
 # ----------------------------------------------------------------------------- layout
@@ -377,5 +416,44 @@ def check_sharding(spec: Any) -> None:
             raise SpecError("reshard_params", OWNER, "be None or False unless zero_stage is 3", True)
 
 
+# ----------------------------------------------------------------------------- MoE communication
+
+
+def recomputes_fully(spec: Any) -> bool:
+    """Whether any layer recomputes fully (Megatron-Core's recompute_granularity 'full')."""
+    if spec.recompute == "full" or states_per_stage(spec.full_recompute):
+        return True
+    return isinstance(spec.recompute, tuple) and any(getattr(item, "option", None) == "full" for item in spec.recompute)
+
+
+def check_moe(spec: Any) -> None:
+    """The expert all-to-all's own rules: what each overlap needs, and fp8 dispatch's precision."""
+    if spec.moe_dispatch_fp8 and spec.precision != "fp8":
+        raise SpecError("moe_dispatch_fp8", OWNER, "be False unless precision is 'fp8' (the dispatch is "
+                        "quantized for the fp8 expert GEMMs)", spec.moe_dispatch_fp8)
+    overlap = spec.ep_overlap
+    if overlap == "none":
+        return
+    if spec.ep == 1:
+        raise SpecError("ep_overlap", OWNER, "be 'none' when ep is 1 (no expert all-to-all to overlap)", overlap)
+    if overlap == "dualpipe":
+        if spec.pp_schedule not in DUALPIPE_SCHEDULES:
+            raise SpecError("ep_overlap", OWNER, "be 'dualpipe' only with pp_schedule 'dualpipe', 'dualpipev' or "
+                            f"'zero_bubble_v' (their overlapped chunks; pp_schedule is '{spec.pp_schedule}')",
+                            overlap)
+        return
+    # Megatron-Core's EP A2A overlap (core v0.14+, transformer_config.py __post_init__): a combined
+    # 1F1B schedule; with pp > 1 the interleaved one; no full recompute
+    if spec.pp_schedule not in ("1f1b", "interleaved"):
+        raise SpecError("ep_overlap", OWNER, "be '1f1b' only with pp_schedule '1f1b' or 'interleaved' "
+                        f"(Megatron-Core's combined 1F1B schedule; pp_schedule is '{spec.pp_schedule}')", overlap)
+    if spec.pp > 1 and spec.vpp == 1:
+        raise SpecError("ep_overlap", OWNER, "be '1f1b' with pp > 1 only when vpp > 1 (Megatron-Core: "
+                        "virtual_pipeline_model_parallel_size must be specified when pp > 1)", overlap)
+    if recomputes_fully(spec):
+        raise SpecError("ep_overlap", OWNER, "be '1f1b' only without full recompute (Megatron-Core: "
+                        "disable full recomputation when enabling overlap_moe_expert_parallel_comm)", overlap)
+
+
 #: The rule groups of an ExecSpec, in the order its construction runs them (ExecSpec.problems runs each).
-CHECKS = (check_scalars, check_pipeline, check_batch, check_layout, check_recompute, check_sharding)
+CHECKS = (check_scalars, check_pipeline, check_batch, check_layout, check_recompute, check_sharding, check_moe)

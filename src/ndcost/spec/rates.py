@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from ..errors import SpecError, is_finite_number
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
+           "DEEPEP_NVLINK_EFFICIENCY",
            "ATTENTION_KERNELS", "ELEMENTWISE"]
 
 _OWNER = "Rates"
@@ -84,6 +85,17 @@ _NCCL_NET = ("calculon-ai/calculon systems/a100_80g.json networks[1].efficiency 
              "of 100 GB/s on 4x HDR per 8 A100")
 _FA2 = ("Dao 2023, FlashAttention-2 (arXiv 2307.08691), abstract: 'reaching 50-73% of the theoretical "
         "maximum FLOPs/s on A100' (forward + backward): the midpoint 0.615")
+#: DeepEP's normal kernels inside one H800 node: 153 GB/s dispatching (158 combining) of the bytes each
+#: rank receives, its own share included, over the H800's 200 GB/s a direction (ndcost's h800 device:
+#: DeepSeek's 400 GB/s bidirectional NVLink) -- 0.765. The intranode row sets this share; DeepEP's
+#: internode rows (RDMA-bound at EP 32 and 64, NVLink-bound at EP 16) are what it is checked against
+#: (tests/test_seconds_expert_exchange.py). Other parts: an assumption, DeepEP V2 on SM100 EP 8 reaching
+#: 643-726 GB/s of 900 (0.71-0.81) in the same repository's README.
+DEEPEP_NVLINK_EFFICIENCY = 153.0 / 200.0
+_DEEPEP_NVL = ("deepseek-ai/DeepEP@dd758caf451848bd150e1046af3d0a73e5fff38d docs/legacy.md 'Normal kernels with NVLink "
+               "and RDMA forwarding': Intranode EP 8 dispatch 153 GB/s (NVLink), H800 with ~160 GB/s NVLink maximum; "
+               "the bytes a rank receives, its own share included (tests/legacy/test_intranode.py nvl_recv_bytes), "
+               "over the device's 200 GB/s a direction: 0.765")
 _FA3 = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608): FlashAttention-2 'achieves only 35% "
         "utilization on H100', FlashAttention-3 'up to 740 TFLOPs/s (75% utilization)' in BF16: the "
         "midpoint 0.55")
@@ -137,6 +149,9 @@ class Rates:
             (Transformer Engine userbuffers' "pipeline" method, num_splits). Software.
         tp_overlap_sms: With TP comm overlap, SMs the pipelined reduce-scatter kernels hold while
             that GEMM runs (userbuffers num_sm). Software.
+        deepep_nvlink_efficiency: Share of the scale-up link rate DeepEP's normal dispatch and combine
+            kernels reach, counted as DeepEP counts it: the bytes a rank receives from its node, its
+            own share included (:data:`DEEPEP_NVLINK_EFFICIENCY`). Software.
         sources: Figure name -> where its value comes from; read-only.
 
     The last four describe the training software, not the silicon; the defaults are today's
@@ -164,6 +179,7 @@ class Rates:
     attention_copies: bool = False
     tp_overlap_splits: int = 4
     tp_overlap_sms: float = 22.0
+    deepep_nvlink_efficiency: float = DEEPEP_NVLINK_EFFICIENCY
 
     def __post_init__(self) -> None:
         fetch = self.zero3_fetch_bandwidth
@@ -184,7 +200,7 @@ class Rates:
                 raise SpecError(name, _OWNER, "be True or False", getattr(self, name))
         for name in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
                      "intra_node_efficiency", "inter_node_efficiency", "fp8_matmul_efficiency",
-                     "fa2_attention_efficiency"):
+                     "fa2_attention_efficiency", "deepep_nvlink_efficiency"):
             value = getattr(self, name)
             if value is None and name in ("fp8_matmul_efficiency", "fa2_attention_efficiency"):
                 continue
@@ -326,6 +342,7 @@ def _rates(matmul: float, matmul_source: str, attention: float, attention_source
         "kernel_overhead": f"{_AIC}; consistent with {_CALCULON}" + assumed,
         "intra_node_efficiency": _NCCL_NVLINK + assumed,
         "inter_node_efficiency": _NCCL_NET + assumed,
+        "deepep_nvlink_efficiency": _DEEPEP_NVL + assumed,
     }
     sources.update(_TODAY_SOFTWARE)
     sources["gemm_wave_tail"] = wave_tail[1] or _GUIDE_TAIL
@@ -336,7 +353,7 @@ def _rates(matmul: float, matmul_source: str, attention: float, attention_source
     return Rates(matmul_efficiency=matmul, attention_efficiency=attention, hbm_efficiency=0.8,
                  kernel_overhead=3e-6, intra_node_efficiency=0.8, inter_node_efficiency=0.9,
                  sm_count=sms, fp8_matmul_efficiency=fp8, sources=sources, gemm_wave_tail=wave_tail[0],
-                 fa2_attention_efficiency=fa2[0])
+                 fa2_attention_efficiency=fa2[0], deepep_nvlink_efficiency=DEEPEP_NVLINK_EFFICIENCY)
 
 
 _A100 = _rates(271.2 / 312.0, f"{_MAMF}: NVIDIA A100 SXM 271.2 of 312 TFLOPS (86.9%), torch 2.6.0+cu126",

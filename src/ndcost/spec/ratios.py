@@ -30,11 +30,11 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import SpecError
 
-__all__ = ["Ratios", "RATIO_KEYS", "PART_NAMES", "PART_RATIO_KEYS", "RATIO_FALLBACKS"]
+__all__ = ["Ratios", "RATIO_KEYS", "PART_NAMES", "PART_RATIO_KEYS", "RATIO_FALLBACKS", "register_ratio_fitter"]
 
 # ND's PerfParts names a ratios file may state (ND_REFERENCE §2.10/§2.11);
 # MP_COMM is ND's name for tensor-parallel traffic.
@@ -65,6 +65,22 @@ RATIO_FALLBACKS: Mapping[str, str] = MappingProxyType({"DP_REDUCE": "DP_COMM", "
 
 _COMPUTE = "COMPUTE"
 _FITTED_ON = "_fitted_on"
+
+# The fit behind the deprecated Ratios.fit. The spec layer may not import io (tests/test_package_layers.py
+# counts imports inside functions too), so ndcost.io.calibrate, which the package's __init__ imports,
+# registers its fit_ratios here, as the catalog registers Model.from_catalog's loader.
+_ratio_fitter: Callable[..., Any] | None = None
+
+#: The release that deprecated Ratios.fit and the one that removes it (docs/RELEASING.md, deprecation policy).
+FIT_DEPRECATED_IN, FIT_REMOVED_IN = "0.2.0", "0.3.0"
+
+
+def register_ratio_fitter(fitter: Callable[..., Any]) -> None:
+    """Make *fitter* (``fit_ratios(rows, model, cluster, units, method, **options) -> Fit``) what the
+    deprecated :meth:`Ratios.fit` calls; ndcost.io.calibrate registers its ``fit_ratios``."""
+    global _ratio_fitter
+    _ratio_fitter = fitter
+
 
 # The keys a warning has named in this process, each once (seed _MISSING_RATIOS).
 _MISSING_WARNED: set[str] = set()
@@ -229,6 +245,22 @@ class Ratios:
             return cls(ratios)
         rule = "be a Ratios, a path to a ratios JSON file, a mapping of ratio keys to numbers, or None"
         raise SpecError("ratios", "Ratios.coerce", rule, ratios)
+
+    @classmethod
+    def fit(cls, rows: Any, model: Any, cluster: Any, units: str = "nd", method: str = "nd",
+            **options: Any) -> "Ratios":
+        """Deprecated since 0.2.0, removed in 0.3.0: ``fit_ratios(rows, model, cluster, units, method,
+        **options).ratios`` (``ndcost.io.calibrate``), which also reports what fell back or was floored.
+
+        Ratios fitted to measured runs, exactly as that call fits them; warns `DeprecationWarning`.
+        """
+        if _ratio_fitter is None:
+            raise RuntimeError("ndcost.io.calibrate is not imported (ndcost/__init__ imports it)")
+        replacement = f"{_ratio_fitter.__module__}.{_ratio_fitter.__qualname__}"
+        warnings.warn(f"Ratios.fit is deprecated since ndcost {FIT_DEPRECATED_IN} and will be removed in "
+                      f"{FIT_REMOVED_IN}; use {replacement}(rows, model, cluster, units, method, ...).ratios",
+                      DeprecationWarning, stacklevel=2)
+        return _ratio_fitter(rows, model, cluster, units, method, **options).ratios
 
     def save(self, path: "str | os.PathLike[str]") -> None:
         """Write the ratios as ND's JSON (keys in `RATIO_KEYS` order, then ``_fitted_on``)."""

@@ -193,7 +193,7 @@ class RecomputeRange:
     """A run of consecutive layers that recompute one way.
 
     Layers are counted in model order (ND_REFERENCE §1.6: chunk by chunk
-    across stages, the second chunk reversed for zero_bubble_v), 0-based,
+    across stages, the second chunk reversed for zero_bubble_v and dualpipev), 0-based,
     over the body layers then the MTP layers. A layer no range covers does
     not recompute (seed ``apply_exec._ranges``).
 

@@ -194,12 +194,15 @@ def stack_dimensions(columns: Mapping[str, np.ndarray]) -> tuple[str, ...]:
 def _stack_values(name: str, given: Any) -> list:
     """A stack dimension's values, each checked by ExecSpec's rule for the field."""
     from .exec_spec import ExecSpec
+    from .stack_options import SEARCHABLE
 
     values = list(given) if isinstance(given, (list, tuple)) else [given]
     if not values:
         raise SpecError(name, "search", "be a value, a non-empty list, or None (not searched)", given)
+    context = SEARCHABLE[name].context
     for value in values:
-        problems = ExecSpec.problems(micro_batch_num=1, **{name: value})   # the field's own rules, in a valid spec
+        # the field's own rules, in a valid spec where the value means something (its option's context)
+        problems = ExecSpec.problems(**{"micro_batch_num": 1, **(context(value) if context else {}), name: value})
         if problems:
             raise SpecError(name, "search", problems[0].rule, value)
     return values

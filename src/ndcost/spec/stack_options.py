@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ..errors import SpecError
-from .exec_spec_rules import CP_ALGOS, MOE_DISPATCHERS, PRECISIONS
+from .exec_spec_rules import CP_ALGOS, EP_OVERLAPS, MOE_DISPATCHERS, PRECISIONS
 from .recompute_spec import SELECTIVE_RULES
 from .rates import ATTENTION_KERNELS, ELEMENTWISE, FP8_RECIPES
 
-__all__ = ["StackOption", "STACK_OPTIONS", "OPTIONS", "TORCHTITAN_OP", "SEARCHABLE", "option_for_field",
+__all__ = ["StackOption", "STACK_OPTIONS", "MEGATRON_EP_OVERLAP", "OPTIONS", "TORCHTITAN_OP", "SEARCHABLE", "option_for_field",
            "SPEC_DEFAULTS", "parse_option", "parse_option_list", "option_text", "check_applies", "stack_fields", "option_applies",
            "with_torchtitan_op"]
 
@@ -43,7 +43,21 @@ def _moe(fields: Any, model: Any) -> Any:
 
 
 def _fp8(fields: Any, model: Any) -> Any:
-    return fields["precision"] == "fp8"
+    return _is(fields["precision"], "fp8")
+
+
+def _overlap_context(value: Any) -> dict[str, Any]:
+    """A spec an expert all-to-all overlap means something in: an EP group, and DualPipe's schedule for its own."""
+    if value == "dualpipe":
+        return {"ep": 2, "pp": 2, "pp_schedule": "dualpipe", "micro_batch_num": 4}
+    return {"ep": 2}
+
+
+def _is(value: Any, name: str) -> Any:
+    """A field (or a search's column of it) equal to a choice's *name*."""
+    import numpy as np
+
+    return np.asarray(value) == name
 
 
 @dataclass(frozen=True, eq=False)      # one object per row: compared and hashed by identity
@@ -66,6 +80,8 @@ class StackOption:
         commands: The commands that take it.
         seconds_only: ND's units do not price it.
         convert: A list's choices -> the field's value, and back (``(to_field, to_words)``).
+        context: value -> the other fields a spec needs for the value to mean anything (a search checks each
+            value's own rules in such a spec: fp8 dispatch under fp8, an all-to-all overlap with an EP group).
     """
 
     name: str
@@ -80,6 +96,7 @@ class StackOption:
     commands: frozenset = ALL_COMMANDS
     seconds_only: bool = True
     convert: tuple[Callable[[tuple], Any], Callable[[Any], tuple]] | None = None
+    context: Callable[[Any], Mapping[str, Any]] | None = None
 
     @property
     def flag(self) -> str:
@@ -165,9 +182,27 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "(PyTorch's context_parallel as torchtitan runs it: a backward holds all ranks' K/V) (default "
                 "ring)", choices=CP_ALGOS, applies=lambda f, m: f["cp"] > 1, needs="cp > 1", seconds_only=False),
     StackOption("moe_dispatcher", "moe_dispatcher", "spec", "choice",
-                "MoE token dispatcher: alltoall (NCCL) or deepep (DeepEP: its NVLink and RDMA buffers are held "
-                "beside NCCL's; priced as the all-to-all in time) (default alltoall)", choices=MOE_DISPATCHERS,
-                applies=_moe, needs="a MoE model", seconds_only=False),
+                "MoE token dispatcher: alltoall (NCCL's all-to-all, a copy per token and expert) or deepep (DeepEP's "
+                "normal kernels: RDMA once per node, NVLink once per rank; its buffers held beside NCCL's) (default "
+                "alltoall)", choices=MOE_DISPATCHERS, applies=_moe, needs="a MoE model", seconds_only=False),
+    StackOption("moe_dispatcher_sms", "moe_dispatcher_sms", "spec", "int",
+                "SMs DeepEP's kernels hold, taken from compute while they overlap it (Megatron-Core's "
+                "--moe-flex-dispatcher-num-sms) (default 20, Megatron-Core's and DeepSeek-V3's)",
+                applies=lambda f, m: _moe(f, m) & _is(f["moe_dispatcher"], "deepep"), needs="--moe-dispatcher deepep"),
+    StackOption("moe_node_limit", "moe_node_limit", "spec", "int",
+                "node-limited routing: the nodes of its expert-parallel group a token is sent to at most "
+                "(DeepSeek-V3: 4; Megatron-Core's --moe-router-group-topk with a group per node) (default 0: no limit)",
+                applies=_moe, needs="a MoE model"),
+    StackOption("moe_dispatch_fp8", "moe_dispatch_fp8", "spec", "bool",
+                "dispatch (and the combine's backward) in fp8 with 1x128 scales, the combine in bf16, as DeepSeek-V3 "
+                "(default off)", applies=lambda f, m: _moe(f, m) & _fp8(f, m), needs="a MoE model and --precision fp8",
+                context=lambda value: {"precision": "fp8"}),
+    StackOption("ep_overlap", "ep_overlap", "spec", "choice",
+                "how the expert all-to-all overlaps compute: none, 1f1b (Megatron-Core's "
+                "--overlap-moe-expert-parallel-comm: a forward and a backward micro-batch co-scheduled; vpp > 1 when "
+                "pp > 1, no full recompute) or dualpipe (DualPipe's overlapped chunks, with --pp-schedule dualpipe, "
+                "dualpipev or zero_bubble_v) (default none)", choices=EP_OVERLAPS, applies=_moe, needs="a MoE model",
+                context=_overlap_context),
     StackOption("grouped_gemm", "grouped_gemm", "spec", "bool",
                 "dropless MoE with grouped GEMMs; off: capacity mode with --capacity-factor (default on)",
                 applies=_moe, needs="a MoE model", seconds_only=False),
@@ -201,14 +236,16 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
     StackOption("attention_copies", "attention_copies", "rates", "bool",
                 "the model code copies K/V per query head (GQA's repeat_kv) and the attention output (torchtitan's "
                 "Llama) (default: the --software stack's, else off)"),
-    StackOption("overlap_moe_expert_parallel_comm", "ep", "overlap", "bool",
-                "hide the expert all-to-all under the other micro-batch's compute (Megatron's "
-                "--overlap-moe-expert-parallel-comm) (default off; on with DualPipe)", values={True: 1.0, False: 0.0},
-                applies=_moe, needs="a MoE model", commands=frozenset(("validate",))),
 )
+#: A runs file's name for Megatron-Core's EP overlap (validate only): ``overlap_moe_expert_parallel_comm: on`` is
+#: ``ep_overlap: 1f1b`` (kept out of STACK_OPTIONS' flags and search dimensions, where ``ep_overlap`` states it).
+MEGATRON_EP_OVERLAP = StackOption(
+    "overlap_moe_expert_parallel_comm", "ep_overlap", "spec", "bool",
+    "Megatron-Core's --overlap-moe-expert-parallel-comm (a runs file's alias of ep_overlap 1f1b) (default off)",
+    values={True: "1f1b", False: "none"}, applies=_moe, needs="a MoE model", commands=frozenset(("validate",)))
 
-#: Name -> option.
-OPTIONS: Mapping[str, StackOption] = {option.name: option for option in STACK_OPTIONS}
+#: Name -> option (the runs files' alias of ep_overlap too).
+OPTIONS: Mapping[str, StackOption] = {option.name: option for option in STACK_OPTIONS + (MEGATRON_EP_OVERLAP,)}
 #: The ExecSpec fields a search takes as dimensions through an option (by field name).
 SEARCHABLE: Mapping[str, StackOption] = {option.field: option for option in STACK_OPTIONS if option.owner == "spec"}
 

@@ -227,12 +227,14 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
     )
 
 
-def seconds_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any], overlap: "Overlap") -> tuple:
+def seconds_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any], overlap: "Overlap",
+                              fp8_dispatch_bytes: float) -> tuple:
     """The seconds candidate vector (``_columns.SECONDS_CAND_FIELDS`` order) of *c* with derived values *d*:
     what ``ndcost.tables.seconds``'s kernels read off the spec (each field documented there).
 
     *overlap* is an :class:`~ndcost.tables.seconds.Overlap`: a share it leaves ``None`` takes the spec's
-    own switch (``Overlap.shares``)."""
+    own switch (``Overlap.shares``). *fp8_dispatch_bytes*: bytes an element of an fp8 expert dispatch
+    moves (``ndcost.tables.seconds.FP8_DISPATCH_BYTES``, with its source)."""
     where = ops.where
     compute_bytes = c["compute_bytes"]
     schedule_1f1b = ops.is_choice(c, "pp_schedule", "1f1b")
@@ -258,7 +260,12 @@ def seconds_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, An
         overlap.fsdp_prefetch,
         where(c["tp_overlap"], 1.0, 0.0) if overlap.tp is None else overlap.tp,
         overlap.cp,
-        where(ops.is_choice(c, "pp_schedule", "zero_bubble_v"), 1.0, 0.0) if overlap.ep is None else overlap.ep,
+        where(ops.is_choice(c, "ep_overlap", "none"), 0.0, 1.0) if overlap.ep is None else overlap.ep,
+        # the expert all-to-all: its overlap mode and dispatcher as their codes (columns.EP_OVERLAPS and
+        # DISPATCHERS follow ExecSpec's choices: checked at import by ndcost.price.seconds_batch)
+        ops.choice_code(c, "ep_overlap"), ops.choice_code(c, "moe_dispatcher"), c["moe_dispatcher_sms"],
+        c["moe_node_limit"],
+        where(c["moe_dispatch_fp8"], fp8_dispatch_bytes, compute_bytes),                  # disp_b
     )
 
 
@@ -315,7 +322,10 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     # 3. Experts (ND §3.9 C1-C2; Megatron's expert grid).
     if not mc.is_moe:
         rules.append(("ep_dense", ep != 1))
+        rules.append(("moe_option_dense", ops.not_(ops.is_choice(c, "moe_dispatcher", "alltoall"))
+                      | ops.not_(ops.is_choice(c, "ep_overlap", "none"))))
     else:
+        rules.append(("ep_overlap_mtp", ops.is_choice(c, "ep_overlap", "1f1b") & (mc.mtp_layers > 1)))
         rules.append(("ep_experts", mc.num_experts % ep != 0))
         etp_stated = ops.stated(c["etp"])
         etp = ops.opt_int(c["etp"], 1)
@@ -334,7 +344,8 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     schedule_1f1b = ops.is_choice(c, "pp_schedule", "1f1b")
     interleaved = ops.is_choice(c, "pp_schedule", "interleaved") | (schedule_1f1b & (vpp > 1))
     family = (schedule_1f1b | interleaved | ops.is_choice(c, "pp_schedule", "seq1f1b")
-              | ops.is_choice(c, "pp_schedule", "zero_bubble_v"))
+              | ops.is_choice(c, "pp_schedule", "zero_bubble_v") | ops.is_choice(c, "pp_schedule", "dualpipe")
+              | ops.is_choice(c, "pp_schedule", "dualpipev"))
     too_few = (pp > 1) & family & (micro_batches < pp)
     rules.append(("micro_batches_lt_pp", too_few))
     rules.append(("micro_batches_not_multiple",

@@ -24,18 +24,18 @@ __all__ = [
 
 # What each fused twin reads of c, in one call (tools/gen_formulas.py: _prefetch).
 _C_JOINT_ND_MEMORY_CANDIDATE = operator.itemgetter(
-    'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'etp', 'micro_batch_size', 'micro_batch_num',
-    'global_batch_size', 'pp_schedule', 'sequence_parallel', 'cp_algo', 'precision', 'zero_stage',
-    'optimizer_shard', 'shard_spans_cp', 'vocab_emb_dp', 'grad_bytes', 'optimizer_states', 'optimizer_state_bytes',
-    'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation', 'seq_split',
-    'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch', 'moe_dispatch_count', 'grouped_gemm',
-    'moe_imbalance', 'flash_attention', 'recompute_slice_activation', 'softmax_bytes', 'dropout_bytes',
-    'norm_bytes', 'logit_bytes', 'fp8_weight_cache',
+    'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'etp', 'micro_batch_size',
+    'micro_batch_num', 'global_batch_size', 'pp_schedule', 'sequence_parallel', 'cp_algo', 'precision',
+    'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'vocab_emb_dp', 'grad_bytes', 'optimizer_states',
+    'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation',
+    'seq_split', 'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch', 'moe_dispatch_count',
+    'grouped_gemm', 'moe_imbalance', 'flash_attention', 'recompute_slice_activation', 'softmax_bytes',
+    'dropout_bytes', 'norm_bytes', 'logit_bytes', 'fp8_weight_cache',
 )
 _C_JOINT_DERIVED_MEMORY_CANDIDATE = operator.itemgetter(
-    'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'etp', 'micro_batch_size', 'micro_batch_num',
-    'global_batch_size', 'pp_schedule', 'sequence_parallel', 'cp_algo', 'precision', 'zero_stage',
-    'optimizer_shard', 'shard_spans_cp', 'grad_bytes', 'optimizer_states', 'optimizer_state_bytes',
+    'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'etp', 'micro_batch_size',
+    'micro_batch_num', 'global_batch_size', 'pp_schedule', 'sequence_parallel', 'cp_algo', 'precision',
+    'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'grad_bytes', 'optimizer_states', 'optimizer_state_bytes',
     'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation', 'seq_split',
     'grouped_gemm', 'moe_imbalance', 'capacity_factor', 'flash_attention', 'recompute_slice_activation',
     'compute_bytes', 'softmax_bytes', 'dropout_bytes', 'norm_bytes', 'param_bytes', 'logit_bytes',
@@ -48,10 +48,10 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
     (tools/gen_formulas.py says how): (0, d_exp, the candidate's values); a broken joint rule returns (its code,
     None, None)."""
     (
-        c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_etp, c_micro_batch_size, c_micro_batch_num,
-        c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage,
-        c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states,
-        c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
+        c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp,
+        c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo,
+        c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes,
+        c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
         c_deferred_grad_accumulation, c_seq_split, c_param_bytes, c_compute_bytes, c_capacity_factor,
         c_moe_dispatch, c_moe_dispatch_count, c_grouped_gemm, c_moe_imbalance, c_flash_attention,
         c_recompute_slice_activation, c_softmax_bytes, c_dropout_bytes, c_norm_bytes, c_logit_bytes,
@@ -83,7 +83,11 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
     if not mc.is_moe:
         if joint_ep != 1:
             return (codes['ep_dense'], None, None)
+        if not c_moe_dispatcher == 'alltoall' or not c_ep_overlap == 'none':
+            return (codes['moe_option_dense'], None, None)
     else:
+        if c_ep_overlap == '1f1b' and mc.mtp_layers > 1:
+            return (codes['ep_overlap_mtp'], None, None)
         if mc.num_experts % joint_ep != 0:
             return (codes['ep_experts'], None, None)
         joint_etp_stated = c_etp is not None
@@ -103,7 +107,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
     joint_micro_batches = c_micro_batch_num if joint_mbn_stated else (0 if c_global_batch_size is None else c_global_batch_size) // (joint_mbs * joint_dp)
     joint_schedule_1f1b = c_pp_schedule == '1f1b'
     joint_interleaved = c_pp_schedule == 'interleaved' or (joint_schedule_1f1b and joint_vpp > 1)
-    joint_family = joint_schedule_1f1b or joint_interleaved or c_pp_schedule == 'seq1f1b' or (c_pp_schedule == 'zero_bubble_v')
+    joint_family = joint_schedule_1f1b or joint_interleaved or c_pp_schedule == 'seq1f1b' or (c_pp_schedule == 'zero_bubble_v') or (c_pp_schedule == 'dualpipe') or (c_pp_schedule == 'dualpipev')
     joint_too_few = joint_pp > 1 and joint_family and (joint_micro_batches < joint_pp)
     if joint_too_few:
         return (codes['micro_batches_lt_pp'], None, None)
@@ -274,13 +278,13 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
     defers_grads, reshards, tie_embeddings}, the candidate's values); a broken joint rule returns (its code, None,
     None)."""
     (
-        c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_etp, c_micro_batch_size, c_micro_batch_num,
-        c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage,
-        c_optimizer_shard, c_shard_spans_cp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes,
-        c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_seq_split,
-        c_grouped_gemm, c_moe_imbalance, c_capacity_factor, c_flash_attention, c_recompute_slice_activation,
-        c_compute_bytes, c_softmax_bytes, c_dropout_bytes, c_norm_bytes, c_param_bytes, c_logit_bytes,
-        c_fp8_weight_cache,
+        c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp,
+        c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo,
+        c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_grad_bytes, c_optimizer_states,
+        c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
+        c_deferred_grad_accumulation, c_seq_split, c_grouped_gemm, c_moe_imbalance, c_capacity_factor,
+        c_flash_attention, c_recompute_slice_activation, c_compute_bytes, c_softmax_bytes, c_dropout_bytes,
+        c_norm_bytes, c_param_bytes, c_logit_bytes, c_fp8_weight_cache,
     ) = _C_JOINT_DERIVED_MEMORY_CANDIDATE(c)
     joint_dp, joint_tp, joint_pp, joint_vpp, joint_cp, joint_ep = (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep)
     joint_s = c_seq_length
@@ -308,7 +312,11 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
     if not mc.is_moe:
         if joint_ep != 1:
             return (codes['ep_dense'], None, None)
+        if not c_moe_dispatcher == 'alltoall' or not c_ep_overlap == 'none':
+            return (codes['moe_option_dense'], None, None)
     else:
+        if c_ep_overlap == '1f1b' and mc.mtp_layers > 1:
+            return (codes['ep_overlap_mtp'], None, None)
         if mc.num_experts % joint_ep != 0:
             return (codes['ep_experts'], None, None)
         joint_etp_stated = c_etp is not None
@@ -328,7 +336,7 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
     joint_micro_batches = c_micro_batch_num if joint_mbn_stated else (0 if c_global_batch_size is None else c_global_batch_size) // (joint_mbs * joint_dp)
     joint_schedule_1f1b = c_pp_schedule == '1f1b'
     joint_interleaved = c_pp_schedule == 'interleaved' or (joint_schedule_1f1b and joint_vpp > 1)
-    joint_family = joint_schedule_1f1b or joint_interleaved or c_pp_schedule == 'seq1f1b' or (c_pp_schedule == 'zero_bubble_v')
+    joint_family = joint_schedule_1f1b or joint_interleaved or c_pp_schedule == 'seq1f1b' or (c_pp_schedule == 'zero_bubble_v') or (c_pp_schedule == 'dualpipe') or (c_pp_schedule == 'dualpipev')
     joint_too_few = joint_pp > 1 and joint_family and (joint_micro_batches < joint_pp)
     if joint_too_few:
         return (codes['micro_batches_lt_pp'], None, None)

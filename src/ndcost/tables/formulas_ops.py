@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..kernels.columns import SCHEDULES
-from ..spec.exec_spec import CP_ALGOS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS
+from ..spec.exec_spec import CP_ALGOS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS
 from ..spec.recompute_spec import SELECTIVE_RULES
 
 __all__ = [
@@ -44,12 +44,13 @@ CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "precision": PRECISIONS,
     "selective_rule": SELECTIVE_RULES,
     "moe_dispatcher": MOE_DISPATCHERS,
+    "ep_overlap": EP_OVERLAPS,
 })
 _CODES = {field: {name: i for i, name in enumerate(names)} for field, names in CHOICES.items()}
 
 #: memory.SCHEDULE_CODES by ExecSpec.pp_schedule (1f1b and interleaved share a rule).
 MEMORY_SCHEDULE_BY_PP_SCHEDULE: Mapping[str, int] = MappingProxyType({
-    "1f1b": 0, "interleaved": 0, "gpipe": 1, "zero_bubble_v": 2, "seq1f1b": 3,
+    "1f1b": 0, "interleaved": 0, "gpipe": 1, "zero_bubble_v": 2, "seq1f1b": 3, "dualpipev": 4, "dualpipe": 5,
 })
 _MEMORY_SCHEDULE = dict(MEMORY_SCHEDULE_BY_PP_SCHEDULE)   # a plain dict reads faster than the proxy
 _MEMORY_SCHEDULE_TABLE = np.array([MEMORY_SCHEDULE_BY_PP_SCHEDULE[name] for name in PP_SCHEDULES], dtype=np.float64)
@@ -121,6 +122,11 @@ class _ScalarOps:
         return _SCHEDULE[c["pp_schedule"]]
 
     @staticmethod
+    def choice_code(c, field):
+        # A choice's index in CHOICES[field] (what a batch stores), for a kernel that reads the code.
+        return _CODES[field][c[field]]
+
+    @staticmethod
     def first_reason(rules, codes):
         # Not inlined: the generator turns each ``rules.append((name, broken))`` into
         # ``if broken: return codes[name]`` and this call into ``return 0``.
@@ -177,6 +183,10 @@ class _ArrayOps:
         return _SCHEDULE_TABLE.take(c["pp_schedule"], mode="clip")
 
     @staticmethod
+    def choice_code(c, field):
+        return c[field]
+
+    @staticmethod
     def first_reason(rules, codes):
         # The first broken rule wins: the last rule's code is laid down first, each earlier one over it.
         reason = np.zeros(np.broadcast_shapes(*(np.shape(broken) for _, broken in rules)), dtype=np.int64)
@@ -225,6 +235,10 @@ class _RowOps(_ScalarOps):
     def schedule_code(c):
         return _clip_take(_SCHEDULE_ROW, c["pp_schedule"])
 
+    @staticmethod
+    def choice_code(c, field):
+        return c[field]
+
 
 SCALAR = _ScalarOps()
 ARRAY = _ArrayOps()
@@ -234,8 +248,8 @@ class ModelConstants:
     """What the formulas and the rules read off a model, once (attribute reads are not free)."""
 
     __slots__ = ("num_experts", "heads", "kv_heads", "tie", "is_moe", "is_mla", "linear_k_heads",
-                 "linear_v_heads", "has_linear", "moe_width", "layers_with_mtp", "has_vision", "vision_heads",
-                 "vision_tokens", "has_mamba", "mamba_splits")
+                 "linear_v_heads", "has_linear", "moe_width", "layers_with_mtp", "mtp_layers", "has_vision",
+                 "vision_heads", "vision_tokens", "has_mamba", "mamba_splits")
     num_experts: int
     heads: int
     kv_heads: int
@@ -247,6 +261,7 @@ class ModelConstants:
     has_linear: bool
     moe_width: int | None
     layers_with_mtp: int
+    mtp_layers: int
     has_vision: bool
     vision_heads: int
     vision_tokens: int
@@ -265,6 +280,7 @@ class ModelConstants:
         self.linear_v_heads = model.linear_num_value_heads
         self.moe_width = model.moe_intermediate_size
         self.layers_with_mtp = model.num_layers_with_mtp
+        self.mtp_layers = model.num_nextn_predict_layers
         self.has_vision = model.vision is not None
         self.vision_heads = model.vision.num_heads if self.has_vision else 0
         self.vision_tokens = model.vision.tokens if self.has_vision else 0

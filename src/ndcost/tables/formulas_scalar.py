@@ -8,6 +8,7 @@ import math
 from typing import Any, Mapping
 
 from .formulas_ops import (
+    _CODES,
     _MEMORY_SCHEDULE,
     _SCHEDULE,
     ClusterConstants,
@@ -189,7 +190,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
     )
 
 
-def seconds_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any], overlap: 'Overlap') -> tuple:
+def seconds_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any], overlap: 'Overlap', fp8_dispatch_bytes: float) -> tuple:
     """:func:`ndcost.tables.formulas.seconds_candidate_columns` on Python scalars (*ops* must be SCALAR)."""
     compute_bytes = c['compute_bytes']
     schedule_1f1b = c['pp_schedule'] == '1f1b'
@@ -229,7 +230,12 @@ def seconds_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[
         overlap.fsdp_prefetch,
         (1.0 if c['tp_overlap'] else 0.0) if overlap.tp is None else overlap.tp,
         overlap.cp,
-        (1.0 if c['pp_schedule'] == 'zero_bubble_v' else 0.0) if overlap.ep is None else overlap.ep,
+        (0.0 if c['ep_overlap'] == 'none' else 1.0) if overlap.ep is None else overlap.ep,
+        _CODES['ep_overlap'][c['ep_overlap']],
+        _CODES['moe_dispatcher'][c['moe_dispatcher']],
+        c['moe_dispatcher_sms'],
+        c['moe_node_limit'],
+        fp8_dispatch_bytes if c['moe_dispatch_fp8'] else compute_bytes,
     )
 
 
@@ -270,7 +276,11 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
     if not mc.is_moe:
         if ep != 1:
             return codes['ep_dense']
+        if not c['moe_dispatcher'] == 'alltoall' or not c['ep_overlap'] == 'none':
+            return codes['moe_option_dense']
     else:
+        if c['ep_overlap'] == '1f1b' and mc.mtp_layers > 1:
+            return codes['ep_overlap_mtp']
         if mc.num_experts % ep != 0:
             return codes['ep_experts']
         etp_stated = c['etp'] is not None
@@ -290,7 +300,7 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
     micro_batches = c['micro_batch_num'] if mbn_stated else (0 if c['global_batch_size'] is None else c['global_batch_size']) // (mbs * dp)
     schedule_1f1b = c['pp_schedule'] == '1f1b'
     interleaved = c['pp_schedule'] == 'interleaved' or (schedule_1f1b and vpp > 1)
-    family = schedule_1f1b or interleaved or c['pp_schedule'] == 'seq1f1b' or (c['pp_schedule'] == 'zero_bubble_v')
+    family = schedule_1f1b or interleaved or c['pp_schedule'] == 'seq1f1b' or (c['pp_schedule'] == 'zero_bubble_v') or (c['pp_schedule'] == 'dualpipe') or (c['pp_schedule'] == 'dualpipev')
     too_few = pp > 1 and family and (micro_batches < pp)
     if too_few:
         return codes['micro_batches_lt_pp']

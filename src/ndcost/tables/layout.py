@@ -5,7 +5,7 @@ plus the MTP layers when they count in the offset, plus embedding and output
 when those do — ``per = lay // (pp·vpp)`` to a chunk, adjusted by a 1-D or 2-D
 offset, stage by stage and chunk by chunk, never more than remain. Layers are
 then numbered in *model order*, chunk by chunk across the stages (for
-zero_bubble_v the second chunk runs the stages backwards: DualPipeV's V), and
+zero_bubble_v and dualpipev the second chunk runs the stages backwards: DualPipeV's V), and
 recompute ranges, which speak of model order, give each layer its option.
 
 The kernels do not see layers: they see, per (stage, chunk), how many layers
@@ -25,7 +25,7 @@ differs from ND's where ND's is not where a layer runs (docs/ND_DIFFERENCES.md):
   the search"). ndcost spreads the remainder itself, one layer a cell, to the
   cells nearest the middle of the pipeline first: the first stage holds the
   embedding and the most micro-batches in flight, the last the output layer.
-* The output layer goes where the last layer in model order runs: for zero_bubble_v
+* The output layer goes where the last layer in model order runs: for the V schedules
   stage 0 of DualPipeV's V, not the last stage; past an empty cell, the model's
   true last layer, not the cell before the gap.
 
@@ -50,6 +50,7 @@ from .cache import per_object
 from ..kernels.columns import OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
 from ..errors import SpecError
 from ..spec.exec_spec import ExecSpec
+from ..spec.exec_spec_rules import V_SCHEDULES
 from ..spec.recompute_spec import ALL_KEPT
 from .layout_nd import EMBEDDING, OUTPUT, nd_placement, per_stage_count, range_options
 from .validate import _layout_rules, offset_chunk_counts, offset_layer_count, pipeline_depth_error
@@ -210,7 +211,7 @@ def _model_order(counts: list[list[int]], spec: ExecSpec) -> list[tuple[int, int
     order = []
     for v in range(vpp):
         stages = range(pp)
-        if spec.schedule == "zero_bubble_v" and v % 2 == 1:
+        if spec.schedule in V_SCHEDULES and v % 2 == 1:
             stages = range(pp - 1, -1, -1)  # DualPipeV: the second chunk runs back up the V
         for s in stages:
             order.extend((s, v) for _ in range(counts[v][s]))

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from ..kernels.columns import OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
 from ..spec.exec_spec import ExecSpec
-from ..spec.exec_spec_rules import states_per_stage
+from ..spec.exec_spec_rules import V_SCHEDULES, states_per_stage
 from ..spec.recompute_spec import ALL_KEPT
 
 __all__ = ["nd_placement", "nd_search_offset", "first_and_last_cells", "per_stage_count", "range_options",
@@ -102,7 +102,7 @@ def _model_order(cells: dict, spec: ExecSpec) -> list[tuple[int, int, int]]:
     pp, vpp = spec.pp, spec.vpp
     order = [(s, v, j) for v in range(vpp) for s in range(pp)
              for j, entry in enumerate(cells[(s, v)]) if entry not in _ENDS]
-    if spec.schedule == "zero_bubble_v":
+    if spec.schedule in V_SCHEDULES:
         first = sum(len(cells[(s, 0)]) for s in range(pp)) - 1
         order = order[:first] + order[first:][::-1]
     return order

@@ -74,7 +74,8 @@ MEMORY_PARTS: tuple[str, ...] = (
 
 #: Kernel codes of the pipeline schedules (``ExecSpec.schedule``), ND_REFERENCE §3.6:
 #: 1F1B and interleaved share a rule (vp decides), GPipe holds every micro-batch,
-#: zero_bubble_v is DualPipeV's V, seq1f1b counts sequence chunks.
+#: zero_bubble_v is ND's DualPipeV V, dualpipev and dualpipe DeepSeek's (their own in-flight counts), seq1f1b
+#: counts sequence chunks.
 SCHEDULE_CODES: Mapping[str, int] = MEMORY_SCHEDULE_BY_PP_SCHEDULE
 #: Kernel codes of ``LayerKind.attention``.
 ATTENTION_CODES: Mapping[str, int] = MappingProxyType(

@@ -36,7 +36,7 @@ _FLAGS = ("sequence_parallel", "mtp_in_offset", "emb_out_in_offset", "selective_
           "recompute_slice_activation", "overlapped_grad_reduce", "overlapped_param_gather",
           "deferred_grad_accumulation", "shard_spans_cp",
           "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap", "fp8_weight_cache", "tie_embeddings",
-          "reshard_params")
+          "reshard_params", "moe_dispatch_fp8")
 _BYTES = ("param_bytes", "compute_bytes", "softmax_bytes", "grad_bytes", "optimizer_state_bytes",
           "optimizer_states", "main_param_bytes", "norm_bytes", "dropout_bytes", "logit_bytes")
 
@@ -52,16 +52,19 @@ _TABLE = (
     ("bad_size", ("micro_batch_size", "seq_length", "seq_split"),
      "micro_batch_size, seq_length or seq_split is not an integer >= 1, or is above its bound (docs/LIMITS.md)"),
     ("bad_bytes", _BYTES, "a byte width is not an integer of at least its minimum and at most its bound"),
-    ("bad_choice", ("pp_schedule", "cp_algo", "precision", "selective_rule", "moe_dispatcher"),
-     "a named choice (pp_schedule, cp_algo, precision, selective_rule, moe_dispatcher) is not one ndcost knows"),
+    ("bad_choice", ("pp_schedule", "cp_algo", "precision", "selective_rule", "moe_dispatcher", "ep_overlap"),
+     "a named choice (pp_schedule, cp_algo, precision, selective_rule, moe_dispatcher, ep_overlap) is not one "
+     "ndcost knows"),
     ("bad_moe_setting", ("capacity_factor", "moe_imbalance", "moe_dispatch", "moe_dispatch_count", "moe_dispatcher",
-                         "ep"),
+                         "ep", "moe_dispatcher_sms", "moe_node_limit"),
      "capacity_factor or moe_imbalance is not a finite number in [1, its bound], moe_dispatch or "
-     "moe_dispatch_count not a finite number >= 0, or moe_dispatcher 'deepep' on an ep group DeepEP has no "
+     "moe_dispatch_count not a finite number >= 0, moe_dispatcher_sms not an integer in [1, its bound], "
+     "moe_node_limit not an integer in [0, its bound], or moe_dispatcher 'deepep' on an ep group DeepEP has no "
      "config for"),
     ("vpp_without_pp", ("vpp",), "vpp > 1 with pp = 1 (virtual stages without a pipeline)"),
     ("schedule_vpp", ("vpp",),
-     "vpp does not suit the schedule (interleaved needs vpp > 1, zero_bubble_v 2, gpipe 1)"),
+     "vpp does not suit the schedule (interleaved needs vpp > 1, zero_bubble_v and dualpipev 2, gpipe and "
+     "dualpipe 1)"),
     ("bad_seq_split", ("seq_split",), "seq_split is not 1 outside seq1f1b, or does not divide seq_length"),
     ("bad_batch", ("micro_batch_num", "global_batch_size"),
      "neither micro_batch_num nor global_batch_size is stated, or one is not an integer >= 1, or the global "
@@ -110,6 +113,21 @@ _TABLE = (
     ("vision_seq1f1b", ("pp_schedule",), "seq1f1b with a vision tower (Seq1F1B splits the text sequence only)"),
     # ExecSpec's bound on dp*tp*pp*cp (checked after the degrees); appended to keep codes stable.
     ("too_many_devices", ("dp*tp*pp*cp",), "dp*tp*pp*cp is above ndcost's bound on devices (docs/LIMITS.md)"),
+    # The expert all-to-all and DeepSeek's schedules (ExecSpec's pipeline, batch and MoE checks, then
+    # validate rule 3); appended to keep codes stable.
+    ("dualpipe_pp", ("pp",), "pp is odd with pp_schedule 'dualpipe' (DualPipe pairs rank i with rank pp-1-i)"),
+    ("dualpipe_micro_batches", ("micro_batch_num", "global_batch_size"),
+     "fewer than 2*pp micro-batches with pp_schedule 'dualpipe' or 'dualpipev', or an odd number with "
+     "'dualpipe' (deepseek-ai/DualPipe's requirements)"),
+    ("dispatch_fp8_precision", ("moe_dispatch_fp8",), "moe_dispatch_fp8 without precision 'fp8'"),
+    ("ep_overlap_rule", ("ep_overlap",),
+     "ep_overlap does not suit the strategy: any overlap needs ep > 1; '1f1b' (Megatron-Core's) the 1f1b or "
+     "interleaved schedule, vpp > 1 when pp > 1 and no full recompute; 'dualpipe' a DualPipe schedule "
+     "(dualpipe, dualpipev, zero_bubble_v)"),
+    ("moe_option_dense", ("moe_dispatcher", "ep_overlap"),
+     "a MoE dispatcher ('deepep') or an expert all-to-all overlap named for a dense model"),
+    ("ep_overlap_mtp", ("ep_overlap",),
+     "ep_overlap '1f1b' with more than one MTP layer (Megatron-Core's EP overlap supports at most one)"),
 )
 
 #: Every reason (code, name, parameters, words), indexed by its code.

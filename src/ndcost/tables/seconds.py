@@ -41,7 +41,7 @@ from .layout import build_layout
 from .nd_tables import nd_kind_table, nd_model_vector
 from ..spec.rates import GEMM_TILE_OUTPUTS, Rates
 
-__all__ = ["Overlap", "DEEPSPEED_2021", "seconds_estimate", "seconds_arrays", "seconds_kind_table",
+__all__ = ["Overlap", "DEEPSPEED_2021", "FP8_DISPATCH_BYTES", "seconds_estimate", "seconds_arrays", "seconds_kind_table",
            "seconds_model_vector", "seconds_candidate_vector", "rates_vector"]
 
 
@@ -63,10 +63,10 @@ class Overlap:
             overlap). None: 1 when ``spec.tp_overlap``, else 0 (exposed).
         cp: Ring-attention KV exchange under the attention core (Megatron's CP overlaps each step
             with the previous block's attention): 1.
-        ep: Expert all-to-all under the layer's compute of the same pass. None: 1 with
-            ``pp_schedule="zero_bubble_v"`` (DualPipe overlaps the dispatch and combine of one
-            micro-batch with the other's forward/backward chunk, DeepSeek-V3 report §3.2.1),
-            else 0 (Megatron's default dispatcher waits for it).
+        ep: Expert all-to-all: the share of the other micro-batch's compute that can hide it in an
+            overlapped forward-and-backward pair (``spec.ep_overlap`` '1f1b' or 'dualpipe', which say
+            which micro-batches pair up), or, with ``ep_overlap="none"``, of the same pass's compute.
+            None: 1 when the spec states an overlap, else 0 (the dispatcher waits for it).
     """
 
     dp_reduce: float | None = None
@@ -92,11 +92,16 @@ class Overlap:
         dp_reduce = (1.0 if spec.overlapped_grad_reduce else 0.0) if self.dp_reduce is None else self.dp_reduce
         tp = (1.0 if spec.tp_overlap else 0.0) if self.tp is None else self.tp
         gather = (1.0 if spec.overlapped_param_gather else 0.0) if self.dp_gather is None else self.dp_gather
-        ep = (1.0 if spec.schedule == "zero_bubble_v" else 0.0) if self.ep is None else self.ep
+        ep = (0.0 if spec.ep_overlap == "none" else 1.0) if self.ep is None else self.ep
         return dp_reduce, gather, self.fsdp_prefetch, tp, self.cp, ep
 
 
 _DEFAULT_OVERLAP = Overlap()
+
+#: Bytes per element of an fp8 dispatch: one byte, and a 4-byte scale per 128 elements (DeepSeek-V3
+#: report §3.3.2's 1x128 activation tiles; DeepEP's tests count (1 + 4/128) bytes an element,
+#: tests/legacy/test_internode.py fp8_factor).
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
 
 #: DeepSpeed ZeRO-3 as released in 2021 (v0.3.13-0.3.16): no overlap of the parameter fetch with
 #: compute -- "the async version is not async at all, because each all_gather calls
@@ -189,6 +194,8 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     vec[RATE["attn_copies"]] = 1.0 if rates.attention_copies else 0.0
     vec[RATE["tp_ov_splits"]] = rates.tp_overlap_splits
     vec[RATE["tp_ov_sm"]] = min(rates.tp_overlap_sms / rates.sm_count, 0.5)
+    vec[RATE["dep_nvl_eff"]] = rates.deepep_nvlink_efficiency
+    vec[RATE["sms"]] = rates.sm_count
     vec.setflags(write=False)
     return vec
 
@@ -201,6 +208,7 @@ _CANDIDATE_ORDER = (
     "flash", "dropless", "cap_fact", "cp_ring", "moe_imb",
     "zero", "zero_ranks", "defer_grads", "reshard", "tie_emb", "schedule",
     "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep",
+    "ep_mode", "ep_disp", "ep_sms", "ep_nodes", "disp_b",
 )
 if _CANDIDATE_ORDER != SECONDS_CAND_FIELDS:   # a field added to the ABI must be given a value in the formula
     raise RuntimeError(f"seconds_candidate_values does not follow SECONDS_CAND_FIELDS {SECONDS_CAND_FIELDS}")
@@ -214,7 +222,8 @@ def seconds_candidate_values(spec: Any, d: Any, overlap: Overlap | None = None) 
     or ``vars()`` of a :class:`~ndcost.tables.derive.Derived`). ``estimate()`` packs the tuple straight
     into its batch-of-one column.
     """
-    return seconds_candidate_columns_scalar(SCALAR, spec.__dict__, d, _DEFAULT_OVERLAP if overlap is None else overlap)
+    return seconds_candidate_columns_scalar(SCALAR, spec.__dict__, d, _DEFAULT_OVERLAP if overlap is None else overlap,
+                                            FP8_DISPATCH_BYTES)
 
 
 def seconds_candidate_vector(model: Any, spec: Any, derived: Any = None, overlap: Overlap | None = None) -> np.ndarray:

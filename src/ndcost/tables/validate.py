@@ -14,7 +14,9 @@ The rules, in the order they are checked:
    (gated DeltaNet) layers, tp divides their key and value heads too.
 3. Experts (ND_REFERENCE §3.9 C1-C2, §4.1 ``moe_valid``; Megatron-LM
    ``parallel_state.initialize_model_parallel``):
-   a dense model runs ep = 1; ep divides num_experts;
+   a dense model runs ep = 1, the default dispatcher and no expert all-to-all overlap;
+   ep divides num_experts; Megatron-Core's EP overlap (ep_overlap '1f1b') runs at most
+   one MTP layer;
    with etp stated, ep*etp divides dp*cp*tp (Megatron's expert grid: etp*ep*pp
    divides the world size); with etp None, experts run at ND's t_exp
    (derive step 2): ep divides dp (experts at tp), or, when ep > dp, ep
@@ -24,7 +26,8 @@ The rules, in the order they are checked:
 4. pp <= num_hidden_layers + MTP layers, and vpp*pp <= the same (ND's
    bound PP <= total_layers // vpp, ND_REFERENCE §4.1).
 5. micro_batch_num >= pp for the 1F1B family (1f1b, interleaved, seq1f1b,
-   zero_bubble_v; ND: MB >= PP, §4.1), and a multiple of pp for the
+   zero_bubble_v, and the DualPipe schedules, whose own 2*pp ExecSpec checks;
+   ND: MB >= PP, §4.1), and a multiple of pp for the
    interleaved schedule (Megatron's requirement).
 6. Sequence: with sequence parallelism (tp > 1) seq_length is divisible by
    tp*cp (each CP rank's tokens split over TP); ring CP needs seq_length
@@ -56,7 +59,7 @@ _OWNER = "ExecSpec"
 # Schedules of the 1F1B family: the first stage runs up to pp warm-up
 # forwards before its first backward, so fewer micro-batches than stages
 # never reach the steady state (ND refuses MB < PP, ND_REFERENCE §4.1).
-_ONE_F_ONE_B_FAMILY = ("1f1b", "interleaved", "seq1f1b", "zero_bubble_v")
+_ONE_F_ONE_B_FAMILY = ("1f1b", "interleaved", "seq1f1b", "zero_bubble_v", "dualpipe", "dualpipev")
 
 
 def offset_layer_count(model: Any, spec: ExecSpec) -> int:
@@ -149,7 +152,19 @@ def _expert_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
     if not model.is_moe:
         if ep != 1:
             yield SpecError("ep", _OWNER, "be 1 for a dense model (num_experts = 0)", ep)
+        # a MoE option named for a dense model is refused, not ignored
+        if spec.moe_dispatcher != "alltoall":
+            yield SpecError("moe_dispatcher", _OWNER, "be 'alltoall' (the default) for a dense model "
+                            "(no tokens to dispatch)", spec.moe_dispatcher)
+        if spec.ep_overlap != "none":
+            yield SpecError("ep_overlap", _OWNER, "be 'none' for a dense model (no expert all-to-all)",
+                            spec.ep_overlap)
         return
+    if spec.ep_overlap == "1f1b" and model.num_nextn_predict_layers > 1:
+        # Megatron-Core transformer_config.py: "MTP supports at most one layer when enabling
+        # overlap_moe_expert_parallel_comm"
+        yield SpecError("ep_overlap", _OWNER, "be '1f1b' only with at most one MTP layer (Megatron-Core's EP "
+                        f"overlap; the model has {model.num_nextn_predict_layers})", spec.ep_overlap)
     # C1 (ND_REFERENCE §3.9): every EP rank holds whole experts.
     if model.num_experts % ep:
         yield SpecError("ep", _OWNER, f"divide num_experts ({model.num_experts})", ep)
