@@ -329,16 +329,36 @@ def test_kernels_check_shapes_before_pricing(kernels):
     bad_layout = np.array(nd["layouts"])
     bad_layout[0, 0] = 5                                     # pp no longer the candidate's
     short_pool = nd["pool"][:3]
-    for name, value in (("layout_index", np.array([1])), ("layouts", bad_layout), ("pool", short_pool),
-                        ("out_stage_times", np.empty((1, 2))), ("out_parts", np.empty((3, 1))),
-                        ("cands", np.empty((1, 5))), ("reason", np.zeros(2, dtype=np.int64))):
-        with pytest.raises(ValueError):
+    for name, value, message in (("layout_index", np.array([1]), "layout_index"),
+                                 ("layouts", bad_layout, "layout"), ("pool", short_pool, "pool"),
+                                 ("out_stage_times", np.empty((1, 2)), "out_stage_times"),
+                                 ("out_parts", np.empty((3, 1)), "out_parts"), ("cands", np.empty((1, 5)), "cands"),
+                                 ("reason", np.zeros(2, dtype=np.int64), "reason")):
+        with pytest.raises(ValueError, match=message):
             kernels.nd_estimate_batch(**{**nd, name: value})
     for name, value in (("layout_index", np.array([-1])), ("layouts", bad_layout), ("pool", short_pool),
                         ("out_stages", np.empty((1, 2, 8))), ("out_fits", np.empty(3, dtype=np.uint8)),
                         ("cands", np.empty((1, 5)))):
         with pytest.raises(ValueError):
             kernels.memory_batch(**{**memory, name: value})
+
+
+def test_kernels_read_candidates_of_any_strides(kernels):
+    """A candidate matrix whose candidates are contiguous (the transpose of a (rows, fields) array, what
+    estimate_many's chunks pass) prices bit for bit as the field-major one."""
+    model = Model.from_catalog("llama3-8b")
+    spec = ExecSpec(dp=2, pp=4, global_batch_size=16)
+    nd, memory = _kernel_inputs(kernels, model, spec)
+    kernels.nd_estimate_batch(**nd)
+    kernels.memory_batch(**memory)
+    step, parts, peak = nd["out_step"].copy(), nd["out_parts"].copy(), memory["out_peak"].copy()
+    for inputs in (nd, memory):
+        inputs["cands"] = np.ascontiguousarray(inputs["cands"].T).T
+        assert not inputs["cands"].flags.c_contiguous or inputs["cands"].shape[1] == 1
+    kernels.nd_estimate_batch(**nd)
+    kernels.memory_batch(**memory)
+    assert nd["out_step"].tobytes() == step.tobytes() and nd["out_parts"].tobytes() == parts.tobytes()
+    assert memory["out_peak"].tobytes() == peak.tobytes()
 
 
 def test_kernels_skip_invalid_rows_and_flag_results(kernels):

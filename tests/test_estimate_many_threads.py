@@ -106,8 +106,8 @@ class Watched:
 
 
 def test_chunks_run_on_several_threads_at_once(backend_name):
-    """threads=2 has two chunks priced at the same time: each of the first two kernel calls waits for
-    the other at a barrier (one thread alone would time out there)."""
+    """threads=2 has two chunks priced at the same time, by the calling thread and a pool worker: each of
+    the first two kernel calls waits for the other at a barrier (one thread alone would time out there)."""
     model = Model.from_catalog("llama3-8b")
     cands = _mixed(model, 40, seed=53)
     barrier = threading.Barrier(2, timeout=30)
@@ -125,7 +125,7 @@ def test_chunks_run_on_several_threads_at_once(backend_name):
         many = estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=2)
         _backend.kernels = module
         one = estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=1)
-    assert len(callers) == 2 and threading.get_ident() not in callers
+    assert len(callers) == 2
     assert_bit_for_bit(one, many)
 
 
@@ -140,7 +140,7 @@ def test_all_cores_is_one_thread_on_the_pure_python_backend():
         assert callers == {threading.get_ident()}
         callers.clear()
         estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=2)
-        assert callers and threading.get_ident() not in callers      # the pool's workers priced it
+        assert len(callers) == 2 and threading.get_ident() in callers    # the caller and a pool worker priced it
 
 
 def test_worker_threads_ignore_floating_point_warnings_as_one_thread_does():
@@ -185,7 +185,8 @@ def test_one_chunk_and_an_empty_batch():
     assert len(estimate_many(model, empty, "h100-sxm", units="nd", threads=4)) == 0
 
 
-def test_available_cores_is_the_affinity():
+def test_available_cores_is_the_affinity(monkeypatch):
+    monkeypatch.delenv("NDCOST_THREADS", raising=False)
     expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert available_cores() == expected >= 1
     assert resolve_threads(None) == expected and resolve_threads(3) == 3 and resolve_threads(np.int64(2)) == 2
@@ -222,3 +223,70 @@ def test_cli_search_threads(capsys):
     assert capsys.readouterr().out == one
     assert main(command + ["--threads", "0"]) == 2
     assert "--threads" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the default and the pool
+
+
+def test_the_default_sizes_threads_and_chunks_by_the_batch(monkeypatch):
+    """threads=None: one thread below ROWS_PER_THREAD rows per thread, then one per ROWS_PER_THREAD up to the
+    cores (or NDCOST_THREADS); chunks give each thread about CHUNKS_PER_THREAD, within MIN..MAX_CHUNK; never
+    more threads than chunks; a count given is honoured up to the chunks."""
+    from ndcost.price import threads as t
+
+    monkeypatch.delenv(t.ENV, raising=False)
+    monkeypatch.setattr(t, "available_cores", lambda: 16)
+    assert t.plan(1000, None, None) == (1, t.MAX_CHUNK)
+    assert t.plan(2 * t.ROWS_PER_THREAD - 1, None, None) == (1, t.MAX_CHUNK)
+    workers, chunk = t.plan(3 * t.ROWS_PER_THREAD, None, None)
+    assert workers == 3 and chunk == t.MIN_CHUNK
+    workers, chunk = t.plan(10**6, None, None)
+    assert workers == 16 and chunk == t.MAX_CHUNK
+    assert t.plan(10**6, None, None, parallel=False) == (1, t.MAX_CHUNK)
+    assert t.plan(100, 8, None)[0] == 1                      # one chunk: one thread
+    assert t.plan(100, 8, 10) == (8, 10) and t.plan(100, 3, 10) == (3, 10)
+    monkeypatch.setenv(t.ENV, "2")
+    assert t.plan(10**6, None, None)[0] == 2 and t.resolve_threads(None) == 2
+    assert t.plan(10**6, 5, None)[0] == 5                    # a count given is not capped by the variable
+    for bad in ("0", "x", "-3"):
+        monkeypatch.setenv(t.ENV, bad)
+        with pytest.raises(SpecError, match=t.ENV):
+            t.plan(10**6, None, None)
+
+
+def test_a_chunks_error_is_raised_and_the_pool_serves_the_next_batch():
+    from ndcost.price.threads import run_chunks
+
+    seen = []
+
+    def price(start):
+        seen.append(start)
+        if start == 30:
+            raise RuntimeError("chunk 30")
+
+    with pytest.raises(RuntimeError, match="chunk 30"):
+        run_chunks(price, 100, 10, 3)
+    seen.clear()
+    run_chunks(seen.append, 100, 10, 4)
+    assert sorted(seen) == list(range(0, 100, 10))
+
+
+def test_a_search_of_many_batches_ranks_as_one_thread(monkeypatch):
+    """Batches small enough that the space is many of them, each priced on three threads: the ranking, the
+    arrays and the progress are those of one thread."""
+    from ndcost.price import search as search_module
+
+    monkeypatch.setattr(search_module, "BATCH", 97)
+    model, cluster = Model.from_catalog("llama3-8b"), Cluster("h100-sxm", num_devices=64)
+    progress: dict[int, list] = {1: [], 3: []}
+    runs = {threads: search(model, cluster, global_batch_size=256, seq_length=4096, top=5, per_layer_recompute=0,
+                            balance=0, threads=threads, zero_stage=[0, 1, 2, 3],
+                            progress=lambda done, total, t=threads: progress[t].append((done, total)))
+            for threads in (1, 3)}
+    one, many = runs[1], runs[3]
+    assert one.space_size > 10 * 97
+    assert one.step_time.tobytes() == many.step_time.tobytes()
+    assert one.peak_memory.tobytes() == many.peak_memory.tobytes()
+    assert one.rejected == many.rejected and one.fitting == many.fitting > 0
+    assert [r.spec for r in one.results] == [r.spec for r in many.results]
+    assert progress[1] == progress[3] and progress[1][-1] == (one.space_size, one.space_size)

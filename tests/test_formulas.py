@@ -3,13 +3,13 @@ at import) agree with the column formulas row by row, joint reasons included."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from batch_cases import columns_of, random_rows
+from source_tools import tool
 from ndcost import Cluster, ExecSpec, Model, SpecError
 from ndcost.tables import formulas as f
 from ndcost.tables import formulas_fused as _formulas_fused, formulas_ops as _formulas_ops
@@ -21,19 +21,13 @@ from ndcost.tables.reasons import REASON_CODES
 
 ROOT = Path(__file__).resolve().parents[1]
 TWINS = ("derived_columns", "derived_extra_columns", "nd_candidate_columns", "memory_candidate_columns",
-         "joint_reason")
+         "seconds_candidate_columns", "fixed_bytes_columns", "joint_reason")
 #: One model per branch of the joint rules: dense GQA, MoE, MLA, linear attention, Mamba, a vision tower.
 MODELS = ("llama3-70b", "mixtral-8x7b", "deepseek-v3", "qwen3-next-80b-a3b", "nemotron-h-56b", "qwen2.5-vl-7b")
 
 
 def _generator():
-    gen = ROOT / "tools/gen_formulas.py"
-    if not gen.exists() or not (ROOT / "src/ndcost/tables/formulas.py").exists():
-        pytest.skip("source tree not available (installed wheel)")
-    spec = importlib.util.spec_from_file_location("gen_formulas", gen)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool("gen_formulas", "src/ndcost/tables/formulas.py")
 
 
 def test_generated_scalar_twins_are_in_sync():

@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src/ndcost/tables"
 FORMULAS = ("derived_columns", "derived_extra_columns", "nd_candidate_columns", "memory_candidate_columns",
-            "joint_reason")
+            "seconds_candidate_columns", "fixed_bytes_columns", "joint_reason")
 #: The fused twins: name -> (the consumers of derived_columns run in its body, the derived values returned
 #: after the joint reason, as a dict of them or not). joint_reason runs first: one candidate pays for no
 #: intermediate dict or call. The second's dict holds what ndcost.tables.seconds.seconds_candidate_values
@@ -53,16 +53,26 @@ def _is_ops_attribute(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ops"
 
 
-def _scalar_rules(ops_tree: ast.Module) -> tuple[dict[str, ast.expr], dict[str, tuple[list[str], ast.expr]]]:
-    """``_ScalarOps``'s aliases (name -> callable expression) and one-expression methods (name -> params, body)."""
-    cls = next(node for node in ops_tree.body if isinstance(node, ast.ClassDef) and node.name == "_ScalarOps")
+def _scalar_rules(ops_tree: ast.Module, rules: str = "_ScalarOps") -> tuple[dict[str, ast.expr],
+                                                                         dict[str, tuple[list[str], ast.expr]]]:
+    """The *rules* class's (``_ScalarOps``'s) aliases (name -> callable expression) and one-expression
+    methods (name -> params, body), a base class of the same module's first (the class overrides it)."""
+    classes = {node.name: node for node in ops_tree.body if isinstance(node, ast.ClassDef)}
+    cls = classes[rules]
     aliases: dict[str, ast.expr] = {}
     inline: dict[str, tuple[list[str], ast.expr]] = {}
+    for base in cls.bases:
+        if isinstance(base, ast.Name) and base.id in classes:
+            base_aliases, base_inline = _scalar_rules(ops_tree, base.id)
+            aliases.update(base_aliases)
+            inline.update(base_inline)
     for node in cls.body:
         if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
                 and isinstance(node.value.func, ast.Name) and node.value.func.id == "staticmethod"):
             aliases[node.targets[0].id] = node.value.args[0]
+            inline.pop(node.targets[0].id, None)
         elif isinstance(node, ast.FunctionDef):
+            aliases.pop(node.name, None)
             body = [stmt for stmt in node.body
                     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))]
             if len(body) == 1 and isinstance(body[0], ast.Return):
@@ -370,16 +380,39 @@ class _ReasonAndNones(ast.NodeTransformer):
             elts=[node.value, *(ast.Constant(None) for _ in range(self.nones))], ctx=ast.Load())), node)
 
 
-def _joint_first(joint: ast.FunctionDef, nones: int) -> list[ast.stmt]:
-    """joint_reason's twin as a fused twin's first statements: its locals prefixed ``joint_``, each
-    rule's early return padded with Nones, its closing ``return 0`` dropped (the twin goes on)."""
+def _joint_body(joint: ast.FunctionDef) -> list[ast.stmt]:
+    """joint_reason's twin as the first statements of a fused function: its locals prefixed ``joint_``,
+    its closing ``return 0`` dropped (the function goes on)."""
     body = joint.body[1:] if ast.get_docstring(joint) is not None else list(joint.body)
     *statements, last = body
     if not (isinstance(last, ast.Return) and isinstance(last.value, ast.Constant) and last.value.value == 0):
         raise ValueError("joint_reason's twin must end in return 0")
     renamed = _Rename({local: f"joint_{local}" for local in _stored(statements)}, None)
+    return [renamed.visit(stmt) for stmt in statements]
+
+
+def _joint_first(joint: ast.FunctionDef, nones: int) -> list[ast.stmt]:
+    """joint_reason's twin as a fused twin's first statements (:func:`_joint_body`), each rule's early
+    return padded with Nones."""
     padded = _ReasonAndNones(nones)
-    return [padded.visit(renamed.visit(stmt)) for stmt in statements]
+    return [padded.visit(stmt) for stmt in _joint_body(joint)]
+
+
+def _derived_locals(name: str, statements: list[ast.stmt], returned: ast.Dict,
+                    taken: set[str]) -> tuple[list[ast.stmt], dict[str, str]]:
+    """derived_columns' statements with its returned entries as locals after them (``d_<name>``, or the
+    local a value already is), and the local of each entry."""
+    statements, local_of = list(statements), {}
+    for key, value in zip(returned.keys, returned.values):
+        if isinstance(value, ast.Name):
+            local_of[key.value] = value.id
+            continue
+        local_of[key.value] = f"d_{key.value}"
+        if local_of[key.value] in taken:
+            raise ValueError(f"{name}: d_{key.value} is already a local of derived_columns")
+        statements.append(ast.Assign(targets=[ast.Name(id=local_of[key.value], ctx=ast.Store())], value=value,
+                                     lineno=0))
+    return statements, local_of
 
 
 def _fused(name: str, consumers: tuple[str, ...], exposed: tuple[str, ...], as_dict: bool,
@@ -390,16 +423,7 @@ def _fused(name: str, consumers: tuple[str, ...], exposed: tuple[str, ...], as_d
     joint = copy.deepcopy(twins["joint_reason"])
     params += [arg for arg in joint.args.args if arg.arg not in ("ops", *(p.arg for p in params))]
     taken = _stored(derived_statements) | {arg.arg for arg in params}
-    statements, local_of = list(derived_statements), {}
-    for key, value in zip(returned.keys, returned.values):
-        if isinstance(value, ast.Name):
-            local_of[key.value] = value.id
-            continue
-        local_of[key.value] = f"d_{key.value}"
-        if local_of[key.value] in taken:
-            raise ValueError(f"{name}: d_{key.value} is already a local of derived_columns")
-        statements.append(ast.Assign(targets=[ast.Name(id=local_of[key.value], ctx=ast.Store())], value=value,
-                                     lineno=0))
+    statements, local_of = _derived_locals(name, derived_statements, returned, taken)
     values: list[ast.expr] = []
     for consumer in consumers:
         twin = twins[consumer]

@@ -332,22 +332,39 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
     return peak
 
 
-cdef int c_layout_row_check(const long long* row, Py_ssize_t li, Py_ssize_t n_kinds, Py_ssize_t n_pool,
-                            Py_ssize_t n_slot_pool) except -1:
-    # One layout row (LY_* fields): its degrees, its pool spans within the pools and its placements.
+cdef int c_layout_row_fault(const long long* row, Py_ssize_t n_kinds, Py_ssize_t n_pool,
+                            Py_ssize_t n_slot_pool) noexcept nogil:
+    # What is wrong with one layout row (LY_* fields), 0 nothing: 1 its degrees, 2 its pool spans
+    # (within the pools), 3 its placements (c_layout_row_check says it in words).
     cdef long long p = row[LY_pp], vp = row[LY_vpp], n_slots = row[LY_n_slots], k_o
     if p < 1 or vp < 1 or n_slots < 1 or p > 1 << 20 or vp > 1 << 20 or n_slots > 1 << 20:
-        raise ValueError(f"layouts[{li}] must hold pp, vpp, n_slots >= 1")
+        return 1
     k_o = n_kinds * n_slots
     if (row[LY_counts_at] < 0 or row[LY_counts_at] + p * k_o > n_pool
             or row[LY_mcounts_at] < 0 or row[LY_mcounts_at] + p * vp * k_o > n_pool
             or row[LY_present_at] < 0 or row[LY_present_at] + p * n_kinds > n_pool
             or row[LY_slots_at] < 0 or row[LY_slots_at] + 2 * n_slots > n_slot_pool):
-        raise ValueError(f"layouts[{li}] must hold pool spans within the pools")
+        return 2
     if not (0 <= row[LY_emb_stage] < p and 0 <= row[LY_out_stage] < p
             and 0 <= row[LY_emb_chunk] < vp and 0 <= row[LY_out_chunk] < vp and row[LY_mtp_out] >= 0):
+        return 3
+    return 0
+
+
+cdef int c_layout_row_raise(int fault, Py_ssize_t li) except -1:
+    if fault == 1:
+        raise ValueError(f"layouts[{li}] must hold pp, vpp, n_slots >= 1")
+    if fault == 2:
+        raise ValueError(f"layouts[{li}] must hold pool spans within the pools")
+    if fault == 3:
         raise ValueError(f"layouts[{li}] must place the embedding and output on a stage and chunk of its layout")
     return 0
+
+
+cdef int c_layout_row_check(const long long* row, Py_ssize_t li, Py_ssize_t n_kinds, Py_ssize_t n_pool,
+                            Py_ssize_t n_slot_pool) except -1:
+    # One layout row (LY_* fields): its degrees, its pool spans within the pools and its placements.
+    return c_layout_row_raise(c_layout_row_fault(row, n_kinds, n_pool, n_slot_pool), li)
 
 
 cdef int c_mem_scratch_alloc(MemScratch* scratch, Py_ssize_t n_kinds, Py_ssize_t max_slots, Py_ssize_t max_p,
@@ -386,13 +403,14 @@ cdef void c_mem_scratch_free(MemScratch* scratch) noexcept:
 
 cdef Py_ssize_t c_batch_check(Py_ssize_t n_kinds, Py_ssize_t n_rows, const long long[::1] layout_index,
                               const long long[:, ::1] layouts, Py_ssize_t n_pool, Py_ssize_t n_slot_pool,
-                              const long long[::1] reason, const double[:, ::1] cands, Py_ssize_t p_column,
+                              const long long[::1] reason, const double[:, :] cands, Py_ssize_t p_column,
                               Py_ssize_t vp_column, Py_ssize_t* max_p, Py_ssize_t* max_pv,
                               Py_ssize_t* max_slots) except -1:
     # The shapes both batch kernels share, every layout's pool spans and places, and every priced
     # row's layout (in range, same pp and vpp); the largest pp, pp·vpp and slot count for the scratch.
-    cdef Py_ssize_t i, li, n_layouts = layouts.shape[0]
+    cdef Py_ssize_t i, li, bad, n_layouts = layouts.shape[0]
     cdef long long p, vp, n_slots
+    cdef int fault
     if n_kinds < 1:
         raise ValueError("kinds must have at least one row")
     if layouts.shape[0] and layouts.shape[1] != LY_COUNT:
@@ -404,25 +422,43 @@ cdef Py_ssize_t c_batch_check(Py_ssize_t n_kinds, Py_ssize_t n_rows, const long 
     max_p[0] = 1
     max_pv[0] = 1
     max_slots[0] = 1
-    for li in range(n_layouts):
-        c_layout_row_check(&layouts[li, 0], li, n_kinds, n_pool, n_slot_pool)
-        p = layouts[li, LY_pp]
-        vp = layouts[li, LY_vpp]
-        n_slots = layouts[li, LY_n_slots]
-        if p > max_p[0]:
-            max_p[0] = p
-        if p * vp > max_pv[0]:
-            max_pv[0] = p * vp
-        if n_slots > max_slots[0]:
-            max_slots[0] = n_slots
-    for i in range(n_rows):
-        if reason[i] >= RS_COUNT:
-            continue
-        li = layout_index[i]
-        if li < 0 or li >= n_layouts:
-            raise ValueError(f"layout_index[{i}] must be a layout row in [0, {n_layouts}), got {li}")
-        if cands[p_column, i] != <double>layouts[li, LY_pp] or cands[vp_column, i] != <double>layouts[li, LY_vpp]:
-            raise ValueError(f"candidate {i} must have the pp and vpp of its layout {li}")
+    fault = 0
+    bad = -1
+    # Every layout and every priced row, without the GIL (the threads of estimate_many check their
+    # chunks at once); the first fault is raised after, with the GIL.
+    with nogil:
+        for li in range(n_layouts):
+            fault = c_layout_row_fault(&layouts[li, 0], n_kinds, n_pool, n_slot_pool)
+            if fault:
+                bad = li
+                break
+            p = layouts[li, LY_pp]
+            vp = layouts[li, LY_vpp]
+            n_slots = layouts[li, LY_n_slots]
+            if p > max_p[0]:
+                max_p[0] = p
+            if p * vp > max_pv[0]:
+                max_pv[0] = p * vp
+            if n_slots > max_slots[0]:
+                max_slots[0] = n_slots
+        if not fault:
+            for i in range(n_rows):
+                if reason[i] >= RS_COUNT:
+                    continue
+                li = layout_index[i]
+                if li < 0 or li >= n_layouts:
+                    fault = 4
+                elif (cands[p_column, i] != <double>layouts[li, LY_pp]
+                        or cands[vp_column, i] != <double>layouts[li, LY_vpp]):
+                    fault = 5
+                if fault:
+                    bad = i
+                    break
+    if fault == 4:
+        raise ValueError(f"layout_index[{bad}] must be a layout row in [0, {n_layouts}), got {layout_index[bad]}")
+    if fault == 5:
+        raise ValueError(f"candidate {bad} must have the pp and vpp of its layout {layout_index[bad]}")
+    c_layout_row_raise(fault, bad)
     return 0
 
 
@@ -449,7 +485,7 @@ cdef inline double c_nd_price(const double* kinds, Py_ssize_t n_kinds, const dou
 
 def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
                       const double[::1] model,             # IN (M_COUNT,)
-                      const double[:, ::1] cands,          # IN (C_COUNT, N): a candidate per column
+                      const double[:, :] cands,            # IN (C_COUNT, N): a candidate per column, any strides
                       const long long[::1] layout_index,   # IN (N,)
                       const long long[:, ::1] layouts,     # IN (L, LY_COUNT)
                       const double[::1] pool,              # IN
@@ -528,7 +564,7 @@ def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
 
 def memory_batch(const double[:, ::1] kinds,          # IN (K, MK_COUNT)
                  const double[::1] model,             # IN (MM_COUNT,)
-                 const double[:, ::1] cands,          # IN (MC_COUNT, N): a candidate per column
+                 const double[:, :] cands,            # IN (MC_COUNT, N): a candidate per column, any strides
                  const long long[::1] layout_index,   # IN (N,)
                  const long long[:, ::1] layouts,     # IN (L, LY_COUNT)
                  const double[::1] pool,              # IN

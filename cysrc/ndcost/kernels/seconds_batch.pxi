@@ -76,7 +76,7 @@ def seconds_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT
                            const double[:, ::1] skinds,         # IN (K, SK_COUNT)
                            const double[::1] model,             # IN (M_COUNT,)
                            const double[::1] smodel,            # IN (SM_COUNT,)
-                           const double[:, ::1] cands,          # IN (SC_COUNT, N): a candidate per column
+                           const double[:, :] cands,            # IN (SC_COUNT, N): a candidate per column, any strides
                            const double[:, ::1] rates,          # IN (Q, R_COUNT), Q >= 1
                            const long long[::1] rate_index,     # IN (N,)
                            const long long[::1] layout_index,   # IN (N,)

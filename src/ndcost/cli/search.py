@@ -148,7 +148,8 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
     add_cluster_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (default: shown)")
     p.add_argument("--threads", type=int, metavar="N",
-                   help="threads pricing the candidates, at least 1 (default: all the cores this process may use)")
+                   help="threads pricing the candidates, at least 1 (default: as many as the space's size pays "
+                        "for, up to the cores this process may use; NDCOST_THREADS caps it)")
 
 
 def run_search(args: argparse.Namespace):
@@ -163,7 +164,7 @@ def run_search(args: argparse.Namespace):
     if limit is not None and not (limit == limit and 1.0 <= limit < float("inf")):
         raise SpecError("--memory-limit-gib", "ndcost search", "be a finite number of GiB >= 1", limit)
     if args.threads is not None and args.threads < 1:
-        raise SpecError("--threads", "ndcost search", "be an integer >= 1 (omit it for all cores)", args.threads)
+        raise SpecError("--threads", "ndcost search", "be an integer >= 1 (omit it: as many as pay off)", args.threads)
     check_software(args)
     options = cluster_options_from_args(args)
     model = model_from_args(args)

@@ -244,9 +244,20 @@ def _array_column(name: str, value: Any, n: int) -> _Column:
 
 def _interned(array: np.ndarray, n: int, table: list) -> _Column:
     """Codes into a table of distinct values (the table's first entries keep their codes)."""
+    items = array.tolist() if array.dtype.kind != "O" else list(array)
+    # Every value a name the table holds (a search's schedules and recompute modes): a lookup per row
+    # at C speed (set, map), no per-row key; the codes are the loop's below, the table unchanged.
+    names = {value: i for i, value in enumerate(table) if type(value) is str}
+    try:
+        distinct = set(items)
+    except TypeError:                                  # an unhashable value: the loop keys it
+        distinct = None
+    if distinct is not None and all(type(value) is str and value in names for value in distinct):
+        stored = np.fromiter(map(names.__getitem__, items), dtype=np.int32, count=len(items))
+        return _Column(_broadcast(stored, n), table=tuple(table))
     index = {_freeze(value): i for i, value in enumerate(table)}
     stored = np.empty(len(array), dtype=np.int32)
-    for i, value in enumerate(array.tolist() if array.dtype.kind != "O" else list(array)):
+    for i, value in enumerate(items):
         key = _freeze(value)
         code = index.get(key)
         if code is None:

@@ -1,47 +1,42 @@
-"""``estimate_many()``: N candidates priced by one compiled call per chunk.
+"""``estimate_many()``: N candidates priced by compiled calls per chunk, on every core.
 
-The data flow, per chunk of rows (numpy, vectorised; validation once per batch):
+The data flow, per chunk of rows, every step compiled and without the GIL (validation once per batch):
 
-1. the joint (model, spec, cluster) rules over the chunk's columns (ExecSpec's
-   own rules were applied when the :class:`~ndcost.price.candidates.Candidates` was
-   built), a reason code per row (ndcost.tables.reasons);
-2. ND's derived values and the two candidate matrices (ND: ``CAND_FIELDS``,
-   memory: ``MEMORY_CAND_FIELDS``; fields x candidates, so that numpy writes
-   each field contiguously) by the formulas ``derive()`` itself runs
-   (``ndcost.tables.formulas``);
-3. the kernels ``nd_estimate_batch`` and ``memory_batch`` over the chunk, the GIL
-   released, each candidate reading its layout from a pool built once per
-   distinct layout. An invalid row is skipped (NaN and its reason), a priced one
-   that does not fit gets the reason "no_fit"; nothing raises per candidate.
+1. ``kernels.<unit>_formula_rows``: the joint (model, spec, cluster) rules over the chunk's storage
+   columns (ExecSpec's own rules were applied when the :class:`~ndcost.price.candidates.Candidates`
+   was built), a reason code per row (ndcost.tables.reasons); then ND's derived values and the
+   candidate matrices (ND: ``CAND_FIELDS`` or seconds: ``SECONDS_CAND_FIELDS``, and memory:
+   ``MEMORY_CAND_FIELDS``; fields x candidates) by the formulas ``derive()`` itself runs
+   (``ndcost.tables.formulas``, compiled by ``tools/gen_formula_rows.py``: the kernel is generated from
+   them, so a new formula reaches the batches by regenerating it);
+2. the pricing kernels (``nd_estimate_batch`` or ``seconds_estimate_batch``, and ``memory_batch``) over
+   the chunk, each candidate reading its layout from a pool built once per distinct layout. An invalid
+   row is skipped (NaN and its reason), a priced one that does not fit gets the reason "no_fit";
+   nothing raises per candidate.
 
-Chunks keep the temporaries in cache: the candidate matrices of a chunk are
-a few MB however many candidates there are.
+Chunks keep the temporaries in cache: the candidate matrices of a chunk are a few MB however many
+candidates there are.
 
-Threads (``threads=``, all cores by default): the chunks are shared out to a
-thread pool, each chunk writing only its own rows of the outputs, so the result
-is the one thread's bit for bit. Steps 1-2 (with seconds mode's kernel inputs)
-hold the GIL and run one chunk at a time (a lock); step 3 runs on every thread at
-once. What does not depend on a chunk's rows is built once per batch, before the
-chunks (seconds mode's cluster, tables and rates:
-:class:`~ndcost.price.seconds_batch.SecondsPricer`).
+Threads (``threads=``; ``None``: as many as the batch's size pays for, up to the cores: see
+:mod:`ndcost.price.threads`): the chunks are shared out to threads, each chunk priced start to end by
+one of them and writing only its own rows of the outputs, so the result is the one thread's bit for bit.
+What does not depend on a chunk's rows is built once per batch, before the chunks (the layouts, the
+formulas' constants: :class:`~ndcost.tables.formula_rows.FormulaRows`; seconds mode's cluster, tables
+and rates: :class:`~ndcost.price.seconds_batch.SecondsPricer`); what a chunk does under the GIL is a
+fixed number of calls, whatever its rows (seconds mode adds a few numpy operations on the chunk: the
+fixed costs that decide its fit).
 """
 from __future__ import annotations
 
-import contextlib
-import numbers
-import os
-import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from .. import _backend
-from ..kernels.columns import CAND_FIELDS, MEMORY_CAND_FIELDS, PART_NAMES
-from ..tables.formulas import (
-    ARRAY, CHOICES, ClusterConstants, derived_columns, joint_reason, memory_candidate_columns, nd_candidate_columns,
-)
+from ..kernels.columns import PART_NAMES
+from ..tables.formula_rows import FormulaRows
+from ..tables.formulas import CHOICES, ClusterConstants
 from ..tables.layout_pool import LayoutPool, layout_piece, pack_layouts
 from ..tables.cache import per_object
 from .batch_result import BatchEstimate
@@ -56,62 +51,24 @@ from ..tables.memory import MEMORY_PARTS, memory_kind_table, memory_model_vector
 from ..tables.nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, refuse_nd_units
 from ..spec.rates_io import as_rates
 from ..spec.ratios import Ratios
-from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR, deepep_column, fixed_bytes
+from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR, FIXED_BYTES, deepep_column
 from ..tables.reasons import REASON_CODES, REASONS
-
-NO_FIT = REASON_CODES["no_fit"]
+from ..tables.seconds import _DEFAULT_OVERLAP, FP8_DISPATCH_BYTES
 from .seconds_batch import STEP_RATE_FIELDS, SecondsPricer, seconds_layouts
+from .threads import MAX_CHUNK, available_cores, plan, resolve_threads, run_chunks
 
 __all__ = ["estimate_many", "REASONS", "UNITS", "DEFAULT_CHUNK", "available_cores", "resolve_threads",
            "run_chunks"]
 
 UNITS = ("seconds", "nd")
-#: Rows per kernel call: large enough that Python's per-chunk work is noise, small
-#: enough that the chunk's temporaries stay in cache. Tuned for threads too (1M candidates,
-#: two cores, deepseek-v3 ND, min of four interleaved runs): 16384 no better than 8192
-#: (2.15x vs 2.02x one thread, within the noise), 32768 worse (1.81x).
-DEFAULT_CHUNK = 8192
+#: Rows per kernel call on one thread (``chunk_size=None`` picks per batch: ndcost.price.threads.plan).
+DEFAULT_CHUNK = MAX_CHUNK
+NO_FIT = REASON_CODES["no_fit"]
 _OWNER = "estimate_many"
-_LAYOUT_CODE = REASON_CODES["layout"]
 _DEEPEP = CHOICES["moe_dispatcher"].index("deepep")
 _MFU, _TOKENS_PER_SECOND = STEP_RATE_FIELDS.index("mfu"), STEP_RATE_FIELDS.index("tokens_per_second")
-
-
-def available_cores() -> int:
-    """The cores this process may run on: its CPU affinity (a container's or taskset's limit)
-    where the OS states one, else ``os.cpu_count()``."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):     # no affinity call on macOS and Windows
-        return max(1, os.cpu_count() or 1)
-
-
-def resolve_threads(threads: Any, owner: str = _OWNER) -> int:
-    """The worker count *threads* asks for: None -> :func:`available_cores`, else an integer >= 1."""
-    if threads is None:
-        return available_cores()
-    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1:
-        raise SpecError("threads", owner, "be an integer >= 1, or None (all cores)", threads)
-    return int(threads)
-
-
-def run_chunks(price: Callable[[int], None], n: int, chunk_size: int, threads: int) -> None:
-    """``price(start)`` for each chunk start of rows 0..n, on up to *threads* threads.
-
-    The chunks are the same whatever the thread count and each writes only its own rows, so
-    the results are bit for bit those of one thread. Idle workers take the next chunk (the
-    pool's queue), so chunks of uneven cost (deep pipelines, invalid rows) balance. One chunk,
-    or one thread, runs inline: no pool for a small batch.
-    """
-    starts = range(0, n, chunk_size)
-    workers = min(threads, len(starts))
-    if workers <= 1:
-        for start in starts:
-            price(start)
-        return
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ndcost") as pool:
-        for _ in pool.map(price, starts):   # re-raises a chunk's exception, if any, here
-            pass
+#: A (0, 0) matrix: an output the formula rows are not asked for.
+_NOT_ASKED = np.empty((0, 0))
 
 
 def _as_candidates(candidates: Any) -> Candidates:
@@ -164,7 +121,7 @@ def _layout_pool(model: Any, cands: Candidates, nd: bool) -> tuple[LayoutPool, n
 def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "seconds", ratios: Any = None,
                   ratio_type: str = "DYNAMIC", rec_type: str = "WITH", p2p: bool = False,
                   with_memory: bool = True, stage_times: bool = False, stage_memory: bool = False,
-                  allow_cross_node_tp: bool = True, chunk_size: int = DEFAULT_CHUNK,
+                  allow_cross_node_tp: bool = True, chunk_size: int | None = None,
                   rates: Any = None, threads: int | None = None) -> BatchEstimate:
     """Price N candidates at once; an invalid or infeasible one is a value, never an exception.
 
@@ -179,25 +136,24 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
         with_memory: Also price memory per stage, the peak and whether it fits.
         stage_times, stage_memory: Also return each stage's time / memory breakdown.
         allow_cross_node_tp: False gives tp above a node's devices a reason (validate's option).
-        chunk_size: Rows per kernel call.
+        chunk_size: Rows per kernel call; None (default) picks it per batch and thread count
+            (:func:`ndcost.price.threads.plan`).
         rates: Seconds mode's rates, as :func:`ndcost.estimate`'s.
-        threads: Threads the chunks are split over (the kernels run without the GIL): None
-            (default) all the cores the process may use (:func:`available_cores`; one thread on
-            the pure-Python backend, which holds the GIL), 1 the calling thread only. The
-            results are the same bit for bit whatever the count.
+        threads: Threads the chunks are split over (every chunk is priced without the GIL): None
+            (default) as many as pay off for the batch's size, one per 4,096 candidates up to all the
+            cores the process may use (:func:`available_cores`; ``NDCOST_THREADS`` sets that limit;
+            one thread on the pure-Python backend, which holds the GIL); an integer that many, at most
+            one per chunk; 1 the calling thread only. The results are the same bit for bit whatever
+            the count.
 
     Raises:
         SpecError: For bad arguments (never for a bad candidate: see ``BatchEstimate.reason``).
     """
     if units not in UNITS:
         raise SpecError("units", _OWNER, f"be one of {', '.join(map(repr, UNITS))}", units)
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise SpecError("chunk_size", _OWNER, "be an integer >= 1", chunk_size)
-    workers = resolve_threads(threads)
-    if threads is None and not _backend.kernels.__name__.endswith("_c"):
-        # The pure-Python kernels hold the GIL: threads would only contend for it (measured 1.3-1.8x
-        # slower on two cores), so "all cores" is one thread there; a count given is still honoured.
-        workers = 1
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise SpecError("chunk_size", _OWNER, "be an integer >= 1, or None (picked per batch)", chunk_size)
+    resolve_threads(threads)
     if units == "nd" and rates is not None:
         raise SpecError("rates", _OWNER, "be given in seconds units only (ND's units price no rates)", rates)
     model = as_model(model)
@@ -210,106 +166,86 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
     ratio_set = Ratios.coerce(ratios)
     ratio_vector = (np.zeros(0, dtype=np.float64) if ratio_set is None
                     else np.ascontiguousarray(ratio_set.vector(), dtype=np.float64))
-    mc = model_constants(model)
     kinds, model_vector = nd_kind_table(model), nd_model_vector(model)
     memory_kinds, memory_model = memory_kind_table(model), memory_model_vector(model)
-    pool, pool_row, layout_bad = _layout_pool(model, cands, units == "nd")
-
     n = len(cands)
+    # The pure-Python kernels hold the GIL: threads would only contend for it (measured 1.3-1.8x slower
+    # on two cores), so None is one thread there; a count given is still honoured.
+    workers, chunk = plan(n, threads, chunk_size, parallel=_backend.kernels.__name__.endswith("_c"))
+    # Seconds mode: the cluster, tables and rates built once here, not per chunk.
+    seconds = (SecondsPricer(model, cluster, seconds_layouts(model, cands), rates=rate_set)
+               if units == "seconds" else None)
+    if seconds is None:
+        pool, layout_row, layout_bad = _layout_pool(model, cands, True)       # ND's placement
+    else:                                                                   # where layers run
+        pool, layout_row, layout_bad = seconds.layouts.pool, seconds.layouts.row[:-1], seconds.layouts.bad[:-1]
+    storage = {name: cands.storage(name) for name in cands.fields}
+    formulas = FormulaRows(storage, REASON_CODES, mc=model_constants(model), cc=cc, overlap=_DEFAULT_OVERLAP,
+                           allow_cross_node_tp=bool(allow_cross_node_tp), moe_dispatch_default=MOE_DISPATCH,
+                           fp8_dispatch_bytes=FP8_DISPATCH_BYTES, **FIXED_BYTES)
+    unit = "nd" if seconds is None else "seconds"
+    unit_rows, memory_rows = formulas.outputs[unit], formulas.outputs["memory"]
+    layout_bad = np.ascontiguousarray(layout_bad).view(np.uint8)
+    layout_row = np.ascontiguousarray(layout_row, dtype=np.int64)
+    spec_reason, layout_index = cands.reason, cands.layout_index
+
+    # The outputs: allocated here (no pages touched), each row written once by the chunk that owns it.
     step = np.empty(n, dtype=np.float64)
     parts = np.empty((len(PART_NAMES), n), dtype=np.float64)
     reason = np.empty(n, dtype=np.int64)
-    peak = np.full(n, np.nan)
-    device = peak.copy() if units == "seconds" else peak     # what the device holds (seconds mode)
-    fits = np.ones(n, dtype=bool)
+    peak = np.empty(n, dtype=np.float64)
+    device = np.empty(n, dtype=np.float64) if seconds is not None else peak   # what the device holds (seconds)
+    fits = np.empty(n, dtype=bool)
     max_pp = pool.max_pp
     times = np.empty((n, max_pp)) if stage_times else None
     stages = np.empty((n, max_pp, len(MEMORY_PARTS) + 1)) if (stage_memory and with_memory) else None
     no_times = np.empty((0, 0))
     no_stages = np.empty((0, 0, len(MEMORY_PARTS) + 1))
-    # Seconds mode: the cluster, tables and rates built once here, not per chunk.
-    seconds = (SecondsPricer(model, cluster, seconds_layouts(model, cands), rates=rate_set)
-               if units == "seconds" else None)
     # The seconds kernel writes every row of every step rate (NaN when not priced): MFU and tokens/s are two.
     step_rates = np.empty((len(STEP_RATE_FIELDS), n)) if seconds is not None else None
+    fit_inputs = _FitInputs(model, storage) if seconds is not None and with_memory else None
     kernels = _backend.kernels
-    storage = {name: cands.storage(name) for name in cands.fields}
-    # A column that is one value broadcast (stride 0) enters the formulas as a numpy scalar:
-    # numpy then works on the columns that vary only.
-    constant = {name: column[0] for name, column in storage.items()
-                if column.ndim == 1 and column.shape[0] and column.strides[0] == 0}
-    varying = [name for name in storage if name not in constant]
-    spec_reason, layout_index = cands.reason, cands.layout_index
-    bad_by_layout = np.append(layout_bad, False)       # index -1 (an invalid row) reads False
-    row_by_layout = np.append(pool_row, 0)
-    n_cand, n_mcand = len(CAND_FIELDS), len(MEMORY_CAND_FIELDS)
-    # The formulas hold the GIL (numpy op by op on a chunk's columns; ~25% of a chunk's time): two
-    # threads in them at once only trade the GIL back and forth (measured: the formulas alone on two
-    # threads ran no faster than on one). So one thread at a time runs them, under this lock, while
-    # the others run the kernels without the GIL (1M candidates, two quiet cores: 1.76x one thread
-    # with the lock, 1.68x without, mean of four runs each).
-    formulas = threading.Lock() if workers > 1 and n > chunk_size else contextlib.nullcontext()
 
     def price(start: int) -> None:
-        """Rows start..start+chunk_size: every array it writes is its own slice (a thread each)."""
-        stop = min(n, start + chunk_size)
-        # np.errstate is per thread (a context variable): a worker thread sets its own
-        with np.errstate(all="ignore"):
-            with formulas:
-                c = dict(constant)
-                for name in varying:
-                    c[name] = storage[name][start:stop]
-                li = layout_index[start:stop]
-                joint = joint_reason(ARRAY, c, mc, cc, bad_by_layout[li], allow_cross_node_tp, REASON_CODES)
-                rows = np.where(spec_reason[start:stop] != 0, spec_reason[start:stop], joint)
-                d = derived_columns(ARRAY, c, mc)
-                index = row_by_layout[li]
-                if seconds is None:
-                    cand = np.empty((n_cand, stop - start), dtype=np.float64)     # a candidate per column
-                    for j, value in enumerate(nd_candidate_columns(ARRAY, c, d, cc, MOE_DISPATCH)):
-                        cand[j] = value
-                else:   # the seconds kernel's inputs are numpy work too: under the lock with the rest
-                    inputs = seconds.inputs(c, d, rows, li)
-                if with_memory:
-                    mcand = np.empty((n_mcand, stop - start), dtype=np.float64)
-                    for j, value in enumerate(memory_candidate_columns(ARRAY, c, d)):
-                        mcand[j] = value
-                    if seconds is not None:
-                        deepep = 0.0
-                        if model.is_moe:
-                            deepep = deepep_column(model.hidden_size, c["ep"], c["moe_dispatcher"] == _DEEPEP)
-                        fixed = fixed_bytes(c["dp"], c["tp"], c["pp"], c["cp"], c["ep"], deepep)
-            if seconds is not None:
-                seconds.run(inputs, rows, step[start:stop], parts[:, start:stop], step_rates[:, start:stop],
-                            None if times is None else times[start:stop])
-            else:
-                kernels.nd_estimate_batch(kinds, model_vector, cand, index, pool.layouts, pool.pool,
-                                          pool.slot_pool, options, ratio_vector, rows, step[start:stop],
-                                          parts[:, start:stop], times[start:stop] if times is not None else no_times)
-            if with_memory:
-                kernels.memory_batch(memory_kinds, memory_model, mcand, index, pool.layouts, pool.pool,
-                                     pool.slot_pool, reserve, cc.capacity, rows, peak[start:stop],
-                                     fits[start:stop].view(np.uint8),
-                                     stages[start:stop] if stages is not None else no_stages)
-                if seconds is not None:
-                    # seconds mode: what the device holds, the allocator's slack and the fixed costs
-                    # in (MemoryEstimate.device_peak, ndcost.tables.memory_overheads), decides the fit
-                    held = device[start:stop]
-                    np.subtract(peak[start:stop], reserve, out=held)
-                    held *= ALLOCATOR_RESERVE_FACTOR
-                    held += fixed
-                    priced = (rows == 0) | (rows == NO_FIT)
-                    rows = np.where(priced, (held > cc.capacity) * NO_FIT, rows)
-                    np.equal(rows, 0, out=fits[start:stop])
-            reason[start:stop] = rows
+        """Rows start..stop: every array it writes is its own slice (a thread each)."""
+        stop = min(n, start + chunk)
+        rows = reason[start:stop]
+        table_row = np.empty(stop - start, dtype=np.int64)
+        # A candidate per column, each candidate's fields contiguous in memory (the transpose of a
+        # (rows, fields) array): the formula rows write them, the kernels gather them, a row at a time
+        # (field-major, each row's writes would go to as many streams as fields: measured 2.5x slower).
+        cand = np.empty((stop - start, unit_rows)).T
+        mcand = np.empty((stop - start, memory_rows)).T if with_memory else _NOT_ASKED
+        fixed = np.empty((1, stop - start)) if fit_inputs is not None else _NOT_ASKED
+        formulas.run(start, stop, spec_reason, layout_index, layout_bad, layout_row, rows, table_row,
+                     **{unit: cand, "memory": mcand, "fixed": fixed})
+        if seconds is not None:
+            seconds.run((cand, fit_inputs.rate_index(start, stop) if fit_inputs else _rate_index(storage, start, stop),
+                         table_row), rows, step[start:stop], parts[:, start:stop], step_rates[:, start:stop],
+                        None if times is None else times[start:stop])
+        else:
+            kernels.nd_estimate_batch(kinds, model_vector, cand, table_row, pool.layouts, pool.pool,
+                                      pool.slot_pool, options, ratio_vector, rows, step[start:stop],
+                                      parts[:, start:stop], times[start:stop] if times is not None else no_times)
+        if with_memory:
+            kernels.memory_batch(memory_kinds, memory_model, mcand, table_row, pool.layouts, pool.pool,
+                                 pool.slot_pool, reserve, cc.capacity, rows, peak[start:stop],
+                                 fits[start:stop].view(np.uint8),
+                                 stages[start:stop] if stages is not None else no_stages)
+            if fit_inputs is not None:
+                fit_inputs.fit(start, stop, rows, fixed[0], peak[start:stop], device[start:stop], fits[start:stop],
+                               reserve, cc.capacity)
+        else:
+            peak[start:stop] = np.nan
+            device[start:stop] = np.nan
+            np.equal(rows, 0, out=fits[start:stop])
+        if seconds is not None and ratio_set is not None:
+            # As estimate(): in seconds a ratio corrects its part's seconds.
+            chunk_parts = parts[:, start:stop]
+            chunk_parts *= ratio_vector[:, None]
+            chunk_parts.sum(axis=0, out=step[start:stop])
 
-    run_chunks(price, n, chunk_size, workers)
-    if not with_memory:
-        fits = reason == 0
-    if seconds is not None and ratio_set is not None:
-        # As estimate(): in seconds a ratio corrects its part's seconds.
-        parts *= ratio_vector[:, None]
-        step[:] = parts.sum(axis=0)
+    run_chunks(price, n, chunk, workers)
     not_defined = np.broadcast_to(np.float64(np.nan), (n,))
     for array in (step, parts, reason, peak, device, fits) + tuple(a for a in (times, stages) if a is not None):
         array.setflags(write=False)
@@ -322,3 +258,45 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
         stage_times=times,
         stage_memory=stages,
     )
+
+
+_PRECISION_CODES = len(CHOICES["precision"])
+
+
+def _rate_index(storage: dict, start: int, stop: int) -> np.ndarray:
+    """Each row's row of the seconds kernel's rate table: its precision's (a code past the choices is a
+    bad row, priced by nobody)."""
+    out = np.empty(stop - start, dtype=np.int64)
+    np.minimum(storage["precision"][start:stop], _PRECISION_CODES - 1, out=out)      # codes are >= 0
+    return out
+
+
+class _FitInputs:
+    """Seconds mode's fit: what a rank holds beyond the tensors the memory kernel prices -- the caching
+    allocator's slack and the fixed costs (CUDA, cuBLAS, NCCL: the row kernel's ``fixed`` vector; DeepEP's
+    buffers where a row dispatches with it: ndcost.tables.memory_overheads) -- decides it, as for
+    ``MemoryEstimate.device_peak``. A few numpy operations on a chunk's rows."""
+
+    __slots__ = ("storage", "hidden", "deepep")
+
+    def __init__(self, model: Any, storage: dict) -> None:
+        self.storage = storage
+        self.hidden = model.hidden_size
+        dispatcher = storage["moe_dispatcher"]
+        # DeepEP's buffers only where a row may run it (a column of one other value: none)
+        self.deepep = model.is_moe and not (dispatcher.strides[0] == 0 and len(dispatcher) and dispatcher[0] != _DEEPEP)
+
+    def rate_index(self, start: int, stop: int) -> np.ndarray:
+        return _rate_index(self.storage, start, stop)
+
+    def fit(self, start: int, stop: int, rows: np.ndarray, fixed: np.ndarray, peak: np.ndarray, held: np.ndarray,
+            fits: np.ndarray, reserve: float, capacity: float) -> None:
+        if self.deepep:
+            on = self.storage["moe_dispatcher"][start:stop] == _DEEPEP
+            fixed = fixed + deepep_column(self.hidden, self.storage["ep"][start:stop], on)
+        np.subtract(peak, reserve, out=held)
+        held *= ALLOCATOR_RESERVE_FACTOR
+        held += fixed
+        priced = (rows == 0) | (rows == NO_FIT)
+        rows[...] = np.where(priced, (held > capacity) * NO_FIT, rows)
+        np.equal(rows, 0, out=fits)

@@ -30,6 +30,7 @@ from ..spec.software_fields import software_columns, software_fields
 from ..tables.layout_nd import nd_search_offset
 from ..tables.memory import reserved_peak_bytes
 from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR
+from .threads import resolve_threads
 
 #: The smallest memory limit a search takes: below 1 GiB no device holds a CUDA context and a model.
 MIN_MEMORY_LIMIT = 2**30
@@ -38,7 +39,8 @@ OVER_LIMIT = "does not fit in memory"
 
 __all__ = ["SearchResult", "Ranked", "search", "pareto_front"]
 
-#: Candidates priced per kernel call: large enough to amortise the call, small enough to show progress.
+#: Candidates per batch of the space (a Candidates and an estimate_many each): large enough to amortise
+#: the calls, small enough to show progress.
 BATCH = 65536
 
 
@@ -182,8 +184,10 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
             between stages while the step gets faster (``ndcost.price.pipeline_balance``).
         progress: Called with (priced, total) after each batch.
         rates: Seconds mode's rates, as :func:`ndcost.estimate`'s (a rates JSON is read once).
-        threads: Threads each batch is priced on, as :func:`ndcost.estimate_many`'s: None (default)
-            all the cores the process may use, 1 the calling thread only; the result is the same.
+        threads: Threads each batch of the space is priced on, as :func:`ndcost.estimate_many`'s: None
+            (default) as many as its size pays for, up to the cores the process may use
+            (``NDCOST_THREADS`` caps it), 1 the calling thread only; the result is the same whatever
+            the count.
         software: A training stack (``Rates.for_software``'s names): every candidate takes the
             fields it fixes for its strategy (``ndcost.spec.software_fields``; a search dimension it
             fixes, such as torchtitan's ZeRO-3, is fixed unless given), and *rates* defaults to it.
@@ -193,7 +197,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
             precision, moe_dispatcher, ...) fixed or listed, taken only where it means something.
     """
     from .candidates import Candidates
-    from .estimate_many import REASONS, estimate_many, resolve_threads
+    from .estimate_many import REASONS, estimate_many
 
     model = as_model(model)
     if units == "nd":
@@ -243,20 +247,24 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     slack = ALLOCATOR_RESERVE_FACTOR if units == "seconds" else 1.0   # ND's units price no allocator slack
     reason = np.zeros(n, dtype=np.int64)
     for start in range(0, n, BATCH):
-        chunk = {name: col[start:start + BATCH] for name, col in space.columns.items()}
+        # One batch at a time: its Candidates (ExecSpec's rules over its columns, under the GIL) then its
+        # prices, on every thread estimate_many's *threads* gives it (docs/PERFORMANCE.md: the search).
+        stop = min(n, start + BATCH)
+        chunk = {name: col[start:stop] for name, col in space.columns.items()}
         batch = estimate_many(model, Candidates.from_arrays(**chunk), cluster, units=units, ratios=ratios, rates=rates,
                               threads=threads)
-        step[start:start + BATCH] = batch.step_time
-        memory[start:start + BATCH] = batch.device_memory   # what the device holds (seconds: + slack, fixed)
-        reserved[start:start + BATCH] = reserved_peak_bytes(batch.peak_memory, cluster.memory_reserve_bytes, slack)
-        reason[start:start + BATCH] = batch.reason
+        step[start:stop] = batch.step_time
+        memory[start:stop] = batch.device_memory   # what the device holds (seconds: + slack, fixed)
+        reserved[start:stop] = reserved_peak_bytes(batch.peak_memory, cluster.memory_reserve_bytes, slack)
+        reason[start:stop] = batch.reason
         if progress is not None:
-            progress(min(n, start + BATCH), n)
+            progress(stop, n)
 
     valid = reason == 0
     priced = valid & np.isfinite(step) & np.isfinite(memory)
     fits = priced & (memory <= capacity)
-    rejected = Counter(REASONS[int(code)] for code in reason[~valid])
+    codes, counts = np.unique(reason[~valid], return_counts=True)
+    rejected = Counter({REASONS[int(code)]: int(count) for code, count in zip(codes, counts)})
     over = int((priced & ~fits).sum())
     if over:
         rejected[OVER_LIMIT] += over
@@ -268,10 +276,13 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         raise RuntimeError(f"search accounting: {int(fits.sum())} fit + {sum(rejected.values())} rejected "
                            f"!= {n} candidates")
 
-    # Deterministic order: step time, peak memory, then each search dimension (smaller first).
-    keys = [_rank_codes(space.columns[d]) for d in reversed(SEARCH_DIMENSIONS + stack_dimensions(space.columns))]
-    order = np.lexsort(tuple(keys) + (memory, np.where(fits, step, np.inf)))
-    ranked_rows = [int(i) for i in order[: max(top, per_layer_recompute, balance)] if fits[i]]
+    # Deterministic order of the rows that fit: step time, peak memory, then each search dimension and
+    # stack choice (smaller first; names in sorted order).
+    fit_rows = np.flatnonzero(fits)
+    keys = [_rank_codes(space.columns[d][fit_rows])
+            for d in reversed(SEARCH_DIMENSIONS + stack_dimensions(space.columns))]
+    order = fit_rows[np.lexsort(tuple(keys) + (memory[fit_rows], step[fit_rows]))]
+    ranked_rows = [int(i) for i in order[: max(top, per_layer_recompute, balance)]]
     fixed = {"global_batch_size": global_batch_size, "seq_length": seq_length}
     results = []
     for i in ranked_rows:
@@ -291,14 +302,19 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
 
 
 def _rank_codes(column: np.ndarray) -> np.ndarray:
-    """A dimension's column as sortable codes: numbers as they are, strings in their order, other values (a
-    dict of switches) by their text."""
+    """A dimension's column as sortable codes: numbers as they are; other values by their rank among the
+    column's distinct values, in order (strings), or (a dict of switches) by their text's; a lookup per row
+    at C speed, not a sort of the rows."""
     if column.dtype != object:
         return column
+    values = column.tolist()
     try:
-        return np.unique(column, return_inverse=True)[1]
-    except TypeError:
-        return np.unique(np.array([repr(value) for value in column.tolist()]), return_inverse=True)[1]
+        distinct = sorted(set(values))
+    except TypeError:                                # unhashable or unordered values: their text
+        values = [repr(value) for value in values]
+        distinct = sorted(set(values))
+    rank = {value: i for i, value in enumerate(distinct)}
+    return np.fromiter(map(rank.__getitem__, values), dtype=np.int64, count=len(values))
 
 
 def _rank_key(ranked: Ranked) -> tuple:

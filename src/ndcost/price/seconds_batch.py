@@ -27,10 +27,9 @@ import numpy as np
 
 from .. import _backend
 from ..tables.cache import per_object
-from ..kernels.columns import (
-    DISPATCHERS, EP_OVERLAPS, KERNEL_REASONS, PART_NAMES, RATE_FIELDS, SCHEDULES, SECONDS_CAND, SECONDS_CAND_FIELDS,
-)
+from ..kernels.columns import DISPATCHERS, EP_OVERLAPS, KERNEL_REASONS, PART_NAMES, RATE_FIELDS, SECONDS_CAND_FIELDS
 from ..tables.formulas import ARRAY, CHOICES, ClusterConstants, derived_columns, joint_reason
+from ..tables.formulas import seconds_candidate_columns as formula_seconds_columns
 from ..kernels.seconds_batch import STEP_RATE_FIELDS
 from ..tables.layout_pool import LayoutPool, layout_piece, pack_layouts
 from .candidates import Candidates
@@ -43,8 +42,7 @@ from ..tables.nd_tables import cluster_constants, nd_kind_table, nd_model_vector
 from ..spec.rates import Rates
 from ..tables.reasons import REASON_CODES
 from ..tables.seconds import (
-    _DEFAULT_OVERLAP, FP8_DISPATCH_BYTES, Overlap, _extras, _optimizer_bytes, rates_vector, seconds_kind_table,
-    seconds_model_vector,
+    _DEFAULT_OVERLAP, FP8_DISPATCH_BYTES, Overlap, _extras, rates_vector, seconds_kind_table, seconds_model_vector,
 )
 
 __all__ = ["SecondsLayouts", "seconds_layouts", "seconds_candidate_columns", "seconds_candidate_matrix",
@@ -56,13 +54,6 @@ _CHUNK = 8192
 _N_KERNEL_REASONS = len(KERNEL_REASONS)
 _LAYOUT_CODE = REASON_CODES["layout"]
 _PRECISIONS = CHOICES["precision"]
-_FP8 = _PRECISIONS.index("fp8")
-_ULYSSES = CHOICES["cp_algo"].index("ulysses")
-_PP = {name: i for i, name in enumerate(CHOICES["pp_schedule"])}
-#: SCHEDULES code of each pp_schedule code ("1f1b" with vpp > 1 runs interleaved: ExecSpec.schedule).
-_SCHEDULE_OF_PP = np.array([SCHEDULES.index(name) for name in CHOICES["pp_schedule"]], dtype=np.float64)
-_INTERLEAVED = float(SCHEDULES.index("interleaved"))
-_EP_NONE = CHOICES["ep_overlap"].index("none")
 if CHOICES["ep_overlap"] != EP_OVERLAPS or CHOICES["moe_dispatcher"] != DISPATCHERS:   # the kernels read the codes
     raise ImportError("ExecSpec's ep_overlap / moe_dispatcher choices must follow columns.EP_OVERLAPS / DISPATCHERS")
 _N_RATES = len(STEP_RATE_FIELDS)
@@ -74,69 +65,27 @@ _NO_SUMS = np.empty((0, 0, 0), dtype=np.float64)
 # --------------------------------------------------------------------------- the candidate matrix
 
 
-class _Fields:
-    """Attribute access to storage columns, for the formulas of ndcost.tables.seconds written on a spec."""
-
-    __slots__ = ("_columns",)
-
-    def __init__(self, columns: Mapping[str, Any]) -> None:
-        self._columns = columns
-
-    def __getattr__(self, name: str) -> Any:
-        return self._columns[name]
-
-
 def seconds_candidate_columns(c: Mapping[str, Any], d: Mapping[str, Any], overlap: Overlap | None = None) -> dict:
     """Each ``SECONDS_CAND_FIELDS`` value of the rows, by field name (numpy columns or scalars).
 
     *c* holds Candidates storage columns (``Candidates.storage``: codes for the choice fields,
     ``ndcost.tables.formulas`` sentinels for the optional ones), *d* their derived values
-    (``ndcost.tables.formulas.derived_columns(ARRAY, c, ...)``). Field for field
-    :func:`ndcost.tables.seconds.seconds_candidate_vector`; rows that are not valid candidates get
+    (``ndcost.tables.formulas.derived_columns(ARRAY, c, ...)``): the formula
+    :func:`ndcost.tables.formulas.seconds_candidate_columns` on columns, whose scalar twin is
+    :func:`ndcost.tables.seconds.seconds_candidate_vector`'s; rows that are not valid candidates get
     values nobody reads.
     """
-    shares = _DEFAULT_OVERLAP if overlap is None else overlap
-    where = np.where
-    schedule_code = c["pp_schedule"]
-    return {
-        "b": c["micro_batch_size"], "s": c["seq_length"], "t": c["tp"], "sp": d["sp"], "cp": c["cp"],
-        "ep": c["ep"], "t_exp": d["t_exp"], "d": c["dp"], "edp": d["expert_data_parallel"],
-        "p": c["pp"], "vp": c["vpp"], "m": d["micro_batch_num"], "seq_split": c["seq_split"],
-        "bytes_c": c["compute_bytes"], "bytes_mm": where(c["precision"] == _FP8, 1, c["compute_bytes"]),
-        "bytes_p": c["param_bytes"], "bytes_grad": d["bytes_grad"], "bytes_opt": _optimizer_bytes(_Fields(c)),
-        "dropout_bytes": c["dropout_bytes"],
-        "flash": c["flash_attention"], "dropless": c["grouped_gemm"], "cap_fact": c["capacity_factor"],
-        "moe_imb": c["moe_imbalance"],
-        "cp_ring": c["cp_algo"] != _ULYSSES,
-        "zero": c["zero_stage"], "zero_ranks": d["zero_shard_ranks"], "defer_grads": d["defers_grads"],
-        "reshard": d["reshards"], "tie_emb": d["tie_embeddings"],
-        "schedule": where((schedule_code == _PP["1f1b"]) & (c["vpp"] > 1), _INTERLEAVED,
-                          _SCHEDULE_OF_PP.take(schedule_code, mode="clip")),
-        # Overlap.shares(spec), a column at a time: None takes the spec's own switch
-        "ov_dp": c["overlapped_grad_reduce"] if shares.dp_reduce is None else shares.dp_reduce,
-        "ov_dp_gather": c["overlapped_param_gather"] if shares.dp_gather is None else shares.dp_gather,
-        "ov_fsdp": shares.fsdp_prefetch,
-        "ov_tp": c["tp_overlap"] if shares.tp is None else shares.tp,
-        "ov_cp": shares.cp,
-        "ov_ep": c["ep_overlap"] != _EP_NONE if shares.ep is None else shares.ep,
-        # the expert all-to-all: EP_OVERLAPS and DISPATCHERS share CHOICES' order (their codes as stored)
-        "ep_mode": c["ep_overlap"], "ep_disp": c["moe_dispatcher"], "ep_sms": c["moe_dispatcher_sms"],
-        "ep_nodes": c["moe_node_limit"],
-        "disp_b": where(c["moe_dispatch_fp8"], FP8_DISPATCH_BYTES, c["compute_bytes"]),
-        "graphs": c["cuda_graphs"],
-    }
+    values = formula_seconds_columns(ARRAY, c, d, _DEFAULT_OVERLAP if overlap is None else overlap, FP8_DISPATCH_BYTES)
+    return dict(zip(SECONDS_CAND_FIELDS, values))
 
 
 def seconds_candidate_matrix(c: Mapping[str, Any], d: Mapping[str, Any], n: int, overlap: Overlap | None = None,
                              out: np.ndarray | None = None) -> np.ndarray:
     """(len(SECONDS_CAND_FIELDS), n) float64: a candidate per column (what seconds_estimate_batch reads)."""
-    values = seconds_candidate_columns(c, d, overlap)
-    if len(values) != len(SECONDS_CAND_FIELDS):   # a field added to the ABI must be given a column here
-        missing = sorted(set(SECONDS_CAND_FIELDS) - set(values))
-        raise RuntimeError(f"seconds_candidate_columns does not fill {missing}")
+    values = formula_seconds_columns(ARRAY, c, d, _DEFAULT_OVERLAP if overlap is None else overlap, FP8_DISPATCH_BYTES)
     matrix = np.empty((len(SECONDS_CAND_FIELDS), n), dtype=np.float64) if out is None else out
-    for name, value in values.items():
-        matrix[SECONDS_CAND[name]] = value
+    for j, value in enumerate(values):
+        matrix[j] = value
     return matrix
 
 

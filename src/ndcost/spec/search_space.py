@@ -13,7 +13,6 @@ silently: ``space_size`` counts every combination that fills the devices.
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -85,6 +84,30 @@ def _choices(name: str, given: Any, default: Iterable) -> list:
     return _checked(name, [given])
 
 
+#: Each column's dtype: the two choice dimensions hold their names (objects), sequence parallelism bools.
+_DTYPES = {"pp_schedule": object, "recompute": object, "sequence_parallel": bool}
+
+
+def _product_columns(blocks: list[tuple[dict[str, Any], dict[str, list]]], dims: tuple[str, ...]) -> dict:
+    """The columns of every block's cartesian product of *dims* (the first dimension slowest, as
+    ``itertools.product`` orders it), each block's fixed values repeated over its rows; built with numpy
+    (repeat and tile per block), not a Python loop per row."""
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in SEARCH_DIMENSIONS + ("dp",)}
+    for fixed, per_dim in blocks:
+        sizes = [len(per_dim[name]) for name in dims]
+        rows = math.prod(sizes)
+        for name, value in fixed.items():
+            parts[name].append(np.full(rows, value, dtype=np.int64))
+        inner = rows
+        for name, size in zip(dims, sizes):
+            inner //= size
+            values = np.empty(size, dtype=_DTYPES.get(name, np.int64))
+            values[:] = per_dim[name]
+            parts[name].append(np.tile(np.repeat(values, inner), rows // (size * inner)))
+    return {name: (np.concatenate(arrays) if arrays else np.zeros(0, dtype=_DTYPES.get(name, np.int64)))
+            for name, arrays in parts.items()}
+
+
 def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_batch_size: int, seq_length: int,
                 dims: Mapping[str, Any] | None = None, allow_cross_node_tp: bool = False) -> SearchSpace:
     """Every combination of the search dimensions that fills *num_devices*.
@@ -118,7 +141,7 @@ def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_b
         if dims.get(name) is not None:
             _choices(name, dims[name], [])          # every given value checked, even where no tp reaches it
     cps_default = [1] if seq_length < 16384 else _powers_of_two(8)
-    rows: dict[str, list] = {name: [] for name in SEARCH_DIMENSIONS + ("dp",)}
+    blocks: list[tuple[dict[str, Any], dict[str, list]]] = []        # (one value per dimension, the rest's lists)
     other_dims = ("micro_batch_size", "vpp", "zero_stage", "sequence_parallel", "pp_schedule", "recompute")
     for tp in tps:
         if num_devices % tp:
@@ -144,6 +167,7 @@ def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_b
                 eps = _choices("ep", dims.get("ep"), eps)
                 vpps = [1] if pp == 1 else [1, 2, 4]
                 per_dim = {
+                    "ep": eps,
                     "micro_batch_size": _choices("micro_batch_size", dims.get("micro_batch_size"), [1, 2, 4]),
                     "vpp": _choices("vpp", dims.get("vpp"), vpps),
                     "zero_stage": _choices("zero_stage", dims.get("zero_stage"), [1]),
@@ -151,21 +175,9 @@ def build_space(model: Any, num_devices: int, devices_per_node: int, *, global_b
                     "pp_schedule": _choices("pp_schedule", dims.get("pp_schedule"), ["1f1b"]),
                     "recompute": _choices("recompute", dims.get("recompute"), ["none", "selective", "full"]),
                 }
-                for ep in eps:
-                    for combo in itertools.product(*(per_dim[d] for d in other_dims)):
-                        rows["tp"].append(tp)
-                        rows["pp"].append(pp)
-                        rows["cp"].append(cp)
-                        rows["dp"].append(dp)
-                        rows["ep"].append(ep)
-                        for name, value in zip(other_dims, combo):
-                            rows[name].append(value)
-    size = len(rows["tp"])
-    columns = {
-        name: np.asarray(values, dtype=object if name in ("pp_schedule", "recompute") else
-                         (bool if name == "sequence_parallel" else np.int64))
-        for name, values in rows.items()
-    }
+                blocks.append(({"tp": tp, "pp": pp, "cp": cp, "dp": dp}, per_dim))
+    columns = _product_columns(blocks, ("ep",) + other_dims)
+    size = len(columns["tp"])
     columns["global_batch_size"] = np.full(size, global_batch_size, dtype=np.int64)
     columns["seq_length"] = np.full(size, seq_length, dtype=np.int64)
     columns = _with_stack_dimensions(columns, stack, model)

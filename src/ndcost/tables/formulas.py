@@ -38,21 +38,26 @@ reason a row with several broken rules reports).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .formulas_ops import (
-    ARRAY, CHOICES, COMM_DP_OVERLAP, COMM_TP_OVERLAP, MEMORY_SCHEDULE_BY_PP_SCHEDULE, NONE_INT, SCALAR,
-    ClusterConstants, ModelConstants,
+    ARRAY, CHOICES, COMM_DP_OVERLAP, COMM_TP_OVERLAP, INTERLEAVED_SCHEDULE, MEMORY_SCHEDULE_BY_PP_SCHEDULE, NONE_INT,
+    SCALAR, ClusterConstants, ModelConstants,
 )
 from .formulas_fused import joint_derived_memory_candidate_scalar, joint_nd_memory_candidate_scalar
 from .formulas_scalar import (
     derived_columns_scalar, derived_extra_columns_scalar, joint_reason_scalar, memory_candidate_columns_scalar,
-    nd_candidate_columns_scalar,
+    fixed_bytes_columns_scalar, nd_candidate_columns_scalar, seconds_candidate_columns_scalar,
 )
+
+if TYPE_CHECKING:
+    from .seconds import Overlap
 
 __all__ = [
     "SCALAR", "ARRAY", "NONE_INT", "COMM_DP_OVERLAP", "COMM_TP_OVERLAP", "CHOICES", "MEMORY_SCHEDULE_BY_PP_SCHEDULE",
     "derived_columns", "derived_extra_columns", "derived_extra_columns_scalar", "nd_candidate_columns", "memory_candidate_columns", "joint_reason",
+    "seconds_candidate_columns", "seconds_candidate_columns_scalar", "fixed_bytes_columns",
+    "fixed_bytes_columns_scalar",
     "derived_columns_scalar", "nd_candidate_columns_scalar", "memory_candidate_columns_scalar",
     "joint_reason_scalar", "joint_nd_memory_candidate_scalar", "joint_derived_memory_candidate_scalar",
     "ModelConstants", "ClusterConstants",
@@ -220,6 +225,64 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         where(ops.is_choice(c, "precision", "fp8") & c["fp8_weight_cache"],
               where(c["param_bytes"] == 1, 1.0, 2.0), 0.0),
     )
+
+
+def seconds_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any], overlap: "Overlap",
+                              fp8_dispatch_bytes: float) -> tuple:
+    """The seconds candidate vector (``_columns.SECONDS_CAND_FIELDS`` order) of *c* with derived values *d*:
+    what ``ndcost.tables.seconds``'s kernels read off the spec (each field documented there).
+
+    *overlap* is an :class:`~ndcost.tables.seconds.Overlap`: a share it leaves ``None`` takes the spec's
+    own switch (``Overlap.shares``). *fp8_dispatch_bytes*: bytes an element of an fp8 expert dispatch
+    moves (``ndcost.tables.seconds.FP8_DISPATCH_BYTES``, with its source)."""
+    where = ops.where
+    compute_bytes = c["compute_bytes"]
+    schedule_1f1b = ops.is_choice(c, "pp_schedule", "1f1b")
+    return (
+        c["micro_batch_size"], c["seq_length"], c["tp"], d["sp"], c["cp"],                  # b, s, t, sp, cp
+        c["ep"], d["t_exp"], c["dp"], d["expert_data_parallel"],                             # ep, t_exp, d, edp
+        c["pp"], c["vpp"], d["micro_batch_num"], c["seq_split"],                             # p, vp, m, seq_split
+        compute_bytes, where(ops.is_choice(c, "precision", "fp8"), 1, compute_bytes),        # bytes_c, bytes_mm
+        c["param_bytes"], d["bytes_grad"],
+        # bytes_opt: Adam reads and writes each state and the master copy, reads the gradient
+        # twice (clipping's norm, then the update), writes the 16-bit parameter
+        2.0 * c["optimizer_states"] * c["optimizer_state_bytes"] + 2.0 * c["main_param_bytes"]
+        + 2.0 * c["grad_bytes"] + c["param_bytes"],
+        c["dropout_bytes"],
+        c["flash_attention"], c["grouped_gemm"], c["capacity_factor"],                        # flash, dropless, cap_fact
+        ops.not_(ops.is_choice(c, "cp_algo", "ulysses")), c["moe_imbalance"],               # cp_ring, moe_imb
+        c["zero_stage"], d["zero_shard_ranks"], d["defers_grads"], d["reshards"], d["tie_embeddings"],
+        # schedule: ExecSpec.schedule's SCHEDULES code (1f1b with vpp > 1 runs interleaved)
+        where(schedule_1f1b & (c["vpp"] > 1), INTERLEAVED_SCHEDULE, ops.schedule_code(c)),
+        # Overlap.shares: a share left None takes the spec's switch
+        where(c["overlapped_grad_reduce"], 1.0, 0.0) if overlap.dp_reduce is None else overlap.dp_reduce,
+        where(c["overlapped_param_gather"], 1.0, 0.0) if overlap.dp_gather is None else overlap.dp_gather,
+        overlap.fsdp_prefetch,
+        where(c["tp_overlap"], 1.0, 0.0) if overlap.tp is None else overlap.tp,
+        overlap.cp,
+        where(ops.is_choice(c, "ep_overlap", "none"), 0.0, 1.0) if overlap.ep is None else overlap.ep,
+        # the expert all-to-all: its overlap mode and dispatcher as their codes (columns.EP_OVERLAPS and
+        # DISPATCHERS follow ExecSpec's choices: checked at import by ndcost.price.seconds_batch)
+        ops.choice_code(c, "ep_overlap"), ops.choice_code(c, "moe_dispatcher"), c["moe_dispatcher_sms"],
+        c["moe_node_limit"],
+        where(c["moe_dispatch_fp8"], fp8_dispatch_bytes, compute_bytes),                  # disp_b
+        ops.choice_code(c, "cuda_graphs"),                                                   # graphs
+    )
+
+
+def fixed_bytes_columns(ops: Any, c: Mapping[str, Any], base_bytes: float, ring_bytes: float, pair_bytes: float,
+                        all_to_all_bytes: float) -> tuple:
+    """(bytes a rank holds outside its tensors, DeepEP's buffers aside,): *base_bytes* (the CUDA context and
+    the cuBLAS workspaces), then NCCL's buffers for each communicator the strategy uses -- a ring for tp,
+    for the data-parallel group (dp·cp, the gradients' and ZeRO's), for cp and for the world (the loss and
+    gradient-norm reductions), a pair for the pipeline's send/recv, an all-to-all for ep.
+    :func:`ndcost.tables.memory_overheads.fixed_bytes` calls it with its figures, each with its source."""
+    where = ops.where
+    dp, tp, pp, cp, ep = c["dp"], c["tp"], c["pp"], c["cp"], c["ep"]
+    rings = (where(tp > 1, 1.0, 0.0) + where(dp * cp > 1, 1.0, 0.0) + where(cp > 1, 1.0, 0.0)
+             + where(dp * tp * pp * cp > 1, 1.0, 0.0))
+    return (base_bytes + (rings * ring_bytes + where(pp > 1, 1.0, 0.0) * pair_bytes
+                          + where(ep > 1, 1.0, 0.0) * all_to_all_bytes),)
 
 
 # --------------------------------------------------------------------------- joint rules

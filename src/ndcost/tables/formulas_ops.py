@@ -5,7 +5,11 @@ cluster.
 :data:`SCALAR` runs the formulas on Python scalars, :data:`ARRAY` on numpy columns. The
 methods of :class:`_ScalarOps` are also the rewrite rules of ``tools/gen_formulas.py``: it
 inlines each one-expression method (and each ``staticmethod(f)`` alias) into the formulas'
-scalar twins, checked in as :mod:`ndcost.tables.formulas_scalar`.
+scalar twins, checked in as :mod:`ndcost.tables.formulas_scalar`. The methods of :class:`_RowOps`
+are the rewrite rules of ``tools/gen_formula_rows.py`` alike: one row of a batch's storage codes,
+written into the compiled twins (``cysrc/ndcost/kernels/formula_rows.pxi``) and their oracle
+(``ndcost.kernels.formula_rows``). The constants classes state their attributes' types: the
+compiled twins read them as C values of those types.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..kernels.columns import SCHEDULES
 from ..spec.exec_spec import CP_ALGOS, CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS
 from ..spec.recompute_spec import SELECTIVE_RULES
 
@@ -50,6 +55,19 @@ MEMORY_SCHEDULE_BY_PP_SCHEDULE: Mapping[str, int] = MappingProxyType({
 })
 _MEMORY_SCHEDULE = dict(MEMORY_SCHEDULE_BY_PP_SCHEDULE)   # a plain dict reads faster than the proxy
 _MEMORY_SCHEDULE_TABLE = np.array([MEMORY_SCHEDULE_BY_PP_SCHEDULE[name] for name in PP_SCHEDULES], dtype=np.float64)
+_MEMORY_SCHEDULE_ROW = tuple(_MEMORY_SCHEDULE_TABLE.tolist())
+#: The seconds kernels' SCHEDULES code of each pp_schedule (the schedule that runs, but for 1f1b with
+#: vpp > 1, which runs interleaved: ExecSpec.schedule; the formula says so).
+_SCHEDULE = {name: float(SCHEDULES.index(name)) for name in PP_SCHEDULES}
+_SCHEDULE_TABLE = np.array([_SCHEDULE[name] for name in PP_SCHEDULES], dtype=np.float64)
+_SCHEDULE_ROW = tuple(_SCHEDULE_TABLE.tolist())
+INTERLEAVED_SCHEDULE = float(SCHEDULES.index("interleaved"))
+
+
+def _clip_take(table: tuple, code: int) -> Any:
+    """``table[code]`` with *code* clipped into the table: numpy's ``take(mode="clip")`` of one value
+    (a choice code past the choices is a bad row, priced by nobody)."""
+    return table[min(max(code, 0), len(table) - 1)]
 
 
 class _ScalarOps:
@@ -99,6 +117,15 @@ class _ScalarOps:
     @staticmethod
     def memory_schedule(c):
         return _MEMORY_SCHEDULE[c["pp_schedule"]]
+
+    @staticmethod
+    def schedule_code(c):
+        return _SCHEDULE[c["pp_schedule"]]
+
+    @staticmethod
+    def choice_code(c, field):
+        # A choice's index in CHOICES[field] (what a batch stores), for a kernel that reads the code.
+        return _CODES[field][c[field]]
 
     @staticmethod
     def first_reason(rules, codes):
@@ -153,12 +180,65 @@ class _ArrayOps:
         return _MEMORY_SCHEDULE_TABLE.take(c["pp_schedule"], mode="clip")
 
     @staticmethod
+    def schedule_code(c):
+        return _SCHEDULE_TABLE.take(c["pp_schedule"], mode="clip")
+
+    @staticmethod
+    def choice_code(c, field):
+        return c[field]
+
+    @staticmethod
     def first_reason(rules, codes):
         # The first broken rule wins: the last rule's code is laid down first, each earlier one over it.
         reason = np.zeros(np.broadcast_shapes(*(np.shape(broken) for _, broken in rules)), dtype=np.int64)
         for name, broken in reversed(rules):
             reason = np.where(broken, codes[name], reason)
         return reason
+
+
+class _RowOps(_ScalarOps):
+    """One row of a batch's storage columns (the codes and sentinels :class:`_ArrayOps` reads) as
+    scalars: never called, only read by ``tools/gen_formula_rows.py``, which writes each formula
+    with these one-expression methods (and those of :class:`_ScalarOps` it does not override)
+    inlined, as C (the compiled twins) and as Python (their oracle). Each gives what
+    :class:`_ArrayOps` gives for that row, numpy's corner cases included (``maximum`` passes a NaN
+    on as ``np.maximum`` does)."""
+
+    @staticmethod
+    def maximum(a, b):
+        return a if (a >= b or a != a) else b
+
+    @staticmethod
+    def stated(x):
+        return x != NONE_INT
+
+    @staticmethod
+    def opt_int(x, default):
+        return default if x == NONE_INT else x
+
+    @staticmethod
+    def opt_bool(x, default):
+        return default if x < 0 else x > 0
+
+    @staticmethod
+    def opt_float(x, default):
+        return default if x != x else x
+
+    @staticmethod
+    def is_choice(c, field, name):
+        return c[field] == _CODES[field][name]
+
+    @staticmethod
+    def memory_schedule(c):
+        return _clip_take(_MEMORY_SCHEDULE_ROW, c["pp_schedule"])
+
+    @staticmethod
+    def schedule_code(c):
+        return _clip_take(_SCHEDULE_ROW, c["pp_schedule"])
+
+    @staticmethod
+    def choice_code(c, field):
+        return c[field]
 
 
 SCALAR = _ScalarOps()
@@ -171,6 +251,23 @@ class ModelConstants:
     __slots__ = ("num_experts", "heads", "kv_heads", "tie", "is_moe", "is_mla", "linear_k_heads",
                  "linear_v_heads", "has_linear", "moe_width", "layers_with_mtp", "mtp_layers", "has_vision",
                  "vision_heads", "vision_tokens", "has_mamba", "mamba_splits")
+    num_experts: int
+    heads: int
+    kv_heads: int
+    tie: bool
+    is_moe: bool
+    is_mla: bool
+    linear_k_heads: int
+    linear_v_heads: int
+    has_linear: bool
+    moe_width: int | None
+    layers_with_mtp: int
+    mtp_layers: int
+    has_vision: bool
+    vision_heads: int
+    vision_tokens: int
+    has_mamba: bool
+    mamba_splits: tuple[int, ...]
 
     def __init__(self, model: Any) -> None:
         self.num_experts = model.num_experts
@@ -197,6 +294,13 @@ class ClusterConstants:
     (every candidate then sized to its own devices: no device-count rule)."""
 
     __slots__ = ("num_devices", "devices_per_node", "has_fp8", "dpn", "is_a3", "reserve", "capacity")
+    num_devices: int | None
+    devices_per_node: int
+    has_fp8: bool
+    dpn: float
+    is_a3: float
+    reserve: float | None
+    capacity: float
 
     def __init__(self, cluster: Any = None, device: Any = None) -> None:
         if cluster is not None:

@@ -8,10 +8,13 @@ import math
 from typing import Any, Mapping
 
 from .formulas_ops import (
+    _CODES,
     _MEMORY_SCHEDULE,
+    _SCHEDULE,
     ClusterConstants,
     COMM_DP_OVERLAP,
     COMM_TP_OVERLAP,
+    INTERLEAVED_SCHEDULE,
     ModelConstants,
 )
 
@@ -20,6 +23,8 @@ __all__ = [
     "derived_extra_columns_scalar",
     "nd_candidate_columns_scalar",
     "memory_candidate_columns_scalar",
+    "seconds_candidate_columns_scalar",
+    "fixed_bytes_columns_scalar",
     "joint_reason_scalar",
 ]
 
@@ -182,6 +187,65 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         1.0 if d['tie_embeddings'] else 0.0,
         c['logit_bytes'],
         (1.0 if c['param_bytes'] == 1 else 2.0) if (c['precision'] == 'fp8') & c['fp8_weight_cache'] else 0.0,
+    )
+
+
+def seconds_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any], overlap: 'Overlap', fp8_dispatch_bytes: float) -> tuple:
+    """:func:`ndcost.tables.formulas.seconds_candidate_columns` on Python scalars (*ops* must be SCALAR)."""
+    compute_bytes = c['compute_bytes']
+    schedule_1f1b = c['pp_schedule'] == '1f1b'
+    return (
+        c['micro_batch_size'],
+        c['seq_length'],
+        c['tp'],
+        d['sp'],
+        c['cp'],
+        c['ep'],
+        d['t_exp'],
+        c['dp'],
+        d['expert_data_parallel'],
+        c['pp'],
+        c['vpp'],
+        d['micro_batch_num'],
+        c['seq_split'],
+        compute_bytes,
+        1 if c['precision'] == 'fp8' else compute_bytes,
+        c['param_bytes'],
+        d['bytes_grad'],
+        2.0 * c['optimizer_states'] * c['optimizer_state_bytes'] + 2.0 * c['main_param_bytes'] + 2.0 * c['grad_bytes'] + c['param_bytes'],
+        c['dropout_bytes'],
+        c['flash_attention'],
+        c['grouped_gemm'],
+        c['capacity_factor'],
+        not c['cp_algo'] == 'ulysses',
+        c['moe_imbalance'],
+        c['zero_stage'],
+        d['zero_shard_ranks'],
+        d['defers_grads'],
+        d['reshards'],
+        d['tie_embeddings'],
+        INTERLEAVED_SCHEDULE if schedule_1f1b and c['vpp'] > 1 else _SCHEDULE[c['pp_schedule']],
+        (1.0 if c['overlapped_grad_reduce'] else 0.0) if overlap.dp_reduce is None else overlap.dp_reduce,
+        (1.0 if c['overlapped_param_gather'] else 0.0) if overlap.dp_gather is None else overlap.dp_gather,
+        overlap.fsdp_prefetch,
+        (1.0 if c['tp_overlap'] else 0.0) if overlap.tp is None else overlap.tp,
+        overlap.cp,
+        (0.0 if c['ep_overlap'] == 'none' else 1.0) if overlap.ep is None else overlap.ep,
+        _CODES['ep_overlap'][c['ep_overlap']],
+        _CODES['moe_dispatcher'][c['moe_dispatcher']],
+        c['moe_dispatcher_sms'],
+        c['moe_node_limit'],
+        fp8_dispatch_bytes if c['moe_dispatch_fp8'] else compute_bytes,
+        _CODES['cuda_graphs'][c['cuda_graphs']],
+    )
+
+
+def fixed_bytes_columns_scalar(ops: Any, c: Mapping[str, Any], base_bytes: float, ring_bytes: float, pair_bytes: float, all_to_all_bytes: float) -> tuple:
+    """:func:`ndcost.tables.formulas.fixed_bytes_columns` on Python scalars (*ops* must be SCALAR)."""
+    dp, tp, pp, cp, ep = (c['dp'], c['tp'], c['pp'], c['cp'], c['ep'])
+    rings = (1.0 if tp > 1 else 0.0) + (1.0 if dp * cp > 1 else 0.0) + (1.0 if cp > 1 else 0.0) + (1.0 if dp * tp * pp * cp > 1 else 0.0)
+    return (
+        base_bytes + (rings * ring_bytes + (1.0 if pp > 1 else 0.0) * pair_bytes + (1.0 if ep > 1 else 0.0) * all_to_all_bytes),
     )
 
 

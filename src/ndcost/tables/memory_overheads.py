@@ -12,7 +12,8 @@ runs out of is more:
 * **Fixed costs every process pays**, outside PyTorch's allocator: the CUDA context with the kernels
   it loads (:data:`CUDA_CONTEXT_BYTES`), the cuBLAS / cuBLASLt workspaces
   (:data:`CUBLAS_WORKSPACE_BYTES`), NCCL's buffers for each communicator the strategy uses
-  (:func:`nccl_bytes`): its channels' FIFOs per peer, which an all-to-all group multiplies; and,
+  (``ndcost.tables.formulas.fixed_bytes_columns`` counts them): its channels' FIFOs per peer, which an
+  all-to-all group multiplies; and,
   where the MoE dispatcher is DeepEP, its NVLink and RDMA buffers (:func:`deepep_buffer_bytes`).
 
 ``fits`` then compares peak_reserved + fixed with the device's HBM; a search's default limit is that.
@@ -20,13 +21,16 @@ Every figure is an estimate from the measurement its comment cites, not a fit to
 """
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
+from .formulas import SCALAR, fixed_bytes_columns_scalar
+
 __all__ = ["ALLOCATOR_RESERVE_FACTOR", "CUDA_CONTEXT_BYTES", "CUBLAS_WORKSPACE_BYTES", "NCCL_RING_COMM_BYTES",
-           "NCCL_ALL_TO_ALL_BYTES", "communicators", "nccl_bytes", "deepep_buffer_bytes", "deepep_column",
-           "fixed_bytes", "spec_deepep_bytes", "tensor_budget"]
+           "NCCL_ALL_TO_ALL_BYTES", "FIXED_BYTES", "deepep_buffer_bytes", "deepep_column", "fixed_bytes",
+           "spec_deepep_bytes", "tensor_budget"]
 
 #: max_memory_reserved / max_memory_allocated of Megatron training runs on H100, as the Megatron-Bridge
 #: model verification cards publish both (NVIDIA-NeMo/Megatron-Bridge examples/model_verification_cards/
@@ -51,27 +55,14 @@ NCCL_PAIR_COMM_BYTES = 544e6
 NCCL_ALL_TO_ALL_BYTES = 4.34e9 - 1.06e9
 
 
-def communicators(dp: Any, tp: Any, pp: Any, cp: Any, ep: Any) -> tuple:
-    """(ring groups, pair groups, all-to-all groups) a rank uses: tp, the data-parallel group (dp·cp,
-    the gradients' and ZeRO's), cp, the pipeline's send/recv pairs, ep's all-to-all, and the world
-    (the loss and gradient-norm reductions). Arrays or scalars."""
-    if all(isinstance(x, (int, float)) for x in (dp, tp, pp, cp, ep)):
-        # one candidate (estimate()): plain floats, no numpy on the per-call path
-        ring = float(tp > 1) + float(dp * cp > 1) + float(cp > 1) + float(dp * tp * pp * cp > 1)
-        return ring, float(pp > 1), float(ep > 1)
-    dp, tp, pp, cp, ep = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, cp, ep))
-    ring = (tp > 1).astype(float) + (dp * cp > 1).astype(float) + (cp > 1).astype(float) \
-        + (dp * tp * pp * cp > 1).astype(float)
-    pairs = (pp > 1).astype(float)
-    all_to_all = (ep > 1).astype(float)
-    return ring, pairs, all_to_all
-
-
-def nccl_bytes(dp: Any, tp: Any, pp: Any, cp: Any, ep: Any) -> Any:
-    """NCCL's buffers on a rank for the strategy's communicators."""
-    ring, pairs, all_to_all = communicators(dp, tp, pp, cp, ep)
-    return ring * NCCL_RING_COMM_BYTES + pairs * NCCL_PAIR_COMM_BYTES \
-        + all_to_all * (NCCL_RING_COMM_BYTES + NCCL_ALL_TO_ALL_BYTES)
+#: What :func:`ndcost.tables.formulas.fixed_bytes_columns` (the communicators a strategy uses, counted) reads
+#: of these figures.
+FIXED_BYTES = MappingProxyType({
+    "base_bytes": float(CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES),
+    "ring_bytes": NCCL_RING_COMM_BYTES,
+    "pair_bytes": NCCL_PAIR_COMM_BYTES,
+    "all_to_all_bytes": NCCL_RING_COMM_BYTES + NCCL_ALL_TO_ALL_BYTES,
+})
 
 
 #: DeepEP's (normal-mode) dispatch and combine configs by expert-parallel group size: (NVLink chunked
@@ -130,10 +121,12 @@ def deepep_column(hidden: int, ep: Any, on: Any) -> Any:
     return np.where(on, table[where].reshape(ep.shape), 0.0)
 
 
-def fixed_bytes(dp: Any, tp: Any, pp: Any, cp: Any, ep: Any, deepep: Any = 0.0) -> Any:
-    """Bytes a rank holds outside its tensors: CUDA context, cuBLAS workspaces, NCCL buffers, and
-    *deepep* bytes of DeepEP buffers (:func:`deepep_buffer_bytes`, where the dispatcher is DeepEP)."""
-    return CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES + nccl_bytes(dp, tp, pp, cp, ep) + deepep
+def fixed_bytes(dp: int, tp: int, pp: int, cp: int, ep: int, deepep: float = 0.0) -> float:
+    """Bytes a rank holds outside its tensors: CUDA context, cuBLAS workspaces, NCCL buffers
+    (:func:`ndcost.tables.formulas.fixed_bytes_columns`, which a batch runs compiled), and *deepep* bytes of
+    DeepEP buffers (:func:`deepep_buffer_bytes`, where the dispatcher is DeepEP)."""
+    (fixed,) = fixed_bytes_columns_scalar(SCALAR, {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep}, **FIXED_BYTES)
+    return fixed + deepep
 
 
 def spec_deepep_bytes(model: Any, spec: Any) -> int:

@@ -31,10 +31,11 @@ import numpy as np
 
 from .. import _backend
 from ..kernels.columns import (
-    DISPATCHERS, EP_OVERLAPS, PART_NAMES, RATE, RATE_FIELDS, SCHEDULES, SECONDS_CAND_FIELDS, SECONDS_EXTRA, SECONDS_EXTRA_FIELDS, SECONDS_KIND,
+    PART_NAMES, RATE, RATE_FIELDS, SCHEDULES, SECONDS_CAND_FIELDS, SECONDS_EXTRA, SECONDS_EXTRA_FIELDS, SECONDS_KIND,
     SECONDS_KIND_FIELDS, SECONDS_MODEL, SECONDS_MODEL_FIELDS, SECONDS_STAGE, SECONDS_STAGE_FIELDS,
 )
 from .derive import derive
+from .formulas import SCALAR, seconds_candidate_columns_scalar
 from ..errors import SpecError
 from .layout import build_layout
 from .nd_tables import nd_kind_table, nd_model_vector
@@ -217,14 +218,8 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     return vec
 
 
-def _optimizer_bytes(spec: Any) -> float:
-    """Bytes Adam moves per local parameter per step: read + write each state and the master copy,
-    read the gradient twice (norm for clipping, then the update), write the 16-bit parameter."""
-    return (2.0 * spec.optimizer_states * spec.optimizer_state_bytes + 2.0 * spec.main_param_bytes
-            + 2.0 * spec.grad_bytes + spec.param_bytes)
-
-
-#: What seconds_candidate_values returns, in order (the ABI's SECONDS_CAND_FIELDS; checked at import).
+#: What ndcost.tables.formulas.seconds_candidate_columns returns, in order (the ABI's SECONDS_CAND_FIELDS;
+#: checked at import).
 _CANDIDATE_ORDER = (
     "b", "s", "t", "sp", "cp", "ep", "t_exp", "d", "edp", "p", "vp", "m", "seq_split",
     "bytes_c", "bytes_mm", "bytes_p", "bytes_grad", "bytes_opt", "dropout_bytes",
@@ -233,31 +228,20 @@ _CANDIDATE_ORDER = (
     "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep",
     "ep_mode", "ep_disp", "ep_sms", "ep_nodes", "disp_b", "graphs",
 )
-if _CANDIDATE_ORDER != SECONDS_CAND_FIELDS:   # a field added to the ABI must be given a value below
+if _CANDIDATE_ORDER != SECONDS_CAND_FIELDS:   # a field added to the ABI must be given a value in the formula
     raise RuntimeError(f"seconds_candidate_values does not follow SECONDS_CAND_FIELDS {SECONDS_CAND_FIELDS}")
 
 
 def seconds_candidate_values(spec: Any, d: Any, overlap: Overlap | None = None) -> tuple:
-    """One candidate of seconds mode as Python values, in ``SECONDS_CAND_FIELDS`` order.
+    """One candidate of seconds mode as Python values, in ``SECONDS_CAND_FIELDS`` order: the scalar twin
+    of :func:`ndcost.tables.formulas.seconds_candidate_columns`, the formula the batches run.
 
     *d* maps derive's value names to values (``ndcost.tables.formulas.derived_columns`` of the spec,
     or ``vars()`` of a :class:`~ndcost.tables.derive.Derived`). ``estimate()`` packs the tuple straight
     into its batch-of-one column.
     """
-    compute_bytes = spec.compute_bytes
-    return (
-        spec.micro_batch_size, spec.seq_length, spec.tp, d["sp"], spec.cp, spec.ep, d["t_exp"],
-        spec.dp, d["expert_data_parallel"], spec.pp, spec.vpp, d["micro_batch_num"], spec.seq_split,
-        compute_bytes, 1 if spec.precision == "fp8" else compute_bytes, spec.param_bytes, d["bytes_grad"],
-        _optimizer_bytes(spec), spec.dropout_bytes,
-        spec.flash_attention, spec.grouped_gemm, spec.capacity_factor, spec.cp_algo != "ulysses", spec.moe_imbalance,
-        spec.zero_stage, d["zero_shard_ranks"], d["defers_grads"], d["reshards"], d["tie_embeddings"],
-        SCHEDULES.index(spec.schedule),
-        *(overlap or _DEFAULT_OVERLAP).shares(spec),
-        EP_OVERLAPS.index(spec.ep_overlap), DISPATCHERS.index(spec.moe_dispatcher), spec.moe_dispatcher_sms,
-        spec.moe_node_limit, FP8_DISPATCH_BYTES if spec.moe_dispatch_fp8 else compute_bytes,
-        CUDA_GRAPHS.index(spec.cuda_graphs),
-    )
+    return seconds_candidate_columns_scalar(SCALAR, spec.__dict__, d, _DEFAULT_OVERLAP if overlap is None else overlap,
+                                            FP8_DISPATCH_BYTES)
 
 
 def seconds_candidate_vector(model: Any, spec: Any, derived: Any = None, overlap: Overlap | None = None) -> np.ndarray:
