@@ -8,7 +8,6 @@ HBM rate; the longer of the two plus the exposed share of the shorter, plus kern
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -22,6 +21,7 @@ from ndcost.kernels.columns import LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LA
 from ndcost.spec.moe_kernels import MOE_KERNEL_DEFAULTS
 from ndcost.spec.rates import Rates
 from ndcost.tables.seconds import rates_vector, seconds_candidate_vector
+from source_tools import tool
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "h200"
@@ -131,7 +131,4 @@ def test_multi_stream_experts_keep_the_dense_gemm_price(kernels):
 
 
 def _fit_tool():
-    spec = importlib.util.spec_from_file_location("fit_grouped_gemm", ROOT / "tools" / "fit_grouped_gemm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool("fit_grouped_gemm", "tests/data/h200/h200_grouped.json")
