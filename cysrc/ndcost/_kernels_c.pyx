@@ -7,6 +7,7 @@ from libc.math cimport NAN, INFINITY
 include "kernels/pipeline.pxi"
 include "kernels/switches.pxi"
 include "kernels/columns.pxi"
+include "kernels/codes.pxi"
 include "kernels/nd_ops.pxi"
 include "kernels/nd_comm.pxi"
 include "kernels/nd_combine.pxi"

@@ -34,8 +34,10 @@ from .kernels.one import *  # noqa: F401,F403
 from .kernels import one as _one
 from .kernels.formula_rows import *  # noqa: F401,F403
 from .kernels import formula_rows as _formula_rows
+from .kernels.constants import *  # noqa: F401,F403
+from .kernels import constants as _constants
 
 __all__ = [*_pipeline.__all__, *_switches.__all__, *_nd_ops.__all__, *_nd_comm.__all__, *_nd_combine.__all__,
            *_memory.__all__, *_batch.__all__, *_seconds_ops.__all__, *_seconds_comm.__all__, *_seconds_moe.__all__,
            *_seconds_layer.__all__, *_seconds.__all__, *_seconds_batch.__all__, *_one.__all__,
-           *_formula_rows.__all__]
+           *_formula_rows.__all__, *_constants.__all__]

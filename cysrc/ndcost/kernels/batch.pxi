@@ -93,7 +93,7 @@ cdef inline double c_mem_census_activation(const double* kind, const double* mc,
     else:
         split = kind[MK_census_sel]
         split_tp = kind[MK_census_sel_tp]
-    if keep_mask < 0 or keep_mask > _MEM_ALL_KEPT:
+    if keep_mask < 0 or keep_mask > ALL_KEPT:
         return NAN
     seq = c_mem_kind_seq(kind, mc)
     if not (seq > 0.0 and batch > 0.0 and tp >= 1.0 and sp >= 1.0 and cp >= 1.0 and split_tp >= 0.0):
@@ -118,7 +118,7 @@ cdef inline double c_mem_formula_activation(const double* kind, const double* mc
     if kind[MK_extra_norms] > 0.0 and option != OPTION_FULL:
         mask = 255 if option == OPTION_NONE else keep_mask
         residual = c_mem_kind_seq(kind, mc) * mc[MC_b] / mc[MC_cp] * kind[MK_hidden] / mc[MC_sp]
-        extra = c_mem_kept(mask, _MEM_NORMOP) * kind[MK_extra_norms] * residual * mc[MC_bytes_norm]
+        extra = c_mem_kept(mask, BIT_normOp) * kind[MK_extra_norms] * residual * mc[MC_bytes_norm]
     return extra + c_layer_activation_bytes(
         c_mem_kind_seq(kind, mc), mc[MC_b], kind[MK_hidden], mc[MC_tp], mc[MC_sp], mc[MC_cp], mc[MC_etp],
         <long long>kind[MK_attention], kind[MK_heads], kind[MK_kv_heads], kind[MK_head_dim],
@@ -141,9 +141,9 @@ cdef inline void c_mem_comm_buffers(const double* kind, const double* mc,
     cdef double heads_local, kv_local, k_width, v_width, q_width
     if mc[MC_sp] > 1.0:
         tp_buffer = tokens * h * c                               # SP's all-gathered layer input
-    if mc[MC_cp] > 1.0 and kind[MK_attention] != 2.0:
+    if mc[MC_cp] > 1.0 and kind[MK_attention] != _MEM_ATT_LINEAR:
         heads_local = kind[MK_heads] / tp
-        if kind[MK_attention] == 1.0:
+        if kind[MK_attention] == _MEM_ATT_MLA:
             k_width = heads_local * (kind[MK_qk_nope] + kind[MK_qk_rope])
             v_width = heads_local * kind[MK_v_dim]
             q_width = k_width
@@ -154,7 +154,7 @@ cdef inline void c_mem_comm_buffers(const double* kind, const double* mc,
             k_width = kv_local * kind[MK_head_dim]
             v_width = k_width
             q_width = heads_local * kind[MK_head_dim]
-        if mc[MC_cp_ring] == 2.0:
+        if mc[MC_cp_ring] == _MEM_CP_RING_ALLGATHER:
             cp_buffer = 0.0                                      # held in the backward's working set
         elif mc[MC_cp_ring] != 0.0:
             cp_buffer = 2.0 * tokens * (k_width + v_width) * c   # ring: K/V chunks double-buffered
@@ -164,7 +164,7 @@ cdef inline void c_mem_comm_buffers(const double* kind, const double* mc,
         params = (kind[MK_p_nonexp] + kind[MK_p_shared]) / tp + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])
         dp_buffer = params * mc[MC_w_grad]                       # one layer's gradient bucket
     ep_buffer[0] = 0.0
-    if kind[MK_ffn] == 1.0 and mc[MC_ep] > 1.0:
+    if kind[MK_ffn] == _MEM_FFN_MOE and mc[MC_ep] > 1.0:
         routed_tokens = tokens * kind[MK_top_k] * mc[MC_token_factor] * mc[MC_etp] / tp
         ep_buffer[0] = 2.0 * routed_tokens * h * c               # dispatch + combine buffers
     main[0] = dp_buffer
@@ -192,11 +192,11 @@ cdef inline double c_mem_ring_allgather_work(const double* kind, const double* m
     # every CP rank's K/V (as the model passes them: torchtitan repeats them per query head), fp32
     # dQ/dK/dV accumulators and the fp32 dK/dV out and in (twin: batch.py _ring_allgather_work).
     cdef double tokens, heads_local, q_width, k_width, v_width
-    if mc[MC_cp_ring] != 2.0 or mc[MC_cp] <= 1.0 or kind[MK_attention] == 2.0:
+    if mc[MC_cp_ring] != _MEM_CP_RING_ALLGATHER or mc[MC_cp] <= 1.0 or kind[MK_attention] == _MEM_ATT_LINEAR:
         return 0.0
     tokens = c_mem_kind_seq(kind, mc) * mc[MC_b] / mc[MC_cp]
     heads_local = kind[MK_heads] / mc[MC_tp]
-    if kind[MK_attention] == 1.0:
+    if kind[MK_attention] == _MEM_ATT_MLA:
         q_width = heads_local * (kind[MK_qk_nope] + kind[MK_qk_rope])
         k_width = q_width
         v_width = heads_local * kind[MK_v_dim]
@@ -322,8 +322,8 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
 
     c_stage_memory(scratch.static_, scratch.act, scratch.work, n_kinds, n_slots, pool + layout[LY_mcounts_at],
                    p, vp, scratch.inflight, scratch.stage_static, scratch.extra_act, scratch.comm, reserve,
-                   scratch.out, mc[MC_schedule] == <double>_MEM_SCHED_ZB_V
-                   or mc[MC_schedule] == <double>_MEM_SCHED_DUALPIPE_V)
+                   scratch.out, mc[MC_schedule] == <double>_MEM_SCHED_ZERO_BUBBLE_V
+                   or mc[MC_schedule] == <double>_MEM_SCHED_DUALPIPEV)
     if mc[MC_schedule] == <double>_MEM_SCHED_DUALPIPE:
         c_mem_pair_dualpipe(scratch.out, p)
     peak = scratch.out[_MEM_COLUMNS - 1]

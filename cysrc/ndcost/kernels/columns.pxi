@@ -321,6 +321,13 @@ cdef enum:
     MB_COUNT = 12
 
 cdef enum:
+    SR_mfu = 0
+    SR_hfu = 1
+    SR_tokens_per_second = 2
+    SR_model_flops = 3
+    SR_COUNT = 4
+
+cdef enum:
     LO_attn_proj = 0
     LO_attn_core = 1
     LO_norm = 2

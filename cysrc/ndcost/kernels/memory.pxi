@@ -3,39 +3,11 @@
 # ND_REFERENCE §3.6 (in flight), Korthikanti et al. 2022 §4 / Table 2 (one
 # layer's activations), ND_REFERENCE §3.4-3.7 (the stage sum).
 
-cdef enum:
-    _MEM_SCHED_1F1B = 0
-    _MEM_SCHED_GPIPE = 1
-    _MEM_SCHED_ZB_V = 2
-    _MEM_SCHED_SEQ1F1B = 3
-    _MEM_SCHED_DUALPIPE_V = 4
-    _MEM_SCHED_DUALPIPE = 5
-    _MEM_ATT_FULL = 0
-    _MEM_ATT_MLA = 1
-    _MEM_ATT_LINEAR = 2
-    _MEM_ATT_MAMBA = 3
-    _MEM_ATT_NONE = 4
-    _MEM_ATT_MAMBA1 = 5
-    _MEM_FFN_DENSE = 0
-    _MEM_FFN_MOE = 1
-    _MEM_FFN_NONE = 2
-    _MEM_OPT_NONE = 0
-    _MEM_OPT_FULL = 1
-    _MEM_OPT_SELECTIVE = 2
-    # keep-mask bits, recompute_spec.SWITCHES order
-    _MEM_ATTBMM = 0
-    _MEM_HEADCAST = 1
-    _MEM_DROPOUT = 2
-    _MEM_SOFTMAX = 3
-    _MEM_NORMOP = 4
-    _MEM_GATHER = 5  # stores nothing more: Megatron keeps the SP shard and re-gathers (Korthikanti §4.2.2)
-    _MEM_FFACT = 6
-    _MEM_ATTUP = 7
-    _MEM_ALL_KEPT = 255
-    _MEM_COLUMNS = 8  # the seven parts and their total
-
-# fp32 logsumexp (FlashAttention-2, Algorithm 1) and fp32 GDN chunk states.
-cdef double _MEM_FP32_BYTES = 4.0
+# The schedule, attention and FFN codes (_MEM_SCHED_*, _MEM_ATT_*, _MEM_FFN_*), the recompute options (OPTION_*
+# of kernels/columns.pxi), the keep-mask bits (BIT_*, recompute_spec.SWITCHES order; the gather bit stores
+# nothing more: Megatron keeps the SP shard and re-gathers, Korthikanti §4.2.2), ALL_KEPT, _MEM_COLUMNS (the
+# seven parts and their total) and the byte widths (_MEM_FP32_BYTES: fp32 logsumexp, FlashAttention-2
+# Algorithm 1, and fp32 GDN chunk states; the routing's _MEM_*_BYTES): kernels/codes.pxi.
 
 
 # ---------------------------------------------------------------- in flight
@@ -74,7 +46,7 @@ cdef inline double c_inflight_micro_batches(long long schedule, long long p, lon
         if vp != 1:
             return NAN
         count = m  # GPipe holds every micro-batch (Huang et al. 2019 §2.2); ND uses p
-    elif schedule == _MEM_SCHED_ZB_V:
+    elif schedule == _MEM_SCHED_ZERO_BUBBLE_V:
         if vp != 2:
             return NAN
         count = 2 * base - 1 - stage if chunk == 0 else stage  # §3.6 DualPipeV
@@ -82,7 +54,7 @@ cdef inline double c_inflight_micro_batches(long long schedule, long long p, lon
         count = c_mem_one_f_one_b(base, vp, stage, chunk)
         if chunk == 0:
             count += seq_split - 1  # §3.6 Seq1F1B: base − stage + n_s_split − 1
-    elif schedule == _MEM_SCHED_DUALPIPE_V:
+    elif schedule == _MEM_SCHED_DUALPIPEV:
         if vp != 2:
             return NAN
         count = 2 * base - stage if chunk == 0 else stage + 1  # deepseek-ai/DualPipe dualpipev.py: PP + 1
@@ -106,12 +78,12 @@ cdef inline double c_mem_score_bytes(double score_elements, double tokens, doubl
                                  double dropout_bytes) noexcept nogil:
     cdef double cast_bytes
     if flash:
-        return c_mem_kept(mask, _MEM_ATTBMM) * heads_local * tokens * _MEM_FP32_BYTES  # fp32 logsumexp
+        return c_mem_kept(mask, BIT_attBMM) * heads_local * tokens * _MEM_FP32_BYTES  # fp32 logsumexp
     # Korthikanti §4.1: softmax 2as²b + dropout mask as²b + dropout output 2as²b.
     cast_bytes = compute_bytes if (dropout_bytes > 0.0 or softmax_bytes != compute_bytes) else 0.0
-    return score_elements * (c_mem_kept(mask, _MEM_SOFTMAX) * softmax_bytes
-                             + c_mem_kept(mask, _MEM_DROPOUT) * dropout_bytes
-                             + c_mem_kept(mask, _MEM_HEADCAST) * cast_bytes)
+    return score_elements * (c_mem_kept(mask, BIT_softmax) * softmax_bytes
+                             + c_mem_kept(mask, BIT_dropout) * dropout_bytes
+                             + c_mem_kept(mask, BIT_headCast) * cast_bytes)
 
 
 cdef inline double c_mem_full_attention_elements(long long mask, double heads_local, double kv_local, double head_dim,
@@ -122,7 +94,7 @@ cdef inline double c_mem_full_attention_elements(long long mask, double heads_lo
     cdef double elements = q + 2.0 * kv
     elements += q
     if qk_norm:
-        elements += c_mem_kept(mask, _MEM_NORMOP) * (q + kv)
+        elements += c_mem_kept(mask, BIT_normOp) * (q + kv)
     if out_gate:
         elements += 2.0 * q
     return elements
@@ -134,14 +106,14 @@ cdef inline double c_mem_mla_elements(long long mask, double heads_local, double
     cdef double qk_head = qk_nope + qk_rope
     cdef double elements = 0.0
     if q_lora > 0.0:
-        elements += c_mem_kept(mask, _MEM_NORMOP) * q_lora
+        elements += c_mem_kept(mask, BIT_normOp) * q_lora
         elements += q_lora
-        elements += c_mem_kept(mask, _MEM_ATTUP) * heads_local * qk_head
+        elements += c_mem_kept(mask, BIT_attUp) * heads_local * qk_head
     else:
         elements += heads_local * qk_head
-    elements += c_mem_kept(mask, _MEM_NORMOP) * kv_lora
+    elements += c_mem_kept(mask, BIT_normOp) * kv_lora
     elements += kv_lora + qk_rope
-    elements += c_mem_kept(mask, _MEM_ATTUP) * heads_local * (qk_head + v_dim)
+    elements += c_mem_kept(mask, BIT_attUp) * heads_local * (qk_head + v_dim)
     elements += heads_local * v_dim
     return elements
 
@@ -158,10 +130,10 @@ cdef inline double c_mem_linear_attention_bytes(long long mask, double tokens, d
     elements += mixed
     elements += value_local
     elements += 2.0 * v_heads / tp
-    elements += c_mem_kept(mask, _MEM_NORMOP) * value_local
+    elements += c_mem_kept(mask, BIT_normOp) * value_local
     elements += value_local
     total = tokens * elements * compute_bytes
-    total += c_mem_kept(mask, _MEM_ATTBMM) * (tokens / chunk) * (v_heads / tp) * k_dim * v_dim * _MEM_FP32_BYTES
+    total += c_mem_kept(mask, BIT_attBMM) * (tokens / chunk) * (v_heads / tp) * k_dim * v_dim * _MEM_FP32_BYTES
     if conv_kernel > 1.0:
         total += batch * (conv_kernel - 1.0) * mixed * compute_bytes
     return total
@@ -170,7 +142,7 @@ cdef inline double c_mem_linear_attention_bytes(long long mask, double tokens, d
 cdef inline double c_mem_ffn_elements(long long mask, double width_local, long long gated) noexcept nogil:
     # Korthikanti §4.1 MLP: GELU input 8sbh + second-linear input 8sbh (4h width).
     cdef double kept_inputs = 2.0 * width_local if gated else width_local
-    return kept_inputs + c_mem_kept(mask, _MEM_FFACT) * width_local
+    return kept_inputs + c_mem_kept(mask, BIT_ffAct) * width_local
 
 
 cdef inline double c_layer_activation_bytes(
@@ -192,7 +164,7 @@ cdef inline double c_layer_activation_bytes(
         return NAN
     if tp < 1.0 or sp < 1.0 or cp < 1.0 or etp < 1.0:
         return NAN
-    if option < _MEM_OPT_NONE or option > _MEM_OPT_SELECTIVE or keep_mask < 0 or keep_mask > _MEM_ALL_KEPT:
+    if option < OPTION_NONE or option > OPTION_SELECTIVE or keep_mask < 0 or keep_mask > ALL_KEPT:
         return NAN
     if compute_bytes < 0.0 or softmax_bytes < 0.0 or dropout_bytes < 0.0 or norm_bytes < 0.0:
         return NAN
@@ -201,17 +173,17 @@ cdef inline double c_layer_activation_bytes(
     tokens = seq * batch / cp        # CP splits the sequence
     residual = tokens * hidden / sp  # SP splits the residual stream
 
-    if option == _MEM_OPT_FULL:
+    if option == OPTION_FULL:
         # Korthikanti Table 2 "full recompute": 2sbh (the input alone).
         divisor = sp
         if slice_input and tp > divisor:
             divisor = tp
         return tokens * hidden * compute_bytes / divisor
 
-    mask = _MEM_ALL_KEPT if option == _MEM_OPT_NONE else keep_mask
+    mask = ALL_KEPT if option == OPTION_NONE else keep_mask
     total = 0.0
     norms = 1.0 if attention == _MEM_ATT_NONE or ffn == _MEM_FFN_NONE else 2.0   # a one-part block: 1
-    total += c_mem_kept(mask, _MEM_NORMOP) * norms * residual * norm_bytes  # LayerNorms: 4sbh
+    total += c_mem_kept(mask, BIT_normOp) * norms * residual * norm_bytes  # LayerNorms: 4sbh
     total += norms * residual * dropout_bytes                            # residual dropout masks: 2 × sbh
 
     # ---- attention block
@@ -281,8 +253,8 @@ cdef inline double c_layer_activation_bytes(
         routed_elements += hidden                                         # expert output for the combine
         total += routed_tokens * routed_elements * compute_bytes
         # the routing's indices, map and row probabilities its backward reads (see the oracle)
-        total += routed_local * (experts * 1.0 + top_k * 8.0)
-        total += routed_tokens * (8.0 + 4.0)
+        total += routed_local * (experts * _MEM_ROUTING_MAP_BYTES + top_k * _MEM_INDEX_BYTES)
+        total += routed_tokens * (_MEM_INDEX_BYTES + _MEM_PROBABILITY_BYTES)
         if shared_width > 0.0:
             total += tokens * compute_bytes * c_mem_ffn_elements(mask, shared_width / tp, gated)
     else:

@@ -6,20 +6,8 @@
 
 from libc.stdlib cimport malloc, free
 
-# ND's estimator option codes (ND_REFERENCE §2.7).
-cdef enum:
-    RATIO_DYNAMIC = 0
-    RATIO_STATIC = 1
-    RATIO_COMPUTE_ONLY = 2
-    RATIO_COMM_ONLY = 3
-    REC_WITH = 0
-    REC_NONE = 1
-    REC_COMPUTE_ONLY = 2
-    REC_COMM_ONLY = 3
-    P2P_MANUAL = 1
-
-cdef double ND_BACKWARD_RATIO = 2.0      # seed BACKWARD_RATIO: backward = 2 x forward
-cdef double ND_MAX_COUNT = 2147483648.0  # 2**31: larger m or vp is NaN (no integer overflow)
+# ND's estimator option codes (RATIO_*, REC_*, P2P_*; ND_REFERENCE §2.7), ND_BACKWARD_RATIO and ND_MAX_COUNT
+# (2**31: larger m or vp is NaN, no integer overflow): kernels/codes.pxi.
 
 
 cdef inline void c_nd_weights(const double* model, const double* cand, const double* options,

@@ -5,41 +5,15 @@
 # the parameter counts the kind table carries); each cdef function names its source, and ND's
 # oddities are kept and marked where they happen. Every function does its floating-point
 # operations in the oracle's order, so that the two agree to rounding. Needs
-# kernels/columns.pxi (the ABI enums) included before it.
+# kernels/columns.pxi and kernels/codes.pxi (the ABI enums and codes) included before it.
 #
 # A multimodal model's submodules are priced each on its own config (seed _submodule_parts):
 # every PER-LAYER formula reads the kind's submodule dimensions (c_nd_sub_dims), while the
 # embedding and output nodes, the FSDP root parts, the DYNAMIC ratio, P2P and the pipeline
 # stay on the text model's.
 
-# ND's ops of one layer, in the order of every per-op output (ND_OPS of the oracle).
-cdef enum:
-    OP_attMM = 0
-    OP_linrec = 1
-    OP_ffMM = 2
-    OP_attBMM = 3
-    OP_softmax = 4
-    OP_headCast = 5
-    OP_gather = 6
-    OP_ffAct = 7
-    OP_normOp = 8
-    OP_qknorm = 9
-    OP_dropout = 10
-    OP_dispatch = 11
-    ND_OP_COUNT = 12
-
-# Keep-mask bits: bit i is SWITCHES[i] of the seed recompute/profile.py, set when kept.
-cdef enum:
-    BIT_attBMM = 0
-    BIT_headCast = 1
-    BIT_dropout = 2
-    BIT_softmax = 3
-    BIT_normOp = 4
-    BIT_gather = 5
-    BIT_ffAct = 6
-    BIT_attUp = 7
-
-cdef double ND_GDN_CHUNK = 64.0          # seed GDN_CHUNK
+# ND's ops of one layer (OP_*, ND_OP_COUNT: ND_OPS of the oracle), the keep-mask bits (BIT_*: bit i is
+# SWITCHES[i] of the seed recompute/profile.py, set when kept) and ND_GDN_CHUNK: kernels/codes.pxi.
 
 
 cdef inline double c_nd_at_least_one(double x) noexcept nogil:

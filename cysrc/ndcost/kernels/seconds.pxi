@@ -7,23 +7,8 @@
 
 from libc.stdlib cimport malloc, free
 
-# The schedule codes of SCHEDULES, and the gather switch's bit of a keep mask.
-cdef enum:
-    SEC_1F1B = 0
-    SEC_INTERLEAVED = 1
-    SEC_ZERO_BUBBLE_V = 2
-    SEC_GPIPE = 3
-    SEC_SEQ1F1B = 4
-    SEC_DUALPIPE = 5
-    SEC_DUALPIPE_V = 6
-    SEC_GATHER_BIT = 5
-
-cdef double SEC_CE_FORWARD_BYTES = 20.0
-cdef double SEC_CE_BACKWARD_BYTES = 6.0
-cdef double SEC_SOFTCAP_BYTES = 4.0            # Gemma 2's logit soft-capping: one fused pass, read + write
-cdef double SEC_CE_FORWARD_KERNELS = 4.0
-cdef double SEC_CE_ALL_REDUCES = 3.0
-cdef double SEC_CE_REDUCE_BYTES = 4.0
+# The schedule codes of SCHEDULES (SEC_1F1B, ...), the gather switch's bit of a keep mask (BIT_gather) and the
+# output head's constants (SEC_CE_*, SEC_SOFTCAP_BYTES): kernels/codes.pxi.
 
 
 cdef inline void c_sec_head(const double* cand, const double* rate, double tokens, double h, double v,
@@ -123,7 +108,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     c_sec_fill(p_dense, n_stages, 0.0)
     c_sec_fill(p_expert, n_stages, 0.0)
     # DeepEP's SMs, taken from compute while its kernels run beside it
-    if cand[SC_ep_disp] == SEC_DEEPEP and rate[R_sms] > 0.0:
+    if cand[SC_ep_disp] == SEC_DISPATCH_DEEPEP and rate[R_sms] > 0.0:
         ep_sm = cand[SC_ep_sms] / rate[R_sms]
         ep_sm = ep_sm if ep_sm < 1.0 else 1.0
 
@@ -164,7 +149,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                 for bit in range(8):
                     if (mask >> bit) & 1:
                         continue
-                    if bit == SEC_GATHER_BIT:
+                    if bit == BIT_gather:
                         rc_tp += layer[SL_sw_attBMM + bit]
                     else:
                         rc += layer[SL_sw_attBMM + bit]
@@ -395,7 +380,7 @@ cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const
         chunks = vp
     elif schedule == SEC_SEQ1F1B:
         chunks = vp * n_split
-    dualpipe = schedule == SEC_ZERO_BUBBLE_V or schedule == SEC_DUALPIPE_V or schedule == SEC_DUALPIPE
+    dualpipe = schedule == SEC_ZERO_BUBBLE_V or schedule == SEC_DUALPIPEV or schedule == SEC_DUALPIPE
     if dualpipe:
         bubble = (2.0 * slowest - c_sec_at(stage, n_stages, straggler, SS_fw, pair)
                   - 3.0 * c_sec_at(stage, n_stages, straggler, SS_bw_w, pair))

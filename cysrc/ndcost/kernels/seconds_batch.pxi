@@ -10,14 +10,7 @@
 
 from libc.stdlib cimport malloc, free
 
-# seconds_step_rates' outputs, in ndcost.kernels.seconds_batch.STEP_RATE_FIELDS order.
-cdef enum:
-    SR_mfu = 0
-    SR_hfu = 1
-    SR_tokens_per_second = 2
-    SR_model_flops = 3
-    SR_COUNT = 4
-
+# seconds_step_rates' outputs: SR_* of kernels/columns.pxi (STEP_RATE_FIELDS).
 
 cdef inline void c_sec_step_rates(const double* stage, Py_ssize_t n_stages, const double* cand,
                                   const double* rate, double step, double* out) noexcept nogil:

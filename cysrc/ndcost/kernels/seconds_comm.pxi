@@ -1,24 +1,11 @@
 # Seconds mode, communication (twin of ndcost/kernels/seconds_comm.py): one collective over a group's
 # links (alpha-beta rings, hierarchical across nodes), and how much of it a compute window hides.
-# Needs kernels/columns.pxi and kernels/seconds_ops.pxi included before it.
+# Needs kernels/columns.pxi, kernels/codes.pxi and kernels/seconds_ops.pxi included before it.
 
 from libc.math cimport floor
 
-# Collective codes of seconds_collective.
-cdef enum:
-    SEC_ALL_REDUCE = 0
-    SEC_GATHER_OR_SCATTER = 1
-    SEC_ALL_TO_ALL = 2
-    SEC_SEND_RECV = 3
-
-
-# Dispatcher codes of seconds_expert_exchange (columns.DISPATCHERS), overlap codes (columns.EP_OVERLAPS).
-cdef enum:
-    SEC_NCCL_ALL_TO_ALL = 0
-    SEC_DEEPEP = 1
-    SEC_EP_NONE = 0
-    SEC_EP_1F1B = 1
-    SEC_EP_DUALPIPE = 2
+# Collective codes of seconds_collective (SEC_ALL_REDUCE, ...), dispatcher codes of seconds_expert_exchange
+# (SEC_DISPATCH_*), overlap codes (SEC_EP_*): kernels/codes.pxi.
 
 
 cdef inline double c_sec_ring(double steps, double share, double moved, double bw, double lat) noexcept nogil:
@@ -89,7 +76,7 @@ cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidde
     if n <= 1.0 or tokens <= 0.0 or topk <= 0.0:
         return 0.0
     token_bytes = hidden * element_bytes
-    if dispatcher != SEC_DEEPEP:
+    if dispatcher != SEC_DISPATCH_DEEPEP:
         return c_sec_collective(SEC_ALL_TO_ALL, tokens * topk * token_bytes, n, stride, rate)
     g = c_sec_ranks_per_node(rate[R_dpn], stride, n)
     nodes = n / g

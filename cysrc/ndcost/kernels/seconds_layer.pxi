@@ -6,19 +6,8 @@
 
 from libc.math cimport floor
 
-# the kind's token mixer (K_mixer): attention (full, MLA, gated DeltaNet), Mamba-2, none (an MLP block)
-cdef double SEC_MIXER_ATTENTION = 0.0
-cdef double SEC_MIXER_MAMBA = 1.0
-cdef double SEC_MIXER_NONE = 2.0
-cdef double SEC_MIXER_MAMBA1 = 3.0
-# Mamba-1's selective scan: FLOPs per token, channel and state (state-spaces/mamba#110)
-cdef double SEC_SELECTIVE_SCAN_FLOPS = 9.0
-cdef double SEC_FLASH_BACKWARD_FLOPS = 2.5
-cdef double SEC_FLASH_CAUSAL_SHARE = 0.5
-cdef double SEC_EAGER_RMSNORM_FP32_BYTES = 28.0
-cdef double SEC_EAGER_RMSNORM_KERNELS = 8.0
-cdef double SEC_EAGER_ROPE_FP32_BYTES = 16.0
-cdef double SEC_EAGER_ROPE_KERNELS = 3.0
+# the kind's token mixer (K_mixer: SEC_MIXER_*), Mamba-1's selective-scan FLOPs (SEC_SELECTIVE_SCAN_FLOPS,
+# ndcost.spec.mamba's), flash attention's and the eager norm's and rotary's constants: kernels/codes.pxi.
 
 
 cdef inline void c_sec_note_core(double* note, double* ops, bint has_core, bint flash, bint recurrent,

@@ -6,17 +6,8 @@
 
 from libc.math cimport ceil
 
-cdef double SEC_GROUPED_TILE_M = 128.0
-cdef double SEC_GROUPED_TILE_N = 256.0
-cdef double SEC_GROUPED_SMALL_TILE_M = 64.0
-cdef double SEC_GROUPED_SMALL_TILE_N = 128.0
-cdef double SEC_GROUPED_SMALL = 128.0
-cdef double SEC_MULTI_STREAMS = 4.0
-cdef double SEC_PERMUTE_FUSED = 0.0
-cdef double SEC_PERMUTE_UNFUSED = 1.0
-cdef double SEC_PERMUTE_SORT = 2.0
-cdef double SEC_PROB_BYTES = 4.0
-cdef double SEC_INDEX_BYTES = 8.0
+# The grouped GEMM's tiles (SEC_GROUPED_*), the streams (SEC_MULTI_STREAMS), the permutation modes
+# (SEC_PERMUTE_*) and the routing's byte widths (SEC_PROB_BYTES, SEC_INDEX_BYTES): kernels/codes.pxi.
 
 
 cdef inline double c_sec_grouped(double groups, double m, double n, double k, double in_bytes, double out_bytes,
@@ -43,7 +34,7 @@ cdef inline double c_sec_experts_gemm(double groups, double m, double n, double 
                                       double out_bytes, const double* rate) noexcept nogil:
     # The experts' GEMM of one pass: one grouped kernel, or one cuBLAS GEMM per expert over the streams.
     cdef double rounds
-    if rate[R_g_launch] == 0.0:
+    if rate[R_g_launch] == SEC_GEMMS_CUTLASS:
         return c_sec_grouped(groups, m, n, k, in_bytes, out_bytes, rate)
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
@@ -173,7 +164,7 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
     e_w = n_split * (c_sec_experts_gemm(local, h, wide, per, bm, 2.0 * bg, rate)
                      + c_sec_experts_gemm(local, narrow, h, per, bm, 2.0 * bg, rate))
     rows = per * local
-    k_f = 2.0 * n_split * (local if rate[R_g_launch] != 0.0 else 2.0)
+    k_f = 2.0 * n_split * (local if rate[R_g_launch] != SEC_GEMMS_CUTLASS else 2.0)
     k_b = 2.0 * k_f
     e_f += (n_split * (c_sec_cast(rows * h, cand, rate) + c_sec_cast(rows * narrow, cand, rate))
             + rate[R_f8_w_mb] * local * c_sec_cast(h * (wide + narrow), cand, rate))

@@ -3,16 +3,10 @@
 # launches, the per-op table); and the checks of the seconds kernels' inputs. Every formula, constant and source is stated once, in the oracle; this file repeats each
 # computation in the oracle's order so that the two agree to rounding. The seconds area is four
 # files, included in this order: seconds_ops, seconds_comm, seconds_layer, seconds.
-# Needs kernels/columns.pxi (the ABI enums) included before it.
+# Needs kernels/columns.pxi and kernels/codes.pxi (the ABI enums and codes) included before it.
 
-cdef double SEC_POINTWISE_BACKWARD_BYTES = 1.5
-cdef double SEC_EAGER_SWIGLU_PASSES = 5.0
-# where a layer's kernels run (the oracle's SCOPE_*), and the note's size (NOTE_SIZE)
-cdef enum:
-    SEC_SCOPE_ATTN = 0
-    SEC_SCOPE_PRE = 1
-    SEC_SCOPE_FFN = 2
-    SEC_NOTE_SIZE = 9
+# SEC_POINTWISE_BACKWARD_BYTES, SEC_EAGER_SWIGLU_PASSES, where a layer's kernels run (SEC_SCOPE_*: the oracle's
+# SCOPE_*) and the note's size (SEC_NOTE_SIZE): kernels/codes.pxi.
 
 
 cdef inline double c_sec_gemm(double m, double n, double k, double batch, double in_bytes,
@@ -115,9 +109,9 @@ cdef inline void c_sec_note_start(const double* cand, const double* rate, double
     cdef int i
     for i in range(6):
         note[i] = 0.0
-    note[6] = replay if graphs >= 1.0 else launch
-    note[7] = replay if graphs >= 2.0 else launch
-    note[8] = replay if graphs >= 3.0 else launch
+    note[6] = replay if graphs >= SEC_GRAPHS_ATTN else launch
+    note[7] = replay if graphs >= SEC_GRAPHS_MOE_ROUTER else launch
+    note[8] = replay if graphs >= SEC_GRAPHS_LAYER else launch
 
 
 cdef inline void c_sec_note(double* note, double* ops, int op, int scope, double flops_f, double bytes_f,

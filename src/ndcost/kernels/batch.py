@@ -37,6 +37,8 @@ from .columns import (
     MEMORY_CAND_FIELDS, MEMORY_KIND, MEMORY_KIND_FIELDS, MEMORY_MODEL, MEMORY_MODEL_FIELDS, MODEL, MODEL_FIELDS,
     ND_OPTION_FIELDS, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART_NAMES, STAGE_FIELDS,
 )
+from ..spec.recompute_spec import ALL_KEPT
+from .codes import MEMORY_ATTENTIONS, MEMORY_CP, MEMORY_FFNS, MEMORY_SCHEDULES
 from .memory import (
     _FP32_BYTES, _NORMOP, N_MEMORY_COLUMNS, _kept, inflight_micro_batches, pair_dualpipe_rows, stage_memory,
     windowed_layer_activation_bytes,
@@ -48,17 +50,17 @@ from .nd_ops import _check_len
 __all__ = ["nd_estimate_batch", "memory_batch", "kind_activation_bytes"]
 
 NAN = math.nan
-_ALL_KEPT = 255
+_ALL_KEPT = ALL_KEPT
 _N_KERNEL_REASONS = len(KERNEL_REASONS)
 _UNDEFINED = KERNEL_REASON["undefined"]
 _NO_FIT = KERNEL_REASON["no_fit"]
 _L, _MK, _MM, _MC = LAYOUT, MEMORY_KIND, MEMORY_MODEL, MEMORY_CAND
-_ATT_MLA, _ATT_LINEAR, _FFN_MOE = 1.0, 2.0, 1.0
-_CP_ALLGATHER = 2.0    # memory candidate cp_ring: 0 Ulysses, 1 P2P ring, 2 all-gather ring
-_SCHED_ZB_V = 2.0      # memory.SCHEDULE_CODES["zero_bubble_v"]
-_SCHED_SEQ1F1B = 3.0   # memory.SCHEDULE_CODES["seq1f1b"]
-_SCHED_DUALPIPE_V = 4.0   # memory.SCHEDULE_CODES["dualpipev"]
-_SCHED_DUALPIPE = 5.0     # memory.SCHEDULE_CODES["dualpipe"]
+# The memory model's codes (ndcost.kernels.codes), as the float columns hold them.
+_ATT_MLA, _ATT_LINEAR = (float(MEMORY_ATTENTIONS.index(name)) for name in ("mla", "linear"))
+_FFN_MOE = float(MEMORY_FFNS.index("moe"))
+_CP_ALLGATHER = float(MEMORY_CP.index("ring-allgather"))    # memory candidate cp_ring
+_SCHED_ZB_V, _SCHED_SEQ1F1B, _SCHED_DUALPIPE_V, _SCHED_DUALPIPE = (
+    float(MEMORY_SCHEDULES.index(name)) for name in ("zero_bubble_v", "seq1f1b", "dualpipev", "dualpipe"))
 
 
 def _rows(array) -> list:

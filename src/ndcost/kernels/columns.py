@@ -10,6 +10,8 @@ Names follow ND's cost-model config fields (ND_REFERENCE §1.3) where ND has one
 """
 from __future__ import annotations
 
+from .codes import DISPATCHERS, EP_OVERLAPS, SCHEDULES  # noqa: F401 (the codes of three candidate columns)
+
 # --- per layer kind: one row per kind of the model (float64, K x KIND_COLUMNS) ---
 KIND_FIELDS = (
     "att_a",          # attention heads of the kind (linear/GDN kind: linear_num_value_heads)
@@ -290,12 +292,11 @@ MOE_BLOCK_FIELDS = (
     "router_bias",    # 1: the router adds a score-correction bias before its top-k (SECONDS_MODEL "router_bias")
 )
 
-#: Pipeline schedules of seconds mode, in SECONDS_CAND_FIELDS["schedule"] code order (ExecSpec.schedule names).
-SCHEDULES = ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b", "dualpipe", "dualpipev")
-#: How the expert all-to-all overlaps compute, in SECONDS_CAND_FIELDS["ep_mode"] code order (ExecSpec.ep_overlap).
-EP_OVERLAPS = ("none", "1f1b", "dualpipe")
-#: MoE token dispatchers, in SECONDS_CAND_FIELDS["ep_disp"] code order (ExecSpec.moe_dispatcher).
-DISPATCHERS = ("alltoall", "deepep")
+# SCHEDULES, EP_OVERLAPS, DISPATCHERS (the codes of the "schedule", "ep_mode" and "ep_disp" columns) are
+# ndcost.kernels.codes' (imported at the top): ExecSpec's own vocabularies.
+
+#: What seconds_step_rates writes for a step (float64 vector; a row each of estimate_many's step rates).
+STEP_RATE_FIELDS = ("mfu", "hfu", "tokens_per_second", "model_flops")
 
 SECONDS_KIND = index(SECONDS_KIND_FIELDS)
 SECONDS_MODEL = index(SECONDS_MODEL_FIELDS)
@@ -316,6 +317,7 @@ GROUPS["SX"] = SECONDS_EXTRA_FIELDS
 GROUPS["SL"] = SECONDS_LAYER_FIELDS
 GROUPS["SS"] = SECONDS_STAGE_FIELDS
 GROUPS["MB"] = MOE_BLOCK_FIELDS
+GROUPS["SR"] = STEP_RATE_FIELDS
 GROUPS["LO"] = LAYER_OP_NAMES
 GROUPS["LF"] = LAYER_OP_FIELDS
 

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import math
 
+from ..spec.recompute_spec import ALL_KEPT, SWITCHES
+from .codes import MEMORY_ATTENTIONS, MEMORY_FFNS, MEMORY_SCHEDULES
+from .columns import OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE
 __all__ = ["inflight_micro_batches", "layer_activation_bytes", "stage_memory", "pair_dualpipe_rows"]
 
 NAN = math.nan
@@ -29,18 +32,20 @@ NAN = math.nan
 #: Columns of :func:`stage_memory`'s output: the seven parts, then their total.
 N_MEMORY_COLUMNS = 8
 
-# Schedule codes (ndcost.tables.memory.SCHEDULE_CODES).
-_SCHED_1F1B, _SCHED_GPIPE, _SCHED_ZB_V, _SCHED_SEQ1F1B, _SCHED_DUALPIPE_V, _SCHED_DUALPIPE = 0, 1, 2, 3, 4, 5
-# Attention and FFN flavour codes (ndcost.tables.memory.ATTENTION_CODES / FFN_CODES).
-_ATT_FULL, _ATT_MLA, _ATT_LINEAR, _ATT_MAMBA, _ATT_NONE, _ATT_MAMBA1 = 0, 1, 2, 3, 4, 5
+# Schedule, attention and FFN flavour codes (ndcost.kernels.codes MEMORY_SCHEDULES, MEMORY_ATTENTIONS, MEMORY_FFNS).
+_SCHED_1F1B, _SCHED_GPIPE, _SCHED_ZB_V, _SCHED_SEQ1F1B, _SCHED_DUALPIPE_V, _SCHED_DUALPIPE = (
+    MEMORY_SCHEDULES.index(name) for name in ("1f1b", "gpipe", "zero_bubble_v", "seq1f1b", "dualpipev", "dualpipe"))
+_ATT_FULL, _ATT_MLA, _ATT_LINEAR, _ATT_MAMBA, _ATT_NONE, _ATT_MAMBA1 = (
+    MEMORY_ATTENTIONS.index(name) for name in ("full", "mla", "linear", "mamba", "none", "mamba1"))
 #: Bytes of a routing map entry (bool), an index (int64) and a routing probability (fp32).
 ROUTING_MAP_BYTES, INDEX_BYTES, PROBABILITY_BYTES = 1.0, 8.0, 4.0
-_FFN_DENSE, _FFN_MOE, _FFN_NONE = 0, 1, 2
+_FFN_DENSE, _FFN_MOE, _FFN_NONE = (MEMORY_FFNS.index(name) for name in ("dense", "moe", "none"))
 # Recompute options (ndcost.kernels.columns.OPTION_*).
-_OPT_NONE, _OPT_FULL, _OPT_SELECTIVE = 0, 1, 2
+_OPT_NONE, _OPT_FULL, _OPT_SELECTIVE = OPTION_NONE, OPTION_FULL, OPTION_SELECTIVE
 # Keep-mask bits, in recompute_spec.SWITCHES order; a set bit keeps the op's activation.
-_ATTBMM, _HEADCAST, _DROPOUT, _SOFTMAX, _NORMOP, _GATHER, _FFACT, _ATTUP = range(8)
-_ALL_KEPT = 255
+_ATTBMM, _HEADCAST, _DROPOUT, _SOFTMAX, _NORMOP, _GATHER, _FFACT, _ATTUP = (
+    SWITCHES.index(name) for name in ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp"))
+_ALL_KEPT = ALL_KEPT
 # FlashAttention keeps one fp32 logsumexp per query row and head (Dao 2023,
 # FlashAttention-2, Algorithm 1 "write L"); the GDN chunk states are fp32 too.
 _FP32_BYTES = 4.0

@@ -12,16 +12,19 @@ import math
 from .columns import (
     CAND, CAND_FIELDS, MODEL, MODEL_FIELDS, ND_OPTION, ND_OPTION_FIELDS, PART, PART_NAMES, STAGE, STAGE_FIELDS,
 )
+from .codes import P2P_MODES, RATIO_TYPES, REC_TYPES
 from .pipeline import nd_p2p_time, nd_pipeline_time, nd_straggler
 from .nd_ops import _check_len, _check_rows
 
 __all__ = ["nd_combine", "nd_apply_ratios"]
 
 NAN = math.nan
-# ND's estimator option codes (ND_REFERENCE §2.7; nd_tables.RATIO_TYPES / REC_TYPES).
-_RATIO_DYNAMIC, _RATIO_STATIC, _RATIO_COMPUTE_ONLY, _RATIO_COMM_ONLY = 0, 1, 2, 3
-_REC_WITH, _REC_NONE, _REC_COMPUTE_ONLY, _REC_COMM_ONLY = 0, 1, 2, 3
-_P2P_MANUAL = 1
+# ND's estimator option codes (ND_REFERENCE §2.7; ndcost.kernels.codes RATIO_TYPES / REC_TYPES / P2P_MODES).
+_RATIO_DYNAMIC, _RATIO_STATIC, _RATIO_COMPUTE_ONLY, _RATIO_COMM_ONLY = (
+    RATIO_TYPES.index(name) for name in ("DYNAMIC", "STATIC", "COMPUTE_ONLY", "COMM_ONLY"))
+_REC_WITH, _REC_NONE, _REC_COMPUTE_ONLY, _REC_COMM_ONLY = (
+    REC_TYPES.index(name) for name in ("WITH", "NONE", "COMPUTE_ONLY", "COMM_ONLY"))
+_P2P_MANUAL = P2P_MODES.index("MANUAL")
 #: BACKWARD_RATIO of the seed: backward = 2 x forward, so a pass is 1 + 2 forwards.
 _BACKWARD_RATIO = 2.0
 #: Micro-batch and virtual-stage counts beyond this are refused as NaN, so that

@@ -27,19 +27,16 @@ from .columns import (
     OPTION_SELECTIVE,
 )
 from ..spec.recompute_spec import SWITCHES
+from .codes import ND_OPS
 
 __all__ = ["nd_op_loads", "nd_recompute_factors"]
 
 NAN = math.nan
 
-#: ND's ops of one layer, in the order of every per-op output of these kernels
-#: (the entries of the seed's op_table plus the MoE dispatch of _flavour_tables).
-ND_OPS = (
-    "attMM", "linrec", "ffMM", "attBMM", "softmax", "headCast",
-    "gather", "ffAct", "normOp", "qknorm", "dropout", "dispatch",
-)
-(_ATT_MM, _LINREC, _FF_MM, _ATT_BMM, _SOFTMAX, _HEAD_CAST,
- _GATHER, _FF_ACT, _NORM_OP, _QKNORM, _DROPOUT, _DISPATCH) = range(len(ND_OPS))
+# ND_OPS (ndcost.kernels.codes): ND's ops of one layer, in the order of every per-op output of these kernels.
+(_ATT_MM, _LINREC, _FF_MM, _ATT_BMM, _SOFTMAX, _HEAD_CAST, _GATHER, _FF_ACT, _NORM_OP, _QKNORM, _DROPOUT,
+ _DISPATCH) = (ND_OPS.index(name) for name in ("attMM", "linrec", "ffMM", "attBMM", "softmax", "headCast", "gather",
+                                                "ffAct", "normOp", "qknorm", "dropout", "dispatch"))
 _N_OPS = len(ND_OPS)
 
 #: The keep-mask bit of each recompute switch (seed recompute/profile.py SWITCHES;

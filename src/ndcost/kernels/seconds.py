@@ -48,6 +48,7 @@ from .columns import (
     SECONDS_CAND_FIELDS, SECONDS_EXTRA, SECONDS_EXTRA_FIELDS, SECONDS_LAYER, SECONDS_LAYER_FIELDS, SECONDS_MODEL,
     SECONDS_STAGE, SECONDS_STAGE_FIELDS,
 )
+from .codes import SCHEDULES, SWITCHES
 from .nd_ops import _check_len
 from .seconds_ops import POINTWISE_BACKWARD_BYTES, _cand_ok, _check_rows, _check_tables, _fill, _mm3, _pass
 from .seconds_comm import (
@@ -75,10 +76,9 @@ _S_COUNT = len(SECONDS_STAGE_FIELDS)
 _SWITCH_FIELDS = ("sw_attBMM", "sw_headCast", "sw_dropout", "sw_softmax",
                   "sw_normOp", "sw_gather", "sw_ffAct", "sw_attUp")   # bit i of a keep mask = SWITCHES[i]
 _SWITCH_COLUMNS = tuple(_L[name] for name in _SWITCH_FIELDS)
-_GATHER_BIT = 5
-
-# Schedule codes (SCHEDULES order).
-_ONE_F_ONE_B, _INTERLEAVED, _ZERO_BUBBLE_V, _GPIPE, _SEQ1F1B, _DUALPIPE, _DUALPIPE_V = 0, 1, 2, 3, 4, 5, 6
+_GATHER_BIT = SWITCHES.index("gather")
+_ONE_F_ONE_B, _INTERLEAVED, _ZERO_BUBBLE_V, _GPIPE, _SEQ1F1B, _DUALPIPE, _DUALPIPE_V = (   # codes.SCHEDULES
+    SCHEDULES.index(name) for name in ("1f1b", "interleaved", "zero_bubble_v", "gpipe", "seq1f1b", "dualpipe", "dualpipev"))
 #: Megatron's vocab-parallel cross entropy, bytes per logit element (mpu/cross_entropy.py):
 #: forward reads the 16-bit logits for the max, reads them again and writes fp32 exp (2 + 4),
 #: sums them (4), normalises in place (4 + 4): 2 + 6 + 4 + 8 = 20; backward reads the fp32

@@ -27,7 +27,7 @@ import math
 from .columns import (
     KERNEL_REASON, KERNEL_REASONS, KIND_FIELDS, LAYOUT, MODEL_FIELDS, PART_NAMES, RATE, RATE_FIELDS, SECONDS_CAND,
     SECONDS_CAND_FIELDS, SECONDS_EXTRA_FIELDS, SECONDS_KIND_FIELDS, SECONDS_MODEL_FIELDS, SECONDS_STAGE,
-    SECONDS_STAGE_FIELDS,
+    SECONDS_STAGE_FIELDS, STEP_RATE_FIELDS,
 )
 from .batch import _check_common, _check_rows, _columns_as_rows, _flat, _rows
 from .seconds import seconds_combine, seconds_stage_sums
@@ -35,9 +35,6 @@ from .seconds import seconds_combine, seconds_stage_sums
 __all__ = ["seconds_step_rates", "seconds_estimate_batch"]
 
 NAN = math.nan
-
-#: What seconds_step_rates writes, in order (the compiled twin's SR_* enum).
-STEP_RATE_FIELDS = ("mfu", "hfu", "tokens_per_second", "model_flops")
 
 _C = SECONDS_CAND
 _S = SECONDS_STAGE

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from .codes import COLLECTIVES, DISPATCHERS, EP_OVERLAPS
 from .columns import RATE, RATE_FIELDS, SECONDS_CAND, SECONDS_LAYER
 from .nd_ops import _check_len
 
@@ -20,12 +21,12 @@ _R = RATE
 _C = SECONDS_CAND
 _L = SECONDS_LAYER
 
-# Collective codes of seconds_collective.
-ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL, SEND_RECV = 0, 1, 2, 3
-# Dispatcher codes of seconds_expert_exchange (columns.DISPATCHERS).
-NCCL_ALL_TO_ALL, DEEPEP = 0, 1
-# Expert all-to-all overlap codes (columns.EP_OVERLAPS).
-EP_NONE, EP_1F1B, EP_DUALPIPE = 0, 1, 2
+# Collective codes of seconds_collective, dispatcher codes of seconds_expert_exchange, expert all-to-all
+# overlap codes (ndcost.kernels.codes).
+ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL, SEND_RECV = (
+    COLLECTIVES.index(name) for name in ("all_reduce", "gather_or_scatter", "all_to_all", "send_recv"))
+NCCL_ALL_TO_ALL, DEEPEP = (DISPATCHERS.index(name) for name in ("alltoall", "deepep"))
+EP_NONE, EP_1F1B, EP_DUALPIPE = (EP_OVERLAPS.index(name) for name in ("none", "1f1b", "dualpipe"))
 
 
 def _ring(steps: float, share: float, moved: float, bw: float, lat: float) -> float:

@@ -21,6 +21,7 @@ from .columns import (
     SECONDS_LAYER, SECONDS_LAYER_FIELDS, SECONDS_MODEL,
 )
 from ..spec.mamba import SELECTIVE_SCAN_FLOPS
+from .codes import MIXERS
 from .seconds_ops import (
     EAGER_SWIGLU_PASSES, NOTE_SIZE, SCOPE_ATTN, SCOPE_FFN, SCOPE_PRE, _cand_ok, _check_rows,
     _check_tables, _ffn_pair, _fill, _gemm, _mm3_noted, _note, _note_launch, _note_pass, _note_start, _pass,
@@ -50,7 +51,8 @@ _OF = LAYER_OP_FIELD
 #: 2.5·f backward), the one its published utilization (rates.attention_efficiency) is measured in.
 #: Token mixers of a kind (the ``mixer`` column): attention (full, MLA, gated DeltaNet), a Mamba-2 mixer,
 #: none (an MLP-only block of a hybrid stack).
-MIXER_ATTENTION, MIXER_MAMBA, MIXER_NONE, MIXER_MAMBA1 = 0.0, 1.0, 2.0, 3.0
+MIXER_ATTENTION, MIXER_MAMBA, MIXER_NONE, MIXER_MAMBA1 = (
+    float(MIXERS.index(name)) for name in ("attention", "mamba", "none", "mamba1"))
 
 #: A bidirectional kind (a vision encoder) or a windowed one runs every block it meets: no share.
 FLASH_BACKWARD_FLOPS = 2.5

@@ -18,6 +18,7 @@ from .columns import (
     LAYER_OP, LAYER_OP_FIELDS, LAYER_OP_NAMES, MODEL, MOE_BLOCK, MOE_BLOCK_FIELDS, RATE, RATE_FIELDS, SECONDS_CAND,
     SECONDS_CAND_FIELDS, SECONDS_MODEL,
 )
+from .codes import GEMM_LAUNCHES, PERMUTES
 from .nd_ops import _check_len
 from .seconds_ops import (
     EAGER_SWIGLU_PASSES, NOTE_SIZE, SCOPE_FFN, SCOPE_PRE, _add_gemm, _cand_ok, _cast, _check_rows, _ffn_pair, _fill,
@@ -45,7 +46,9 @@ GROUPED_SMALL = 128.0
 #: (NVIDIA/TransformerEngine transformer_engine/common/include/transformer_engine/multi_stream.h num_streams).
 MULTI_STREAMS = 4.0
 #: Permutation modes (Rates.moe_permute, ndcost.spec.moe_kernels.MOE_PERMUTES order).
-PERMUTE_FUSED, PERMUTE_UNFUSED, PERMUTE_SORT = 0.0, 1.0, 2.0
+PERMUTE_FUSED, PERMUTE_UNFUSED, PERMUTE_SORT = (float(PERMUTES.index(name)) for name in ("fused", "unfused", "sort"))
+#: The grouped GEMM's launch code of one grouped kernel a call (Rates.grouped_gemm_impl "cutlass").
+_CUTLASS = float(GEMM_LAUNCHES.index("cutlass"))
 #: Bytes of one fp32 probability and of one int64 index.
 PROB_BYTES = 4.0
 INDEX_BYTES = 8.0
@@ -84,7 +87,7 @@ def _experts_gemm(groups: float, m: float, n: float, k: float, in_bytes: float, 
     (g_launch 1, Transformer Engine's GroupedLinear on Hopper) one cuBLAS GEMM per expert over
     MULTI_STREAMS streams -- *groups* dense GEMMs priced as one batch (``_gemm``: the device's cuBLAS
     rate and wave tail over all of their tiles), their fixed costs overlapping MULTI_STREAMS at a time."""
-    if rate[_R["g_launch"]] == 0.0:
+    if rate[_R["g_launch"]] == _CUTLASS:
         return _grouped(groups, m, n, k, in_bytes, out_bytes, rate)
     if groups <= 0.0 or m <= 0.0 or n <= 0.0 or k <= 0.0:
         return 0.0
@@ -252,7 +255,7 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
     e_w = n_split * (_experts_gemm(local, h, wide, per, bm, 2.0 * bg, rate)
                      + _experts_gemm(local, narrow, h, per, bm, 2.0 * bg, rate))
     rows = per * local
-    k_f = 2.0 * n_split * (local if rate[_R["g_launch"]] != 0.0 else 2.0)   # kernels of the two GEMMs
+    k_f = 2.0 * n_split * (local if rate[_R["g_launch"]] != _CUTLASS else 2.0)   # kernels of the two GEMMs
     k_b = 2.0 * k_f
     # fp8 grouped GEMMs (TE GroupedLinear) cast both inputs forward and both output gradients back
     e_f += (n_split * (_cast(rows * h, cand, rate) + _cast(rows * narrow, cand, rate))

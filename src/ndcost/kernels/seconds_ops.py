@@ -12,6 +12,7 @@ from .columns import (
     KIND_FIELDS, LAYER_OP, LAYER_OP_FIELD, MODEL_FIELDS, RATE, RATE_FIELDS, SECONDS_CAND, SECONDS_CAND_FIELDS,
     SECONDS_KIND_FIELDS, SECONDS_MODEL_FIELDS,
 )
+from .codes import GRAPH_SCOPES, SCOPES
 from .nd_ops import _check_len
 
 __all__ = []
@@ -25,10 +26,13 @@ _R = RATE
 #: attention sub-block (its pre-norm, projections, core, rotary, residual add); a MoE layer's pre-norm,
 #: router and token permutation (Megatron-Core's moe_router and moe_preprocess scopes); the rest of the
 #: FFN sub-block (experts, un-permutation, shared experts, a dense MLP, its residual add).
-SCOPE_ATTN, SCOPE_PRE, SCOPE_FFN = 0, 1, 2
+SCOPE_ATTN, SCOPE_PRE, SCOPE_FFN = (SCOPES.index(name) for name in ("attn", "pre", "ffn"))
 #: The note of one layer (``_note``): kernels per scope and pass (forward, backward) in its first six
 #: slots, the host's seconds per kernel of each scope in the next three.
 NOTE_SIZE = 9
+#: The CUDA-graph scopes' codes (ndcost.kernels.codes.GRAPH_SCOPES), each holding the ones before it.
+_GRAPHS_ATTN, _GRAPHS_MOE_ROUTER, _GRAPHS_LAYER = (float(GRAPH_SCOPES.index(name)) for name in ("attn", "moe_router",
+                                                                                              "layer"))
 _O = LAYER_OP
 _F = LAYER_OP_FIELD
 _F_FLOPS, _F_BYTES, _F_KERNELS, _F_TIME, _F_HOST = (_F["flops_f"], _F["bytes_f"], _F["kernels_f"], _F["time_f"],
@@ -197,9 +201,9 @@ def _note_start(cand, rate, note) -> None:
     launch, replay = rate[_R["launch_s"]], rate[_R["graph_s"]]
     for i in range(6):
         note[i] = 0.0
-    note[6] = replay if graphs >= 1.0 else launch
-    note[7] = replay if graphs >= 2.0 else launch
-    note[8] = replay if graphs >= 3.0 else launch
+    note[6] = replay if graphs >= _GRAPHS_ATTN else launch
+    note[7] = replay if graphs >= _GRAPHS_MOE_ROUTER else launch
+    note[8] = replay if graphs >= _GRAPHS_LAYER else launch
 
 
 def _note(note, ops, op: int, scope: int, flops_f: float, bytes_f: float, kernels_f: float, time_f: float,

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import _backend
 from ..tables.cache import per_object
-from ..kernels.columns import DISPATCHERS, EP_OVERLAPS, KERNEL_REASONS, PART_NAMES, RATE_FIELDS, SECONDS_CAND_FIELDS
+from ..kernels.columns import KERNEL_REASONS, PART_NAMES, RATE_FIELDS, SECONDS_CAND_FIELDS
 from ..tables.formulas import ARRAY, CHOICES, ClusterConstants, derived_columns, joint_reason
 from ..tables.formulas import seconds_candidate_columns as formula_seconds_columns
 from ..kernels.seconds_batch import STEP_RATE_FIELDS
@@ -54,8 +54,6 @@ _CHUNK = 8192
 _N_KERNEL_REASONS = len(KERNEL_REASONS)
 _LAYOUT_CODE = REASON_CODES["layout"]
 _PRECISIONS = CHOICES["precision"]
-if CHOICES["ep_overlap"] != EP_OVERLAPS or CHOICES["moe_dispatcher"] != DISPATCHERS:   # the kernels read the codes
-    raise ImportError("ExecSpec's ep_overlap / moe_dispatcher choices must follow columns.EP_OVERLAPS / DISPATCHERS")
 _N_RATES = len(STEP_RATE_FIELDS)
 #: The kernel's "not asked for" outputs (zero-sized: nothing is ever written to them, so shared).
 _NO_TIMES = np.empty((0, 0), dtype=np.float64)

@@ -41,7 +41,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .formulas_ops import (
-    ARRAY, CHOICES, COMM_DP_OVERLAP, COMM_TP_OVERLAP, INTERLEAVED_SCHEDULE, MEMORY_SCHEDULE_BY_PP_SCHEDULE, NONE_INT,
+    ARRAY, CHOICES, COMM_DP_OVERLAP, COMM_TP_OVERLAP, INTERLEAVED_SCHEDULE, MEMORY_CP_ALLGATHER, MEMORY_CP_RING,
+    MEMORY_CP_ULYSSES, MEMORY_SCHEDULE_BY_PP_SCHEDULE, NONE_INT,
     SCALAR, ClusterConstants, ModelConstants,
 )
 from .formulas_fused import joint_derived_memory_candidate_scalar, joint_nd_memory_candidate_scalar
@@ -216,9 +217,9 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         where(shards_params, expert, 1.0), where(shards_grads, expert, 1.0), where(zero >= 1, expert, 1.0),
         where(shards_params, 1.0, 0.0),                                         # fsdp_gathers
         where(shards_grads, 1.0, 0.0),
-        # cp_ring: 0 Ulysses, 1 P2P ring, 2 PyTorch's all-gather ring (CP_ALGOS)
-        where(ops.is_choice(c, "cp_algo", "ulysses"), 0.0,
-              where(ops.is_choice(c, "cp_algo", "ring-allgather"), 2.0, 1.0)),
+        # cp_ring: Ulysses, the P2P ring or PyTorch's all-gather ring (ndcost.kernels.codes.MEMORY_CP)
+        where(ops.is_choice(c, "cp_algo", "ulysses"), MEMORY_CP_ULYSSES,
+              where(ops.is_choice(c, "cp_algo", "ring-allgather"), MEMORY_CP_ALLGATHER, MEMORY_CP_RING)),
         where(d["tie_embeddings"], 1.0, 0.0),
         c["logit_bytes"],
         # fp8 weight cache bytes per weight parameter (ExecSpec.fp8_weight_cache)
@@ -261,8 +262,8 @@ def seconds_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, An
         where(c["tp_overlap"], 1.0, 0.0) if overlap.tp is None else overlap.tp,
         overlap.cp,
         where(ops.is_choice(c, "ep_overlap", "none"), 0.0, 1.0) if overlap.ep is None else overlap.ep,
-        # the expert all-to-all: its overlap mode and dispatcher as their codes (columns.EP_OVERLAPS and
-        # DISPATCHERS follow ExecSpec's choices: checked at import by ndcost.price.seconds_batch)
+        # the expert all-to-all: its overlap mode and dispatcher as their codes (ndcost.kernels.codes' EP_OVERLAPS
+        # and DISPATCHERS are ExecSpec's choices)
         ops.choice_code(c, "ep_overlap"), ops.choice_code(c, "moe_dispatcher"), c["moe_dispatcher_sms"],
         c["moe_node_limit"],
         where(c["moe_dispatch_fp8"], fp8_dispatch_bytes, compute_bytes),                  # disp_b

@@ -14,6 +14,9 @@ from .formulas_ops import (
     ClusterConstants,
     COMM_DP_OVERLAP,
     COMM_TP_OVERLAP,
+    MEMORY_CP_ALLGATHER,
+    MEMORY_CP_RING,
+    MEMORY_CP_ULYSSES,
     ModelConstants,
 )
 
@@ -264,7 +267,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
             memory_expert if memory_zero >= 1 else 1.0,
             1.0 if memory_shards_params else 0.0,
             1.0 if memory_shards_grads else 0.0,
-            0.0 if c_cp_algo == 'ulysses' else 2.0 if c_cp_algo == 'ring-allgather' else 1.0,
+            MEMORY_CP_ULYSSES if c_cp_algo == 'ulysses' else MEMORY_CP_ALLGATHER if c_cp_algo == 'ring-allgather' else MEMORY_CP_RING,
             1.0 if d_tie_embeddings else 0.0,
             c_logit_bytes,
             (1.0 if c_param_bytes == 1 else 2.0) if (c_precision == 'fp8') & c_fp8_weight_cache else 0.0,
@@ -455,7 +458,7 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
             memory_expert if memory_zero >= 1 else 1.0,
             1.0 if memory_shards_params else 0.0,
             1.0 if memory_shards_grads else 0.0,
-            0.0 if c_cp_algo == 'ulysses' else 2.0 if c_cp_algo == 'ring-allgather' else 1.0,
+            MEMORY_CP_ULYSSES if c_cp_algo == 'ulysses' else MEMORY_CP_ALLGATHER if c_cp_algo == 'ring-allgather' else MEMORY_CP_RING,
             1.0 if d_tie_embeddings else 0.0,
             c_logit_bytes,
             (1.0 if c_param_bytes == 1 else 2.0) if (c_precision == 'fp8') & c_fp8_weight_cache else 0.0,

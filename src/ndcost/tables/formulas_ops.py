@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..kernels.columns import SCHEDULES
+from ..kernels.codes import MEMORY_CP, MEMORY_SCHEDULE_OF, MEMORY_SCHEDULES, SCHEDULES
 from ..spec.exec_spec import CP_ALGOS, CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES, PRECISIONS
 from ..spec.recompute_spec import SELECTIVE_RULES
 
@@ -51,8 +51,7 @@ _CODES = {field: {name: i for i, name in enumerate(names)} for field, names in C
 
 #: memory.SCHEDULE_CODES by ExecSpec.pp_schedule (1f1b and interleaved share a rule).
 MEMORY_SCHEDULE_BY_PP_SCHEDULE: Mapping[str, int] = MappingProxyType({
-    "1f1b": 0, "interleaved": 0, "gpipe": 1, "zero_bubble_v": 2, "seq1f1b": 3, "dualpipev": 4, "dualpipe": 5,
-})
+    name: MEMORY_SCHEDULES.index(MEMORY_SCHEDULE_OF[name]) for name in PP_SCHEDULES})
 _MEMORY_SCHEDULE = dict(MEMORY_SCHEDULE_BY_PP_SCHEDULE)   # a plain dict reads faster than the proxy
 _MEMORY_SCHEDULE_TABLE = np.array([MEMORY_SCHEDULE_BY_PP_SCHEDULE[name] for name in PP_SCHEDULES], dtype=np.float64)
 _MEMORY_SCHEDULE_ROW = tuple(_MEMORY_SCHEDULE_TABLE.tolist())
@@ -62,6 +61,9 @@ _SCHEDULE = {name: float(SCHEDULES.index(name)) for name in PP_SCHEDULES}
 _SCHEDULE_TABLE = np.array([_SCHEDULE[name] for name in PP_SCHEDULES], dtype=np.float64)
 _SCHEDULE_ROW = tuple(_SCHEDULE_TABLE.tolist())
 INTERLEAVED_SCHEDULE = float(SCHEDULES.index("interleaved"))
+#: The memory model's cp_ring code of each cp_algo (ndcost.kernels.codes.MEMORY_CP).
+MEMORY_CP_ULYSSES, MEMORY_CP_RING, MEMORY_CP_ALLGATHER = (
+    float(MEMORY_CP.index(name)) for name in ("ulysses", "ring", "ring-allgather"))
 
 
 def _clip_take(table: tuple, code: int) -> Any:

@@ -15,6 +15,9 @@ from .formulas_ops import (
     COMM_DP_OVERLAP,
     COMM_TP_OVERLAP,
     INTERLEAVED_SCHEDULE,
+    MEMORY_CP_ALLGATHER,
+    MEMORY_CP_RING,
+    MEMORY_CP_ULYSSES,
     ModelConstants,
 )
 
@@ -183,7 +186,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         expert if zero >= 1 else 1.0,
         1.0 if shards_params else 0.0,
         1.0 if shards_grads else 0.0,
-        0.0 if c['cp_algo'] == 'ulysses' else 2.0 if c['cp_algo'] == 'ring-allgather' else 1.0,
+        MEMORY_CP_ULYSSES if c['cp_algo'] == 'ulysses' else MEMORY_CP_ALLGATHER if c['cp_algo'] == 'ring-allgather' else MEMORY_CP_RING,
         1.0 if d['tie_embeddings'] else 0.0,
         c['logit_bytes'],
         (1.0 if c['param_bytes'] == 1 else 2.0) if (c['precision'] == 'fp8') & c['fp8_weight_cache'] else 0.0,

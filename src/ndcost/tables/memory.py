@@ -39,6 +39,7 @@ import numpy as np
 
 from .. import _backend
 from .cache import per_object
+from ..kernels.codes import MEMORY_ATTENTIONS, MEMORY_FFNS
 from ..kernels.columns import (
     MEMORY_CAND, MEMORY_KIND, MEMORY_KIND_FIELDS, MEMORY_MODEL, MEMORY_MODEL_FIELDS, OPTION_FULL, OPTION_NONE,
     OPTION_SELECTIVE,
@@ -79,11 +80,10 @@ MEMORY_PARTS: tuple[str, ...] = (
 #: zero_bubble_v is ND's DualPipeV V, dualpipev and dualpipe DeepSeek's (their own in-flight counts), seq1f1b
 #: counts sequence chunks.
 SCHEDULE_CODES: Mapping[str, int] = MEMORY_SCHEDULE_BY_PP_SCHEDULE
-#: Kernel codes of ``LayerKind.attention``.
-ATTENTION_CODES: Mapping[str, int] = MappingProxyType(
-    {"full": 0, "mla": 1, "linear": 2, "mamba": 3, "none": 4, "mamba1": 5})
-#: Kernel codes of ``LayerKind.ffn``.
-FFN_CODES: Mapping[str, int] = MappingProxyType({"dense": 0, "moe": 1, "none": 2})
+#: Kernel codes of ``LayerKind.attention`` (ndcost.kernels.codes.MEMORY_ATTENTIONS).
+ATTENTION_CODES: Mapping[str, int] = MappingProxyType({name: i for i, name in enumerate(MEMORY_ATTENTIONS)})
+#: Kernel codes of ``LayerKind.ffn`` (ndcost.kernels.codes.MEMORY_FFNS).
+FFN_CODES: Mapping[str, int] = MappingProxyType({name: i for i, name in enumerate(MEMORY_FFNS)})
 #: Chunk length of the gated-DeltaNet chunkwise kernel (flash-linear-attention's
 #: chunk_gated_delta_rule, BT = 64; ND's GDN_CHUNK is the same 64).
 GDN_CHUNK = 64

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels import codes
 from ..kernels.columns import CAND_FIELDS, KIND, KIND_FIELDS, MODEL, MODEL_FIELDS, ND_OPTION, ND_OPTION_FIELDS
 from .cache import cached
 from .formulas import SCALAR, ClusterConstants, nd_candidate_columns_scalar
@@ -36,9 +37,12 @@ MOE_DISPATCH = 1040.0
 MANUAL_P2P_RATIO = 0.002
 #: ND's STATIC comm weight (seed estimate_stage).
 STATIC_RATIO = 1e4
-#: ND's RatioType / RecType names -> kernel codes (ND_REFERENCE §2.7).
-RATIO_TYPES = {"DYNAMIC": 0, "STATIC": 1, "COMPUTE_ONLY": 2, "COMM_ONLY": 3}
-REC_TYPES = {"WITH": 0, "NONE": 1, "COMPUTE_ONLY": 2, "COMM_ONLY": 3}
+#: ND's RatioType / RecType names -> kernel codes (ND_REFERENCE §2.7; ndcost.kernels.codes).
+RATIO_TYPES = {name: code for code, name in enumerate(codes.RATIO_TYPES)}
+REC_TYPES = {name: code for code, name in enumerate(codes.REC_TYPES)}
+#: LayerKind.attention -> the kind's mixer code (ndcost.kernels.codes.MIXERS): every attention flavour is "attention".
+_MIXER = {name: float(codes.MIXERS.index(name if name in codes.MIXERS else "attention"))
+          for name in ("full", "mla", "linear", "mamba", "none", "mamba1")}
 
 
 def nd_mla_weights(h: float, a: float, n_kv: float, dh: float, dc_q: float, dc_kv: float,
@@ -162,7 +166,7 @@ def _nd_kind_table(model: Any) -> np.ndarray:
         else:
             row[KIND["p_nonexp"]], row[KIND["p_routed_base"]], row[KIND["p_shared"]] = _nd_layer_params(
                 model, kind, att, shape, n_exp, n_shared)
-        row[KIND["mixer"]] = {"mamba": 1.0, "none": 2.0, "mamba1": 3.0}.get(kind.attention, 0.0)
+        row[KIND["mixer"]] = _MIXER.get(kind.attention, _MIXER["full"])
         row[KIND["has_ffn"]] = 0.0 if kind.ffn == "none" else 1.0
         row[KIND["ssm_chunk"]] = model.mamba_chunk_size if kind.attention == "mamba" else 0.0
         row[KIND["attn_extra_p"]] = att["extra"]
