@@ -116,7 +116,7 @@ def test_software_and_a_rates_file_together_agree_or_arerefused(tmp_path, capsys
     fitted = tmp_path / "rates.json"
     save_rates(Rates.for_device("h100-sxm").replace(matmul_efficiency=0.7), fitted, device="h100-sxm")
     s = _strategy(*LLAMA, "--software", "nemo", "--rates", str(fitted))
-    assert s.rates.matmul_efficiency == 0.7 and s.rates.sources["fp8_recipe"].startswith("Transformer Engine")
+    assert s.rates.matmul_efficiency == 0.7 and s.rates.sources["fp8_recipe"].startswith("NVIDIA/NeMo")
     stated = tmp_path / "stated.json"
     save_rates(Rates.for_software("h100-sxm", "torchtitan-eager"), stated, device="h100-sxm")
     refused(capsys, ["estimate", *LLAMA, "--software", "nemo", "--rates", str(stated)], "--software",

@@ -22,10 +22,31 @@ def test_torchtitan_fixes_fsdp2_its_loss_torchaos_casts_and_its_ring():
             three_d["deferred_grad_accumulation"]) == (2, 4, False, True)
 
 
-@pytest.mark.parametrize("name", ["megatron-te", "nemo", "megatron-2021", "deepspeed-2021"])
+@pytest.mark.parametrize("name", ["megatron-te", "megatron-2021", "deepspeed-2021"])
 def test_megatron_stacks_keep_execspecs_defaults(name):
     assert name in SOFTWARE_PRESETS and software_fields(name, tp=8, pp=4, cp=2) == {}
     assert with_software(name, dict(dp=2, tp=4, global_batch_size=8)) == ndcost.ExecSpec(dp=2, tp=4, global_batch_size=8)
+
+
+@pytest.mark.parametrize("name", ["nemo", "megatron-bridge"])
+def test_nvidias_recipes_overlap_tp_in_dense_models_and_gather_fp8_parameters(name):
+    # NeMo's llama31_70b recipe / Megatron-Bridge's llama3_70b: TP comm overlap, param-gather overlap, SP
+    dense = software_fields(name, tp=4, pp=4, cp=2, zero_stage=1, precision="fp8")
+    assert dense == dict(tp_overlap=True, overlapped_param_gather=True, sequence_parallel=True, param_bytes=1)
+    # their MoE recipes leave TP overlap off; TP 1 has nothing to overlap or shard; bf16 keeps bf16 parameters
+    assert "tp_overlap" not in software_fields(name, tp=4, moe=True, zero_stage=1)
+    assert software_fields(name, tp=1, zero_stage=1) == dict(overlapped_param_gather=True)
+    # a field the caller states stays the caller's
+    spec = with_software(name, dict(dp=2, tp=4, global_batch_size=8, tp_overlap=False))
+    assert spec.tp_overlap is False and spec.sequence_parallel is True
+
+
+def test_plain_megatron_lm_runs_its_argument_defaults():
+    assert software_fields("megatron-lm", tp=8) == dict(zero_stage=0, overlapped_grad_reduce=False)
+    from ndcost.spec.rates import Rates
+
+    rates = Rates.for_software("h100-sxm", "megatron-lm")
+    assert (rates.moe_permute, rates.moe_router_fusion, rates.fp8_recipe) == ("unfused", False, "delayed")
 
 
 def test_stated_fields_win_and_unknown_stacks_are_refused():
@@ -59,9 +80,12 @@ def test_a_search_for_a_stack_prices_every_candidate_with_its_fields():
     assert result.results
     for ranked in result.results:
         spec = ranked.spec
-        stack = software_fields("torchtitan-compile", spec.tp, spec.pp, spec.cp)
+        stack = software_fields("torchtitan-compile", spec.tp, spec.pp, spec.cp, per_op=False)
         assert all(getattr(spec, name) == value for name, value in stack.items()), (spec, stack)
-        again = ndcost.estimate(model, spec, cluster, rates="torchtitan-compile")
+        # its per-op selective recompute: HyperParallel's rule on the census the result's model carries
+        assert spec.recompute != "selective" or spec.selective_rule == "hyperparallel"
+        assert result.model.census and not model.census
+        again = ndcost.estimate(result.model, spec, cluster, rates="torchtitan-compile")
         assert ranked.estimate.step_time == again.step_time     # the stack's rates too
     # a dimension the stack fixes stays the caller's when given
     given = search(model, cluster, global_batch_size=128, seq_length=8192, software="torchtitan-compile", top=1,

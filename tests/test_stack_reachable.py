@@ -69,13 +69,17 @@ def _flags(model, spec, cluster, rates, software, tmp_path):
     words = ["estimate", name, "--devices", str(cluster.num_devices)]
     if model.census and spec.selective_rule == "hyperparallel":
         words += ["--selective-rule", "torchtitan-op"]
-    implied = software_fields(software, spec.tp, spec.pp, spec.cp) if software else {}
+    # what --software fills for this strategy, read as the CLI reads it (the flags below state these fields)
+    reads = {name: getattr(spec, name) for name in ("dp", "precision", "zero_stage", "recompute", "global_batch_size",
+                                                    "micro_batch_size")}
+    implied = software_fields(software, spec.tp, spec.pp, spec.cp, moe=model.is_moe, per_op=False,
+                              **reads) if software else {}
     if software:
         words += ["--software", software]
     unreachable = []
     for name, default in _DEFAULTS.items():
         value = getattr(spec, name)
-        if name in ("global_batch_size", "seq_length", "dp"):
+        if name in ("global_batch_size", "seq_length", "dp", "micro_batch_size"):
             words += ["--" + name.replace("_", "-"), str(value)]
             continue
         if value == implied.get(name, default):

@@ -105,15 +105,15 @@ def strategy_from_args(args: argparse.Namespace, command: str = "estimate") -> S
     """The Strategy the flags state: an unstated field takes what ``--software``'s stack fixes for the strategy
     (``ndcost.spec.software_fields``), else ExecSpec's default; a stated stack option overrides the stack and
     must mean something for the strategy; a rates figure must agree with a ``--rates`` file's."""
-    from ..spec.software_fields import with_software
-    from ..spec.stack_options import check_applies, stack_fields, with_torchtitan_op
+    from ..spec.software_fields import stack_strategy
+    from ..spec.stack_options import check_applies, stack_fields
 
     software = getattr(args, "software", None)
     check_software(args)
     stated = stated_options(args, command)
     spec_changes, figures, _ = stack_fields(stated)
-    model, fields = with_torchtitan_op(model_from_args(args), {**spec_fields_from_args(args), **spec_changes})
-    spec = with_software(software, fields)
+    model, spec = stack_strategy(software, model_from_args(args), {**spec_fields_from_args(args), **spec_changes},
+                                 "ndcost")
     check_applies(stated, spec, model)
     cluster = cluster_from_args(args, spec)
     return Strategy(model, spec, cluster, rates_from_args(args, cluster, stated, figures))
@@ -146,15 +146,16 @@ def check_software(args: argparse.Namespace) -> None:
 
 def spec_from_args(args: argparse.Namespace):
     """The ExecSpec the strategy flags state (:func:`strategy_from_args`'s)."""
-    from ..spec.software_fields import with_software
-    from ..spec.stack_options import stack_fields, with_torchtitan_op
+    from ..spec.software_fields import stack_strategy
+    from ..spec.stack_options import stack_fields
 
     check_software(args)
     spec_changes = stack_fields(stated_options(args, "estimate"))[0]
     fields = {**spec_fields_from_args(args), **spec_changes}
-    if fields.get("selective_rule") is not None:
-        fields = with_torchtitan_op(model_from_args(args), fields)[1]
-    return with_software(getattr(args, "software", None), fields)
+    software = getattr(args, "software", None)
+    # a per-op rule (stated, or the stack's) is priced on the model's census: the model is read only then
+    needs_model = fields.get("selective_rule") is not None or (software is not None and fields.get("recompute"))
+    return stack_strategy(software, model_from_args(args) if needs_model else None, fields, "ndcost")[1]
 
 
 def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -9,8 +9,10 @@ from ..errors import SpecError
 
 from .args import add_strategy_arguments, offset_text, strategy_from_args
 from .help import ESTIMATE_EXAMPLES, add_pricing_arguments, add_software_argument, examples_epilog
+from .software import stack_line
 
 __all__ = ["add_estimate_commands", "price_from_args"]
+
 
 def _fmt(value: float, units: str) -> str:
     if units in ("seconds", "nd_ms"):
@@ -45,6 +47,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     if args.json:
         out = result.to_dict()
         out["model"] = model.name
+        out["software"] = getattr(args, "software", None)
         if args.ops:
             out["ops"] = [table.to_dict() for table in result.ops()]
         if moved is not None:
@@ -59,6 +62,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     print(f"step time: {_fmt(result.step_time, result.units)}")
     if result.mfu is not None:
         print(f"MFU: {100 * result.mfu:.1f}%   tokens/s: {result.tokens_per_second:,.0f}")
+    print(stack_line(args))
     print("parts:")
     total = result.step_time or 1.0
     for name, value in result.parts.items():

@@ -21,6 +21,7 @@ from .catalog import add_catalog_commands
 from .estimate import add_estimate_commands
 from .plot import add_plot_command
 from .search import add_search_command
+from .software import add_software_command
 from .validate import add_validate_command
 from ..errors import SpecError
 
@@ -28,7 +29,7 @@ __all__ = ["main", "build_parser"]
 
 #: The commands in the order `ndcost --help` lists them.
 _COMMANDS = (add_catalog_commands, add_estimate_commands, add_compare_command, add_validate_command,
-             add_calibrate_command, add_search_command, add_plot_command)
+             add_calibrate_command, add_search_command, add_plot_command, add_software_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -56,7 +56,12 @@ def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) ->
     if getattr(args, "software", None) is not None:
         from ..spec.software_fields import software_fields
 
-        implied = software_fields(args.software, spec.tp, spec.pp, spec.cp)
+        # read against the strategy as its flags restate it (a row that depends on the model being MoE reads
+        # it as dense: where that is wrong the field differs from the implied value and is restated by its flag)
+        reads = {name: getattr(spec, name) for name in ("dp", "precision", "zero_stage", "recompute",
+                                                         "global_batch_size", "micro_batch_size")
+                 if getattr(spec, name) is not None}
+        implied = dict(software_fields(args.software, spec.tp, spec.pp, spec.cp, **reads))
     for name, default in _DEFAULTS.items():
         if name not in stated and getattr(spec, name) != implied.get(name, default):
             raise SpecError(name, "estimate_command", "keep its default to be restated on the command line",
@@ -118,6 +123,9 @@ def _stack_flags(args: Any, spec: ExecSpec, implied: dict) -> list[str]:
         value = getattr(spec, option.field)
         if value == implied.get(option.field, _DEFAULTS[option.field]):
             continue
+        if option.name == "selective_rule" and value == "hyperparallel" and \
+                implied.get(option.field) == TORCHTITAN_OP:
+            continue                       # the stack's own per-op rule, priced on the census --software takes
         if option.name == "selective_rule" and value == "hyperparallel" and \
                 TORCHTITAN_OP in str(getattr(args, stack_dest(option), "")):
             value = TORCHTITAN_OP          # the search's model carries torchtitan's census: restate the rule

@@ -240,13 +240,19 @@ def _reasons(ea: Any, eb: Any, differences: list[tuple[str, Any, Any]], units: s
     return out
 
 
-def _priced(item: Any, model: Any, cluster: Any, units: str, ratios: Any, rates: Any) -> tuple[ExecSpec, Any]:
-    """(spec, estimate) of a strategy given as an ExecSpec, a search's Ranked or a (spec, Estimate) pair."""
+def _priced(item: Any, model: Any, cluster: Any, units: str, ratios: Any, rates: Any,
+            software: str | None = None) -> tuple[ExecSpec, Any]:
+    """(spec, estimate) of a strategy given as an ExecSpec (run on *software*'s stack), a search's Ranked or a
+    (spec, Estimate) pair."""
     if isinstance(item, ExecSpec):
         if model is None or cluster is None:
             raise SpecError("model/cluster", "compare", "be given to price an ExecSpec", None)
-        from ..price.estimate import estimate
+        from ..price.estimate import as_cluster, as_model, estimate
+        from ..price.software_arg import apply_software
 
+        cluster = as_cluster(cluster, item)
+        model, item, rates = apply_software(software, as_model(model), item, cluster, rates, owner="compare",
+                                            units=units)
         return item, estimate(model, item, cluster, units=units, ratios=ratios, rates=rates)
     spec, priced = (getattr(item, "spec", None), getattr(item, "estimate", None)) if not isinstance(item, tuple) \
         else (item + (None, None))[:2]
@@ -261,16 +267,15 @@ def compare(a: Any, b: Any, model: Any = None, cluster: Any = None, *, units: st
     """Strategy *b* against strategy *a*: each an ExecSpec (priced on *model* and *cluster*), a search's
     ranked strategy (``search(...).results[i]``) or an (ExecSpec, Estimate) pair.
 
-    *software* names the training stack whose measured error decides a tie (default: the device's error
-    over every stack); *rates* defaults to it, as in ``search``.
+    *software* names the training stack an ExecSpec runs on (its strategy fields and rates, as
+    :func:`ndcost.estimate`'s; a search's ranked strategy is priced already) and whose measured error decides a
+    tie (default: the device's error over every stack).
 
     Raises:
         SpecError: For a strategy that cannot be priced, or two estimates in different units.
     """
-    if software is not None and rates is None:
-        rates = software
-    sa, ea = _priced(a, model, cluster, units, ratios, rates)
-    sb, eb = _priced(b, model, cluster, units, ratios, rates)
+    sa, ea = _priced(a, model, cluster, units, ratios, rates, software)
+    sb, eb = _priced(b, model, cluster, units, ratios, rates, software)
     if ea.units != eb.units:
         raise SpecError("units", "compare", "be the same for both strategies", (ea.units, eb.units))
     device = cluster if cluster is not None else "unknown"

@@ -113,7 +113,7 @@ def stated_run(row: Mapping, hardware_table: Mapping, gpt_model: Any, cluster_op
         SpecError: Naming the field, when the row lacks what the estimate needs or states it wrongly.
     """
     from ..spec.cluster_options import cluster_block, make_cluster
-    from ..spec.software_fields import software_fields, with_software
+    from ..spec.software_fields import software_fields, stack_strategy
 
     run_id = str(row.get("id", "?"))
     strategy = row.get("strategy") or {}
@@ -152,8 +152,7 @@ def stated_run(row: Mapping, hardware_table: Mapping, gpt_model: Any, cluster_op
     if vpp > 1 and "pp_schedule" not in fields:
         fields["pp_schedule"] = "interleaved"
     spec_changes, figures, overlap_shares = stack_fields(stated)
-    model, fields = with_torchtitan_op(model, {**fields, **spec_changes}, run_id)
-    spec = with_software(software, fields)
+    model, spec = stack_strategy(software, model, {**fields, **spec_changes}, run_id)
     check_applies(stated, spec, model, run_id)
     options, where = _hardware(row, hardware_table, cluster_options, run_id, cluster_block)
     cluster = make_cluster(options["device"], gpus, options, where)

@@ -23,6 +23,7 @@ from ..tables.layout import Layout, build_layout
 from ..spec.model import Model
 from ..tables.nd_tables import nd_candidate_vector, nd_kind_table, nd_model_vector, refuse_nd_units
 from ..spec.rates_io import as_rates
+from .software_arg import apply_software
 from ..spec.ratios import Ratios
 from .result import Estimate, check_parts_sum
 from ..tables.validate import validate
@@ -99,7 +100,7 @@ def nd_estimate(model: Model, spec: ExecSpec, cluster: Cluster, layout: Layout, 
 def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds", ratios: Any = None,
              ratio_type: str = "DYNAMIC", rec_type: str = "WITH", p2p: bool = False,
              stage_savings: Any = None, stage_focused: int | None = None,
-             with_memory: bool = True, rates: Any = None) -> Estimate:
+             with_memory: bool = True, rates: Any = None, software: str | None = None) -> Estimate:
     """Price one strategy.
 
     Args:
@@ -114,6 +115,9 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         with_memory: Also estimate memory per stage and whether it fits.
         rates: Seconds mode's achievable rates: a :class:`~ndcost.spec.rates.Rates` or a rates JSON
             (``ndcost.spec.rates_io``, e.g. fitted by ``ndcost.fit_rates``); default the device's.
+        software: A training stack, a ``SOFTWARE_PRESETS`` name (``ndcost software`` lists them): its strategy fields fill
+            those the spec leaves at ExecSpec's defaults, and its rates fill those *rates* does not state
+            (a figure *rates* states wins) -- ``ndcost.price.software_arg``. None (default): the spec and rates as given.
 
     Raises:
         SpecError: For anything invalid, naming the parameter, the rule and the value.
@@ -128,6 +132,8 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
         cluster = as_cluster(cluster, spec)
     if units == "nd" and rates is not None:
         raise SpecError("rates", "estimate", "be given in seconds units only (ND's units price no rates)", rates)
+    if software is not None:
+        model, spec, rates = apply_software(software, model, spec, cluster, rates, owner="estimate", units=units)
     if units != "nd":
         # Seconds mode prices a per-layer plan as it runs (plan.spec's ranges), so ND's
         # stage_savings adjustment and its stage_focused view have no meaning there.
@@ -203,17 +209,19 @@ def _memory(model: Model, spec: ExecSpec, cluster: Cluster, derived: Any):
 
 
 def layer_times(model: Any, spec: ExecSpec, cluster: Any, kind: int, option: str = "none",
-                switches: Any = None) -> tuple[float, float]:
+                switches: Any = None, *, software: str | None = None) -> tuple[float, float]:
     """(forward, backward) of one layer of *kind* in ND's units, as the seeds' ``estimate_layer_times``.
 
     The layer runs alone on the first stage of the spec's pipeline; backward
     includes its recompute (priced at a third, as a stage prices it). Cached
-    per (model, spec, cluster, kind, option, switches) like the seeds' LayerTimes.
+    per (model, spec, cluster, kind, option, switches) like the seeds' LayerTimes. *software* applies a
+    training stack's strategy fields to the spec first (ND's units price no rates), as :func:`estimate`'s.
     """
     from ..spec.recompute_spec import mask_from_switches
 
     model = as_model(model)
     cluster = as_cluster(cluster, spec)
+    model, spec, _ = apply_software(software, model, spec, cluster, None, owner="layer_times", units="nd")
     if not isinstance(kind, int) or not 0 <= kind < len(model.kinds):
         raise SpecError("kind", "layer_times", f"be a kind index in [0, {len(model.kinds)})", kind)
     codes = {"none": col.OPTION_NONE, "full": col.OPTION_FULL, "selective": col.OPTION_SELECTIVE}

@@ -29,6 +29,7 @@ fixed costs that decide its fit).
 from __future__ import annotations
 
 import weakref
+from .software_arg import apply_software_many
 from typing import Any
 
 import numpy as np
@@ -122,7 +123,7 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
                   ratio_type: str = "DYNAMIC", rec_type: str = "WITH", p2p: bool = False,
                   with_memory: bool = True, stage_times: bool = False, stage_memory: bool = False,
                   allow_cross_node_tp: bool = True, chunk_size: int | None = None,
-                  rates: Any = None, threads: int | None = None) -> BatchEstimate:
+                  rates: Any = None, threads: int | None = None, software: str | None = None) -> BatchEstimate:
     """Price N candidates at once; an invalid or infeasible one is a value, never an exception.
 
     Args:
@@ -145,6 +146,9 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
             one thread on the pure-Python backend, which holds the GIL); an integer that many, at most
             one per chunk; 1 the calling thread only. The results are the same bit for bit whatever
             the count.
+        software: A training stack, a ``SOFTWARE_PRESETS`` name (``ndcost software`` lists them): its strategy fields fill those the candidates leave at
+            ExecSpec's defaults (a list spec by spec, a Candidates column by column) and its rates fill
+            those *rates* does not state, as :func:`ndcost.estimate`'s.
 
     Raises:
         SpecError: For bad arguments (never for a bad candidate: see ``BatchEstimate.reason``).
@@ -159,6 +163,9 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
     model = as_model(model)
     if units == "nd":
         refuse_nd_units(model, _OWNER)
+    if software is not None:
+        model, candidates, rates = apply_software_many(software, model, candidates, cluster, rates, owner=_OWNER,
+                                                       units=units)
     cands = _as_candidates(candidates)
     cc, reserve = _cluster_of(cluster)
     rate_set = as_rates(rates, device=cluster, owner=_OWNER)

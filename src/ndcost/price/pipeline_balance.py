@@ -16,6 +16,7 @@ proven optimum: it stops where no single layer leaving the slowest stage shorten
 """
 from __future__ import annotations
 
+from .software_arg import apply_software
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,7 @@ def _with_counts(model: Any, spec: ExecSpec, counts: list[list[int]]) -> ExecSpe
 
 def balance_pipeline(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds", ratios: Any = None,
                      memory_limit: float | None = None, max_moves: int | None = None,
-                     rates: Any = None) -> BalancedPipeline:
+                     rates: Any = None, software: str | None = None) -> BalancedPipeline:
     """Move layers off the slowest stages while each move shortens the step and the plan fits.
 
     Args:
@@ -60,6 +61,7 @@ def balance_pipeline(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "
             within it or, from a start already over it, not raise the peak.
         max_moves: Most layers moved (default: the layers placed).
         rates: Seconds mode's rates, as :func:`ndcost.estimate`'s.
+        software: The training stack the strategy runs on, as :func:`ndcost.estimate`'s.
 
     Returns:
         A :class:`BalancedPipeline`; ``moves == 0`` and the spec unchanged when no move helps.
@@ -70,6 +72,7 @@ def balance_pipeline(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "
         raise SpecError("max_moves", "balance_pipeline", "be an integer >= 0", max_moves)
     model = as_model(model)
     cluster = as_cluster(cluster, spec)
+    model, spec, rates = apply_software(software, model, spec, cluster, rates, owner="balance_pipeline", units=units)
     rates = as_rates(rates, device=cluster, owner="balance_pipeline")   # a rates file read once
     capacity = memory_limit_bytes(memory_limit, cluster, "balance_pipeline")
     best = estimate(model, spec, cluster, units=units, ratios=ratios, rates=rates)

@@ -25,6 +25,7 @@ one micro-batch): conservative, so a plan never exceeds its budget.
 """
 from __future__ import annotations
 
+from .software_arg import apply_software
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,7 +166,7 @@ def _ranges(choices: list[tuple[int, int]]) -> tuple[RecomputeRange, ...]:
 
 
 def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: float | None = None,
-                   units: str = "seconds", rates: Any = None) -> RecomputePlan:
+                   units: str = "seconds", rates: Any = None, software: str | None = None) -> RecomputePlan:
     """Choose each layer's recompute (none, a selective setting, or full) to fit each stage's memory.
 
     Args:
@@ -176,6 +177,7 @@ def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: fl
             ``"seconds"`` (default) or ``"nd"`` (ND's per-layer times; the plan's
             ``stage_savings`` then feed ``estimate(units="nd", stage_savings=...)``).
         rates: Seconds mode's rates, as :func:`ndcost.estimate`'s.
+        software: The training stack the strategy runs on, as :func:`ndcost.estimate`'s.
     """
     if units not in UNITS:
         raise SpecError("units", "plan_recompute", f"be one of {', '.join(map(repr, UNITS))}", units)
@@ -185,6 +187,7 @@ def plan_recompute(model: Any, spec: ExecSpec, cluster: Any, *, memory_limit: fl
     if units == "nd":
         refuse_nd_units(model, "plan_recompute")
     cluster = as_cluster(cluster, spec)
+    model, spec, rates = apply_software(software, model, spec, cluster, rates, owner="plan_recompute", units=units)
     rates = as_rates(rates, device=cluster, owner="plan_recompute")
     capacity = memory_limit_bytes(memory_limit, cluster, "plan_recompute")
     if units == "seconds":

@@ -26,7 +26,8 @@ from ..spec.exec_spec import ExecSpec
 from ..spec.rates_io import as_rates
 from .result import Estimate
 from ..spec.search_space import SEARCH_DIMENSIONS, build_space, stack_dimensions
-from ..spec.software_fields import software_columns, software_fields
+from ..spec.software_fields import check_software, software_fields, stack_columns
+from .software_arg import software_rates
 from ..tables.layout_nd import nd_search_offset
 from ..tables.memory import reserved_peak_bytes
 from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR
@@ -93,6 +94,9 @@ class SearchResult:
     reserved_memory: np.ndarray = field(repr=False, default=None)
     #: The memory limit the candidates were held to (the device's HBM unless a limit was given).
     capacity: float = math.inf
+    #: The model as the candidates were priced: with the census of a stack's per-op recompute where *software*
+    #: recomputes per op (a ranked spec's ``selective_rule`` "hyperparallel" reads it), else the one given.
+    model: Any = field(repr=False, default=None)
 
     @property
     def best(self) -> Ranked | None:
@@ -190,7 +194,8 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
             the count.
         software: A training stack (``Rates.for_software``'s names): every candidate takes the
             fields it fixes for its strategy (``ndcost.spec.software_fields``; a search dimension it
-            fixes, such as torchtitan's ZeRO-3, is fixed unless given), and *rates* defaults to it.
+            fixes, such as torchtitan's ZeRO-3, is fixed unless given; a per-op selective rule priced on the
+            model's census), and its rates fill those *rates* does not state (a figure *rates* states wins).
         **dims: Each search dimension (tp, pp, cp, dp, ep, micro_batch_size, vpp, zero_stage,
             sequence_parallel, pp_schedule, recompute) fixed (a value), a list, or searched (absent); and
             any ExecSpec field a stack option sets (``ndcost.spec.stack_options.SEARCHABLE``: tp_overlap,
@@ -218,11 +223,11 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
     if units == "nd" and rates is not None:
         raise SpecError("rates", "search", "be given in seconds units only (ND's units price no rates)", rates)
     if software is not None:
-        software_fields(software)                    # the name checked before anything is built
+        check_software(software, "search")               # the name checked before anything is built
         if dims.get("zero_stage") is None and "zero_stage" in software_fields(software):
             dims["zero_stage"] = software_fields(software)["zero_stage"]
-        if rates is None:
-            rates = software
+        if units != "nd":
+            rates = software_rates(software, cluster, rates, "search")
     rates = as_rates(rates, device=cluster, owner="search")
     if memory_limit is not None and not (is_finite_number(memory_limit) and memory_limit >= MIN_MEMORY_LIMIT):
         raise SpecError("memory_limit", "search", f"be a finite number of bytes >= {MIN_MEMORY_LIMIT} (1 GiB)",
@@ -237,7 +242,8 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
                         global_batch_size=global_batch_size, seq_length=seq_length, dims=dims,
                         allow_cross_node_tp=allow_cross_node_tp)
     if software is not None:
-        space = replace(space, columns={**space.columns, **software_columns(software, space.columns)})
+        model, columns = stack_columns(software, model, space.columns)
+        space = replace(space, columns=columns)
     if units == "nd":
         space = replace(space, columns={**space.columns, "offset": _nd_search_offsets(model, space.columns)})
     n = space.size
@@ -298,6 +304,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
         excluded=dict(space.excluded or {}),
         pareto=tuple((float(step[i]), float(reserved[i]), i) for i in front), units=units,
         columns=space.columns, step_time=step, peak_memory=memory, reserved_memory=reserved, capacity=capacity,
+        model=model,
     )
 
 

@@ -26,8 +26,7 @@ from typing import Any, Mapping
 from ..errors import SpecError, is_finite_number
 from ..limits import MAX_LATENCY
 from .moe_kernels import (
-    GROUPED_GEMMS, MCORE_MOE, MCORE_MOE_SOURCES, MOE_KERNEL_DEFAULTS, MOE_KERNEL_SOURCES, MOE_PERMUTES,
-    TORCHTITAN_MOE, TORCHTITAN_MOE_SOURCES,
+    GROUPED_GEMMS, MOE_KERNEL_DEFAULTS, MOE_KERNEL_SOURCES, MOE_PERMUTES,
 )
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
@@ -513,87 +512,6 @@ GENERIC_RATES: Rates = _H100.replace(sources={
     for name, text in _H100.sources.items()
 })
 
-# ---------------------------------------------------------------------------- software generations
-
-_MEGATRON_2021_GRAD = (
-    "Megatron-LM v2.x (2021) megatron/model/distributed.py _make_param_hook: the weight-gradient GEMM "
-    "returns param.grad and the hook runs param.main_grad.add_(param.grad.data) every micro-batch; the "
-    "wgrad GEMM accumulating into main_grad (--gradient-accumulation-fusion, fused_weight_gradient_mlp_cuda) "
-    "came with Megatron-LM v3 (2022). DeepSpeed's engine (GPT-NeoX, ZeRO-3) accumulates through autograd's "
-    "param.grad, also a separate add")
-#: 10.2 GB of fp16 parameters fetched in ~420 ms.
-_DS_FETCH = (
-    "deepspeedai/DeepSpeed issue #1174 (2021-06-19; DeepSpeed 0.3.16, PyTorch 1.8, 8x A100 NVLink, p4d): a "
-    "5.1B-parameter BERT (hidden 2560, 64 layers; fp16 10.2 GB) ran its forward in ~480 ms under ZeRO-3 "
-    "against ~60 ms under ZeRO-2: 10.2 GB fetched in ~420 ms = 24.3 GB/s. One all_gather per parameter "
-    "tensor, a torch.cuda.synchronize() and an explicit copy after each (PR #1188, 2021-06-25, items 2-3)")
-_DS_RELEASE = (
-    "DeepSpeed ZeRO-3 before ZeRO-Infinity (v0.3.13-0.3.14, March-April 2021, the code of Narayanan et al. "
-    "2021's ZeRO-3 rows) releases each sub-module's parameters after its forward and fetches them at the "
-    "next use (stage3.py fetch_sub_module / release_sub_module); max_reuse_distance came with ZeRO-Infinity")
-_DS_ALLREDUCE = (
-    "deepspeedai/DeepSpeed issue #1173 (2021-06-21): profiling ZeRO-3 shows 'nccl-all-reduce' kernels and no "
-    "reduce-scatter for the gradient reduction; the DeepSpeed team's reply does not dispute it")
-
-_MCORE_GRAD = ("Megatron-Core (2024-25) gradient_accumulation_fusion true: NVIDIA/dgxc-benchmarking and "
-               "Megatron-Bridge perf configs (ndcost data/validation/h100_run_facts.yaml 'fusions')")
-_TITAN_GRAD = ("pytorch/torchtitan@9dec370: FSDP2 reduce-scatters each parameter's gradient into its sharded "
-               ".grad once per backward; with one micro-batch a step there is nothing to accumulate")
-
-_MCORE_ATTN = ("Megatron-Core's TE DotProductAttention: on sm90 Transformer Engine prefers cuDNN FusedAttention "
-               "(NVIDIA/dgxc-benchmarking and Megatron-Bridge configs, ndcost data/validation/h100_run_facts.yaml "
-               "'attention_backend'); GQA runs natively (no K/V copies)")
-_MCORE_FUSED = ("Megatron-Core with TE: fused LayerNorm/RMSNorm, fused RoPE (apply_rope_fusion), fused SwiGLU and "
-                "bias-dropout-add (h100_run_facts.yaml 'fusions')")
-_TE_RECIPE = ("Transformer Engine's default recipe is DelayedScaling (transformer_engine/common/recipe); a run on "
-              "current scaling states it (Megatron-Bridge 'fp8_cs')")
-_TITAN_SDPA = ("pytorch/torchtitan@9dec370 llama/model.py: F.scaled_dot_product_attention(is_causal=True); for bf16 "
-               "on sm90 PyTorch's SDPA runs its FlashAttention-2 backend (h100_run_facts.yaml 'attention')")
-_TITAN_EAGER = ("pytorch/torchtitan@9dec370: RMSNorm (norm_type 'rmsnorm', torchtitan/models/norms.py), "
-                "apply_rotary_emb and F.silu(w1(x)) * w3(x) are PyTorch ops, one kernel each without torch.compile")
-_TITAN_COMPILE = ("pytorch/torchtitan@9dec370 parallelize_llama.apply_compile: each TransformerBlock "
-                  "torch.compile(fullgraph=True): inductor fuses its pointwise ops and reductions")
-_TITAN_COPIES = ("pytorch/torchtitan@9dec370 llama/model.py Attention.forward: repeat_kv (expand + reshape: a copy "
-                 "for GQA) before SDPA and output.transpose(1, 2).contiguous() after it")
-_TITAN_FP8 = ("pytorch/torchtitan@9dec370 float8.py: torchao Float8Linear, tensorwise dynamic scaling for input, "
-              "weight and grad_output (h100_run_facts.yaml 'float8_scaling')")
-
-#: Megatron-Core with Transformer Engine (2024-25): the figures of the "megatron-te" and "nemo" presets.
-_MCORE_TE = (
-    MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "best", "elementwise": "fused",
-                      "attention_copies": False, "fp8_recipe": "delayed"}),
-    MappingProxyType({"grad_accumulation_fusion": _MCORE_GRAD, "attention_kernel": _MCORE_ATTN,
-                      "elementwise": _MCORE_FUSED, "attention_copies": _MCORE_ATTN, "fp8_recipe": _TE_RECIPE}),
-)
-
-
-def _torchtitan(elementwise: str, elementwise_source: str) -> tuple[Mapping[str, Any], Mapping[str, str]]:
-    """torchtitan's figures: eager and torch.compile differ only in how the elementwise ops run."""
-    return (MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "fa2", "elementwise": elementwise,
-                              "attention_copies": True, "fp8_recipe": "torchao", **TORCHTITAN_MOE}),
-            MappingProxyType({"grad_accumulation_fusion": _TITAN_GRAD, "attention_kernel": _TITAN_SDPA,
-                              "elementwise": elementwise_source, "attention_copies": _TITAN_COPIES,
-                              "fp8_recipe": _TITAN_FP8, **TORCHTITAN_MOE_SOURCES}))
-
-
-#: Training-software generations: name -> (Rates figures, their sources). ``Rates.for_software``.
-SOFTWARE_PRESETS: Mapping[str, tuple[Mapping[str, Any], Mapping[str, str]]] = MappingProxyType({
-    "megatron-2021": (
-        MappingProxyType({"grad_accumulation_fusion": False}),
-        MappingProxyType({"grad_accumulation_fusion": _MEGATRON_2021_GRAD}),
-    ),
-    "deepspeed-2021": (
-        MappingProxyType({"grad_accumulation_fusion": False, "zero3_fetch_bandwidth": 10.2e9 / 0.42,
-                          "zero3_recompute_gather": True, "zero3_grad_all_reduce": True}),
-        MappingProxyType({"grad_accumulation_fusion": _MEGATRON_2021_GRAD, "zero3_fetch_bandwidth": _DS_FETCH,
-                          "zero3_recompute_gather": _DS_RELEASE, "zero3_grad_all_reduce": _DS_ALLREDUCE}),
-    ),
-    # MoE kernels as NVIDIA's recipes (NeMo, Megatron-Bridge) configure Megatron-Core: fused permutation and router
-    "megatron-te": (MappingProxyType({**_MCORE_TE[0], **MCORE_MOE}),
-                    MappingProxyType({**_MCORE_TE[1], **MCORE_MOE_SOURCES})),
-    "nemo": (MappingProxyType({**_MCORE_TE[0], **MCORE_MOE}),
-             MappingProxyType({**_MCORE_TE[1], "fp8_recipe": _TE_RECIPE + "; NeMo 1.x/2.x trains Megatron-Core models "
-                               "with TE", **MCORE_MOE_SOURCES})),
-    "torchtitan-eager": _torchtitan("eager", _TITAN_EAGER),
-    "torchtitan-compile": _torchtitan("fused", _TITAN_COMPILE),
-})
+# The training stacks' figures live in ndcost.spec.software_rates (imported last: it reads nothing of this
+# module's, this module's Rates.for_software reads its table).
+from .software_rates import SOFTWARE_PRESETS  # noqa: E402

@@ -12,15 +12,19 @@ Each torchtitan figure cites torchtitan@9dec370 (the version of its published H1
 from __future__ import annotations
 
 import dataclasses
+from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
 
 from ..errors import SpecError
 from .exec_spec import ExecSpec
+from .nvidia_recipes import NVIDIA_RECIPE_FIELDS
+from .preset_fields import PresetField, StrategyView, preset_values
+from .stack_options import TORCHTITAN_OP
 
-__all__ = ["TORCHTITAN_LOGIT_BYTES", "TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES", "software_fields", "with_software",
-           "software_columns"]
+__all__ = ["TORCHTITAN_LOGIT_BYTES", "TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES", "TORCHTITAN_FIELDS", "PRESET_FIELDS",
+           "check_software", "per_op_model", "software_fields", "stack_strategy", "with_software", "software_columns"]
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ExecSpec)}
 
@@ -37,65 +41,179 @@ TORCHTITAN_LOGIT_BYTES = max(2 + 4 + 4, 4 + 4 + 4)
 #: while ``exp(x)`` is freed (still 16).
 TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES = max(2 + 4 + 4 + 4, 4 + 4 + 4 + 4)
 
-#: Stacks whose framework fields are ExecSpec's defaults (Megatron-Core's), or that ndcost prices in time only.
-_NO_FIELDS = ("megatron-2021", "deepspeed-2021", "megatron-te", "nemo")
+_TT = "pytorch/torchtitan@9dec370ad26b5f8e9a7333a0e36165018262644b"
 
 
-def _torchtitan(tp: int, pp: int, cp: int) -> dict[str, Any]:
-    fields: dict[str, Any] = dict(
-        zero_stage=3,                    # FSDP2 (fully_shard) over dp_shard x cp: parallelize_llama.py
-        param_bytes=4, main_param_bytes=0,   # FSDP2 shards fp32 parameters, gathers bf16 ones to compute
-        grad_bytes=4, optimizer_state_bytes=4, optimizer_states=2,   # fp32 reduce dtype, AdamW
-        logit_bytes=TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES if tp > 1 else TORCHTITAN_LOGIT_BYTES,
-        fp8_weight_cache=False,          # torchao's Float8Linear casts at each forward (float8.py)
-        sequence_parallel=tp > 1,        # its TP plan shards the norms' sequence (SequenceParallel)
-    )
-    if pp > 1:
-        # FSDP2 keeps a pipelined stage's parameters unsharded in bf16 for the whole step beside their
-        # fp32 shards (reshard_after_forward False with PP: parallelize_llama.py:L309-339), and torch's
-        # pipeline stage accumulates the micro-batches' gradients unsharded in the fp32 reduce dtype
-        # until the last backward (torch.distributed.pipelining: gradient sync off but for the last)
-        fields.update(reshard_params=False, deferred_grad_accumulation=True, param_bytes=2, main_param_bytes=4)
-    if cp > 1:
-        # PyTorch's context_parallel with rotate_method "allgather", torchtitan's default
-        # (config_manager.py: --experimental.context_parallel_rotate_method)
-        fields["cp_algo"] = "ring-allgather"
-    return fields
+def _pipelined(view: Any) -> bool:
+    return view.pp > 1
 
 
-def software_fields(software: str, tp: int = 1, pp: int = 1, cp: int = 1) -> Mapping[str, Any]:
-    """The ExecSpec fields the training stack *software* (a ``SOFTWARE_PRESETS`` name) fixes for a
-    strategy of these degrees; empty for the stacks whose fields are ExecSpec's defaults."""
-    if software in ("torchtitan-eager", "torchtitan-compile"):
-        return _torchtitan(tp, pp, cp)
-    if software in _NO_FIELDS:
-        return {}
-    from .rates import SOFTWARE_PRESETS
-    from ..suggest import did_you_mean
+def _one_micro_batch_per_stage(view: Any) -> bool:
+    """torchtitan splits a stage's batch into as many micro-batches as stages, where the caller states the
+    batch and no micro-batching of its own."""
+    return (view.pp > 1 and view.states("global_batch_size") and not view.states("micro_batch_size")
+            and not view.states("micro_batch_num"))
 
-    raise SpecError("software", "software_fields",
-                    f"be one of {', '.join(map(repr, SOFTWARE_PRESETS))}{did_you_mean(software, SOFTWARE_PRESETS)}",
-                    software)
+
+def _stage_micro_batch_size(view: Any) -> int | None:
+    share, left = divmod(view.global_batch_size, view.dp * view.pp)
+    return share if share >= 1 and not left else None
+
+
+#: torchtitan (FSDP2, its loss, torchao's fp8, PyTorch's CP and pipelining), each row at torchtitan@9dec370, the
+#: version of its published H100 benchmark.
+TORCHTITAN_FIELDS: tuple[PresetField, ...] = (
+    PresetField("zero_stage", 3, "", f"{_TT} torchtitan/parallelisms/parallelize_llama.py apply_fsdp: FSDP2 "
+                "(fully_shard) over dp_shard x cp"),
+    PresetField("param_bytes", 2, "pp > 1", f"{_TT} parallelize_llama.py:L309-339 reshard_after_forward False with "
+                "PP: the stage's bf16 parameters stay unsharded beside their fp32 shards", _pipelined),
+    PresetField("param_bytes", 4, "pp 1", f"{_TT} parallelize_llama.py apply_fsdp MixedPrecisionPolicy("
+                "param_dtype=bf16, reduce_dtype=fp32): fp32 shards, bf16 gathered to compute"),
+    PresetField("main_param_bytes", 4, "pp > 1", "the fp32 shards beside the unsharded bf16 parameters (as "
+                "param_bytes)", _pipelined),
+    PresetField("main_param_bytes", 0, "pp 1", "the fp32 shards are the master copy (no other)"),
+    PresetField("grad_bytes", 4, "", f"{_TT} parallelize_llama.py MixedPrecisionPolicy reduce_dtype fp32"),
+    PresetField("optimizer_state_bytes", 4, "", f"{_TT} torchtitan/optimizer.py AdamW on the fp32 shards"),
+    PresetField("optimizer_states", 2, "", f"{_TT} torchtitan/optimizer.py AdamW: two moments"),
+    PresetField("logit_bytes", TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES, "tp > 1", "DTensor's loss_parallel (torch/"
+                "distributed/tensor/parallel/loss.py, torch@1963fc83a1c32e162162e2414f78b043f0674bae): 2 + 4 + 4 + 4 "
+                "bytes forward, 4 + 4 + 4 + 4 backward", lambda view: view.tp > 1),
+    PresetField("logit_bytes", TORCHTITAN_LOGIT_BYTES, "tp 1", f"{_TT} train.py:L131-134, L303-308 cross_entropy("
+                "pred.flatten(0, 1).float(), labels), then del pred: 2 + 4 + 4 bytes forward, 4 + 4 + 4 backward"),
+    PresetField("fp8_weight_cache", False, "", f"{_TT} torchtitan/float8.py: torchao's Float8Linear casts each "
+                "weight at each forward"),
+    PresetField("sequence_parallel", lambda view: view.tp > 1, "", f"{_TT} parallelize_llama.py apply_tp: the "
+                "norms' sequence sharded (SequenceParallel) with TP", shown="tp > 1"),
+    PresetField("reshard_params", False, "pp > 1", f"{_TT} parallelize_llama.py:L309-339 reshard_after_forward "
+                "False with PP", _pipelined),
+    PresetField("deferred_grad_accumulation", True, "pp > 1", "torch.distributed.pipelining: gradient sync off but "
+                "for the last micro-batch (the unsharded fp32 gradients accumulate until then)", _pipelined),
+    PresetField("cp_algo", "ring-allgather", "cp > 1", f"{_TT} torchtitan/config_manager.py "
+                "--experimental.context_parallel_rotate_method default 'allgather'", lambda view: view.cp > 1),
+    PresetField("selective_rule", TORCHTITAN_OP, "recompute selective (no switches stated)", f"{_TT} "
+                "train_configs/llama3_8b.toml:L53-55 mode 'selective', selective_ac_option 'op' (per-op SAC: "
+                "parallelize_llama.py _apply_ac_to_transformer_block's _save_list)",
+                lambda view: view.recompute == "selective" and not view.states("selective_switches") and view.per_op),
+    PresetField("micro_batch_num", lambda view: view.pp if _stage_micro_batch_size(view) else None,
+                "pp > 1, the global batch stated and no micro-batching", f"{_TT} torchtitan/parallelisms/"
+                "pipelining_utils.py:L79-81 n_microbatches defaults to pipeline_parallel_degree (one per stage)",
+                _one_micro_batch_per_stage, shown="pp"),
+    PresetField("micro_batch_size", _stage_micro_batch_size, "as micro_batch_num", "the batch of a stage split "
+                "into pp micro-batches", _one_micro_batch_per_stage, shown="global_batch_size / (dp * pp)"),
+)
+
+#: Preset name -> the ExecSpec fields it fixes (none: ExecSpec's defaults, Megatron-Core's, hold).
+PRESET_FIELDS: Mapping[str, tuple[PresetField, ...]] = MappingProxyType({
+    "megatron-2021": (), "deepspeed-2021": (), "megatron-te": (), **NVIDIA_RECIPE_FIELDS,
+    "torchtitan-eager": TORCHTITAN_FIELDS, "torchtitan-compile": TORCHTITAN_FIELDS,
+})
+
+
+def check_software(software: Any, owner: str = "software_fields", parameter: str = "software") -> None:
+    """Refuse a name that is no preset, with the nearest one."""
+    if not isinstance(software, str) or software not in PRESET_FIELDS:
+        from .rates import SOFTWARE_PRESETS
+        from ..suggest import did_you_mean
+
+        raise SpecError(parameter, owner, f"be one of {', '.join(map(repr, SOFTWARE_PRESETS))}"
+                        f"{did_you_mean(str(software), SOFTWARE_PRESETS)}", software)
+
+
+def software_fields(software: str, tp: int = 1, pp: int = 1, cp: int = 1, *, moe: bool = False,
+                    per_op: bool = True, **stated: Any) -> Mapping[str, Any]:
+    """The ExecSpec fields the training stack *software* (a ``SOFTWARE_PRESETS`` name) fixes for a strategy
+    of these degrees and *stated* fields (none of which it sets), in a MoE model or not, one that takes a per-op
+    recompute census or not (*per_op*); empty for the stacks whose fields are ExecSpec's defaults."""
+    check_software(software)
+    return preset_values(PRESET_FIELDS[software], StrategyView({"tp": tp, "pp": pp, "cp": cp, **stated}, moe,
+                                                                   per_op=per_op))
+
+
+def per_op_model(model: Any) -> bool:
+    """Whether torchtitan's per-op recompute can be priced on *model*: a dense text model with no census of its
+    own (``ndcost.spec.torchtitan_sac.torchtitan_op_census``'s rule); a stack's per-op rule is not set
+    elsewhere (its selective recompute is then priced as Megatron's)."""
+    return (model is not None and not getattr(model, "census", ()) and not getattr(model, "is_moe", False)
+            and getattr(model, "vision", None) is None)
+
+
+def stack_strategy(software: str | None, model: Any, stated: Mapping[str, Any],
+                   where: str = "with_software") -> tuple[Any, ExecSpec]:
+    """(model, ExecSpec) of the *stated* fields with *software*'s own filling every field not stated; a
+    selective rule ``torchtitan-op`` (stated or the stack's) priced as it runs, on the model's census
+    (``ndcost.spec.stack_options.with_torchtitan_op``)."""
+    from .stack_options import with_torchtitan_op
+
+    fields = dict(stated)
+    if software is not None:
+        fields = {**software_fields(software, moe=bool(getattr(model, "is_moe", False)), per_op=per_op_model(model),
+                                    **stated), **stated}
+    if fields.get("selective_rule") == TORCHTITAN_OP and model is None:
+        raise SpecError("selective_rule", where, "be torchtitan-op only with a model to take its census "
+                        "of (ndcost.spec.software_fields.stack_strategy)", TORCHTITAN_OP)
+    model, fields = with_torchtitan_op(model, fields, where)
+    return model, ExecSpec(**fields)
 
 
 def with_software(software: str | None, stated: Mapping[str, Any]) -> ExecSpec:
-    """An ExecSpec of the *stated* fields, the stack's own fields filling every field not stated."""
-    if software is None:
-        return ExecSpec(**stated)
-    fields = software_fields(software, stated.get("tp", 1), stated.get("pp", 1), stated.get("cp", 1))
-    return ExecSpec(**{**fields, **stated})
+    """An ExecSpec of the *stated* fields, the stack's own fields filling every field not stated (a dense
+    model's; :func:`stack_strategy` with the model where the strategy may recompute per op)."""
+    return stack_strategy(software, None, stated)[1]
 
 
-def software_columns(software: str, columns: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Columns of the fields *software* fixes for each row of a batch whose *columns* state its tp, pp and cp
-    (a search space's): one per field the stack fixes that *columns* do not hold, ExecSpec's default where
-    the stack leaves a row's field alone (its CP ring at cp 1, say)."""
-    degrees = np.stack([np.asarray(columns[name], dtype=np.int64) for name in ("tp", "pp", "cp")], axis=1)
-    combos, row_combo = np.unique(degrees, axis=0, return_inverse=True)
-    per_combo = [software_fields(software, *(int(x) for x in combo)) for combo in combos]
-    names = sorted(set().union(*per_combo) - set(columns)) if per_combo else []
+#: The strategy fields a preset's rows read (their conditions and values): what a batch's rows are grouped by.
+PRESET_READS = ("tp", "pp", "cp", "dp", "precision", "zero_stage", "recompute", "global_batch_size")
+
+
+def _codes(column: Any) -> np.ndarray:
+    """Each row's index among the column's distinct values."""
+    values = np.asarray(column)
+    try:
+        return np.unique(values, return_inverse=True)[1].ravel()
+    except TypeError:          # structured values (recompute ranges) do not sort: distinct by identity of value
+        seen: dict[Any, int] = {}
+        return np.fromiter((seen.setdefault(repr(v), len(seen)) for v in values.tolist()), np.int64, len(values))
+
+
+def software_columns(software: str, columns: Mapping[str, Any], *, moe: bool = False,
+                     stated: Any = None, per_op: bool = True) -> dict[str, np.ndarray]:
+    """Columns of the fields *software* fixes for each row of a batch of *columns* (a search space's): one per
+    field the stack fixes that the batch does not state (*stated*: the names it states, default every column),
+    ExecSpec's default where the stack leaves a row's field alone (its CP ring at cp 1, say)."""
+    named = set(columns) if stated is None else set(stated)
+    reads = [name for name in PRESET_READS if name in columns]
+    n = len(np.asarray(columns[reads[0]]))
+    groups = np.stack([_codes(columns[name]) for name in reads], axis=1) if reads else np.zeros((n, 1), np.int64)
+    _, first, row_combo = np.unique(groups, axis=0, return_index=True, return_inverse=True)
+    rows = PRESET_FIELDS[software] if software in PRESET_FIELDS else check_software(software)
+    per_combo = []
+    for i in first.tolist():
+        values = {name: _scalar(columns[name], i) for name in reads}
+        per_combo.append(preset_values(rows, StrategyView(values, moe, named, per_op)))
+    names = sorted(set().union(*per_combo) - named) if per_combo else []
     out = {}
     for name in names:
         values = [fields.get(name, _DEFAULTS[name]) for fields in per_combo]
         out[name] = np.asarray(values, dtype=object if isinstance(values[0], str) else None)[row_combo.ravel()]
     return out
+
+
+def _scalar(column: Any, i: int) -> Any:
+    value = np.asarray(column, dtype=object)[i]
+    return value.item() if hasattr(value, "item") else value
+
+
+def stack_columns(software: str, model: Any, columns: Mapping[str, Any], *,
+                  stated: Any = None) -> tuple[Any, dict[str, Any]]:
+    """(model, columns) of a batch (a search space, a Candidates' columns) under *software*: the columns with
+    the fields the stack fixes where the batch does not state them (:func:`software_columns`), a per-op
+    selective rule ``torchtitan-op`` priced as it runs (HyperParallel's policy on the model's census)."""
+    from .stack_options import with_torchtitan_op
+
+    added = software_columns(software, columns, moe=bool(getattr(model, "is_moe", False)), stated=stated,
+                             per_op=per_op_model(model))
+    rule = added.get("selective_rule")
+    if rule is not None and TORCHTITAN_OP in set(rule.tolist()):
+        model, _ = with_torchtitan_op(model, {"selective_rule": TORCHTITAN_OP}, where="software")
+        added["selective_rule"] = np.where(rule == TORCHTITAN_OP, "hyperparallel", rule).astype(object)
+    return model, {**columns, **added}

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from ..errors import SpecError
 from .rates import SOFTWARE_PRESETS, Rates
 
-__all__ = ["stack_rates", "stated_figures"]
+__all__ = ["stack_rates", "stated_figures", "with_preset"]
 
 
 def stated_figures(rates: Rates, device: Any) -> dict[str, Any]:
@@ -24,6 +24,30 @@ def stated_figures(rates: Rates, device: Any) -> dict[str, Any]:
     default = Rates.for_device(device)
     return {name: getattr(rates, name) for name, source in rates.sources.items()
             if hasattr(default, name) and source != default.sources.get(name)}
+
+
+def with_preset(base: Rates, device: Any, software: str, *, owner: str, parameter: str = "software",
+                against: str = "the rates given", states: Mapping[str, Any] | None = None,
+                stated_wins: bool = False) -> Rates:
+    """*base* with the training stack *software*'s figures (each with its source) in every figure *base* does not
+    state (*states*: what it states, default :func:`stated_figures`).
+
+    A figure *base* states otherwise than the stack is refused, naming both (a rates file beside ``--software``:
+    two files of figures that disagree), or with *stated_wins* kept (Python's ``rates=`` beside ``software=``, and
+    a CLI flag beside its preset: what the caller states overrides the stack's default, as a stated ExecSpec
+    field does).
+    """
+    states = stated_figures(base, device) if states is None else states
+    preset, cited = SOFTWARE_PRESETS[software]
+    changes = {}
+    for name, value in preset.items():
+        if name in states and states[name] != value:
+            if stated_wins:
+                continue
+            raise SpecError(parameter, owner, f"agree with {against}, which states {name} "
+                            f"{states[name]!r} where {software} sets {value!r}", software)
+        changes[name] = value
+    return base.replace(sources={**base.sources, **{name: cited[name] for name in changes}}, **changes)
 
 
 def stack_rates(device: Any, *, software: str | None = None, rates_file: str | os.PathLike | None = None,
@@ -51,13 +75,9 @@ def stack_rates(device: Any, *, software: str | None = None, rates_file: str | o
     changes: dict[str, Any] = {}
     states = stated_figures(base, device) if rates_file is not None else {}
     if software is not None:
-        preset, cited = SOFTWARE_PRESETS[software]
-        for name, value in preset.items():
-            if name in states and states[name] != value:
-                raise SpecError("--software", owner, f"agree with the --rates file, which states {name} "
-                                f"{states[name]!r} where {software} sets {value!r}", software)
-            changes[name] = value
-            sources[name] = cited[name]
+        base = with_preset(base, device, software, owner=owner, parameter="--software",
+                           against="the --rates file", states=states)
+        sources = dict(base.sources)
     for name, value in figures.items():
         if name in states and states[name] != value:
             flag = flags.get(name, name)
