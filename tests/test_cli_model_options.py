@@ -6,6 +6,7 @@ import json
 import pytest
 
 import ndcost
+from ndcost.cli.software import DEFAULT_SOFTWARE
 from ndcost.cli.main import main
 
 VLM = ["qwen2.5-vl-7b", "--device", "h100-sxm", "--dp", "4", "--tp", "2", "--pp", "4",
@@ -22,7 +23,9 @@ def _json(capsys, *argv):
 def _api(model, units):
     spec = ndcost.ExecSpec(dp=4, tp=2, pp=4, global_batch_size=256, seq_length=8192, sequence_parallel=True,
                            recompute="selective")
-    return ndcost.estimate(model, spec, ndcost.Cluster("h100-sxm", num_devices=32), units=units)
+    # the command line prices its default stack in seconds mode (ndcost.cli.software.DEFAULT_SOFTWARE), none in ND's
+    software = DEFAULT_SOFTWARE if units == "seconds" else None
+    return ndcost.estimate(model, spec, ndcost.Cluster("h100-sxm", num_devices=32), units=units, software=software)
 
 
 @pytest.mark.parametrize("units", ["seconds", "nd"])

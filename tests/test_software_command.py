@@ -42,15 +42,36 @@ def test_docs_stacks_is_the_tables_as_they_are():
         assert f"## {name}" in stacks_markdown() and preset_document(name)["title"]
 
 
-@pytest.mark.parametrize("software", [None, "nemo"])
-def test_every_estimate_prints_the_stack_it_priced(capsys, software):
+@pytest.mark.parametrize("software, printed", [(None, "megatron-bridge"), ("nemo", "nemo"), ("none", "none stated")])
+def test_every_estimate_prints_the_stack_it_priced(capsys, software, printed):
     argv = ["estimate", "llama3-8b", "--device", "h100-sxm", "--dp", "8", "--global-batch-size", "32"]
     argv += ["--software", software] if software else []
     assert main(argv) == 0
     stack = [line for line in capsys.readouterr().out.splitlines() if line.startswith("stack: ")]
-    assert len(stack) == 1 and (software or "none stated") in stack[0]
+    assert len(stack) == 1 and printed in stack[0] and ("the default" in stack[0]) == (software is None)
     assert main(argv + ["--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["software"] == software
+    assert json.loads(capsys.readouterr().out)["software"] == (None if software == "none" else printed)
+
+
+def test_with_no_stack_named_the_command_line_prices_nvidias_recipes_and_none_prices_as_stated(capsys):
+    """The default stack is Megatron-Core as NVIDIA's recipes run it (docs/STACKS.md): a dense TP layout gets
+    its TP comm overlap; ``--software none`` is the strategy exactly as stated, as Python's default is."""
+    import ndcost
+
+    argv = ["estimate", "llama3-8b", "--device", "h100-sxm", "--dp", "2", "--tp", "4", "--global-batch-size", "32",
+            "--json"]
+    steps = {}
+    for software in (None, "megatron-bridge", "none"):
+        assert main(argv + (["--software", software] if software else [])) == 0
+        steps[software] = json.loads(capsys.readouterr().out)["step_time"]
+    assert steps[None] == steps["megatron-bridge"] != steps["none"]
+    model, cluster = ndcost.Model.from_catalog("llama3-8b"), ndcost.Cluster("h100-sxm", 8)
+    spec = ndcost.ExecSpec(dp=2, tp=4, global_batch_size=32)
+    assert steps["none"] == ndcost.estimate(model, spec, cluster).step_time
+    assert steps[None] == ndcost.estimate(model, spec, cluster, software="megatron-bridge").step_time
+    # ND's units know no stack: the drop-in prices as HyperParallel's estimator does
+    assert main(argv[:-1] + ["--units", "nd", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["software"] is None
 
 
 def test_nvidias_70b_recipe_with_software_nemo_alone_is_the_validated_figure(capsys):

@@ -63,10 +63,12 @@ def add_software_argument(p) -> None:
     from ..spec.rates import SOFTWARE_PRESETS
 
     p.add_argument("--software", metavar="NAME",
-                   help=f"the training stack ({', '.join(SOFTWARE_PRESETS)}): the strategy fields it fixes "
-                        "(torchtitan: FSDP2's sharding and widths, its loss, torchao's casts, its CP ring) and, in "
-                        "seconds mode, its kernels, fusions and fp8 recipe; each stack flag overrides it (default: "
-                        "today's Megatron-LM)")
+                   help=f"the training stack ({', '.join(SOFTWARE_PRESETS)}, or none): the strategy fields it fixes "
+                        "(NVIDIA's recipes: TP comm overlap, param-gather overlap, fp8 parameters; torchtitan: "
+                        "FSDP2's sharding and widths, its loss, torchao's casts, its CP ring) and, in seconds mode, "
+                        "its kernels, fusions and fp8 recipe; each stack flag overrides it (default: megatron-bridge, "
+                        "Megatron-Core as NVIDIA's recipes run it; none: the strategy and the device's rates as "
+                        "stated; `ndcost software NAME` lists every field)")
 
 
 def examples_epilog(examples: tuple[str, ...]) -> str:

@@ -21,7 +21,7 @@ from .catalog import add_catalog_commands
 from .estimate import add_estimate_commands
 from .plot import add_plot_command
 from .search import add_search_command
-from .software import add_software_command
+from .software import add_software_command, apply_default_stack
 from .validate import add_validate_command
 from ..errors import SpecError
 
@@ -48,6 +48,7 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    apply_default_stack(args)
     try:
         with warnings.catch_warnings():     # a warning is one line on stderr, as an error is (restored after)
             warnings.showwarning = _one_line_warning

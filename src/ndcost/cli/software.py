@@ -11,7 +11,14 @@ import argparse
 import json
 from typing import Any
 
-__all__ = ["add_software_command", "preset_document", "stacks_markdown", "stack_line"]
+__all__ = ["add_software_command", "preset_document", "stacks_markdown", "stack_line", "apply_default_stack",
+           "DEFAULT_SOFTWARE", "NO_SOFTWARE"]
+
+#: The stack a command prices with no --software: Megatron-Core as NVIDIA's recipes configure it (what most
+#: teams training at scale run; docs/STACKS.md lists it field by field).
+DEFAULT_SOFTWARE = "megatron-bridge"
+#: ``--software none``: the strategy and the device's rates exactly as stated (the Python API's default).
+NO_SOFTWARE = "none"
 
 
 def preset_document(name: str) -> dict[str, Any]:
@@ -53,7 +60,11 @@ def stacks_markdown() -> str:
            "`layer_times`, `compare`). It sets the strategy fields below where the strategy does not state them, "
            "and its rates figures where the rates given do not; a stated field, flag or figure wins. "
            "`ndcost software NAME` prints the same table.", "",
-           f"With no stack named, ndcost prices {DEFAULT_STACK_TEXT}.", ""]
+           f"**The default.** With no `--software`, the command line prices `{DEFAULT_SOFTWARE}`: Megatron-Core as "
+           "NVIDIA's recipes configure it, what most teams training at this scale run (its fields below). It "
+           "says so in each estimate's `stack:` line. `--software none` and the Python API's default "
+           f"(`software=None`) price {DEFAULT_STACK_TEXT}. ND's units (`--units nd`, the HyperParallel drop-in) "
+           "price no stack.", ""]
     for name in SOFTWARE_PRESETS:
         document = preset_document(name)
         out += [f"## {name}", "", document["title"] + ".", "", "| strategy field | value | when | source |",
@@ -73,7 +84,23 @@ def stack_line(args: argparse.Namespace) -> str:
     software = getattr(args, "software", None)
     rates = getattr(args, "rates", None)
     text = f"{software} ({SOFTWARE_TITLES[software]})" if software is not None else DEFAULT_STACK_TEXT
+    if getattr(args, "software_default", False):
+        text += "; the default (--software NAME for another, --software none for the strategy as given)"
     return "stack: " + text + (f"; rates file {rates}" if rates is not None else "")
+
+
+def apply_default_stack(args: argparse.Namespace) -> None:
+    """--software as a command prices it: the default stack where none is named (seconds mode, no --rates file:
+    a rates file states its own stack), None for ``--software none`` and in ND's units (HyperParallel's
+    estimator knows no stack)."""
+    if not hasattr(args, "software"):
+        return
+    args.software_default = False
+    if args.software == NO_SOFTWARE:
+        args.software = None
+    elif (args.software is None and getattr(args, "units", "seconds") == "seconds"
+          and getattr(args, "rates", None) is None):
+        args.software, args.software_default = DEFAULT_SOFTWARE, True
 
 
 def _cmd_software(args: argparse.Namespace) -> int:
