@@ -1,4 +1,4 @@
-"""ND's derived values (ND_REFERENCE §1.4 derive steps 1-5, 8, 10), checked
+"""ND's derived values (docs/ND_MODEL.md §1.4 derive steps 1-5, 8, 10), checked
 against values computed by hand from the formulas."""
 from __future__ import annotations
 

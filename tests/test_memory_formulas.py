@@ -7,7 +7,7 @@
 * Megatron-LM ``theoretical_memory_usage.compute_weight_and_optimizer_memory``:
   weight + optimizer bytes of the most loaded stage, 18 bytes per parameter
   without the distributed optimizer, 6 + 12/dp with it.
-* ND_REFERENCE §3.6: micro-batches in flight per schedule, hand values.
+* docs/ND_MODEL.md §3.6: micro-batches in flight per schedule, hand values.
 """
 from __future__ import annotations
 
@@ -390,14 +390,14 @@ def test_zero_stages_shard_what_they_say():
     assert by_stage[2].grads == pytest.approx(by_stage[0].grads / 4, rel=REL)
     assert by_stage[2].params == by_stage[0].params
     assert by_stage[3].params == pytest.approx(by_stage[0].params / 4, rel=REL)
-    assert by_stage[3].working_set > 0  # two gathered layers (ND_REFERENCE §3.7 FSDP extras)
+    assert by_stage[3].working_set > 0  # two gathered layers (docs/ND_MODEL.md §3.7 FSDP extras)
     deferred = memory_estimate(model, spec.replace(zero_stage=3, deferred_grad_accumulation=True), cluster, layout)
     assert deferred.stages[0].grads == by_stage[0].grads
 
 
 @pytest.mark.parametrize("recompute", ["full", "selective"])
 def test_dualpipev_holds_a_working_set_per_chunk(recompute):
-    """zero_bubble_v overlaps one chunk's forward with the other's backward (ND_REFERENCE §3.7):
+    """zero_bubble_v overlaps one chunk's forward with the other's backward (docs/ND_MODEL.md §3.7):
     with one layer kind and one recompute mode, twice the interleaved schedule's working set."""
     model = Model.from_catalog("llama3-8b")
     cluster = Cluster("h100-sxm", num_devices=8)
@@ -418,7 +418,7 @@ def test_pytorch_allgather_ring_holds_every_ranks_kv_in_the_backward(backend_nam
     8192 tokens; its K/V rows are 16 heads x 128 = 2048 wide (repeated per query head). The backward
     holds the four ranks' K/V at 16 bits (4 x 4096 x 2 B), fp32 dQ/dK/dV (4 x 6144 B) and the fp32
     dK/dV it sends and receives (2 x 4 x 4096 B) per token: 8192 x 90112 = 738,197,504 B. The P2P ring
-    instead keeps its K/V double buffer among the comm buffers (ND_REFERENCE §3.2): 2 x 8192 x
+    instead keeps its K/V double buffer among the comm buffers (docs/ND_MODEL.md §3.2): 2 x 8192 x
     (2 x 4 kv heads x 128) x 2 B."""
     from ndcost import _backend
 

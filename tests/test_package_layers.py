@@ -2,7 +2,7 @@
 
 The layers, lowest first: the foundations every layer may use (``errors``, ``limits``, ``files``, ``suggest``,
 ``_version``), ``spec`` (what the user states), ``kernels`` (the kernel ABI and the pure-Python twins, with the
-backend switch and the oracle's gathering module, which STYLE.md keeps at the package's top), ``tables`` (specs
+backend switch and the oracle's gathering module, which docs/ARCHITECTURE.md's backend switch keeps at the package's top), ``tables`` (specs
 turned into the kernels' arrays), ``price`` (estimate, batches, plans, search; the ND drop-in ``ndcost.nd``),
 ``io`` (measured runs, calibration, validation, launch flags, plots) and ``cli``. A module imports from its own
 layer and lower ones only; the graph is tests/test_import_graph.py's (imports inside functions count).

@@ -1,7 +1,7 @@
 # Memory per pipeline stage, in bytes (twin of ndcost/kernels/memory.py; the
 # formulas' sources are cited there and again here, term by term).
-# ND_REFERENCE §3.6 (in flight), Korthikanti et al. 2022 §4 / Table 2 (one
-# layer's activations), ND_REFERENCE §3.4-3.7 (the stage sum).
+# docs/ND_MODEL.md §3.6 (in flight), Korthikanti et al. 2022 §4 / Table 2 (one
+# layer's activations), docs/ND_MODEL.md §3.4-3.7 (the stage sum).
 
 # The schedule, attention and FFN codes (_MEM_SCHED_*, _MEM_ATT_*, _MEM_FFN_*), the recompute options (OPTION_*
 # of kernels/columns.pxi), the keep-mask bits (BIT_*, recompute_spec.SWITCHES order; the gather bit stores
@@ -13,7 +13,7 @@
 # ---------------------------------------------------------------- in flight
 
 cdef inline long long c_mem_one_f_one_b(long long base, long long vp, long long stage, long long chunk) noexcept nogil:
-    # ND_REFERENCE §3.6, 1F1B vp = 1 and interleaved "big memory".
+    # docs/ND_MODEL.md §3.6, 1F1B vp = 1 and interleaved "big memory".
     cdef long long extra, last, first
     if vp == 1:
         return base - stage
@@ -266,7 +266,7 @@ cdef inline double c_layer_activation_bytes(
 
 def inflight_micro_batches(long long schedule, long long p, long long m, long long vp, long long stage,
                            long long chunk, long long seq_split) -> float:
-    """Micro-batches in flight on (stage, chunk) as warm-up ends (ND_REFERENCE §3.6); >= 1, NaN if undefined."""
+    """Micro-batches in flight on (stage, chunk) as warm-up ends (docs/ND_MODEL.md §3.6); >= 1, NaN if undefined."""
     return c_inflight_micro_batches(schedule, p, m, vp, stage, chunk, seq_split)
 
 
@@ -307,7 +307,7 @@ cdef void c_stage_memory(const double* static_per_layer, const double* act_per_l
                          const double* inflight, const double* stage_static, const double* extra_act,
                          const double* comm_buffers, double reserve, double* out,
                          bint overlapped_chunks) noexcept nogil:
-    # Per-stage memory breakdown (ND_REFERENCE §3.4-3.7) on raw row-major pointers: static
+    # Per-stage memory breakdown (docs/ND_MODEL.md §3.4-3.7) on raw row-major pointers: static
     # (K, 3), act and work (K, O), counts (p, vp, K*O), inflight and extra_act (p, vp),
     # stage_static (p, 3), comm_buffers (p,), out (p, 8). The caller has checked the shapes.
     cdef Py_ssize_t n_cols = n_kinds * n_slots
@@ -409,7 +409,7 @@ def stage_memory(const double[:, ::1] static_per_layer,   # IN (K, 3)
                  double[:, ::1] out,                      # OUT (p, 8)
                  long long overlapped_chunks=0) -> None:
     """Per-stage memory breakdown, written to ``out`` (p, 8): params, grads, optimizer,
-    activations, comm_buffers, working_set, reserve, total (ND_REFERENCE §3.4-3.7)."""
+    activations, comm_buffers, working_set, reserve, total (docs/ND_MODEL.md §3.4-3.7)."""
     cdef Py_ssize_t n_kinds = static_per_layer.shape[0]
     cdef Py_ssize_t n_slots = act_per_layer.shape[1]
     cdef Py_ssize_t n_stages = counts.shape[0]

@@ -1,6 +1,6 @@
 """Check seconds mode against published training runs (``validate_runs``).
 
-A runs file is shaped like ``validation/public_runs.yaml`` (DESIGN.md): each row has a
+A runs file is shaped like ``src/ndcost/data/validation/public_runs.yaml`` (docs/VALIDATION.md): each row has a
 ``model`` block (layers, hidden, heads, kv_heads, ffn_hidden, vocab, seq_len), a ``strategy``
 block (gpus, tp, pp, dp, vpp, micro_batch, global_batch, recompute, zero, sequence_parallel,
 precision), a ``hardware`` key into the file's ``hardware`` table, and ``measured`` figures. A

@@ -1,11 +1,11 @@
 """Memory per pipeline stage, in bytes (oracle).
 
 Physical, Megatron-like accounting (what a PyTorch/Megatron rank really holds),
-used by both units (ND_REFERENCE §3 is ND's model; where ndcost differs it says
+used by both units (docs/ND_MODEL.md §3 is ND's model; where ndcost differs it says
 why):
 
 * :func:`inflight_micro_batches` -- micro-batches whose activations a (stage,
-  chunk) holds as warm-up ends (ND_REFERENCE §3.6).
+  chunk) holds as warm-up ends (docs/ND_MODEL.md §3.6).
 * :func:`layer_activation_bytes` -- what one transformer layer keeps for one
   micro-batch, per block, gated by the recompute option and the keep mask
   (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
@@ -55,7 +55,7 @@ _FP32_BYTES = 4.0
 
 
 def _one_f_one_b(base: int, vp: int, stage: int, chunk: int) -> int:
-    """ND's 1F1B / interleaved "big memory" count (ND_REFERENCE §3.6), before the floor of 1."""
+    """ND's 1F1B / interleaved "big memory" count (docs/ND_MODEL.md §3.6), before the floor of 1."""
     if vp == 1:
         return base - stage  # §3.6 "1F1B, vp = 1: base − stage"
     if 0 < chunk < vp - 1:
@@ -75,7 +75,7 @@ def _one_f_one_b(base: int, vp: int, stage: int, chunk: int) -> int:
 
 def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, chunk: int,
                            seq_split: int) -> float:
-    """Micro-batches in flight on (stage, chunk) as warm-up ends (ND_REFERENCE §3.6).
+    """Micro-batches in flight on (stage, chunk) as warm-up ends (docs/ND_MODEL.md §3.6).
 
     With base = min(p, m):
 
