@@ -10,7 +10,7 @@ from ndcost.tables.derive import Derived, derive
 from ndcost.errors import SpecError
 from ndcost.spec.exec_spec import ExecSpec
 from ndcost.spec.model import Model
-from ndcost.tables.validate import validate
+from ndcost.tables.joint_rules import validate
 
 DENSE = Model(name="dense-70b", hidden_size=8192, num_hidden_layers=80, num_attention_heads=64,
               num_key_value_heads=8, intermediate_size=28672, vocab_size=128256)

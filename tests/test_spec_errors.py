@@ -12,7 +12,7 @@ from ndcost.errors import SpecError
 from ndcost.spec.exec_spec import ExecSpec
 from ndcost.spec.model import Model
 from ndcost.spec.recompute_spec import RecomputeRange, mask_from_switches, selective_switches, switches_from_mask
-from ndcost.tables.validate import explain, offset_chunk_counts, validate
+from ndcost.tables.joint_rules import explain, offset_chunk_counts, validate
 
 DENSE = Model(name="dense-70b", hidden_size=8192, num_hidden_layers=80, num_attention_heads=64,
               num_key_value_heads=8, intermediate_size=28672, vocab_size=128256)

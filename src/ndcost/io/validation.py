@@ -59,7 +59,7 @@ from ..spec.model import Model
 from ..spec.rates import Rates
 from .run_facts import facts_for, figure_int as _int, figure_value as _value, modern_run
 from ..tables.seconds import DEEPSPEED_2021, Overlap, seconds_estimate
-from ..tables.validate import validate
+from ..tables.joint_rules import validate
 
 __all__ = ["BUILTIN_RUNS", "gpt_model", "RunResult", "ValidationReport", "validate_runs", "build_run", "software", "SOURCE_FACTS", "SOURCE_MODEL_FACTS", "EQ3_FRAMEWORKS"]
 

@@ -25,7 +25,7 @@ from .estimate import UNITS, Estimate, as_cluster, as_model, estimate, memory_li
 from ..spec.exec_spec import ExecSpec
 from ..tables.layout import placed_counts
 from ..spec.rates_io import as_rates
-from ..tables.validate import offset_layer_count
+from ..tables.joint_rules import offset_layer_count
 
 __all__ = ["BalancedPipeline", "balance_pipeline"]
 

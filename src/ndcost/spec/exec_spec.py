@@ -4,7 +4,7 @@ An :class:`ExecSpec` states every strategy field once, in Megatron-style
 names (degrees, micro-batching, pipeline schedule and layout, recompute,
 ZeRO/FSDP sharding, byte widths, kernels). It validates its own fields when
 built (the rules are :mod:`ndcost.spec.exec_spec_rules`); what depends on the model or the cluster is checked by
-:func:`ndcost.tables.validate.validate`, and ND's derived values (sharding factors,
+:func:`ndcost.tables.joint_rules.validate`, and ND's derived values (sharding factors,
 comm flags, ...) come from :func:`ndcost.tables.derive.derive`.
 
 :meth:`ExecSpec.from_strategy` reads ND's keyword strategy

@@ -14,7 +14,7 @@ dp -> d, tp -> t, pp -> p, cp, ep, etp, zero_stage >= 1 -> has_op,
 zero_stage >= 2 -> has_grad_shard, zero_stage == 3 -> grad_shard_as_params,
 optimizer_shard -> os_max_shard.
 
-:func:`derive` assumes :func:`ndcost.tables.validate.validate` passed; it refuses
+:func:`derive` assumes :func:`ndcost.tables.joint_rules.validate` passed; it refuses
 only what it cannot compute (ND's ``strict`` mode: no expert data-parallel rank).
 """
 from __future__ import annotations

@@ -33,7 +33,7 @@ the candidate vectors in one function, no dict between them.
 
 The formulas' sources are cited where the values are defined: :class:`ndcost.tables.derive.Derived`
 (docs/ND_MODEL.md §1.4), ``ndcost.tables.nd_tables`` (the ND candidate vector), ``ndcost.tables.memory``
-(the memory model), ``ndcost.tables.validate`` (the joint rules, whose order fixes which
+(the memory model), ``ndcost.tables.joint_rules`` (the joint rules, whose order fixes which
 reason a row with several broken rules reports).
 """
 from __future__ import annotations
@@ -293,7 +293,7 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
                  layout_bad: Any, allow_cross_node_tp: bool, codes: Mapping[str, int]) -> Any:
     """The first joint (model, spec, cluster) rule a candidate breaks, as a reason code (0: none).
 
-    The rules and their order are ndcost.tables.validate's (its module docstring, rules 1-8),
+    The rules and their order are ndcost.tables.joint_rules's (its module docstring, rules 1-8),
     then derive's refusal of a missing expert data-parallel rank. *layout_bad* is
     rule 7 (offsets, partitions, ranges against the model), decided per layout by
     ``validate``'s own code. *c* must hold valid ExecSpec values (ExecSpec's own rules

@@ -53,7 +53,7 @@ from ..spec.exec_spec import ExecSpec
 from ..spec.exec_spec_rules import V_SCHEDULES
 from ..spec.recompute_spec import ALL_KEPT
 from .layout_nd import EMBEDDING, OUTPUT, nd_placement, per_stage_count, range_options
-from .validate import _layout_rules, offset_chunk_counts, offset_layer_count, pipeline_depth_error
+from .joint_rules import _layout_rules, offset_chunk_counts, offset_layer_count, pipeline_depth_error
 
 __all__ = ["Layout", "build_layout", "layout_if_valid", "LAYOUT_FIELDS"]
 
