@@ -127,8 +127,8 @@ cdef inline double c_mem_formula_activation(const double* kind, const double* mc
         kind[MK_lin_v_heads], kind[MK_lin_v_dim], kind[MK_lin_conv], kind[MK_lin_chunk],
         <long long>kind[MK_ffn], <long long>kind[MK_gated], kind[MK_ffn_width], kind[MK_experts],
         kind[MK_top_k], kind[MK_shared_width], mc[MC_token_factor], <long long>mc[MC_flash],
-        mc[MC_bytes_c], mc[MC_bytes_softmax], mc[MC_bytes_dropout], mc[MC_bytes_norm], option, keep_mask,
-        <long long>mc[MC_slice_input], kind[MK_att_window])
+        mc[MC_bytes_c], mc[MC_bytes_softmax], mc[MC_bytes_dropout], mc[MC_bytes_norm], mc[MC_bytes_linear],
+        option, keep_mask, <long long>mc[MC_slice_input], kind[MK_att_window])
 
 
 cdef inline void c_mem_comm_buffers(const double* kind, const double* mc,

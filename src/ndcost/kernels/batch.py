@@ -297,8 +297,8 @@ def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:
         kind[_MK["lin_conv"]], kind[_MK["lin_chunk"]], int(kind[_MK["ffn"]]), int(kind[_MK["gated"]]),
         kind[_MK["ffn_width"]], kind[_MK["experts"]], kind[_MK["top_k"]], kind[_MK["shared_width"]],
         mc[_MC["token_factor"]], int(mc[_MC["flash"]]), mc[_MC["bytes_c"]], mc[_MC["bytes_softmax"]],
-        mc[_MC["bytes_dropout"]], mc[_MC["bytes_norm"]], option, keep_mask, int(mc[_MC["slice_input"]]),
-        kind[_MK["att_window"]])
+        mc[_MC["bytes_dropout"]], mc[_MC["bytes_norm"]], mc[_MC["bytes_linear"]], option, keep_mask,
+        int(mc[_MC["slice_input"]]), kind[_MK["att_window"]])
 
 
 def _comm_buffers(kind, mc) -> tuple[float, float]:

@@ -370,6 +370,7 @@ MEMORY_CAND_FIELDS = (
     "token_factor",            # routed-token load: moe_imbalance dropless, capacity_factor in capacity mode
     "flash", "slice_input",    # 0/1 flags
     "bytes_c", "bytes_softmax", "bytes_dropout", "bytes_norm",  # activation byte widths
+    "bytes_linear",            # bytes per element of a linear layer's saved input (TE's fp8 copy: 1)
     "w_param", "w_grad", "w_optim",        # bytes per parameter of params, gradients, optimizer state
     "div_param", "div_grad", "div_optim",  # ZeRO divisors of non-expert state
     "ediv_param", "ediv_grad", "ediv_optim",  # ZeRO divisors of routed-expert state

@@ -211,6 +211,9 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         where(c["flash_attention"], 1.0, 0.0), where(c["recompute_slice_activation"], 1.0, 0.0),
         c["compute_bytes"], c["softmax_bytes"], c["dropout_bytes"],
         c["norm_bytes"],
+        # bytes_linear: under fp8 Transformer Engine's modules (fp8_weight_cache: TE, not torchao's
+        # Float8Linear) save the fp8 copy of a linear's input (kernels/memory.py, above _ffn_bytes)
+        where(ops.is_choice(c, "precision", "fp8") & c["fp8_weight_cache"], 1.0, c["compute_bytes"]),
         c["param_bytes"], d["bytes_grad"], d["bytes_optim"],
         where(shards_params, non_expert, 1.0), where(shards_grads, non_expert, 1.0),
         where(zero >= 1, non_expert, 1.0),
