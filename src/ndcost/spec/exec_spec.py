@@ -147,7 +147,9 @@ class ExecSpec:
     #: with_transpose=...) whenever is_first_microbatch is passed, as Megatron-Core does): 2 bytes per
     #: weight parameter on the rank, 1 when the weights are fp8 already (param_bytes 1, TE's
     #: fp8_model_init: the transpose only). False: casts made at each forward and freed (torchao's
-    #: Float8Linear, torchtitan's fp8). Memory only.
+    #: Float8Linear, torchtitan's fp8). Memory only. It names the fp8 linear too: True (TE's modules) saves
+    #: the fp8 copy of each linear's input for the weight gradient, False (torchao) the 16-bit input
+    #: (ndcost/kernels/memory.py, the comment above _ffn_bytes).
     fp8_weight_cache: bool = True
 
     # ------------------------------------------------------------------ construction and validation
