@@ -223,24 +223,15 @@ def _linear_attention_bytes(mask: int, tokens: float, batch: float, tp: float, k
     return total
 
 
-# What a linear layer saves for its weight gradient (``linear_bytes``). In 16 bits each linear keeps its
-# input (Korthikanti §4.1). Under fp8, Transformer Engine's modules keep instead the fp8-quantized copy
-# their wgrad GEMM reads -- one copy, 1 byte per element, of the local (sequence-parallel) shard -- and
-# the 16-bit input is freed unless another op saves it (NVIDIA/TransformerEngine@d0067d0d, pytorch/module/):
-# * linear.py:372 (the input saved is "maybe sharded"), :598-621 (update_usage keeps the columnwise data
-#   alone, or the rowwise alone where per-tensor fp8 must all-gather it under SP; saved_inputmat);
-# * layernorm_linear.py:430-435 (the gathered norm output freed), :477-487 (ln_out keeps one usage;
-#   MXFP8 and blockwise the columnwise), :526-536 (saves the norm's input, ln_out, mu, rsigma);
-# * layernorm_mlp.py:807-822 (saves ln_out and act_out quantized, fc1_out -- the activation's input -- in
-#   16 bits); grouped_linear.py:538-548 and :903-914 (each expert GEMM's input, columnwise only).
-# Per-tensor scaling (delayed, current) adds one fp32 scale per tensor; blockwise (1x128, fp32) and
-# MXFP8 (1x32, E8M0) add 1/32 byte per element, not priced here (the recipe is a Rates figure and memory
-# reads only the spec). The attention output projection's input stays 16-bit: the attention core saves
-# it (FlashAttention's backward reads its output) and Megatron-Core has TE reuse it (linear.py:314-316
-# save_original_input; under delayed scaling TE refuses that, :317-325, and the projection's fp8 copy,
-# 1 byte per element more, is not priced). torchao's Float8Linear (torchtitan) saves the high-precision input
-# (pytorch/ao@7ca1bfb torchao/float8/float8_linear.py matmul_with_hp_or_float8_args: save_for_backward
-# (input_hp, weight_hp_t)): there linear_bytes is compute_bytes.
+# What a linear layer saves for its weight gradient (``linear_bytes``; docs/MEMORY.md "Activations under
+# fp8"): in 16 bits its input; under fp8 Transformer Engine's modules save one fp8 copy (1 byte per element)
+# of the rank's shard, the one their wgrad GEMM reads (NVIDIA/TransformerEngine@d0067d0d pytorch/module/
+# linear.py:372, :598-621; layernorm_linear.py:430-435, :477-487, :526-536; layernorm_mlp.py:807-822;
+# grouped_linear.py:538-548, :903-914). Not priced: blockwise / MXFP8 block scales (1/32 byte per element:
+# the recipe is a Rates figure) and, under delayed scaling, the attention projection's own fp8 copy (its
+# input stays 16-bit: the attention core keeps it, TE reuses it, linear.py:314-316). torchao's Float8Linear
+# saves the high-precision input (pytorch/ao@7ca1bfb torchao/float8/float8_linear.py
+# matmul_with_hp_or_float8_args: save_for_backward(input_hp, weight_hp_t)): linear_bytes = compute_bytes.
 
 
 def _ffn_bytes(mask: int, width_local: float, gated: int, compute_bytes: float, linear_bytes: float) -> float:
@@ -285,12 +276,8 @@ def layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, s
         flash: 1 when attention runs a fused (flash) kernel.
         compute_bytes, softmax_bytes, dropout_bytes, norm_bytes: byte widths
             (dropout_bytes 0: no dropout).
-        linear_bytes: bytes per element of the input a linear layer saves for its
-            weight gradient where that linear alone keeps it (compute_bytes; 1 under
-            Transformer Engine's fp8, which saves the fp8-quantized copy its wgrad
-            GEMM reads: the comment above ``_ffn_bytes`` gives the sources). The QKV,
-            fc1, fc2, MLA up-projection and expert GEMMs' inputs take it; the attention
-            output projection's, the router's and the mixers' (GDN, Mamba) do not.
+        linear_bytes: bytes per element of a linear's saved input (compute_bytes; 1 under TE's
+            fp8, above ``_ffn_bytes``): the QKV, fc1, fc2, MLA up-projection and expert inputs.
         option: 0 none, 1 full recompute, 2 selective (keep_mask applies).
         keep_mask: bit i set keeps SWITCHES[i] (attBMM, headCast, dropout,
             softmax, normOp, gather, ffAct, attUp).
