@@ -55,7 +55,8 @@ OVER_AS_PRICED = {
                                                   "activations and 128 experts' states on 16 ranks",
     "mbridge_26.04_h100_qwen3_235b_a22b_fp8_256gpu": "77.1 of 67.9, activations 51.2: MoE activations",
     "deepseek_v3_pretrain_h800_2048gpu": "126.0 of 67.9, activations 87.5: MoE activations under DualPipe (priced "
-                                         "as 1F1B)",
+                                         "as 1F1B); DeepSeek's own fp8 caching (report §3.3.2: the MoE SwiGLU's "
+                                         "input in fp8, its output recomputed) goes beyond TE's and is not priced",
     "automodel_h100_deepseekv3_bf16_256gpu": "94.4 of 67.9, optimizer 30.3: FSDP2 expert optimizer states and MoE "
                                              "activations",
     "automodel_h100_kimik2_bf16_256gpu": "102.7 of 68.1, optimizer 42.1: FSDP2 expert optimizer states and MoE "
