@@ -14,6 +14,13 @@ What moved rows to fitting, each a published fact read (not a constant moved):
   bf16 input (TE@d0067d0d module/linear.py:598-621, layernorm_linear.py:477-487, grouped_linear.py:538-548;
   ndcost/kernels/memory.py): Qwen3 235B-A22B mxfp8 on 256 GB300 went from 274.1 to 234.6 GiB reserved of
   262.0 usable; the other fp8 rows dropped 6-14% and stay over.
+* Megatron-Bridge's rows (25.09 and 26.04; ``h100_run_facts.yaml``, ``moe_run_facts.yaml``): their perf configs set
+  ``grad_reduce_in_fp32`` false, and Megatron-Core's DDP then allocates main_grad in the parameter's dtype
+  (``grad_buffer`` bf16); every fp8 recipe they use sets ``fp8_param_gather``, so the TE weights are created in
+  fp8 (``fp8_params``); DeepSeek-V3's recipe keeps Adam's moments in bf16 (``adam_moments``); the 25.09 DeepSeek-V3
+  row's ``recompute_modules`` [mla_up_proj, mlp] is now read. Llama 3 70B (76.4 -> 67.1 of 71.6), Llama 3.1 405B
+  (86.6 -> 61.1 of 71.0), DeepSeek-V3 mxfp8 on 256 B200 (179.4 -> 141.6 of 161.4) and Qwen3-30B-A3B fp8 on 16 H100
+  (75.4 -> 62.6 of 68.9) now fit.
 """
 from __future__ import annotations
 
@@ -34,26 +41,18 @@ OVER_AS_PRICED = {
     "narayanan21_t2_zero3_530b_640gpu": "101.8 of 72.8, working set 38.1: DeepSpeed 2021 ZeRO-3 at micro-batch "
                                         "4 without flash attention: the recomputed layer's working set and 105 "
                                         "layers' checkpoints",
-    "mbridge_25.09_dgxh100_llama3_70b_unstated_64gpu": "76.4 of 71.6, activations 40.3 (84.9 before TE's fp8 "
-                                                       "saved inputs): 46 in-flight chunks (Korthikanti)",
-    "mbridge_25.09_dgxh100_llama3p1_405b_unstated_1024gpu": "86.6 of 71.0, activations 28.6, params and 16-bit "
-                                                            "grads 23.8 each: 126 layers / 8 stages",
-    "mbridge_25.09_dgxh100_deepseekv3_unstated_1024gpu": "120.0 of 67.3, activations 90.7: MoE activations",
-    "mbridge_25.09_dgxh100_qwen3_30b_a3b_unstated_16gpu": "100.9 of 68.6, activations 53.5: MoE activations at "
+    "mbridge_25.09_dgxh100_deepseekv3_unstated_1024gpu": "89.5 of 67.3, activations 70.8: MoE activations",
+    "mbridge_25.09_dgxh100_qwen3_30b_a3b_unstated_16gpu": "90.9 of 68.6, activations 53.5: MoE activations at "
                                                           "24 virtual stages",
-    "mbridge_25.09_dgxh100_qwen3_235b_a22b_unstated_256gpu": "77.1 of 67.9, activations 51.2: MoE activations",
-    "mbridge_26.04_gb300_deepseekv3_mxfp8_256gpu": "387.9 of 261.8, activations 181.4: MoE activations",
-    "mbridge_26.04_gb200_deepseekv3_mxfp8_256gpu": "222.2 of 166.6, activations 125.3: MoE activations",
-    "mbridge_26.04_b200_deepseekv3_mxfp8_256gpu": "179.4 of 161.4, activations 84.7: MoE activations",
-    "mbridge_26.04_b200_gptoss120b_bf16_64gpu": "208.0 of 162.1, activations 80.2, 16-bit grads 61.3: MoE "
-                                                "activations (bf16: no fp8 saved inputs)",
-    "mbridge_26.04_gb300_qwen3_30b_a3b_mxfp8_8gpu": "301.5 of 262.7, activations 199.1: MoE activations at "
+    "mbridge_25.09_dgxh100_qwen3_235b_a22b_unstated_256gpu": "71.8 of 67.9, activations 51.2: MoE activations",
+    "mbridge_26.04_gb300_deepseekv3_mxfp8_256gpu": "298.3 of 261.8, activations 181.4: MoE activations",
+    "mbridge_26.04_gb200_deepseekv3_mxfp8_256gpu": "184.6 of 166.6, activations 125.3: MoE activations",
+    "mbridge_26.04_b200_gptoss120b_bf16_64gpu": "175.1 of 162.1, activations 80.2: MoE activations",
+    "mbridge_26.04_gb300_qwen3_30b_a3b_mxfp8_8gpu": "281.5 of 262.7, activations 199.1: MoE activations at "
                                                     "micro-batch 8",
-    "mbridge_26.04_gb200_qwen3_30b_a3b_mxfp8_8gpu": "193.7 of 167.7, activations 99.5: MoE activations",
-    "mbridge_26.04_b200_qwen3_30b_a3b_mxfp8_8gpu": "193.7 of 162.1, activations 99.5: MoE activations",
-    "mbridge_26.04_h100_qwen3_30b_a3b_fp8_16gpu": "75.4 of 68.9, activations 24.9, optimizer 21.3: MoE "
-                                                  "activations and 128 experts' states on 16 ranks",
-    "mbridge_26.04_h100_qwen3_235b_a22b_fp8_256gpu": "77.1 of 67.9, activations 51.2: MoE activations",
+    "mbridge_26.04_gb200_qwen3_30b_a3b_mxfp8_8gpu": "173.7 of 167.7, activations 99.5: MoE activations",
+    "mbridge_26.04_b200_qwen3_30b_a3b_mxfp8_8gpu": "173.7 of 162.1, activations 99.5: MoE activations",
+    "mbridge_26.04_h100_qwen3_235b_a22b_fp8_256gpu": "71.8 of 67.9, activations 51.2: MoE activations",
     "deepseek_v3_pretrain_h800_2048gpu": "126.0 of 67.9, activations 87.5: MoE activations under DualPipe (priced "
                                          "as 1F1B); DeepSeek's own fp8 caching (report §3.3.2: the MoE SwiGLU's "
                                          "input in fp8, its output recomputed) goes beyond TE's and is not priced",
@@ -103,3 +102,15 @@ def test_llama31_70b_fp8_on_64_h100_fits_by_its_facts():
     assert any("fp8_params" in note for note in built.notes)
     e = estimate(built.model, built.spec, built.cluster, rates=built.rates)
     assert e.fits and e.memory.headroom > 0
+
+
+def test_megatron_bridge_rows_read_their_held_bytes():
+    """The 25.09 DeepSeek-V3 row: bf16 grad buffer (grad_reduce_in_fp32 false), fp8 weights (fp8_param_gather),
+    bf16 Adam moments (the precision-aware optimizer of its recipe) and its recompute_modules, each noted."""
+    doc = read_mapping(BUILTIN_RUNS["h100"], "a runs file")
+    row = next(r for r in doc["runs"] if r["id"] == "mbridge_25.09_dgxh100_deepseekv3_unstated_1024gpu")
+    built = build_row(row, doc["hardware"], BUILTIN_RUNS["h100"])
+    spec = built.spec
+    assert (spec.param_bytes, spec.grad_bytes, spec.optimizer_state_bytes, spec.main_param_bytes) == (1, 2, 2, 4)
+    for note in ("gradients in a bf16 buffer", "Adam moments in bf16", "recompute modules mla_up_proj, mlp"):
+        assert note in built.notes

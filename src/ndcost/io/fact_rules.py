@@ -154,6 +154,8 @@ def held_bytes_fields(facts: Any, fp8: bool) -> tuple[dict[str, Any], list[str]]
     * ``grad_buffer`` bf16: the gradients accumulate in a 16-bit buffer (``grad_bytes`` 2).
     * ``main_params`` a 16-bit remainder: the fp32 master is the 16-bit weight plus a stored remainder
       (Apex's store_param_remainders: ``main_param_bytes`` 2).
+    * ``adam_moments`` bf16: Megatron-Core's precision-aware optimizer keeps exp_avg and exp_avg_sq in
+      bf16 (OptimizerConfig exp_avg_dtype / exp_avg_sq_dtype: ``optimizer_state_bytes`` 2).
     """
     fields: dict[str, Any] = {}
     notes: list[str] = []
@@ -166,6 +168,9 @@ def held_bytes_fields(facts: Any, fp8: bool) -> tuple[dict[str, Any], list[str]]
     if facts.text("main_params").startswith("16-bit remainder"):
         fields["main_param_bytes"] = 2
         notes.append("master weights as 16-bit remainders")
+    if facts.text("adam_moments").startswith("bf16"):
+        fields["optimizer_state_bytes"] = 2
+        notes.append("Adam moments in bf16")
     return fields, notes
 
 
