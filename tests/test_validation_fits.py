@@ -32,7 +32,9 @@ from ndcost.files import read_mapping
 from ndcost.io.validation import BUILTIN_RUNS, build_row
 
 #: Rows ndcost still prices over their device's memory: the reserved peak against the usable HBM (GiB) and
-#: the largest part of the fullest stage, as priced, and what is known of why. Left open: the activation
+#: the largest part of the fullest stage, as priced, and what is known of why: the config read (MB:
+#: NVIDIA-NeMo/Megatron-Bridge, MLM: NVIDIA/Megatron-LM, file@commit:lines), or that no published fact was
+#: found that explains the fit. Left open: the activation
 #: memory of Megatron-Core / Transformer Engine MoE layers, and of the Megatron-Bridge dense rows, is above
 #: what the runs prove fits; no published fact found yet says which figure is wrong. Not priced and known:
 #: under delayed scaling the attention projection's own fp8 input copy (1 byte per element more), and the
@@ -40,30 +42,67 @@ from ndcost.io.validation import BUILTIN_RUNS, build_row
 OVER_AS_PRICED = {
     "narayanan21_t2_zero3_530b_640gpu": "101.8 of 72.8, working set 38.1: DeepSpeed 2021 ZeRO-3 at micro-batch "
                                         "4 without flash attention: the recomputed layer's working set and 105 "
-                                        "layers' checkpoints",
-    "mbridge_25.09_dgxh100_deepseekv3_unstated_1024gpu": "89.5 of 67.3, activations 70.8: MoE activations",
-    "mbridge_25.09_dgxh100_qwen3_30b_a3b_unstated_16gpu": "90.9 of 68.6, activations 53.5: MoE activations at "
-                                                          "24 virtual stages",
-    "mbridge_25.09_dgxh100_qwen3_235b_a22b_unstated_256gpu": "71.8 of 67.9, activations 51.2: MoE activations",
-    "mbridge_26.04_gb300_deepseekv3_mxfp8_256gpu": "298.3 of 261.8, activations 181.4: MoE activations",
-    "mbridge_26.04_gb200_deepseekv3_mxfp8_256gpu": "184.6 of 166.6, activations 125.3: MoE activations",
-    "mbridge_26.04_b200_gptoss120b_bf16_64gpu": "175.1 of 162.1, activations 80.2: MoE activations",
-    "mbridge_26.04_gb300_qwen3_30b_a3b_mxfp8_8gpu": "281.5 of 262.7, activations 199.1: MoE activations at "
-                                                    "micro-batch 8",
-    "mbridge_26.04_gb200_qwen3_30b_a3b_mxfp8_8gpu": "173.7 of 167.7, activations 99.5: MoE activations",
-    "mbridge_26.04_b200_qwen3_30b_a3b_mxfp8_8gpu": "173.7 of 162.1, activations 99.5: MoE activations",
-    "mbridge_26.04_h100_qwen3_235b_a22b_fp8_256gpu": "71.8 of 67.9, activations 51.2: MoE activations",
-    "deepseek_v3_pretrain_h800_2048gpu": "126.0 of 67.9, activations 87.5: MoE activations under DualPipe (priced "
+                                        "layers' checkpoints. No published fact found that explains the fit (the "
+                                        "paper states ZeRO-3, no model parallelism, micro-batch 4; nothing of "
+                                        "activation partitioning or CPU checkpointing)",
+    "mbridge_25.09_dgxh100_deepseekv3_unstated_1024gpu": (
+        "89.5 of 67.3, activations 70.8. No memory fact found beyond those priced: recompute_modules "
+        "[mla_up_proj, mlp] (MB@bf71eba0 scripts/performance/run_script.py:88-89); no offload key in its perf "
+        "matrix and Megatron-Core 0.14.0rc7 has no fine_grained_activation_offloading. Priced too generously, not "
+        "too tightly: Megatron-Core's 'mlp' skips MoE layers (MLM@53cad713 transformer_layer.py:414-417), "
+        "ndcost applies it to the experts' activation too"),
+    "mbridge_25.09_dgxh100_qwen3_30b_a3b_unstated_16gpu": (
+        "90.9 of 68.6, activations 53.5 at 24 virtual stages. No fact found: recompute null "
+        "(MB@bf71eba0 configs/qwen3/qwen3_30b_a3b_llm_pretrain.yaml:19-21), no offload key in perf_matrix.h100, "
+        "token drop at capacity 1.0 (run_script.py:102) saves nothing under even routing"),
+    "mbridge_25.09_dgxh100_qwen3_235b_a22b_unstated_256gpu": (
+        "71.8 of 67.9, activations 51.2. No fact found: recompute null (MB@bf71eba0 "
+        "configs/qwen3/qwen3_235b_a22b_llm_pretrain.yaml:19-21), no offload key, token drop at capacity 1.0 "
+        "(run_script.py:109); precision (bf16 or fp8) not determinable, priced fp8"),
+    "mbridge_26.04_gb300_deepseekv3_mxfp8_256gpu": (
+        "298.3 of 261.8, activations 181.4. No fact found: its recipe turns offloading off "
+        "(MB@0fbfe7d3 recipes/deepseek/deepseek_v3.py:142-143 fine_grained_activation_offloading False) and "
+        "recomputes only mla_up_proj (deepseek_workload_base_configs.py:53); moe_paged_stash and the "
+        "perf_recipes that offload expert_fc1 appear only after 26.04 (perf_recipes from aad7d9ce2, 2026-06-25)"),
+    "mbridge_26.04_gb200_deepseekv3_mxfp8_256gpu": (
+        "184.6 of 166.6, activations 125.3. No fact found: offloading off (MB@0fbfe7d3 "
+        "recipes/deepseek/deepseek_v3.py:142-143), recompute_modules [mlp] (deepseek_workload_base_configs.py:81), "
+        "which Megatron-Core applies to the 3 dense layers only (MLM@d7288711 transformer_layer.py:471-473) and "
+        "ndcost to the experts too (generous); expandable_segments on (perf_plugins.py:271-277) is not priced"),
+    "mbridge_26.04_b200_gptoss120b_bf16_64gpu": (
+        "175.1 of 162.1, activations 80.2. No fact found: recipe offloading off and recompute None "
+        "(MB@0fbfe7d3 recipes/gpt_oss/gpt_oss.py:228-231), the B200 config recomputes [layernorm, moe_act] "
+        "(gpt_oss_workload_base_configs.py:75), priced; fp32 Adam moments (gpt_oss.py:237-241)"),
+    "mbridge_26.04_gb300_qwen3_30b_a3b_mxfp8_8gpu": (
+        "281.5 of 262.7, activations 199.1 at micro-batch 8. No fact found: recompute None "
+        "(MB@0fbfe7d3 scripts/performance/configs/qwen/qwen3_llm_pretrain.py:33-35), offloading off "
+        "(recipes/qwen/qwen3_moe.py:87-88)"),
+    "mbridge_26.04_gb200_qwen3_30b_a3b_mxfp8_8gpu": (
+        "173.7 of 167.7, activations 99.5. No fact found: recompute None (MB@0fbfe7d3 "
+        "configs/qwen/qwen3_llm_pretrain.py:33-35), offloading off (recipes/qwen/qwen3_moe.py:87-88)"),
+    "mbridge_26.04_b200_qwen3_30b_a3b_mxfp8_8gpu": (
+        "173.7 of 162.1, activations 99.5. No fact found: recompute None (MB@0fbfe7d3 "
+        "configs/qwen/qwen3_llm_pretrain.py:33-35), offloading off (recipes/qwen/qwen3_moe.py:87-88)"),
+    "mbridge_26.04_h100_qwen3_235b_a22b_fp8_256gpu": (
+        "71.8 of 67.9, activations 51.2. No fact found: recompute None (MB@0fbfe7d3 "
+        "configs/qwen/qwen3_llm_pretrain.py:33-35), offloading off (recipes/qwen/qwen3_moe.py:198-201)"),
+    "deepseek_v3_pretrain_h800_2048gpu": "124.6 of 67.9, activations 87.5: MoE activations under DualPipe (priced "
                                          "as 1F1B); DeepSeek's own fp8 caching (report §3.3.2: the MoE SwiGLU's "
                                          "input in fp8, its output recomputed) goes beyond TE's and is not priced",
     "automodel_h100_deepseekv3_bf16_256gpu": "94.4 of 67.9, optimizer 30.3: FSDP2 expert optimizer states and MoE "
-                                             "activations",
+                                             "activations. No fact found: its config checkpoints every block, "
+                                             "offloads nothing (Automodel@037e04a6 examples/benchmark/configs/"
+                                             "deepseek_v3_te_deepep.yaml, the stored version)",
     "automodel_h100_kimik2_bf16_256gpu": "102.7 of 68.1, optimizer 42.1: FSDP2 expert optimizer states and MoE "
-                                         "activations",
-    "automodel_h100_qwen3_30b_a3b_bf16_8gpu": "103.5 of 69.0, activations 30.9, optimizer 28.4: MoE activations "
-                                              "and the optimizer states of 128 experts on 8 ranks",
-    "automodel_h100_gptoss120b_bf16_64gpu": "96.9 of 68.8, activations 61.9: FSDP2 expert optimizer states and MoE "
-                                            "activations",
+                                         "activations. No fact found (checkpointing, no offload key: "
+                                         "Automodel@080dca53 examples/benchmark/configs/kimi_k2_te_deepep.yaml)",
+    "automodel_h100_qwen3_30b_a3b_bf16_8gpu": "103.5 of 69.0, activations 30.9, optimizer 28.4: the optimizer "
+                                              "states of 128 experts on 8 ranks. No fact found (checkpointing, "
+                                              "no offload key: Automodel@092af93e examples/benchmark/configs/"
+                                              "qwen3_moe_30b_te_deepep.yaml)",
+    "automodel_h100_gptoss120b_bf16_64gpu": "96.9 of 68.8, activations 61.9: MoE activations without "
+                                            "checkpointing. No fact found (no offload key: Automodel@037e04a6 "
+                                            "examples/benchmark/configs/gptoss_120b_te_deepep.yaml)",
 }
 
 
