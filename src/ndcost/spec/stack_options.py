@@ -229,6 +229,11 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "weights and a stored 16-bit remainder, Apex's store_param_remainders, NeMo's bf16 default under its "
                 "distributed Adam) (default fp32)", choices=("fp32", "remainder"), values={"fp32": 4, "remainder": 2},
                 seconds_only=False),
+    StackOption("adam_moments", "optimizer_state_bytes", "spec", "choice",
+                "Adam's two moments: fp32 (4 bytes each a parameter) or bf16 (2: Megatron-Core's precision-aware "
+                "optimizer with exp_avg_dtype and exp_avg_sq_dtype bf16, as Megatron-Bridge's DeepSeek-V3 recipe and "
+                "DeepSeek-V3's report §3.3.3 train) (default fp32)", choices=("fp32", "bf16"),
+                values={"fp32": 4, "bf16": 2}, seconds_only=False),
     StackOption("gradient_accumulation_fusion", "grad_accumulation_fusion", "rates", "bool",
                 "the weight-gradient GEMM accumulates into the fp32 main gradient (Megatron's "
                 "--gradient-accumulation-fusion); off: a separate add every micro-batch (default: the --software "
