@@ -199,7 +199,8 @@ cdef enum:
     SC_ep_nodes = 39
     SC_disp_b = 40
     SC_graphs = 41
-    SC_COUNT = 42
+    SC_autocast = 42
+    SC_COUNT = 43
 
 cdef enum:
     R_peak_mm = 0
@@ -449,7 +450,9 @@ cdef enum:
     MC_tie_emb = 31
     MC_bytes_logit = 32
     MC_w_fp8_cache = 33
-    MC_COUNT = 34
+    MC_autocast = 34
+    MC_grads_none = 35
+    MC_COUNT = 36
 
 cdef enum:
     LY_pp = 0
