@@ -344,11 +344,12 @@ cdef enum:
     LO_mlp = 12
     LO_mlp_act = 13
     LO_grad_acc = 14
-    LO_launch = 15
-    LO_tp_comm = 16
-    LO_cp_comm = 17
-    LO_ep_comm = 18
-    LO_COUNT = 19
+    LO_cast = 15
+    LO_launch = 16
+    LO_tp_comm = 17
+    LO_cp_comm = 18
+    LO_ep_comm = 19
+    LO_COUNT = 20
 
 cdef enum:
     LF_flops_f = 0

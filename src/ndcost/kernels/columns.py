@@ -269,7 +269,7 @@ SECONDS_STAGE_FIELDS = (
 LAYER_OP_NAMES = (
     "attn_proj", "attn_core", "norm", "rope", "attn_other", "residual",
     "router", "permute", "experts", "expert_act", "unpermute", "shared_experts",
-    "mlp", "mlp_act", "grad_acc", "launch",
+    "mlp", "mlp_act", "grad_acc", "cast", "launch",
     "tp_comm", "cp_comm", "ep_comm",
 )
 LAYER_OP_FIELDS = (

@@ -50,7 +50,11 @@ from .columns import (
 )
 from .codes import SCHEDULES, SWITCHES
 from .nd_ops import _check_len
-from .seconds_ops import POINTWISE_BACKWARD_BYTES, _cand_ok, _check_rows, _check_tables, _fill, _mm3, _pass
+from .seconds_ops import (
+    AUTOCAST_CE_BACKWARD_FP32_BYTES, AUTOCAST_CE_BACKWARD_KERNELS, AUTOCAST_CE_FORWARD_FP32_BYTES,
+    AUTOCAST_CE_FORWARD_KERNELS, AUTOCAST_FP32_BYTES, POINTWISE_BACKWARD_BYTES,
+)
+from .seconds_ops import _cand_ok, _check_rows, _check_tables, _fill, _mm3, _pass
 from .seconds_comm import (
     ALL_REDUCE, DEEPEP, EP_NONE, GATHER_OR_SCATTER, SEND_RECV, _collective, _exposed, _exposed_tail, _paired_layer,
     _paired_share,
@@ -100,7 +104,9 @@ def _head(cand, rate, tokens: float, h: float, v: float, softcap: float, out3) -
     out3 = (forward, backward, weight grads). Logits 2·tokens·h·v/t FLOPs forward (x3 with
     backward, Narayanan et al. 2021 Eq. 3's 6·B·s·h·V term); Megatron's vocab-parallel cross
     entropy: CE_FORWARD_BYTES / CE_BACKWARD_BYTES per logit element and its three small tp
-    all-reduces.
+    all-reduces. Under torch.autocast (cand autocast): the loss on fp32 logits
+    (seconds_ops.AUTOCAST_CE_FORWARD_FP32_BYTES), the head's fp32 input cast for the GEMM and its fp32
+    weight cast each forward, both cast back in backward (seconds_ops.AUTOCAST_FP32_BYTES).
     """
     t = cand[_C["t"]]
     n_split = cand[_C["seq_split"]]
@@ -109,8 +115,18 @@ def _head(cand, rate, tokens: float, h: float, v: float, softcap: float, out3) -
     # ColumnParallelLinear, torchtitan's float8 conversion skips it)
     _mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3, True)
     logits = tokens * v / t
-    forward = g3[0] + _pass(CE_FORWARD_BYTES * logits, CE_FORWARD_KERNELS * n_split, rate)
-    backward = g3[1] + _pass(CE_BACKWARD_BYTES * logits, n_split, rate)
+    if cand[_C["autocast"]] != 0.0:
+        bc = cand[_C["bytes_c"]]
+        cast = (AUTOCAST_FP32_BYTES + bc) * tokens * h
+        weight = (AUTOCAST_FP32_BYTES + bc) * v * h / t
+        forward = g3[0] + _pass((AUTOCAST_CE_FORWARD_FP32_BYTES + bc) * logits, AUTOCAST_CE_FORWARD_KERNELS * n_split,
+                                rate) + _pass(cast, n_split, rate) + _pass(weight, 1.0, rate)
+        backward = g3[1] + _pass((AUTOCAST_CE_BACKWARD_FP32_BYTES + bc) * logits,
+                                 AUTOCAST_CE_BACKWARD_KERNELS * n_split, rate) + _pass(cast, n_split, rate)
+        g3[2] += _pass(weight, 1.0, rate)
+    else:
+        forward = g3[0] + _pass(CE_FORWARD_BYTES * logits, CE_FORWARD_KERNELS * n_split, rate)
+        backward = g3[1] + _pass(CE_BACKWARD_BYTES * logits, n_split, rate)
     if softcap != 0.0:
         forward += _pass(SOFTCAP_BYTES * logits, n_split, rate)
         backward += _pass(POINTWISE_BACKWARD_BYTES * SOFTCAP_BYTES * logits, n_split, rate)
@@ -321,6 +337,20 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
             # backward scatter-adds the gradient into the table (1.5x the bytes)
             moved = 2.0 * bc * tokens * h
             kernels = 1.0
+            autocast = cand[_C["autocast"]] != 0.0
+            if autocast:
+                # under torch.autocast the fp32 table's rows are looked up in fp32 (embedding is on none of
+                # its lists): read 4, write 4; the backward (embedding_dense_backward, aten/src/ATen/native/
+                # cuda/Embedding.cu) writes a dense fp32 gradient of the table (zeros, then the rows' sums),
+                # which a tied output head's fp32 weight gradient is added to (AccumulateGrad: read 4 + 4,
+                # write 4)
+                moved = 2.0 * AUTOCAST_FP32_BYTES * tokens * h
+                table = AUTOCAST_FP32_BYTES * v * h / t
+                table_kernels = 1.0
+                if cand[_C["tie_emb"]] != 0.0:
+                    table += 3.0 * AUTOCAST_FP32_BYTES * v * h / t
+                    table_kernels += 1.0
+                row[_S["bw_w"]] += _pass(table, table_kernels, rate)
             if smodel[_SM["p_pos"]] > 0.0:
                 moved += 3.0 * bc * tokens * h
                 kernels += 1.0

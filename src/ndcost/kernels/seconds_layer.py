@@ -23,11 +23,12 @@ from .columns import (
 from ..spec.mamba import SELECTIVE_SCAN_FLOPS
 from .codes import MIXERS
 from .seconds_ops import (
-    EAGER_SWIGLU_PASSES, NOTE_SIZE, SCOPE_ATTN, SCOPE_FFN, SCOPE_PRE, _cand_ok, _check_rows,
+    AUTOCAST_FP32_BYTES, AUTOCAST_RESIDUAL_BACKWARD_FP32_BYTES, AUTOCAST_RESIDUAL_FP32_BYTES, AUTOCAST_RMSNORM_BYTES,
+    AUTOCAST_RMSNORM_KERNELS, AUTOCAST_ROPE_FP32_BYTES, AUTOCAST_ROPE_KERNELS, EAGER_SWIGLU_PASSES, NOTE_SIZE, SCOPE_ATTN, SCOPE_FFN, SCOPE_PRE, _cand_ok, _check_rows,
     _check_tables, _ffn_pair, _fill, _gemm, _mm3_noted, _note, _note_launch, _note_pass, _note_start, _pass,
 )
 from .seconds_comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, SEND_RECV, _collective, _exchange
-from .seconds_moe import _moe_ffn
+from .seconds_moe import _moe_ffn, _note_two
 
 __all__ = ["seconds_layer_times", "seconds_layer_ops"]
 
@@ -134,6 +135,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
     flash = cand[_C["flash"]] != 0.0
     mm16_rate = rate[_R["mm16_eff"]] * rate[_R["peak_attn"]]   # GDN's chunked recurrence runs 16-bit
     eager = rate[_R["ew_eager"]] != 0.0
+    autocast = cand[_C["autocast"]] != 0.0      # fp32 parameters under torch.autocast, an fp32 stream
     attn_rate = rate[_R["attn_eff"]] * rate[_R["peak_attn"]]
     hbm = rate[_R["hbm_eff"]] * rate[_R["hbm_bw"]]
     kernel_s = rate[_R["kernel_s"]]
@@ -353,6 +355,9 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
     if eager and smodel[_SM["rms_norm"]] != 0.0:
         # an RMSNorm written in PyTorch ops and run eagerly, one kernel each
         per_norm, norm_kernels = (EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp, EAGER_RMSNORM_KERNELS
+        if autocast:
+            # on the fp32 stream: no casts in or out (seconds_ops.AUTOCAST_RMSNORM_BYTES)
+            per_norm, norm_kernels = AUTOCAST_RMSNORM_BYTES * x_sp, AUTOCAST_RMSNORM_KERNELS
     ffn_norms = 1.0 if has_ffn and n_norm > 0.0 else 0.0
     attn_norm_bytes = (n_norm - ffn_norms) * per_norm
     attn_norm_kernels = (n_norm - ffn_norms) * norm_kernels
@@ -382,7 +387,12 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
             rotated = tokens * (a / t + 1.0) * kind[_K["dhr"]]   # each head's q_pe and the shared k_pe
         else:
             rotated = tokens * (a + n_kv) * dh / t
-        if eager:
+        if eager and autocast:
+            # Transformers' apply_rotary_pos_emb with fp32 cos / sin, then autocast's casts for SDPA
+            # (seconds_ops.AUTOCAST_ROPE_FP32_BYTES)
+            _note_pass(note, ops, _O["rope"], SCOPE_ATTN, (6.0 * bc + AUTOCAST_ROPE_FP32_BYTES) * rotated,
+                       2.0 * AUTOCAST_ROPE_KERNELS * n_split, rate, sums)
+        elif eager:
             _note_pass(note, ops, _O["rope"], SCOPE_ATTN, (2.0 * bc + EAGER_ROPE_FP32_BYTES) * rotated,
                        2.0 * EAGER_ROPE_KERNELS * n_split, rate, sums)
         else:
@@ -399,10 +409,37 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
         _note_pass(note, ops, _O["attn_other"], SCOPE_ATTN, conv_bytes, 2.0 * n_split, rate, sums)
     # the fused bias-dropout-add kernels, one a sub-block: read the output and the residual, write (+ mask)
     residual = (3.0 * bc + db) * x_sp
-    if mixer != MIXER_NONE:
-        _note_pass(note, ops, _O["residual"], SCOPE_ATTN, residual, n_split, rate, sums)
-    if has_ffn:
-        _note_pass(note, ops, _O["residual"], SCOPE_FFN, residual, n_split, rate, sums)
+    if autocast:
+        # the fp32 stream plus a 16-bit sub-block output, and its backward (seconds_ops.AUTOCAST_RESIDUAL_FP32_BYTES)
+        fp32_f = (AUTOCAST_RESIDUAL_FP32_BYTES + bc + db) * x_sp
+        fp32_b = (AUTOCAST_RESIDUAL_BACKWARD_FP32_BYTES + bc) * x_sp
+        if mixer != MIXER_NONE:
+            _note_two(note, ops, _O["residual"], SCOPE_ATTN, fp32_f, n_split, fp32_b, 2.0 * n_split, rate, sums,
+                      0.0, 0.0)
+        if has_ffn:
+            _note_two(note, ops, _O["residual"], SCOPE_FFN, fp32_f, n_split, fp32_b, 2.0 * n_split, rate, sums,
+                      0.0, 0.0)
+        # each projection casts the fp32 normed input for itself (autocast caches only a leaf tensor's
+        # cast): Q, K and V three times (separate q_proj, k_proj, v_proj), another mixer's input once; a
+        # gated MLP's gate and up twice, another FFN (a GELU MLP, a MoE layer's router) once. Backward: each
+        # 16-bit input gradient cast back to fp32 and the fp32 gradients summed by autograd (read 4 + 4,
+        # write 4 each sum) -- seconds_ops.AUTOCAST_FP32_BYTES
+        casts_att = 0.0
+        if mixer != MIXER_NONE:
+            casts_att = 3.0 if mixer == MIXER_ATTENTION and kind[_K["is_mla"]] == 0.0 and has_core else 1.0
+        casts_ffn = 0.0
+        if has_ffn:
+            casts_ffn = 2.0 if not moe and n_ff == 3.0 else 1.0
+        for scope, casts in ((SCOPE_ATTN, casts_att), (SCOPE_FFN, casts_ffn)):
+            if casts > 0.0:
+                _note_two(note, ops, _O["cast"], scope, casts * (AUTOCAST_FP32_BYTES + bc) * x_sp, casts * n_split,
+                          (casts * (AUTOCAST_FP32_BYTES + bc) + (casts - 1.0) * 3.0 * AUTOCAST_FP32_BYTES) * x_sp,
+                          (2.0 * casts - 1.0) * n_split, rate, sums, 0.0, 0.0)
+    else:
+        if mixer != MIXER_NONE:
+            _note_pass(note, ops, _O["residual"], SCOPE_ATTN, residual, n_split, rate, sums)
+        if has_ffn:
+            _note_pass(note, ops, _O["residual"], SCOPE_FFN, residual, n_split, rate, sums)
     out[_L["sw_ffAct"]] = act_f
     fw, bw, bw_w, gemm_f, gemm_b = sums
     # headCast: Megatron scales, masks and casts the scores inside its fused softmax kernel, so a
@@ -470,6 +507,19 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
 
     p_dense = (skind[_SK["p_nonexp"]] + skind[_SK["p_shared"]]) / t
     p_expert = skind[_SK["p_routed"]] / (ep * t_exp)
+    if autocast:
+        # each forward casts every fp32 weight to 16 bits (a recompute forward again: autocast's cache lives
+        # as long as its region), one kernel a weight; the backward casts each 16-bit weight gradient back to
+        # fp32 (seconds_ops.AUTOCAST_FP32_BYTES). The norms' few fp32 weights (2·h) are counted with them.
+        weights = (4.0 if mixer != MIXER_NONE else 0.0) + (n_ff if has_ffn else 0.0)
+        if moe:
+            weights += n_ff * model[_M["n_exp"]] / ep
+        moved = (p_dense + p_expert) * (AUTOCAST_FP32_BYTES + bc)
+        cast_f = _pass(moved, weights, rate)
+        cast_b = _pass(moved, weights, rate)
+        fw += cast_f
+        bw_w += cast_b
+        _note(note, ops, _O["cast"], SCOPE_ATTN, 0.0, moved, weights, cast_f, 0.0, moved, weights, cast_b)
     if rate[_R["grad_acc_pass"]] != 0.0:
         # no gradient-accumulation fusion: the weight-gradient GEMM writes a 16-bit gradient and a
         # separate kernel adds it into the main gradient (read both, write the main one), every
