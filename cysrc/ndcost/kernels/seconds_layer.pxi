@@ -47,7 +47,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double mm16_rate = rate[R_mm16_eff] * rate[R_peak_attn]
     cdef bint eager = rate[R_ew_eager] != 0.0
     cdef bint autocast = cand[SC_autocast] != 0.0     # fp32 parameters under torch.autocast, an fp32 stream
-    cdef double fp32_f, fp32_b, casts, casts_att, casts_ffn, weights, cast_f, cast_b
+    cdef double fp32_f, fp32_b, casts, casts_att, casts_ffn, weights, cast_f, cast_b, more_b, more_k
     cdef int scope
     cdef double attn_rate = rate[R_attn_eff] * rate[R_peak_attn]
     cdef double hbm = rate[R_hbm_eff] * rate[R_hbm_bw]
@@ -297,6 +297,14 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         c_sec_note_pass(note, ops, LO_norm, SEC_SCOPE_ATTN, attn_norm_bytes, attn_norm_kernels * n_split, rate, sums)
         + c_sec_note_pass(note, ops, LO_norm, ffn_scope, ffn_norms * per_norm, ffn_norms * norm_kernels * n_split,
                           rate, sums))
+    if eager and autocast and smodel[SM_rms_norm] != 0.0:
+        # the norms' backward as autograd runs Transformers' RMSNorm graph, beyond the 1.5x priced above
+        more_b = (SEC_AUTOCAST_RMSNORM_BACKWARD_BYTES - SEC_POINTWISE_BACKWARD_BYTES * SEC_AUTOCAST_RMSNORM_BYTES) * x_sp
+        more_k = (SEC_AUTOCAST_RMSNORM_BACKWARD_KERNELS - SEC_AUTOCAST_RMSNORM_KERNELS) * n_split
+        c_sec_note_two(note, ops, LO_norm, SEC_SCOPE_ATTN, 0.0, 0.0, (n_norm - ffn_norms) * more_b,
+                       (n_norm - ffn_norms) * more_k, rate, sums, 0.0, 0.0)
+        c_sec_note_two(note, ops, LO_norm, ffn_scope, 0.0, 0.0, ffn_norms * more_b, ffn_norms * more_k, rate, sums,
+                       0.0, 0.0)
     if scores > 0.0:
         out[SL_sw_softmax] = c_sec_note_pass(note, ops, LO_attn_other, SEC_SCOPE_ATTN, 2.0 * bc * scores, n_split,
                                              rate, sums)

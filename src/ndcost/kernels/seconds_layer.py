@@ -23,8 +23,10 @@ from .columns import (
 from ..spec.mamba import SELECTIVE_SCAN_FLOPS
 from .codes import MIXERS
 from .seconds_ops import (
-    AUTOCAST_FP32_BYTES, AUTOCAST_RESIDUAL_BACKWARD_FP32_BYTES, AUTOCAST_RESIDUAL_FP32_BYTES, AUTOCAST_RMSNORM_BYTES,
-    AUTOCAST_RMSNORM_KERNELS, AUTOCAST_ROPE_FP32_BYTES, AUTOCAST_ROPE_KERNELS, EAGER_SWIGLU_PASSES, NOTE_SIZE, SCOPE_ATTN, SCOPE_FFN, SCOPE_PRE, _cand_ok, _check_rows,
+    AUTOCAST_FP32_BYTES, AUTOCAST_RESIDUAL_BACKWARD_FP32_BYTES, AUTOCAST_RESIDUAL_FP32_BYTES,
+    AUTOCAST_RMSNORM_BACKWARD_BYTES, AUTOCAST_RMSNORM_BACKWARD_KERNELS, AUTOCAST_RMSNORM_BYTES, AUTOCAST_RMSNORM_KERNELS,
+    AUTOCAST_ROPE_FP32_BYTES, AUTOCAST_ROPE_KERNELS, EAGER_SWIGLU_PASSES, NOTE_SIZE, POINTWISE_BACKWARD_BYTES,
+    SCOPE_ATTN, SCOPE_FFN, SCOPE_PRE, _cand_ok, _check_rows,
     _check_tables, _ffn_pair, _fill, _gemm, _mm3_noted, _note, _note_launch, _note_pass, _note_start, _pass,
 )
 from .seconds_comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, SEND_RECV, _collective, _exchange
@@ -369,6 +371,15 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
         _note_pass(note, ops, _O["norm"], SCOPE_ATTN, attn_norm_bytes, attn_norm_kernels * n_split, rate, sums)
         + _note_pass(note, ops, _O["norm"], ffn_scope, ffn_norms * per_norm, ffn_norms * norm_kernels * n_split,
                      rate, sums))
+    if eager and autocast and smodel[_SM["rms_norm"]] != 0.0:
+        # the norms' backward as autograd runs Transformers' RMSNorm graph, beyond the 1.5x priced above
+        # (seconds_ops.AUTOCAST_RMSNORM_BACKWARD_BYTES)
+        more_b = (AUTOCAST_RMSNORM_BACKWARD_BYTES - POINTWISE_BACKWARD_BYTES * AUTOCAST_RMSNORM_BYTES) * x_sp
+        more_k = (AUTOCAST_RMSNORM_BACKWARD_KERNELS - AUTOCAST_RMSNORM_KERNELS) * n_split
+        _note_two(note, ops, _O["norm"], SCOPE_ATTN, 0.0, 0.0, (n_norm - ffn_norms) * more_b,
+                  (n_norm - ffn_norms) * more_k, rate, sums, 0.0, 0.0)
+        _note_two(note, ops, _O["norm"], ffn_scope, 0.0, 0.0, ffn_norms * more_b, ffn_norms * more_k, rate, sums,
+                  0.0, 0.0)
     if scores > 0.0:
         other = _O["attn_other"]
         # Megatron's fused scale-mask-softmax; dropout (read, write, keep the mask); the context

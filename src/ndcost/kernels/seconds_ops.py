@@ -57,6 +57,14 @@ AUTOCAST_FP32_BYTES = 4.0
 #: 6 kernels.
 AUTOCAST_RMSNORM_BYTES = 28.0
 AUTOCAST_RMSNORM_KERNELS = 6.0
+#: Its backward, as autograd runs that graph (pytorch/pytorch tools/autograd/derivatives.yaml), per element:
+#: ``weight * y`` -- grad·weight (read 4, write 4) and the weight's gradient, grad·y summed over the tokens
+#: (read 4 + 4, write 4, the sum reads 4); ``x * r`` -- grad·r (read 4, write 4) and r's gradient, grad·x
+#: summed over the row (read 4 + 4, write 4, read 4); mean's backward expanded to the row (write 4); pow's,
+#: grad·(2·x) (read 4, write 4; read 4 + 4, write 4); the two gradients of x summed (read 4 + 4, write 4):
+#: 84 bytes in 12 kernels (rsqrt's and add's on one value a row), where a pointwise op's 1.5x prices 42 in 6.
+AUTOCAST_RMSNORM_BACKWARD_BYTES = 84.0
+AUTOCAST_RMSNORM_BACKWARD_KERNELS = 12.0
 #: Transformers' apply_rotary_pos_emb on a 16-bit q or k with the fp32 cos / sin LlamaRotaryEmbedding returns
 #: (``.to(x.dtype)``, x the fp32 hidden states), per element of q or k, bc its 16 bits: ``q * cos`` (read bc,
 #: write 4: fp32 by type promotion), rotate_half's ``-x2`` (half the elements: read and write bc/2 each) and
