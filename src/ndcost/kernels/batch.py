@@ -40,9 +40,10 @@ from .columns import (
 from ..spec.recompute_spec import ALL_KEPT
 from .codes import MEMORY_ATTENTIONS, MEMORY_CP, MEMORY_FFNS, MEMORY_SCHEDULES
 from .memory import (
-    _FFACT, _FP32_BYTES, _NORMOP, N_MEMORY_COLUMNS, _kept, inflight_micro_batches, pair_dualpipe_rows, stage_memory,
+    _FP32_BYTES, _NORMOP, N_MEMORY_COLUMNS, _kept, inflight_micro_batches, pair_dualpipe_rows, stage_memory,
     windowed_layer_activation_bytes,
 )
+from .autocast import _autocast_activation, _grads_from_backward
 from .nd_combine import nd_apply_ratios, nd_combine
 from .nd_comm import nd_stage_sums
 from .nd_ops import _check_len
@@ -58,8 +59,6 @@ _L, _MK, _MM, _MC = LAYOUT, MEMORY_KIND, MEMORY_MODEL, MEMORY_CAND
 # The memory model's codes (ndcost.kernels.codes), as the float columns hold them.
 _ATT_MLA, _ATT_LINEAR = (float(MEMORY_ATTENTIONS.index(name)) for name in ("mla", "linear"))
 _FFN_MOE = float(MEMORY_FFNS.index("moe"))
-_FFN_DENSE, _FFN_NONE = (float(MEMORY_FFNS.index(name)) for name in ("dense", "none"))
-_ATT_FULL, _ATT_NONE = (float(MEMORY_ATTENTIONS.index(name)) for name in ("full", "none"))
 _CP_ALLGATHER = float(MEMORY_CP.index("ring-allgather"))    # memory candidate cp_ring
 _SCHED_ZB_V, _SCHED_SEQ1F1B, _SCHED_DUALPIPE_V, _SCHED_DUALPIPE = (
     float(MEMORY_SCHEDULES.index(name)) for name in ("zero_bubble_v", "seq1f1b", "dualpipev", "dualpipe"))
@@ -281,61 +280,12 @@ def kind_activation_bytes(kind, mc, option: int, keep_mask: int) -> float:
     return _layer_activation(kind, mc, int(option), int(keep_mask))
 
 
-def _autocast_activation(kind, mc, option: int, keep_mask: int) -> float:
-    """What one layer of the kind keeps beyond the formulas' count when fp32 parameters run under
-    ``torch.autocast`` with Transformers' fp32 residual stream (ExecSpec.autocast), one micro-batch.
-
-    * Every weight's 16-bit cast, c bytes a parameter: autocast's cache keeps the copy of a leaf fp32
-      tensor that requires grad until the outermost autocast region exits (pytorch/pytorch
-      aten/src/ATen/autocast_mode.cpp cached_cast), and F.linear saves it for the input gradient until
-      the layer's backward. The norms' fp32 weights are counted too (2·h of a layer's parameters:
-      LlamaRMSNorm's ``weight * x`` is on none of autocast's lists).
-    * Full recompute: the checkpoint is the fp32 stream, 4 bytes an element (the formulas' 16-bit one
-      plus 4 - c). The checkpointed forward saves nothing, so its casts live only in autocast's cache,
-      which the region's exit clears before the backward begins: they are not held at the loss's
-      backward (the peak); the recomputed layer's own casts are in its working set (the plain layer).
-    * Otherwise (transformers/models/llama/modeling_llama.py, Transformers 5.x): each pre-norm keeps its
-      fp32 normalised input beside its fp32 input (LlamaRMSNorm: ``self.weight * hidden_states.to(
-      input_dtype)`` saves the normalised tensor; normOp); q_proj, k_proj and v_proj each cast the fp32
-      normed input for themselves (autocast caches no non-leaf cast): two 16-bit copies beyond the
-      formulas' one, and gate_proj and up_proj one more; o_proj keeps the contiguous copy of SDPA's
-      transposed output (``attn_output.transpose(1, 2).contiguous()``) beside the output SDPA keeps;
-      ``down_proj(act_fn(gate_proj(x)) * up_proj(x))`` keeps silu's output and the product beside the
-      gate and up outputs, one width more than a fused SwiGLU (ffAct)."""
-    if mc[_MC["autocast"]] == 0.0:
-        return 0.0
-    c = mc[_MC["bytes_c"]]
-    tp, sp = mc[_MC["tp"]], mc[_MC["sp"]]
-    tokens = _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]]
-    h = kind[_MK["hidden"]]
-    if option == OPTION_FULL:
-        divisor = sp
-        if mc[_MC["slice_input"]] != 0.0 and tp > divisor:
-            divisor = tp
-        return tokens * h * (_FP32_BYTES - c) / divisor
-    extra = ((kind[_MK["p_nonexp"]] + kind[_MK["p_shared"]]) / tp
-             + kind[_MK["p_routed"]] / (mc[_MC["ep"]] * mc[_MC["etp"]])) * c
-    mask = 255 if option == OPTION_NONE else keep_mask
-    residual = tokens * h / sp
-    norms = kind[_MK["extra_norms"]]
-    if kind[_MK["attention"]] != _ATT_NONE:
-        norms += 1.0
-    if kind[_MK["ffn"]] != _FFN_NONE:
-        norms += 1.0
-    extra += _kept(mask, _NORMOP) * norms * residual * _FP32_BYTES
-    if kind[_MK["attention"]] == _ATT_FULL:
-        extra += 2.0 * residual * c + tokens * kind[_MK["heads"]] / tp * kind[_MK["head_dim"]] * c
-    if kind[_MK["ffn"]] == _FFN_DENSE and kind[_MK["gated"]] != 0.0:
-        extra += residual * c + _kept(mask, _FFACT) * tokens * kind[_MK["ffn_width"]] / tp * c
-    return extra
-
-
 def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:
     """windowed_layer_activation_bytes of one layer of the kind (Korthikanti et al. 2022 Table 2), plus
     the inputs of the norms it runs beyond its pre-norms (Gemma's post-norms), kept as the pre-norms'
     are (not under full recompute; selective recompute drops them with the normOp switch), plus what
     autocast's fp32 stream adds (:func:`_autocast_activation`)."""
-    extra = _autocast_activation(kind, mc, option, keep_mask)
+    extra = _autocast_activation(kind, mc, option, keep_mask, _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]])
     if kind[_MK["extra_norms"]] > 0.0 and option != OPTION_FULL:
         mask = 255 if option == OPTION_NONE else keep_mask
         residual = _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]] * kind[_MK["hidden"]] / mc[_MC["sp"]]
@@ -420,21 +370,6 @@ def _ring_allgather_work(kind, mc) -> float:
     accumulators = _FP32_BYTES * (q_width + k_width + v_width)           # fp32 dQ, dK, dV
     exchange = 2.0 * _FP32_BYTES * (k_width + v_width)                  # fp32 dK/dV out and in
     return tokens * (gathered + accumulators + exchange)
-
-
-def _grads_from_backward(out) -> None:
-    """Gradients that exist only from the backward on (ExecSpec.grads_set_to_none: PyTorch's
-    ``optimizer.zero_grad(set_to_none=True)`` frees them after each step; torch/optim/optimizer.py),
-    with one micro-batch a step, in place on the stage rows: the backward allocates each gradient as
-    it frees the activations of what it has gone through, so the gradients and the forward's
-    activations are never all held at once -- the stage holds max(activations, gradients) (the
-    activations at the backward's start, the gradients at its end) with its working set. The grads
-    column keeps what the gradients add beyond the activations; the total follows."""
-    for row in out:
-        grads, activations = row[1], row[3]
-        held = grads - activations if grads > activations else 0.0
-        row[N_MEMORY_COLUMNS - 1] += held - grads
-        row[1] = held
 
 
 def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float:

@@ -23,7 +23,6 @@ from .columns import (
 from ..spec.mamba import SELECTIVE_SCAN_FLOPS
 from .codes import MIXERS
 from .seconds_ops import (
-    AUTOCAST_FP32_BYTES, AUTOCAST_RESIDUAL_BACKWARD_FP32_BYTES, AUTOCAST_RESIDUAL_FP32_BYTES,
     AUTOCAST_RMSNORM_BACKWARD_BYTES, AUTOCAST_RMSNORM_BACKWARD_KERNELS, AUTOCAST_RMSNORM_BYTES, AUTOCAST_RMSNORM_KERNELS,
     AUTOCAST_ROPE_FP32_BYTES, AUTOCAST_ROPE_KERNELS, EAGER_SWIGLU_PASSES, NOTE_SIZE, POINTWISE_BACKWARD_BYTES,
     SCOPE_ATTN, SCOPE_FFN, SCOPE_PRE, _cand_ok, _check_rows,
@@ -31,6 +30,7 @@ from .seconds_ops import (
 )
 from .seconds_comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, SEND_RECV, _collective, _exchange
 from .seconds_moe import _moe_ffn, _note_two
+from .autocast import _autocast_passes, _autocast_weights
 
 __all__ = ["seconds_layer_times", "seconds_layer_ops"]
 
@@ -421,31 +421,12 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
     # the fused bias-dropout-add kernels, one a sub-block: read the output and the residual, write (+ mask)
     residual = (3.0 * bc + db) * x_sp
     if autocast:
-        # the fp32 stream plus a 16-bit sub-block output, and its backward (seconds_ops.AUTOCAST_RESIDUAL_FP32_BYTES)
-        fp32_f = (AUTOCAST_RESIDUAL_FP32_BYTES + bc + db) * x_sp
-        fp32_b = (AUTOCAST_RESIDUAL_BACKWARD_FP32_BYTES + bc) * x_sp
-        if mixer != MIXER_NONE:
-            _note_two(note, ops, _O["residual"], SCOPE_ATTN, fp32_f, n_split, fp32_b, 2.0 * n_split, rate, sums,
-                      0.0, 0.0)
-        if has_ffn:
-            _note_two(note, ops, _O["residual"], SCOPE_FFN, fp32_f, n_split, fp32_b, 2.0 * n_split, rate, sums,
-                      0.0, 0.0)
-        # each projection casts the fp32 normed input for itself (autocast caches only a leaf tensor's
-        # cast): Q, K and V three times (separate q_proj, k_proj, v_proj), another mixer's input once; a
-        # gated MLP's gate and up twice, another FFN (a GELU MLP, a MoE layer's router) once. Backward: each
-        # 16-bit input gradient cast back to fp32 and the fp32 gradients summed by autograd (read 4 + 4,
-        # write 4 each sum) -- seconds_ops.AUTOCAST_FP32_BYTES
+        # the fp32 stream's adds and each projection's own cast of its fp32 input (autocast._autocast_passes)
         casts_att = 0.0
         if mixer != MIXER_NONE:
             casts_att = 3.0 if mixer == MIXER_ATTENTION and kind[_K["is_mla"]] == 0.0 and has_core else 1.0
-        casts_ffn = 0.0
-        if has_ffn:
-            casts_ffn = 2.0 if not moe and n_ff == 3.0 else 1.0
-        for scope, casts in ((SCOPE_ATTN, casts_att), (SCOPE_FFN, casts_ffn)):
-            if casts > 0.0:
-                _note_two(note, ops, _O["cast"], scope, casts * (AUTOCAST_FP32_BYTES + bc) * x_sp, casts * n_split,
-                          (casts * (AUTOCAST_FP32_BYTES + bc) + (casts - 1.0) * 3.0 * AUTOCAST_FP32_BYTES) * x_sp,
-                          (2.0 * casts - 1.0) * n_split, rate, sums, 0.0, 0.0)
+        casts_ffn = (2.0 if not moe and n_ff == 3.0 else 1.0) if has_ffn else 0.0
+        _autocast_passes(note, ops, x_sp, bc, db, n_split, casts_att, casts_ffn, rate, sums)
     else:
         if mixer != MIXER_NONE:
             _note_pass(note, ops, _O["residual"], SCOPE_ATTN, residual, n_split, rate, sums)
@@ -519,18 +500,13 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
     p_dense = (skind[_SK["p_nonexp"]] + skind[_SK["p_shared"]]) / t
     p_expert = skind[_SK["p_routed"]] / (ep * t_exp)
     if autocast:
-        # each forward casts every fp32 weight to 16 bits (a recompute forward again: autocast's cache lives
-        # as long as its region), one kernel a weight; the backward casts each 16-bit weight gradient back to
-        # fp32 (seconds_ops.AUTOCAST_FP32_BYTES). The norms' few fp32 weights (2·h) are counted with them.
+        # every fp32 weight cast to 16 bits each forward, its gradient cast back (autocast._autocast_weights)
         weights = (4.0 if mixer != MIXER_NONE else 0.0) + (n_ff if has_ffn else 0.0)
         if moe:
             weights += n_ff * model[_M["n_exp"]] / ep
-        moved = (p_dense + p_expert) * (AUTOCAST_FP32_BYTES + bc)
-        cast_f = _pass(moved, weights, rate)
-        cast_b = _pass(moved, weights, rate)
+        cast_f, cast_b = _autocast_weights(note, ops, p_dense + p_expert, weights, bc, rate)
         fw += cast_f
         bw_w += cast_b
-        _note(note, ops, _O["cast"], SCOPE_ATTN, 0.0, moved, weights, cast_f, 0.0, moved, weights, cast_b)
     if rate[_R["grad_acc_pass"]] != 0.0:
         # no gradient-accumulation fusion: the weight-gradient GEMM writes a 16-bit gradient and a
         # separate kernel adds it into the main gradient (read both, write the main one), every

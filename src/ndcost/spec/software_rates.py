@@ -62,8 +62,9 @@ _HF_SDPA = ("huggingface/transformers (5.x) integrations/sdpa_attention.py: F.sc
             "sm90 PyTorch's SDPA runs its FlashAttention-2 backend")
 _HF_EAGER = ("huggingface/transformers (5.x) modeling_llama.py: LlamaRMSNorm, apply_rotary_pos_emb (rotate_half) and "
              "down_proj(act_fn(gate_proj(x)) * up_proj(x)) are PyTorch ops, one kernel each (no torch.compile)")
-_HF_GRAD = ("zero_grad(set_to_none=True) and one micro-batch: the backward assigns each fp32 .grad (autograd's "
-            "AccumulateGrad takes the new gradient when .grad is None); nothing to accumulate")
+_HF_GRAD = ("pytorch/pytorch torch/optim/optimizer.py zero_grad(set_to_none=True) and one micro-batch: the backward "
+            "assigns each fp32 .grad (torch/csrc/autograd/functions/accumulate_grad.h takes the new gradient when "
+            ".grad is None); nothing to accumulate")
 _HF_COPIES = ("huggingface/transformers (5.x) sdpa_attention.py: GQA through SDPA's enable_gqa (no repeat_kv copies); "
               "its output's transpose(1, 2).contiguous() copy is not priced")
 
