@@ -1,6 +1,6 @@
 """Declares the compiled extension; every other setting lives in pyproject.toml.
 
-Three switches, each with one meaning (STYLE.md §3.2):
+Three switches, each with one meaning (docs/ARCHITECTURE.md, "The backend switch"):
 
 * ``NDCOST_PURE_PYTHON=1``: build no extension (a ``py3-none-any`` wheel); also
   read at import time by ``ndcost._backend``.

@@ -1,4 +1,4 @@
-"""Calibration: fit ratios to measured runs, leave-one-out, apply them (ND_REFERENCE §2.10, §2.11)."""
+"""Calibration: fit ratios to measured runs, leave-one-out, apply them (docs/ND_MODEL.md §2.10, §2.11)."""
 from __future__ import annotations
 
 import csv

@@ -80,7 +80,6 @@ def test_nd_differences_lists_each_deliberate_difference_with_its_effect():
     assert "effect" in text and "Seconds mode" in text
 
 
-@pytest.mark.skip(reason="until the lead's citation rewrite lands (issue 26): see the docstring, then remove this mark")
 def test_no_citation_of_a_document_outside_the_repository():
     """No comment, docstring or document cites a document the repository does not hold.
 

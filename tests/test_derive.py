@@ -1,4 +1,4 @@
-"""ND's derived values (ND_REFERENCE §1.4 derive steps 1-5, 8, 10), checked
+"""ND's derived values (docs/ND_MODEL.md §1.4 derive steps 1-5, 8, 10), checked
 against values computed by hand from the formulas."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ndcost.tables.derive import Derived, derive
 from ndcost.errors import SpecError
 from ndcost.spec.exec_spec import ExecSpec
 from ndcost.spec.model import Model
-from ndcost.tables.validate import validate
+from ndcost.tables.joint_rules import validate
 
 DENSE = Model(name="dense-70b", hidden_size=8192, num_hidden_layers=80, num_attention_heads=64,
               num_key_value_heads=8, intermediate_size=28672, vocab_size=128256)

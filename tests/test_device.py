@@ -395,7 +395,7 @@ def test_an_expert_parallel_step_on_gb200_crosses_no_nic():
 
 def test_nvl72_rules_read_the_domain_not_eight():
     from ndcost import ExecSpec, Model
-    from ndcost.tables.validate import validate
+    from ndcost.tables.joint_rules import validate
 
     model = Model.from_catalog("gpt3-175b")  # 96 heads, no GQA: tp 16 and 24 divide them
     # The search's rule (tp within a node): tp 16 or 24 spans several 4-GPU trays but stays inside the

@@ -16,7 +16,7 @@ from ndcost.price.candidates import Candidates
 from ndcost.price.estimate_many import estimate_many
 from ndcost.tables.memory import MEMORY_PARTS
 from ndcost.tables.reasons import FIRST_INVALID, REASON_CODES, REASON_TABLE
-from ndcost.tables.validate import validate
+from ndcost.tables.joint_rules import validate
 from strategies import ND_PRICED, realistic
 
 RTOL = 1e-12

@@ -54,7 +54,7 @@ def test_megatron_rule_recomputes_the_attention_core():
 @pytest.mark.parametrize(
     ("fa", "sp", "comm", "expected"),
     [
-        # ND_REFERENCE §1.4 with sel = 1:
+        # docs/ND_MODEL.md §1.4 with sel = 1:
         # attBMM = not(not fa and sp>1), headCast = not fa, dropout 1, softmax = fa,
         # normOp = not(sp>1), gather = not(comm and sp>1), ffAct = not(sp>1), attUp 1
         (True, 1, False, dict(attBMM=1, headCast=0, dropout=1, softmax=1, normOp=1, gather=1, ffAct=1, attUp=1)),
@@ -229,7 +229,7 @@ def test_replace_validates():
 
 
 def test_from_strategy_design_example():
-    # DESIGN.md: ExecSpec.from_strategy(dp=16, mp=8, pp=8, mb=64, mbs=1, op=16, sp=True)
+    # HyperParallel's strategy names: ExecSpec.from_strategy(dp=16, mp=8, pp=8, mb=64, mbs=1, op=16, sp=True)
     spec = ExecSpec.from_strategy(dp=16, mp=8, pp=8, mb=64, mbs=1, op=16, sp=True, seq_length=8192)
     assert spec == ExecSpec(dp=16, tp=8, pp=8, micro_batch_num=64, micro_batch_size=1, global_batch_size=1024,
                             optimizer_shard=16, zero_stage=1, sequence_parallel=True, seq_length=8192)

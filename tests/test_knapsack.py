@@ -1,4 +1,4 @@
-"""One stage's multiple-choice knapsack (ND_REFERENCE §4.4), against brute-force enumeration."""
+"""One stage's multiple-choice knapsack (docs/ND_MODEL.md §4.4), against brute-force enumeration."""
 from __future__ import annotations
 
 import itertools

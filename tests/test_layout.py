@@ -1,4 +1,4 @@
-"""Layout: ND's partition generator, model order, recompute per layer (ND_REFERENCE §1.6)."""
+"""Layout: ND's partition generator, model order, recompute per layer (docs/ND_MODEL.md §1.6)."""
 from __future__ import annotations
 
 import numpy as np

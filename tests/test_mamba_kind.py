@@ -86,7 +86,7 @@ def test_mamba_block_activations_by_hand(kernels):
                 qk_rope=0.0, v_dim=0.0, lin_k_heads=float(G), lin_k_dim=float(N), lin_v_heads=float(HEADS),
                 lin_v_dim=float(P), lin_conv=float(CONV), lin_chunk=float(Q), ffn=2, gated=0, ffn_width=0.0,
                 experts=0.0, top_k=0.0, shared_width=0.0, token_factor=1.0, flash=1, compute_bytes=2.0,
-                softmax_bytes=4.0, dropout_bytes=0.0, norm_bytes=2.0, option=0, keep_mask=0, slice_input=0)
+                softmax_bytes=4.0, dropout_bytes=0.0, norm_bytes=2.0, linear_bytes=2.0, option=0, keep_mask=0, slice_input=0)
     tokens = seq * batch
     d_inner, conv = HEADS * P, HEADS * P + 2 * G * N
     expected = tokens * H / tp * 2 * 2 + tokens * 2 * ((d_inner + conv + HEADS) + conv + 2 * d_inner) / tp
@@ -145,6 +145,6 @@ def test_mamba1_layer_by_hand(kernels):
                 qk_rope=0.0, v_dim=0.0, lin_k_heads=float(rank), lin_k_dim=float(N), lin_v_heads=float(d),
                 lin_v_dim=1.0, lin_conv=float(CONV), lin_chunk=1.0, ffn=2, gated=1, ffn_width=0.0,
                 experts=0.0, top_k=0.0, shared_width=0.0, token_factor=1.0, flash=1, compute_bytes=2.0,
-                softmax_bytes=4.0, dropout_bytes=0.0, norm_bytes=2.0, option=0, keep_mask=0, slice_input=0)
+                softmax_bytes=4.0, dropout_bytes=0.0, norm_bytes=2.0, linear_bytes=2.0, option=0, keep_mask=0, slice_input=0)
     kept = tokens * H / t * 2 * 2 + tokens * 2 * (5 * d / t + rank + 2 * N)
     assert kernels.layer_activation_bytes(**args) == pytest.approx(kept, rel=1e-12)

@@ -1,4 +1,4 @@
-"""Measured runs: ND's classified CSV read into MeasuredRow (ND_REFERENCE §2.10, §4.7)."""
+"""Measured runs: ND's classified CSV read into MeasuredRow (docs/ND_MODEL.md §2.10, §4.7)."""
 from __future__ import annotations
 
 import copy

@@ -7,7 +7,7 @@
 * Megatron-LM ``theoretical_memory_usage.compute_weight_and_optimizer_memory``:
   weight + optimizer bytes of the most loaded stage, 18 bytes per parameter
   without the distributed optimizer, 6 + 12/dp with it.
-* ND_REFERENCE §3.6: micro-batches in flight per schedule, hand values.
+* docs/ND_MODEL.md §3.6: micro-batches in flight per schedule, hand values.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def gpt_layer(kernels, s, b, h, a, t, sp, option=NONE, keep_mask=0xFF, cp=1):
         q_lora=0, kv_lora=0, qk_nope=0, qk_rope=0, v_dim=0,
         lin_k_heads=0, lin_k_dim=0, lin_v_heads=0, lin_v_dim=0, lin_conv=0, lin_chunk=64,
         ffn=0, gated=0, ffn_width=4 * h, experts=0, top_k=0, shared_width=0, token_factor=1,
-        flash=0, compute_bytes=2, softmax_bytes=2, dropout_bytes=1, norm_bytes=2,
+        flash=0, compute_bytes=2, softmax_bytes=2, dropout_bytes=1, norm_bytes=2, linear_bytes=2,
         option=option, keep_mask=keep_mask, slice_input=0,
     )
 
@@ -122,7 +122,7 @@ def test_flash_keeps_only_the_logsumexp(kernels):
             head_dim=h / a, out_gate=0, qk_norm=0, q_lora=0, kv_lora=0, qk_nope=0, qk_rope=0, v_dim=0,
             lin_k_heads=0, lin_k_dim=0, lin_v_heads=0, lin_v_dim=0, lin_conv=0, lin_chunk=64,
             ffn=0, gated=0, ffn_width=4 * h, experts=0, top_k=0, shared_width=0, token_factor=1, flash=1,
-            compute_bytes=2, softmax_bytes=2, dropout_bytes=1, norm_bytes=2, option=option,
+            compute_bytes=2, softmax_bytes=2, dropout_bytes=1, norm_bytes=2, linear_bytes=2, option=option,
             keep_mask=mask, slice_input=0)
 
     lse = a * s * b * 4 / t
@@ -390,14 +390,14 @@ def test_zero_stages_shard_what_they_say():
     assert by_stage[2].grads == pytest.approx(by_stage[0].grads / 4, rel=REL)
     assert by_stage[2].params == by_stage[0].params
     assert by_stage[3].params == pytest.approx(by_stage[0].params / 4, rel=REL)
-    assert by_stage[3].working_set > 0  # two gathered layers (ND_REFERENCE §3.7 FSDP extras)
+    assert by_stage[3].working_set > 0  # two gathered layers (docs/ND_MODEL.md §3.7 FSDP extras)
     deferred = memory_estimate(model, spec.replace(zero_stage=3, deferred_grad_accumulation=True), cluster, layout)
     assert deferred.stages[0].grads == by_stage[0].grads
 
 
 @pytest.mark.parametrize("recompute", ["full", "selective"])
 def test_dualpipev_holds_a_working_set_per_chunk(recompute):
-    """zero_bubble_v overlaps one chunk's forward with the other's backward (ND_REFERENCE §3.7):
+    """zero_bubble_v overlaps one chunk's forward with the other's backward (docs/ND_MODEL.md §3.7):
     with one layer kind and one recompute mode, twice the interleaved schedule's working set."""
     model = Model.from_catalog("llama3-8b")
     cluster = Cluster("h100-sxm", num_devices=8)
@@ -418,7 +418,7 @@ def test_pytorch_allgather_ring_holds_every_ranks_kv_in_the_backward(backend_nam
     8192 tokens; its K/V rows are 16 heads x 128 = 2048 wide (repeated per query head). The backward
     holds the four ranks' K/V at 16 bits (4 x 4096 x 2 B), fp32 dQ/dK/dV (4 x 6144 B) and the fp32
     dK/dV it sends and receives (2 x 4 x 4096 B) per token: 8192 x 90112 = 738,197,504 B. The P2P ring
-    instead keeps its K/V double buffer among the comm buffers (ND_REFERENCE §3.2): 2 x 8192 x
+    instead keeps its K/V double buffer among the comm buffers (docs/ND_MODEL.md §3.2): 2 x 8192 x
     (2 x 4 kv heads x 128) x 2 B."""
     from ndcost import _backend
 
@@ -470,4 +470,25 @@ def test_transformer_engine_keeps_fp8_weight_copies(backend_name, param_bytes, c
                                   even_layout(1, 32)).stages[0]
     assert fp8.params - bf16.params == pytest.approx(32 * layer / 2 * cached, rel=1e-12)
     assert torchao.params == bf16.params
-    assert (fp8.grads, fp8.optimizer, fp8.activations) == (bf16.grads, bf16.optimizer, bf16.activations)
+    assert (fp8.grads, fp8.optimizer) == (bf16.grads, bf16.optimizer)
+    # TE's fp8 linears save their inputs' fp8 copies (test_fp8_linears_save_their_inputs_in_fp8); torchao the bf16
+    assert fp8.activations < bf16.activations and torchao.activations == bf16.activations
+
+
+def test_the_estimate_prices_te_fp8_inputs_and_torchao_bf16(backend_name):
+    """Through memory_estimate: Llama 3 70B at TP 4 with SP, one stage, one micro-batch in flight: fp8 on
+    Transformer Engine holds 80 layers × 8192 × 11,264 bytes less activation memory than bf16; torchao's
+    Float8Linear (fp8_weight_cache False: pytorch/ao float8_linear.py saves input_hp) as much as bf16."""
+    from ndcost import _backend
+
+    S = 8192
+    model = Model.from_catalog("llama3-70b")
+    cluster = Cluster("h100-sxm", 4)
+    spec = ExecSpec(dp=1, tp=4, sequence_parallel=True, micro_batch_num=1, seq_length=S)
+    with _backend.use(backend_name):
+        bf16 = memory_estimate(model, spec, cluster, even_layout(1, 80)).stages[0]
+        fp8 = memory_estimate(model, spec.replace(precision="fp8"), cluster, even_layout(1, 80)).stages[0]
+        torchao = memory_estimate(model, spec.replace(precision="fp8", fp8_weight_cache=False), cluster,
+                                  even_layout(1, 80)).stages[0]
+    assert bf16.activations - fp8.activations == pytest.approx(80 * S * 11_264, rel=REL)
+    assert torchao.activations == bf16.activations

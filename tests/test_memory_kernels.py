@@ -72,6 +72,7 @@ def random_layer_arguments(rng: np.random.Generator) -> dict:
         "option": int(rng.integers(0, 3)),
         "keep_mask": int(rng.integers(0, 256)),
         "slice_input": int(rng.integers(0, 2)),
+        "linear_bytes": float(rng.choice([1, 2, 4])),  # drawn last: the earlier draws stay as they were
     }
 
 
@@ -79,7 +80,7 @@ def random_layer_arguments(rng: np.random.Generator) -> dict:
 LAYER_EDGES = [
     {"seq": 0.0}, {"batch": -1.0}, {"hidden": 0.0}, {"tp": 0.0}, {"sp": 0.5}, {"cp": 0.0}, {"etp": 0.0},
     {"attention": 6}, {"attention": -1}, {"ffn": 3}, {"option": 3}, {"option": -1}, {"keep_mask": 256},
-    {"keep_mask": -1}, {"compute_bytes": -1.0}, {"heads": 0.0}, {"ffn_width": 0.0},
+    {"keep_mask": -1}, {"compute_bytes": -1.0}, {"linear_bytes": -1.0}, {"linear_bytes": float("nan")}, {"heads": 0.0}, {"ffn_width": 0.0},
     {"attention": 0, "kv_heads": 0.0}, {"attention": 1, "kv_lora": 0.0}, {"attention": 2, "lin_chunk": 0.0},
     {"ffn": 1, "experts": 0.0}, {"ffn": 1, "top_k": 0.0}, {"ffn": 1, "token_factor": 0.0},
     {"option": 1, "slice_input": 1, "sp": 1.0, "tp": 8.0}, {"option": 1, "cp": 8.0},
@@ -104,7 +105,7 @@ def test_layer_activation_parity(ckernels, pykernels):
 
 def test_layer_activation_edges(kernels):
     base = random_layer_arguments(np.random.default_rng(1))
-    for edge in LAYER_EDGES[:23]:
+    for edge in LAYER_EDGES[:25]:
         assert math.isnan(kernels.layer_activation_bytes(**{**base, **edge})), edge
     # Full recompute keeps the input: s·b·h·bytes/(sp·cp), over tp too when sliced.
     full = {**base, "option": 1, "seq": 4096.0, "batch": 2.0, "hidden": 1024.0, "cp": 2.0, "tp": 4.0,

@@ -58,7 +58,7 @@ def candidate(**changes: float) -> np.ndarray:
     """A memory candidate written by hand (MEMORY_CAND_FIELDS): 2 stages, 2 micro-batches, 1F1B."""
     values = dict(seq=4096.0, b=2.0, tp=2.0, sp=2.0, cp=1.0, etp=1.0, ep=1.0, p=2.0, vp=1.0, m=2.0, seq_split=1.0,
                   schedule=0.0, token_factor=1.0, flash=0.0, slice_input=0.0, bytes_c=2.0, bytes_softmax=2.0,
-                  bytes_dropout=0.0, bytes_norm=2.0, w_param=2.0, w_grad=4.0, w_optim=12.0, div_param=1.0,
+                  bytes_dropout=0.0, bytes_norm=2.0, bytes_linear=2.0, w_param=2.0, w_grad=4.0, w_optim=12.0, div_param=1.0,
                   div_grad=2.0, div_optim=4.0, ediv_param=1.0, ediv_grad=1.0, ediv_optim=1.0, fsdp_gathers=0.0,
                   shards_grads=0.0, cp_ring=1.0, tie_emb=0.0, bytes_logit=4.0, w_fp8_cache=0.0, autocast=0.0,
                   grads_none=0.0)
@@ -443,7 +443,8 @@ def random_candidate(rng: np.random.Generator, p: int, vp: int) -> np.ndarray:
         div_grad=float(rng.choice([1, 8])), div_optim=float(rng.choice([1, 8])), ediv_param=1.0,
         ediv_grad=float(rng.choice([1, 2])), ediv_optim=float(rng.choice([1, 2])),
         fsdp_gathers=float(rng.integers(0, 2)), shards_grads=float(rng.integers(0, 2)),
-        cp_ring=float(rng.integers(0, 2)), tie_emb=float(rng.integers(0, 2)))
+        cp_ring=float(rng.integers(0, 2)), tie_emb=float(rng.integers(0, 2)),
+        bytes_linear=float(rng.choice([1, 2])))
 
 
 def random_piece(rng: np.random.Generator, p: int, vp: int, n_kinds: int) -> LayoutPiece:

@@ -104,7 +104,7 @@ def test_python_exposes_every_figure_with_its_docstring():
         doc = getattr(MemoryEstimate, attribute).__doc__
         assert doc and word.lower() in doc.lower(), attribute
         assert isinstance(getattr(memory, attribute), float)
-    # e.memory.peak is kept (DESIGN.md) and says what it is
+    # e.memory.peak is kept (the public API, README.md "Python") and says what it is
     assert "ND" in MemoryEstimate.peak.__doc__ and "reserve" in MemoryEstimate.peak.__doc__
     assert memory.peak == pytest.approx(memory.peak_allocated + 2**30, rel=1e-12)
     assert memory.headroom == pytest.approx(memory.usable_bytes - memory.peak_reserved, rel=1e-12)

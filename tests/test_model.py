@@ -89,7 +89,7 @@ def tiny_hybrid(**overrides) -> Model:
 
 
 def test_op_count_profiles_match_nd_reference():
-    # ND_REFERENCE §1.5, order attMM/attBMM/ffMM/softmax/dropout/normOp/gather/headCast/ffAct/linrec
+    # docs/ND_MODEL.md §1.5, order attMM/attBMM/ffMM/softmax/dropout/normOp/gather/headCast/ffAct/linrec
     assert OpCounts.full_attention().as_tuple() == (4, 2, 3, 1, 0, 2, 4, 1, 1, 0)
     assert OpCounts.linear_attention().as_tuple() == (4, 0, 3, 0, 0, 2, 4, 0, 1, 1)
     assert OpCounts.full_attention(gated_ffn=False).ffMM == 2.0

@@ -10,7 +10,7 @@ import pytest
 import ndcost
 from ndcost import ExecSpec, SpecError
 from ndcost.cli.main import main
-from ndcost.tables.validate import validate
+from ndcost.tables.joint_rules import validate
 
 MOE = dict(dp=16, pp=4, ep=16, seq_length=4096)
 

@@ -14,7 +14,7 @@ import pytest
 import ndcost
 from ndcost.kernels.columns import RATE, SECONDS_CAND, SECONDS_LAYER, SECONDS_LAYER_FIELDS
 from ndcost.tables.seconds import seconds_arrays
-from ndcost.tables.validate import validate
+from ndcost.tables.joint_rules import validate
 
 L = SECONDS_LAYER
 ALL_TO_ALL = 2

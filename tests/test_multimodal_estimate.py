@@ -1,4 +1,4 @@
-"""A vision-language model and a census, priced end to end (ND_REFERENCE §2.13 step 5, §2.4).
+"""A vision-language model and a census, priced end to end (docs/ND_MODEL.md §2.13 step 5, §2.4).
 
 ND prices a multimodal model by submodule, each on its own config and partitions, and sums the
 per-stage lists (seed ``_submodule_parts``). ndcost prices the tower's blocks as kinds of one

@@ -79,7 +79,7 @@ def combine(kernels, stage, cand, model=None, options=None, savings=(), focused=
     return total, dict(zip(PART_NAMES, parts))
 
 
-# --- op loads (ND_REFERENCE §2.2, §2.3; seed op_table, _flavour_tables) ---------------------
+# --- op loads (docs/ND_MODEL.md §2.2, §2.3; seed op_table, _flavour_tables) ---------------------
 
 def test_op_order_is_the_abi_order():
     assert ND_OPS == ("attMM", "linrec", "ffMM", "attBMM", "softmax", "headCast",
@@ -191,7 +191,7 @@ def test_op_loads_checks_lengths(kernels):
         kernels.nd_op_loads(kinds_of(DENSE), model_of(), cand_of(), 1, np.zeros(12))
 
 
-# --- recompute factors (ND_REFERENCE §2.4) -------------------------------------------------
+# --- recompute factors (docs/ND_MODEL.md §2.4) -------------------------------------------------
 
 def test_full_and_none_factors(kernels):
     assert (factors(kernels, DENSE, OPTION_FULL, 0) == 1.0).all()
@@ -219,7 +219,7 @@ def test_mla_attup_share(kernels):
     assert factors(kernels, DENSE, OPTION_SELECTIVE, ALL_KEPT & ~BIT["attUp"])[OP["attMM"]] == 0.0
 
 
-# --- FSDP part traffic (ND_REFERENCE §2.6 unit test) ---------------------------------------
+# --- FSDP part traffic (docs/ND_MODEL.md §2.6 unit test) ---------------------------------------
 
 def test_fsdp_part_traffic(kernels):
     out = np.zeros(2)
@@ -236,7 +236,7 @@ def test_fsdp_part_traffic(kernels):
         kernels.nd_fsdp_part_traffic(100, 1, 4, 16, 2, 1, 2, 2, np.zeros(1))
 
 
-# --- compute walk (ND_REFERENCE §2.5) ------------------------------------------------------
+# --- compute walk (docs/ND_MODEL.md §2.5) ------------------------------------------------------
 
 def test_compute_walk_plain_and_recomputed(kernels):
     layer = loads(kernels, DENSE).sum()
@@ -262,7 +262,7 @@ def test_output_layer_and_embedding(kernels):
     assert stage_sums(kernels, kinds, model_of(dc_kv=8, n_mtp=0), cand_of(comm_t=0), [[0.0]], out_stage=0)[0, 0] == 0.0
 
 
-# --- comm walk (ND_REFERENCE §2.6) ---------------------------------------------------------
+# --- comm walk (docs/ND_MODEL.md §2.6) ---------------------------------------------------------
 
 def test_dense_tp(kernels):
     # 0.25·n_gather·s·b·h + 0.25·n_gather·s·b·ffn_width = 0.25·4·8·4 + 0.25·4·8·6 = 32 + 48
@@ -435,7 +435,7 @@ def test_stage_sums_nan_and_checks(kernels):
                               np.zeros(1, np.int64), -1, -1, np.zeros((2, len(STAGE_FIELDS))))
 
 
-# --- stage, pipeline, P2P (ND_REFERENCE §2.7-§2.10) ----------------------------------------
+# --- stage, pipeline, P2P (docs/ND_MODEL.md §2.7-§2.10) ----------------------------------------
 
 ROW = stage_row(comp=30.0, recomp=36.0, dp=2.0, dp_reduce=0.5, tp=1.0, ep=0.5, cp=0.5, recomm=6.0)
 

@@ -1,5 +1,5 @@
 """ND's per-layer formulas on a kind's own submodule (sub_h, sub_a, sub_hff, sub_seq), and the
-HyperParallel census shares of a selective layer (ND_REFERENCE §2.2-§2.6; seed _submodule_parts,
+HyperParallel census shares of a selective layer (docs/ND_MODEL.md §2.2-§2.6; seed _submodule_parts,
 selective_shares), on both backends and in parity.
 
 ND prices each submodule of a multimodal model on its own config: every per-layer formula (op

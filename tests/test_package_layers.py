@@ -2,7 +2,7 @@
 
 The layers, lowest first: the foundations every layer may use (``errors``, ``limits``, ``files``, ``suggest``,
 ``_version``), ``spec`` (what the user states), ``kernels`` (the kernel ABI and the pure-Python twins, with the
-backend switch and the oracle's gathering module, which STYLE.md keeps at the package's top), ``tables`` (specs
+backend switch and the oracle's gathering module, which docs/ARCHITECTURE.md's backend switch keeps at the package's top), ``tables`` (specs
 turned into the kernels' arrays), ``price`` (estimate, batches, plans, search; the ND drop-in ``ndcost.nd``),
 ``io`` (measured runs, calibration, validation, launch flags, plots) and ``cli``. A module imports from its own
 layer and lower ones only; the graph is tests/test_import_graph.py's (imports inside functions count).
@@ -58,3 +58,24 @@ def test_an_upward_import_is_found():
 def test_no_module_over_600_lines(path):
     lines = path.read_text(encoding="utf-8").count("\n")
     assert lines <= MAX_LINES, f"{path.name} has {lines} lines: split it by concept"
+
+
+#: Module names held by more than one layer, each the same concept at each layer's level (docs/ARCHITECTURE.md,
+#: "Module names"): name -> the layers that hold it.
+SHARED_NAMES = {
+    "memory": {"kernels", "tables"}, "seconds": {"kernels", "tables"}, "formula_rows": {"kernels", "tables"},
+    "seconds_batch": {"kernels", "price"}, "estimate": {"price", "cli"}, "search": {"price", "cli"},
+    "calibrate": {"io", "cli"}, "compare": {"io", "cli"}, "plot": {"io", "cli"},
+}
+
+
+def test_a_module_name_means_one_thing_across_layers():
+    """A name in two layers is one concept at two levels, listed above; "validate" is only the comparison with
+    measured runs (the joint rules of a strategy are tables/joint_rules.py)."""
+    held: dict = {}
+    for path in PACKAGE_DIR.glob("*/*.py"):
+        if path.stem != "__init__" and path.parent.name in LAYERS:
+            held.setdefault(path.stem, set()).add(path.parent.name)
+    shared = {name: layers for name, layers in held.items() if len(layers) > 1}
+    assert shared == SHARED_NAMES
+    assert {layer for name, layers in held.items() if name.startswith("validat") for layer in layers} <= {"io", "cli"}

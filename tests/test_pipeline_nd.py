@@ -1,4 +1,4 @@
-"""ND's pipeline and P2P formulas, against hand-derived values (ND_REFERENCE §2.8, §2.9, §6)."""
+"""ND's pipeline and P2P formulas, against hand-derived values (docs/ND_MODEL.md §2.8, §2.9, §6)."""
 from __future__ import annotations
 
 import math
@@ -25,7 +25,7 @@ def test_interleaved(kernels):
     # p = 2, vpp = 2, stages 2, 6, m = 4: extra = p(vpp-1) = 2;
     # S/vpp = 4; extra·M/vpp = 2·3 = 6; (m·vpp - extra - 1)·M/vpp = (8-2-1)·3 = 15 -> 25
     assert kernels.nd_pipeline_time(arr(2.0, 6.0), 4, 2) == 25.0
-    # and it equals the closed form S/vpp + (m·vpp - 1)·M/vpp of ND_REFERENCE §2.8
+    # and it equals the closed form S/vpp + (m·vpp - 1)·M/vpp of docs/ND_MODEL.md §2.8
     assert kernels.nd_pipeline_time(arr(2.0, 6.0), 4, 2) == pytest.approx(8 / 2 + (4 * 2 - 1) * 6 / 2)
 
 
@@ -45,7 +45,7 @@ def test_straggler_is_the_last_slowest_stage(kernels):
 @pytest.mark.parametrize(
     "p, vp, m, expected",
     [
-        # The upstream test table (ND_REFERENCE §6, test_estimate_helpers.py)
+        # The upstream test table (docs/ND_MODEL.md §6, test_estimate_helpers.py)
         (1, 1, 4, 0),
         (2, 1, 4, 4 * 4),
         (4, 1, 4, 4 * 4 * 4 + 4 * 16 - 56),

@@ -1,4 +1,4 @@
-"""Ratios: ND's ratios file (ND_REFERENCE §2.11; seed estimate.py _part_ratio, _parsed_ratios)."""
+"""Ratios: ND's ratios file (docs/ND_MODEL.md §2.11; seed estimate.py _part_ratio, _parsed_ratios)."""
 from __future__ import annotations
 
 import copy

@@ -355,7 +355,7 @@ def test_deep_pipelines_are_refused_by_the_layout_itself():
     """No path lays out more pipeline cells than the model has layers: the layout refuses them
     before any work, and explain() lists the rule without counting layers per chunk."""
     from ndcost.tables.layout import build_layout
-    from ndcost.tables.validate import explain
+    from ndcost.tables.joint_rules import explain
 
     model = Model.from_catalog("llama3-8b")
     for pp, vpp, offset in ((MAX_LAYERS, 1, None), (2, MAX_LAYERS, (1, -1)), (33, 1, 0), (16, 3, None)):

@@ -27,7 +27,7 @@ from ndcost.tables.seconds import (
 from ndcost.price.seconds_batch import (
     STEP_RATE_FIELDS, seconds_batch, seconds_candidate_columns, seconds_candidate_matrix, seconds_layouts,
 )
-from ndcost.tables.validate import validate
+from ndcost.tables.joint_rules import validate
 from strategies import REALISTIC
 
 RTOL = 1e-12

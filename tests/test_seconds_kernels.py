@@ -16,7 +16,7 @@ from ndcost.kernels.columns import (
     SECONDS_STAGE_FIELDS,
 )
 from ndcost.tables.seconds import Overlap, seconds_arrays
-from ndcost.tables.validate import validate
+from ndcost.tables.joint_rules import validate
 
 L = SECONDS_LAYER
 S = SECONDS_STAGE

@@ -257,7 +257,7 @@ def test_a_moe_blocks_activations_by_hand(kernels):
                 qk_rope=0.0, v_dim=0.0, lin_k_heads=0.0, lin_k_dim=0.0, lin_v_heads=0.0, lin_v_dim=0.0,
                 lin_conv=0.0, lin_chunk=0.0, ffn=1, gated=1, ffn_width=width, experts=experts, top_k=k,
                 shared_width=0.0, token_factor=1.0, flash=1, compute_bytes=2.0, softmax_bytes=4.0,
-                dropout_bytes=0.0, norm_bytes=2.0, option=0, keep_mask=0xFF, slice_input=0)
+                dropout_bytes=0.0, norm_bytes=2.0, linear_bytes=2.0, option=0, keep_mask=0xFF, slice_input=0)
     tokens = seq * batch
     rows = tokens * k
     router = tokens * (experts * 2 + (experts + k) * 4 + experts * 1 + k * 8)

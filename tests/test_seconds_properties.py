@@ -15,7 +15,7 @@ from ndcost.kernels.columns import SECONDS_LAYER, SECONDS_LAYER_FIELDS
 from ndcost.tables.layout import build_layout
 from ndcost.spec.rates import DEFAULT_RATES, GENERIC_RATES, Rates
 from ndcost.tables.seconds import Overlap, seconds_arrays, seconds_estimate
-from ndcost.tables.validate import validate
+from ndcost.tables.joint_rules import validate
 
 _MODELS = ("llama3-8b", "qwen3-30b-a3b", "deepseek-v3", "qwen3-next-80b-a3b", "gpt3-175b")
 

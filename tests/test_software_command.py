@@ -87,3 +87,25 @@ def test_nvidias_70b_recipe_with_software_nemo_alone_is_the_validated_figure(cap
                  "--seq-length", "8192", "--software", "nemo", "--json"]) == 0
     step = json.loads(capsys.readouterr().out)["step_time"]
     assert step == pytest.approx(row.estimate_s, rel=0.01)
+
+
+def test_a_runs_file_row_that_names_no_stack_ran_on_the_default_one(tmp_path):
+    """A row of the user's own runs file with no ``software`` is priced on the default stack, as the command line
+    prices it; ``software: none`` prices it as stated."""
+    import yaml
+
+    from ndcost.io.validation import validate_runs
+    from ndcost.spec.software_rates import DEFAULT_SOFTWARE
+
+    doc = yaml.safe_load((ROOT / "docs" / "examples" / "h100_runs_in_row.yaml").read_text(encoding="utf-8"))
+    row = next(r for r in doc["runs"] if r["id"] == "dgxc_llama31_70b_bf16_64gpu")
+    row["strategy"] = {k: v for k, v in row["strategy"].items() if k not in ("software", "tp_comm_overlap",
+                                                                            "overlap_grad_reduce")}
+    steps = {}
+    for software in (None, DEFAULT_SOFTWARE, "none"):
+        strategy = dict(row["strategy"], **({"software": software} if software else {}))
+        path = tmp_path / f"{software}.yaml"
+        path.write_text(yaml.safe_dump({**doc, "runs": [dict(row, strategy=strategy)]}))
+        (result,) = validate_runs(path).rows
+        steps[software] = result.estimate_s
+    assert steps[None] == steps[DEFAULT_SOFTWARE] != steps["none"]

@@ -12,7 +12,7 @@ from ndcost.errors import SpecError
 from ndcost.spec.exec_spec import ExecSpec
 from ndcost.spec.model import Model
 from ndcost.spec.recompute_spec import RecomputeRange, mask_from_switches, selective_switches, switches_from_mask
-from ndcost.tables.validate import explain, offset_chunk_counts, validate
+from ndcost.tables.joint_rules import explain, offset_chunk_counts, validate
 
 DENSE = Model(name="dense-70b", hidden_size=8192, num_hidden_layers=80, num_attention_heads=64,
               num_key_value_heads=8, intermediate_size=28672, vocab_size=128256)
@@ -297,12 +297,12 @@ def test_explain_lists_every_broken_rule():
 
 
 def test_valid_reference_strategies():
-    # ND_REFERENCE §5 deepseek.yaml: dp 16, mp 4, pp 16, ep 8, mb 32, SP, OWSS 4, offset [1 x 15, -1],
+    # docs/ND_MODEL.md §5 deepseek.yaml: dp 16, mp 4, pp 16, ep 8, mb 32, SP, OWSS 4, offset [1 x 15, -1],
     # MTP 1 in the offset: 62 layers, 3 per stage, +14 -> 62.
     spec = ExecSpec.from_strategy(dp=16, mp=4, pp=16, ep=8, mb=32, op=4, offset=[1] * 15 + [-1])
     validate(DEEPSEEK, spec, Cluster(GPU, 1024))
     assert offset_chunk_counts(DEEPSEEK, spec) == ((4,) * 15 + (2,),)
-    # the 8 Qwen3-72B reference strategies of "ISSUE 126 exp6" (ND_REFERENCE §5), gbs 1024, 128 devices
+    # the 8 Qwen3-72B reference strategies of "ISSUE 126 exp6" (docs/ND_MODEL.md §5), gbs 1024, 128 devices
     qwen = Model(name="qwen3-72b", hidden_size=8192, num_hidden_layers=80, num_attention_heads=64,
                  num_key_value_heads=8, intermediate_size=29568, vocab_size=152064)
     for dp, tp, pp, mb in [(16, 4, 2, 8), (8, 8, 2, 16), (8, 4, 4, 16), (4, 8, 4, 32),
@@ -311,7 +311,7 @@ def test_valid_reference_strategies():
 
 
 def test_offset_counts_follow_nd_floor_rules():
-    # 1-D offset over vpp 2: offset[s] // vpp to each chunk, the remainder to the last (ND_REFERENCE §1.6)
+    # 1-D offset over vpp 2: offset[s] // vpp to each chunk, the remainder to the last (docs/ND_MODEL.md §1.6)
     spec = ExecSpec(pp=2, vpp=2, offset=[1, -1], micro_batch_num=4)
     # lay 80, per 20: stage 0 -> 20 + 0, 20 + 0 + 1; stage 1 -> 20 - 1, 20 - 1 + 1
     assert offset_chunk_counts(DENSE, spec) == ((20, 19), (21, 20))

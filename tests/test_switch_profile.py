@@ -1,4 +1,4 @@
-"""SwitchProfile: every switch setting priced, and its dominance front (ND_REFERENCE §4.4).
+"""SwitchProfile: every switch setting priced, and its dominance front (docs/ND_MODEL.md §4.4).
 
 The kernels run on both backends through the ``kernels`` fixture; the profile
 methods run on the backend the ``backend`` fixture installs. Brute force is

@@ -1,7 +1,7 @@
 """Seconds mode against published runs (ndcost.io.validation).
 
 The shared runs file (``../shared/validation/public_runs.yaml`` next to the repository) is the
-check DESIGN.md asks for; the bounds below are the figures seconds mode reaches today with the
+check docs/VALIDATION.md describes; the bounds below are the figures seconds mode reaches today with the
 default rates (no constant fitted to any row), so that a change that makes it worse fails.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ from ndcost import ExecSpec, Model
 from ndcost.errors import SpecError
 from ndcost.tables.layout import build_layout
 from ndcost.spec.model_catalog import catalog_entry
-from ndcost.tables.validate import explain, validate
+from ndcost.tables.joint_rules import explain, validate
 from ndcost.spec.vision import DEFAULT_VISION_TOKENS, VisionTower
 
 VL = "qwen2.5-vl-7b"

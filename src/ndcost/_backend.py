@@ -1,4 +1,4 @@
-"""The one place that chooses the numeric backend (STYLE.md §3.2).
+"""The one place that chooses the numeric backend (docs/ARCHITECTURE.md, "The backend switch").
 
 ``NDCOST_PURE_PYTHON`` is truthy when set and not ``"0"``; ``setup.py`` reads the
 same variable, so a pure build and a pure import mean the same thing. A

@@ -14,7 +14,7 @@ in one pass, and a config equal to one seen before takes its Model, ExecSpec and
 cache instead of building and validating them again (see ``_priced_inputs``).
 
 A multimodal config (``multimodal=True`` with ``mm_ccfgs``, ``mm_order`` and
-``mm_main``, ND_REFERENCE §1.3 "Meta") becomes a text Model with a
+``mm_main``, docs/ND_MODEL.md §1.3 "Meta") becomes a text Model with a
 :class:`~ndcost.spec.vision.VisionTower`: the main submodule is the text model, the
 other one the tower (its ``n_lay``, ``h``, ``a``, ``hff``; its ``s`` is ND's
 merged image tokens, grid // merge²). The strategy is the parent's, shared by
@@ -39,18 +39,18 @@ from .spec.vision import VisionTower
 
 __all__ = ["estimate_performance", "model_from_nd", "spec_from_nd", "ND_DEVICES", "RatioType", "RecType"]
 
-#: ND's device_map names (ND_REFERENCE §2.12) -> ndcost catalog devices.
+#: ND's device_map names (docs/ND_MODEL.md §2.12) -> ndcost catalog devices.
 ND_DEVICES = {"A2": "ascend-910b", "A3": "ascend-910c"}
 
 
 class RatioType:
-    """ND's RatioType names (ND_REFERENCE §2.7)."""
+    """ND's RatioType names (docs/ND_MODEL.md §2.7)."""
 
     DYNAMIC, STATIC, COMPUTE_ONLY, COMM_ONLY = "DYNAMIC", "STATIC", "COMPUTE_ONLY", "COMM_ONLY"
 
 
 class RecType:
-    """ND's RecType names (ND_REFERENCE §2.7)."""
+    """ND's RecType names (docs/ND_MODEL.md §2.7)."""
 
     WITH, NONE, COMPUTE_ONLY, COMM_ONLY = "WITH", "NONE", "COMPUTE_ONLY", "COMM_ONLY"
 
@@ -71,7 +71,7 @@ def _interned(cls: type, fields: dict) -> Any:
         return cls(**fields)
 
 
-#: The fields of an ND config the drop-in reads (ND_REFERENCE §1.3): whether it is multimodal, the
+#: The fields of an ND config the drop-in reads (docs/ND_MODEL.md §1.3): whether it is multimodal, the
 #: model's, the strategy's, then the four whose type matters as well as their value (see _priced_inputs).
 #: A unimodal config is read in one pass over these names.
 ND_FIELDS: tuple[str, ...] = (
@@ -210,7 +210,7 @@ def _vision_from_nd(sub: Any, text_hidden: int) -> VisionTower:
 
 
 def model_from_nd(cfg: Any) -> Model:
-    """The Model an ND config describes (ND_REFERENCE §1.3 "Model" and "MoE" fields)."""
+    """The Model an ND config describes (docs/ND_MODEL.md §1.3 "Model" and "MoE" fields)."""
     subs = _submodules(cfg)
     if subs is not None:
         text = model_from_nd(subs[0])
@@ -294,7 +294,7 @@ def _spec(get: Any) -> ExecSpec:
 
 def _sequence_parallel(get: Any, t: int) -> bool:
     """Whether the config runs sequence parallelism, as ND's op table reads it: from ``sp``, the
-    factor derive() sets (t with SP, else 1) and the table divides by (ND_REFERENCE §1.4 derive step 1,
+    factor derive() sets (t with SP, else 1) and the table divides by (docs/ND_MODEL.md §1.4 derive step 1,
     §2.2), where the config states it; ``sequence_parallel``, what derive() reads, only where it does
     not. A config answers 0 for a field it lacks (ND's Config), so an ``sp`` of 0 is not stated.
 

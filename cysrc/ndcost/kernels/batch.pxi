@@ -84,7 +84,7 @@ cdef inline bint c_mem_census_prices(const double* kind, long long option, long 
 
 cdef inline double c_mem_census_activation(const double* kind, const double* mc, long long option,
                                            long long keep_mask) noexcept nogil:
-    # ND_REFERENCE §3.4 "Census path": tokens × (saved/sp + saved_tp/tp) bytes (selective /
+    # docs/ND_MODEL.md §3.4 "Census path": tokens × (saved/sp + saved_tp/tp) bytes (selective /
     # selective_tp under the policy); the caller has checked c_mem_census_prices.
     cdef double split, split_tp, seq, batch = mc[MC_b], tp = mc[MC_tp], sp = mc[MC_sp], cp = mc[MC_cp]
     if option == OPTION_NONE:
@@ -164,13 +164,13 @@ cdef inline double c_mem_formula_activation(const double* kind, const double* mc
         kind[MK_lin_v_heads], kind[MK_lin_v_dim], kind[MK_lin_conv], kind[MK_lin_chunk],
         <long long>kind[MK_ffn], <long long>kind[MK_gated], kind[MK_ffn_width], kind[MK_experts],
         kind[MK_top_k], kind[MK_shared_width], mc[MC_token_factor], <long long>mc[MC_flash],
-        mc[MC_bytes_c], mc[MC_bytes_softmax], mc[MC_bytes_dropout], mc[MC_bytes_norm], option, keep_mask,
-        <long long>mc[MC_slice_input], kind[MK_att_window])
+        mc[MC_bytes_c], mc[MC_bytes_softmax], mc[MC_bytes_dropout], mc[MC_bytes_norm], mc[MC_bytes_linear],
+        option, keep_mask, <long long>mc[MC_slice_input], kind[MK_att_window])
 
 
 cdef inline void c_mem_comm_buffers(const double* kind, const double* mc,
                                     double* main, double* ep_buffer) noexcept nogil:
-    # (max(dp, tp, cp), ep) buffer bytes of one layer of the kind (ND_REFERENCE §3.2 comm_expr),
+    # (max(dp, tp, cp), ep) buffer bytes of one layer of the kind (docs/ND_MODEL.md §3.2 comm_expr),
     # on the kind's hidden size and tokens.
     cdef double tokens = c_mem_kind_seq(kind, mc) * mc[MC_b] / mc[MC_cp]
     cdef double h = kind[MK_hidden], c = mc[MC_bytes_c], tp = mc[MC_tp]
@@ -277,7 +277,7 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
             plain_formula = c_mem_formula_activation(kind, mc, OPTION_NONE, 255)
         gathered = 0.0
         if mc[MC_fsdp_gathers] != 0.0:
-            # ND_REFERENCE §3.7 FSDP extras: a backward holds two layers' gathered parameters.
+            # docs/ND_MODEL.md §3.7 FSDP extras: a backward holds two layers' gathered parameters.
             gathered = 2.0 * ((kind[MK_p_nonexp] + kind[MK_p_shared]) / tp
                               + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])) * mc[MC_w_param]
         ring = c_mem_ring_allgather_work(kind, mc)
@@ -544,7 +544,7 @@ def nd_estimate_batch(const double[:, ::1] kinds,          # IN (K, K_COUNT)
                       double[::1] out_step,                # OUT (N,)
                       double[:, :] out_parts,              # OUT (P_COUNT, N), any strides (a part per row)
                       double[:, ::1] out_stage_times) -> None:  # OUT (N, >= max pp) or (0, 0)
-    """ND's score of N candidates (ND_REFERENCE §2.2-§2.10), one stage walk and combine each."""
+    """ND's score of N candidates (docs/ND_MODEL.md §2.2-§2.10), one stage walk and combine each."""
     cdef Py_ssize_t n = cands.shape[1], n_kinds = kinds.shape[0], i, j, s, p, n_times
     cdef Py_ssize_t max_p, max_pv, max_slots
     cdef bint with_ratios = ratios.shape[0] != 0
@@ -623,7 +623,7 @@ def memory_batch(const double[:, ::1] kinds,          # IN (K, MK_COUNT)
                  double[::1] out_peak,                # OUT (N,)
                  unsigned char[::1] out_fits,         # OUT (N,)
                  double[:, :, ::1] out_stages) -> None:  # OUT (N, >= max pp, 8) or (0, 0, 8)
-    """Memory of N candidates (ND_REFERENCE §3; Korthikanti et al. 2022): the peak stage and whether it fits."""
+    """Memory of N candidates (docs/ND_MODEL.md §3; Korthikanti et al. 2022): the peak stage and whether it fits."""
     cdef Py_ssize_t n = cands.shape[1], n_kinds = kinds.shape[0], i, j, s, p, n_stage_rows
     cdef Py_ssize_t max_p, max_pv, max_slots
     cdef double peak

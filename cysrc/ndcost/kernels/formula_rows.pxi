@@ -312,8 +312,8 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     cdef bint c_recompute_slice_activation = _fr_bool(&cols[46], i)
     cdef long long c_softmax_bytes = _fr_int(&cols[47], i)
     cdef long long c_norm_bytes = _fr_int(&cols[48], i)
-    cdef long long c_logit_bytes = _fr_int(&cols[49], i)
-    cdef bint c_fp8_weight_cache = _fr_bool(&cols[50], i)
+    cdef bint c_fp8_weight_cache = _fr_bool(&cols[49], i)
+    cdef long long c_logit_bytes = _fr_int(&cols[50], i)
     cdef bint c_grads_set_to_none = _fr_bool(&cols[51], i)
     cdef long long joint_dp
     cdef long long joint_tp
@@ -650,23 +650,24 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
         out_memory[16 * s_memory] = (<double>c_softmax_bytes)
         out_memory[17 * s_memory] = (<double>c_dropout_bytes)
         out_memory[18 * s_memory] = (<double>c_norm_bytes)
-        out_memory[19 * s_memory] = (<double>c_param_bytes)
-        out_memory[20 * s_memory] = (<double>d_bytes_grad)
-        out_memory[21 * s_memory] = (<double>d_bytes_optim)
-        out_memory[22 * s_memory] = ((<double>memory_non_expert) if memory_shards_params else 1.0)
-        out_memory[23 * s_memory] = ((<double>memory_non_expert) if memory_shards_grads else 1.0)
-        out_memory[24 * s_memory] = ((<double>memory_non_expert) if (memory_zero >= 1) else 1.0)
-        out_memory[25 * s_memory] = (memory_expert if memory_shards_params else 1.0)
-        out_memory[26 * s_memory] = (memory_expert if memory_shards_grads else 1.0)
-        out_memory[27 * s_memory] = (memory_expert if (memory_zero >= 1) else 1.0)
-        out_memory[28 * s_memory] = (1.0 if memory_shards_params else 0.0)
-        out_memory[29 * s_memory] = (1.0 if memory_shards_grads else 0.0)
-        out_memory[30 * s_memory] = (0.0 if (c_cp_algo == 1) else (2.0 if (c_cp_algo == 2) else 1.0))
-        out_memory[31 * s_memory] = (1.0 if d_tie_embeddings else 0.0)
-        out_memory[32 * s_memory] = (<double>c_logit_bytes)
-        out_memory[33 * s_memory] = ((1.0 if (c_param_bytes == 1) else 2.0) if ((c_precision == 2) & c_fp8_weight_cache) else 0.0)
-        out_memory[34 * s_memory] = (1.0 if c_autocast else 0.0)
-        out_memory[35 * s_memory] = (1.0 if c_grads_set_to_none else 0.0)
+        out_memory[19 * s_memory] = (1.0 if ((c_precision == 2) & c_fp8_weight_cache) else (<double>c_compute_bytes))
+        out_memory[20 * s_memory] = (<double>c_param_bytes)
+        out_memory[21 * s_memory] = (<double>d_bytes_grad)
+        out_memory[22 * s_memory] = (<double>d_bytes_optim)
+        out_memory[23 * s_memory] = ((<double>memory_non_expert) if memory_shards_params else 1.0)
+        out_memory[24 * s_memory] = ((<double>memory_non_expert) if memory_shards_grads else 1.0)
+        out_memory[25 * s_memory] = ((<double>memory_non_expert) if (memory_zero >= 1) else 1.0)
+        out_memory[26 * s_memory] = (memory_expert if memory_shards_params else 1.0)
+        out_memory[27 * s_memory] = (memory_expert if memory_shards_grads else 1.0)
+        out_memory[28 * s_memory] = (memory_expert if (memory_zero >= 1) else 1.0)
+        out_memory[29 * s_memory] = (1.0 if memory_shards_params else 0.0)
+        out_memory[30 * s_memory] = (1.0 if memory_shards_grads else 0.0)
+        out_memory[31 * s_memory] = (0.0 if (c_cp_algo == 1) else (2.0 if (c_cp_algo == 2) else 1.0))
+        out_memory[32 * s_memory] = (1.0 if d_tie_embeddings else 0.0)
+        out_memory[33 * s_memory] = (<double>c_logit_bytes)
+        out_memory[34 * s_memory] = ((1.0 if (c_param_bytes == 1) else 2.0) if ((c_precision == 2) & c_fp8_weight_cache) else 0.0)
+        out_memory[35 * s_memory] = (1.0 if c_autocast else 0.0)
+        out_memory[36 * s_memory] = (1.0 if c_grads_set_to_none else 0.0)
     if out_fixed != NULL:
         fixed_dp = c_dp
         fixed_tp = c_tp
@@ -692,7 +693,7 @@ def formula_rows(tuple columns,                       # IN: storage columns (52,
                  double[:, :] out_seconds,
                  double[:, :] out_memory,
                  double[:, :] out_fixed) -> None:
-    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (43, n) or (0, 0), the memory vector (36, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
+    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (43, n) or (0, 0), the memory vector (37, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
     cdef Py_ssize_t n = stop - start, n_layouts = layout_row.shape[0], i, j, li
     cdef long long r
     cdef bint bad
@@ -730,8 +731,8 @@ def formula_rows(tuple columns,                       # IN: storage columns (52,
         raise ValueError("out_seconds must have strides of whole float64s")
     f_seconds = out_seconds.strides[0] // sizeof(double)     # a field's step
     r_seconds = out_seconds.strides[1] // sizeof(double)     # a row's step
-    if not ((out_memory.shape[0] == 36 and out_memory.shape[1] == n) or (out_memory.shape[0] == 0 and out_memory.shape[1] == 0)):
-        raise ValueError(f"out_memory must be (36, {n}) or (0, 0)")
+    if not ((out_memory.shape[0] == 37 and out_memory.shape[1] == n) or (out_memory.shape[0] == 0 and out_memory.shape[1] == 0)):
+        raise ValueError(f"out_memory must be (37, {n}) or (0, 0)")
     p_memory = &out_memory[0, 0] if out_memory.shape[0] and n else NULL
     if out_memory.strides[0] % sizeof(double) or out_memory.strides[1] % sizeof(double):
         raise ValueError("out_memory must have strides of whole float64s")
@@ -768,7 +769,7 @@ def formula_rows(tuple columns,                       # IN: storage columns (52,
                         for j in range(43):
                             p_seconds[j * f_seconds + i * r_seconds] = NAN
                     if p_memory != NULL:
-                        for j in range(36):
+                        for j in range(37):
                             p_memory[j * f_memory + i * r_memory] = NAN
                     if p_fixed != NULL:
                         for j in range(1):

@@ -1,7 +1,7 @@
 # Memory per pipeline stage, in bytes (twin of ndcost/kernels/memory.py; the
 # formulas' sources are cited there and again here, term by term).
-# ND_REFERENCE §3.6 (in flight), Korthikanti et al. 2022 §4 / Table 2 (one
-# layer's activations), ND_REFERENCE §3.4-3.7 (the stage sum).
+# docs/ND_MODEL.md §3.6 (in flight), Korthikanti et al. 2022 §4 / Table 2 (one
+# layer's activations), docs/ND_MODEL.md §3.4-3.7 (the stage sum).
 
 # The schedule, attention and FFN codes (_MEM_SCHED_*, _MEM_ATT_*, _MEM_FFN_*), the recompute options (OPTION_*
 # of kernels/columns.pxi), the keep-mask bits (BIT_*, recompute_spec.SWITCHES order; the gather bit stores
@@ -13,7 +13,7 @@
 # ---------------------------------------------------------------- in flight
 
 cdef inline long long c_mem_one_f_one_b(long long base, long long vp, long long stage, long long chunk) noexcept nogil:
-    # ND_REFERENCE §3.6, 1F1B vp = 1 and interleaved "big memory".
+    # docs/ND_MODEL.md §3.6, 1F1B vp = 1 and interleaved "big memory".
     cdef long long extra, last, first
     if vp == 1:
         return base - stage
@@ -107,12 +107,11 @@ cdef inline double c_mem_mla_elements(long long mask, double heads_local, double
     cdef double elements = 0.0
     if q_lora > 0.0:
         elements += c_mem_kept(mask, BIT_normOp) * q_lora
-        elements += q_lora
         elements += c_mem_kept(mask, BIT_attUp) * heads_local * qk_head
     else:
         elements += heads_local * qk_head
     elements += c_mem_kept(mask, BIT_normOp) * kv_lora
-    elements += kv_lora + qk_rope
+    elements += qk_rope  # the shared k_pe (the normed latents c_q, c_kv: the caller's, at linear_bytes)
     elements += c_mem_kept(mask, BIT_attUp) * heads_local * (qk_head + v_dim)
     elements += heads_local * v_dim
     return elements
@@ -139,10 +138,17 @@ cdef inline double c_mem_linear_attention_bytes(long long mask, double tokens, d
     return total
 
 
-cdef inline double c_mem_ffn_elements(long long mask, double width_local, long long gated) noexcept nogil:
-    # Korthikanti §4.1 MLP: GELU input 8sbh + second-linear input 8sbh (4h width).
+# What a linear layer saves for its weight gradient (linear_bytes): its 16-bit input, or under Transformer
+# Engine's fp8 the one fp8-quantized copy its wgrad GEMM reads, of the local shard (NVIDIA/TransformerEngine
+# @d0067d0d pytorch/module/linear.py:372, :598-621; layernorm_linear.py:430-435, :477-487, :526-536;
+# layernorm_mlp.py:807-822; grouped_linear.py:538-548, :903-914). Sources and what is left out: the oracle.
+
+cdef inline double c_mem_ffn_bytes(long long mask, double width_local, long long gated, double compute_bytes,
+                                   double linear_bytes) noexcept nogil:
+    # Korthikanti §4.1 MLP: GELU input 8sbh (compute_bytes) + second-linear input 8sbh (4h width), the
+    # latter saved by that linear alone (linear_bytes).
     cdef double kept_inputs = 2.0 * width_local if gated else width_local
-    return kept_inputs + c_mem_kept(mask, BIT_ffAct) * width_local
+    return kept_inputs * compute_bytes + c_mem_kept(mask, BIT_ffAct) * width_local * linear_bytes
 
 
 cdef inline double c_layer_activation_bytes(
@@ -152,13 +158,13 @@ cdef inline double c_layer_activation_bytes(
         double lin_k_heads, double lin_k_dim, double lin_v_heads, double lin_v_dim, double lin_conv,
         double lin_chunk, long long ffn, long long gated, double ffn_width, double experts, double top_k,
         double shared_width, double token_factor, long long flash, double compute_bytes, double softmax_bytes,
-        double dropout_bytes, double norm_bytes, long long option, long long keep_mask,
+        double dropout_bytes, double norm_bytes, double linear_bytes, long long option, long long keep_mask,
         long long slice_input, double att_window) noexcept nogil:
     # att_window > 0: a query sees at most att_window keys (windowed attention, e.g. Qwen2.5-VL's
     # vision layers); 0 the whole sequence; NaN for a negative or NaN window. The def wrapper
     # layer_activation_bytes passes 0, the memory batch the kind's att_window column.
     cdef double tokens, residual, divisor, total, heads_local, kv_local, score_elements, keys
-    cdef double routed_local, routed_tokens, routed_elements, norms, d_inner, conv
+    cdef double routed_local, routed_tokens, routed_bytes, norms, d_inner, conv
     cdef long long mask
     if seq <= 0.0 or batch <= 0.0 or hidden <= 0.0:
         return NAN
@@ -167,6 +173,8 @@ cdef inline double c_layer_activation_bytes(
     if option < OPTION_NONE or option > OPTION_SELECTIVE or keep_mask < 0 or keep_mask > ALL_KEPT:
         return NAN
     if compute_bytes < 0.0 or softmax_bytes < 0.0 or dropout_bytes < 0.0 or norm_bytes < 0.0:
+        return NAN
+    if not linear_bytes >= 0.0:
         return NAN
     if not att_window >= 0.0:
         return NAN
@@ -191,10 +199,10 @@ cdef inline double c_layer_activation_bytes(
         if heads < 1.0:
             return NAN
         heads_local = heads / tp
-        total += residual * compute_bytes  # QKV input: 2sbh
         if attention == _MEM_ATT_FULL:
             if kv_heads < 1.0 or head_dim <= 0.0:
                 return NAN
+            total += residual * linear_bytes  # QKV input: 2sbh, the norm's output saved by the QKV linear alone
             kv_local = kv_heads / tp
             if kv_local < 1.0:
                 kv_local = 1.0
@@ -203,8 +211,11 @@ cdef inline double c_layer_activation_bytes(
         else:
             if kv_lora <= 0.0 or qk_nope <= 0.0 or v_dim <= 0.0 or q_lora < 0.0 or qk_rope < 0.0:
                 return NAN
+            # down-projections' input: one shared copy, or one fp8 copy per TELinear (q_down/q_proj, kv_down)
+            total += residual * (compute_bytes if linear_bytes == compute_bytes else 2.0 * linear_bytes)
             total += tokens * compute_bytes * c_mem_mla_elements(
                 mask, heads_local, q_lora, kv_lora, qk_nope, qk_rope, v_dim)
+            total += tokens * linear_bytes * (q_lora + kv_lora)  # c_q, c_kv: the up-projections' inputs
         keys = seq                   # windowed: min(att_window, s) keys per query (Qwen2.5-VL window attention)
         if att_window > 0.0 and att_window < seq:
             keys = att_window
@@ -239,24 +250,27 @@ cdef inline double c_layer_activation_bytes(
         return total
     if ffn_width <= 0.0:
         return NAN
-    total += residual * compute_bytes  # MLP / router input: 2sbh
     if ffn == _MEM_FFN_DENSE:
-        total += tokens * compute_bytes * c_mem_ffn_elements(mask, ffn_width / tp, gated)
+        total += residual * linear_bytes  # MLP input: 2sbh, the norm's output saved by fc1 alone
+        total += tokens * c_mem_ffn_bytes(mask, ffn_width / tp, gated, compute_bytes, linear_bytes)
     elif ffn == _MEM_FFN_MOE:
+        total += residual * compute_bytes  # router input: 2sbh, saved by the router's GEMM (router_gating_linear)
         if experts < 1.0 or top_k < 1.0 or token_factor <= 0.0 or shared_width < 0.0:
             return NAN
         routed_local = tokens / sp
         total += routed_local * (experts * compute_bytes + (experts + top_k) * softmax_bytes)  # router
         routed_tokens = tokens * top_k * token_factor * etp / tp
-        routed_elements = hidden                                          # permuted tokens
-        routed_elements += c_mem_ffn_elements(mask, ffn_width / etp, gated)   # expert MLP
-        routed_elements += hidden                                         # expert output for the combine
-        total += routed_tokens * routed_elements * compute_bytes
+        routed_bytes = hidden * linear_bytes                              # permuted tokens (fc1 input)
+        routed_bytes += c_mem_ffn_bytes(mask, ffn_width / etp, gated, compute_bytes, linear_bytes)  # expert MLP
+        routed_bytes += hidden * compute_bytes                            # expert output for the combine
+        total += routed_tokens * routed_bytes
         # the routing's indices, map and row probabilities its backward reads (see the oracle)
         total += routed_local * (experts * _MEM_ROUTING_MAP_BYTES + top_k * _MEM_INDEX_BYTES)
         total += routed_tokens * (_MEM_INDEX_BYTES + _MEM_PROBABILITY_BYTES)
         if shared_width > 0.0:
-            total += tokens * compute_bytes * c_mem_ffn_elements(mask, shared_width / tp, gated)
+            total += tokens * c_mem_ffn_bytes(mask, shared_width / tp, gated, compute_bytes, linear_bytes)
+            if linear_bytes != compute_bytes:
+                total += residual * linear_bytes  # their fc1's own quantized copy of the router's input
     else:
         return NAN
     return total
@@ -266,7 +280,7 @@ cdef inline double c_layer_activation_bytes(
 
 def inflight_micro_batches(long long schedule, long long p, long long m, long long vp, long long stage,
                            long long chunk, long long seq_split) -> float:
-    """Micro-batches in flight on (stage, chunk) as warm-up ends (ND_REFERENCE §3.6); >= 1, NaN if undefined."""
+    """Micro-batches in flight on (stage, chunk) as warm-up ends (docs/ND_MODEL.md §3.6); >= 1, NaN if undefined."""
     return c_inflight_micro_batches(schedule, p, m, vp, stage, chunk, seq_split)
 
 
@@ -277,15 +291,15 @@ def layer_activation_bytes(double seq, double batch, double hidden, double tp, d
                            double lin_v_heads, double lin_v_dim, double lin_conv, double lin_chunk,
                            long long ffn, long long gated, double ffn_width, double experts, double top_k,
                            double shared_width, double token_factor, long long flash, double compute_bytes,
-                           double softmax_bytes, double dropout_bytes, double norm_bytes, long long option,
-                           long long keep_mask, long long slice_input) -> float:
+                           double softmax_bytes, double dropout_bytes, double norm_bytes, double linear_bytes,
+                           long long option, long long keep_mask, long long slice_input) -> float:
     """Bytes one transformer layer keeps for ONE micro-batch on one rank (Korthikanti et al. 2022 Table 2)."""
     return c_layer_activation_bytes(seq, batch, hidden, tp, sp, cp, etp, attention, heads, kv_heads, head_dim,
                                     out_gate, qk_norm, q_lora, kv_lora, qk_nope, qk_rope, v_dim, lin_k_heads,
                                     lin_k_dim, lin_v_heads, lin_v_dim, lin_conv, lin_chunk, ffn, gated,
                                     ffn_width, experts, top_k, shared_width, token_factor, flash, compute_bytes,
-                                    softmax_bytes, dropout_bytes, norm_bytes, option, keep_mask, slice_input,
-                                    0.0)
+                                    softmax_bytes, dropout_bytes, norm_bytes, linear_bytes, option, keep_mask,
+                                    slice_input, 0.0)
 
 
 cdef inline double c_largest_work(const double* work_per_layer, const double* row, Py_ssize_t n_kinds,
@@ -307,7 +321,7 @@ cdef void c_stage_memory(const double* static_per_layer, const double* act_per_l
                          const double* inflight, const double* stage_static, const double* extra_act,
                          const double* comm_buffers, double reserve, double* out,
                          bint overlapped_chunks) noexcept nogil:
-    # Per-stage memory breakdown (ND_REFERENCE §3.4-3.7) on raw row-major pointers: static
+    # Per-stage memory breakdown (docs/ND_MODEL.md §3.4-3.7) on raw row-major pointers: static
     # (K, 3), act and work (K, O), counts (p, vp, K*O), inflight and extra_act (p, vp),
     # stage_static (p, 3), comm_buffers (p,), out (p, 8). The caller has checked the shapes.
     cdef Py_ssize_t n_cols = n_kinds * n_slots
@@ -409,7 +423,7 @@ def stage_memory(const double[:, ::1] static_per_layer,   # IN (K, 3)
                  double[:, ::1] out,                      # OUT (p, 8)
                  long long overlapped_chunks=0) -> None:
     """Per-stage memory breakdown, written to ``out`` (p, 8): params, grads, optimizer,
-    activations, comm_buffers, working_set, reserve, total (ND_REFERENCE §3.4-3.7)."""
+    activations, comm_buffers, working_set, reserve, total (docs/ND_MODEL.md §3.4-3.7)."""
     cdef Py_ssize_t n_kinds = static_per_layer.shape[0]
     cdef Py_ssize_t n_slots = act_per_layer.shape[1]
     cdef Py_ssize_t n_stages = counts.shape[0]

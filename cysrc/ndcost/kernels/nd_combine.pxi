@@ -1,12 +1,12 @@
 # ND's score in ND units, part 3 of 3 (twin of ndcost/kernels/nd_combine.py): the stage and pipeline
 # combination and the ratios (seed estimate_stage, _save_recompute, estimate_pipeline,
-# estimate_p2p, apply_regression_coefficients; ND_REFERENCE §2.7-§2.11). Needs
+# estimate_p2p, apply_regression_coefficients; docs/ND_MODEL.md §2.7-§2.11). Needs
 # kernels/columns.pxi, kernels/pipeline.pxi (c_nd_pipeline_time, c_nd_straggler,
 # c_nd_p2p_time) and kernels/nd_ops.pxi (c_nd_positive) included before it.
 
 from libc.stdlib cimport malloc, free
 
-# ND's estimator option codes (RATIO_*, REC_*, P2P_*; ND_REFERENCE §2.7), ND_BACKWARD_RATIO and ND_MAX_COUNT
+# ND's estimator option codes (RATIO_*, REC_*, P2P_*; docs/ND_MODEL.md §2.7), ND_BACKWARD_RATIO and ND_MAX_COUNT
 # (2**31: larger m or vp is NaN, no integer overflow): kernels/codes.pxi.
 
 
@@ -147,7 +147,7 @@ cdef double c_nd_apply_ratios(const double* parts, const double* ratios, double*
 def nd_combine(const double[:, ::1] stage, const double[::1] cand, const double[::1] model,
                const double[::1] options, const double[::1] stage_savings, long long stage_focused,
                double[::1] parts, double[::1] stage_times) -> float:
-    """ND's score from the per-stage sums of nd_stage_sums (ND_REFERENCE §2.7-§2.10).
+    """ND's score from the per-stage sums of nd_stage_sums (docs/ND_MODEL.md §2.7-§2.10).
 
     p = the rows of *stage*; stage_savings: length p or 0; stage_focused: −1 for the straggler.
     *parts* (PART_NAMES order) gets that stage's parts × m, P2P and the bubble, summing to the
@@ -187,7 +187,7 @@ def nd_combine(const double[:, ::1] stage, const double[::1] cand, const double[
 
 
 def nd_apply_ratios(const double[::1] parts, const double[::1] ratios, double[::1] out) -> float:
-    """Each part × its ratio, a zero part staying exactly 0; returns the score in ms (ND_REFERENCE §2.10, §2.11)."""
+    """Each part × its ratio, a zero part staying exactly 0; returns the score in ms (docs/ND_MODEL.md §2.10, §2.11)."""
     cdef double total
     if parts.shape[0] != P_COUNT:
         raise ValueError(f"parts must have length {P_COUNT}, got {parts.shape[0]}")

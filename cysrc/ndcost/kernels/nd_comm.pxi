@@ -1,5 +1,5 @@
 # ND's score in ND units, part 2 of 3 (twin of ndcost/kernels/nd_comm.py): the communication of one
-# body layer (ND_REFERENCE §2.6) and the compute and communication walks per stage (§2.5,
+# body layer (docs/ND_MODEL.md §2.6) and the compute and communication walks per stage (§2.5,
 # §2.6). Needs kernels/columns.pxi and kernels/nd_ops.pxi included before it.
 
 from libc.math cimport floor
@@ -192,7 +192,7 @@ cdef inline bint c_nd_cand_ok(const double* cand) noexcept nogil:
 
 def nd_fsdp_part_traffic(double size, double computed, double kept, double group, double gathers,
                          double reduces, double bytes_p, double bytes_grad, double[::1] out):
-    """ND's FSDP traffic of one parameter part, (traffic, all-reduce share) into out[0:2] (ND_REFERENCE §2.6)."""
+    """ND's FSDP traffic of one parameter part, (traffic, all-reduce share) into out[0:2] (docs/ND_MODEL.md §2.6)."""
     if out.shape[0] < 2:
         raise ValueError(f"out must have length at least 2, got {out.shape[0]}")
     out[0] = c_nd_part_traffic(size, computed, kept, group, gathers, reduces, bytes_p, bytes_grad, &out[1])
@@ -349,7 +349,7 @@ def nd_stage_sums(const double[:, ::1] kinds, const double[::1] model, const dou
                   const double[:, ::1] counts, const long long[::1] slot_option,
                   const long long[::1] slot_mask, long long emb_stage, long long out_stage,
                   double[:, ::1] out):
-    """ND's compute and communication walks, per stage (ND_REFERENCE §2.5, §2.6).
+    """ND's compute and communication walks, per stage (docs/ND_MODEL.md §2.5, §2.6).
 
     counts[s, k·O + o]: layers of kind k running slot o (``slot_option[o]``, ``slot_mask[o]``) on
     stage s; emb_stage/out_stage: −1 for none. out[s] gets STAGE_FIELDS: comp, recomp, dp (with

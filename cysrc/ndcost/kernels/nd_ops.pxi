@@ -1,7 +1,7 @@
 # ND's score in ND units, part 1 of 3 (twin of ndcost/kernels/nd_ops.py): the op loads and the
 # recompute factors of one layer. Parts 2 and 3: nd_comm.pxi (the communication of one layer
 # and the stage walks) and nd_combine.pxi (the stage and pipeline combination, the ratios),
-# included in that order. Formulas: the seed estimate.py and ND_REFERENCE §2.2-§2.10 (§3.3 for
+# included in that order. Formulas: the seed estimate.py and docs/ND_MODEL.md §2.2-§2.10 (§3.3 for
 # the parameter counts the kind table carries); each cdef function names its source, and ND's
 # oddities are kept and marked where they happen. Every function does its floating-point
 # operations in the oracle's order, so that the two agree to rounding. Needs
@@ -50,7 +50,7 @@ cdef inline void c_nd_sub_dims(const double* kind, const double* model, const do
 cdef inline void c_nd_op_loads(const double* kind, const double* model, const double* cand,
                                double* out) noexcept nogil:
     # One layer of the kind: every op's load x its count x bytes_p/t/cp (seed op_table +
-    # _flavour_tables; ND_REFERENCE §2.2, §2.3). Every cfg.h, cfg.a, cfg.hff and cfg.s of the
+    # _flavour_tables; docs/ND_MODEL.md §2.2, §2.3). Every cfg.h, cfg.a, cfg.hff and cfg.s of the
     # seed's table is the layer's SUBMODULE's (c_nd_sub_dims): h in attMM, the default head dim
     # h/a, ffMM, gather, normOp, dropout and dispatch; the heads in softmax, headCast and
     # dropout; hff in a dense ffMM/ffAct; s in every entry. b, t, sp, cp, bytes_p and the MoE
@@ -180,7 +180,7 @@ cdef inline void c_nd_recompute_factors(const double* kind, long long option, lo
 
 def nd_op_loads(const double[:, ::1] kinds, const double[::1] model, const double[::1] cand,
                 long long k, double[::1] out):
-    """Every op's load for ONE layer of kind *k*, in ``ND_OPS`` order (ND_REFERENCE §2.2, §2.3)."""
+    """Every op's load for ONE layer of kind *k*, in ``ND_OPS`` order (docs/ND_MODEL.md §2.2, §2.3)."""
     if kinds.shape[0] and kinds.shape[1] != K_COUNT:
         raise ValueError(f"kinds must have {K_COUNT} columns, got {kinds.shape[1]}")
     if model.shape[0] != M_COUNT:
@@ -197,7 +197,7 @@ def nd_op_loads(const double[:, ::1] kinds, const double[::1] model, const doubl
 
 def nd_recompute_factors(const double[:, ::1] kinds, long long k, long long option, long long keep_mask,
                          double[::1] out):
-    """Per op (``ND_OPS`` order) the recompute factor f of a layer of kind *k* (ND_REFERENCE §2.4)."""
+    """Per op (``ND_OPS`` order) the recompute factor f of a layer of kind *k* (docs/ND_MODEL.md §2.4)."""
     if kinds.shape[0] and kinds.shape[1] != K_COUNT:
         raise ValueError(f"kinds must have {K_COUNT} columns, got {kinds.shape[1]}")
     if out.shape[0] != ND_OP_COUNT:

@@ -1,5 +1,5 @@
 # Pipeline and point-to-point formulas of ND's score (twin of ndcost/kernels/pipeline.py).
-# ND_REFERENCE §2.8 (estimate_pipeline) and §2.9 (estimate_p2p_comm).
+# docs/ND_MODEL.md §2.8 (estimate_pipeline) and §2.9 (estimate_p2p_comm).
 
 cdef inline Py_ssize_t c_nd_straggler(const double* t, Py_ssize_t n) noexcept nogil:
     # The last index holding the max, as ND's argmax over the reversed list.
@@ -62,14 +62,14 @@ def nd_straggler(const double[::1] stage_times) -> int:
 
 
 def nd_pipeline_time(const double[::1] stage_times, long long micro_batch_num, long long vpp) -> float:
-    """ND's pipeline time of one step from each stage's time per micro-batch (ND_REFERENCE §2.8)."""
+    """ND's pipeline time of one step from each stage's time per micro-batch (docs/ND_MODEL.md §2.8)."""
     if stage_times.shape[0] == 0:
         return NAN
     return c_nd_pipeline_time(&stage_times[0], stage_times.shape[0], micro_batch_num, vpp)
 
 
 def nd_p2p_count(long long pp, long long micro_batch_num, long long vpp) -> float:
-    """Number of sends and receives ND counts for a step (ND_REFERENCE §2.9, tested upstream)."""
+    """Number of sends and receives ND counts for a step (docs/ND_MODEL.md §2.9, tested upstream)."""
     return c_nd_p2p_count(pp, micro_batch_num, vpp)
 
 

@@ -1,6 +1,6 @@
 # Recompute as a choice (twin of ndcost/kernels/switches.py): every setting of a layer kind's
 # switches priced by additivity, the dominance front of a set of options, and one stage's
-# multiple-choice knapsack (ND_REFERENCE §4.4; seed recompute/profile.py).
+# multiple-choice knapsack (docs/ND_MODEL.md §4.4; seed recompute/profile.py).
 
 from libc.stdlib cimport malloc, free
 from libc.limits cimport INT_MAX

@@ -14,11 +14,7 @@ from typing import Any
 __all__ = ["add_software_command", "preset_document", "stacks_markdown", "stack_line", "apply_default_stack",
            "DEFAULT_SOFTWARE", "NO_SOFTWARE"]
 
-#: The stack a command prices with no --software: Megatron-Core as NVIDIA's recipes configure it (what most
-#: teams training at scale run; docs/STACKS.md lists it field by field).
-DEFAULT_SOFTWARE = "megatron-bridge"
-#: ``--software none``: the strategy and the device's rates exactly as stated (the Python API's default).
-NO_SOFTWARE = "none"
+from ..spec.software_rates import DEFAULT_SOFTWARE, NO_SOFTWARE
 
 
 def preset_document(name: str) -> dict[str, Any]:

@@ -4,7 +4,7 @@ A round of strategies measured on a cluster (:mod:`ndcost.io.measured`) gives,
 for each family of parts, how much time the cluster spent where the
 estimate put its load. The fitted ratios turn the estimate's parts into
 measured time, part by part, and ``estimate(..., ratios=)`` applies them in
-either unit (ND_REFERENCE §2.11; seed ``apply_regression_coefficients``).
+either unit (docs/ND_MODEL.md §2.11; seed ``apply_regression_coefficients``).
 
 Two fits:
 

@@ -50,7 +50,7 @@ from ..spec.model import Model
 from ..spec.model_source import model_from_text
 from ..spec.rates import Rates
 from ..tables.seconds import Overlap
-from ..tables.validate import validate
+from ..tables.joint_rules import validate
 
 __all__ = ["MeasuredRun", "FitRuns", "as_runs", "read_runs", "validation_runs", "device_of", "RUN_COLUMNS"]
 

@@ -1,7 +1,7 @@
 """Measured runs: ND's classified CSV, one strategy and its measured step a row.
 
 ND compares its parts with a round of strategies run on a cluster, whose
-profiles ``nd.trace_classify`` splits into waits (ND_REFERENCE §2.10, §4.7).
+profiles ``nd.trace_classify`` splits into waits (docs/ND_MODEL.md §2.10, §4.7).
 The CSV has a header line and one row per run:
 
 * ``time``: the measured step, in milliseconds (``time_unit="s"`` reads seconds);

@@ -114,6 +114,7 @@ def stated_run(row: Mapping, hardware_table: Mapping, gpt_model: Any, cluster_op
     """
     from ..spec.cluster_options import cluster_block, make_cluster
     from ..spec.software_fields import software_fields, stack_strategy
+    from ..spec.software_rates import DEFAULT_SOFTWARE, NO_SOFTWARE
 
     run_id = str(row.get("id", "?"))
     strategy = row.get("strategy") or {}
@@ -136,7 +137,9 @@ def stated_run(row: Mapping, hardware_table: Mapping, gpt_model: Any, cluster_op
     recompute = figure_value(strategy.get("recompute"))
     if recompute not in ("none", "full", "selective"):
         raise SpecError("recompute", run_id, "be stated: none, full or selective", recompute)
+    # a row that names no stack ran on the default one (as the command line prices it); "none": as stated
     software = figure_value(strategy.get("software"))
+    software = DEFAULT_SOFTWARE if software is None else None if software == NO_SOFTWARE else software
     if software is not None:
         software_fields(str(software))      # the name checked, with the nearest one
     fields: dict[str, Any] = dict(

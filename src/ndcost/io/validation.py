@@ -1,6 +1,6 @@
 """Check seconds mode against published training runs (``validate_runs``).
 
-A runs file is shaped like ``validation/public_runs.yaml`` (DESIGN.md): each row has a
+A runs file is shaped like ``src/ndcost/data/validation/public_runs.yaml`` (docs/VALIDATION.md): each row has a
 ``model`` block (layers, hidden, heads, kv_heads, ffn_hidden, vocab, seq_len), a ``strategy``
 block (gpus, tp, pp, dp, vpp, micro_batch, global_batch, recompute, zero, sequence_parallel,
 precision), a ``hardware`` key into the file's ``hardware`` table, and ``measured`` figures. A
@@ -59,7 +59,7 @@ from ..spec.model import Model
 from ..spec.rates import Rates
 from .run_facts import facts_for, figure_int as _int, figure_value as _value, modern_run
 from ..tables.seconds import DEEPSPEED_2021, Overlap, seconds_estimate
-from ..tables.validate import validate
+from ..tables.joint_rules import validate
 
 __all__ = ["BUILTIN_RUNS", "gpt_model", "RunResult", "ValidationReport", "validate_runs", "build_run", "software", "SOURCE_FACTS", "SOURCE_MODEL_FACTS", "EQ3_FRAMEWORKS"]
 

@@ -17,12 +17,12 @@ and :func:`~ndcost.kernels.nd_combine.nd_apply_ratios` per candidate. The memory
 candidate, what ``ndcost.tables.memory`` describes -- static bytes per layer of each kind (ZeRO,
 Rajbhandari et al. 2020 §5), activations and backward working set per option slot
 (Korthikanti et al. 2022 Table 2, via :func:`~ndcost.kernels.memory.layer_activation_bytes`),
-comm buffers (ND_REFERENCE §3.2), micro-batches in flight (§3.6), the embedding, output
+comm buffers (docs/ND_MODEL.md §3.2), micro-batches in flight (§3.6), the embedding, output
 and MTP extras -- and adds them up with :func:`~ndcost.kernels.memory.stage_memory`.
 
 A layer is priced on its kind's own hidden size and tokens per sample (``hidden``,
 ``seq_tokens``: a vision tower's), its attention window (``att_window``), and, where the
-kind has a census (``census_saved`` >= 0; ND_REFERENCE §3.4 "Census path"), what the census
+kind has a census (``census_saved`` >= 0; docs/ND_MODEL.md §3.4 "Census path"), what the census
 says a plain layer keeps, and a selective one running HyperParallel's policy
 (``HYPER_POLICY_MASK``, ``census_sel`` >= 0); every other setting by the formulas. The
 model-level parts (embedding, output, MTP) stay on the model's hidden size and the
@@ -240,7 +240,7 @@ def _kind_seq(kind, mc) -> float:
 
 
 def _census_activation(kind, mc, option: int, keep_mask: int) -> float | None:
-    """What the kind's census says a layer keeps for one micro-batch (ND_REFERENCE §3.4 "Census
+    """What the kind's census says a layer keeps for one micro-batch (docs/ND_MODEL.md §3.4 "Census
     path": tokens × (saved/sp + saved_tp/tp), selective/selective_tp for a selective layer running
     HyperParallel's policy), or None where no census prices the setting (the formulas then do).
     NaN for a census whose tp part is missing (negative) or an undefined size or degree."""
@@ -299,12 +299,12 @@ def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:
         kind[_MK["lin_conv"]], kind[_MK["lin_chunk"]], int(kind[_MK["ffn"]]), int(kind[_MK["gated"]]),
         kind[_MK["ffn_width"]], kind[_MK["experts"]], kind[_MK["top_k"]], kind[_MK["shared_width"]],
         mc[_MC["token_factor"]], int(mc[_MC["flash"]]), mc[_MC["bytes_c"]], mc[_MC["bytes_softmax"]],
-        mc[_MC["bytes_dropout"]], mc[_MC["bytes_norm"]], option, keep_mask, int(mc[_MC["slice_input"]]),
-        kind[_MK["att_window"]])
+        mc[_MC["bytes_dropout"]], mc[_MC["bytes_norm"]], mc[_MC["bytes_linear"]], option, keep_mask,
+        int(mc[_MC["slice_input"]]), kind[_MK["att_window"]])
 
 
 def _comm_buffers(kind, mc) -> tuple[float, float]:
-    """(max(dp, tp, cp), ep) buffer bytes of one layer of the kind (ND_REFERENCE §3.2 comm_expr),
+    """(max(dp, tp, cp), ep) buffer bytes of one layer of the kind (docs/ND_MODEL.md §3.2 comm_expr),
     on the kind's hidden size and tokens."""
     tokens = _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]]
     h, c, tp = kind[_MK["hidden"]], mc[_MC["bytes_c"]], mc[_MC["tp"]]
@@ -390,7 +390,7 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
             plain_formula = _formula_activation(kind, mc, OPTION_NONE, _ALL_KEPT)
         gathered = 0.0
         if mc[_MC["fsdp_gathers"]] != 0.0:
-            # ND_REFERENCE §3.7 FSDP extras: a backward holds two layers' gathered parameters.
+            # docs/ND_MODEL.md §3.7 FSDP extras: a backward holds two layers' gathered parameters.
             gathered = 2.0 * ((kind[_MK["p_nonexp"]] + kind[_MK["p_shared"]]) / mc[_MC["tp"]]
                               + kind[_MK["p_routed"]] / (mc[_MC["ep"]] * mc[_MC["etp"]])) * mc[_MC["w_param"]]
         ring = _ring_allgather_work(kind, mc)

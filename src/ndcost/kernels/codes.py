@@ -60,7 +60,7 @@ ND_OPS: tuple[str, ...] = (
     "attMM", "linrec", "ffMM", "attBMM", "softmax", "headCast",
     "gather", "ffAct", "normOp", "qknorm", "dropout", "dispatch",
 )
-#: ND's estimator options (ND_OPTION_FIELDS; ND_REFERENCE §2.7): how compute and comm are weighed, what
+#: ND's estimator options (ND_OPTION_FIELDS; docs/ND_MODEL.md §2.7): how compute and comm are weighed, what
 #: recompute adds, how P2P is priced.
 RATIO_TYPES: tuple[str, ...] = ("DYNAMIC", "STATIC", "COMPUTE_ONLY", "COMM_ONLY")
 REC_TYPES: tuple[str, ...] = ("WITH", "NONE", "COMPUTE_ONLY", "COMM_ONLY")

@@ -6,7 +6,7 @@ by these indices. ``cysrc/ndcost/kernels/columns.pxi`` holds the same numbers
 as C enums: it is generated from this file by ``python tools/gen_columns.py``
 and tests/test_columns.py checks that the two agree.
 
-Names follow ND's cost-model config fields (ND_REFERENCE §1.3) where ND has one.
+Names follow ND's cost-model config fields (docs/ND_MODEL.md §1.3) where ND has one.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .codes import DISPATCHERS, EP_OVERLAPS, SCHEDULES  # noqa: F401 (the codes 
 # --- per layer kind: one row per kind of the model (float64, K x KIND_COLUMNS) ---
 KIND_FIELDS = (
     "att_a",          # attention heads of the kind (linear/GDN kind: linear_num_value_heads)
-    "att_n_kv",       # kv heads (GDN: n_k*d_k/d_v, ND's mapping onto q/k/v/o, ND_REFERENCE §1.5)
+    "att_n_kv",       # kv heads (GDN: n_k*d_k/d_v, ND's mapping onto q/k/v/o, docs/ND_MODEL.md §1.5)
     "att_dh",         # head dim (GDN: linear_value_head_dim; MLA: v_head_dim as ND's deepseek profile)
     "att_gate",       # 1 when a fused output gate doubles Q (Qwen3-Next gated attention, every GDN kind)
     "qk_nope",        # MLA qk_nope_head_dim (0 -> att_dh)
@@ -24,7 +24,7 @@ KIND_FIELDS = (
     "lin_d_k",        # GDN key head dim
     "lin_d_v",        # GDN value head dim
     "is_mla",         # 1 for an MLA kind (ND: dc_kv != 0 uses mla_weights for attMM)
-    "mla_w",          # MLA: every attention weight W of mla_weights (ND_REFERENCE §2.2)
+    "mla_w",          # MLA: every attention weight W of mla_weights (docs/ND_MODEL.md §2.2)
     "mla_up",         # MLA: the up-projection weights (attUp's share is mla_up/mla_w)
     "is_moe",         # 1 for a MoE-FFN kind (expert table; dispatches once)
     "ffn_width",      # the kind's FFN width: dense intermediate_size, or the routed expert width on a MoE kind
@@ -40,7 +40,7 @@ KIND_FIELDS = (
     "sub_a",          # ND's cfg.a of the submodule: attention heads (softmax/headCast/dropout loads)
     "sub_hff",        # ND's cfg.hff of the submodule: the dense FFN width a dense kind runs
     "sub_seq",        # ND's cfg.s of the submodule: tokens per sample; 0 = the candidate's s (text).
-                      #   Vision: tokens // spatial_merge_size**2 (ND's grid // merge^2, ND_REFERENCE §1.4)
+                      #   Vision: tokens // spatial_merge_size**2 (ND's grid // merge^2, docs/ND_MODEL.md §1.4)
     "seq_tokens",     # tokens per sample the layer really runs on (seconds, memory); 0 = the candidate's s.
                       #   Vision: the patch tokens the encoder sees (before the merger's 2x2 merge)
     "bidirectional",  # 1: attention is not causal (a vision encoder): the whole score matrix runs
@@ -55,7 +55,7 @@ KIND_FIELDS = (
     "has_ffn",        # 1: the layer has an FFN (dense or MoE); 0: a mixer-only block of a hybrid stack
     "ssm_chunk",      # Mamba-2's SSD chunk length (mamba_chunk_size); 0 for other kinds
     "census_att",     # HyperParallel census: share of the attention matmuls (attMM) its selective policy
-                      #   recomputes; -1 = no census (ND_REFERENCE §2.4 selective_shares)
+                      #   recomputes; -1 = no census (docs/ND_MODEL.md §2.4 selective_shares)
     "census_ffn",     # the same for the FFN matmuls (ffMM); -1 = no census
 )
 
@@ -74,7 +74,7 @@ CAND_FIELDS = (
     "b", "s", "t", "sp", "cp", "ep", "t_exp", "d", "d_exp", "p", "vp", "m",
     "bytes_p", "bytes_c", "bytes_grad",     # ND byte widths: params, compute, gradients (ND: 0 without accumulation)
     "cap_fact", "moe_dispatch",             # capacity factor; MOE_DISPATCH constant (1040, or the spec's)
-    "comm_d_non_exp", "comm_d_exp",         # 0 / 2 / 3 (ND_REFERENCE §2.6)
+    "comm_d_non_exp", "comm_d_exp",         # 0 / 2 / 3 (docs/ND_MODEL.md §2.6)
     "comm_t", "comm_ep", "comm_cp",         # 0/1 flags
     "cp_ring",                              # 1 ring (colossalai_cp), 0 Ulysses
     "shard_nonexp_partial", "shard_exp", "shard_exp_partial",  # shard_p_os_non_exp_partial, shard_p_os_exp, shard_p_os_exp_partial
@@ -102,7 +102,7 @@ OPTION_NONE, OPTION_FULL, OPTION_SELECTIVE = 0, 1, 2
 #: The keep mask of HyperParallel's selective policy (recompute_spec's "hyperparallel" rule:
 #: attBMM and attUp kept, every other switch recomputed). A selective layer running exactly this
 #: setting runs the policy, and a kind's census shares (census_att, census_ffn) then price the
-#: projection matmuls the policy also recomputes (ND_REFERENCE §1.4, §2.4 selective_shares).
+#: projection matmuls the policy also recomputes (docs/ND_MODEL.md §1.4, §2.4 selective_shares).
 HYPER_POLICY_MASK = 0x81
 
 # --- ND parts, in output order (sum == total) ---
@@ -371,6 +371,7 @@ MEMORY_CAND_FIELDS = (
     "token_factor",            # routed-token load: moe_imbalance dropless, capacity_factor in capacity mode
     "flash", "slice_input",    # 0/1 flags
     "bytes_c", "bytes_softmax", "bytes_dropout", "bytes_norm",  # activation byte widths
+    "bytes_linear",            # bytes per element of a linear layer's saved input (TE's fp8 copy: 1)
     "w_param", "w_grad", "w_optim",        # bytes per parameter of params, gradients, optimizer state
     "div_param", "div_grad", "div_optim",  # ZeRO divisors of non-expert state
     "ediv_param", "ediv_grad", "ediv_optim",  # ZeRO divisors of routed-expert state

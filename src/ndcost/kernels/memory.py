@@ -1,11 +1,11 @@
 """Memory per pipeline stage, in bytes (oracle).
 
 Physical, Megatron-like accounting (what a PyTorch/Megatron rank really holds),
-used by both units (ND_REFERENCE §3 is ND's model; where ndcost differs it says
+used by both units (docs/ND_MODEL.md §3 is ND's model; where ndcost differs it says
 why):
 
 * :func:`inflight_micro_batches` -- micro-batches whose activations a (stage,
-  chunk) holds as warm-up ends (ND_REFERENCE §3.6).
+  chunk) holds as warm-up ends (docs/ND_MODEL.md §3.6).
 * :func:`layer_activation_bytes` -- what one transformer layer keeps for one
   micro-batch, per block, gated by the recompute option and the keep mask
   (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
@@ -55,7 +55,7 @@ _FP32_BYTES = 4.0
 
 
 def _one_f_one_b(base: int, vp: int, stage: int, chunk: int) -> int:
-    """ND's 1F1B / interleaved "big memory" count (ND_REFERENCE §3.6), before the floor of 1."""
+    """ND's 1F1B / interleaved "big memory" count (docs/ND_MODEL.md §3.6), before the floor of 1."""
     if vp == 1:
         return base - stage  # §3.6 "1F1B, vp = 1: base − stage"
     if 0 < chunk < vp - 1:
@@ -75,7 +75,7 @@ def _one_f_one_b(base: int, vp: int, stage: int, chunk: int) -> int:
 
 def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, chunk: int,
                            seq_split: int) -> float:
-    """Micro-batches in flight on (stage, chunk) as warm-up ends (ND_REFERENCE §3.6).
+    """Micro-batches in flight on (stage, chunk) as warm-up ends (docs/ND_MODEL.md §3.6).
 
     With base = min(p, m):
 
@@ -181,18 +181,19 @@ def _mla_elements(mask: int, heads_local: float, q_lora: float, kv_lora: float, 
 
     The down-projections run unsplit on every TP rank (Megatron-Core MLA), so
     their latents are not divided by tp; the up-projections (q_b, kv_b) are
-    column-parallel and their outputs are what attUp gates.
+    column-parallel and their outputs are what attUp gates. The normed latents
+    (q_b's and kv_b's inputs, q_lora + kv_lora) are not counted here: the caller
+    prices them at the saved-input width of a linear layer (``linear_bytes``).
     """
     qk_head = qk_nope + qk_rope
     elements = 0.0
     if q_lora > 0.0:
         elements += _kept(mask, _NORMOP) * q_lora  # q_a_layernorm input
-        elements += q_lora                         # normed c_q: q_b input
         elements += _kept(mask, _ATTUP) * heads_local * qk_head  # Q (q_b output)
     else:
         elements += heads_local * qk_head          # Q (q_proj output)
     elements += _kept(mask, _NORMOP) * kv_lora     # kv_a_layernorm input
-    elements += kv_lora + qk_rope                  # normed c_kv (kv_b input) and the shared k_pe
+    elements += qk_rope                            # the shared k_pe (the normed c_kv, kv_b's input: the caller's)
     elements += _kept(mask, _ATTUP) * heads_local * (qk_head + v_dim)  # K, V (kv_b output + k_pe)
     elements += heads_local * v_dim                # core output = output-projection input
     return elements
@@ -222,16 +223,27 @@ def _linear_attention_bytes(mask: int, tokens: float, batch: float, tp: float, k
     return total
 
 
-def _ffn_elements(mask: int, width_local: float, gated: int) -> float:
-    """Elements per token of one MLP beyond its input (Korthikanti §4.1 "MLP": the GELU
+# What a linear layer saves for its weight gradient (``linear_bytes``; docs/MEMORY.md "Activations under
+# fp8"): in 16 bits its input; under fp8 Transformer Engine's modules save one fp8 copy (1 byte per element)
+# of the rank's shard, the one their wgrad GEMM reads (NVIDIA/TransformerEngine@d0067d0d pytorch/module/
+# linear.py:372, :598-621; layernorm_linear.py:430-435, :477-487, :526-536; layernorm_mlp.py:807-822;
+# grouped_linear.py:538-548, :903-914). Not priced: blockwise / MXFP8 block scales (1/32 byte per element:
+# the recipe is a Rates figure) and, under delayed scaling, the attention projection's own fp8 copy (its
+# input stays 16-bit: the attention core keeps it, TE reuses it, linear.py:314-316). torchao's Float8Linear
+# saves the high-precision input (pytorch/ao@7ca1bfb torchao/float8/float8_linear.py
+# matmul_with_hp_or_float8_args: save_for_backward(input_hp, weight_hp_t)): linear_bytes = compute_bytes.
+
+
+def _ffn_bytes(mask: int, width_local: float, gated: int, compute_bytes: float, linear_bytes: float) -> float:
+    """Bytes per token of one MLP beyond its input (Korthikanti §4.1 "MLP": the GELU
     input 8sbh and the second linear's input 8sbh for a 4h width).
 
-    Gated (SwiGLU): gate and up outputs kept (the activation's inputs), the
-    activation output (down-projection input) gated by ffAct; GELU: fc1 output
-    kept, the GELU output gated by ffAct.
+    Gated (SwiGLU): gate and up outputs kept (the activation's inputs), at compute_bytes; GELU: fc1's
+    output. The activation's output, the second linear's input which only that linear saves, is gated by
+    ffAct, at ``linear_bytes``.
     """
     kept_inputs = 2.0 * width_local if gated else width_local
-    return kept_inputs + _kept(mask, _FFACT) * width_local
+    return kept_inputs * compute_bytes + _kept(mask, _FFACT) * width_local * linear_bytes
 
 
 def layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, sp: float, cp: float,
@@ -241,8 +253,8 @@ def layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, s
                            lin_v_heads: float, lin_v_dim: float, lin_conv: float, lin_chunk: float,
                            ffn: int, gated: int, ffn_width: float, experts: float, top_k: float,
                            shared_width: float, token_factor: float, flash: int, compute_bytes: float,
-                           softmax_bytes: float, dropout_bytes: float, norm_bytes: float, option: int,
-                           keep_mask: int, slice_input: int) -> float:
+                           softmax_bytes: float, dropout_bytes: float, norm_bytes: float, linear_bytes: float,
+                           option: int, keep_mask: int, slice_input: int) -> float:
     """Bytes one transformer layer keeps for ONE micro-batch on one rank.
 
     Args:
@@ -264,6 +276,8 @@ def layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, s
         flash: 1 when attention runs a fused (flash) kernel.
         compute_bytes, softmax_bytes, dropout_bytes, norm_bytes: byte widths
             (dropout_bytes 0: no dropout).
+        linear_bytes: bytes per element of a linear's saved input (compute_bytes; 1 under TE's
+            fp8, above ``_ffn_bytes``): the QKV, fc1, fc2, MLA up-projection and expert inputs.
         option: 0 none, 1 full recompute, 2 selective (keep_mask applies).
         keep_mask: bit i set keeps SWITCHES[i] (attBMM, headCast, dropout,
             softmax, normOp, gather, ffAct, attUp).
@@ -284,7 +298,7 @@ def layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, s
         seq, batch, hidden, tp, sp, cp, etp, attention, heads, kv_heads, head_dim, out_gate, qk_norm, q_lora,
         kv_lora, qk_nope, qk_rope, v_dim, lin_k_heads, lin_k_dim, lin_v_heads, lin_v_dim, lin_conv, lin_chunk,
         ffn, gated, ffn_width, experts, top_k, shared_width, token_factor, flash, compute_bytes, softmax_bytes,
-        dropout_bytes, norm_bytes, option, keep_mask, slice_input, 0.0)
+        dropout_bytes, norm_bytes, linear_bytes, option, keep_mask, slice_input, 0.0)
 
 
 def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp: float, sp: float, cp: float,
@@ -294,8 +308,9 @@ def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp:
                                     lin_v_heads: float, lin_v_dim: float, lin_conv: float, lin_chunk: float,
                                     ffn: int, gated: int, ffn_width: float, experts: float, top_k: float,
                                     shared_width: float, token_factor: float, flash: int, compute_bytes: float,
-                                    softmax_bytes: float, dropout_bytes: float, norm_bytes: float, option: int,
-                                    keep_mask: int, slice_input: int, att_window: float) -> float:
+                                    softmax_bytes: float, dropout_bytes: float, norm_bytes: float,
+                                    linear_bytes: float, option: int, keep_mask: int, slice_input: int,
+                                    att_window: float) -> float:
     """:func:`layer_activation_bytes` of a layer whose queries attend to at most
     *att_window* keys (windowed attention, e.g. Qwen2.5-VL's vision layers; 0 = the
     whole sequence). The non-flash score matrices then keep heads_local × tokens ×
@@ -312,6 +327,8 @@ def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp:
     if option < _OPT_NONE or option > _OPT_SELECTIVE or keep_mask < 0 or keep_mask > _ALL_KEPT:
         return NAN
     if compute_bytes < 0.0 or softmax_bytes < 0.0 or dropout_bytes < 0.0 or norm_bytes < 0.0:
+        return NAN
+    if not linear_bytes >= 0.0:
         return NAN
     if not att_window >= 0.0:
         return NAN
@@ -341,10 +358,12 @@ def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp:
         if heads < 1.0:
             return NAN
         heads_local = heads / tp
-        total += residual * compute_bytes  # QKV / down-projection input (Korthikanti "2sbh")
         if attention == _ATT_FULL:
             if kv_heads < 1.0 or head_dim <= 0.0:
                 return NAN
+            # QKV input (Korthikanti "2sbh"): the pre-norm's output, which only the QKV linear saves
+            # (Megatron-Core's TELayerNormColumnParallelLinear: the norm's input is the normOp term).
+            total += residual * linear_bytes
             kv_local = kv_heads / tp
             if kv_local < 1.0:
                 kv_local = 1.0  # fewer kv heads than TP ranks: each rank keeps one, replicated
@@ -353,8 +372,15 @@ def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp:
         else:
             if kv_lora <= 0.0 or qk_nope <= 0.0 or v_dim <= 0.0 or q_lora < 0.0 or qk_rope < 0.0:
                 return NAN
+            # The down-projections' input, the pre-norm's output: one shared copy, or under Transformer
+            # Engine's fp8 one quantized copy saved by each of the two TELinear (q_down or q_proj, and
+            # kv_down: Megatron-Core multi_latent_attention.py builds them apart).
+            total += residual * (compute_bytes if linear_bytes == compute_bytes else 2.0 * linear_bytes)
             total += tokens * compute_bytes * _mla_elements(
                 mask, heads_local, q_lora, kv_lora, qk_nope, qk_rope, v_dim)
+            # The normed latents c_q and c_kv, the up-projections' inputs, saved by their
+            # TELayerNormColumnParallelLinear alone (q_lora 0: no c_q).
+            total += tokens * linear_bytes * (q_lora + kv_lora)
         # Score matrices: local heads × (s/cp queries) × s keys × b -- ring CP
         # splits the queries, Ulysses the heads: a·s²·b/(tp·cp) either way. A
         # windowed layer's query sees at most att_window keys (Qwen2.5-VL's
@@ -400,10 +426,16 @@ def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp:
         return total
     if ffn_width <= 0.0:
         return NAN
-    total += residual * compute_bytes  # first linear / router input (Korthikanti "MLP: 2sbh")
     if ffn == _FFN_DENSE:
-        total += tokens * compute_bytes * _ffn_elements(mask, ffn_width / tp, gated)
+        # The first linear's input (Korthikanti "MLP: 2sbh"): the pre-norm's output, saved by fc1 alone
+        # (TELayerNormColumnParallelLinear); fc2's input (the activation's output) by fc2 alone.
+        total += residual * linear_bytes
+        total += tokens * _ffn_bytes(mask, ffn_width / tp, gated, compute_bytes, linear_bytes)
     elif ffn == _FFN_MOE:
+        # The router's input, the pre-norm's output (a separate norm: router and experts both read it),
+        # kept at compute_bytes by the router's own GEMM (Megatron-Core moe/router.py router_gating_linear
+        # saves its input); under fp8 the shared experts' fc1 saves a quantized copy beside it (below).
+        total += residual * compute_bytes
         if experts < 1.0 or top_k < 1.0 or token_factor <= 0.0 or shared_width < 0.0:
             return NAN
         routed_local = tokens / sp  # tokens this rank routes (SP splits them)
@@ -414,10 +446,13 @@ def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp:
         # copies over dp·tp·cp/etp expert ranks, each copy seen by etp ranks
         # (balanced; token_factor scales for capacity padding or imbalance).
         routed_tokens = tokens * top_k * token_factor * etp / tp
-        routed_elements = hidden                                     # permuted tokens = expert fc1 input
-        routed_elements += _ffn_elements(mask, ffn_width / etp, gated)  # expert MLP, width split over etp
-        routed_elements += hidden                                    # expert output kept for the prob-weighted combine
-        total += routed_tokens * routed_elements * compute_bytes
+        # The permuted tokens, the experts' fc1 input, saved by that GroupedLinear alone (the permutation's
+        # backward reads only its map); the expert MLP (width split over etp); the expert output kept for
+        # the prob-weighted combine.
+        routed_bytes = hidden * linear_bytes
+        routed_bytes += _ffn_bytes(mask, ffn_width / etp, gated, compute_bytes, linear_bytes)
+        routed_bytes += hidden * compute_bytes
+        total += routed_tokens * routed_bytes
         # The routing's own tensors its backward reads: each token's k expert indices (int64) and the
         # dense bool routing map (Megatron-Core's TopKRouter; torchtitan keeps the indices), and each
         # routed row's source index (int64) and fp32 probability (the un-permutation's map and weights:
@@ -427,7 +462,12 @@ def windowed_layer_activation_bytes(seq: float, batch: float, hidden: float, tp:
         if shared_width > 0.0:
             # Shared experts: a dense MLP over every token, split over tp; its
             # input is the router input above.
-            total += tokens * compute_bytes * _ffn_elements(mask, shared_width / tp, gated)
+            total += tokens * _ffn_bytes(mask, shared_width / tp, gated, compute_bytes, linear_bytes)
+            if linear_bytes != compute_bytes:
+                # Their fc1 (a TE Linear, not norm-fused) saves its own quantized copy of the router's
+                # input (TE module/linear.py: save_original_input is off unless Megatron-Core recomputes
+                # the pre-MLP norm, transformer_layer.py set_for_recompute_pre_mlp_layernorm).
+                total += residual * linear_bytes
     else:
         return NAN
     return total

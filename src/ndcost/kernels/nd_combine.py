@@ -1,7 +1,7 @@
 """ND's score in ND units, part 3 of 3 (oracle): the stage and pipeline combination, P2P and the ratios.
 
 Restated from the seed estimate.py (``estimate_stage``, ``estimate_pipeline``, ``estimate_p2p``,
-``apply_regression_coefficients``; ND_REFERENCE §2.7-§2.11), over the stage sums of
+``apply_regression_coefficients``; docs/ND_MODEL.md §2.7-§2.11), over the stage sums of
 :mod:`ndcost.kernels.nd_comm`. The twin is ``cysrc/ndcost/kernels/nd_combine.pxi``: same names, same
 parameters, same order of floating-point operations.
 """
@@ -19,7 +19,7 @@ from .nd_ops import _check_len, _check_rows
 __all__ = ["nd_combine", "nd_apply_ratios"]
 
 NAN = math.nan
-# ND's estimator option codes (ND_REFERENCE §2.7; ndcost.kernels.codes RATIO_TYPES / REC_TYPES / P2P_MODES).
+# ND's estimator option codes (docs/ND_MODEL.md §2.7; ndcost.kernels.codes RATIO_TYPES / REC_TYPES / P2P_MODES).
 _RATIO_DYNAMIC, _RATIO_STATIC, _RATIO_COMPUTE_ONLY, _RATIO_COMM_ONLY = (
     RATIO_TYPES.index(name) for name in ("DYNAMIC", "STATIC", "COMPUTE_ONLY", "COMM_ONLY"))
 _REC_WITH, _REC_NONE, _REC_COMPUTE_ONLY, _REC_COMM_ONLY = (
@@ -32,7 +32,7 @@ _BACKWARD_RATIO = 2.0
 _MAX_COUNT = 2.0 ** 31
 _M, _C, _O, _P, _S = MODEL, CAND, ND_OPTION, PART, STAGE
 # --------------------------------------------------------------------------------------
-# Stage, pipeline and P2P (ND_REFERENCE §2.7-§2.10)
+# Stage, pipeline and P2P (docs/ND_MODEL.md §2.7-§2.10)
 # --------------------------------------------------------------------------------------
 
 def _positive(x: float) -> float:
@@ -63,7 +63,7 @@ def _weights(model, cand, options):
 
 def nd_combine(stage, cand, model, options, stage_savings, stage_focused, parts, stage_times) -> float:
     """ND's score from the per-stage sums of :func:`nd_stage_sums` (seed estimate_stage,
-    _save_recompute, estimate_pipeline, estimate_p2p; ND_REFERENCE §2.7-§2.10).
+    _save_recompute, estimate_pipeline, estimate_p2p; docs/ND_MODEL.md §2.7-§2.10).
 
     stage: (p, STAGE_FIELDS), one row per pipeline stage; stage_savings: length p, or 0 for
     none; stage_focused: the stage whose parts are reported, −1 for the straggler. *parts*
@@ -140,7 +140,7 @@ def nd_combine(stage, cand, model, options, stage_savings, stage_focused, parts,
         # Never a negative part: the seed's pipeline formula can come out below the straggler's
         # own parts x m -- by rounding at pp = 1 (m x t against the sum of t's parts x m), or where
         # its formula undercounts. A step is at least its straggler's work: ndcost's deliberate
-        # difference from upstream (ND_REFERENCE §2.9), the score then being that work.
+        # difference from upstream (docs/ND_MODEL.md §2.9), the score then being that work.
         bubble = 0.0
         pipeline = time_sum
     dp = dp - dp_reduce
@@ -166,7 +166,7 @@ def nd_combine(stage, cand, model, options, stage_savings, stage_focused, parts,
 
 def nd_apply_ratios(parts, ratios, out) -> float:
     """Each part × its ratio, a zero part staying exactly 0; returns the score in ms
-    (seed apply_regression_coefficients; ND_REFERENCE §2.10, §2.11).
+    (seed apply_regression_coefficients; docs/ND_MODEL.md §2.10, §2.11).
 
     The sum is taken as ND's real parts: COMP (FW + BW + REC) + DP_WAIT (DP + DP_REDUCE)
     + MP + EP + CP + PP_WAIT (BUBBLE + PP_COMM).

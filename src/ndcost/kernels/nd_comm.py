@@ -2,7 +2,7 @@
 compute and communication walks per stage.
 
 Restated from the seed estimate.py (``estimate_stage``) and from ND's ``comm_time.py`` as
-ND_REFERENCE §2.5-§2.6 map them; the ops' loads and recompute factors are
+docs/ND_MODEL.md §2.5-§2.6 map them; the ops' loads and recompute factors are
 :mod:`ndcost.kernels.nd_ops`'. The twin is ``cysrc/ndcost/kernels/nd_comm.pxi``: same names, same
 parameters, same order of floating-point operations.
 """
@@ -23,7 +23,7 @@ __all__ = ["nd_fsdp_part_traffic", "nd_stage_sums"]
 NAN = math.nan
 _K, _M, _C, _S = KIND, MODEL, CAND, STAGE
 # --------------------------------------------------------------------------------------
-# Communication of one layer (ND_REFERENCE §2.6, comm_time.estimate_from_mem_comm)
+# Communication of one layer (docs/ND_MODEL.md §2.6, comm_time.estimate_from_mem_comm)
 # --------------------------------------------------------------------------------------
 
 def _part_traffic(size, computed, kept, group, gathers, reduces, bytes_p, bytes_grad):
@@ -41,7 +41,7 @@ def _part_traffic(size, computed, kept, group, gathers, reduces, bytes_p, bytes_
 
 
 def nd_fsdp_part_traffic(size, computed, kept, group, gathers, reduces, bytes_p, bytes_grad, out) -> None:
-    """ND's FSDP traffic of one parameter part, (traffic, all-reduce share) into out[0:2] (ND_REFERENCE §2.6).
+    """ND's FSDP traffic of one parameter part, (traffic, all-reduce share) into out[0:2] (docs/ND_MODEL.md §2.6).
 
     whole = size/computed, shards = max(1, kept/computed), copies = max(1, group/kept);
     traffic = (shards−1)/shards·whole·(gathers·bytes_p + bytes_grad)
@@ -57,7 +57,7 @@ def nd_fsdp_part_traffic(size, computed, kept, group, gathers, reduces, bytes_p,
 
 
 def _kind_ep(kind, cand) -> float:
-    """The EP degree a kind runs: ND's bind_layer_stack gives a dense kind ep = 1 (ND_REFERENCE §1.5)."""
+    """The EP degree a kind runs: ND's bind_layer_stack gives a dense kind ep = 1 (docs/ND_MODEL.md §1.5)."""
     return float(cand[_C["ep"]]) if kind[_K["is_moe"]] != 0.0 else 1.0
 
 
@@ -149,7 +149,7 @@ def _cp_volume(kind, model, cand, rf, h, s) -> float:
 
 def _layer_comm(kind, model, cand, option, keep_mask):
     """One body layer of *kind* run as *option*: its comm before the per-stage multipliers,
-    and what its recompute sends again (ND_REFERENCE §2.6 "Per stage, per layer", "Recompute comm").
+    and what its recompute sends again (docs/ND_MODEL.md §2.6 "Per stage, per layer", "Recompute comm").
 
     Returns (dp, dp_reduce, tp, ep, cp, resent_tp, resent_ep, resent_cp).
     The TP, EP and CP volumes (and so what recompute re-sends) take the layer's SUBMODULE's
@@ -188,7 +188,7 @@ def _floor(x: float) -> float:
 
 
 def _stage_multipliers(cand):
-    """ND's per-stage post-processing as one factor per part (ND_REFERENCE §2.6, steps 2-4):
+    """ND's per-stage post-processing as one factor per part (docs/ND_MODEL.md §2.6, steps 2-4):
     TP ×= max(1, ⌊t/dpn⌋), EP ×= max(1, ⌊ep/dpn⌋), CP ×= max(1, ⌊cp/dpn⌋); DP ×= 1 − dp_overlap,
     TP ×= 1 − tp_overlap; on A3 every part /2. Returns (f_dp, f_tp, f_ep, f_cp).
     """
@@ -207,7 +207,7 @@ def _cand_ok(cand) -> bool:
 
 
 def nd_stage_sums(kinds, model, cand, counts, slot_option, slot_mask, emb_stage, out_stage, out) -> None:
-    """ND's compute and communication walks, per stage (ND_REFERENCE §2.5, §2.6).
+    """ND's compute and communication walks, per stage (docs/ND_MODEL.md §2.5, §2.6).
 
     counts[s, k·O + o]: the layers of kind k running option slot o on stage s (chunks summed);
     slot o runs ``slot_option[o]`` with ``slot_mask[o]``. emb_stage/out_stage: the stage holding

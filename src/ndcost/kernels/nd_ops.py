@@ -5,7 +5,7 @@ ND's score: op loads and recompute factors (here), the communication walks per s
 (:mod:`ndcost.kernels.nd_combine`). Restated from the seed estimate.py (``op_table``, ``_flavour_tables``,
 ``get_table_quantity``, ``estimate_op_bulk_comp``, ``_save_recompute``). The unit is ND's: FLOPs x bytes
 for compute, and a mix of parameter elements (DP without FSDP) and bytes (everything else) for
-communication, which only the fitted ratios turn into time (ND_REFERENCE §8.2).
+communication, which only the fitted ratios turn into time (docs/ND_MODEL.md §8.2).
 Where ND is odd, these kernels keep ND's behaviour and say so where it happens.
 
 A multimodal model's submodules (a vision tower and the text model) are priced each on
@@ -43,7 +43,7 @@ _N_OPS = len(ND_OPS)
 #: bit i of a keep mask is SWITCHES[i], set when the op's activation is kept).
 _BIT = {name: i for i, name in enumerate(SWITCHES)}
 #: Ops with a switch -> the switch's bit. qknorm follows normOp's switch
-#: (ND_REFERENCE §2.4 get_recomp_factor); attMM, linrec, ffMM and dispatch have none.
+#: (docs/ND_MODEL.md §2.4 get_recomp_factor); attMM, linrec, ffMM and dispatch have none.
 _OP_SWITCH_BIT = {
     _ATT_BMM: _BIT["attBMM"],
     _HEAD_CAST: _BIT["headCast"],
@@ -135,7 +135,7 @@ def _op_loads(kind, model, cand, out) -> None:
         for op in range(_N_OPS):
             out[op] = NAN
         return
-    # The kind's attention flavour (ND_REFERENCE §2.2, seed op_table's `att`).
+    # The kind's attention flavour (docs/ND_MODEL.md §2.2, seed op_table's `att`).
     n_kv = float(kind[_K["att_n_kv"]])
     att_dh = float(kind[_K["att_dh"]])
     d_h = att_dh if att_dh != 0.0 else h / a                            # head dim: dh or h/a
@@ -204,7 +204,7 @@ def _op_loads(kind, model, cand, out) -> None:
 
 
 def _recompute_factors(kind, option: int, keep_mask: int, out) -> None:
-    """Per op, what a recompute re-runs (seed get_recomp_factor + selective_shares, ND_REFERENCE §2.4)."""
+    """Per op, what a recompute re-runs (seed get_recomp_factor + selective_shares, docs/ND_MODEL.md §2.4)."""
     if option == OPTION_FULL:
         for op in range(_N_OPS):
             out[op] = 1.0
@@ -231,7 +231,7 @@ def _recompute_factors(kind, option: int, keep_mask: int, out) -> None:
 
 
 def nd_op_loads(kinds, model, cand, k, out) -> None:
-    """Every op's load for ONE layer of kind *k*, in ``ND_OPS`` order (ND_REFERENCE §2.2, §2.3).
+    """Every op's load for ONE layer of kind *k*, in ``ND_OPS`` order (docs/ND_MODEL.md §2.2, §2.3).
 
     Each entry is already multiplied by the kind's op count and by bytes_p/t/cp; an op of
     count 0 is exactly 0. t, cp, sp or the kind's heads ≤ 0 give NaN everywhere.

@@ -1,7 +1,7 @@
 """Pipeline and point-to-point formulas of ND's score (oracle).
 
 Restated from ND's ``estimate_pipeline`` and ``estimate_p2p_comm``
-(ND_REFERENCE §2.8 and §2.9). ND times every schedule as 1F1B or interleaved
+(docs/ND_MODEL.md §2.8 and §2.9). ND times every schedule as 1F1B or interleaved
 1F1B: it distinguishes only one stage, one chunk per stage, and several.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ def nd_straggler(stage_times) -> int:
 
 
 def nd_pipeline_time(stage_times, micro_batch_num: int, vpp: int) -> float:
-    """ND's pipeline time of one step from each stage's time per micro-batch (ND_REFERENCE §2.8).
+    """ND's pipeline time of one step from each stage's time per micro-batch (docs/ND_MODEL.md §2.8).
 
     With p stages, S their sum and M the slowest:
     p = 1: S·m; vpp = 1: S + (m − 1)·M; vpp > 1, extra = p·(vpp − 1):
@@ -52,7 +52,7 @@ def nd_pipeline_time(stage_times, micro_batch_num: int, vpp: int) -> float:
 
 
 def nd_p2p_count(pp: int, micro_batch_num: int, vpp: int) -> float:
-    """Number of sends and receives ND counts for a step (ND_REFERENCE §2.9, tested upstream)."""
+    """Number of sends and receives ND counts for a step (docs/ND_MODEL.md §2.9, tested upstream)."""
     p, m, vp = pp, micro_batch_num, vpp
     if p < 1 or m < 1 or vp < 1:
         return NAN

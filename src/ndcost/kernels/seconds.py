@@ -236,7 +236,7 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
                 census_att = kinds[k][_K["census_att"]]
                 if mask == HYPER_POLICY_MASK and census_att >= 0.0:
                     # HyperParallel's policy also recomputes a census share of the projection
-                    # matmuls no switch prices (ND_REFERENCE §2.4 selective_shares); a missing FFN
+                    # matmuls no switch prices (docs/ND_MODEL.md §2.4 selective_shares); a missing FFN
                     # share (negative) counts as none
                     census_ffn = max(kinds[k][_K["census_ffn"]], 0.0)
                     rc += census_att * layer[_L["att_mm_f"]] + census_ffn * layer[_L["ffn_mm_f"]]

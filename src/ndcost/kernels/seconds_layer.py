@@ -202,7 +202,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
     elif mixer == MIXER_NONE:
         pass
     elif kind[_K["is_mla"]] != 0.0:
-        # MLA: every attention weight W (ND's mla_weights, ND_REFERENCE §2.2) as one GEMM of the
+        # MLA: every attention weight W (ND's mla_weights, docs/ND_MODEL.md §2.2) as one GEMM of the
         # same FLOPs (k = h, n = W/(h·t)), plus 4 more kernels (q_a, q_b, kv_a, kv_b, o: 5 GEMMs).
         w_att = kind[_K["mla_w"]]
         _mm3_noted(rows, w_att / (h * t), h, n_split, cand, rate, g3, False, 1, note, ops, proj, SCOPE_ATTN)
@@ -284,7 +284,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
         out[_L["sw_attBMM"]] = core_f
 
     # ---- gated DeltaNet: the chunked recurrence, per token and value head
-    # 2·64·(3·d_k + 2·d_v) + 6·d_k·d_v FLOPs forward (ND_REFERENCE §2.2 n_linrec holds 3x this,
+    # 2·64·(3·d_k + 2·d_v) + 6·d_k·d_v FLOPs forward (docs/ND_MODEL.md §2.2 n_linrec holds 3x this,
     # forward + backward; chunk 64 as the seed's GDN_CHUNK), at matmul rate or reading q, k, v
     # and writing o at HBM rate, whichever is slower; backward 2x.
     flops_rec = 0.0

@@ -1,6 +1,6 @@
 """Recompute as a choice: the kernels behind switch settings, fronts and stage plans (oracle).
 
-ND_REFERENCE §4.4 (seed ``recompute/profile.py``; upstream ``front.py`` and
+docs/ND_MODEL.md §4.4 (seed ``recompute/profile.py``; upstream ``front.py`` and
 ``knapsack.py``). Three kernels:
 
 * :func:`switch_settings` prices every setting of a layer kind's acting

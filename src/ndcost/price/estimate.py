@@ -26,7 +26,7 @@ from ..spec.rates_io import as_rates
 from .software_arg import apply_software
 from ..spec.ratios import Ratios
 from .result import Estimate, check_parts_sum
-from ..tables.validate import validate
+from ..tables.joint_rules import validate
 
 __all__ = ["estimate", "nd_estimate", "nd_options", "layer_times", "UNITS", "as_model", "as_cluster",
            "check_physical_step", "memory_limit_bytes"]

@@ -1,7 +1,7 @@
 """``estimate()``'s one path for one candidate, in both units: ``estimate_many``'s kernels on a batch of one.
 
 The joint (model, spec, cluster) rules are ``estimate_many``'s (``ndcost.tables.formulas.joint_reason``)
-on Python scalars; a broken one re-runs :func:`ndcost.tables.validate.validate` for its descriptive
+on Python scalars; a broken one re-runs :func:`ndcost.tables.joint_rules.validate` for its descriptive
 SpecError. The candidate's derived values and kernel vectors are the scalar twins of the
 formulas ``estimate_many`` runs on numpy columns, packed straight into one float64 vector. The
 kernels (``nd_estimate_one``, ``seconds_estimate_one``: ``ndcost.kernels.one``) price the unit and
@@ -47,7 +47,7 @@ from ..spec.ratios import Ratios
 from ..tables.reasons import REASON_CODES
 from .result import Estimate, check_parts_sum
 from ..tables.seconds import _extras, rates_vector, seconds_candidate_values, seconds_kind_table, seconds_model_vector
-from ..tables.validate import _layout_rules, offset_layer_count, validate
+from ..tables.joint_rules import _layout_rules, offset_layer_count, validate
 
 __all__ = ["estimate_nd_one", "estimate_seconds_one", "nd_options", "single_layout"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..spec.exec_spec import ExecSpec
-from ..tables.validate import explain as _rule_violations
+from ..tables.joint_rules import explain as _rule_violations
 
 __all__ = ["explain"]
 

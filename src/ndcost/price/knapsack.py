@@ -1,7 +1,7 @@
 """Recompute as a choice: one stage's layers choose their options under a memory budget.
 
 Each layer of a pipeline stage offers options (its front of recompute
-settings, ND_REFERENCE §4.4): what the option keeps in the stage's memory at
+settings, docs/ND_MODEL.md §4.4): what the option keeps in the stage's memory at
 the stage's micro-batches in flight, and what it costs in time. The stage
 takes one option per layer, keeps the total memory within its budget, and
 spends the least time: a multiple-choice knapsack, solved exactly by the

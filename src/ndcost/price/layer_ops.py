@@ -20,7 +20,7 @@ from .. import _backend
 from ..errors import SpecError
 from ..kernels.columns import LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, RATE, SECONDS_LAYER, SECONDS_LAYER_FIELDS
 from ..tables.seconds import seconds_arrays
-from ..tables.validate import validate
+from ..tables.joint_rules import validate
 
 __all__ = ["OpRow", "LayerOps", "layer_ops", "PASSES", "BOUNDS"]
 

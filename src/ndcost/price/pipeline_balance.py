@@ -2,7 +2,7 @@
 
 An even split of the layers is rarely an even split of the work. The first stage also
 runs the embedding and, on a vision-language model, the whole vision tower (front-loaded
-where the embedding runs, ND_REFERENCE §1.6); the last runs the output layer over the
+where the embedding runs, docs/ND_MODEL.md §1.6); the last runs the output layer over the
 vocabulary; MoE models mix dense and MoE layers. Megatron-LM answers with uneven
 layouts (``--decoder-first-pipeline-num-layers``, ``--pipeline-model-parallel-layout``);
 ND's search keeps the even split (its offsets only spread the remainder).
@@ -25,7 +25,7 @@ from .estimate import UNITS, Estimate, as_cluster, as_model, estimate, memory_li
 from ..spec.exec_spec import ExecSpec
 from ..tables.layout import placed_counts
 from ..spec.rates_io import as_rates
-from ..tables.validate import offset_layer_count
+from ..tables.joint_rules import offset_layer_count
 
 __all__ = ["BalancedPipeline", "balance_pipeline"]
 

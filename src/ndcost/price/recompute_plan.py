@@ -1,6 +1,6 @@
 """``plan_recompute``: each layer's recompute option, chosen per stage within its memory.
 
-ND's per-layer recompute search (ND_REFERENCE §4.4, recompute/candidate.py and
+ND's per-layer recompute search (docs/ND_MODEL.md §4.4, recompute/candidate.py and
 knapsack.py), rebuilt on ndcost's pieces:
 
 1. Per layer kind, a :class:`~ndcost.price.switch_profile.SwitchProfile`: the plain
@@ -93,7 +93,7 @@ def kind_profile(model: Any, spec: ExecSpec, cluster: Any, kind: int, *, units: 
 
     Each setting's bytes are what ``memory_batch`` charges the kind (``kind_activation_bytes``:
     its own tokens and attention window, and its census). Where a census prices the kind
-    (ND_REFERENCE §4.4 ``SwitchProfile`` with census), the plain layer is the census's, the
+    (docs/ND_MODEL.md §4.4 ``SwitchProfile`` with census), the plain layer is the census's, the
     settings add up from the layer selective with every op kept (the formulas'), and
     HyperParallel's policy is taken whole: the census's bytes, its shares' recompute time.
     """
@@ -125,7 +125,7 @@ def kind_profile(model: Any, spec: ExecSpec, cluster: Any, kind: int, *, units: 
         if not memory < base.memory_per_micro_batch:
             # Recomputing an op that keeps nothing saves nothing: not a choice. (ND's
             # units would otherwise make it a free win: a selective layer that
-            # recomputes its gather prices its TP traffic at a third, ND_REFERENCE §2.6.)
+            # recomputes its gather prices its TP traffic at a third, docs/ND_MODEL.md §2.6.)
             alone[name] = base
             continue
         _, bw = time(OPTION_SELECTIVE, mask)

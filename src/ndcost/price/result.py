@@ -10,7 +10,7 @@ from ..kernels.columns import PART_NAMES
 
 __all__ = ["Estimate", "PART_NAMES", "FOLDED_PARTS", "fold_parts", "check_parts_sum"]
 
-#: ND's RealParts view of the parts (ND_REFERENCE §2.10 estimation_in_real_parts).
+#: ND's RealParts view of the parts (docs/ND_MODEL.md §2.10 estimation_in_real_parts).
 FOLDED_PARTS = {
     "comp": ("fw_compute", "bw_compute", "recompute"),
     "dp_wait": ("dp_comm", "dp_reduce"),

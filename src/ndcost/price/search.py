@@ -154,7 +154,7 @@ def _spec_of(columns: Mapping[str, np.ndarray], i: int, fixed: Mapping[str, Any]
 def _nd_search_offsets(model: Any, columns: Mapping[str, np.ndarray]) -> np.ndarray:
     """Each candidate's offset as ND's search states it (ndcost.tables.layout_nd.nd_search_offset):
     ND's generator drops the layers pp*vpp leaves over when a strategy states no offset, and ND's
-    search never prices one without (ND_REFERENCE §1.6 "Offsets in the search"). None where the
+    search never prices one without (docs/ND_MODEL.md §1.6 "Offsets in the search"). None where the
     layers divide evenly."""
     layers = model.num_layers_with_mtp          # ND's lay: the search's specs count MTP in the offset
     pp, vpp = columns["pp"], columns["vpp"]

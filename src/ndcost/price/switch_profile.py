@@ -1,7 +1,7 @@
 """Recompute as a choice: what a layer kind costs under every setting of its switches.
 
 A selective layer's memory and backward time add up over its recompute
-switches (ND_REFERENCE §4.4; seed ``recompute/profile.py``): each switch gates
+switches (docs/ND_MODEL.md §4.4; seed ``recompute/profile.py``): each switch gates
 its own activation term and its own recomputed op, and only ``gather``
 touches the communication buffers. So the cost of recomputing a set of ops is
 the base cost plus, for each op of the set, what recomputing that op alone

@@ -1,13 +1,13 @@
 """A census of a layer kind: what HyperParallel measured of it, for its selective policy.
 
-HyperParallel's selective recompute policy (ND_REFERENCE §1.4, ``HYPER_SELECTIVE_REC_OP``)
+HyperParallel's selective recompute policy (docs/ND_MODEL.md §1.4, ``HYPER_SELECTIVE_REC_OP``)
 keeps the attention core's input and recomputes every other switch -- and, beyond what
 any switch prices, some of the projection matmuls. A census of the kind (its "IR phase 5",
 ``_layer_census``: the Transformers layer run under FakeTensorMode) measures which: the
 share of the attention matmuls and of the FFN matmuls the policy recomputes
 (``selective_attention_mm``, ``selective_ffn_mm``), and the activation bytes the layer keeps
 plain and under the policy. ND prices a selective layer running the policy with those
-shares (seed ``selective_shares``, ND_REFERENCE §2.4) and its memory with those bytes (§3,
+shares (seed ``selective_shares``, docs/ND_MODEL.md §2.4) and its memory with those bytes (§3,
 "Census path": kept = saved/sp + saved_tp/t).
 
 ndcost does not run the census (it would need PyTorch and the model's code); it reads one,

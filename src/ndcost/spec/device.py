@@ -30,11 +30,11 @@ from ..limits import MAX_DEVICES, MAX_HBM_BYTES, MAX_LATENCY, MAX_RATE, MIN_RATE
 __all__ = ["Device", "Cluster", "devices", "DEVICE_ALIASES", "ND_MEMORY_RESERVE_BYTES"]
 
 # ND adds a flat 1 GiB "safety buffer" to every stage's dynamic memory
-# (ND_REFERENCE §3.7 and §8.6); a Cluster holds the same back by default.
+# (docs/ND_MODEL.md §3.7 and §8.6); a Cluster holds the same back by default.
 ND_MEMORY_RESERVE_BYTES = 2**30
 
 # Short names people type for a part, and ND's names for the Ascend parts
-# (ND's device_map keys, ND_REFERENCE §2.12). Matched case-insensitively.
+# (ND's device_map keys, docs/ND_MODEL.md §2.12). Matched case-insensitively.
 DEVICE_ALIASES: Mapping[str, str] = MappingProxyType({
     "a100": "a100-80g",
     "h100": "h100-sxm",
@@ -46,7 +46,7 @@ DEVICE_ALIASES: Mapping[str, str] = MappingProxyType({
 })
 
 # dtype spellings other tools use for the same formats; ND itself writes
-# "bfloat16" (its fp_bytes("bfloat16"), ND_REFERENCE §1.3).
+# "bfloat16" (its fp_bytes("bfloat16"), docs/ND_MODEL.md §1.3).
 _DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
 # The Device fields a catalog file states, each as {"value", "source"[, "note"]};
@@ -119,7 +119,7 @@ class Device:
     # Defaults are assumptions of the order of NCCL's own tuning model
     # (NVIDIA/nccl src/graph/tuning.cc, commit 01afd20a: per-step ring latency
     # 0.47-3.4 us over NVLink, 2.7-9.6 us over the network, plus a 3.6-10 us
-    # base per collective); ND's TIME path uses 1e-5 / 2e-5 s (ND_REFERENCE §2.6).
+    # base per collective); ND's TIME path uses 1e-5 / 2e-5 s (docs/ND_MODEL.md §2.6).
     intra_node_latency: float = 5e-6
     inter_node_latency: float = 1e-5
     nd_name: str | None = None
@@ -191,7 +191,7 @@ class Device:
 
     @property
     def nd_node_size(self) -> int:
-        """Devices per node as ND counts them (``level_bound_number[0]``, ND_REFERENCE §2.6)."""
+        """Devices per node as ND counts them (``level_bound_number[0]``, docs/ND_MODEL.md §2.6)."""
         return self.devices_per_node if self.nd_devices_per_node is None else self.nd_devices_per_node
 
     def peak(self, dtype: str) -> float:
@@ -368,7 +368,7 @@ class Cluster:
     ``Cluster("h100-sxm", 1024)``; ``Cluster("a100", 64, inter_node_bandwidth=12.5e9)``.
     Keyword overrides replace any `Device` field but ``name`` (``peak_flops``
     is replaced whole); ``memory_reserve_bytes`` (default 1 GiB, ND's safety
-    buffer, ND_REFERENCE §3.7) is the HBM the memory model keeps back.
+    buffer, docs/ND_MODEL.md §3.7) is the HBM the memory model keeps back.
 
     Attributes:
         device: The device, overrides applied (its ``sources`` name each override).

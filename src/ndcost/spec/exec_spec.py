@@ -4,12 +4,12 @@ An :class:`ExecSpec` states every strategy field once, in Megatron-style
 names (degrees, micro-batching, pipeline schedule and layout, recompute,
 ZeRO/FSDP sharding, byte widths, kernels). It validates its own fields when
 built (the rules are :mod:`ndcost.spec.exec_spec_rules`); what depends on the model or the cluster is checked by
-:func:`ndcost.tables.validate.validate`, and ND's derived values (sharding factors,
+:func:`ndcost.tables.joint_rules.validate`, and ND's derived values (sharding factors,
 comm flags, ...) come from :func:`ndcost.tables.derive.derive`.
 
 :meth:`ExecSpec.from_strategy` reads ND's keyword strategy
 (``dp, mp, pp, mb, mbs, op, sp, ...``), with the semantics of the seed
-``nd/common/apply_exec.py`` ``strategy_exec`` (ND_REFERENCE §1.4; :mod:`ndcost.spec.nd_strategy`).
+``nd/common/apply_exec.py`` ``strategy_exec`` (docs/ND_MODEL.md §1.4; :mod:`ndcost.spec.nd_strategy`).
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ class ExecSpec:
     micro_batch_num: int | None = None  # None: global_batch_size // (micro_batch_size*dp)
     global_batch_size: int | None = None  # None: micro_batch_size*dp*micro_batch_num
     seq_length: int = 4096
-    # -- pipeline (ND_REFERENCE §1.6, §3.6)
+    # -- pipeline (docs/ND_MODEL.md §1.6, §3.6)
     pp_schedule: str = "1f1b"  # "1f1b" with vpp > 1 runs interleaved (see `schedule`); PP_SCHEDULES
     seq_split: int = 1  # Seq1F1B sequence chunks (ND's n_s_split)
     offset: tuple | None = None  # layers added per stage (1-D) or per chunk and stage (vpp x pp)
@@ -119,7 +119,7 @@ class ExecSpec:
     #: HyperParallel's estimator weighs the dispatch term by this count of the layer's config, which
     #: reads 0 when the config does not state it and nothing in upstream's code sets it: ND prices no
     #: dispatch. 1 charges it once per MoE layer, as the MOE_DISPATCH comment's measurements do
-    #: (ND_REFERENCE §2.3 open point; docs/ND_DIFFERENCES.md).
+    #: (docs/ND_MODEL.md §2.3 open point; docs/ND_DIFFERENCES.md).
     moe_dispatch_count: float = 0.0
     moe_dispatcher: str = "alltoall"  # "alltoall" (NCCL's all-to-all) | "deepep" (DeepEP's normal kernels) (MOE_DISPATCHERS)
     #: SMs DeepEP's kernels hold while they run, taken from compute when they overlap it (Megatron-Core's
@@ -147,7 +147,9 @@ class ExecSpec:
     #: with_transpose=...) whenever is_first_microbatch is passed, as Megatron-Core does): 2 bytes per
     #: weight parameter on the rank, 1 when the weights are fp8 already (param_bytes 1, TE's
     #: fp8_model_init: the transpose only). False: casts made at each forward and freed (torchao's
-    #: Float8Linear, torchtitan's fp8). Memory only.
+    #: Float8Linear, torchtitan's fp8). Memory only. It names the fp8 linear too: True (TE's modules) saves
+    #: the fp8 copy of each linear's input for the weight gradient, False (torchao) the 16-bit input
+    #: (ndcost/kernels/memory.py, the comment above _ffn_bytes).
     fp8_weight_cache: bool = True
     #: fp32 parameters trained under ``torch.autocast`` (16-bit compute), as plain PyTorch + Hugging Face
     #: Transformers run them (the hf-eager preset): each forward casts every linear weight to 16 bits
@@ -225,13 +227,13 @@ class ExecSpec:
     @property
     def sp(self) -> int:
         """ND's sequence-parallel factor: tp with sequence parallelism, else 1
-        (ND_REFERENCE §1.3 ``sp``; derive step 1)."""
+        (docs/ND_MODEL.md §1.3 ``sp``; derive step 1)."""
         return self.tp if self.sequence_parallel else 1
 
     @property
     def schedule(self) -> str:
         """The pipeline schedule that runs: ``"1f1b"`` with vpp > 1 is
-        ``"interleaved"`` (ND's 1f1b with vp > 1, ND_REFERENCE §3.6)."""
+        ``"interleaved"`` (ND's 1f1b with vp > 1, docs/ND_MODEL.md §3.6)."""
         if self.pp_schedule == "1f1b" and self.vpp > 1:
             return "interleaved"
         return self.pp_schedule
@@ -239,7 +241,7 @@ class ExecSpec:
     @property
     def num_devices(self) -> int:
         """Devices the strategy occupies: dp*tp*pp*cp (ND's strategy_num_devices,
-        ND_REFERENCE §1.3); EP folds into these."""
+        docs/ND_MODEL.md §1.3); EP folds into these."""
         return self.dp * self.tp * self.pp * self.cp
 
     @property
@@ -271,7 +273,7 @@ class ExecSpec:
         statement, ``"full"``/``"selective"`` when it is ``True`` (every
         layer) and ``"per_stage"`` for layer counts (full wins over selective,
         as ND's partition generator reads ``full_rec`` first,
-        ND_REFERENCE §1.6); else the ``recompute`` string (``"none"``,
+        docs/ND_MODEL.md §1.6); else the ``recompute`` string (``"none"``,
         ``"full"``, ``"selective"``).
         """
         if isinstance(self.recompute, tuple):
@@ -303,7 +305,7 @@ class ExecSpec:
 
     def range_keep_mask(self, recompute_range: RecomputeRange) -> int:
         """The keep mask a range runs with: its own, or the spec's for a selective
-        range that states no switches (ND_REFERENCE §1.4 derive step 7)."""
+        range that states no switches (docs/ND_MODEL.md §1.4 derive step 7)."""
         own = recompute_range.keep_mask
         return self.keep_mask if own is None else own
 

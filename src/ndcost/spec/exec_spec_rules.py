@@ -34,7 +34,7 @@ __all__ = [
 
 OWNER = "ExecSpec"
 
-#: Pipeline schedules (ND_REFERENCE §1.7 / §3.6): ND's ``1f1b`` (interleaved
+#: Pipeline schedules (docs/ND_MODEL.md §1.7 / §3.6): ND's ``1f1b`` (interleaved
 #: when vpp > 1), ``zero_bubble_v`` (ND's DualPipeV: its V and its bubble, ND's rules), ``gpipe``,
 #: ``seq1f1b`` (ND's ``seqpipe``/``seqsmartvpp``), and DeepSeek's own two (deepseek-ai/DualPipe):
 #: ``dualpipe`` (bidirectional: device i runs stage i for half the micro-batches and stage pp-1-i
@@ -98,7 +98,7 @@ BOOL_FIELDS: tuple[str, ...] = (
 )
 # Byte widths and their minimum: a main (master) parameter copy and a dropout
 # mask may be absent (ND's DEFAULT_RUN has main_param_bytes 0 and
-# dropout_bytes 0, ND_REFERENCE §1.4 derive step 10); the rest are real widths.
+# dropout_bytes 0, docs/ND_MODEL.md §1.4 derive step 10); the rest are real widths.
 _BYTE_MINIMUMS = (
     ("param_bytes", 1),
     ("compute_bytes", 1),
@@ -189,7 +189,7 @@ def check_scalars(spec: Any) -> None:
         check_choice(getattr(spec, name), name, OWNER, choices)
     if spec.tie_embeddings is not None:
         check_bool(spec.tie_embeddings, "tie_embeddings", OWNER)
-    # MindFormers refuses a capacity factor below 1 (ND_REFERENCE §1.4,
+    # MindFormers refuses a capacity factor below 1 (docs/ND_MODEL.md §1.4,
     # moe_config.capacity_factor (>= 1)): fewer slots than tokens routed.
     factor = spec.capacity_factor
     if not is_finite_number(factor) or factor < 1:
@@ -202,10 +202,10 @@ def check_scalars(spec: Any) -> None:
         raise SpecError("moe_imbalance", OWNER, f"be a finite number in [1, {MAX_CAPACITY_FACTOR:g}]", imbalance)
     _store(spec, "moe_imbalance", float(imbalance))
     if spec.moe_dispatch is not None:
-        # 0 prices no dispatch at all (ND_REFERENCE §2.3: "0 = none").
+        # 0 prices no dispatch at all (docs/ND_MODEL.md §2.3: "0 = none").
         dispatch = check_positive_number(spec.moe_dispatch, "moe_dispatch", OWNER, allow_zero=True)
         _store(spec, "moe_dispatch", dispatch)
-    # ND's n_dispatch, a count (ND_REFERENCE §2.3): 0 charges no dispatch, as ND's unset count.
+    # ND's n_dispatch, a count (docs/ND_MODEL.md §2.3): 0 charges no dispatch, as ND's unset count.
     _store(spec, "moe_dispatch_count",
            check_positive_number(spec.moe_dispatch_count, "moe_dispatch_count", OWNER, allow_zero=True))
     for name, minimum, maximum in _MOE_INT_RULES:
@@ -226,7 +226,7 @@ def check_pipeline(spec: Any) -> None:
     if schedule == "interleaved" and spec.vpp == 1:
         raise SpecError("vpp", OWNER, "be > 1 with pp_schedule='interleaved'", spec.vpp)
     if schedule == "zero_bubble_v" and spec.vpp != 2:
-        # DualPipeV runs each stage's two chunks in a V (ND_REFERENCE §3.6:
+        # DualPipeV runs each stage's two chunks in a V (docs/ND_MODEL.md §3.6:
         # its micro-factor is defined for vp <= 2 and returns 0 above).
         raise SpecError("vpp", OWNER, "be 2 with pp_schedule='zero_bubble_v' (DualPipeV's two chunks)", spec.vpp)
     if schedule == "dualpipe":
@@ -246,7 +246,7 @@ def check_pipeline(spec: Any) -> None:
     if spec.seq_split != 1:
         if schedule != "seq1f1b":
             raise SpecError("seq_split", OWNER, "be 1 unless pp_schedule is 'seq1f1b'", spec.seq_split)
-        # Seq1F1B evaluates layers at s / n_s_split (ND_REFERENCE §3.6).
+        # Seq1F1B evaluates layers at s / n_s_split (docs/ND_MODEL.md §3.6).
         if spec.seq_length % spec.seq_split:
             raise SpecError("seq_split", OWNER, f"divide seq_length ({spec.seq_length})", spec.seq_split)
 
@@ -259,7 +259,7 @@ def check_batch(spec: Any) -> None:
         check_positive_int(global_batch_size, "global_batch_size", OWNER, maximum=MAX_BATCH)
     elif micro_batch_num is None:
         raise SpecError("global_batch_size", OWNER, "be given when micro_batch_num is not (state one of them)", None)
-    # ND: gbs = b * d * m (ND_REFERENCE §1.3 set_strategy; §4.1 "the
+    # ND: gbs = b * d * m (docs/ND_MODEL.md §1.3 set_strategy; §4.1 "the
     # global batch must match").
     per_micro_batch = spec.micro_batch_size * spec.dp
     if global_batch_size is not None:
@@ -305,7 +305,7 @@ def _int_grid(value: Any, parameter: str, pp: int, vpp: int, *, minimum: int | N
 
     The two shapes are ND's ``is_consistent_pp_config``: "the offset,
     full_rec and sel_rec lists must have length p, or be a vp x p list of
-    lists" (ND_REFERENCE §1.3).
+    lists" (docs/ND_MODEL.md §1.3).
     """
     shape_rule = f"be {what}: one int per stage (pp = {pp}) or vpp = {vpp} rows of pp = {pp} ints"
     if not isinstance(value, (list, tuple)) or not value:
@@ -420,7 +420,7 @@ def check_sharding(spec: Any) -> None:
         raise SpecError("zero_stage", OWNER, "be one of 0, 1, 2, 3", spec.zero_stage)
     if spec.optimizer_shard is not None:
         check_positive_int(spec.optimizer_shard, "optimizer_shard", OWNER, maximum=MAX_DEVICES)
-        # ND: the OP ranks are "any divisor of DP" (ND_REFERENCE §4.1 loop 7).
+        # ND: the OP ranks are "any divisor of DP" (docs/ND_MODEL.md §4.1 loop 7).
         if spec.dp % spec.optimizer_shard:
             raise SpecError("optimizer_shard", OWNER, f"divide dp ({spec.dp})", spec.optimizer_shard)
     if spec.reshard_params is not None:

@@ -27,7 +27,7 @@ _DEEPSEEK_MOE_GQA_FAMILIES = ("glm4_moe",)
 #: Families whose sliding_window applies to every layer when set (MistralAttention, Phi3Attention pass
 #: config.sliding_window to every layer).
 _EVERY_LAYER_WINDOW_FAMILIES = ("mistral", "phi3")
-# Alternative names of one quantity across families (ND_REFERENCE §1.4, HyperV2
+# Alternative names of one quantity across families (docs/ND_MODEL.md §1.4, HyperV2
 # parser aliases). The first present wins.
 _EXPERT_COUNT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
 _MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")

@@ -1,7 +1,7 @@
 """Layer kinds: a layer's attention and FFN flavour and ND's op-count profile of it.
 
 A :class:`~ndcost.spec.model.Model` lists the distinct kinds its layers use (``Model.kinds``); the
-op counts are ND's per-layer op profile (ND_REFERENCE §1.5 "Op profiles").
+op counts are ND's per-layer op profile (docs/ND_MODEL.md §1.5 "Op profiles").
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ MODULES = ("text", "vision")
 
 @dataclass(frozen=True)
 class OpCounts:
-    """How many times each ND op class occurs in one layer (ND_REFERENCE §1.5).
+    """How many times each ND op class occurs in one layer (docs/ND_MODEL.md §1.5).
 
     The order of the fields is ND's profile order
     (attMM/attBMM/ffMM/softmax/dropout/normOp/gather/headCast/ffAct/linrec);
@@ -53,7 +53,7 @@ class OpCounts:
 
     @classmethod
     def full_attention(cls, *, gated_ffn: bool = True) -> OpCounts:
-        """ND's default decoder profile 4/2/3/1/0/2/4/1/1/0 (ND_REFERENCE §1.5,
+        """ND's default decoder profile 4/2/3/1/0/2/4/1/1/0 (docs/ND_MODEL.md §1.5,
         "default (kind decoder)"); used for full and MLA attention alike (the
         deepseek profile keeps the default counts). A 2-matmul GELU MLP
         (GPT-2/GPT-3/NeoX) has ffMM = 2 instead of SwiGLU's 3 (gate, up, down)."""
@@ -61,14 +61,14 @@ class OpCounts:
 
     @classmethod
     def linear_attention(cls, *, gated_ffn: bool = True) -> OpCounts:
-        """ND's gated-DeltaNet profile 4/0/3/0/0/2/4/0/1/1 (ND_REFERENCE §1.5,
+        """ND's gated-DeltaNet profile 4/0/3/0/0/2/4/0/1/1 (docs/ND_MODEL.md §1.5,
         qwen3_5 ``linear_attention``): no score matrix (attBMM, softmax,
         headCast 0) and one chunked linear recurrence (linrec 1)."""
         return cls(4, 0, 3 if gated_ffn else 2, 0, 0, 2, 4, 0, 1, 1)
 
     @classmethod
     def vision_encoder(cls, *, gated_ffn: bool = False) -> OpCounts:
-        """ND's vision-encoder profile 4/2/2/1/0/2/4/1/1/0 (ND_REFERENCE §1.5, ``vision``), written
+        """ND's vision-encoder profile 4/2/2/1/0/2/4/1/1/0 (docs/ND_MODEL.md §1.5, ``vision``), written
         for a 2-matmul GELU MLP (Qwen2-VL); a SwiGLU tower (Qwen2.5-VL) runs 3 FFN matmuls, as the
         decoder profiles count them."""
         return cls(4, 2, 3 if gated_ffn else 2, 1, 0, 2, 4, 1, 1, 0)

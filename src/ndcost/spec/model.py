@@ -1,14 +1,14 @@
 """The model spec: dimensions, the stack of layer kinds, their op counts and parameters.
 
 A :class:`Model` is a frozen, validated description of a decoder-only LLM in
-Transformers' field names (DESIGN.md, "Public API contract"). Everything else
+Transformers' field names (the public API: README.md, "Python"). Everything else
 in ndcost reads a model through it:
 
 * ``kinds`` -- the distinct layer kinds that occur (:class:`LayerKind`: attention
   flavour, FFN flavour and ND's op-count profile), in order of first
   appearance in the body;
 * ``layer_kinds_in_order`` -- one kind index per body layer, then one per MTP
-  layer (an MTP layer repeats the last body layer's kind, ND_REFERENCE §1.5
+  layer (an MTP layer repeats the last body layer's kind, docs/ND_MODEL.md §1.5
   "Layer stack");
 * parameter counts of the real architecture (weights, biases and norms as the
   reference Transformers modelling code instantiates them), per kind and in
@@ -59,7 +59,7 @@ class Model(ModelValidation, ModelParameters):
     to ``hidden_size // num_attention_heads``, except for an MLA model
     (``kv_lora_rank > 0``) where it defaults to ``v_head_dim`` -- ND's
     deepseek profile uses the value head width as the attention head width
-    (ND_REFERENCE §1.4 ``derive`` step 10, "dh = v_head_dim for an MLA family").
+    (docs/ND_MODEL.md §1.4 ``derive`` step 10, "dh = v_head_dim for an MLA family").
     Both are normalised to ints after construction.
 
     A MoE model (``num_experts > 0``) has ``first_k_dense_replace`` dense layers
@@ -238,7 +238,7 @@ class Model(ModelValidation, ModelParameters):
     @property
     def num_shared_experts(self) -> int:
         """Shared experts, as ND derives them: shared width // routed width
-        (ND_REFERENCE §1.4, HyperV2 parser). 0 for a model without them."""
+        (docs/ND_MODEL.md §1.4, HyperV2 parser). 0 for a model without them."""
         if not self.is_moe or self.shared_expert_intermediate_size == 0:
             return 0
         return self.shared_expert_intermediate_size // self.moe_intermediate_size
@@ -311,7 +311,7 @@ class Model(ModelValidation, ModelParameters):
                 index_of[key] = len(kinds)
                 kinds.append(LayerKind(kind_name, attention, ffn, ops, window=span, chunked=chunked))
             order.append(index_of[key])
-        # MTP layers repeat the last body layer's kind (ND_REFERENCE §1.5, "Layer stack").
+        # MTP layers repeat the last body layer's kind (docs/ND_MODEL.md §1.5, "Layer stack").
         order.extend([order[-1]] * self.num_nextn_predict_layers)
         vision_order: list[int] = []
         if self.vision is not None:

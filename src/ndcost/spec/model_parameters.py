@@ -3,7 +3,7 @@
 Every count follows the Transformers modelling code of the family: each nn.Linear is in*out
 weights (+out bias where that code passes bias=True), each norm is one weight vector (RMSNorm) or
 a weight and a bias (LayerNorm). The per-layer split (non-expert, routed, shared) is the one ND's
-memory model shards differently (ND_REFERENCE §3.3).
+memory model shards differently (docs/ND_MODEL.md §3.3).
 """
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ class ModelParameters:
 
         non_expert = attention + the layer's two norms + the dense FFN (dense
         kind) or the router and shared-expert gate (MoE kind) -- the split ND's
-        memory model shards three ways (ND_REFERENCE §3.3, ``num_params_layer``).
+        memory model shards three ways (docs/ND_MODEL.md §3.3, ``num_params_layer``).
         """
         kinds = self.kinds
         if isinstance(kind_index, bool) or not isinstance(kind_index, int) or not 0 <= kind_index < len(kinds):

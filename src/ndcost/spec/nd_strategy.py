@@ -1,7 +1,7 @@
 """ND's keyword strategy (``set_strategy``'s keywords) read as an ExecSpec: :meth:`ExecSpec.from_strategy`.
 
 The keywords are ND's (``dp, mp, pp, mb, mbs, op, sp, ...``), with the semantics of the seed
-``nd/common/apply_exec.py`` ``strategy_exec`` (ND_REFERENCE §1.4).
+``nd/common/apply_exec.py`` ``strategy_exec`` (docs/ND_MODEL.md §1.4).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def spec_from_strategy(
 ) -> ExecSpec:
     """The spec ND's keyword strategy (``set_strategy``'s keywords) states.
 
-    Follows the seed ``apply_exec.strategy_exec`` (ND_REFERENCE §1.4):
+    Follows the seed ``apply_exec.strategy_exec`` (docs/ND_MODEL.md §1.4):
 
     * ``mp`` is tp, ``mb`` micro_batch_num, ``mbs`` micro_batch_size, and
       global_batch_size = mbs*dp*mb.

@@ -2,7 +2,7 @@
 
 ND (``run_nd --real_csv X --write_ratios Y``, then ``-c Y``) fits one ratio per
 part family against measured step times and writes them as a JSON object,
-plus a ``_fitted_on: {csv, strategies}`` block (ND_REFERENCE §2.11)::
+plus a ``_fitted_on: {csv, strategies}`` block (docs/ND_MODEL.md §2.11)::
 
     {"COMPUTE": 2.1e-12, "DP_COMM": 3.0e-10, "MP_COMM": ..., "_fitted_on": {...}}
 
@@ -17,7 +17,7 @@ the unit everything falls back on, so a file without it is refused.
 
 Parsing is cached by (resolved path, mtime_ns, size), as the seed's
 ``_parsed_ratios``: re-reading the file per candidate cost 0.7 s over the
-Qwen3.5 example's 7216 candidates (ND_REFERENCE §2.11).
+Qwen3.5 example's 7216 candidates (docs/ND_MODEL.md §2.11).
 """
 from __future__ import annotations
 
@@ -35,11 +35,11 @@ from ..errors import SpecError
 
 __all__ = ["Ratios", "RATIO_KEYS", "PART_NAMES", "PART_RATIO_KEYS", "RATIO_FALLBACKS", "register_ratio_fitter"]
 
-# ND's PerfParts names a ratios file may state (ND_REFERENCE §2.10/§2.11);
+# ND's PerfParts names a ratios file may state (docs/ND_MODEL.md §2.10/§2.11);
 # MP_COMM is ND's name for tensor-parallel traffic.
 RATIO_KEYS = ("COMPUTE", "DP_COMM", "DP_REDUCE", "MP_COMM", "EP_COMM", "CP_COMM", "PP_COMM", "BUBBLE")
 
-# ndcost's step-time parts, in the order of Estimate.parts (DESIGN.md, API contract).
+# ndcost's step-time parts, in the order of Estimate.parts (ndcost.price.result, the public API).
 PART_NAMES = ("fw_compute", "bw_compute", "recompute", "dp_comm", "dp_reduce",
               "tp_comm", "ep_comm", "cp_comm", "pp_comm", "bubble")
 

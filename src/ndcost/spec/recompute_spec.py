@@ -4,7 +4,7 @@ one way).
 
 ND prices selective recompute per op class with a switch that is 1 when the
 op's activation is kept and 0 when the op is recomputed
-(ND_REFERENCE §1.4, "MindFormers selective-recompute switches"; seed
+(docs/ND_MODEL.md §1.4, "MindFormers selective-recompute switches"; seed
 ``recompute/profile.py`` ``SWITCHES``). ndcost carries a setting as an int
 ``keep_mask`` whose bit *i* is set when ``SWITCHES[i]`` is kept, so that the
 kernels can walk all 256 settings as the integers 0..255 and ``0xFF`` keeps
@@ -39,7 +39,7 @@ __all__ = [
 #: ``SWITCHES``); bit i of a keep mask belongs to ``SWITCHES[i]``.
 SWITCHES: tuple[str, ...] = ("attBMM", "headCast", "dropout", "softmax", "normOp", "gather", "ffAct", "attUp")
 #: Switches that act only on some layer kinds: ``attUp`` (the MLA
-#: up-projections) changes nothing on a non-MLA layer (ND_REFERENCE §4.4,
+#: up-projections) changes nothing on a non-MLA layer (docs/ND_MODEL.md §4.4,
 #: seed ``OPTIONAL``).
 OPTIONAL_SWITCHES: tuple[str, ...] = ("attUp",)
 #: The mask that keeps every op's activation (no op recomputed).
@@ -84,7 +84,7 @@ def canonical_switches(
 ) -> dict[str, int]:
     """Every switch of *switches* as 0/1, missing ones kept (1), in ``SWITCHES`` order.
 
-    The seeds read a switch a setting leaves out as kept (ND_REFERENCE §1.4,
+    The seeds read a switch a setting leaves out as kept (docs/ND_MODEL.md §1.4,
     ``exec_of``: "a missing switch reads as keep"). An unknown name is an
     error, not a silently ignored typo.
     """
@@ -139,7 +139,7 @@ def selective_switches(
     sp_sharded = sequence_parallel_degree > 1
     # comm_recompute drops the kept all-gather output of a sequence-parallel
     # layer, which is what MindFormers' select_comm_recompute means
-    # (ND_REFERENCE §1.4: gather = not (select_comm_recompute and sp > 1)).
+    # (docs/ND_MODEL.md §1.4: gather = not (select_comm_recompute and sp > 1)).
     gather_kept = int(not (comm_recompute and sp_sharded))
     if rule == "megatron":
         # Megatron-LM's selective recompute (Korthikanti et al. 2022,
@@ -149,7 +149,7 @@ def selective_switches(
         return {"attBMM": 0, "headCast": 0, "dropout": 0, "softmax": 0,
                 "normOp": 1, "gather": gather_kept, "ffAct": 1, "attUp": 1}
     if rule == "mindformers":
-        # ND_REFERENCE §1.4 "MindFormers selective-recompute switches", with
+        # docs/ND_MODEL.md §1.4 "MindFormers selective-recompute switches", with
         # sel = True (the rule is asked for because selective recompute is on).
         fa = flash_attention
         return {
@@ -162,7 +162,7 @@ def selective_switches(
             "ffAct": int(not sp_sharded),
             "attUp": 1,  # the seeds' MindFormers rule states no attUp: kept
         }
-    # ND_REFERENCE §1.4 "HyperParallel selective rule" (HYPER_SELECTIVE_REC_OP);
+    # docs/ND_MODEL.md §1.4 "HyperParallel selective rule" (HYPER_SELECTIVE_REC_OP);
     # its gather is recomputed already, and attUp (absent there) is kept.
     return {"attBMM": 1, "headCast": 0, "dropout": 0, "softmax": 0,
             "normOp": 0, "gather": 0, "ffAct": 0, "attUp": 1}
@@ -192,7 +192,7 @@ def _rule_mask(rule: str, flash_attention: bool, sp_sharded: bool, comm_recomput
 class RecomputeRange:
     """A run of consecutive layers that recompute one way.
 
-    Layers are counted in model order (ND_REFERENCE §1.6: chunk by chunk
+    Layers are counted in model order (docs/ND_MODEL.md §1.6: chunk by chunk
     across stages, the second chunk reversed for zero_bubble_v and dualpipev), 0-based,
     over the body layers then the MTP layers. A layer no range covers does
     not recompute (seed ``apply_exec._ranges``).
@@ -205,7 +205,7 @@ class RecomputeRange:
             (1 keep, 0 recompute; a missing switch is kept), stored complete
             and read-only. ``None`` means the spec's selective setting
             (``ExecSpec.keep_mask``): a range's ops override the rule,
-            ND_REFERENCE §1.4 derive step 7.
+            docs/ND_MODEL.md §1.4 derive step 7.
     """
 
     first: int

@@ -1,6 +1,6 @@
 """The strategies a search prices: every combination of the dimensions, as columns.
 
-ND's loop nest (ND_REFERENCE §4.1) and more: tp, pp, cp, then dp as what is
+ND's loop nest (docs/ND_MODEL.md §4.1) and more: tp, pp, cp, then dp as what is
 left of the devices; ep, micro-batch size, vpp, zero stage, sequence
 parallelism, schedule and recompute mode. A dimension is fixed (an int or a
 string), given as a list, or searched over its default domain below. Any

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from .moe_kernels import MCORE_MOE, MCORE_MOE_SOURCES, TORCHTITAN_MOE, TORCHTITAN_MOE_SOURCES
 from .nvidia_recipes import MEGATRON_BRIDGE_RATES, MEGATRON_LM_RATES, NEMO_FP8_SOURCE
 
-__all__ = ["SOFTWARE_PRESETS", "SOFTWARE_TITLES", "DEFAULT_STACK_TEXT"]
+__all__ = ["SOFTWARE_PRESETS", "SOFTWARE_TITLES", "DEFAULT_STACK_TEXT", "DEFAULT_SOFTWARE", "NO_SOFTWARE"]
 
 _MEGATRON_2021_GRAD = (
     "Megatron-LM v2.x (2021) megatron/model/distributed.py _make_param_hook: the weight-gradient GEMM "
@@ -136,3 +136,10 @@ SOFTWARE_TITLES: Mapping[str, str] = MappingProxyType({
 #: What is priced when no stack is stated (``ndcost estimate`` prints it; docs/STACKS.md explains it).
 DEFAULT_STACK_TEXT = ("none stated: the device's rates (Megatron-Core with Transformer Engine's kernels) and the "
                       "strategy's fields as given (no overlap the strategy does not state)")
+
+#: The stack the command line and a user's runs file price where none is named: Megatron-Core as NVIDIA's recipes
+#: configure it, what most teams training at scale run (docs/STACKS.md lists it field by field).
+DEFAULT_SOFTWARE = "megatron-bridge"
+#: ``--software none`` (``software: none`` in a runs file): the strategy and the device's rates exactly as stated
+#: (the Python API's default).
+NO_SOFTWARE = "none"

@@ -7,13 +7,13 @@ them through ``depth`` encoder blocks at ``hidden_size``, then merge each
 model (``out_hidden_size`` wide). Field names are the ``vision_config`` names of Transformers.
 
 ND prices such a model as submodules on one pipeline (seed ``_submodule_parts``;
-ND_REFERENCE §1.4 "vision sub-spec", §1.6 ``combine_partition_multimodal``): the vision tower
+docs/ND_MODEL.md §1.4 "vision sub-spec", §1.6 ``combine_partition_multimodal``): the vision tower
 is front-loaded, every layer of it on the first stage, and each submodule is priced on its
 own config. ndcost does the same through per-kind columns: a vision block is a layer kind
 with its own hidden size, heads, FFN width and tokens.
 
 ``tokens`` is the workload: patches per sample the encoder sees. Its default, 4096 patches,
-merges into 1024 text tokens, ND's default visual sequence length (ND_REFERENCE §1.4: "grid //
+merges into 1024 text tokens, ND's default visual sequence length (docs/ND_MODEL.md §1.4: "grid //
 merge², 1024 by default"); :meth:`with_tokens` sets another.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """ND's derived values of a (model, spec): sharding factors, comm flags, byte widths.
 
 ND writes a strategy onto its cost-model config and then runs ``derive()``
-to fill in what follows from it (ND_REFERENCE §1.4, "derive(ccfg, strict)",
+to fill in what follows from it (docs/ND_MODEL.md §1.4, "derive(ccfg, strict)",
 steps 1-10). :func:`derive` computes the same values from a
 :class:`~ndcost.spec.model.Model` and an :class:`~ndcost.spec.exec_spec.ExecSpec`, as a
 frozen :class:`Derived`, under ND's names so the ND-mode formulas (§2, §3)
@@ -14,7 +14,7 @@ dp -> d, tp -> t, pp -> p, cp, ep, etp, zero_stage >= 1 -> has_op,
 zero_stage >= 2 -> has_grad_shard, zero_stage == 3 -> grad_shard_as_params,
 optimizer_shard -> os_max_shard.
 
-:func:`derive` assumes :func:`ndcost.tables.validate.validate` passed; it refuses
+:func:`derive` assumes :func:`ndcost.tables.joint_rules.validate` passed; it refuses
 only what it cannot compute (ND's ``strict`` mode: no expert data-parallel rank).
 """
 from __future__ import annotations
@@ -129,7 +129,7 @@ class Derived:
 
 
 def _refuse_expert_degrees(spec: ExecSpec) -> None:
-    """Raise derive's strict refusal (ND_REFERENCE §1.4 derive step 2): no expert data-parallel rank."""
+    """Raise derive's strict refusal (docs/ND_MODEL.md §1.4 derive step 2): no expert data-parallel rank."""
     d, t, cp, ep = spec.dp, spec.tp, spec.cp, spec.ep
     if spec.etp is not None:
         raise SpecError("ep*etp", "ExecSpec", f"be at most dp*tp*cp (= {d * t * cp})", ep * spec.etp)
@@ -150,7 +150,7 @@ def derived_values(model: Any, spec: ExecSpec) -> dict[str, Any]:
 
 
 def derive(model: Any, spec: ExecSpec, cluster: Any = None) -> Derived:
-    """ND's derived values of *spec* on *model* (ND_REFERENCE §1.4 derive steps 1-5, 8, 10).
+    """ND's derived values of *spec* on *model* (docs/ND_MODEL.md §1.4 derive steps 1-5, 8, 10).
 
     The formulas are ``ndcost.tables.formulas.derived_columns``, which ``estimate_many``
     runs on numpy columns: one table of formulas for one candidate and for a batch

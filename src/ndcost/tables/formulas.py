@@ -32,8 +32,8 @@ candidate runs *fused twins* (``joint_nd_memory_candidate_scalar`` ...,
 the candidate vectors in one function, no dict between them.
 
 The formulas' sources are cited where the values are defined: :class:`ndcost.tables.derive.Derived`
-(ND_REFERENCE §1.4), ``ndcost.tables.nd_tables`` (the ND candidate vector), ``ndcost.tables.memory``
-(the memory model), ``ndcost.tables.validate`` (the joint rules, whose order fixes which
+(docs/ND_MODEL.md §1.4), ``ndcost.tables.nd_tables`` (the ND candidate vector), ``ndcost.tables.memory``
+(the memory model), ``ndcost.tables.joint_rules`` (the joint rules, whose order fixes which
 reason a row with several broken rules reports).
 """
 from __future__ import annotations
@@ -71,7 +71,7 @@ __all__ = [
 def derived_columns(ops: Any, c: Mapping[str, Any], mc: ModelConstants) -> dict[str, Any]:
     """ND's derived values the kernels' candidate vectors read, by :class:`ndcost.tables.derive.Derived` field name.
 
-    ND_REFERENCE §1.4 derive steps 1-5, 10; each value is documented on ``Derived``.
+    docs/ND_MODEL.md §1.4 derive steps 1-5, 10; each value is documented on ``Derived``.
     ``d_exp < 1`` (no expert data-parallel rank) is left to the caller to refuse.
     :func:`derived_extra_columns` adds the rest of ``Derived`` (but ``keep_mask``).
     """
@@ -167,7 +167,7 @@ def nd_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any],
         c["ep"], d["t_exp"], c["dp"], d["d_exp"], c["pp"],                         # ep, t_exp, d, d_exp, p
         c["vpp"], d["micro_batch_num"],                                            # vp, m
         c["param_bytes"], c["compute_bytes"], d["nd_bytes_grad"],                  # bytes_p, bytes_c, bytes_grad
-        # ND's dispatch entry times the layer's count n_dispatch (ND_REFERENCE §2.3; 0: none, ND's unset count)
+        # ND's dispatch entry times the layer's count n_dispatch (docs/ND_MODEL.md §2.3; 0: none, ND's unset count)
         c["capacity_factor"], ops.opt_float(c["moe_dispatch"], moe_dispatch_default) * c["moe_dispatch_count"],
         d["comm_d_non_exp"], d["comm_d_exp"], d["comm_t"], d["comm_ep"], d["comm_cp"],
         where(ops.is_choice(c, "cp_algo", "ulysses"), 0.0, 1.0),                   # cp_ring
@@ -211,6 +211,9 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         where(c["flash_attention"], 1.0, 0.0), where(c["recompute_slice_activation"], 1.0, 0.0),
         c["compute_bytes"], c["softmax_bytes"], c["dropout_bytes"],
         c["norm_bytes"],
+        # bytes_linear: under fp8 Transformer Engine's modules (fp8_weight_cache: TE, not torchao's
+        # Float8Linear) save the fp8 copy of a linear's input (kernels/memory.py, above _ffn_bytes)
+        where(ops.is_choice(c, "precision", "fp8") & c["fp8_weight_cache"], 1.0, c["compute_bytes"]),
         c["param_bytes"], d["bytes_grad"], d["bytes_optim"],
         where(shards_params, non_expert, 1.0), where(shards_grads, non_expert, 1.0),
         where(zero >= 1, non_expert, 1.0),
@@ -296,7 +299,7 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
                  layout_bad: Any, allow_cross_node_tp: bool, codes: Mapping[str, int]) -> Any:
     """The first joint (model, spec, cluster) rule a candidate breaks, as a reason code (0: none).
 
-    The rules and their order are ndcost.tables.validate's (its module docstring, rules 1-8),
+    The rules and their order are ndcost.tables.joint_rules's (its module docstring, rules 1-8),
     then derive's refusal of a missing expert data-parallel rank. *layout_bad* is
     rule 7 (offsets, partitions, ranges against the model), decided per layout by
     ``validate``'s own code. *c* must hold valid ExecSpec values (ExecSpec's own rules

@@ -33,7 +33,7 @@ _C_JOINT_ND_MEMORY_CANDIDATE = operator.itemgetter(
     'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation',
     'seq_split', 'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch', 'moe_dispatch_count',
     'grouped_gemm', 'moe_imbalance', 'flash_attention', 'recompute_slice_activation', 'softmax_bytes',
-    'dropout_bytes', 'norm_bytes', 'logit_bytes', 'fp8_weight_cache', 'autocast', 'grads_set_to_none',
+    'dropout_bytes', 'norm_bytes', 'fp8_weight_cache', 'logit_bytes', 'autocast', 'grads_set_to_none',
 )
 _C_JOINT_DERIVED_MEMORY_CANDIDATE = operator.itemgetter(
     'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'etp', 'micro_batch_size',
@@ -41,8 +41,8 @@ _C_JOINT_DERIVED_MEMORY_CANDIDATE = operator.itemgetter(
     'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'grad_bytes', 'optimizer_states', 'optimizer_state_bytes',
     'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation', 'seq_split',
     'grouped_gemm', 'moe_imbalance', 'capacity_factor', 'flash_attention', 'recompute_slice_activation',
-    'compute_bytes', 'softmax_bytes', 'dropout_bytes', 'norm_bytes', 'param_bytes', 'logit_bytes',
-    'fp8_weight_cache', 'autocast', 'grads_set_to_none',
+    'compute_bytes', 'softmax_bytes', 'dropout_bytes', 'norm_bytes', 'fp8_weight_cache', 'param_bytes',
+    'logit_bytes', 'autocast', 'grads_set_to_none',
 )
 
 
@@ -57,8 +57,8 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
         c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
         c_deferred_grad_accumulation, c_seq_split, c_param_bytes, c_compute_bytes, c_capacity_factor,
         c_moe_dispatch, c_moe_dispatch_count, c_grouped_gemm, c_moe_imbalance, c_flash_attention,
-        c_recompute_slice_activation, c_softmax_bytes, c_dropout_bytes, c_norm_bytes, c_logit_bytes,
-        c_fp8_weight_cache, c_autocast, c_grads_set_to_none,
+        c_recompute_slice_activation, c_softmax_bytes, c_dropout_bytes, c_norm_bytes, c_fp8_weight_cache,
+        c_logit_bytes, c_autocast, c_grads_set_to_none,
     ) = _C_JOINT_ND_MEMORY_CANDIDATE(c)
     joint_dp, joint_tp, joint_pp, joint_vpp, joint_cp, joint_ep = (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep)
     joint_s = c_seq_length
@@ -256,6 +256,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
             c_softmax_bytes,
             c_dropout_bytes,
             c_norm_bytes,
+            1.0 if (c_precision == 'fp8') & c_fp8_weight_cache else c_compute_bytes,
             c_param_bytes,
             d_bytes_grad,
             d_bytes_optim,
@@ -289,7 +290,7 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
         c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
         c_deferred_grad_accumulation, c_seq_split, c_grouped_gemm, c_moe_imbalance, c_capacity_factor,
         c_flash_attention, c_recompute_slice_activation, c_compute_bytes, c_softmax_bytes, c_dropout_bytes,
-        c_norm_bytes, c_param_bytes, c_logit_bytes, c_fp8_weight_cache, c_autocast, c_grads_set_to_none,
+        c_norm_bytes, c_fp8_weight_cache, c_param_bytes, c_logit_bytes, c_autocast, c_grads_set_to_none,
     ) = _C_JOINT_DERIVED_MEMORY_CANDIDATE(c)
     joint_dp, joint_tp, joint_pp, joint_vpp, joint_cp, joint_ep = (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep)
     joint_s = c_seq_length
@@ -449,6 +450,7 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
             c_softmax_bytes,
             c_dropout_bytes,
             c_norm_bytes,
+            1.0 if (c_precision == 'fp8') & c_fp8_weight_cache else c_compute_bytes,
             c_param_bytes,
             d_bytes_grad,
             d_bytes_optim,

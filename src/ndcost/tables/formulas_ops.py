@@ -28,7 +28,7 @@ __all__ = [
     "ModelConstants", "ClusterConstants",
 ]
 
-#: Share of DP traffic hidden behind compute (ND_REFERENCE §1.3 comm flags,
+#: Share of DP traffic hidden behind compute (docs/ND_MODEL.md §1.3 comm flags,
 #: §2.6 post-processing step 3: "validated on MindFormers").
 COMM_DP_OVERLAP = 0.9
 #: Share of TP traffic hidden behind compute (same sources).

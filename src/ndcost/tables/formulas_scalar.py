@@ -175,6 +175,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         c['softmax_bytes'],
         c['dropout_bytes'],
         c['norm_bytes'],
+        1.0 if (c['precision'] == 'fp8') & c['fp8_weight_cache'] else c['compute_bytes'],
         c['param_bytes'],
         d['bytes_grad'],
         d['bytes_optim'],

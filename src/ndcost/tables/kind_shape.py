@@ -58,7 +58,7 @@ def kind_shape(model: Any, k: int) -> KindShape:
             hidden=tower.hidden_size, heads=tower.num_heads, kv_heads=tower.num_heads, head_dim=tower.head_dim,
             ffn_width=tower.intermediate_size, gated=tower.gated_ffn, out_gate=False, qk_norm=False,
             nd_hff=tower.intermediate_size,
-            # ND's vision sub-spec runs grid // merge² tokens (ND_REFERENCE §1.4); the encoder itself
+            # ND's vision sub-spec runs grid // merge² tokens (docs/ND_MODEL.md §1.4); the encoder itself
             # runs every patch, merging 2 x 2 only in the merger after its last block.
             nd_seq=tower.merged_tokens, tokens=tower.tokens, bidirectional=True,
             window=tower.window_tokens if kind.name == "vision_window" else 0,

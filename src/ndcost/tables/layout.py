@@ -1,6 +1,6 @@
 """Where every layer runs: stages × chunks × layer slots, and how it recomputes.
 
-ND's partition generator (ND_REFERENCE §1.6) places ``lay`` layers — the body,
+ND's partition generator (docs/ND_MODEL.md §1.6) places ``lay`` layers — the body,
 plus the MTP layers when they count in the offset, plus embedding and output
 when those do — ``per = lay // (pp·vpp)`` to a chunk, adjusted by a 1-D or 2-D
 offset, stage by stage and chunk by chunk, never more than remain. Layers are
@@ -29,7 +29,7 @@ differs from ND's where ND's is not where a layer runs (docs/ND_DIFFERENCES.md):
   stage 0 of DualPipeV's V, not the last stage; past an empty cell, the model's
   true last layer, not the cell before the gap.
 
-A vision-language model's vision tower shares the pipeline (ND_REFERENCE §1.4:
+A vision-language model's vision tower shares the pipeline (docs/ND_MODEL.md §1.4:
 its submodule is front-loaded by an offset that puts every vision layer on the
 first stage; §1.6 ``combine_partition_multimodal`` joins the submodules' chunk
 lists). Its blocks run where the text embedding runs, before it: the image
@@ -53,7 +53,7 @@ from ..spec.exec_spec import ExecSpec
 from ..spec.exec_spec_rules import V_SCHEDULES
 from ..spec.recompute_spec import ALL_KEPT
 from .layout_nd import EMBEDDING, OUTPUT, nd_placement, per_stage_count, range_options
-from .validate import _layout_rules, offset_chunk_counts, offset_layer_count, pipeline_depth_error
+from .joint_rules import _layout_rules, offset_chunk_counts, offset_layer_count, pipeline_depth_error
 
 __all__ = ["Layout", "build_layout", "layout_if_valid", "LAYOUT_FIELDS"]
 
@@ -219,7 +219,7 @@ def _model_order(counts: list[list[int]], spec: ExecSpec) -> list[tuple[int, int
 
 
 def _per_stage_options(spec: ExecSpec, placed: list[tuple[int, int]], statement: Any, option: int) -> list[int]:
-    """Options from ND's per-stage full_rec / sel_rec (ND_REFERENCE §1.6 "Recompute per chunk")."""
+    """Options from ND's per-stage full_rec / sel_rec (docs/ND_MODEL.md §1.6 "Recompute per chunk")."""
     pp, vpp = spec.pp, spec.vpp
     if statement is True:
         return [option] * len(placed)

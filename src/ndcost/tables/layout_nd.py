@@ -1,6 +1,6 @@
 """Where ND's own partition generator puts every layer: the placement ``units="nd"`` prices.
 
-ND's generator (ND_REFERENCE §1.6; HyperParallel's ``PartitionGenerator``) fills each (stage,
+ND's generator (docs/ND_MODEL.md §1.6; HyperParallel's ``PartitionGenerator``) fills each (stage,
 chunk) cell with a list of layer types, stage by stage and chunk by chunk, then places the
 embedding, the output layer and the duplicated MTP layers, and only then numbers the layers in
 model order. Four of its rules are not where a layer physically runs, and ND units keep all four,
@@ -44,7 +44,7 @@ _ENDS = (EMBEDDING, OUTPUT)
 
 
 def per_stage_count(statement: Any, s: int, v: int, vpp: int) -> int:
-    """Layers of cell (s, v) a per-stage recompute count covers (ND_REFERENCE §1.6 "Recompute per
+    """Layers of cell (s, v) a per-stage recompute count covers (docs/ND_MODEL.md §1.6 "Recompute per
     chunk"): ``statement[v][s]`` for a vpp x pp grid, else stage s's count spread over its chunks,
     the first ``count % vpp`` chunks taking one more."""
     if isinstance(statement[0], tuple):
@@ -69,7 +69,7 @@ def _cell_option(spec: ExecSpec) -> Callable[[int, int, int], tuple[int, int]]:
 
 def range_options(spec: ExecSpec, n_layers: int) -> list[tuple[int, int]]:
     """(option, keep mask) of each of *n_layers* layers in model order from the spec's recompute
-    ranges; a layer no range covers runs plain (ND_REFERENCE §1.6, ``layer_recompute_types``)."""
+    ranges; a layer no range covers runs plain (docs/ND_MODEL.md §1.6, ``layer_recompute_types``)."""
     options = [(OPTION_NONE, ALL_KEPT)] * n_layers
     for rng in spec.recompute:
         kind = {"none": OPTION_NONE, "full": OPTION_FULL, "selective": OPTION_SELECTIVE}[rng.option]
@@ -145,7 +145,7 @@ def nd_placement(spec: ExecSpec, counts: list[list[int]], n_layers: int, mtp: in
 
 def nd_search_offset(lay: int, pp: int, vpp: int) -> tuple | None:
     """The offset ND's search gives a candidate that states none, so that no layer is dropped
-    (ND_REFERENCE §1.6 "Offsets in the search": ``BalancingAdapter.default_offset`` then
+    (docs/ND_MODEL.md §1.6 "Offsets in the search": ``BalancingAdapter.default_offset`` then
     ``make_valid``, nd/balancing_adapter.py in ttachon/hyper-parallel@c363dbe0): one extra layer
     for each of the ``lay % (pp*vpp)`` left over, in ND's order -- with vpp 1 the first stages; with
     interleaving, cells of the later chunks first. A 1-D tuple for vpp 1, else vpp x pp; None when

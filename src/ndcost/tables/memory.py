@@ -9,12 +9,12 @@ run holds at its peak, as warm-up ends -- built from:
 * one layer's activations for one micro-batch per option slot
   (kernel ``layer_activation_bytes``, Korthikanti et al. 2022 Table 2 for a
   GPT layer), times the micro-batches in flight of its (stage, chunk)
-  (kernel ``inflight_micro_batches``, ND_REFERENCE §3.6);
+  (kernel ``inflight_micro_batches``, docs/ND_MODEL.md §3.6);
 * the embedding, output head and MTP extras on their stages;
 * communication buffers, the backward working set that ends warm-up (under
   DualPipeV, zero_bubble_v, one per chunk: a forward and a backward run at once,
   ND's max(fwd_first + bwd_last, fwd_last + bwd_first), §3.7), and the
-  cluster's reserve (ND's 1 GiB safety buffer, ND_REFERENCE §3.7).
+  cluster's reserve (ND's 1 GiB safety buffer, docs/ND_MODEL.md §3.7).
 
 The kernel ``stage_memory`` adds them up per stage. The kernel ``memory_batch``
 prices all of it per candidate, for a batch (``estimate_many``) or a batch of
@@ -23,7 +23,7 @@ from the per-kind :func:`memory_kind_table`, the per-model
 :func:`memory_model_vector` and a per-candidate vector derived by the same
 formulas for one candidate and for many (``ndcost.tables.formulas``).
 
-Not implemented from ND_REFERENCE §3: the FSDP backward-end peak of deferred
+Not implemented from docs/ND_MODEL.md §3: the FSDP backward-end peak of deferred
 gradient reduction as a separate candidate (§3.7; its gradients are priced
 unsharded at every moment instead, which dominates it), swap_optimizer and
 ``vpp_less_memory`` (§3.2), and the CP insight / validators (§3.8, §3.9).
@@ -75,7 +75,7 @@ MEMORY_PARTS: tuple[str, ...] = (
     "params", "grads", "optimizer", "activations", "comm_buffers", "working_set", "reserve",
 )
 
-#: Kernel codes of the pipeline schedules (``ExecSpec.schedule``), ND_REFERENCE §3.6:
+#: Kernel codes of the pipeline schedules (``ExecSpec.schedule``), docs/ND_MODEL.md §3.6:
 #: 1F1B and interleaved share a rule (vp decides), GPipe holds every micro-batch,
 #: zero_bubble_v is ND's DualPipeV V, dualpipev and dualpipe DeepSeek's (their own in-flight counts), seq1f1b
 #: counts sequence chunks.
@@ -164,7 +164,7 @@ class MemoryEstimate:
     the fixed costs) and the **headroom** (usable HBM less the reserved peak; negative: over). A
     strategy fits when the headroom is >= 0.
 
-    In ND's units the same words hold ND's model (ND_REFERENCE §3.7): no allocator slack (reserved
+    In ND's units the same words hold ND's model (docs/ND_MODEL.md §3.7): no allocator slack (reserved
     peak = allocated peak), and ND's flat safety reserve (``Cluster.memory_reserve_bytes``) stands
     for the fixed costs.
 
@@ -208,7 +208,7 @@ class MemoryEstimate:
     @property
     def peak(self) -> float:
         """The fullest stage's total as the memory kernels sum it, in bytes: the allocated peak plus the
-        cluster's reserve (ND's 1 GiB safety buffer, ND_REFERENCE §3.7) -- ND's own memory figure, which
+        cluster's reserve (ND's 1 GiB safety buffer, docs/ND_MODEL.md §3.7) -- ND's own memory figure, which
         ND's units hold to the HBM (``BatchEstimate.peak_memory`` is the same figure). Not what a device
         reports: read :attr:`peak_allocated`, :attr:`peak_reserved` and :attr:`headroom`. NaN when a
         stage is undefined."""
@@ -334,7 +334,7 @@ def _shard_divisors(spec: ExecSpec, derived: Derived) -> tuple[tuple[float, floa
     after forward holds the gathered parameters through the backward, so its
     parameters are priced whole. Deferred gradient reduction (FSDP ``no_sync``)
     accumulates unsharded gradients over the micro-batches, so they are priced
-    whole too (what ND's backward-end peak adds, ND_REFERENCE §3.7).
+    whole too (what ND's backward-end peak adds, docs/ND_MODEL.md §3.7).
     """
     non_expert = float(derived.zero_shard_ranks)
     expert = _expert_zero_ranks(spec, derived)

@@ -1,4 +1,4 @@
-"""From specs to the flat arrays the ND kernels read (ND_REFERENCE §1.3-§1.5, §3.3).
+"""From specs to the flat arrays the ND kernels read (docs/ND_MODEL.md §1.3-§1.5, §3.3).
 
 A model becomes, once, a per-kind table (``KIND_FIELDS`` of ``ndcost.kernels.columns``) and a
 model vector; a candidate becomes a candidate vector. Names and formulas are
@@ -30,14 +30,14 @@ __all__ = [
 #: What a MoE layer's dispatch costs per token, hidden unit, routed expert and
 #: EP rank, in ND's units: EMPIRICAL, fitted by upstream on 15 profiled points
 #: of Qwen3.5-35B-A3B at 8192 tokens on 64 dies (seed estimate.py, MOE_DISPATCH;
-#: ND_REFERENCE §2.3). ``ExecSpec.moe_dispatch`` overrides it; 0 prices none. ND charges it as many
+#: docs/ND_MODEL.md §2.3). ``ExecSpec.moe_dispatch`` overrides it; 0 prices none. ND charges it as many
 #: times as its op count n_dispatch says (``ExecSpec.moe_dispatch_count``, 0 unless stated).
 MOE_DISPATCH = 1040.0
 #: ND's P2P weight per send/receive (seed estimate.py, MANUAL_P2P_RATIO).
 MANUAL_P2P_RATIO = 0.002
 #: ND's STATIC comm weight (seed estimate_stage).
 STATIC_RATIO = 1e4
-#: ND's RatioType / RecType names -> kernel codes (ND_REFERENCE §2.7; ndcost.kernels.codes).
+#: ND's RatioType / RecType names -> kernel codes (docs/ND_MODEL.md §2.7; ndcost.kernels.codes).
 RATIO_TYPES = {name: code for code, name in enumerate(codes.RATIO_TYPES)}
 REC_TYPES = {name: code for code, name in enumerate(codes.REC_TYPES)}
 #: LayerKind.attention -> the kind's mixer code (ndcost.kernels.codes.MIXERS): every attention flavour is "attention".
@@ -47,7 +47,7 @@ _MIXER = {name: float(codes.MIXERS.index(name if name in codes.MIXERS else "atte
 
 def nd_mla_weights(h: float, a: float, n_kv: float, dh: float, dc_q: float, dc_kv: float,
                    qk_nope: float, dhr: float) -> tuple[float, float]:
-    """ND's ``mla_weights`` (ND_REFERENCE §2.2): every MLA attention weight W, and the up-projections' share.
+    """ND's ``mla_weights`` (docs/ND_MODEL.md §2.2): every MLA attention weight W, and the up-projections' share.
 
     d_nope = qk_nope or dh; heads = a·(d_nope + dhr); query = dc_q·(h + heads) with a
     q LoRA, else h·heads; W = query + h·(dc_kv + dhr) + dc_kv·n_kv·(d_nope + dh) + a·dh·h;
@@ -62,7 +62,7 @@ def nd_mla_weights(h: float, a: float, n_kv: float, dh: float, dc_q: float, dc_k
 
 
 def _attention_dims(model: Any, kind: Any, shape: Any) -> dict:
-    """The attention shape ND prices a kind with (ND_REFERENCE §1.5 bind_layer_stack); a Mamba-2
+    """The attention shape ND prices a kind with (docs/ND_MODEL.md §1.5 bind_layer_stack); a Mamba-2
     mixer's heads, B/C groups (as kv heads), head dim and state (as lin_d_k) for seconds mode; no
     mixer (an MLP-only block): zeros."""
     if kind.attention == "mamba":
@@ -86,7 +86,7 @@ def _attention_dims(model: Any, kind: Any, shape: Any) -> dict:
 
 def _nd_layer_params(model: Any, kind: Any, att: dict, shape: Any, n_exp: float,
                      n_shared: float) -> tuple[float, float, float]:
-    """ND's num_params_layer (ND_REFERENCE §3.3): (non-expert, routed with etp = 1, shared),
+    """ND's num_params_layer (docs/ND_MODEL.md §3.3): (non-expert, routed with etp = 1, shared),
     at the kind's own hidden size and FFN width (a vision block's are the tower's)."""
     h = float(shape.hidden)
     ops = kind.ops
@@ -156,7 +156,7 @@ def _nd_kind_table(model: Any) -> np.ndarray:
         for op in ("attMM", "attBMM", "ffMM", "softmax", "dropout", "normOp", "gather", "headCast", "ffAct", "linrec"):
             row[KIND["n_" + op]] = getattr(kind.ops, op)
         row[KIND["n_qknorm"]] = 1.0 if shape.qk_norm else 0.0
-        # Only ND's expert table carries a dispatch entry (ND_REFERENCE §2.3): 1 marks a MoE kind. How
+        # Only ND's expert table carries a dispatch entry (docs/ND_MODEL.md §2.3): 1 marks a MoE kind. How
         # many times its layers are charged is ND's count n_dispatch, the spec's moe_dispatch_count,
         # folded into the candidate's moe_dispatch column (0 by default: ND's unset count prices none).
         row[KIND["n_dispatch"]] = 1.0 if moe else 0.0
@@ -249,7 +249,7 @@ def fill_candidate(vec: np.ndarray, spec: ExecSpec, derived: Derived, cluster: A
 
 
 def nd_options_vector(ratio_type: str = "DYNAMIC", rec_type: str = "WITH", p2p: bool = False) -> np.ndarray:
-    """ND's estimator options (CustomConfig: rtype, retype, ptype; ND_REFERENCE §2.7)."""
+    """ND's estimator options (CustomConfig: rtype, retype, ptype; docs/ND_MODEL.md §2.7)."""
     if ratio_type not in RATIO_TYPES:
         raise SpecError("ratio_type", "estimate", f"be one of {', '.join(RATIO_TYPES)}", ratio_type)
     if rec_type not in REC_TYPES:

@@ -19,7 +19,7 @@ at or below its dtype's dense peak, so MFU <= HFU <= 1. (Narayanan et al. 2021 E
 dgxc-benchmarking READMEs count the full matrix: their MFU is higher by s/(12h)-ish shares.)
 
 The inputs are not validated here: the caller (``ndcost.estimate``) runs
-``ndcost.tables.validate.validate`` once.
+``ndcost.tables.joint_rules.validate`` once.
 """
 from __future__ import annotations
 

@@ -8,11 +8,11 @@ checks its own fields when built, so both assume a valid spec and model.
 The rules, in the order they are checked:
 
 1. dp*tp*pp*cp equals the cluster's device count (ND's
-   ``strategy_num_devices``, ND_REFERENCE §1.3).
+   ``strategy_num_devices``, docs/ND_MODEL.md §1.3).
 2. tp divides num_attention_heads, and num_key_value_heads unless the model
    is MLA (its latent KV is not split by heads); on a model with linear
    (gated DeltaNet) layers, tp divides their key and value heads too.
-3. Experts (ND_REFERENCE §3.9 C1-C2, §4.1 ``moe_valid``; Megatron-LM
+3. Experts (docs/ND_MODEL.md §3.9 C1-C2, §4.1 ``moe_valid``; Megatron-LM
    ``parallel_state.initialize_model_parallel``):
    a dense model runs ep = 1, the default dispatcher and no expert all-to-all overlap;
    ep divides num_experts; Megatron-Core's EP overlap (ep_overlap '1f1b') runs at most
@@ -24,7 +24,7 @@ The rules, in the order they are checked:
    then exact and ep*t_exp divides dp*cp*tp as Megatron requires;
    t_exp divides moe_intermediate_size.
 4. pp <= num_hidden_layers + MTP layers, and vpp*pp <= the same (ND's
-   bound PP <= total_layers // vpp, ND_REFERENCE §4.1).
+   bound PP <= total_layers // vpp, docs/ND_MODEL.md §4.1).
 5. micro_batch_num >= pp for the 1F1B family (1f1b, interleaved, seq1f1b,
    zero_bubble_v, and the DualPipe schedules, whose own 2*pp ExecSpec checks;
    ND: MB >= PP, §4.1), and a multiple of pp for the
@@ -32,11 +32,11 @@ The rules, in the order they are checked:
 6. Sequence: with sequence parallelism (tp > 1) seq_length is divisible by
    tp*cp (each CP rank's tokens split over TP); ring CP needs seq_length
    divisible by 2*cp; Ulysses needs num_key_value_heads divisible by tp*cp
-   and seq_length by cp (ND_REFERENCE §3.8).
+   and seq_length by cp (docs/ND_MODEL.md §3.8).
    A vision tower shares the strategy (ND's ``set_shared_strategy``): tp
    divides its heads, and its tokens obey the same sequence rules; Seq1F1B,
    which splits the text sequence, does not run with one.
-7. Layout (ND_REFERENCE §1.6): an offset leaves no stage or chunk with a
+7. Layout (docs/ND_MODEL.md §1.6): an offset leaves no stage or chunk with a
    negative layer count and places exactly the layers the offset counts
    (num_hidden_layers, + MTP layers if mtp_in_offset, + 2 if
    emb_out_in_offset); a pp_partition sums to the same count; recompute
@@ -58,13 +58,13 @@ __all__ = ["validate", "explain", "offset_layer_count", "offset_chunk_counts", "
 _OWNER = "ExecSpec"
 # Schedules of the 1F1B family: the first stage runs up to pp warm-up
 # forwards before its first backward, so fewer micro-batches than stages
-# never reach the steady state (ND refuses MB < PP, ND_REFERENCE §4.1).
+# never reach the steady state (ND refuses MB < PP, docs/ND_MODEL.md §4.1).
 _ONE_F_ONE_B_FAMILY = ("1f1b", "interleaved", "seq1f1b", "zero_bubble_v", "dualpipe", "dualpipev")
 
 
 def offset_layer_count(model: Any, spec: ExecSpec) -> int:
     """The layers an offset (or a pp_partition) places, ND's ``lay``
-    (ND_REFERENCE §1.6): body layers, + MTP layers if mtp_in_offset, + 2
+    (docs/ND_MODEL.md §1.6): body layers, + MTP layers if mtp_in_offset, + 2
     (embedding and output) if emb_out_in_offset."""
     count = model.num_hidden_layers
     if spec.mtp_in_offset:
@@ -76,7 +76,7 @@ def offset_layer_count(model: Any, spec: ExecSpec) -> int:
 
 def offset_chunk_counts(model: Any, spec: ExecSpec) -> tuple[tuple[int, ...], ...] | None:
     """Layers of each chunk of each stage as ND's partition generator assigns
-    them from the offset, ``counts[chunk][stage]`` (ND_REFERENCE §1.6), before
+    them from the offset, ``counts[chunk][stage]`` (docs/ND_MODEL.md §1.6), before
     its clamp to the layers remaining; None without an offset.
 
     per = lay // (pp*vpp). A 2-D offset adds ``offset[v][s]``; a 1-D one gives
@@ -165,7 +165,7 @@ def _expert_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
         # overlap_moe_expert_parallel_comm"
         yield SpecError("ep_overlap", _OWNER, "be '1f1b' only with at most one MTP layer (Megatron-Core's EP "
                         f"overlap; the model has {model.num_nextn_predict_layers})", spec.ep_overlap)
-    # C1 (ND_REFERENCE §3.9): every EP rank holds whole experts.
+    # C1 (docs/ND_MODEL.md §3.9): every EP rank holds whole experts.
     if model.num_experts % ep:
         yield SpecError("ep", _OWNER, f"divide num_experts ({model.num_experts})", ep)
     if spec.etp is not None:
@@ -188,7 +188,7 @@ def _expert_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
                 yield SpecError("ep", _OWNER,
                                 f"divide dp*tp (= {dp * tp}) when ep > dp (experts at tp 1; or state etp)", ep)
         width_parameter = "tp"
-    # C2 (ND_REFERENCE §3.9): hff_exp % t_exp == 0.
+    # C2 (docs/ND_MODEL.md §3.9): hff_exp % t_exp == 0.
     width = model.moe_intermediate_size
     if width % t_exp:
         yield SpecError(width_parameter, _OWNER,
@@ -200,7 +200,7 @@ def pipeline_depth_error(model: Any, pp: int, vpp: int) -> SpecError | None:
     fit the model. It costs nothing, and everything that builds a layout (work and memory
     proportional to pp*vpp) checks it first."""
     layers = model.num_layers_with_mtp
-    # ND's search bound PP <= total_layers // vpp (ND_REFERENCE §4.1).
+    # ND's search bound PP <= total_layers // vpp (docs/ND_MODEL.md §4.1).
     if pp > layers:
         return SpecError("pp", _OWNER, f"be at most the layer count ({layers}, MTP layers included)", pp)
     if vpp > 1 and vpp * pp > layers:
@@ -233,12 +233,12 @@ def _sequence_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
         divisor = f"tp ({tp})" if cp == 1 else f"tp*cp (= {tp * cp})"
         yield SpecError("seq_length", _OWNER, f"be divisible by {divisor} with sequence parallelism", s)
     if cp > 1 and spec.cp_algo != "ulysses":
-        # ND_REFERENCE §3.8: the ring splits the sequence into 2*cp chunks.
+        # docs/ND_MODEL.md §3.8: the ring splits the sequence into 2*cp chunks.
         if s % (2 * cp):
             yield SpecError("seq_length", _OWNER,
                             f"be divisible by 2*cp (= {2 * cp}) for ring context parallelism", s)
     elif cp > 1:
-        # ND_REFERENCE §3.8: Ulysses all-to-alls heads, so each of the tp*cp
+        # docs/ND_MODEL.md §3.8: Ulysses all-to-alls heads, so each of the tp*cp
         # ranks needs whole KV heads; each holds s/cp tokens before it.
         kv_heads = model.num_key_value_heads
         if kv_heads % (tp * cp):
