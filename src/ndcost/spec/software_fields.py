@@ -50,10 +50,10 @@ def _pipelined(view: Any) -> bool:
 
 
 def _one_micro_batch_per_stage(view: Any) -> bool:
-    """torchtitan splits a stage's batch into as many micro-batches as stages, where the caller states the
-    batch and no micro-batching of its own."""
-    return (view.pp > 1 and view.states("global_batch_size") and not view.states("micro_batch_size")
-            and not view.states("micro_batch_num"))
+    """torchtitan runs a rank's local batch as one forward and backward (no gradient accumulation), split under
+    PP into as many micro-batches as stages -- where the caller states the batch and no micro-batching of its
+    own."""
+    return view.states("global_batch_size") and not view.states("micro_batch_size") and not view.states("micro_batch_num")
 
 
 def _stage_micro_batch_size(view: Any) -> int | None:
@@ -96,11 +96,13 @@ TORCHTITAN_FIELDS: tuple[PresetField, ...] = (
                 "parallelize_llama.py _apply_ac_to_transformer_block's _save_list)",
                 lambda view: view.recompute == "selective" and not view.states("selective_switches") and view.per_op),
     PresetField("micro_batch_num", lambda view: view.pp if _stage_micro_batch_size(view) else None,
-                "pp > 1, the global batch stated and no micro-batching", f"{_TT} torchtitan/parallelisms/"
-                "pipelining_utils.py:L79-81 n_microbatches defaults to pipeline_parallel_degree (one per stage)",
-                _one_micro_batch_per_stage, shown="pp"),
-    PresetField("micro_batch_size", _stage_micro_batch_size, "as micro_batch_num", "the batch of a stage split "
-                "into pp micro-batches", _one_micro_batch_per_stage, shown="global_batch_size / (dp * pp)"),
+                "the global batch stated and no micro-batching", f"{_TT} train.py:L281-308 one pp_schedule.step "
+                "(or, without PP, one forward and loss.backward()) over the local batch a step: no gradient "
+                "accumulation; torchtitan/parallelisms/pipelining_utils.py:L79-81 n_microbatches defaults to "
+                "pipeline_parallel_degree (one per stage)", _one_micro_batch_per_stage, shown="pp"),
+    PresetField("micro_batch_size", _stage_micro_batch_size, "as micro_batch_num", "the local batch in one "
+                "micro-batch, split under PP into pp of them", _one_micro_batch_per_stage,
+                shown="global_batch_size / (dp * pp)"),
 )
 
 _HF = "huggingface/transformers (5.x)"
