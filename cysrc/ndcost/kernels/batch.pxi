@@ -109,16 +109,53 @@ cdef inline double c_mem_layer_activation(const double* kind, const double* mc,
     return c_mem_formula_activation(kind, mc, option, keep_mask)
 
 
+cdef inline double c_mem_autocast_activation(const double* kind, const double* mc, long long option,
+                                             long long keep_mask) noexcept nogil:
+    # What one layer keeps beyond the formulas' count under torch.autocast with an fp32 stream (the oracle's
+    # _autocast_activation): its weights' 16-bit casts, the pre-norms' fp32 normalised inputs, the extra
+    # input casts of q/k/v and gate/up, o_proj's contiguous input copy, eager SwiGLU's product; under full
+    # recompute the fp32 checkpoint's extra bytes only.
+    cdef double c, tp, sp, tokens, h, extra, divisor, residual, norms
+    cdef long long mask
+    if mc[MC_autocast] == 0.0:
+        return 0.0
+    c = mc[MC_bytes_c]
+    tp = mc[MC_tp]
+    sp = mc[MC_sp]
+    tokens = c_mem_kind_seq(kind, mc) * mc[MC_b] / mc[MC_cp]
+    h = kind[MK_hidden]
+    if option == OPTION_FULL:
+        divisor = sp
+        if mc[MC_slice_input] != 0.0 and tp > divisor:
+            divisor = tp
+        return tokens * h * (_MEM_FP32_BYTES - c) / divisor
+    extra = ((kind[MK_p_nonexp] + kind[MK_p_shared]) / tp + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])) * c
+    mask = 255 if option == OPTION_NONE else keep_mask
+    residual = tokens * h / sp
+    norms = kind[MK_extra_norms]
+    if kind[MK_attention] != _MEM_ATT_NONE:
+        norms += 1.0
+    if kind[MK_ffn] != _MEM_FFN_NONE:
+        norms += 1.0
+    extra += c_mem_kept(mask, BIT_normOp) * norms * residual * _MEM_FP32_BYTES
+    if kind[MK_attention] == _MEM_ATT_FULL:
+        extra += 2.0 * residual * c + tokens * kind[MK_heads] / tp * kind[MK_head_dim] * c
+    if kind[MK_ffn] == _MEM_FFN_DENSE and kind[MK_gated] != 0.0:
+        extra += residual * c + c_mem_kept(mask, BIT_ffAct) * tokens * kind[MK_ffn_width] / tp * c
+    return extra
+
+
 cdef inline double c_mem_formula_activation(const double* kind, const double* mc,
                                             long long option, long long keep_mask) noexcept nogil:
     # Korthikanti et al. 2022 Table 2 for one layer of the kind, on the kind's hidden size, tokens and
-    # attention window, plus the inputs of the norms beyond its pre-norms (Gemma's post-norms)
-    cdef double extra = 0.0, residual
+    # attention window, plus the inputs of the norms beyond its pre-norms (Gemma's post-norms), plus what
+    # autocast's fp32 stream adds
+    cdef double extra = c_mem_autocast_activation(kind, mc, option, keep_mask), residual
     cdef long long mask
     if kind[MK_extra_norms] > 0.0 and option != OPTION_FULL:
         mask = 255 if option == OPTION_NONE else keep_mask
         residual = c_mem_kind_seq(kind, mc) * mc[MC_b] / mc[MC_cp] * kind[MK_hidden] / mc[MC_sp]
-        extra = c_mem_kept(mask, BIT_normOp) * kind[MK_extra_norms] * residual * mc[MC_bytes_norm]
+        extra += c_mem_kept(mask, BIT_normOp) * kind[MK_extra_norms] * residual * mc[MC_bytes_norm]
     return extra + c_layer_activation_bytes(
         c_mem_kind_seq(kind, mc), mc[MC_b], kind[MK_hidden], mc[MC_tp], mc[MC_sp], mc[MC_cp], mc[MC_etp],
         <long long>kind[MK_attention], kind[MK_heads], kind[MK_kv_heads], kind[MK_head_dim],
@@ -222,7 +259,7 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
     cdef Py_ssize_t emb_stage = layout[LY_emb_stage], out_stage = layout[LY_out_stage]
     cdef double plain, plain_formula, base, gathered, kept, extra, ring, tp = mc[MC_tp], sp = mc[MC_sp]
     cdef double embedding, vision, head, word, tokens, h, v_size, c, n, dropout, logits
-    cdef double emb_act, out_act, mtp_act, main, ep_buffer, peak
+    cdef double emb_act, out_act, mtp_act, main, ep_buffer, peak, grads, acts, held
     cdef double mtp_out = <double>layout[LY_mtp_out]
     cdef bint split_ends, tied
     cdef long long schedule = <long long>mc[MC_schedule], m = <long long>mc[MC_m]
@@ -306,6 +343,9 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
     emb_act = tokens * 8.0 + tokens * h * dropout / sp               # int64 token ids (memory.TOKEN_ID_BYTES) + dropout mask
     emb_act += c_vision_edge_bytes(model, mc)
     out_act = tokens * h * n / sp + tokens * h * c / sp + logits      # final norm, head input, logits
+    if mc[MC_autocast] != 0.0:
+        # autocast: the final norm's fp32 normalised input and the head weight's 16-bit cast
+        out_act += tokens * h * _MEM_FP32_BYTES / sp + word / tp * c
     mtp_act = tokens * (2.0 * h * n + 2.0 * h * c + h * n + h * c) / sp + logits
     for j in range(p * vp):
         scratch.extra_act[j] = 0.0
@@ -324,6 +364,14 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
                    p, vp, scratch.inflight, scratch.stage_static, scratch.extra_act, scratch.comm, reserve,
                    scratch.out, mc[MC_schedule] == <double>_MEM_SCHED_ZERO_BUBBLE_V
                    or mc[MC_schedule] == <double>_MEM_SCHED_DUALPIPEV)
+    if mc[MC_grads_none] != 0.0 and m == 1:
+        # gradients made by the backward as it frees activations (the oracle's _grads_from_backward)
+        for s in range(p):
+            grads = scratch.out[s * _MEM_COLUMNS + 1]
+            acts = scratch.out[s * _MEM_COLUMNS + 3]
+            held = grads - acts if grads > acts else 0.0
+            scratch.out[s * _MEM_COLUMNS + _MEM_COLUMNS - 1] += held - grads
+            scratch.out[s * _MEM_COLUMNS + 1] = held
     if mc[MC_schedule] == <double>_MEM_SCHED_DUALPIPE:
         c_mem_pair_dualpipe(scratch.out, p)
     peak = scratch.out[_MEM_COLUMNS - 1]

@@ -199,7 +199,8 @@ cdef enum:
     SC_ep_nodes = 39
     SC_disp_b = 40
     SC_graphs = 41
-    SC_COUNT = 42
+    SC_autocast = 42
+    SC_COUNT = 43
 
 cdef enum:
     R_peak_mm = 0
@@ -343,11 +344,12 @@ cdef enum:
     LO_mlp = 12
     LO_mlp_act = 13
     LO_grad_acc = 14
-    LO_launch = 15
-    LO_tp_comm = 16
-    LO_cp_comm = 17
-    LO_ep_comm = 18
-    LO_COUNT = 19
+    LO_cast = 15
+    LO_launch = 16
+    LO_tp_comm = 17
+    LO_cp_comm = 18
+    LO_ep_comm = 19
+    LO_COUNT = 20
 
 cdef enum:
     LF_flops_f = 0
@@ -450,7 +452,9 @@ cdef enum:
     MC_tie_emb = 32
     MC_bytes_logit = 33
     MC_w_fp8_cache = 34
-    MC_COUNT = 35
+    MC_autocast = 35
+    MC_grads_none = 36
+    MC_COUNT = 37
 
 cdef enum:
     LY_pp = 0

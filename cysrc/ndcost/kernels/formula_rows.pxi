@@ -308,11 +308,13 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     cdef long long c_moe_node_limit = _fr_int(&cols[42], i)
     cdef bint c_moe_dispatch_fp8 = _fr_bool(&cols[43], i)
     cdef long long c_cuda_graphs = _fr_int(&cols[44], i)
-    cdef bint c_recompute_slice_activation = _fr_bool(&cols[45], i)
-    cdef long long c_softmax_bytes = _fr_int(&cols[46], i)
-    cdef long long c_norm_bytes = _fr_int(&cols[47], i)
-    cdef bint c_fp8_weight_cache = _fr_bool(&cols[48], i)
-    cdef long long c_logit_bytes = _fr_int(&cols[49], i)
+    cdef bint c_autocast = _fr_bool(&cols[45], i)
+    cdef bint c_recompute_slice_activation = _fr_bool(&cols[46], i)
+    cdef long long c_softmax_bytes = _fr_int(&cols[47], i)
+    cdef long long c_norm_bytes = _fr_int(&cols[48], i)
+    cdef bint c_fp8_weight_cache = _fr_bool(&cols[49], i)
+    cdef long long c_logit_bytes = _fr_int(&cols[50], i)
+    cdef bint c_grads_set_to_none = _fr_bool(&cols[51], i)
     cdef long long joint_dp
     cdef long long joint_tp
     cdef long long joint_pp
@@ -617,6 +619,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
         out_seconds[39 * s_seconds] = (<double>c_moe_node_limit)
         out_seconds[40 * s_seconds] = (k.fp8_dispatch_bytes if c_moe_dispatch_fp8 else (<double>seconds_compute_bytes))
         out_seconds[41 * s_seconds] = (<double>c_cuda_graphs)
+        out_seconds[42 * s_seconds] = (1.0 if c_autocast else 0.0)
     if out_memory != NULL:
         memory_seq_length = c_seq_length
         memory_seq = (((<double>memory_seq_length) / (<double>c_seq_split)) if (c_pp_schedule == 4) else (<double>memory_seq_length))
@@ -663,6 +666,8 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
         out_memory[32 * s_memory] = (1.0 if d_tie_embeddings else 0.0)
         out_memory[33 * s_memory] = (<double>c_logit_bytes)
         out_memory[34 * s_memory] = ((1.0 if (c_param_bytes == 1) else 2.0) if ((c_precision == 2) & c_fp8_weight_cache) else 0.0)
+        out_memory[35 * s_memory] = (1.0 if c_autocast else 0.0)
+        out_memory[36 * s_memory] = (1.0 if c_grads_set_to_none else 0.0)
     if out_fixed != NULL:
         fixed_dp = c_dp
         fixed_tp = c_tp
@@ -674,7 +679,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     return 0
 
 
-def formula_rows(tuple columns,                       # IN: storage columns (50, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
+def formula_rows(tuple columns,                       # IN: storage columns (52, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
                  Py_ssize_t start, Py_ssize_t stop,    # IN: the rows
                  const double[::1] constants,        # IN: FORMULA_ROW_CONSTANTS, the tuples after
                  const long long[::1] codes,         # IN: the code of each FORMULA_ROW_RULES rule
@@ -688,13 +693,13 @@ def formula_rows(tuple columns,                       # IN: storage columns (50,
                  double[:, :] out_seconds,
                  double[:, :] out_memory,
                  double[:, :] out_fixed) -> None:
-    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (42, n) or (0, 0), the memory vector (35, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
+    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (43, n) or (0, 0), the memory vector (37, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
     cdef Py_ssize_t n = stop - start, n_layouts = layout_row.shape[0], i, j, li
     cdef long long r
     cdef bint bad
     cdef _formula_rows_constants k
-    cdef _FRColumn cols[50]
-    cdef Py_buffer views[50]
+    cdef _FRColumn cols[52]
+    cdef Py_buffer views[52]
     cdef int opened = 0
     cdef double* p_nd
     cdef double* p_seconds
@@ -719,15 +724,15 @@ def formula_rows(tuple columns,                       # IN: storage columns (50,
         raise ValueError("out_nd must have strides of whole float64s")
     f_nd = out_nd.strides[0] // sizeof(double)     # a field's step
     r_nd = out_nd.strides[1] // sizeof(double)     # a row's step
-    if not ((out_seconds.shape[0] == 42 and out_seconds.shape[1] == n) or (out_seconds.shape[0] == 0 and out_seconds.shape[1] == 0)):
-        raise ValueError(f"out_seconds must be (42, {n}) or (0, 0)")
+    if not ((out_seconds.shape[0] == 43 and out_seconds.shape[1] == n) or (out_seconds.shape[0] == 0 and out_seconds.shape[1] == 0)):
+        raise ValueError(f"out_seconds must be (43, {n}) or (0, 0)")
     p_seconds = &out_seconds[0, 0] if out_seconds.shape[0] and n else NULL
     if out_seconds.strides[0] % sizeof(double) or out_seconds.strides[1] % sizeof(double):
         raise ValueError("out_seconds must have strides of whole float64s")
     f_seconds = out_seconds.strides[0] // sizeof(double)     # a field's step
     r_seconds = out_seconds.strides[1] // sizeof(double)     # a row's step
-    if not ((out_memory.shape[0] == 35 and out_memory.shape[1] == n) or (out_memory.shape[0] == 0 and out_memory.shape[1] == 0)):
-        raise ValueError(f"out_memory must be (35, {n}) or (0, 0)")
+    if not ((out_memory.shape[0] == 37 and out_memory.shape[1] == n) or (out_memory.shape[0] == 0 and out_memory.shape[1] == 0)):
+        raise ValueError(f"out_memory must be (37, {n}) or (0, 0)")
     p_memory = &out_memory[0, 0] if out_memory.shape[0] and n else NULL
     if out_memory.strides[0] % sizeof(double) or out_memory.strides[1] % sizeof(double):
         raise ValueError("out_memory must have strides of whole float64s")
@@ -740,11 +745,11 @@ def formula_rows(tuple columns,                       # IN: storage columns (50,
         raise ValueError("out_fixed must have strides of whole float64s")
     f_fixed = out_fixed.strides[0] // sizeof(double)     # a field's step
     r_fixed = out_fixed.strides[1] // sizeof(double)     # a row's step
-    if len(columns) != 50:
-        raise ValueError(f"columns must hold 50 storage columns, got {len(columns)}")
+    if len(columns) != 52:
+        raise ValueError(f"columns must hold 52 storage columns, got {len(columns)}")
     _formula_rows_unpack(&k, constants, codes)
     try:
-        for j in range(50):
+        for j in range(52):
             _fr_open(columns[j], &views[j], &cols[j], stop, j)
             opened += 1
         with nogil:
@@ -761,10 +766,10 @@ def formula_rows(tuple columns,                       # IN: storage columns (50,
                         for j in range(36):
                             p_nd[j * f_nd + i * r_nd] = NAN
                     if p_seconds != NULL:
-                        for j in range(42):
+                        for j in range(43):
                             p_seconds[j * f_seconds + i * r_seconds] = NAN
                     if p_memory != NULL:
-                        for j in range(35):
+                        for j in range(37):
                             p_memory[j * f_memory + i * r_memory] = NAN
                     if p_fixed != NULL:
                         for j in range(1):

@@ -15,11 +15,25 @@ cdef inline void c_sec_head(const double* cand, const double* rate, double token
                             double softcap, double* out3) noexcept nogil:
     # One output head on this rank: logits GEMM and Megatron's vocab-parallel cross entropy.
     cdef double t = cand[SC_t], n_split = cand[SC_seq_split], logits, forward, backward
+    cdef double bc = cand[SC_bytes_c], cast, weight
     cdef double g3[5]
     c_sec_mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3, 1, 0)
     logits = tokens * v / t
-    forward = g3[0] + c_sec_pass(SEC_CE_FORWARD_BYTES * logits, SEC_CE_FORWARD_KERNELS * n_split, rate)
-    backward = g3[1] + c_sec_pass(SEC_CE_BACKWARD_BYTES * logits, n_split, rate)
+    if cand[SC_autocast] != 0.0:
+        # under torch.autocast: the loss on fp32 logits, the head's input and weight cast each forward and
+        # cast back in backward (the oracle's _head)
+        cast = (SEC_AUTOCAST_FP32_BYTES + bc) * tokens * h
+        weight = (SEC_AUTOCAST_FP32_BYTES + bc) * v * h / t
+        forward = (g3[0] + c_sec_pass((SEC_AUTOCAST_CE_FORWARD_FP32_BYTES + bc) * logits,
+                                      SEC_AUTOCAST_CE_FORWARD_KERNELS * n_split, rate)
+                   + c_sec_pass(cast, n_split, rate) + c_sec_pass(weight, 1.0, rate))
+        backward = (g3[1] + c_sec_pass((SEC_AUTOCAST_CE_BACKWARD_FP32_BYTES + bc) * logits,
+                                       SEC_AUTOCAST_CE_BACKWARD_KERNELS * n_split, rate)
+                    + c_sec_pass(cast, n_split, rate))
+        g3[2] += c_sec_pass(weight, 1.0, rate)
+    else:
+        forward = g3[0] + c_sec_pass(SEC_CE_FORWARD_BYTES * logits, SEC_CE_FORWARD_KERNELS * n_split, rate)
+        backward = g3[1] + c_sec_pass(SEC_CE_BACKWARD_BYTES * logits, n_split, rate)
     if softcap != 0.0:
         forward += c_sec_pass(SEC_SOFTCAP_BYTES * logits, n_split, rate)
         backward += c_sec_pass(SEC_POINTWISE_BACKWARD_BYTES * SEC_SOFTCAP_BYTES * logits, n_split, rate)
@@ -91,6 +105,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     cdef double ep_mode = cand[SC_ep_mode], ep_sm = 0.0, paired_ep, q, rc_ep, copies
     cdef bint full_rc
     cdef double census_att, census_ffn
+    cdef double table, table_kernels
     cdef double x_sp, db, full, moved, kernels, heads, norm, n_mtp, chunks, piece, step
     cdef double zero, bg, bp, edp, ov_dp, ov_fsdp, n_dp, hbm, dense, expert, layers, grads, params
     cdef double z3_fetch_bw, capped, gathers, rerun
@@ -194,6 +209,16 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
             emb_stage = st
             moved = 2.0 * bc * tokens * h
             kernels = 1.0
+            if cand[SC_autocast] != 0.0:
+                # under torch.autocast: the fp32 rows looked up in fp32; the table's dense fp32 gradient, a tied
+                # head's gradient added to it (the oracle's comment)
+                moved = 2.0 * SEC_AUTOCAST_FP32_BYTES * tokens * h
+                table = SEC_AUTOCAST_FP32_BYTES * v * h / t
+                table_kernels = 1.0
+                if cand[SC_tie_emb] != 0.0:
+                    table += 3.0 * SEC_AUTOCAST_FP32_BYTES * v * h / t
+                    table_kernels += 1.0
+                row[SS_bw_w] += c_sec_pass(table, table_kernels, rate)
             if smodel[SM_p_pos] > 0.0:
                 moved += 3.0 * bc * tokens * h
                 kernels += 1.0

@@ -46,6 +46,9 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef bint flash = cand[SC_flash] != 0.0
     cdef double mm16_rate = rate[R_mm16_eff] * rate[R_peak_attn]
     cdef bint eager = rate[R_ew_eager] != 0.0
+    cdef bint autocast = cand[SC_autocast] != 0.0     # fp32 parameters under torch.autocast, an fp32 stream
+    cdef double fp32_f, fp32_b, casts, casts_att, casts_ffn, weights, cast_f, cast_b, more_b, more_k
+    cdef int scope
     cdef double attn_rate = rate[R_attn_eff] * rate[R_peak_attn]
     cdef double hbm = rate[R_hbm_eff] * rate[R_hbm_bw]
     cdef double kernel_s = rate[R_kernel_s]
@@ -279,6 +282,10 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     if eager and smodel[SM_rms_norm] != 0.0:
         per_norm = (SEC_EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp
         norm_kernels = SEC_EAGER_RMSNORM_KERNELS
+        if autocast:
+            # on the fp32 stream: no casts in or out
+            per_norm = SEC_AUTOCAST_RMSNORM_BYTES * x_sp
+            norm_kernels = SEC_AUTOCAST_RMSNORM_KERNELS
     ffn_norms = 1.0 if has_ffn and n_norm > 0.0 else 0.0
     attn_norm_bytes = (n_norm - ffn_norms) * per_norm
     attn_norm_kernels = (n_norm - ffn_norms) * norm_kernels
@@ -290,6 +297,14 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         c_sec_note_pass(note, ops, LO_norm, SEC_SCOPE_ATTN, attn_norm_bytes, attn_norm_kernels * n_split, rate, sums)
         + c_sec_note_pass(note, ops, LO_norm, ffn_scope, ffn_norms * per_norm, ffn_norms * norm_kernels * n_split,
                           rate, sums))
+    if eager and autocast and smodel[SM_rms_norm] != 0.0:
+        # the norms' backward as autograd runs Transformers' RMSNorm graph, beyond the 1.5x priced above
+        more_b = (SEC_AUTOCAST_RMSNORM_BACKWARD_BYTES - SEC_POINTWISE_BACKWARD_BYTES * SEC_AUTOCAST_RMSNORM_BYTES) * x_sp
+        more_k = (SEC_AUTOCAST_RMSNORM_BACKWARD_KERNELS - SEC_AUTOCAST_RMSNORM_KERNELS) * n_split
+        c_sec_note_two(note, ops, LO_norm, SEC_SCOPE_ATTN, 0.0, 0.0, (n_norm - ffn_norms) * more_b,
+                       (n_norm - ffn_norms) * more_k, rate, sums, 0.0, 0.0)
+        c_sec_note_two(note, ops, LO_norm, ffn_scope, 0.0, 0.0, ffn_norms * more_b, ffn_norms * more_k, rate, sums,
+                       0.0, 0.0)
     if scores > 0.0:
         out[SL_sw_softmax] = c_sec_note_pass(note, ops, LO_attn_other, SEC_SCOPE_ATTN, 2.0 * bc * scores, n_split,
                                              rate, sums)
@@ -304,7 +319,11 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
             rotated = tokens * (a / t + 1.0) * kind[K_dhr]
         else:
             rotated = tokens * (a + n_kv) * dh / t
-        if eager:
+        if eager and autocast:
+            # Transformers' apply_rotary_pos_emb with fp32 cos / sin, then autocast's casts for SDPA
+            c_sec_note_pass(note, ops, LO_rope, SEC_SCOPE_ATTN, (6.0 * bc + SEC_AUTOCAST_ROPE_FP32_BYTES) * rotated,
+                            2.0 * SEC_AUTOCAST_ROPE_KERNELS * n_split, rate, sums)
+        elif eager:
             c_sec_note_pass(note, ops, LO_rope, SEC_SCOPE_ATTN, (2.0 * bc + SEC_EAGER_ROPE_FP32_BYTES) * rotated,
                             2.0 * SEC_EAGER_ROPE_KERNELS * n_split, rate, sums)
         else:
@@ -320,10 +339,37 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     if conv_bytes > 0.0:
         c_sec_note_pass(note, ops, LO_attn_other, SEC_SCOPE_ATTN, conv_bytes, 2.0 * n_split, rate, sums)
     residual = (3.0 * bc + db) * x_sp
-    if mixer != SEC_MIXER_NONE:
-        c_sec_note_pass(note, ops, LO_residual, SEC_SCOPE_ATTN, residual, n_split, rate, sums)
-    if has_ffn:
-        c_sec_note_pass(note, ops, LO_residual, SEC_SCOPE_FFN, residual, n_split, rate, sums)
+    if autocast:
+        # the fp32 stream plus a 16-bit sub-block output, and its backward; then each projection's own cast
+        # of the fp32 normed input (Q, K, V three, a gated MLP two, another mixer or FFN one), cast back and
+        # summed in backward (the oracle's comments)
+        fp32_f = (SEC_AUTOCAST_RESIDUAL_FP32_BYTES + bc + db) * x_sp
+        fp32_b = (SEC_AUTOCAST_RESIDUAL_BACKWARD_FP32_BYTES + bc) * x_sp
+        if mixer != SEC_MIXER_NONE:
+            c_sec_note_two(note, ops, LO_residual, SEC_SCOPE_ATTN, fp32_f, n_split, fp32_b, 2.0 * n_split, rate,
+                           sums, 0.0, 0.0)
+        if has_ffn:
+            c_sec_note_two(note, ops, LO_residual, SEC_SCOPE_FFN, fp32_f, n_split, fp32_b, 2.0 * n_split, rate,
+                           sums, 0.0, 0.0)
+        casts_att = 0.0
+        if mixer != SEC_MIXER_NONE:
+            casts_att = 3.0 if mixer == SEC_MIXER_ATTENTION and kind[K_is_mla] == 0.0 and has_core else 1.0
+        casts_ffn = 0.0
+        if has_ffn:
+            casts_ffn = 2.0 if not moe and n_ff == 3.0 else 1.0
+        for i in range(2):
+            scope = SEC_SCOPE_ATTN if i == 0 else SEC_SCOPE_FFN
+            casts = casts_att if i == 0 else casts_ffn
+            if casts > 0.0:
+                c_sec_note_two(note, ops, LO_cast, scope, casts * (SEC_AUTOCAST_FP32_BYTES + bc) * x_sp,
+                               casts * n_split,
+                               (casts * (SEC_AUTOCAST_FP32_BYTES + bc) + (casts - 1.0) * 3.0 * SEC_AUTOCAST_FP32_BYTES)
+                               * x_sp, (2.0 * casts - 1.0) * n_split, rate, sums, 0.0, 0.0)
+    else:
+        if mixer != SEC_MIXER_NONE:
+            c_sec_note_pass(note, ops, LO_residual, SEC_SCOPE_ATTN, residual, n_split, rate, sums)
+        if has_ffn:
+            c_sec_note_pass(note, ops, LO_residual, SEC_SCOPE_FFN, residual, n_split, rate, sums)
     out[SL_sw_ffAct] = act_f
     fw = sums[0]
     bw = sums[1]
@@ -385,6 +431,18 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
 
     p_dense = (skind[SK_p_nonexp] + skind[SK_p_shared]) / t
     p_expert = skind[SK_p_routed] / (ep * t_exp)
+    if autocast:
+        # each forward casts every fp32 weight to 16 bits, one kernel a weight; the backward casts each 16-bit
+        # weight gradient back to fp32 (the oracle's comment)
+        weights = (4.0 if mixer != SEC_MIXER_NONE else 0.0) + (n_ff if has_ffn else 0.0)
+        if moe:
+            weights += n_ff * model[M_n_exp] / ep
+        moved = (p_dense + p_expert) * (SEC_AUTOCAST_FP32_BYTES + bc)
+        cast_f = c_sec_pass(moved, weights, rate)
+        cast_b = c_sec_pass(moved, weights, rate)
+        fw += cast_f
+        bw_w += cast_b
+        c_sec_note(note, ops, LO_cast, SEC_SCOPE_ATTN, 0.0, moved, weights, cast_f, 0.0, moved, weights, cast_b)
     if rate[R_grad_acc_pass] != 0.0:
         # no gradient-accumulation fusion: a separate add of the 16-bit gradient into the main one
         moved = (p_dense + p_expert) * (bc + 2.0 * bg)

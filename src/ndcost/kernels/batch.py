@@ -43,6 +43,7 @@ from .memory import (
     _FP32_BYTES, _NORMOP, N_MEMORY_COLUMNS, _kept, inflight_micro_batches, pair_dualpipe_rows, stage_memory,
     windowed_layer_activation_bytes,
 )
+from .autocast import _autocast_activation, _grads_from_backward
 from .nd_combine import nd_apply_ratios, nd_combine
 from .nd_comm import nd_stage_sums
 from .nd_ops import _check_len
@@ -282,12 +283,13 @@ def kind_activation_bytes(kind, mc, option: int, keep_mask: int) -> float:
 def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:
     """windowed_layer_activation_bytes of one layer of the kind (Korthikanti et al. 2022 Table 2), plus
     the inputs of the norms it runs beyond its pre-norms (Gemma's post-norms), kept as the pre-norms'
-    are (not under full recompute; selective recompute drops them with the normOp switch)."""
-    extra = 0.0
+    are (not under full recompute; selective recompute drops them with the normOp switch), plus what
+    autocast's fp32 stream adds (:func:`_autocast_activation`)."""
+    extra = _autocast_activation(kind, mc, option, keep_mask, _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]])
     if kind[_MK["extra_norms"]] > 0.0 and option != OPTION_FULL:
         mask = 255 if option == OPTION_NONE else keep_mask
         residual = _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]] * kind[_MK["hidden"]] / mc[_MC["sp"]]
-        extra = _kept(mask, _NORMOP) * kind[_MK["extra_norms"]] * residual * mc[_MC["bytes_norm"]]
+        extra += _kept(mask, _NORMOP) * kind[_MK["extra_norms"]] * residual * mc[_MC["bytes_norm"]]
     return extra + windowed_layer_activation_bytes(
         _kind_seq(kind, mc), mc[_MC["b"]], kind[_MK["hidden"]], mc[_MC["tp"]], mc[_MC["sp"]], mc[_MC["cp"]],
         mc[_MC["etp"]], int(kind[_MK["attention"]]), kind[_MK["heads"]], kind[_MK["kv_heads"]],
@@ -455,6 +457,10 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
     emb_act = tokens * 8.0 + tokens * h * dropout / sp               # int64 token ids (memory.TOKEN_ID_BYTES) + dropout mask
     emb_act += _vision_edge_bytes(model, mc)
     out_act = tokens * h * n / sp + tokens * h * c / sp + logits      # final norm, head input, logits
+    if mc[_MC["autocast"]] != 0.0:
+        # autocast (ExecSpec.autocast): the final norm's fp32 normalised input and the head weight's 16-bit cast
+        # (the tied embedding's too: F.linear casts it), kept until the head's backward (_autocast_activation)
+        out_act += tokens * h * _FP32_BYTES / sp + word / tp * c
     mtp_act = tokens * (2.0 * h * n + 2.0 * h * c + h * n + h * c) / sp + logits
     extra_act = [[0.0] * vp for _ in range(p)]
     extra_act[emb_stage][row[_L["emb_chunk"]]] += emb_act
@@ -474,6 +480,8 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
               for s in range(p)]
     stage_memory(static, act, work, counts, inflight, stage_static, extra_act, comm, reserve, out,
                  1 if mc[_MC["schedule"]] in (_SCHED_ZB_V, _SCHED_DUALPIPE_V) else 0)
+    if mc[_MC["grads_none"]] != 0.0 and m == 1:
+        _grads_from_backward(out)
     if mc[_MC["schedule"]] == _SCHED_DUALPIPE:
         pair_dualpipe_rows(out)
     return _max_nan([out[s][N_MEMORY_COLUMNS - 1] for s in range(p)])

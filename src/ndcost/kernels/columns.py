@@ -189,6 +189,7 @@ SECONDS_CAND_FIELDS = (
     "ep_nodes",       # node-limited routing: nodes a token is sent to at most (0: no limit)
     "disp_b",         # bytes per element of a dispatch-direction payload (16-bit, or fp8 with its 1x128 scales)
     "graphs",         # ExecSpec.cuda_graphs index: 0 none, 1 attention, 2 + a MoE layer's router, 3 whole layers
+    "autocast",       # 1: fp32 parameters under torch.autocast, an fp32 residual stream (ExecSpec.autocast)
 )
 
 # --- device and achievable rates (float64 vector) ---
@@ -268,7 +269,7 @@ SECONDS_STAGE_FIELDS = (
 LAYER_OP_NAMES = (
     "attn_proj", "attn_core", "norm", "rope", "attn_other", "residual",
     "router", "permute", "experts", "expert_act", "unpermute", "shared_experts",
-    "mlp", "mlp_act", "grad_acc", "launch",
+    "mlp", "mlp_act", "grad_acc", "cast", "launch",
     "tp_comm", "cp_comm", "ep_comm",
 )
 LAYER_OP_FIELDS = (
@@ -380,6 +381,8 @@ MEMORY_CAND_FIELDS = (
     "tie_emb",                 # 1 when embedding and output share weights
     "bytes_logit",             # bytes a logit of the loss holds at its peak (ExecSpec.logit_bytes)
     "w_fp8_cache",             # bytes per weight parameter of fp8 copies kept across micro-batches (0: none)
+    "autocast",                # 1: fp32 parameters under torch.autocast, an fp32 residual stream (ExecSpec.autocast)
+    "grads_none",              # 1: gradients exist only from the backward on (ExecSpec.grads_set_to_none)
 )
 
 # --- one distinct layout (int64 rows of a layout table) ---

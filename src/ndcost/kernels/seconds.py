@@ -50,6 +50,8 @@ from .columns import (
 )
 from .codes import SCHEDULES, SWITCHES
 from .nd_ops import _check_len
+from .autocast import _autocast_embedding, _autocast_head
+from .seconds_vision import _vision_edges
 from .seconds_ops import POINTWISE_BACKWARD_BYTES, _cand_ok, _check_rows, _check_tables, _fill, _mm3, _pass
 from .seconds_comm import (
     ALL_REDUCE, DEEPEP, EP_NONE, GATHER_OR_SCATTER, SEND_RECV, _collective, _exposed, _exposed_tail, _paired_layer,
@@ -100,7 +102,9 @@ def _head(cand, rate, tokens: float, h: float, v: float, softcap: float, out3) -
     out3 = (forward, backward, weight grads). Logits 2·tokens·h·v/t FLOPs forward (x3 with
     backward, Narayanan et al. 2021 Eq. 3's 6·B·s·h·V term); Megatron's vocab-parallel cross
     entropy: CE_FORWARD_BYTES / CE_BACKWARD_BYTES per logit element and its three small tp
-    all-reduces.
+    all-reduces. Under torch.autocast (cand autocast): the loss on fp32 logits
+    (seconds_ops.AUTOCAST_CE_FORWARD_FP32_BYTES), the head's fp32 input cast for the GEMM and its fp32
+    weight cast each forward, both cast back in backward (seconds_ops.AUTOCAST_FP32_BYTES).
     """
     t = cand[_C["t"]]
     n_split = cand[_C["seq_split"]]
@@ -109,8 +113,14 @@ def _head(cand, rate, tokens: float, h: float, v: float, softcap: float, out3) -
     # ColumnParallelLinear, torchtitan's float8 conversion skips it)
     _mm3(tokens / n_split, v / t, h, n_split, cand, rate, g3, True)
     logits = tokens * v / t
-    forward = g3[0] + _pass(CE_FORWARD_BYTES * logits, CE_FORWARD_KERNELS * n_split, rate)
-    backward = g3[1] + _pass(CE_BACKWARD_BYTES * logits, n_split, rate)
+    if cand[_C["autocast"]] != 0.0:
+        forward, backward, weight_b = _autocast_head(cand, rate, tokens, h, v, n_split)
+        forward += g3[0]
+        backward += g3[1]
+        g3[2] += weight_b
+    else:
+        forward = g3[0] + _pass(CE_FORWARD_BYTES * logits, CE_FORWARD_KERNELS * n_split, rate)
+        backward = g3[1] + _pass(CE_BACKWARD_BYTES * logits, n_split, rate)
     if softcap != 0.0:
         forward += _pass(SOFTCAP_BYTES * logits, n_split, rate)
         backward += _pass(POINTWISE_BACKWARD_BYTES * SOFTCAP_BYTES * logits, n_split, rate)
@@ -120,56 +130,6 @@ def _head(cand, rate, tokens: float, h: float, v: float, softcap: float, out3) -
     out3[0] = forward
     out3[1] = backward
     out3[2] = g3[2]
-
-
-def _vision_edges(smodel, cand, rate, out5) -> None:
-    """A vision tower's patch embedding and merger on this rank, per micro-batch.
-
-    out5 = (forward, backward, weight grads, tp comm, forward FLOPs of the whole micro-batch).
-    Qwen2-VL / Qwen2.5-VL (Transformers modeling_qwen2_5_vl: PatchEmbed, PatchMerger): the
-    patch embedding is a Conv3d with stride = kernel, i.e. one GEMM [patches x patch_in] x
-    [patch_in x hidden]; the merger norms the patches, concatenates merge² of them and runs
-    an MLP (hidden·merge² -> hidden·merge², GELU, -> out). The tower's tokens split over cp and,
-    with SP, over tp, as its blocks' (the patch embedding on that shard); the merger MLP is
-    tensor-parallel as the blocks' (column then row parallel) on the merged tokens, gathered
-    before it and reduce-scattered after it with SP (else an all-reduce after it).
-    """
-    patches = smodel[_SM["v_patches"]]
-    for i in range(5):
-        out5[i] = 0.0
-    if patches <= 0.0:
-        return
-    b, t, cp, sp = cand[_C["b"]], cand[_C["t"]], cand[_C["cp"]], cand[_C["sp"]]
-    bc = cand[_C["bytes_c"]]
-    hv, m, v_out = smodel[_SM["v_hidden"]], smodel[_SM["v_merge"]], smodel[_SM["v_out"]]
-    patch_in = smodel[_SM["v_patch_in"]]
-    rows = b * patches / cp
-    merged = rows / m
-    wide = hv * m
-    g3 = [0.0] * 5
-    _mm3(rows / sp, hv, patch_in, 1.0, cand, rate, g3)          # the patch embedding
-    fw, bw, bw_w = g3[0], g3[1], g3[2]
-    _mm3(merged, wide / t, wide, 1.0, cand, rate, g3)           # merger fc1, column parallel
-    fw, bw, bw_w = fw + g3[0], bw + g3[1], bw_w + g3[2]
-    _mm3(merged, v_out, wide / t, 1.0, cand, rate, g3)          # merger fc2, row parallel
-    fw, bw, bw_w = fw + g3[0], bw + g3[1], bw_w + g3[2]
-    # the merger's norm on the patch shard and its GELU on the merged tokens: elementwise passes
-    moved = 2.0 * 2.0 * bc * rows * hv / sp + 2.0 * bc * merged * wide / t
-    fw += _pass(moved, 2.0, rate)
-    bw += _pass(POINTWISE_BACKWARD_BYTES * moved, 2.0, rate)
-    comm = 0.0
-    if t > 1.0:
-        if sp > 1.0:
-            # all-gather the normed patches before fc1, reduce-scatter fc2's output; backward the reverse
-            comm = 2.0 * (_collective(GATHER_OR_SCATTER, rows * hv * bc, t, 1.0, rate)
-                          + _collective(GATHER_OR_SCATTER, merged * v_out * bc, t, 1.0, rate))
-        else:
-            # all-reduce fc2's output forward, the input gradient of fc1 backward
-            comm = (_collective(ALL_REDUCE, merged * v_out * bc, t, 1.0, rate)
-                    + _collective(ALL_REDUCE, rows * hv * bc, t, 1.0, rate))
-    out5[0], out5[1], out5[2], out5[3] = fw, bw, bw_w, comm
-    # whole micro-batch FLOPs (not split over tp, cp): 2·rows·n·k per GEMM
-    out5[4] = 2.0 * b * patches * (patch_in * hv + (wide * wide + wide * v_out) / m)
 
 
 def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_option, slot_mask,
@@ -321,6 +281,10 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
             # backward scatter-adds the gradient into the table (1.5x the bytes)
             moved = 2.0 * bc * tokens * h
             kernels = 1.0
+            if cand[_C["autocast"]] != 0.0:
+                # the fp32 table's rows in fp32 and its dense fp32 gradient (autocast._autocast_embedding)
+                moved, table = _autocast_embedding(cand, rate, tokens, h, v)
+                row[_S["bw_w"]] += table
             if smodel[_SM["p_pos"]] > 0.0:
                 moved += 3.0 * bc * tokens * h
                 kernels += 1.0

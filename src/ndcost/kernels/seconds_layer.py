@@ -23,11 +23,14 @@ from .columns import (
 from ..spec.mamba import SELECTIVE_SCAN_FLOPS
 from .codes import MIXERS
 from .seconds_ops import (
-    EAGER_SWIGLU_PASSES, NOTE_SIZE, SCOPE_ATTN, SCOPE_FFN, SCOPE_PRE, _cand_ok, _check_rows,
+    AUTOCAST_RMSNORM_BACKWARD_BYTES, AUTOCAST_RMSNORM_BACKWARD_KERNELS, AUTOCAST_RMSNORM_BYTES, AUTOCAST_RMSNORM_KERNELS,
+    AUTOCAST_ROPE_FP32_BYTES, AUTOCAST_ROPE_KERNELS, EAGER_SWIGLU_PASSES, NOTE_SIZE, POINTWISE_BACKWARD_BYTES,
+    SCOPE_ATTN, SCOPE_FFN, SCOPE_PRE, _cand_ok, _check_rows,
     _check_tables, _ffn_pair, _fill, _gemm, _mm3_noted, _note, _note_launch, _note_pass, _note_start, _pass,
 )
 from .seconds_comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, SEND_RECV, _collective, _exchange
-from .seconds_moe import _moe_ffn
+from .seconds_moe import _moe_ffn, _note_two
+from .autocast import _autocast_passes, _autocast_weights
 
 __all__ = ["seconds_layer_times", "seconds_layer_ops"]
 
@@ -134,6 +137,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
     flash = cand[_C["flash"]] != 0.0
     mm16_rate = rate[_R["mm16_eff"]] * rate[_R["peak_attn"]]   # GDN's chunked recurrence runs 16-bit
     eager = rate[_R["ew_eager"]] != 0.0
+    autocast = cand[_C["autocast"]] != 0.0      # fp32 parameters under torch.autocast, an fp32 stream
     attn_rate = rate[_R["attn_eff"]] * rate[_R["peak_attn"]]
     hbm = rate[_R["hbm_eff"]] * rate[_R["hbm_bw"]]
     kernel_s = rate[_R["kernel_s"]]
@@ -353,6 +357,9 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
     if eager and smodel[_SM["rms_norm"]] != 0.0:
         # an RMSNorm written in PyTorch ops and run eagerly, one kernel each
         per_norm, norm_kernels = (EAGER_RMSNORM_FP32_BYTES + 4.0 * bc) * x_sp, EAGER_RMSNORM_KERNELS
+        if autocast:
+            # on the fp32 stream: no casts in or out (seconds_ops.AUTOCAST_RMSNORM_BYTES)
+            per_norm, norm_kernels = AUTOCAST_RMSNORM_BYTES * x_sp, AUTOCAST_RMSNORM_KERNELS
     ffn_norms = 1.0 if has_ffn and n_norm > 0.0 else 0.0
     attn_norm_bytes = (n_norm - ffn_norms) * per_norm
     attn_norm_kernels = (n_norm - ffn_norms) * norm_kernels
@@ -364,6 +371,15 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
         _note_pass(note, ops, _O["norm"], SCOPE_ATTN, attn_norm_bytes, attn_norm_kernels * n_split, rate, sums)
         + _note_pass(note, ops, _O["norm"], ffn_scope, ffn_norms * per_norm, ffn_norms * norm_kernels * n_split,
                      rate, sums))
+    if eager and autocast and smodel[_SM["rms_norm"]] != 0.0:
+        # the norms' backward as autograd runs Transformers' RMSNorm graph, beyond the 1.5x priced above
+        # (seconds_ops.AUTOCAST_RMSNORM_BACKWARD_BYTES)
+        more_b = (AUTOCAST_RMSNORM_BACKWARD_BYTES - POINTWISE_BACKWARD_BYTES * AUTOCAST_RMSNORM_BYTES) * x_sp
+        more_k = (AUTOCAST_RMSNORM_BACKWARD_KERNELS - AUTOCAST_RMSNORM_KERNELS) * n_split
+        _note_two(note, ops, _O["norm"], SCOPE_ATTN, 0.0, 0.0, (n_norm - ffn_norms) * more_b,
+                  (n_norm - ffn_norms) * more_k, rate, sums, 0.0, 0.0)
+        _note_two(note, ops, _O["norm"], ffn_scope, 0.0, 0.0, ffn_norms * more_b, ffn_norms * more_k, rate, sums,
+                  0.0, 0.0)
     if scores > 0.0:
         other = _O["attn_other"]
         # Megatron's fused scale-mask-softmax; dropout (read, write, keep the mask); the context
@@ -382,7 +398,12 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
             rotated = tokens * (a / t + 1.0) * kind[_K["dhr"]]   # each head's q_pe and the shared k_pe
         else:
             rotated = tokens * (a + n_kv) * dh / t
-        if eager:
+        if eager and autocast:
+            # Transformers' apply_rotary_pos_emb with fp32 cos / sin, then autocast's casts for SDPA
+            # (seconds_ops.AUTOCAST_ROPE_FP32_BYTES)
+            _note_pass(note, ops, _O["rope"], SCOPE_ATTN, (6.0 * bc + AUTOCAST_ROPE_FP32_BYTES) * rotated,
+                       2.0 * AUTOCAST_ROPE_KERNELS * n_split, rate, sums)
+        elif eager:
             _note_pass(note, ops, _O["rope"], SCOPE_ATTN, (2.0 * bc + EAGER_ROPE_FP32_BYTES) * rotated,
                        2.0 * EAGER_ROPE_KERNELS * n_split, rate, sums)
         else:
@@ -399,10 +420,18 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
         _note_pass(note, ops, _O["attn_other"], SCOPE_ATTN, conv_bytes, 2.0 * n_split, rate, sums)
     # the fused bias-dropout-add kernels, one a sub-block: read the output and the residual, write (+ mask)
     residual = (3.0 * bc + db) * x_sp
-    if mixer != MIXER_NONE:
-        _note_pass(note, ops, _O["residual"], SCOPE_ATTN, residual, n_split, rate, sums)
-    if has_ffn:
-        _note_pass(note, ops, _O["residual"], SCOPE_FFN, residual, n_split, rate, sums)
+    if autocast:
+        # the fp32 stream's adds and each projection's own cast of its fp32 input (autocast._autocast_passes)
+        casts_att = 0.0
+        if mixer != MIXER_NONE:
+            casts_att = 3.0 if mixer == MIXER_ATTENTION and kind[_K["is_mla"]] == 0.0 and has_core else 1.0
+        casts_ffn = (2.0 if not moe and n_ff == 3.0 else 1.0) if has_ffn else 0.0
+        _autocast_passes(note, ops, x_sp, bc, db, n_split, casts_att, casts_ffn, rate, sums)
+    else:
+        if mixer != MIXER_NONE:
+            _note_pass(note, ops, _O["residual"], SCOPE_ATTN, residual, n_split, rate, sums)
+        if has_ffn:
+            _note_pass(note, ops, _O["residual"], SCOPE_FFN, residual, n_split, rate, sums)
     out[_L["sw_ffAct"]] = act_f
     fw, bw, bw_w, gemm_f, gemm_b = sums
     # headCast: Megatron scales, masks and casts the scores inside its fused softmax kernel, so a
@@ -470,6 +499,14 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
 
     p_dense = (skind[_SK["p_nonexp"]] + skind[_SK["p_shared"]]) / t
     p_expert = skind[_SK["p_routed"]] / (ep * t_exp)
+    if autocast:
+        # every fp32 weight cast to 16 bits each forward, its gradient cast back (autocast._autocast_weights)
+        weights = (4.0 if mixer != MIXER_NONE else 0.0) + (n_ff if has_ffn else 0.0)
+        if moe:
+            weights += n_ff * model[_M["n_exp"]] / ep
+        cast_f, cast_b = _autocast_weights(note, ops, p_dense + p_expert, weights, bc, rate)
+        fw += cast_f
+        bw_w += cast_b
     if rate[_R["grad_acc_pass"]] != 0.0:
         # no gradient-accumulation fusion: the weight-gradient GEMM writes a 16-bit gradient and a
         # separate kernel adds it into the main gradient (read both, write the main one), every

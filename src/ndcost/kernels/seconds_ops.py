@@ -47,6 +47,49 @@ EAGER_SWIGLU_PASSES = 5.0
 #: gradient -- three tensor passes where the forward makes two (read, write): 1.5x the bytes.
 #: (The saved tensor is the one Korthikanti et al. 2022 §4.1 count as stored for each op.)
 POINTWISE_BACKWARD_BYTES = 1.5
+#: Under torch.autocast (ExecSpec.autocast) an fp32 tensor a 16-bit kernel reads is cast for it: read 4
+#: bytes, write the 16-bit copy (pytorch/pytorch aten/src/ATen/autocast_mode.cpp cached_cast); the cast's
+#: backward (ToCopyBackward0) casts the 16-bit gradient back to fp32: read the 16-bit one, write 4.
+AUTOCAST_FP32_BYTES = 4.0
+#: Transformers' LlamaRMSNorm on the fp32 stream (transformers/models/llama/modeling_llama.py): ``.to(float32)``
+#: (a no-op), ``pow(2)`` (read 4, write 4), ``mean(-1)`` (read 4), ``+ eps`` and ``rsqrt`` on one value a
+#: row, ``x * rsqrt`` (read 4, write 4), ``weight * x.to(float32)`` (read 4, write 4): 28 bytes an element,
+#: 6 kernels.
+AUTOCAST_RMSNORM_BYTES = 28.0
+AUTOCAST_RMSNORM_KERNELS = 6.0
+#: Its backward, as autograd runs that graph (pytorch/pytorch tools/autograd/derivatives.yaml), per element:
+#: ``weight * y`` -- grad·weight (read 4, write 4) and the weight's gradient, grad·y summed over the tokens
+#: (read 4 + 4, write 4, the sum reads 4); ``x * r`` -- grad·r (read 4, write 4) and r's gradient, grad·x
+#: summed over the row (read 4 + 4, write 4, read 4); mean's backward expanded to the row (write 4); pow's,
+#: grad·(2·x) (read 4, write 4; read 4 + 4, write 4); the two gradients of x summed (read 4 + 4, write 4):
+#: 84 bytes in 12 kernels (rsqrt's and add's on one value a row), where a pointwise op's 1.5x prices 42 in 6.
+AUTOCAST_RMSNORM_BACKWARD_BYTES = 84.0
+AUTOCAST_RMSNORM_BACKWARD_KERNELS = 12.0
+#: Transformers' apply_rotary_pos_emb on a 16-bit q or k with the fp32 cos / sin LlamaRotaryEmbedding returns
+#: (``.to(x.dtype)``, x the fp32 hidden states), per element of q or k, bc its 16 bits: ``q * cos`` (read bc,
+#: write 4: fp32 by type promotion), rotate_half's ``-x2`` (half the elements: read and write bc/2 each) and
+#: ``cat`` (read bc, write bc), ``* sin`` (read bc, write 4), ``+`` (read 4 + 4, write 4), then autocast's cast
+#: for SDPA (read 4, write bc): 6·bc + 24 bytes, 6 kernels a tensor (AUTOCAST_ROPE_FP32_BYTES the fp32 part).
+AUTOCAST_ROPE_FP32_BYTES = 24.0
+AUTOCAST_ROPE_KERNELS = 6.0
+#: The residual add of an fp32 stream and a 16-bit sub-block output (``residual + hidden_states``, fp32 by
+#: type promotion): forward read 4 + bc, write 4; backward, the fp32 gradient cast to the 16-bit branch
+#: (read 4, write bc: AddBackward0 casts a gradient to each input's dtype) and the stream's two gradients
+#: (the residual path's and the norm's) summed by autograd (read 4 + 4, write 4): 16 + bc, 2 kernels.
+AUTOCAST_RESIDUAL_FP32_BYTES = 8.0
+AUTOCAST_RESIDUAL_BACKWARD_FP32_BYTES = 16.0
+#: The loss under autocast (Transformers' ForCausalLMLoss: ``logits = logits.float()`` then
+#: ``nn.functional.cross_entropy``; log_softmax and nll_loss are on autocast's fp32 list anyway), per logit:
+#: forward the upcast (read bc, write 4) and log_softmax over the vocabulary (PyTorch's cunn_SoftMaxForward
+#: for a row wider than its block: read for the max, read for the sum of exponentials, read and write the
+#: result: 16), nll_loss's gather a row: bc + 20 bytes, 3 kernels; backward nll_loss_backward's dense fp32
+#: gradient (zeros: write 4, one scatter a row), log_softmax_backward (read the gradient for its row sum,
+#: read it and the kept output, write: 16) and the cast back to the logits' 16 bits (read 4, write bc):
+#: 24 + bc bytes, 4 kernels.
+AUTOCAST_CE_FORWARD_FP32_BYTES = 20.0
+AUTOCAST_CE_FORWARD_KERNELS = 3.0
+AUTOCAST_CE_BACKWARD_FP32_BYTES = 24.0
+AUTOCAST_CE_BACKWARD_KERNELS = 4.0
 
 
 def _gemm(m: float, n: float, k: float, batch: float, in_bytes: float, out_bytes: float, rate,

@@ -151,6 +151,16 @@ class ExecSpec:
     #: the fp8 copy of each linear's input for the weight gradient, False (torchao) the 16-bit input
     #: (ndcost/kernels/memory.py, the comment above _ffn_bytes).
     fp8_weight_cache: bool = True
+    #: fp32 parameters trained under ``torch.autocast`` (16-bit compute), as plain PyTorch + Hugging Face
+    #: Transformers run them (the hf-eager preset): each forward casts every linear weight to 16 bits
+    #: (autocast's cache keeps the copy for the forward; autograd until the layer's backward), each
+    #: linear casts its own fp32 input, and the residual stream between the blocks is fp32 (the
+    #: embedding's output is fp32; ``+`` is on none of autocast's lists). Needs param_bytes 4.
+    autocast: bool = False
+    #: Gradients exist only from the backward on (``optimizer.zero_grad(set_to_none=True)``, PyTorch's
+    #: default since 2.0): with one micro-batch a step they are never held beside the forward's
+    #: activations. Memory only.
+    grads_set_to_none: bool = False
 
     # ------------------------------------------------------------------ construction and validation
 

@@ -93,6 +93,8 @@ BOOL_FIELDS: tuple[str, ...] = (
     "tp_overlap",
     "fp8_weight_cache",
     "moe_dispatch_fp8",
+    "autocast",
+    "grads_set_to_none",
 )
 # Byte widths and their minimum: a main (master) parameter copy and a dropout
 # mask may be absent (ND's DEFAULT_RUN has main_param_bytes 0 and
@@ -440,6 +442,10 @@ def recomputes_fully(spec: Any) -> bool:
 
 def check_moe(spec: Any) -> None:
     """The expert all-to-all's own rules: what each overlap needs, and fp8 dispatch's precision."""
+    if spec.autocast and (spec.param_bytes != 4 or spec.compute_bytes != 2):
+        raise SpecError("autocast", OWNER, "be False unless param_bytes is 4 and compute_bytes 2 (autocast runs "
+                        f"fp32 parameters in 16-bit kernels; param_bytes is {spec.param_bytes}, compute_bytes "
+                        f"{spec.compute_bytes})", spec.autocast)
     if spec.moe_dispatch_fp8 and spec.precision != "fp8":
         raise SpecError("moe_dispatch_fp8", OWNER, "be False unless precision is 'fp8' (the dispatch is "
                         "quantized for the fp8 expert GEMMs)", spec.moe_dispatch_fp8)

@@ -23,7 +23,8 @@ from .nvidia_recipes import NVIDIA_RECIPE_FIELDS
 from .preset_fields import PresetField, StrategyView, preset_values
 from .stack_options import TORCHTITAN_OP
 
-__all__ = ["TORCHTITAN_LOGIT_BYTES", "TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES", "TORCHTITAN_FIELDS", "PRESET_FIELDS",
+__all__ = ["TORCHTITAN_LOGIT_BYTES", "TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES", "TORCHTITAN_FIELDS", "HF_EAGER_FIELDS",
+           "PRESET_FIELDS",
            "check_software", "per_op_model", "software_fields", "stack_strategy", "with_software", "software_columns"]
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ExecSpec)}
@@ -49,10 +50,10 @@ def _pipelined(view: Any) -> bool:
 
 
 def _one_micro_batch_per_stage(view: Any) -> bool:
-    """torchtitan splits a stage's batch into as many micro-batches as stages, where the caller states the
-    batch and no micro-batching of its own."""
-    return (view.pp > 1 and view.states("global_batch_size") and not view.states("micro_batch_size")
-            and not view.states("micro_batch_num"))
+    """torchtitan runs a rank's local batch as one forward and backward (no gradient accumulation), split under
+    PP into as many micro-batches as stages -- where the caller states the batch and no micro-batching of its
+    own."""
+    return view.states("global_batch_size") and not view.states("micro_batch_size") and not view.states("micro_batch_num")
 
 
 def _stage_micro_batch_size(view: Any) -> int | None:
@@ -95,17 +96,49 @@ TORCHTITAN_FIELDS: tuple[PresetField, ...] = (
                 "parallelize_llama.py _apply_ac_to_transformer_block's _save_list)",
                 lambda view: view.recompute == "selective" and not view.states("selective_switches") and view.per_op),
     PresetField("micro_batch_num", lambda view: view.pp if _stage_micro_batch_size(view) else None,
-                "pp > 1, the global batch stated and no micro-batching", f"{_TT} torchtitan/parallelisms/"
-                "pipelining_utils.py:L79-81 n_microbatches defaults to pipeline_parallel_degree (one per stage)",
-                _one_micro_batch_per_stage, shown="pp"),
-    PresetField("micro_batch_size", _stage_micro_batch_size, "as micro_batch_num", "the batch of a stage split "
-                "into pp micro-batches", _one_micro_batch_per_stage, shown="global_batch_size / (dp * pp)"),
+                "the global batch stated and no micro-batching", f"{_TT} train.py:L281-308 one pp_schedule.step "
+                "(or, without PP, one forward and loss.backward()) over the local batch a step: no gradient "
+                "accumulation; torchtitan/parallelisms/pipelining_utils.py:L79-81 n_microbatches defaults to "
+                "pipeline_parallel_degree (one per stage)", _one_micro_batch_per_stage, shown="pp"),
+    PresetField("micro_batch_size", _stage_micro_batch_size, "as micro_batch_num", "the local batch in one "
+                "micro-batch, split under PP into pp of them", _one_micro_batch_per_stage,
+                shown="global_batch_size / (dp * pp)"),
+)
+
+_HF = "huggingface/transformers (5.x)"
+_TORCH = "pytorch/pytorch (2.x)"
+
+#: Plain PyTorch + Hugging Face Transformers as ``Trainer`` / ``accelerate`` users run a decoder (hf-eager):
+#: fp32 parameters under ``torch.autocast(bfloat16)``, the model's eager modules, SDPA, its own loss, fused
+#: AdamW, ``zero_grad(set_to_none=True)``, one checkpoint per decoder layer when recompute is full. Checked
+#: against real steps on one H200 (../shared/measurements/h200/measure_h200.py, tests/test_hf_eager_h200.py).
+HF_EAGER_FIELDS: tuple[PresetField, ...] = (
+    PresetField("zero_stage", 0, "", f"{_HF} Trainer / accelerate wrap the model in DistributedDataParallel when "
+                "neither FSDP nor DeepSpeed is configured: every rank holds everything"),
+    PresetField("param_bytes", 4, "", f"{_HF} from_pretrained / LlamaForCausalLM(config) builds fp32 parameters "
+                "(torch_dtype float32); bf16 is autocast's, not the weights'"),
+    PresetField("main_param_bytes", 0, "", "the fp32 parameters are the optimizer's: no other copy"),
+    PresetField("grad_bytes", 4, "", f"{_TORCH} autograd accumulates each parameter's .grad in its dtype (fp32)"),
+    PresetField("optimizer_state_bytes", 4, "", f"{_TORCH} torch/optim/adamw.py (fused=True): exp_avg and exp_avg_sq "
+                "zeros_like(param), fp32"),
+    PresetField("optimizer_states", 2, "", f"{_TORCH} torch/optim/adamw.py: two moments"),
+    PresetField("norm_bytes", 4, "", f"{_HF} modeling_llama.py LlamaRMSNorm: the norm's input is the fp32 residual "
+                "stream (the embedding's output is fp32 under autocast: embedding is on none of its lists)"),
+    PresetField("logit_bytes", TORCHTITAN_LOGIT_BYTES, "", f"{_HF} transformers/loss/loss_utils.py ForCausalLMLoss: "
+                "logits.float() then cross_entropy; the 16-bit logits of the model's output are freed with it "
+                "before backward: 2 + 4 + 4 bytes forward, 4 + 4 + 4 backward"),
+    PresetField("autocast", True, "", f"{_TORCH} torch.autocast('cuda', dtype=torch.bfloat16) over fp32 parameters "
+                "(aten/src/ATen/autocast_mode.cpp cached_cast: each weight cast once a region, each non-leaf input "
+                "at each use)"),
+    PresetField("grads_set_to_none", True, "", f"{_TORCH} torch/optim/optimizer.py zero_grad(set_to_none=True), "
+                "the default since PyTorch 2.0: the gradients are freed after each step and made by the backward"),
+    PresetField("sequence_parallel", False, "", "no tensor parallelism in a plain PyTorch model"),
 )
 
 #: Preset name -> the ExecSpec fields it fixes (none: ExecSpec's defaults, Megatron-Core's, hold).
 PRESET_FIELDS: Mapping[str, tuple[PresetField, ...]] = MappingProxyType({
     "megatron-2021": (), "deepspeed-2021": (), "megatron-te": (), **NVIDIA_RECIPE_FIELDS,
-    "torchtitan-eager": TORCHTITAN_FIELDS, "torchtitan-compile": TORCHTITAN_FIELDS,
+    "torchtitan-eager": TORCHTITAN_FIELDS, "torchtitan-compile": TORCHTITAN_FIELDS, "hf-eager": HF_EAGER_FIELDS,
 })
 
 

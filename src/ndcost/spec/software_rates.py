@@ -57,6 +57,17 @@ _TITAN_COPIES = ("pytorch/torchtitan@9dec370 llama/model.py Attention.forward: r
 _TITAN_FP8 = ("pytorch/torchtitan@9dec370 float8.py: torchao Float8Linear, tensorwise dynamic scaling for input, "
               "weight and grad_output (h100_run_facts.yaml 'float8_scaling')")
 
+_HF_SDPA = ("huggingface/transformers (5.x) integrations/sdpa_attention.py: F.scaled_dot_product_attention(is_causal"
+            "=True) with enable_gqa when no mask is needed (use_gqa_in_sdpa, torch >= 2.5): no K/V copies; for bf16 on "
+            "sm90 PyTorch's SDPA runs its FlashAttention-2 backend")
+_HF_EAGER = ("huggingface/transformers (5.x) modeling_llama.py: LlamaRMSNorm, apply_rotary_pos_emb (rotate_half) and "
+             "down_proj(act_fn(gate_proj(x)) * up_proj(x)) are PyTorch ops, one kernel each (no torch.compile)")
+_HF_GRAD = ("pytorch/pytorch torch/optim/optimizer.py zero_grad(set_to_none=True) and one micro-batch: the backward "
+            "assigns each fp32 .grad (torch/csrc/autograd/functions/accumulate_grad.h takes the new gradient when "
+            ".grad is None); nothing to accumulate")
+_HF_COPIES = ("huggingface/transformers (5.x) sdpa_attention.py: GQA through SDPA's enable_gqa (no repeat_kv copies); "
+              "its output's transpose(1, 2).contiguous() copy is not priced")
+
 #: Megatron-Core with Transformer Engine (2024-25): the figures of the "megatron-te" and "nemo" presets.
 _MCORE_TE = (
     MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "best", "elementwise": "fused",
@@ -102,6 +113,10 @@ SOFTWARE_PRESETS: Mapping[str, tuple[Mapping[str, Any], Mapping[str, str]]] = Ma
     "megatron-lm": _mcore_preset(MEGATRON_LM_RATES),
     "torchtitan-eager": _torchtitan("eager", _TITAN_EAGER),
     "torchtitan-compile": _torchtitan("fused", _TITAN_COMPILE),
+    "hf-eager": (MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "fa2", "elementwise": "eager",
+                                   "attention_copies": False}),
+                 MappingProxyType({"grad_accumulation_fusion": _HF_GRAD, "attention_kernel": _HF_SDPA,
+                                   "elementwise": _HF_EAGER, "attention_copies": _HF_COPIES})),
 })
 
 
@@ -115,6 +130,7 @@ SOFTWARE_TITLES: Mapping[str, str] = MappingProxyType({
     "megatron-lm": "plain Megatron-LM pretrain_gpt.py with no stack flag: DDP, no overlap, MoE kernels unfused",
     "torchtitan-eager": "torchtitan (FSDP2, per-op SAC, torchao float8) without torch.compile",
     "torchtitan-compile": "torchtitan with torch.compile on each TransformerBlock",
+    "hf-eager": "plain PyTorch + Hugging Face Transformers (Trainer, accelerate): fp32 weights under bf16 autocast, eager",
 })
 
 #: What is priced when no stack is stated (``ndcost estimate`` prints it; docs/STACKS.md explains it).

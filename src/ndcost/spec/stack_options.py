@@ -152,6 +152,14 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "keep each weight's fp8 copy and transpose across a step's micro-batches (Transformer Engine); off: "
                 "cast at each forward and freed (torchao) (default on, off under torchtitan's --software)",
                 applies=_fp8, needs="--precision fp8", seconds_only=False),
+    StackOption("autocast", "autocast", "spec", "bool",
+                "fp32 parameters under torch.autocast with an fp32 residual stream (plain PyTorch + Transformers): "
+                "every weight and projection input cast each forward (default off, on under --software hf-eager)",
+                seconds_only=False),
+    StackOption("grads_set_to_none", "grads_set_to_none", "spec", "bool",
+                "gradients exist only from the backward on (zero_grad(set_to_none=True)): with one micro-batch "
+                "they are never held beside the forward's activations (default off, on under --software hf-eager)",
+                seconds_only=False),
     StackOption("tp_comm_overlap", "tp_overlap", "spec", "bool",
                 "overlap tensor-parallel communication with the GEMMs (Megatron's --tp-comm-overlap, Transformer "
                 "Engine userbuffers; torchtitan's async TP) (default off, or the --software stack's)",

@@ -228,6 +228,8 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         # fp8 weight cache bytes per weight parameter (ExecSpec.fp8_weight_cache)
         where(ops.is_choice(c, "precision", "fp8") & c["fp8_weight_cache"],
               where(c["param_bytes"] == 1, 1.0, 2.0), 0.0),
+        where(c["autocast"], 1.0, 0.0),                                          # autocast
+        where(c["grads_set_to_none"], 1.0, 0.0),                                 # grads_none
     )
 
 
@@ -271,6 +273,7 @@ def seconds_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, An
         c["moe_node_limit"],
         where(c["moe_dispatch_fp8"], fp8_dispatch_bytes, compute_bytes),                  # disp_b
         ops.choice_code(c, "cuda_graphs"),                                                   # graphs
+        where(c["autocast"], 1.0, 0.0),                                                      # autocast
     )
 
 

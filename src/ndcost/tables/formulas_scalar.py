@@ -191,6 +191,8 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         1.0 if d['tie_embeddings'] else 0.0,
         c['logit_bytes'],
         (1.0 if c['param_bytes'] == 1 else 2.0) if (c['precision'] == 'fp8') & c['fp8_weight_cache'] else 0.0,
+        1.0 if c['autocast'] else 0.0,
+        1.0 if c['grads_set_to_none'] else 0.0,
     )
 
 
@@ -241,6 +243,7 @@ def seconds_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[
         c['moe_node_limit'],
         fp8_dispatch_bytes if c['moe_dispatch_fp8'] else compute_bytes,
         _CODES['cuda_graphs'][c['cuda_graphs']],
+        1.0 if c['autocast'] else 0.0,
     )
 
 
