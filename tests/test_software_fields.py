@@ -14,7 +14,8 @@ from ndcost.spec.software_fields import software_fields, with_software
 def test_torchtitan_fixes_fsdp2_its_loss_torchaos_casts_and_its_ring():
     plain = software_fields("torchtitan-compile")
     assert plain == dict(zero_stage=3, param_bytes=4, main_param_bytes=0, grad_bytes=4, optimizer_state_bytes=4,
-                         optimizer_states=2, logit_bytes=12, fp8_weight_cache=False, sequence_parallel=False)
+                         optimizer_states=2, logit_bytes=12, fp8_weight_cache=False, sequence_parallel=False,
+                         moe_weighted_activation=False)
     three_d = software_fields("torchtitan-eager", tp=8, pp=8, cp=2)
     assert three_d["logit_bytes"] == 16 and three_d["sequence_parallel"] and three_d["cp_algo"] == "ring-allgather"
     # under PP, FSDP2 keeps the stage's bf16 parameters beside their fp32 shards and accumulates fp32 grads

@@ -21,6 +21,11 @@ What moved rows to fitting, each a published fact read (not a constant moved):
   row's ``recompute_modules`` [mla_up_proj, mlp] is now read. Llama 3 70B (76.4 -> 67.1 of 71.6), Llama 3.1 405B
   (86.6 -> 61.1 of 71.0), DeepSeek-V3 mxfp8 on 256 B200 (179.4 -> 141.6 of 161.4) and Qwen3-30B-A3B fp8 on 16 H100
   (75.4 -> 62.6 of 68.9) now fit.
+* Megatron-Core (since core_v0.13, NVIDIA/Megatron-LM@2659630721 "Memory efficient token permutation") weights each
+  routed token by its probability inside the expert activation and un-permutes without weights, so the experts'
+  outputs are not kept for backward (``ExecSpec.moe_weighted_activation``): nine Megatron-Bridge MoE rows now fit,
+  e.g. Qwen3-30B-A3B mxfp8 on 8 GB300 (281.5 -> 230.0 GiB reserved of 262.7), DeepSeek-V3 on 1024 H100 (89.5 ->
+  56.7 of 67.3), gpt-oss-120b on 64 B200 (175.1 -> 161.5 of 162.1).
 """
 from __future__ import annotations
 
@@ -45,49 +50,12 @@ OVER_AS_PRICED = {
                                         "layers' checkpoints. No published fact found that explains the fit (the "
                                         "paper states ZeRO-3, no model parallelism, micro-batch 4; nothing of "
                                         "activation partitioning or CPU checkpointing)",
-    "mbridge_25.09_dgxh100_deepseekv3_unstated_1024gpu": (
-        "89.5 of 67.3, activations 70.8. No memory fact found beyond those priced: recompute_modules "
-        "[mla_up_proj, mlp] (MB@bf71eba0 scripts/performance/run_script.py:88-89); no offload key in its perf "
-        "matrix and Megatron-Core 0.14.0rc7 has no fine_grained_activation_offloading. Priced too generously, not "
-        "too tightly: Megatron-Core's 'mlp' skips MoE layers (MLM@53cad713 transformer_layer.py:414-417), "
-        "ndcost applies it to the experts' activation too"),
     "mbridge_25.09_dgxh100_qwen3_30b_a3b_unstated_16gpu": (
-        "90.9 of 68.6, activations 53.5 at 24 virtual stages. No fact found: recompute null "
+        "78.3 of 68.6, activations 41.8 at 24 virtual stages. No fact found: recompute null "
         "(MB@bf71eba0 configs/qwen3/qwen3_30b_a3b_llm_pretrain.yaml:19-21), no offload key in perf_matrix.h100, "
         "token drop at capacity 1.0 (run_script.py:102) saves nothing under even routing"),
-    "mbridge_25.09_dgxh100_qwen3_235b_a22b_unstated_256gpu": (
-        "71.8 of 67.9, activations 51.2. No fact found: recompute null (MB@bf71eba0 "
-        "configs/qwen3/qwen3_235b_a22b_llm_pretrain.yaml:19-21), no offload key, token drop at capacity 1.0 "
-        "(run_script.py:109); precision (bf16 or fp8) not determinable, priced fp8"),
-    "mbridge_26.04_gb300_deepseekv3_mxfp8_256gpu": (
-        "298.3 of 261.8, activations 181.4. No fact found: its recipe turns offloading off "
-        "(MB@0fbfe7d3 recipes/deepseek/deepseek_v3.py:142-143 fine_grained_activation_offloading False) and "
-        "recomputes only mla_up_proj (deepseek_workload_base_configs.py:53); moe_paged_stash and the "
-        "perf_recipes that offload expert_fc1 appear only after 26.04 (perf_recipes from aad7d9ce2, 2026-06-25)"),
-    "mbridge_26.04_gb200_deepseekv3_mxfp8_256gpu": (
-        "184.6 of 166.6, activations 125.3. No fact found: offloading off (MB@0fbfe7d3 "
-        "recipes/deepseek/deepseek_v3.py:142-143), recompute_modules [mlp] (deepseek_workload_base_configs.py:81), "
-        "which Megatron-Core applies to the 3 dense layers only (MLM@d7288711 transformer_layer.py:471-473) and "
-        "ndcost to the experts too (generous); expandable_segments on (perf_plugins.py:271-277) is not priced"),
-    "mbridge_26.04_b200_gptoss120b_bf16_64gpu": (
-        "175.1 of 162.1, activations 80.2. No fact found: recipe offloading off and recompute None "
-        "(MB@0fbfe7d3 recipes/gpt_oss/gpt_oss.py:228-231), the B200 config recomputes [layernorm, moe_act] "
-        "(gpt_oss_workload_base_configs.py:75), priced; fp32 Adam moments (gpt_oss.py:237-241)"),
-    "mbridge_26.04_gb300_qwen3_30b_a3b_mxfp8_8gpu": (
-        "281.5 of 262.7, activations 199.1 at micro-batch 8. No fact found: recompute None "
-        "(MB@0fbfe7d3 scripts/performance/configs/qwen/qwen3_llm_pretrain.py:33-35), offloading off "
-        "(recipes/qwen/qwen3_moe.py:87-88)"),
-    "mbridge_26.04_gb200_qwen3_30b_a3b_mxfp8_8gpu": (
-        "173.7 of 167.7, activations 99.5. No fact found: recompute None (MB@0fbfe7d3 "
-        "configs/qwen/qwen3_llm_pretrain.py:33-35), offloading off (recipes/qwen/qwen3_moe.py:87-88)"),
-    "mbridge_26.04_b200_qwen3_30b_a3b_mxfp8_8gpu": (
-        "173.7 of 162.1, activations 99.5. No fact found: recompute None (MB@0fbfe7d3 "
-        "configs/qwen/qwen3_llm_pretrain.py:33-35), offloading off (recipes/qwen/qwen3_moe.py:87-88)"),
-    "mbridge_26.04_h100_qwen3_235b_a22b_fp8_256gpu": (
-        "71.8 of 67.9, activations 51.2. No fact found: recompute None (MB@0fbfe7d3 "
-        "configs/qwen/qwen3_llm_pretrain.py:33-35), offloading off (recipes/qwen/qwen3_moe.py:198-201)"),
-    "deepseek_v3_pretrain_h800_2048gpu": "124.6 of 67.9, activations 87.5: MoE activations under DualPipe (priced "
-                                         "as 1F1B); DeepSeek's own fp8 caching (report §3.3.2: the MoE SwiGLU's "
+    "deepseek_v3_pretrain_h800_2048gpu": "92.7 of 67.9, activations 57.8: MoE activations under DualPipe (priced "
+                                         "as 1F1B; the experts' outputs not kept, as Megatron-Core); DeepSeek's own fp8 caching (report §3.3.2: the MoE SwiGLU's "
                                          "input in fp8, its output recomputed) goes beyond TE's and is not priced",
     "automodel_h100_deepseekv3_bf16_256gpu": "94.4 of 67.9, optimizer 30.3: FSDP2 expert optimizer states and MoE "
                                              "activations. No fact found: its config checkpoints every block, "

@@ -145,6 +145,19 @@ cdef inline double c_mem_autocast_activation(const double* kind, const double* m
     return extra
 
 
+cdef inline double c_mem_weighted_activation_output(const double* kind, const double* mc,
+                                                   long long option) noexcept nogil:
+    # the experts' outputs c_layer_activation_bytes keeps for the probability-weighted combine, which a stack
+    # weighting the tokens inside the expert activation does not keep (ExecSpec.moe_weighted_activation,
+    # _weighted_activation_output)
+    cdef double tokens, routed
+    if mc[MC_moe_weighted_act] == 0.0 or kind[MK_ffn] != _MEM_FFN_MOE or option == OPTION_FULL:
+        return 0.0
+    tokens = c_mem_kind_seq(kind, mc) * mc[MC_b] / mc[MC_cp]
+    routed = tokens * kind[MK_top_k] * mc[MC_token_factor] * mc[MC_etp] / mc[MC_tp]
+    return routed * kind[MK_hidden] * mc[MC_bytes_c]
+
+
 cdef inline double c_mem_formula_activation(const double* kind, const double* mc,
                                             long long option, long long keep_mask) noexcept nogil:
     # Korthikanti et al. 2022 Table 2 for one layer of the kind, on the kind's hidden size, tokens and
@@ -156,6 +169,7 @@ cdef inline double c_mem_formula_activation(const double* kind, const double* mc
         mask = 255 if option == OPTION_NONE else keep_mask
         residual = c_mem_kind_seq(kind, mc) * mc[MC_b] / mc[MC_cp] * kind[MK_hidden] / mc[MC_sp]
         extra += c_mem_kept(mask, BIT_normOp) * kind[MK_extra_norms] * residual * mc[MC_bytes_norm]
+    extra -= c_mem_weighted_activation_output(kind, mc, option)
     return extra + c_layer_activation_bytes(
         c_mem_kind_seq(kind, mc), mc[MC_b], kind[MK_hidden], mc[MC_tp], mc[MC_sp], mc[MC_cp], mc[MC_etp],
         <long long>kind[MK_attention], kind[MK_heads], kind[MK_kv_heads], kind[MK_head_dim],

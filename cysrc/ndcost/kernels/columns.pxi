@@ -454,7 +454,8 @@ cdef enum:
     MC_w_fp8_cache = 34
     MC_autocast = 35
     MC_grads_none = 36
-    MC_COUNT = 37
+    MC_moe_weighted_act = 37
+    MC_COUNT = 38
 
 cdef enum:
     LY_pp = 0

@@ -280,6 +280,19 @@ def kind_activation_bytes(kind, mc, option: int, keep_mask: int) -> float:
     return _layer_activation(kind, mc, int(option), int(keep_mask))
 
 
+def _weighted_activation_output(kind, mc, option: int) -> float:
+    """The experts' outputs layer_activation_bytes keeps for the probability-weighted combine (its routed
+    tokens x hidden at the compute width), which a stack that weights the tokens inside the expert activation
+    does not keep (ExecSpec.moe_weighted_activation: Megatron-Core since core_v0.13, whose un-permutation sums
+    without weights); 0 for another layer, another stack, or under full recompute (the layer keeps its input
+    alone)."""
+    if mc[_MC["moe_weighted_act"]] == 0.0 or kind[_MK["ffn"]] != _FFN_MOE or option == OPTION_FULL:
+        return 0.0
+    tokens = _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]]
+    routed = tokens * kind[_MK["top_k"]] * mc[_MC["token_factor"]] * mc[_MC["etp"]] / mc[_MC["tp"]]
+    return routed * kind[_MK["hidden"]] * mc[_MC["bytes_c"]]
+
+
 def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:
     """windowed_layer_activation_bytes of one layer of the kind (Korthikanti et al. 2022 Table 2), plus
     the inputs of the norms it runs beyond its pre-norms (Gemma's post-norms), kept as the pre-norms'
@@ -290,6 +303,7 @@ def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:
         mask = 255 if option == OPTION_NONE else keep_mask
         residual = _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]] * kind[_MK["hidden"]] / mc[_MC["sp"]]
         extra += _kept(mask, _NORMOP) * kind[_MK["extra_norms"]] * residual * mc[_MC["bytes_norm"]]
+    extra -= _weighted_activation_output(kind, mc, option)
     return extra + windowed_layer_activation_bytes(
         _kind_seq(kind, mc), mc[_MC["b"]], kind[_MK["hidden"]], mc[_MC["tp"]], mc[_MC["sp"]], mc[_MC["cp"]],
         mc[_MC["etp"]], int(kind[_MK["attention"]]), kind[_MK["heads"]], kind[_MK["kv_heads"]],

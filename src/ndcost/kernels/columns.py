@@ -383,6 +383,7 @@ MEMORY_CAND_FIELDS = (
     "w_fp8_cache",             # bytes per weight parameter of fp8 copies kept across micro-batches (0: none)
     "autocast",                # 1: fp32 parameters under torch.autocast, an fp32 residual stream (ExecSpec.autocast)
     "grads_none",              # 1: gradients exist only from the backward on (ExecSpec.grads_set_to_none)
+    "moe_weighted_act",        # 1: router probabilities applied in the expert activation (ExecSpec.moe_weighted_activation)
 )
 
 # --- one distinct layout (int64 rows of a layout table) ---

@@ -161,6 +161,14 @@ class ExecSpec:
     #: default since 2.0): with one micro-batch a step they are never held beside the forward's
     #: activations. Memory only.
     grads_set_to_none: bool = False
+    #: A MoE layer weights each routed token by its router probability inside the expert activation, so
+    #: the un-permutation sums without weights and the experts' outputs are not kept for backward
+    #: (Megatron-Core since core_v0.13, NVIDIA/Megatron-LM@2659630721 "Memory efficient token permutation":
+    #: moe/experts.py weighted_bias_swiglu_impl(fc1_output, bias, permuted_probs), token_dispatcher.py
+    #: unpermute without probs). False: the probabilities weight the experts' outputs before the combine,
+    #: which keeps them (torchtitan@b5bcd76c6 models/common/token_dispatcher.py:L158-161, Transformers'
+    #: MoE blocks). Memory only.
+    moe_weighted_activation: bool = True
 
     # ------------------------------------------------------------------ construction and validation
 

@@ -95,6 +95,7 @@ BOOL_FIELDS: tuple[str, ...] = (
     "moe_dispatch_fp8",
     "autocast",
     "grads_set_to_none",
+    "moe_weighted_activation",
 )
 # Byte widths and their minimum: a main (master) parameter copy and a dropout
 # mask may be absent (ND's DEFAULT_RUN has main_param_bytes 0 and

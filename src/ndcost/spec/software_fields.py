@@ -103,6 +103,9 @@ TORCHTITAN_FIELDS: tuple[PresetField, ...] = (
     PresetField("micro_batch_size", _stage_micro_batch_size, "as micro_batch_num", "the local batch in one "
                 "micro-batch, split under PP into pp of them", _one_micro_batch_per_stage,
                 shown="global_batch_size / (dp * pp)"),
+    PresetField("moe_weighted_activation", False, "", "pytorch/torchtitan@b5bcd76c6 "
+                "torchtitan/models/common/token_dispatcher.py:L158-161: the experts' outputs times their scores, "
+                "then scatter_add (the outputs are kept for the multiply's backward; a dense model has none)"),
 )
 
 _HF = "huggingface/transformers (5.x)"
@@ -133,6 +136,9 @@ HF_EAGER_FIELDS: tuple[PresetField, ...] = (
     PresetField("grads_set_to_none", True, "", f"{_TORCH} torch/optim/optimizer.py zero_grad(set_to_none=True), "
                 "the default since PyTorch 2.0: the gradients are freed after each step and made by the backward"),
     PresetField("sequence_parallel", False, "", "no tensor parallelism in a plain PyTorch model"),
+    PresetField("moe_weighted_activation", False, "", f"{_HF} models/qwen3_moe/modeling_qwen3_moe.py "
+                "Qwen3MoeSparseMoeBlock: each expert's output times its routing weight, then index_add_ (the "
+                "weighted outputs are kept for backward; a dense model has none to keep)"),
 )
 
 #: Preset name -> the ExecSpec fields it fixes (none: ExecSpec's defaults, Megatron-Core's, hold).

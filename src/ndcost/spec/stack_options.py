@@ -160,6 +160,10 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "gradients exist only from the backward on (zero_grad(set_to_none=True)): with one micro-batch "
                 "they are never held beside the forward's activations (default off, on under --software hf-eager)",
                 seconds_only=False),
+    StackOption("moe_weighted_activation", "moe_weighted_activation", "spec", "bool",
+                "weight each routed token by its router probability inside the expert activation, so the experts' "
+                "outputs are not kept for backward (Megatron-Core since core_v0.13) (default on, off under torchtitan's "
+                "and hf-eager's --software)", applies=_moe, needs="a MoE model", seconds_only=False),
     StackOption("tp_comm_overlap", "tp_overlap", "spec", "bool",
                 "overlap tensor-parallel communication with the GEMMs (Megatron's --tp-comm-overlap, Transformer "
                 "Engine userbuffers; torchtitan's async TP) (default off, or the --software stack's)",

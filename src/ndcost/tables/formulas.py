@@ -230,6 +230,7 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
               where(c["param_bytes"] == 1, 1.0, 2.0), 0.0),
         where(c["autocast"], 1.0, 0.0),                                          # autocast
         where(c["grads_set_to_none"], 1.0, 0.0),                                 # grads_none
+        where(c["moe_weighted_activation"], 1.0, 0.0),                           # moe_weighted_act
     )
 
 

@@ -193,6 +193,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         (1.0 if c['param_bytes'] == 1 else 2.0) if (c['precision'] == 'fp8') & c['fp8_weight_cache'] else 0.0,
         1.0 if c['autocast'] else 0.0,
         1.0 if c['grads_set_to_none'] else 0.0,
+        1.0 if c['moe_weighted_activation'] else 0.0,
     )
 
 

@@ -36,7 +36,8 @@ _FLAGS = ("sequence_parallel", "mtp_in_offset", "emb_out_in_offset", "selective_
           "recompute_slice_activation", "overlapped_grad_reduce", "overlapped_param_gather",
           "deferred_grad_accumulation", "shard_spans_cp",
           "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap", "fp8_weight_cache", "tie_embeddings",
-          "reshard_params", "moe_dispatch_fp8", "autocast", "grads_set_to_none")
+          "reshard_params", "moe_dispatch_fp8", "autocast", "grads_set_to_none",
+          "moe_weighted_activation")
 _BYTES = ("param_bytes", "compute_bytes", "softmax_bytes", "grad_bytes", "optimizer_state_bytes",
           "optimizer_states", "main_param_bytes", "norm_bytes", "dropout_bytes", "logit_bytes")
 
