@@ -26,6 +26,12 @@ What moved rows to fitting, each a published fact read (not a constant moved):
   outputs are not kept for backward (``ExecSpec.moe_weighted_activation``): nine Megatron-Bridge MoE rows now fit,
   e.g. Qwen3-30B-A3B mxfp8 on 8 GB300 (281.5 -> 230.0 GiB reserved of 262.7), DeepSeek-V3 on 1024 H100 (89.5 ->
   56.7 of 67.3), gpt-oss-120b on 64 B200 (175.1 -> 161.5 of 162.1).
+* NeMo AutoModel's four H100 rows (``moe_run_facts.yaml``, Automodel@8d9bfb90): its models are cast to bf16 at
+  initialisation and train with no fp32 master (``weights`` bf16; FSDP2 casts each reduced gradient to the
+  parameter's dtype, ``torch.optim.Adam``'s moments are ``zeros_like`` the bf16 parameter); its loss is
+  ``F.cross_entropy`` on the bf16 logits (``fp32_upcast: false``); its DeepEP experts weight each routed token
+  inside the activation, as Megatron-Core does. DeepSeek-V3 on 256 H100 94.4 -> 59.3 of 67.9, Kimi K2 102.7 ->
+  62.5 of 68.1, Qwen3-30B-A3B on 8 H100 103.5 -> 67.2 of 69.0, gpt-oss-120b on 64 H100 96.9 -> 68.4 of 68.8.
 """
 from __future__ import annotations
 
@@ -57,20 +63,6 @@ OVER_AS_PRICED = {
     "deepseek_v3_pretrain_h800_2048gpu": "92.7 of 67.9, activations 57.8: MoE activations under DualPipe (priced "
                                          "as 1F1B; the experts' outputs not kept, as Megatron-Core); DeepSeek's own fp8 caching (report §3.3.2: the MoE SwiGLU's "
                                          "input in fp8, its output recomputed) goes beyond TE's and is not priced",
-    "automodel_h100_deepseekv3_bf16_256gpu": "94.4 of 67.9, optimizer 30.3: FSDP2 expert optimizer states and MoE "
-                                             "activations. No fact found: its config checkpoints every block, "
-                                             "offloads nothing (Automodel@037e04a6 examples/benchmark/configs/"
-                                             "deepseek_v3_te_deepep.yaml, the stored version)",
-    "automodel_h100_kimik2_bf16_256gpu": "102.7 of 68.1, optimizer 42.1: FSDP2 expert optimizer states and MoE "
-                                         "activations. No fact found (checkpointing, no offload key: "
-                                         "Automodel@080dca53 examples/benchmark/configs/kimi_k2_te_deepep.yaml)",
-    "automodel_h100_qwen3_30b_a3b_bf16_8gpu": "103.5 of 69.0, activations 30.9, optimizer 28.4: the optimizer "
-                                              "states of 128 experts on 8 ranks. No fact found (checkpointing, "
-                                              "no offload key: Automodel@092af93e examples/benchmark/configs/"
-                                              "qwen3_moe_30b_te_deepep.yaml)",
-    "automodel_h100_gptoss120b_bf16_64gpu": "96.9 of 68.8, activations 61.9: MoE activations without "
-                                            "checkpointing. No fact found (no offload key: Automodel@037e04a6 "
-                                            "examples/benchmark/configs/gptoss_120b_te_deepep.yaml)",
 }
 
 
@@ -121,3 +113,21 @@ def test_megatron_bridge_rows_read_their_held_bytes():
     assert (spec.param_bytes, spec.grad_bytes, spec.optimizer_state_bytes, spec.main_param_bytes) == (1, 2, 2, 4)
     for note in ("gradients in a bf16 buffer", "Adam moments in bf16", "recompute modules mla_up_proj, mlp"):
         assert note in built.notes
+
+
+@pytest.mark.parametrize("row_id, reshard", [("automodel_h100_deepseekv3_bf16_256gpu", False),
+                                             ("automodel_h100_gptoss120b_bf16_64gpu", True)])
+def test_automodel_rows_read_pure_bf16_training(row_id, reshard):
+    """AutoModel's facts: bf16 weights with no fp32 master (the gathered copy beside the bf16 shards where FSDP2
+    does not reshard), bf16 gradients and Adam moments, the loss on bf16 logits, routed tokens weighted inside
+    the expert activation -- each overriding what the torchtitan-eager preset it is priced on would set."""
+    from ndcost.spec.software_fields import BF16_CROSS_ENTROPY_LOGIT_BYTES, TORCHTITAN_LOGIT_BYTES
+
+    doc = read_mapping(BUILTIN_RUNS["moe"], "a runs file")
+    row = next(r for r in doc["runs"] if r["id"] == row_id)
+    spec = build_row(row, doc.get("hardware") or {}, BUILTIN_RUNS["moe"]).spec
+    assert spec.reshard_params is reshard
+    assert (spec.param_bytes, spec.main_param_bytes) == ((2, 0) if reshard else (2, 2))
+    assert (spec.grad_bytes, spec.optimizer_state_bytes) == (2, 2)
+    assert spec.logit_bytes == BF16_CROSS_ENTROPY_LOGIT_BYTES == 8 < TORCHTITAN_LOGIT_BYTES
+    assert spec.moe_weighted_activation is True

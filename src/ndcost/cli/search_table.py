@@ -30,9 +30,9 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(ExecSpec))
 
 def _stack_options() -> dict:
     """ExecSpec field -> the stack option that states it on the command line (its name and words)."""
-    from ..spec.stack_options import STACK_OPTIONS
+    from ..spec.stack_options import SEARCHABLE
 
-    return {option.field: option for option in STACK_OPTIONS if option.owner == "spec" and option.kind != "list"}
+    return {field: option for field, option in SEARCHABLE.items() if option.kind != "list"}
 
 
 def _cell(name: str, value: Any, options: dict) -> str:

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..errors import SpecError
 from ..spec.device import Cluster
 from ..spec.recompute_spec import MEGATRON_RECOMPUTE_MODULES, SWITCHES
+from ..spec.software_fields import BF16_CROSS_ENTROPY_LOGIT_BYTES
 
 __all__ = ["RECOMPUTE_MODULE_SWITCHES", "catalog_cluster", "recompute_module_switches", "stack_choice",
            "dispatcher_choice", "expert_exchange_fields", "stated_stack_fields", "held_bytes_fields",
@@ -141,6 +142,11 @@ def stated_stack_fields(facts: Any, strategy: Mapping[str, Any], recompute: str,
     if facts.flag("cuda_graphs"):
         fields["cuda_graphs"], note = cuda_graphs_choice(facts.text("cuda_graphs"))
         notes.append(note)
+    weighting = facts.text("moe_expert_weighting")
+    if weighting:  # where the routing probability multiplies a routed token (ExecSpec.moe_weighted_activation)
+        fields["moe_weighted_activation"] = weighting.startswith("inside the expert activation")
+        notes.append("routed tokens weighted " + ("inside the expert activation" if fields["moe_weighted_activation"]
+                                                  else "after the experts (their outputs kept)"))
     return fields, notes
 
 
@@ -154,8 +160,15 @@ def held_bytes_fields(facts: Any, fp8: bool) -> tuple[dict[str, Any], list[str]]
     * ``grad_buffer`` bf16: the gradients accumulate in a 16-bit buffer (``grad_bytes`` 2).
     * ``main_params`` a 16-bit remainder: the fp32 master is the 16-bit weight plus a stored remainder
       (Apex's store_param_remainders: ``main_param_bytes`` 2).
+    * ``weights`` bf16: the model's own parameters are bf16 and the optimizer steps on them, with no fp32
+      master (pure bf16 training, e.g. NeMo AutoModel's models cast to bf16 at init): ``param_bytes`` 2;
+      under FSDP2 with ``reshard_after_forward`` false the gathered bf16 copy stays beside the bf16 shards,
+      which ndcost holds as the master (``main_param_bytes`` 2, sharded), else there is none (0).
     * ``adam_moments`` bf16: Megatron-Core's precision-aware optimizer keeps exp_avg and exp_avg_sq in
-      bf16 (OptimizerConfig exp_avg_dtype / exp_avg_sq_dtype: ``optimizer_state_bytes`` 2).
+      bf16 (OptimizerConfig exp_avg_dtype / exp_avg_sq_dtype: ``optimizer_state_bytes`` 2); likewise
+      ``torch.optim.Adam`` over bf16 parameters (its states are ``zeros_like(param)``).
+    * ``loss`` a bf16 cross_entropy: the loss runs on the 16-bit logits with no fp32 copy
+      (``logit_bytes`` ``BF16_CROSS_ENTROPY_LOGIT_BYTES``).
     """
     fields: dict[str, Any] = {}
     notes: list[str] = []
@@ -168,9 +181,17 @@ def held_bytes_fields(facts: Any, fp8: bool) -> tuple[dict[str, Any], list[str]]
     if facts.text("main_params").startswith("16-bit remainder"):
         fields["main_param_bytes"] = 2
         notes.append("master weights as 16-bit remainders")
+    if facts.text("weights").startswith("bf16"):
+        kept_gathered = facts.value("reshard_after_forward") is False
+        fields["param_bytes"], fields["main_param_bytes"] = 2, 2 if kept_gathered else 0
+        notes.append("bf16 weights, no fp32 master" + (" (the gathered copy kept beside the shards)"
+                                                        if kept_gathered else ""))
     if facts.text("adam_moments").startswith("bf16"):
         fields["optimizer_state_bytes"] = 2
         notes.append("Adam moments in bf16")
+    if facts.text("loss").startswith("bf16 cross_entropy"):
+        fields["logit_bytes"] = BF16_CROSS_ENTROPY_LOGIT_BYTES
+        notes.append("the loss on the bf16 logits (no fp32 copy)")
     return fields, notes
 
 

@@ -23,7 +23,7 @@ from .nvidia_recipes import NVIDIA_RECIPE_FIELDS
 from .preset_fields import PresetField, StrategyView, preset_values
 from .stack_options import TORCHTITAN_OP
 
-__all__ = ["TORCHTITAN_LOGIT_BYTES", "TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES", "TORCHTITAN_FIELDS", "HF_EAGER_FIELDS",
+__all__ = ["TORCHTITAN_LOGIT_BYTES", "TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES", "BF16_CROSS_ENTROPY_LOGIT_BYTES", "TORCHTITAN_FIELDS", "HF_EAGER_FIELDS",
            "PRESET_FIELDS",
            "check_software", "per_op_model", "software_fields", "stack_strategy", "with_software", "software_columns"]
 
@@ -41,6 +41,12 @@ TORCHTITAN_LOGIT_BYTES = max(2 + 4 + 4, 4 + 4 + 4)
 #: log-softmax, ``zeros_like`` (the one-hot), ``exp(x)`` and their sum (4 + 4 + 4 + 4), then the product
 #: while ``exp(x)`` is freed (still 16).
 TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES = max(2 + 4 + 4 + 4, 4 + 4 + 4 + 4)
+#: A plain ``F.cross_entropy`` on the 16-bit logits, with no fp32 upcast and the logits kept alive through
+#: backward (NeMo AutoModel's ``MaskedCrossEntropy(fp32_upcast=False)``: its training step holds ``out`` until
+#: ``backward()``, Automodel@8d9bfb90 recipes/llm/train_ft.py:L964-976; a pipeline's last stage keeps its
+#: output for the backward likewise). Forward: the logits and the log-softmax (2 + 2); backward: the logits,
+#: the kept log-softmax, nll_loss's dense gradient and log_softmax_backward's output (2 + 2 + 2 + 2).
+BF16_CROSS_ENTROPY_LOGIT_BYTES = max(2 + 2, 2 + 2 + 2 + 2)
 
 _TT = "pytorch/torchtitan@9dec370ad26b5f8e9a7333a0e36165018262644b"
 

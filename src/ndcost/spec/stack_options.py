@@ -144,6 +144,11 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "(per-tensor current scaling, Megatron's --fp8-recipe tensorwise), blockwise (DeepSeek-V3's "
                 "blocks), torchao (torchtitan's Float8Linear) (default: the --software stack's, else delayed)",
                 choices=tuple(FP8_RECIPES), applies=_fp8, needs="--precision fp8"),
+    StackOption("param_dtype", "param_bytes", "spec", "choice",
+                "the dtype the model's parameters are held in: fp32 (FSDP2 over fp32 parameters, bf16 gathered to "
+                "compute: torchtitan, Transformers), bf16 (16-bit weights: Megatron, or a model cast to bf16 as NeMo "
+                "AutoModel's), fp8 (as --fp8-param-gather) (default bf16; the --software stack's)",
+                choices=("fp32", "bf16", "fp8"), values={"fp32": 4, "bf16": 2, "fp8": 1}, seconds_only=False),
     StackOption("fp8_param_gather", "param_bytes", "spec", "bool",
                 "keep the parameters in fp8 and all-gather them in fp8 (Megatron's --fp8-param-gather: 1-byte "
                 "parameters beside the fp32 master copy; off: 16-bit ones) (default off)", values={True: 1, False: 2},
@@ -236,6 +241,11 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
     StackOption("grad_bytes", "grad_bytes", "spec", "int",
                 "bytes per gradient element as reduced: 4 (fp32, Megatron's bf16 default), 2 (fp16 runs that "
                 "reduce 16-bit gradients) (default 4)", choices=(2, 4), seconds_only=False),
+    StackOption("logit_bytes", "logit_bytes", "spec", "int",
+                "bytes per logit element the loss holds at its peak: 4 (Megatron's fused vocab-parallel cross "
+                "entropy), 8 (F.cross_entropy on the bf16 logits, kept to backward: NeMo AutoModel's fp32_upcast "
+                "false), 12 (the loss on an fp32 copy: torchtitan, Transformers), 16 (DTensor's loss_parallel) "
+                "(default 4; the --software stack's)", seconds_only=False),
     StackOption("master_weights", "main_param_bytes", "spec", "choice",
                 "the optimizer's master copy of the weights: fp32 (4 bytes a parameter) or remainder (2: the 16-bit "
                 "weights and a stored 16-bit remainder, Apex's store_param_remainders, NeMo's bf16 default under its "
@@ -303,8 +313,10 @@ MEGATRON_EP_OVERLAP = StackOption(
 
 #: Name -> option (the runs files' alias of ep_overlap too).
 OPTIONS: Mapping[str, StackOption] = {option.name: option for option in STACK_OPTIONS + (MEGATRON_EP_OVERLAP,)}
-#: The ExecSpec fields a search takes as dimensions through an option (by field name).
-SEARCHABLE: Mapping[str, StackOption] = {option.field: option for option in STACK_OPTIONS if option.owner == "spec"}
+#: The ExecSpec fields a search takes as dimensions through an option (by field name). Where two options set one
+#: field (``--param-dtype`` and ``--fp8-param-gather``), the first listed, the more general, names it.
+SEARCHABLE: Mapping[str, StackOption] = {field: next(o for o in STACK_OPTIONS if o.owner == "spec" and o.field == field)
+                                         for field in dict.fromkeys(o.field for o in STACK_OPTIONS if o.owner == "spec")}
 
 
 def _spec_defaults() -> dict[str, Any]:
@@ -427,9 +439,15 @@ def stack_fields(stated: Mapping[StackOption, Any]) -> tuple[dict, dict, dict]:
     """(ExecSpec fields, Rates figures, Overlap shares) that the *stated* options set (option -> field value);
     an option whose value maps to None (``--no-fp8-param-gather``) leaves its field as the stack sets it."""
     out: dict[str, dict] = {"spec": {}, "rates": {}, "overlap": {}}
+    setter: dict[tuple[str, str], StackOption] = {}
     for option, value in stated.items():
-        if value is not None:
-            out[option.owner][option.field] = value
+        if value is None:
+            continue
+        first = setter.setdefault((option.owner, option.field), option)
+        if first is not option and out[option.owner][option.field] != value:
+            raise SpecError(option.flag, "ndcost", f"agree with {first.flag} {option_text(first, out[option.owner][option.field])} "
+                            f"(both set {option.field})", option_text(option, value))
+        out[option.owner][option.field] = value
     return out["spec"], out["rates"], out["overlap"]
 
 
