@@ -23,7 +23,7 @@ from ..spec.device import Cluster
 from ..errors import SpecError
 from ..spec.model import Model
 from ..spec.software_fields import with_software
-from ..spec.rates import ATTENTION_KERNELS, FP8_RECIPES
+from ..spec.rates import ATTENTION_KERNELS, ELEMENTWISE, FP8_RECIPES
 from .fact_rules import catalog_cluster, held_bytes_fields, stack_choice, stated_stack_fields
 
 __all__ = ["BuiltRun", "RunFacts", "figure_value", "figure_int", "load_run_facts", "facts_for", "modern_run", "FACTS_FILES", "CATALOG_BY_NAME"]
@@ -323,6 +323,11 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
     if kernel:  # the attention kernel the run states (TE's fused attention: "best"), where its preset's differs
         changes["attention_kernel"], note = stack_choice("attention_kernel", kernel, ATTENTION_KERNELS, "best",
                                                          "the fastest kernel ndcost prices")
+        notes += [note] if note else []
+    elementwise = facts.text("elementwise").split(" ")[0]
+    if elementwise:  # how the norms and activations run (fused kernels, or eager PyTorch ops), where stated
+        changes["elementwise"], note = stack_choice("elementwise", elementwise, ELEMENTWISE, "fused",
+                                                    "the fused kernels ndcost prices")
         notes += [note] if note else []
     changes.update(_moe_kernel_changes(facts))
     return BuiltRun(model, spec, cluster, float(seconds), software_preset(facts), changes, None, tuple(notes))
