@@ -55,3 +55,16 @@ def test_validate_reports_every_row():
     assert len(out["rows"]) >= 20
     assert out["mae"] == pytest.approx(sum(abs(r["error"]) for r in out["rows"] if r["error"] is not None)
                                        / sum(1 for r in out["rows"] if r["error"] is not None))
+
+
+def test_devices_without_dp_leave_dp_to_the_devices():
+    """--devices with no --dp: dp is what tp*pp*cp leave (as a launcher derives it); a count they do not divide
+    is refused by name, in one line, exit 2."""
+    words = ["estimate", "llama3-70b", "--device", "h100-sxm", "--tp", "8", "--pp", "8", "--global-batch-size", "1024",
+             "--seq-length", "8192", "--sequence-parallel", "--recompute", "selective", "--json"]
+    derived = json.loads(run(*words, "--devices", "1024").stdout)
+    stated = json.loads(run(*words, "--devices", "1024", "--dp", "16").stdout)
+    assert derived["step_time"] == stated["step_time"]
+    bad = run(*words, "--devices", "1000", check=False)
+    assert bad.returncode == 2 and "tp*pp*cp = 64" in bad.stderr and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from .help import STRATEGY_HELP
 from .stack_args import (
@@ -158,9 +158,26 @@ def spec_from_args(args: argparse.Namespace):
     return stack_strategy(software, model_from_args(args) if needs_model else None, fields, "ndcost")[1]
 
 
+def _dp_of_devices(devices: int, fields: Mapping[str, Any]) -> int:
+    """The data-parallel degree --devices leaves once tp, pp and cp are placed (what a launcher derives)."""
+    model_parallel = 1
+    for name in ("tp", "pp", "cp"):
+        degree = fields.get(name, 1)
+        if not isinstance(degree, int) or degree < 1:
+            return 1                       # the degree itself is refused, by name, when the spec is built
+        model_parallel *= degree
+    if devices % model_parallel:
+        raise SpecError("--devices", "ndcost", f"be a multiple of tp*pp*cp = {model_parallel} when --dp is not "
+                        "given (dp is what the devices leave)", devices)
+    return devices // model_parallel
+
+
 def spec_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The ExecSpec fields the strategy flags (not the stack options) state."""
     fields: dict[str, Any] = {name: getattr(args, name) for name in _INT_FIELDS if getattr(args, name) is not None}
+    devices = getattr(args, "devices", None)
+    if "dp" not in fields and isinstance(devices, int) and devices >= 1:
+        fields["dp"] = _dp_of_devices(devices, fields)
     for name in ("sequence_parallel", "recompute", "pp_schedule"):
         value = getattr(args, name)
         if value is not None:

@@ -7,7 +7,7 @@ __all__ = ["STRATEGY_HELP", "ESTIMATE_EXAMPLES", "SEARCH_EXAMPLES", "examples_ep
 
 #: ExecSpec field -> help line (the defaults are ExecSpec's; tests/test_cli_help.py checks each names one).
 STRATEGY_HELP = {
-    "dp": "data-parallel degree (default 1)",
+    "dp": "data-parallel degree (default: --devices / (tp*pp*cp) where --devices is given, else 1)",
     "tp": "tensor-parallel degree (default 1)",
     "pp": "pipeline stages (default 1)",
     "vpp": "virtual pipeline chunks per stage (default 1; > 1 runs the interleaved schedule)",
