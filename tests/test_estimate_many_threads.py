@@ -138,7 +138,18 @@ def test_all_cores_is_one_thread_on_the_pure_python_backend():
         _backend.kernels = Watched(module, lambda name: callers.add(threading.get_ident()))   # use() restores
         estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK)
         assert callers == {threading.get_ident()}
+        # with a count, the caller and a pool worker both price: each thread's first kernel call waits (10 s at
+        # most) for the other to arrive, so that a loaded machine cannot let one thread take every chunk first
         callers.clear()
+        both = threading.Event()
+
+        def arrive(name):
+            callers.add(threading.get_ident())
+            if len(callers) >= 2:
+                both.set()
+            both.wait(10)
+
+        _backend.kernels = Watched(module, arrive)
         estimate_many(model, cands, "h100-sxm", units="nd", chunk_size=CHUNK, threads=2)
         assert len(callers) == 2 and threading.get_ident() in callers    # the caller and a pool worker priced it
 
