@@ -60,9 +60,10 @@ OVER_AS_PRICED = {
         "78.3 of 68.6, activations 41.8 at 24 virtual stages. No fact found: recompute null "
         "(MB@bf71eba0 configs/qwen3/qwen3_30b_a3b_llm_pretrain.yaml:19-21), no offload key in perf_matrix.h100, "
         "token drop at capacity 1.0 (run_script.py:102) saves nothing under even routing"),
-    "deepseek_v3_pretrain_h800_2048gpu": "92.7 of 67.9, activations 57.8: MoE activations under DualPipe (priced "
-                                         "as 1F1B; the experts' outputs not kept, as Megatron-Core); DeepSeek's own fp8 caching (report §3.3.2: the MoE SwiGLU's "
-                                         "input in fp8, its output recomputed) goes beyond TE's and is not priced",
+    "deepseek_v3_pretrain_h800_2048gpu": "87.6 of 67.9, activations 53.0: MoE activations under DualPipe (the "
+                                         "experts' outputs not kept, as Megatron-Core; the MoE SwiGLU's output "
+                                         "recomputed, report §3.3.2); DeepSeek's fp8 storage of the cached SwiGLU "
+                                         "input and the E5M6 attention-output input (§3.3.2) are not priced",
 }
 
 
