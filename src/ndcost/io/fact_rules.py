@@ -142,6 +142,11 @@ def stated_stack_fields(facts: Any, strategy: Mapping[str, Any], recompute: str,
     if facts.flag("cuda_graphs"):
         fields["cuda_graphs"], note = cuda_graphs_choice(facts.text("cuda_graphs"))
         notes.append(note)
+    if "consecutive experts" in facts.text("moe_router_force_load_balancing"):
+        # NeMo AutoModel's FakeBalancedGate: a token's k experts are consecutive, on one node -- node-limited
+        # routing to one node (the ranks inside it are still priced as uniformly chosen: an over-count)
+        fields["moe_node_limit"] = 1
+        notes.append("fake balanced gate: each token's experts are consecutive, priced as routed to one node")
     weighting = facts.text("moe_expert_weighting")
     if weighting:  # where the routing probability multiplies a routed token (ExecSpec.moe_weighted_activation)
         fields["moe_weighted_activation"] = weighting.startswith("inside the expert activation")
