@@ -19,7 +19,7 @@ the same strategies, from the minima or the medians, whichever is smaller (issue
 2 cores): estimate() memory off ~4.5 us, drop-in ~6.6 us: 1.38-1.51x estimate() memory off on one
 strategy (the like-for-like call: the drop-in prices no memory, as ND's does not), 1.15-1.20x
 estimate() as called by default; the drop-in's own share is keying its cache by the config's
-attribute names and values (~1 us) and its dispatch. The medians' ratios are recorded only: on the shared
+attribute names and values (~1 us) and its dispatch. The medians' ratios alone would be a poor guard: on the shared
 2-core machine this was written on they moved between 0.8 and 1.8 from run to run. Absolute times are
 never asserted.
 """
