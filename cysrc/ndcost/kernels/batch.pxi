@@ -110,19 +110,18 @@ cdef inline double c_mem_layer_activation(const double* kind, const double* mc,
 
 
 cdef inline double c_mem_autocast_activation(const double* kind, const double* mc, long long option,
-                                             long long keep_mask) noexcept nogil:
+                                             long long keep_mask, double tokens) noexcept nogil:
     # What one layer keeps beyond the formulas' count under torch.autocast with an fp32 stream (the oracle's
     # _autocast_activation): its weights' 16-bit casts, the pre-norms' fp32 normalised inputs, the extra
     # input casts of q/k/v and gate/up, o_proj's contiguous input copy, eager SwiGLU's product; under full
     # recompute the fp32 checkpoint's extra bytes only.
-    cdef double c, tp, sp, tokens, h, extra, divisor, residual, norms
+    cdef double c, tp, sp, h, extra, divisor, residual, norms
     cdef long long mask
     if mc[MC_autocast] == 0.0:
         return 0.0
     c = mc[MC_bytes_c]
     tp = mc[MC_tp]
     sp = mc[MC_sp]
-    tokens = c_mem_kind_seq(kind, mc) * mc[MC_b] / mc[MC_cp]
     h = kind[MK_hidden]
     if option == OPTION_FULL:
         divisor = sp
@@ -130,7 +129,7 @@ cdef inline double c_mem_autocast_activation(const double* kind, const double* m
             divisor = tp
         return tokens * h * (_MEM_FP32_BYTES - c) / divisor
     extra = ((kind[MK_p_nonexp] + kind[MK_p_shared]) / tp + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])) * c
-    mask = 255 if option == OPTION_NONE else keep_mask
+    mask = ALL_KEPT if option == OPTION_NONE else keep_mask
     residual = tokens * h / sp
     norms = kind[MK_extra_norms]
     if kind[MK_attention] != _MEM_ATT_NONE:
@@ -146,14 +145,13 @@ cdef inline double c_mem_autocast_activation(const double* kind, const double* m
 
 
 cdef inline double c_mem_weighted_activation_output(const double* kind, const double* mc,
-                                                   long long option) noexcept nogil:
+                                                   long long option, double tokens) noexcept nogil:
     # the experts' outputs c_layer_activation_bytes keeps for the probability-weighted combine, which a stack
     # weighting the tokens inside the expert activation does not keep (ExecSpec.moe_weighted_activation,
-    # _weighted_activation_output)
-    cdef double tokens, routed
+    # _weighted_activation_output); tokens of one micro-batch on the rank
+    cdef double routed
     if mc[MC_moe_weighted_act] == 0.0 or kind[MK_ffn] != _MEM_FFN_MOE or option == OPTION_FULL:
         return 0.0
-    tokens = c_mem_kind_seq(kind, mc) * mc[MC_b] / mc[MC_cp]
     routed = tokens * kind[MK_top_k] * mc[MC_token_factor] * mc[MC_etp] / mc[MC_tp]
     return routed * kind[MK_hidden] * mc[MC_bytes_c]
 
@@ -163,15 +161,17 @@ cdef inline double c_mem_formula_activation(const double* kind, const double* mc
     # Korthikanti et al. 2022 Table 2 for one layer of the kind, on the kind's hidden size, tokens and
     # attention window, plus the inputs of the norms beyond its pre-norms (Gemma's post-norms), plus what
     # autocast's fp32 stream adds
-    cdef double extra = c_mem_autocast_activation(kind, mc, option, keep_mask), residual
+    cdef double seq = c_mem_kind_seq(kind, mc)
+    cdef double tokens = seq * mc[MC_b] / mc[MC_cp]
+    cdef double extra = c_mem_autocast_activation(kind, mc, option, keep_mask, tokens), residual
     cdef long long mask
     if kind[MK_extra_norms] > 0.0 and option != OPTION_FULL:
-        mask = 255 if option == OPTION_NONE else keep_mask
-        residual = c_mem_kind_seq(kind, mc) * mc[MC_b] / mc[MC_cp] * kind[MK_hidden] / mc[MC_sp]
+        mask = ALL_KEPT if option == OPTION_NONE else keep_mask
+        residual = tokens * kind[MK_hidden] / mc[MC_sp]
         extra += c_mem_kept(mask, BIT_normOp) * kind[MK_extra_norms] * residual * mc[MC_bytes_norm]
-    extra -= c_mem_weighted_activation_output(kind, mc, option)
+    extra -= c_mem_weighted_activation_output(kind, mc, option, tokens)
     return extra + c_layer_activation_bytes(
-        c_mem_kind_seq(kind, mc), mc[MC_b], kind[MK_hidden], mc[MC_tp], mc[MC_sp], mc[MC_cp], mc[MC_etp],
+        seq, mc[MC_b], kind[MK_hidden], mc[MC_tp], mc[MC_sp], mc[MC_cp], mc[MC_etp],
         <long long>kind[MK_attention], kind[MK_heads], kind[MK_kv_heads], kind[MK_head_dim],
         <long long>kind[MK_out_gate], <long long>kind[MK_qk_norm], kind[MK_q_lora], kind[MK_kv_lora],
         kind[MK_qk_nope], kind[MK_qk_rope], kind[MK_v_dim], kind[MK_lin_k_heads], kind[MK_lin_k_dim],
@@ -283,12 +283,12 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
     for k in range(n_kinds):
         kind = kinds + k * MK_COUNT
         c_mem_static_layer(kind, mc, scratch.static_ + k * 3)
-        plain = c_mem_layer_activation(kind, mc, OPTION_NONE, 255)
+        plain = c_mem_layer_activation(kind, mc, OPTION_NONE, ALL_KEPT)
         # What a selective setting the formulas price recomputes: the formulas' plain layer minus
         # what it keeps (the census's plain layer, where one exists, is not on their scale).
         plain_formula = plain
         if kind[MK_census_saved] >= 0.0:
-            plain_formula = c_mem_formula_activation(kind, mc, OPTION_NONE, 255)
+            plain_formula = c_mem_formula_activation(kind, mc, OPTION_NONE, ALL_KEPT)
         gathered = 0.0
         if mc[MC_fsdp_gathers] != 0.0:
             # docs/ND_MODEL.md §3.7 FSDP extras: a backward holds two layers' gathered parameters.

@@ -7,6 +7,7 @@ the ``autocast`` branches of ``c_sec_layer``, ``c_sec_head`` and ``c_sec_stage_s
 """
 from __future__ import annotations
 
+from ..spec.recompute_spec import ALL_KEPT
 from .codes import MEMORY_ATTENTIONS, MEMORY_FFNS
 from .columns import LAYER_OP, MEMORY_CAND, MEMORY_KIND, OPTION_FULL, OPTION_NONE, SECONDS_CAND
 from .memory import _FFACT, _FP32_BYTES, _NORMOP, N_MEMORY_COLUMNS, _kept
@@ -56,7 +57,7 @@ def _autocast_activation(kind, mc, option: int, keep_mask: int, tokens: float) -
         return tokens * h * (_FP32_BYTES - c) / divisor
     extra = ((kind[_MK["p_nonexp"]] + kind[_MK["p_shared"]]) / tp
              + kind[_MK["p_routed"]] / (mc[_MC["ep"]] * mc[_MC["etp"]])) * c
-    mask = 255 if option == OPTION_NONE else keep_mask
+    mask = ALL_KEPT if option == OPTION_NONE else keep_mask
     residual = tokens * h / sp
     norms = kind[_MK["extra_norms"]]
     if kind[_MK["attention"]] != _ATT_NONE:
@@ -84,6 +85,7 @@ def _grads_from_backward(out) -> None:
         held = grads - activations if grads > activations else 0.0
         row[N_MEMORY_COLUMNS - 1] += held - grads
         row[1] = held
+
 
 def _autocast_passes(note, ops, x_sp: float, bc: float, db: float, n_split: float, casts_att: float,
                      casts_ff: float, rate, sums) -> None:

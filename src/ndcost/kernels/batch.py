@@ -280,15 +280,14 @@ def kind_activation_bytes(kind, mc, option: int, keep_mask: int) -> float:
     return _layer_activation(kind, mc, int(option), int(keep_mask))
 
 
-def _weighted_activation_output(kind, mc, option: int) -> float:
+def _weighted_activation_output(kind, mc, option: int, tokens: float) -> float:
     """The experts' outputs layer_activation_bytes keeps for the probability-weighted combine (its routed
     tokens x hidden at the compute width), which a stack that weights the tokens inside the expert activation
     does not keep (ExecSpec.moe_weighted_activation: Megatron-Core since core_v0.13, whose un-permutation sums
     without weights); 0 for another layer, another stack, or under full recompute (the layer keeps its input
-    alone)."""
+    alone); *tokens* of one micro-batch on the rank."""
     if mc[_MC["moe_weighted_act"]] == 0.0 or kind[_MK["ffn"]] != _FFN_MOE or option == OPTION_FULL:
         return 0.0
-    tokens = _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]]
     routed = tokens * kind[_MK["top_k"]] * mc[_MC["token_factor"]] * mc[_MC["etp"]] / mc[_MC["tp"]]
     return routed * kind[_MK["hidden"]] * mc[_MC["bytes_c"]]
 
@@ -298,14 +297,16 @@ def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:
     the inputs of the norms it runs beyond its pre-norms (Gemma's post-norms), kept as the pre-norms'
     are (not under full recompute; selective recompute drops them with the normOp switch), plus what
     autocast's fp32 stream adds (:func:`_autocast_activation`)."""
-    extra = _autocast_activation(kind, mc, option, keep_mask, _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]])
+    seq = _kind_seq(kind, mc)
+    tokens = seq * mc[_MC["b"]] / mc[_MC["cp"]]
+    extra = _autocast_activation(kind, mc, option, keep_mask, tokens)
     if kind[_MK["extra_norms"]] > 0.0 and option != OPTION_FULL:
-        mask = 255 if option == OPTION_NONE else keep_mask
-        residual = _kind_seq(kind, mc) * mc[_MC["b"]] / mc[_MC["cp"]] * kind[_MK["hidden"]] / mc[_MC["sp"]]
+        mask = _ALL_KEPT if option == OPTION_NONE else keep_mask
+        residual = tokens * kind[_MK["hidden"]] / mc[_MC["sp"]]
         extra += _kept(mask, _NORMOP) * kind[_MK["extra_norms"]] * residual * mc[_MC["bytes_norm"]]
-    extra -= _weighted_activation_output(kind, mc, option)
+    extra -= _weighted_activation_output(kind, mc, option, tokens)
     return extra + windowed_layer_activation_bytes(
-        _kind_seq(kind, mc), mc[_MC["b"]], kind[_MK["hidden"]], mc[_MC["tp"]], mc[_MC["sp"]], mc[_MC["cp"]],
+        seq, mc[_MC["b"]], kind[_MK["hidden"]], mc[_MC["tp"]], mc[_MC["sp"]], mc[_MC["cp"]],
         mc[_MC["etp"]], int(kind[_MK["attention"]]), kind[_MK["heads"]], kind[_MK["kv_heads"]],
         kind[_MK["head_dim"]], int(kind[_MK["out_gate"]]), int(kind[_MK["qk_norm"]]), kind[_MK["q_lora"]],
         kind[_MK["kv_lora"]], kind[_MK["qk_nope"]], kind[_MK["qk_rope"]], kind[_MK["v_dim"]],

@@ -315,8 +315,15 @@ MEGATRON_EP_OVERLAP = StackOption(
 OPTIONS: Mapping[str, StackOption] = {option.name: option for option in STACK_OPTIONS + (MEGATRON_EP_OVERLAP,)}
 #: The ExecSpec fields a search takes as dimensions through an option (by field name). Where two options set one
 #: field (``--param-dtype`` and ``--fp8-param-gather``), the first listed, the more general, names it.
-SEARCHABLE: Mapping[str, StackOption] = {field: next(o for o in STACK_OPTIONS if o.owner == "spec" and o.field == field)
-                                         for field in dict.fromkeys(o.field for o in STACK_OPTIONS if o.owner == "spec")}
+def _first_option_of_each_field() -> dict[str, StackOption]:
+    first: dict[str, StackOption] = {}
+    for option in STACK_OPTIONS:
+        if option.owner == "spec":
+            first.setdefault(option.field, option)
+    return first
+
+
+SEARCHABLE: Mapping[str, StackOption] = _first_option_of_each_field()
 
 
 def _spec_defaults() -> dict[str, Any]:
