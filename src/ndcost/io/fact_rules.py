@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..errors import SpecError
 from ..spec.device import Cluster
 from ..spec.recompute_spec import MEGATRON_RECOMPUTE_MODULES, SWITCHES
-from ..spec.software_fields import BF16_CROSS_ENTROPY_LOGIT_BYTES
+from ..spec.software_fields import BF16_CROSS_ENTROPY_LOGIT_BYTES, TE_CROSS_ENTROPY_LOGIT_BYTES
 
 __all__ = ["RECOMPUTE_MODULE_SWITCHES", "catalog_cluster", "recompute_module_switches", "stack_choice",
            "dispatcher_choice", "expert_exchange_fields", "stated_stack_fields", "held_bytes_fields",
@@ -173,7 +173,9 @@ def held_bytes_fields(facts: Any, fp8: bool) -> tuple[dict[str, Any], list[str]]
       bf16 (OptimizerConfig exp_avg_dtype / exp_avg_sq_dtype: ``optimizer_state_bytes`` 2); likewise
       ``torch.optim.Adam`` over bf16 parameters (its states are ``zeros_like(param)``).
     * ``loss`` a bf16 cross_entropy: the loss runs on the 16-bit logits with no fp32 copy
-      (``logit_bytes`` ``BF16_CROSS_ENTROPY_LOGIT_BYTES``).
+      (``logit_bytes`` ``BF16_CROSS_ENTROPY_LOGIT_BYTES``); Transformer Engine's fused cross entropy
+      ("te fused cross entropy", Megatron-Core's ``cross_entropy_fusion_impl 'te'``) writes the gradient
+      into the 16-bit logits in place (``logit_bytes`` ``TE_CROSS_ENTROPY_LOGIT_BYTES``).
     """
     fields: dict[str, Any] = {}
     notes: list[str] = []
@@ -197,6 +199,9 @@ def held_bytes_fields(facts: Any, fp8: bool) -> tuple[dict[str, Any], list[str]]
     if facts.text("loss").startswith("bf16 cross_entropy"):
         fields["logit_bytes"] = BF16_CROSS_ENTROPY_LOGIT_BYTES
         notes.append("the loss on the bf16 logits (no fp32 copy)")
+    elif facts.text("loss").startswith("te fused cross entropy"):
+        fields["logit_bytes"] = TE_CROSS_ENTROPY_LOGIT_BYTES
+        notes.append("TE fused cross entropy: the gradient written into the bf16 logits")
     return fields, notes
 
 

@@ -23,7 +23,8 @@ from .nvidia_recipes import NVIDIA_RECIPE_FIELDS
 from .preset_fields import PresetField, StrategyView, preset_values
 from .stack_options import TORCHTITAN_OP
 
-__all__ = ["TORCHTITAN_LOGIT_BYTES", "TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES", "BF16_CROSS_ENTROPY_LOGIT_BYTES", "TORCHTITAN_FIELDS", "HF_EAGER_FIELDS",
+__all__ = ["TORCHTITAN_LOGIT_BYTES", "TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES", "BF16_CROSS_ENTROPY_LOGIT_BYTES", "TE_CROSS_ENTROPY_LOGIT_BYTES",
+           "TORCHTITAN_FIELDS", "HF_EAGER_FIELDS",
            "PRESET_FIELDS",
            "check_software", "per_op_model", "software_fields", "stack_strategy", "with_software", "software_columns"]
 
@@ -47,6 +48,13 @@ TORCHTITAN_LOSS_PARALLEL_LOGIT_BYTES = max(2 + 4 + 4 + 4, 4 + 4 + 4 + 4)
 #: output for the backward likewise). Forward: the logits and the log-softmax (2 + 2); backward: the logits,
 #: the kept log-softmax, nll_loss's dense gradient and log_softmax_backward's output (2 + 2 + 2 + 2).
 BF16_CROSS_ENTROPY_LOGIT_BYTES = max(2 + 2, 2 + 2 + 2 + 2)
+#: Transformer Engine's fused cross entropy (Megatron-Core ``cross_entropy_fusion_impl 'te'``,
+#: NVIDIA/Megatron-LM@d7288711 megatron/core/models/common/language_module/language_module.py:L141-163 passes
+#: the output layer's 16-bit logits to ``te_parallel_cross_entropy``): its Triton forward writes the loss's
+#: gradient into the logits tensor in place and saves only that tensor for backward, whose backward scales
+#: it in place (NVIDIA/TransformerEngine@fedd9ddc transformer_engine/pytorch/cross_entropy.py:L50-59,
+#: triton/cross_entropy.py:L187, L261). No fp32 copy exists at any moment: 2 bytes a logit.
+TE_CROSS_ENTROPY_LOGIT_BYTES = 2
 
 _TT = "pytorch/torchtitan@9dec370ad26b5f8e9a7333a0e36165018262644b"
 
