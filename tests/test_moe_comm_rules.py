@@ -118,6 +118,8 @@ def test_batch_rows_get_reason_codes_as_single_specs_raise():
         (dict(dp=8, pp=2, ep=8, ep_overlap="dualpipe", global_batch_size=64), "ep_overlap_rule"),
         (dict(dp=8, pp=2, pp_schedule="dualpipe", ep_overlap="dualpipe", global_batch_size=64), "ep_overlap_rule"),
         (dict(dp=8, pp=2, ep=8, moe_dispatch_fp8=True, global_batch_size=64), "dispatch_fp8_precision"),
+        (dict(dp=8, pp=2, ep=8, fp8_activation_storage=True, global_batch_size=64), "fp8_storage_precision"),
+        (dict(dp=8, pp=2, ep=8, precision="fp8", fp8_activation_storage=True, global_batch_size=64), "ok"),
         (dict(dp=8, pp=2, vpp=2, ep=8, ep_overlap="1f1b", global_batch_size=64), "ok"),
         (dict(dp=8, pp=2, ep=8, moe_node_limit=-1, global_batch_size=64), "bad_moe_setting"),
         (dict(dp=8, pp=2, ep=8, moe_dispatcher_sms=0, global_batch_size=64), "bad_moe_setting"),

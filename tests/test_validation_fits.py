@@ -26,6 +26,10 @@ What moved rows to fitting, each a published fact read (not a constant moved):
   outputs are not kept for backward (``ExecSpec.moe_weighted_activation``): nine Megatron-Bridge MoE rows now fit,
   e.g. Qwen3-30B-A3B mxfp8 on 8 GB300 (281.5 -> 230.0 GiB reserved of 262.7), DeepSeek-V3 on 1024 H100 (89.5 ->
   56.7 of 67.3), gpt-oss-120b on 64 B200 (175.1 -> 161.5 of 162.1).
+* Megatron-Bridge's rows run Transformer Engine's fused cross entropy (``cross_entropy_fusion_impl 'te'``), which
+  writes the gradient into the bf16 logits in place: 2 bytes a logit, not 4 (Qwen3-30B-A3B on 16 H100, 25.09: 78.3
+  -> 73.3 GiB reserved, still over). DeepSeek-V3 on 2,048 H800 stores its activations as its report §3.3.2 says
+  (``fp8_activation_storage``): 87.6 -> 75.5 GiB, still over.
 * NeMo AutoModel's four H100 rows (``moe_run_facts.yaml``, Automodel@8d9bfb90): its models are cast to bf16 at
   initialisation and train with no fp32 master (``weights`` bf16; FSDP2 casts each reduced gradient to the
   parameter's dtype, ``torch.optim.Adam``'s moments are ``zeros_like`` the bf16 parameter); its loss is
@@ -62,10 +66,12 @@ OVER_AS_PRICED = {
         "73.3 of 68.6, activations 37.1 at 24 virtual stages. No fact found: recompute null "
         "(MB@bf71eba0 configs/qwen3/qwen3_30b_a3b_llm_pretrain.yaml:19-21), no offload key in perf_matrix.h100, "
         "token drop at capacity 1.0 (run_script.py:102) saves nothing under even routing"),
-    "deepseek_v3_pretrain_h800_2048gpu": "87.6 of 67.9, activations 53.0: MoE activations under DualPipe (the "
-                                         "experts' outputs not kept, as Megatron-Core; the MoE SwiGLU's output "
-                                         "recomputed, report §3.3.2); DeepSeek's fp8 storage of the cached SwiGLU "
-                                         "input and the E5M6 attention-output input (§3.3.2) are not priced",
+    "deepseek_v3_pretrain_h800_2048gpu": "75.5 of 67.9, activations 41.8: MoE activations under DualPipe's PP+1 "
+                                         "micro-batches (the experts' outputs not kept, as Megatron-Core; the MoE "
+                                         "SwiGLU's output recomputed and its inputs in fp8, the attention output in "
+                                         "E5M6, report §3.3.2); params 12.2 and fp32 grads 12.2 for DualPipe's two "
+                                         "copies. No published fact found for the rest (whether a bf16 weight copy "
+                                         "is kept beside the fp8 one is not stated)",
 }
 
 

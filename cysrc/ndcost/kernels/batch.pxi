@@ -156,6 +156,35 @@ cdef inline double c_mem_weighted_activation_output(const double* kind, const do
     return routed * kind[MK_hidden] * mc[MC_bytes_c]
 
 
+cdef inline double c_mem_fp8_gain(double compute_bytes, double stored_bytes) noexcept nogil:
+    # bytes an element saves stored at stored_bytes instead of the compute width (never negative)
+    cdef double gain = compute_bytes - stored_bytes
+    return gain if gain > 0.0 else 0.0
+
+
+cdef inline double c_mem_fp8_storage_saving(const double* kind, const double* mc,
+                                            long long option, double tokens) noexcept nogil:
+    # what one layer keeps below the formulas' count when the stack stores activations as DeepSeek-V3 does
+    # (ExecSpec.fp8_activation_storage; ndcost.kernels.activation_storage._fp8_storage_saving): the attention
+    # output in E5M6, the MoE SwiGLU's cached inputs (routed and shared experts) in fp8
+    cdef double c, tp, saving = 0.0, inputs, routed, elements
+    if mc[MC_fp8_act_store] == 0.0 or option == OPTION_FULL:
+        return 0.0
+    c = mc[MC_bytes_c]
+    tp = mc[MC_tp]
+    if kind[MK_attention] == _MEM_ATT_MLA:
+        saving += tokens * kind[MK_heads] / tp * kind[MK_v_dim] * c_mem_fp8_gain(c, _MEM_E5M6_STORED_BYTES)
+    elif kind[MK_attention] == _MEM_ATT_FULL:
+        saving += tokens * kind[MK_heads] / tp * kind[MK_head_dim] * c_mem_fp8_gain(c, _MEM_E5M6_STORED_BYTES)
+    if kind[MK_ffn] == _MEM_FFN_MOE:
+        inputs = 2.0 if kind[MK_gated] != 0.0 else 1.0
+        routed = tokens * kind[MK_top_k] * mc[MC_token_factor] * mc[MC_etp] / tp
+        elements = routed * inputs * kind[MK_ffn_width] / mc[MC_etp]
+        elements += tokens * inputs * kind[MK_shared_width] / tp
+        saving += elements * c_mem_fp8_gain(c, _MEM_FP8_STORED_BYTES)
+    return saving
+
+
 cdef inline double c_mem_formula_activation(const double* kind, const double* mc,
                                             long long option, long long keep_mask) noexcept nogil:
     # Korthikanti et al. 2022 Table 2 for one layer of the kind, on the kind's hidden size, tokens and
@@ -170,6 +199,7 @@ cdef inline double c_mem_formula_activation(const double* kind, const double* mc
         residual = tokens * kind[MK_hidden] / mc[MC_sp]
         extra += c_mem_kept(mask, BIT_normOp) * kind[MK_extra_norms] * residual * mc[MC_bytes_norm]
     extra -= c_mem_weighted_activation_output(kind, mc, option, tokens)
+    extra -= c_mem_fp8_storage_saving(kind, mc, option, tokens)
     return extra + c_layer_activation_bytes(
         seq, mc[MC_b], kind[MK_hidden], mc[MC_tp], mc[MC_sp], mc[MC_cp], mc[MC_etp],
         <long long>kind[MK_attention], kind[MK_heads], kind[MK_kv_heads], kind[MK_head_dim],

@@ -455,7 +455,8 @@ cdef enum:
     MC_autocast = 35
     MC_grads_none = 36
     MC_moe_weighted_act = 37
-    MC_COUNT = 38
+    MC_fp8_act_store = 38
+    MC_COUNT = 39
 
 cdef enum:
     LY_pp = 0

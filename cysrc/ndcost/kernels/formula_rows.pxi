@@ -316,6 +316,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     cdef long long c_logit_bytes = _fr_int(&cols[50], i)
     cdef bint c_grads_set_to_none = _fr_bool(&cols[51], i)
     cdef bint c_moe_weighted_activation = _fr_bool(&cols[52], i)
+    cdef bint c_fp8_activation_storage = _fr_bool(&cols[53], i)
     cdef long long joint_dp
     cdef long long joint_tp
     cdef long long joint_pp
@@ -670,6 +671,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
         out_memory[35 * s_memory] = (1.0 if c_autocast else 0.0)
         out_memory[36 * s_memory] = (1.0 if c_grads_set_to_none else 0.0)
         out_memory[37 * s_memory] = (1.0 if c_moe_weighted_activation else 0.0)
+        out_memory[38 * s_memory] = (1.0 if c_fp8_activation_storage else 0.0)
     if out_fixed != NULL:
         fixed_dp = c_dp
         fixed_tp = c_tp
@@ -681,7 +683,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     return 0
 
 
-def formula_rows(tuple columns,                       # IN: storage columns (53, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
+def formula_rows(tuple columns,                       # IN: storage columns (54, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
                  Py_ssize_t start, Py_ssize_t stop,    # IN: the rows
                  const double[::1] constants,        # IN: FORMULA_ROW_CONSTANTS, the tuples after
                  const long long[::1] codes,         # IN: the code of each FORMULA_ROW_RULES rule
@@ -695,13 +697,13 @@ def formula_rows(tuple columns,                       # IN: storage columns (53,
                  double[:, :] out_seconds,
                  double[:, :] out_memory,
                  double[:, :] out_fixed) -> None:
-    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (43, n) or (0, 0), the memory vector (38, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
+    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (43, n) or (0, 0), the memory vector (39, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
     cdef Py_ssize_t n = stop - start, n_layouts = layout_row.shape[0], i, j, li
     cdef long long r
     cdef bint bad
     cdef _formula_rows_constants k
-    cdef _FRColumn cols[53]
-    cdef Py_buffer views[53]
+    cdef _FRColumn cols[54]
+    cdef Py_buffer views[54]
     cdef int opened = 0
     cdef double* p_nd
     cdef double* p_seconds
@@ -733,8 +735,8 @@ def formula_rows(tuple columns,                       # IN: storage columns (53,
         raise ValueError("out_seconds must have strides of whole float64s")
     f_seconds = out_seconds.strides[0] // sizeof(double)     # a field's step
     r_seconds = out_seconds.strides[1] // sizeof(double)     # a row's step
-    if not ((out_memory.shape[0] == 38 and out_memory.shape[1] == n) or (out_memory.shape[0] == 0 and out_memory.shape[1] == 0)):
-        raise ValueError(f"out_memory must be (38, {n}) or (0, 0)")
+    if not ((out_memory.shape[0] == 39 and out_memory.shape[1] == n) or (out_memory.shape[0] == 0 and out_memory.shape[1] == 0)):
+        raise ValueError(f"out_memory must be (39, {n}) or (0, 0)")
     p_memory = &out_memory[0, 0] if out_memory.shape[0] and n else NULL
     if out_memory.strides[0] % sizeof(double) or out_memory.strides[1] % sizeof(double):
         raise ValueError("out_memory must have strides of whole float64s")
@@ -747,11 +749,11 @@ def formula_rows(tuple columns,                       # IN: storage columns (53,
         raise ValueError("out_fixed must have strides of whole float64s")
     f_fixed = out_fixed.strides[0] // sizeof(double)     # a field's step
     r_fixed = out_fixed.strides[1] // sizeof(double)     # a row's step
-    if len(columns) != 53:
-        raise ValueError(f"columns must hold 53 storage columns, got {len(columns)}")
+    if len(columns) != 54:
+        raise ValueError(f"columns must hold 54 storage columns, got {len(columns)}")
     _formula_rows_unpack(&k, constants, codes)
     try:
-        for j in range(53):
+        for j in range(54):
             _fr_open(columns[j], &views[j], &cols[j], stop, j)
             opened += 1
         with nogil:
@@ -771,7 +773,7 @@ def formula_rows(tuple columns,                       # IN: storage columns (53,
                         for j in range(43):
                             p_seconds[j * f_seconds + i * r_seconds] = NAN
                     if p_memory != NULL:
-                        for j in range(38):
+                        for j in range(39):
                             p_memory[j * f_memory + i * r_memory] = NAN
                     if p_fixed != NULL:
                         for j in range(1):

@@ -176,6 +176,8 @@ def held_bytes_fields(facts: Any, fp8: bool) -> tuple[dict[str, Any], list[str]]
       (``logit_bytes`` ``BF16_CROSS_ENTROPY_LOGIT_BYTES``); Transformer Engine's fused cross entropy
       ("te fused cross entropy", Megatron-Core's ``cross_entropy_fusion_impl 'te'``) writes the gradient
       into the 16-bit logits in place (``logit_bytes`` ``TE_CROSS_ENTROPY_LOGIT_BYTES``).
+    * ``activation_storage`` fp8 under fp8: DeepSeek-V3's low-precision activations, the MoE SwiGLU's cached
+      inputs in fp8 and the attention output in E5M6 (``fp8_activation_storage``).
     """
     fields: dict[str, Any] = {}
     notes: list[str] = []
@@ -202,6 +204,10 @@ def held_bytes_fields(facts: Any, fp8: bool) -> tuple[dict[str, Any], list[str]]
     elif facts.text("loss").startswith("te fused cross entropy"):
         fields["logit_bytes"] = TE_CROSS_ENTROPY_LOGIT_BYTES
         notes.append("TE fused cross entropy: the gradient written into the bf16 logits")
+    if fp8 and facts.text("activation_storage").startswith("fp8"):
+        fields["fp8_activation_storage"] = True
+        notes.append("activations stored as DeepSeek-V3 does: the MoE SwiGLU's inputs in fp8, the attention "
+                     "output in E5M6")
     return fields, notes
 
 

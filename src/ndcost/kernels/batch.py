@@ -43,6 +43,7 @@ from .memory import (
     _FP32_BYTES, _NORMOP, N_MEMORY_COLUMNS, _kept, inflight_micro_batches, pair_dualpipe_rows, stage_memory,
     windowed_layer_activation_bytes,
 )
+from .activation_storage import _fp8_storage_saving
 from .autocast import _autocast_activation, _grads_from_backward
 from .nd_combine import nd_apply_ratios, nd_combine
 from .nd_comm import nd_stage_sums
@@ -296,7 +297,9 @@ def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:
     """windowed_layer_activation_bytes of one layer of the kind (Korthikanti et al. 2022 Table 2), plus
     the inputs of the norms it runs beyond its pre-norms (Gemma's post-norms), kept as the pre-norms'
     are (not under full recompute; selective recompute drops them with the normOp switch), plus what
-    autocast's fp32 stream adds (:func:`_autocast_activation`)."""
+    autocast's fp32 stream adds (:func:`_autocast_activation`), less what a weighted expert activation and
+    DeepSeek-V3's low-precision storage do not keep (:func:`_weighted_activation_output`,
+    ``activation_storage._fp8_storage_saving``)."""
     seq = _kind_seq(kind, mc)
     tokens = seq * mc[_MC["b"]] / mc[_MC["cp"]]
     extra = _autocast_activation(kind, mc, option, keep_mask, tokens)
@@ -305,6 +308,7 @@ def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:
         residual = tokens * kind[_MK["hidden"]] / mc[_MC["sp"]]
         extra += _kept(mask, _NORMOP) * kind[_MK["extra_norms"]] * residual * mc[_MC["bytes_norm"]]
     extra -= _weighted_activation_output(kind, mc, option, tokens)
+    extra -= _fp8_storage_saving(kind, mc, option, tokens)
     return extra + windowed_layer_activation_bytes(
         seq, mc[_MC["b"]], kind[_MK["hidden"]], mc[_MC["tp"]], mc[_MC["sp"]], mc[_MC["cp"]],
         mc[_MC["etp"]], int(kind[_MK["attention"]]), kind[_MK["heads"]], kind[_MK["kv_heads"]],

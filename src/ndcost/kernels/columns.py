@@ -384,6 +384,7 @@ MEMORY_CAND_FIELDS = (
     "autocast",                # 1: fp32 parameters under torch.autocast, an fp32 residual stream (ExecSpec.autocast)
     "grads_none",              # 1: gradients exist only from the backward on (ExecSpec.grads_set_to_none)
     "moe_weighted_act",        # 1: router probabilities applied in the expert activation (ExecSpec.moe_weighted_activation)
+    "fp8_act_store",           # 1: DeepSeek-V3's fp8 / E5M6 activation storage (ExecSpec.fp8_activation_storage)
 )
 
 # --- one distinct layout (int64 rows of a layout table) ---

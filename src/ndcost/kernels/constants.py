@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..spec.mamba import SELECTIVE_SCAN_FLOPS
 from ..spec.recompute_spec import ALL_KEPT
-from . import memory, nd_combine, nd_ops, seconds, seconds_layer, seconds_moe, seconds_ops
+from . import activation_storage, memory, nd_combine, nd_ops, seconds, seconds_layer, seconds_moe, seconds_ops
 from .codes import ENUMS, ND_OPS, c_name
 
 __all__ = ["kernel_codes"]
@@ -31,6 +31,8 @@ CONSTANTS: dict[str, int | float] = {
     "_MEM_ROUTING_MAP_BYTES": memory.ROUTING_MAP_BYTES,
     "_MEM_INDEX_BYTES": memory.INDEX_BYTES,
     "_MEM_PROBABILITY_BYTES": memory.PROBABILITY_BYTES,
+    "_MEM_FP8_STORED_BYTES": activation_storage.FP8_STORED_BYTES,
+    "_MEM_E5M6_STORED_BYTES": activation_storage.E5M6_STORED_BYTES,
     # seconds mode: ops (seconds_ops)
     "SEC_NOTE_SIZE": seconds_ops.NOTE_SIZE,
     "SEC_POINTWISE_BACKWARD_BYTES": seconds_ops.POINTWISE_BACKWARD_BYTES,

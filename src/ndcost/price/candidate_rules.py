@@ -131,6 +131,7 @@ def _moe_rules(cols: dict[str, _Column], reason: np.ndarray, full_recompute: np.
     rules.reason = reason
     fp8 = a["precision"] == CHOICES["precision"].index("fp8")
     rules.add("dispatch_fp8_precision", a["moe_dispatch_fp8"] & ~fp8)
+    rules.add("fp8_storage_precision", a["fp8_activation_storage"] & ~fp8)
     overlap = a["ep_overlap"]
     codes = {name: i for i, name in enumerate(CHOICES["ep_overlap"])}
     schedule = a["pp_schedule"]

@@ -169,6 +169,12 @@ class ExecSpec:
     #: which keeps them (torchtitan@b5bcd76c6 models/common/token_dispatcher.py:L158-161, Transformers'
     #: MoE blocks). Memory only.
     moe_weighted_activation: bool = True
+    #: DeepSeek-V3's low-precision activation storage (DeepSeek-V3 technical report, arXiv 2412.19437,
+    #: §3.3.2 "Low-Precision Activation"): the inputs the MoE SwiGLU caches for its recomputed output are
+    #: stored in fp8 with the 1x128-tile scales of §3.3.1, and the attention output -- the input of the
+    #: linear after it, which the attention's backward also reads -- in the E5M6 format, one copy for both.
+    #: Needs precision 'fp8'. Memory only (the quantizing kernels' time is not priced).
+    fp8_activation_storage: bool = False
 
     # ------------------------------------------------------------------ construction and validation
 

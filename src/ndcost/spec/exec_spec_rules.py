@@ -96,6 +96,7 @@ BOOL_FIELDS: tuple[str, ...] = (
     "autocast",
     "grads_set_to_none",
     "moe_weighted_activation",
+    "fp8_activation_storage",
 )
 # Byte widths and their minimum: a main (master) parameter copy and a dropout
 # mask may be absent (ND's DEFAULT_RUN has main_param_bytes 0 and
@@ -450,6 +451,9 @@ def check_moe(spec: Any) -> None:
     if spec.moe_dispatch_fp8 and spec.precision != "fp8":
         raise SpecError("moe_dispatch_fp8", OWNER, "be False unless precision is 'fp8' (the dispatch is "
                         "quantized for the fp8 expert GEMMs)", spec.moe_dispatch_fp8)
+    if spec.fp8_activation_storage and spec.precision != "fp8":
+        raise SpecError("fp8_activation_storage", OWNER, "be False unless precision is 'fp8' (DeepSeek-V3 stores "
+                        "these activations in the formats of its fp8 training)", spec.fp8_activation_storage)
     overlap = spec.ep_overlap
     if overlap == "none":
         return

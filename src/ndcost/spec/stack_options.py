@@ -215,6 +215,10 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "dispatch (and the combine's backward) in fp8 with 1x128 scales, the combine in bf16, as DeepSeek-V3 "
                 "(default off)", applies=lambda f, m: _moe(f, m) & _fp8(f, m), needs="a MoE model and --precision fp8",
                 context=lambda value: {"precision": "fp8"}),
+    StackOption("fp8_activation_storage", "fp8_activation_storage", "spec", "bool",
+                "store activations as DeepSeek-V3 does (its report §3.3.2): the MoE SwiGLU's cached inputs in fp8, "
+                "the attention output in E5M6, each with 1x128-tile scales (default off)",
+                applies=_fp8, needs="--precision fp8", seconds_only=False, context=lambda value: {"precision": "fp8"}),
     StackOption("ep_overlap", "ep_overlap", "spec", "choice",
                 "how the expert all-to-all overlaps compute: none, 1f1b (Megatron-Core's "
                 "--overlap-moe-expert-parallel-comm: a forward and a backward micro-batch co-scheduled; vpp > 1 when "
