@@ -73,6 +73,17 @@ def test_the_command_line_states_it(capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
+def test_the_emitted_launch_says_no_launcher_states_it():
+    from ndcost.io.emit import megatron_flags
+
+    model = ndcost.Model.from_catalog("deepseek-v3")
+    spec = ndcost.ExecSpec(dp=128, pp=16, ep=64, global_batch_size=15360, seq_length=4096, precision="fp8",
+                           fp8_activation_storage=True)
+    command, *notes = megatron_flags(model, spec).split("\n#")
+    assert "fp8_activation_storage" not in command
+    assert any("fp8_activation_storage" in note and "§3.3.2" in note for note in notes)
+
+
 def test_deepseek_v3_as_deepseek_ran_it_reads_it():
     """The H800 row's facts state §3.3.2's storage; it takes 11.2 GiB off each middle stage's activations
     (53.0 -> 41.8 GiB under DualPipe's 17 micro-batches in flight)."""

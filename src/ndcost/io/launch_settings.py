@@ -218,6 +218,9 @@ def stack_notes(model: Any, spec: ExecSpec, rates: Any, launcher: str) -> list[s
                      "Megatron-Core's")
     if spec.grad_bytes == 2 and spec.precision != "fp16":
         notes.append("16-bit gradient reduction under bf16 (Megatron reduces bf16 runs' gradients in fp32)")
+    if spec.fp8_activation_storage:
+        notes.append("fp8_activation_storage (DeepSeek-V3's fp8 SwiGLU inputs and E5M6 attention output, report "
+                     "§3.3.2) is DeepSeek's own framework's; no launcher option states it")
     if model.is_moe:
         notes += _expert_exchange_notes(spec, launcher)
     return notes
