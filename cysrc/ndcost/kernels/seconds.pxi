@@ -146,7 +146,8 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
         if ep_mode == SEC_EP_NONE:
             ep_f = c_sec_exposed(ep_f, layer[SL_fw], ov_ep)
             ep_b = c_sec_exposed(ep_b, layer[SL_bw] + layer[SL_bw_w], ov_ep)
-        paired_ep = 0.0 if ep_mode == SEC_EP_NONE else c_sec_paired_layer(layer, ov_ep, ep_sm)
+        paired_ep = 0.0 if ep_mode == SEC_EP_NONE else c_sec_paired_layer(layer, ov_ep, ep_sm,
+                                                                           ep_mode == SEC_EP_DUALPIPE)
         for o in range(n_slots):
             option = slot_option[o]
             rc = 0.0

@@ -94,10 +94,18 @@ cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidde
     return (rdma if rdma > nvlink else nvlink) + rate[R_inter_lat]
 
 
-cdef inline double c_sec_exposed_paired(double comm, double window, double share, double sms) noexcept nogil:
-    # Comm beside another micro-batch's compute on kernels holding sms of the SMs (the oracle's).
+cdef inline double c_sec_exposed_paired(double comm, double window, double share, double sms,
+                                        bint static) noexcept nogil:
+    # Comm beside another micro-batch's compute on kernels holding sms of the SMs (the oracle's): while the
+    # comm runs, or (static, DualPipe's fixed split) for the whole window.
     cdef double exposed = comm - share * window
-    cdef double held = sms * comm
+    cdef double held
+    if static:
+        if comm == 0.0:
+            return 0.0
+        held = window * sms / (1.0 - sms) if sms < 1.0 else comm
+        return exposed if exposed > held else held
+    held = sms * comm
     exposed = exposed if exposed > held else held
     return exposed if exposed < comm else comm
 
@@ -122,16 +130,16 @@ cdef inline double c_sec_paired_share(const double* cand, Py_ssize_t n_stages, P
     return paired / total if paired > 0.0 else 0.0
 
 
-cdef inline double c_sec_paired_layer(const double* layer, double share, double sms) noexcept nogil:
+cdef inline double c_sec_paired_layer(const double* layer, double share, double sms, bint static) noexcept nogil:
     # A layer's all-to-alls in an F&B pair: the three phases of Megatron-Core's combined 1F1B (the oracle's
     # _paired_layer).
     cdef double dispatch = layer[SL_ep_d]
     cdef double combine = layer[SL_ep_f] - dispatch
     cdef double att_f = layer[SL_att_f], att_b = layer[SL_att_b]
     cdef double mlp = layer[SL_fw] - att_f + layer[SL_bw] + layer[SL_bw_w] - att_b
-    return (c_sec_exposed_paired(dispatch, att_f, share, sms)
-            + c_sec_exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0, share, sms)
-            + c_sec_exposed_paired(combine, att_b, share, sms))
+    return (c_sec_exposed_paired(dispatch, att_f, share, sms, static)
+            + c_sec_exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0, share, sms, static)
+            + c_sec_exposed_paired(combine, att_b, share, sms, static))
 
 
 cdef inline double c_sec_exposed_tail(double comm, double window, double share, double layers) noexcept nogil:

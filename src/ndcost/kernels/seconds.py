@@ -54,8 +54,8 @@ from .autocast import _autocast_embedding, _autocast_head
 from .seconds_vision import _vision_edges
 from .seconds_ops import POINTWISE_BACKWARD_BYTES, _cand_ok, _check_rows, _check_tables, _fill, _mm3, _pass
 from .seconds_comm import (
-    ALL_REDUCE, DEEPEP, EP_NONE, GATHER_OR_SCATTER, SEND_RECV, _collective, _exposed, _exposed_tail, _paired_layer,
-    _paired_share,
+    ALL_REDUCE, DEEPEP, EP_DUALPIPE, EP_NONE, GATHER_OR_SCATTER, SEND_RECV, _collective, _exposed, _exposed_tail,
+    _paired_layer, _paired_share,
 )
 from .seconds_layer import _layer
 
@@ -212,7 +212,7 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
         if ep_mode == EP_NONE:
             ep_f = _exposed(ep_f, layer[_L["fw"]], ov_ep)
             ep_b = _exposed(ep_b, layer[_L["bw"]] + layer[_L["bw_w"]], ov_ep)
-        paired_ep = 0.0 if ep_mode == EP_NONE else _paired_layer(layer, ov_ep, ep_sm)
+        paired_ep = 0.0 if ep_mode == EP_NONE else _paired_layer(layer, ov_ep, ep_sm, ep_mode == EP_DUALPIPE)
         for o in range(n_slots):
             option = slot_option[o]
             rc = rc_tp = rc_cp = rc_flops = 0.0

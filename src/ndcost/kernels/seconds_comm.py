@@ -179,12 +179,26 @@ def _exposed(comm: float, window: float, share: float) -> float:
     return comm - hidden
 
 
-def _exposed_paired(comm: float, window: float, share: float, sms: float) -> float:
+def _exposed_paired(comm: float, window: float, share: float, sms: float, static: bool) -> float:
     """Comm left on the critical path when it runs beside another micro-batch's compute *window*
     (an F&B pair) on kernels that hold a share *sms* of the SMs: the compute meanwhile runs on the
-    rest, so the pair takes max(window + sms·comm, comm) (the comm's SM time added, or the comm
-    itself when longer than the window). *share* of the window can hide it (1: all of it)."""
+    rest. *share* of the window can hide it (1: all of it).
+
+    * Held while the comm runs (Megatron-Core's combined 1F1B): the pair takes max(window + sms·comm,
+      comm) -- the comm's SM time added, or the comm itself when longer than the window.
+    * *static*, DualPipe's fixed split: DeepSeek-V3 "manually adjust[s] the ratio of GPU SMs dedicated to
+      communication versus computation" for the overlapped chunk pair (report §3.2.1; 20 SMs, §3.2.2), so
+      the pair's compute runs on the other SMs throughout: max(window / (1 - sms), comm). DeepSeek's
+      published profile of such a pair (deepseek-ai/profile-data@4496024 train.json: 4 MoE layers, EP 64)
+      has DeepEP's kernels resident on their stream 114.5 ms of the pair's 128.5, and its fp8 GEMMs take
+      15.8 ms a layer on the compute stream -- ndcost's 13.4 ms for them on the whole H800 times
+      132/112 (tests/test_moe_overlap.py)."""
     exposed = comm - share * window
+    if static:
+        if comm == 0.0:
+            return 0.0                    # no all-to-all in the phase (a dense layer): no SMs held for it
+        held = window * sms / (1.0 - sms) if sms < 1.0 else comm
+        return exposed if exposed > held else held
     held = sms * comm
     exposed = exposed if exposed > held else held
     return exposed if exposed < comm else comm
@@ -216,7 +230,7 @@ def _paired_share(cand, n_stages: int, stage: int) -> float:
     return paired / total if paired > 0.0 else 0.0
 
 
-def _paired_layer(layer, share: float, sms: float) -> float:
+def _paired_layer(layer, share: float, sms: float, static: bool) -> float:
     """What a layer's dispatches and combines leave exposed when one micro-batch's forward runs beside
     another's backward (an F&B pair: both passes' all-to-alls, 2·ep_f). Megatron-Core's combined 1F1B
     (models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run) runs three phases,
@@ -228,14 +242,14 @@ def _paired_layer(layer, share: float, sms: float) -> float:
     DeepSeek-V3's DualPipe pairs the same four components of a chunk (report §3.2.1, Figure 4). The
     combine's backward moves the dispatch direction's bytes (ep_d), the dispatch's backward the
     combine's (ep_f - ep_d); the attention sub-block is att_f / att_b, the MLP the rest of the pass.
-    Each phase leaves :func:`_exposed_paired` of its comm."""
+    Each phase leaves :func:`_exposed_paired` of its comm (*static*: DualPipe's fixed SM split)."""
     dispatch = layer[_L["ep_d"]]
     combine = layer[_L["ep_f"]] - dispatch
     att_f, att_b = layer[_L["att_f"]], layer[_L["att_b"]]
     mlp = layer[_L["fw"]] - att_f + layer[_L["bw"]] + layer[_L["bw_w"]] - att_b
-    return (_exposed_paired(dispatch, att_f, share, sms)
-            + _exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0, share, sms)
-            + _exposed_paired(combine, att_b, share, sms))
+    return (_exposed_paired(dispatch, att_f, share, sms, static)
+            + _exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0, share, sms, static)
+            + _exposed_paired(combine, att_b, share, sms, static))
 
 
 def _exposed_tail(comm: float, window: float, share: float, layers: float) -> float:
