@@ -186,6 +186,9 @@ def test_dualpipes_fixed_split_against_deepseeks_profile(backend_name):
     moe = next(layer for layer in e.ops() if layer.name == "moe")
     gemms = sum(row.seconds for row in moe.rows if row.op in ("attn_proj", "experts", "shared_experts"))
     assert gemms * 132.0 / 112.0 == pytest.approx(15.79e-3, rel=0.05)
+    # its attention kernels (FlashAttention forward, backward and their pre/post-processing): 21.96 ms, 5.49 a layer
+    attention = sum(row.seconds for row in moe.rows if row.op == "attn_core")
+    assert attention * 132.0 / 112.0 == pytest.approx(5.49e-3, rel=0.15)
 
 
 def test_megatron_overlap_pairs_all_but_the_warm_up(kernels, backend_name):
