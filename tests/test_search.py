@@ -155,3 +155,17 @@ def test_cli_plots_are_written(tmp_path, kind):
                 "--global-batch-size", "64", "--seq-length", "4096"]
     _cli("plot", kind, *args, "-o", str(out))
     assert out.exists() and out.stat().st_size > 1000
+
+
+def test_deepseek_v3_with_deepseeks_stack_ranks_deepseeks_layout_in_the_top_5():
+    """Issue 23: the search on DeepSeek-V3's pre-training setting (2,048 H800, 15,360 x 4K tokens), with the stack
+    stated as DeepSeek ran it (fp8 blockwise, DualPipe with its overlapped all-to-all, DeepEP with node-limited
+    routing and fp8 dispatch, its fp8 activation storage, bf16 Adam moments), ranks DeepSeek's own layout (PP 16,
+    EP 64, ZeRO-1 over DP 128) among its first five."""
+    proc = _cli("search", "deepseek-v3", "--devices", "2048", "--device", "h800", "--global-batch-size", "15360",
+                "--seq-length", "4096", "--precision", "fp8", "--fp8-recipe", "blockwise", "--pp-schedule", "dualpipe",
+                "--ep-overlap", "dualpipe", "--moe-dispatcher", "deepep", "--moe-node-limit", "4",
+                "--moe-dispatch-fp8", "--fp8-activation-storage", "--adam-moments", "bf16", "--top", "5", "--json")
+    results = json.loads(proc.stdout)["results"]
+    layouts = [(r["strategy"]["pp"], r["strategy"]["ep"], r["strategy"]["dp"]) for r in results]
+    assert (16, 64, 128) in layouts, layouts
