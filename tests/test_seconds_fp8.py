@@ -55,6 +55,38 @@ def test_a_cast_moves_the_recipes_bytes_in_its_kernels():
     assert seconds_ops._cast(elements, _cand("bf16"), _rate("bf16")) == 0.0
 
 
+def test_the_backward_casts_by_recipe():
+    """Every recipe but DeepSeek's casts an output gradient as it casts a forward input and re-quantizes nothing;
+    DeepSeek-V3's (report §3.5.2) casts the gradient to both tile layouts (2 + 1, twice: 6 bytes in 2 kernels) and
+    re-quantizes the cached fp8 input for the weight gradient (dequantize 1 + 2, cast-and-transpose 2 + 1: 6 bytes
+    in 2 kernels), where its forward wrote the 1x128 tiles alone (2 + 1: 3 bytes in 1 kernel)."""
+    cand = _cand("fp8")
+    gradient, cached = 4096.0 * 7168.0, 4096.0 * 2048.0
+    for recipe in ("delayed", "current", "blockwise"):
+        rate = _rate("fp8", recipe)
+        assert seconds_ops._backward_casts(gradient, cached, cand, rate) == pytest.approx(
+            seconds_ops._cast(gradient, cand, rate), rel=1e-12)
+    rate = _rate("fp8", "deepseek")
+    hbm = rate[RATE["hbm_eff"]] * rate[RATE["hbm_bw"]]
+    assert seconds_ops._cast(cached, cand, rate) == pytest.approx(3.0 * cached / hbm + 3e-6, rel=1e-12)
+    assert seconds_ops._backward_casts(gradient, cached, cand, rate) == pytest.approx(
+        6.0 * gradient / hbm + 2 * 3e-6 + 6.0 * cached / hbm + 2 * 3e-6, rel=1e-12)
+    assert seconds_ops._backward_casts(gradient, cached, _cand("bf16"), _rate("bf16", "deepseek")) == 0.0
+
+
+def test_deepseek_v3_as_deepseek_ran_it_reads_its_recipe():
+    from ndcost.files import read_mapping
+    from ndcost.io.validation import BUILTIN_RUNS, build_row
+
+    doc = read_mapping(BUILTIN_RUNS["moe"], "a runs file")
+    row = next(r for r in doc["runs"] if r["id"] == "deepseek_v3_pretrain_h800_2048gpu")
+    built = build_row(row, doc.get("hardware") or {}, BUILTIN_RUNS["moe"])
+    assert built.rates.fp8_recipe == "deepseek"
+    blockwise = ndcost.estimate(built.model, built.spec, built.cluster, rates=built.rates.replace(fp8_recipe="blockwise"))
+    deepseek = ndcost.estimate(built.model, built.spec, built.cluster, rates=built.rates)
+    assert deepseek.step_time > blockwise.step_time
+
+
 @pytest.mark.parametrize("shape", sorted(AIC_H100_FP8_MS))
 def test_an_fp8_gemm_with_its_input_cast_matches_public_measurements(shape):
     m, n, k = map(float, shape)
@@ -116,7 +148,8 @@ def test_every_recipe_prices_fp8_layers_slower_than_pure_gemms_and_both_backends
     pykernels.seconds_layer_times(*args, ref)
     np.testing.assert_allclose(out, ref, rtol=1e-12)
     no_cast = arrays["rate"].copy()
-    no_cast[RATE["f8_cast_b"]] = 0.0
+    for field in ("f8_cast_b", "f8_gcast_b", "f8_rq_b"):
+        no_cast[RATE[field]] = 0.0
     bare = np.empty_like(out)
     kernels.seconds_layer_times(*args[:5], no_cast, bare)
     assert (out[:, SECONDS_LAYER["fw"]] > bare[:, SECONDS_LAYER["fw"]]).all()

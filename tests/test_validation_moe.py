@@ -162,7 +162,7 @@ def test_the_facts_reach_the_specs():
     assert not mixtral.spec.grouped_gemm  # token drop at capacity factor 1.0
     deepseek = built("deepseek_v3_pretrain_h800_2048gpu")
     assert deepseek.cluster.device.name == "h800" and deepseek.spec.dp == 128
-    assert deepseek.spec.ep_overlap == "dualpipe" and deepseek.rates.fp8_recipe == "blockwise"
+    assert deepseek.spec.ep_overlap == "dualpipe" and deepseek.rates.fp8_recipe == "deepseek"
     gptoss = built("mbridge_26.04_gb300_gptoss120b_bf16_64gpu")
     assert gptoss.model.family == "gpt_oss" and gptoss.spec.precision == "bf16"
     # Megatron-Core's CUDA graph scopes: attention, router and preprocessing; Megatron's whole layers

@@ -168,10 +168,11 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
     k_b = 2.0 * k_f
     e_f += (n_split * (c_sec_cast(rows * h, cand, rate) + c_sec_cast(rows * narrow, cand, rate))
             + rate[R_f8_w_mb] * local * c_sec_cast(h * (wide + narrow), cand, rate))
-    e_d += n_split * (c_sec_cast(rows * wide, cand, rate) + c_sec_cast(rows * h, cand, rate))
+    e_d += n_split * (c_sec_backward_casts(rows * wide, rows * h, cand, rate)
+                      + c_sec_backward_casts(rows * h, rows * narrow, cand, rate))
     if bm == 1.0:
         k_f += (2.0 * n_split + 2.0 * rate[R_f8_w_mb] * local) * rate[R_f8_cast_k]
-        k_b += 2.0 * n_split * rate[R_f8_cast_k]
+        k_b += 2.0 * n_split * (rate[R_f8_gcast_k] + rate[R_f8_rq_k])
     weights = local * h * (wide + narrow)
     if grad_acc != 0.0:
         e_w += c_sec_pass(weights * (bc + 2.0 * bg), n_split, rate)

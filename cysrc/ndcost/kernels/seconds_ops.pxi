@@ -42,6 +42,20 @@ cdef inline double c_sec_cast(double elements, const double* cand, const double*
     return c_sec_pass(rate[R_f8_cast_b] * elements, rate[R_f8_cast_k], rate)
 
 
+cdef inline double c_sec_backward_casts(double gradient, double cached, const double* cand,
+                                        const double* rate) noexcept nogil:
+    # The backward's fp8 casts of a GEMM: the output gradient's, the cached input's re-quantization (the oracle's
+    # _backward_casts); 0 unless fp8.
+    cdef double cast = 0.0
+    if cand[SC_bytes_mm] != 1.0:
+        return 0.0
+    if gradient > 0.0:
+        cast = c_sec_pass(rate[R_f8_gcast_b] * gradient, rate[R_f8_gcast_k], rate)
+    if cached > 0.0:
+        cast += c_sec_pass(rate[R_f8_rq_b] * cached, rate[R_f8_rq_k], rate)
+    return cast
+
+
 cdef inline void c_sec_fill(double* out, Py_ssize_t count, double value) noexcept nogil:
     # out[0:count] = value (a row zeroed before its sums, or NaN for a row that is not priced).
     cdef Py_ssize_t i
@@ -87,10 +101,10 @@ cdef inline void c_sec_mm3(double m, double n, double k, double chunks, const do
     out3[4] = chunks * (d_split + 1.0)
     if not sixteen:
         out3[0] += chunks * c_sec_cast(m * k, cand, rate) + rate[R_f8_w_mb] * c_sec_cast(k * n, cand, rate)
-        out3[1] += chunks * c_sec_cast(m * n, cand, rate)
+        out3[1] += chunks * c_sec_backward_casts(m * n, m * k, cand, rate)
         if cand[SC_bytes_mm] == 1.0:
             out3[3] += (chunks + rate[R_f8_w_mb]) * rate[R_f8_cast_k]
-            out3[4] += chunks * rate[R_f8_cast_k]
+            out3[4] += chunks * (rate[R_f8_gcast_k] + rate[R_f8_rq_k])
 
 
 cdef inline void c_sec_add_gemm(double* sums, double f, double d, double w) noexcept nogil:

@@ -206,7 +206,8 @@ def stack_notes(model: Any, spec: ExecSpec, rates: Any, launcher: str) -> list[s
         notes.append(f"routing imbalance {spec.moe_imbalance:g} (the busiest rank's tokens over the mean) is an "
                      "input ndcost priced, not a launcher setting")
     if launcher != "torchtitan" and spec.precision == "fp8" and fp8_recipe_of(rates) not in MEGATRON_FP8_RECIPES:
-        notes.append(f"fp8 recipe {fp8_recipe_of(rates)} is torchao's (torchtitan), not Transformer Engine's")
+        owner = "DeepSeek-V3's own framework's" if fp8_recipe_of(rates) == "deepseek" else "torchao's (torchtitan)"
+        notes.append(f"fp8 recipe {fp8_recipe_of(rates)} is {owner}, not Transformer Engine's")
     if rates is not None and launcher != "torchtitan":
         for name, megatron in (("attention_kernel", "best"), ("elementwise", "fused"), ("attention_copies", False)):
             if getattr(rates, name) != megatron:

@@ -198,8 +198,8 @@ class BuiltRun:
 
 def _fp8_recipe(facts: RunFacts) -> str | None:
     text = facts.text("fp8_recipe") + " " + facts.text("precision")
-    for word, recipe in (("mxfp8", "mxfp8"), ("delayed", "delayed"), ("current scaling", "current"),
-                         ("blockwise", "blockwise")):
+    for word, recipe in (("deepseek", "deepseek"), ("mxfp8", "mxfp8"), ("delayed", "delayed"),
+                         ("current scaling", "current"), ("blockwise", "blockwise")):
         if word in text:
             return recipe
     return None

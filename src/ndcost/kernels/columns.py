@@ -212,6 +212,8 @@ RATE_FIELDS = (
     "mm16_eff",        # achievable share of peak_attn (16-bit) of a GEMM kept 16-bit under fp8
     "f8_cast_b", "f8_cast_k",  # fp8 cast of a 16-bit tensor: bytes moved per element, kernels
     "f8_w_mb",         # 1: weights cast to fp8 every micro-batch (0: stored fp8 or cast once a step)
+    "f8_gcast_b", "f8_gcast_k",  # fp8 cast of an output gradient in the backward: bytes per element, kernels
+    "f8_rq_b", "f8_rq_k",        # backward re-quantization of a cached fp8 input: bytes per element, kernels
     "ew_eager",        # 1: elementwise ops run unfused, one PyTorch op per kernel
     "attn_copies",     # 1: the attention copies K/V per query head and its output to SDPA's layout
     "tp_ov_splits",    # TP comm overlap: chunks of a pipelined reduce-scatter GEMM

@@ -189,7 +189,7 @@ def _exposed_paired(comm: float, window: float, share: float, sms: float, static
     * *static*, DualPipe's fixed split: DeepSeek-V3 "manually adjust[s] the ratio of GPU SMs dedicated to
       communication versus computation" for the overlapped chunk pair (report §3.2.1; 20 SMs, §3.2.2), so
       the pair's compute runs on the other SMs throughout: max(window / (1 - sms), comm). DeepSeek's
-      published profile of such a pair (deepseek-ai/profile-data@4496024 train.json: 4 MoE layers, EP 64)
+      published profile of such a pair (deepseek-ai/profile-data@449602428a1b train.json: 4 MoE layers, EP 64)
       has DeepEP's kernels resident on their stream 114.5 ms of the pair's 128.5, and its fp8 GEMMs take
       15.8 ms a layer on the compute stream -- ndcost's 13.4 ms for them on the whole H800 times
       132/112 (tests/test_moe_overlap.py)."""

@@ -21,8 +21,8 @@ from .columns import (
 from .codes import GEMM_LAUNCHES, PERMUTES
 from .nd_ops import _check_len
 from .seconds_ops import (
-    EAGER_SWIGLU_PASSES, NOTE_SIZE, SCOPE_FFN, SCOPE_PRE, _add_gemm, _cand_ok, _cast, _check_rows, _ffn_pair, _fill,
-    _gemm, _mm3_noted, _note, _note_launch, _note_pass, _note_start, _pass,
+    EAGER_SWIGLU_PASSES, NOTE_SIZE, SCOPE_FFN, SCOPE_PRE, _add_gemm, _backward_casts, _cand_ok, _cast, _check_rows,
+    _ffn_pair, _fill, _gemm, _mm3_noted, _note, _note_launch, _note_pass, _note_start, _pass,
 )
 
 __all__ = ["seconds_moe_block"]
@@ -260,10 +260,11 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
     # fp8 grouped GEMMs (TE GroupedLinear) cast both inputs forward and both output gradients back
     e_f += (n_split * (_cast(rows * h, cand, rate) + _cast(rows * narrow, cand, rate))
             + rate[_R["f8_w_mb"]] * local * _cast(h * (wide + narrow), cand, rate))
-    e_d += n_split * (_cast(rows * wide, cand, rate) + _cast(rows * h, cand, rate))
+    e_d += n_split * (_backward_casts(rows * wide, rows * h, cand, rate)
+                      + _backward_casts(rows * h, rows * narrow, cand, rate))
     if bm == 1.0:
         k_f += (2.0 * n_split + 2.0 * rate[_R["f8_w_mb"]] * local) * rate[_R["f8_cast_k"]]
-        k_b += 2.0 * n_split * rate[_R["f8_cast_k"]]
+        k_b += 2.0 * n_split * (rate[_R["f8_gcast_k"]] + rate[_R["f8_rq_k"]])
     weights = local * h * (wide + narrow)
     if grad_acc != 0.0:
         e_w += _pass(weights * (bc + 2.0 * bg), n_split, rate)

@@ -133,6 +133,18 @@ def _cast(elements: float, cand, rate) -> float:
     return _pass(rate[_R["f8_cast_b"]] * elements, rate[_R["f8_cast_k"]], rate)
 
 
+def _backward_casts(gradient: float, cached: float, cand, rate) -> float:
+    """The backward's fp8 casts of a GEMM: its *gradient* elements (the output gradient) cast at f8_gcast_b bytes
+    in f8_gcast_k kernels, its *cached* input elements re-quantized for the weight gradient at f8_rq_b bytes in
+    f8_rq_k kernels (DeepSeek-V3's recipe; none elsewhere: ``Rates.fp8_backward_casts``). 0 unless fp8."""
+    if cand[_C["bytes_mm"]] != 1.0:
+        return 0.0
+    cast = _pass(rate[_R["f8_gcast_b"]] * gradient, rate[_R["f8_gcast_k"]], rate) if gradient > 0.0 else 0.0
+    if cached > 0.0:
+        cast += _pass(rate[_R["f8_rq_b"]] * cached, rate[_R["f8_rq_k"]], rate)
+    return cast
+
+
 def _pass(moved: float, kernels: float, rate) -> float:
     """Elementwise work: bytes over the achievable HBM bandwidth plus kernel_s per kernel."""
     if moved <= 0.0:
@@ -200,11 +212,12 @@ def _mm3(m: float, n: float, k: float, chunks: float, cand, rate, out3, sixteen:
     out3[4] = chunks * (d_split + 1.0)
     if not sixteen:
         out3[0] += chunks * _cast(m * k, cand, rate) + rate[_R["f8_w_mb"]] * _cast(k * n, cand, rate)
-        out3[1] += chunks * _cast(m * n, cand, rate)
+        out3[1] += chunks * _backward_casts(m * n, m * k, cand, rate)
         if cand[_C["bytes_mm"]] == 1.0:
-            # the casts' kernels: the input's every chunk, the weight's with f8_w_mb, the output grad's
+            # the casts' kernels: the input's every chunk, the weight's with f8_w_mb, the output grad's and
+            # the cached input's re-quantization
             out3[3] += (chunks + rate[_R["f8_w_mb"]]) * rate[_R["f8_cast_k"]]
-            out3[4] += chunks * rate[_R["f8_cast_k"]]
+            out3[4] += chunks * (rate[_R["f8_gcast_k"]] + rate[_R["f8_rq_k"]])
 
 
 def _add_gemm(sums, g3) -> None:

@@ -30,6 +30,7 @@ from .moe_kernels import (
 )
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
+           "FP8_BACKWARD_CASTS",
            "DEEPEP_NVLINK_EFFICIENCY",
            "ATTENTION_KERNELS", "ELEMENTWISE"]
 
@@ -58,6 +59,9 @@ ELEMENTWISE: tuple[str, ...] = ("fused", "eager")
 #:   latency "includes the compute-scale overhead": tests/test_seconds_fp8.py).
 #: * blockwise: DeepSeek-V3's 1x128 activation / 128x128 weight blocks (report §3.3.2): the block
 #:   amax and the cast in one pass that writes both layouts: 4, 1.
+#: * deepseek: DeepSeek-V3's own fine-grained recipe as its framework runs it (report §3.3.1: 1x128 activation
+#:   tiles, 128x128 weight blocks): the forward casts an input to its 1x128 tiles alone (read 2, write 1: 3
+#:   bytes, one kernel), and the backward re-quantizes it (:data:`FP8_BACKWARD_CASTS`).
 #: * torchao: Float8Linear with tensorwise dynamic scaling (pytorch/ao torchao/float8, used by
 #:   torchtitan): amax, then scale-and-cast, then the transposed copy; compiled (inductor fuses the
 #:   scale into the cast): 2 + 2 + 1 + 1 = 6 bytes in 2 kernels; eager (abs, amax, mul, clamp, to,
@@ -68,7 +72,23 @@ FP8_RECIPES: Mapping[str, tuple[tuple[float, float, float], tuple[float, float, 
     "current": ((6.0, 2.0, 0.0), (6.0, 2.0, 0.0)),
     "blockwise": ((4.0, 1.0, 0.0), (4.0, 1.0, 0.0)),
     "torchao": ((6.0, 2.0, 1.0), (19.0, 6.0, 1.0)),
+    "deepseek": ((3.0, 1.0, 0.0), (3.0, 1.0, 0.0)),
 })
+#: The backward's fp8 casts of each recipe: name -> ((bytes per element and kernels casting an output gradient,
+#: bytes per element and kernels re-quantizing a cached fp8 input for the weight gradient) fused, eager). Every
+#: recipe but DeepSeek's casts a gradient as it casts a forward input (the same passes, both layouts written) and
+#: keeps the input's transposed copy from the forward, so re-quantizes nothing. DeepSeek-V3 (report §3.5.2):
+#: "activations during the forward pass are quantized into 1x128 FP8 tiles and stored. During the backward pass,
+#: the matrix needs to be read out, dequantized, transposed, re-quantized into 128x1 tiles, and stored in HBM" --
+#: a dequantizing pass (read 1, write 2) and a cast-and-transpose (read 2, write 1): 6 bytes in 2 kernels; a
+#: gradient is cast twice, to 1x128 tiles for the input gradient and transposed to 128x1 for the weight
+#: gradient: 6 bytes in 2 kernels. DeepSeek's published profile of a DualPipe pair
+#: (deepseek-ai/profile-data@449602428a1b train.json) runs these as per_token_cast_to_fp8, cast_back_impl and
+#: per_channel_cast_and_transpose kernels.
+FP8_BACKWARD_CASTS: Mapping[str, tuple[tuple[float, float, float, float], tuple[float, float, float, float]]] = (
+    MappingProxyType({name: tuple((moved, kernels, 0.0, 0.0) for moved, kernels, _ in passes)
+                      for name, passes in FP8_RECIPES.items() if name != "deepseek"}
+                     | {"deepseek": ((6.0, 2.0, 6.0, 2.0), (6.0, 2.0, 6.0, 2.0))}))
 
 # ---------------------------------------------------------------------------- sources
 
@@ -301,6 +321,12 @@ class Rates:
         ``fp8_recipe`` and ``elementwise`` (:data:`FP8_RECIPES`)."""
         moved, kernels, every = FP8_RECIPES[self.fp8_recipe][self.elementwise == "eager"]
         return moved, kernels, every
+
+    def fp8_backward_casts(self) -> tuple[float, float, float, float]:
+        """(bytes per element and kernels of an output gradient's cast, of a cached input's re-quantization) in
+        the backward under ``fp8_recipe`` and ``elementwise`` (:data:`FP8_BACKWARD_CASTS`)."""
+        grad_b, grad_k, requant_b, requant_k = FP8_BACKWARD_CASTS[self.fp8_recipe][self.elementwise == "eager"]
+        return grad_b, grad_k, requant_b, requant_k
 
     @classmethod
     def for_software(cls, device: Any, software: str) -> Rates:

@@ -141,8 +141,10 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "bf16,fp8) (default bf16)", choices=PRECISIONS, seconds_only=False),
     StackOption("fp8_recipe", "fp8_recipe", "rates", "choice",
                 "how fp8 GEMM inputs are scaled and cast: delayed (Transformer Engine's DelayedScaling), current "
-                "(per-tensor current scaling, Megatron's --fp8-recipe tensorwise), blockwise (DeepSeek-V3's "
-                "blocks), torchao (torchtitan's Float8Linear) (default: the --software stack's, else delayed)",
+                "(per-tensor current scaling, Megatron's --fp8-recipe tensorwise), blockwise (1x128 / 128x128 blocks, "
+                "Transformer Engine's), deepseek (DeepSeek-V3's blocks as its framework runs them: the backward "
+                "re-quantizes each cached input, report §3.5.2), torchao (torchtitan's Float8Linear) (default: the "
+                "--software stack's, else delayed)",
                 choices=tuple(FP8_RECIPES), applies=_fp8, needs="--precision fp8"),
     StackOption("param_dtype", "param_bytes", "spec", "choice",
                 "the dtype the model's parameters are held in: fp32 (FSDP2 over fp32 parameters, bf16 gathered to "

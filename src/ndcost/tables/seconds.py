@@ -199,6 +199,8 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     vec[RATE["f8_cast_b"]] = moved
     vec[RATE["f8_cast_k"]] = kernels
     vec[RATE["f8_w_mb"]] = every
+    vec[RATE["f8_gcast_b"]], vec[RATE["f8_gcast_k"]], vec[RATE["f8_rq_b"]], vec[RATE["f8_rq_k"]] = (
+        rates.fp8_backward_casts())
     vec[RATE["ew_eager"]] = 1.0 if rates.elementwise == "eager" else 0.0
     vec[RATE["attn_copies"]] = 1.0 if rates.attention_copies else 0.0
     vec[RATE["tp_ov_splits"]] = rates.tp_overlap_splits
