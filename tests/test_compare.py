@@ -41,7 +41,10 @@ def test_the_parts_explain_the_gap(readme_search):
     deltas = [d for _, _, d in c.part_differences().values()]
     assert sum(deltas) == pytest.approx(c.gap, rel=1e-9)
     assert not c.tied and c.gap > 0
-    assert any("vpp 2 -> 1" in reason and "bubble" in reason for reason in c.reasons)
+    # the bubble's sentence names what moved it (today #10 runs half the micro-batches of #1: 64 -> 32)
+    bubble = next(reason for reason in c.reasons if "bubble" in reason)
+    changed = {name for name, *_ in c.differences}
+    assert any(f"{name} " in bubble and "->" in bubble for name in changed), (bubble, changed)
     assert any(reason.split(": ")[-1].startswith("+") for reason in c.reasons)
     assert any(reason.split(": ")[-1].startswith("-") for reason in c.reasons)
 

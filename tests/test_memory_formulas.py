@@ -339,15 +339,21 @@ def test_inflight_1f1b(kernels):
     assert inflight(kernels, "1f1b", 1, 8, 1) == [[1]]
 
 
-def test_inflight_interleaved_big_memory(kernels):
-    # p 4, m 8, vp 2 (base 4): stage 0 extra 3, last 4 -> chunk 0 = 4 + 3 − 1 = 6, chunk 1 = 4;
-    # stage 1 extra 2, last 3 < 4 -> 4 (extra 1): 5, 4; stage 2: 4, 3; stage 3 extra 0, last 1 -> 2 (extra −1): 3, 2.
-    assert inflight(kernels, "interleaved", 4, 8, 2) == [[6, 4], [5, 4], [4, 3], [3, 2]]
-    # vp 3: the middle chunk holds base.
-    assert inflight(kernels, "interleaved", 4, 8, 3) == [[6, 4, 4], [5, 4, 4], [4, 4, 3], [3, 4, 2]]
-    # Few micro-batches (m 2 < p 4, base 2): stage 0: 2 + 1 − 1 = 2, 2;
-    # stage 1: extra 0, last 1 -> 2 (extra −1): 1, 2; stages 2 and 3 go negative and are floored at 1.
-    assert inflight(kernels, "interleaved", 4, 2, 2) == [[2, 2], [1, 2], [1, 1], [1, 1]]
+def test_inflight_interleaved_is_the_schedules_own(kernels):
+    """Megatron-Core's interleaved 1F1B (schedules.py get_pp_rank_microbatches, get_schedule_table) holds, at its
+    first steady forward, its (p - s - 1)·2 + (vp - 1)·p warm-up forwards plus that one, in its table's order:
+    groups of p micro-batches, each through chunk 0, then chunk 1. p 4, m 8, vp 2: stage 0 runs 11 forwards --
+    group 0's 4 on chunk 0 and 4 on chunk 1, then 3 of group 1's on chunk 0: [7, 4]; stage 1, 9: [5, 4]; stage
+    2, 7: [4, 3]; stage 3, 5: [4, 1] (ND's "big memory" variant says [[6, 4], [5, 4], [4, 3], [3, 2]])."""
+    assert inflight(kernels, "interleaved", 4, 8, 2) == [[7, 4], [5, 4], [4, 3], [4, 1]]
+    # vp 3: the warm-up spans (vp - 1)·p more forwards, the middle chunk holding a whole group.
+    assert inflight(kernels, "interleaved", 4, 8, 3) == [[7, 4, 4], [5, 4, 4], [4, 4, 3], [4, 4, 1]]
+    # Few micro-batches (m 2 < p 4): every forward runs before the first backward (schedules.py L833-835).
+    assert inflight(kernels, "interleaved", 4, 2, 2) == [[2, 2], [2, 2], [2, 2], [2, 2]]
+    # Megatron-Bridge's Qwen3-30B-A3B on 16 H100 (pp 2, vp 24, m 64): 49 chunks on stage 0, 47 on stage 1,
+    # whose last chunk (the output layer and its logits) holds one micro-batch.
+    pp2 = inflight(kernels, "interleaved", 2, 64, 24)
+    assert (sum(pp2[0]), sum(pp2[1]), pp2[0][0], pp2[1][-1]) == (49, 47, 3, 1)
 
 
 def test_inflight_gpipe_holds_every_micro_batch(kernels):

@@ -28,8 +28,10 @@ What moved rows to fitting, each a published fact read (not a constant moved):
   56.7 of 67.3), gpt-oss-120b on 64 B200 (175.1 -> 161.5 of 162.1).
 * Megatron-Bridge's rows run Transformer Engine's fused cross entropy (``cross_entropy_fusion_impl 'te'``), which
   writes the gradient into the bf16 logits in place: 2 bytes a logit, not 4 (Qwen3-30B-A3B on 16 H100, 25.09: 78.3
-  -> 73.3 GiB reserved, still over). DeepSeek-V3 on 2,048 H800 stores its activations as its report §3.3.2 says
-  (``fp8_activation_storage``): 87.6 -> 75.5 GiB, still over.
+  -> 73.3 GiB reserved, still over). Interleaved pipelines hold what Megatron-Core's schedule holds (its warm-up
+  plus the first steady forward, in its table's order), not ND's "big memory" count, which put a second micro-batch
+  of logits on the last stage: that row 73.3 -> 70.7. DeepSeek-V3 on 2,048 H800 stores its activations as its
+  report §3.3.2 says (``fp8_activation_storage``): 87.6 -> 75.5 GiB, still over.
 * NeMo AutoModel's four H100 rows (``moe_run_facts.yaml``, Automodel@8d9bfb90): its models are cast to bf16 at
   initialisation and train with no fp32 master (``weights`` bf16; FSDP2 casts each reduced gradient to the
   parameter's dtype, ``torch.optim.Adam``'s moments are ``zeros_like`` the bf16 parameter); its loss is
@@ -63,7 +65,9 @@ OVER_AS_PRICED = {
                                         "paper states ZeRO-3, no model parallelism, micro-batch 4; nothing of "
                                         "activation partitioning or CPU checkpointing)",
     "mbridge_25.09_dgxh100_qwen3_30b_a3b_unstated_16gpu": (
-        "73.3 of 68.6, activations 37.1 at 24 virtual stages. No fact found: recompute null "
+        "70.7 of 68.6 (3% over), activations 34.8 at 24 virtual stages: Megatron's interleaved schedule holds 47 "
+        "one-layer chunks and one micro-batch's logits on stage 1, 49 chunks on stage 0 (33.8); optimizer 21.3 "
+        "(the experts' fp32 state unsharded: expert data-parallel size 1). No fact found: recompute null "
         "(MB@bf71eba0 configs/qwen3/qwen3_30b_a3b_llm_pretrain.yaml:19-21), no offload key in perf_matrix.h100, "
         "token drop at capacity 1.0 (run_script.py:102) saves nothing under even routing"),
     "deepseek_v3_pretrain_h800_2048gpu": "75.5 of 67.9, activations 41.8: MoE activations under DualPipe's PP+1 "

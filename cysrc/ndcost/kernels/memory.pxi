@@ -12,24 +12,25 @@
 
 # ---------------------------------------------------------------- in flight
 
-cdef inline long long c_mem_one_f_one_b(long long base, long long vp, long long stage, long long chunk) noexcept nogil:
-    # docs/ND_MODEL.md §3.6, 1F1B vp = 1 and interleaved "big memory".
-    cdef long long extra, last, first
+cdef inline long long c_mem_one_f_one_b(long long p, long long m, long long vp, long long stage,
+                                        long long chunk) noexcept nogil:
+    # 1F1B vp = 1 (docs/ND_MODEL.md §3.6), interleaved as Megatron-Core's schedule holds it (the oracle's
+    # _one_f_one_b: its warm-up plus the first steady forward, in its table's order).
+    cdef long long base = p if p < m else m
+    cdef long long left, count = 0, start = 0, size, taken, mine
     if vp == 1:
         return base - stage
-    if 0 < chunk < vp - 1:
-        return base
-    extra = base - stage - 1
-    last = base - stage
-    if last < base:
-        last += 1
-        extra -= 1
-    if chunk == vp - 1:
-        return last
-    first = base + extra
-    if stage == 0:
-        first -= 1
-    return first
+    left = 2 * (p - stage - 1) + (vp - 1) * p + 1
+    if left > m * vp:
+        left = m * vp
+    while left > 0 and start < m:
+        size = p if m - start > p else m - start
+        taken = left if left < size * vp else size * vp
+        mine = taken - chunk * size
+        count += size if mine > size else (mine if mine > 0 else 0)
+        left -= taken
+        start += p
+    return count
 
 
 cdef inline double c_inflight_micro_batches(long long schedule, long long p, long long m, long long vp,
@@ -41,7 +42,7 @@ cdef inline double c_inflight_micro_batches(long long schedule, long long p, lon
         return NAN
     base = p if p < m else m
     if schedule == _MEM_SCHED_1F1B:
-        count = c_mem_one_f_one_b(base, vp, stage, chunk)
+        count = c_mem_one_f_one_b(p, m, vp, stage, chunk)
     elif schedule == _MEM_SCHED_GPIPE:
         if vp != 1:
             return NAN
@@ -51,7 +52,7 @@ cdef inline double c_inflight_micro_batches(long long schedule, long long p, lon
             return NAN
         count = 2 * base - 1 - stage if chunk == 0 else stage  # §3.6 DualPipeV
     elif schedule == _MEM_SCHED_SEQ1F1B:
-        count = c_mem_one_f_one_b(base, vp, stage, chunk)
+        count = c_mem_one_f_one_b(p, m, vp, stage, chunk)
         if chunk == 0:
             count += seq_split - 1  # §3.6 Seq1F1B: base − stage + n_s_split − 1
     elif schedule == _MEM_SCHED_DUALPIPEV:

@@ -68,7 +68,10 @@ def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) ->
                             getattr(spec, name))
     for name in _FLAG_FIELDS:
         value = getattr(spec, name)
-        if value != _DEFAULTS.get(name) or name in ("dp", "global_batch_size", "seq_length"):
+        # the micro-batch is restated under --software too, even at ExecSpec's default: torchtitan's presets
+        # split the local batch into pp micro-batches unless one is stated
+        software_sets = name == "micro_batch_size" and getattr(args, "software", None) is not None
+        if value != _DEFAULTS.get(name) or name in ("dp", "global_batch_size", "seq_length") or software_sets:
             words += ["--" + name.replace("_", "-"), str(value if name != "global_batch_size"
                                                          else spec.resolved_global_batch_size)]
     words += _stack_flags(args, spec, implied)
@@ -106,6 +109,16 @@ def _cluster_flags(args: Any) -> list[str]:
     return words
 
 
+def _software_sac(args: Any) -> bool:
+    """Whether the command's --software runs torchtitan's per-op SAC where it recomputes selectively (its search
+    priced a per-layer plan's selective ranges on that census, which the preset implies only for "selective")."""
+    if getattr(args, "software", None) is None:
+        return False
+    from ..spec.software_fields import software_fields
+
+    return software_fields(args.software, 1, 1, 1, recompute="selective").get("selective_rule") == TORCHTITAN_OP
+
+
 def _stack_flags(args: Any, spec: ExecSpec, implied: dict) -> list[str]:
     """Each stack option whose field *spec* holds otherwise than its stack and ExecSpec leave it (and each rates
     option the command was given), as its flag."""
@@ -126,8 +139,8 @@ def _stack_flags(args: Any, spec: ExecSpec, implied: dict) -> list[str]:
         if option.name == "selective_rule" and value == "hyperparallel" and \
                 implied.get(option.field) == TORCHTITAN_OP:
             continue                       # the stack's own per-op rule, priced on the census --software takes
-        if option.name == "selective_rule" and value == "hyperparallel" and \
-                TORCHTITAN_OP in str(getattr(args, stack_dest(option), "")):
+        if option.name == "selective_rule" and value == "hyperparallel" and (
+                TORCHTITAN_OP in str(getattr(args, stack_dest(option), "")) or _software_sac(args)):
             value = TORCHTITAN_OP          # the search's model carries torchtitan's census: restate the rule
         elif option.values is not None and value not in option.values.values():
             raise SpecError(option.field, "estimate_command", f"be one of the values {option.flag} states", value)

@@ -54,23 +54,28 @@ _FP32_BYTES = 4.0
 # --------------------------------------------------------------------------- in flight
 
 
-def _one_f_one_b(base: int, vp: int, stage: int, chunk: int) -> int:
-    """ND's 1F1B / interleaved "big memory" count (docs/ND_MODEL.md §3.6), before the floor of 1."""
+def _one_f_one_b(p: int, m: int, vp: int, stage: int, chunk: int) -> int:
+    """1F1B (vp = 1: base − stage, docs/ND_MODEL.md §3.6) or interleaved, before the floor of 1. Interleaved: what
+    the schedule holds at its first steady forward, its peak -- Megatron-Core's (p − stage − 1)·2 + (vp − 1)·p
+    warm-up forwards plus that one, at most m·vp (NVIDIA/Megatron-LM@d7288711 pipeline_parallel/schedules.py:L821-835),
+    in its table's order: groups of p micro-batches, each through chunk 0, then chunk 1, ... (L846-872); PyTorch's
+    ScheduleInterleaved1F1B alike. ND's "big memory" variant holds one less on stage 0 and the extra micro-batches
+    on the last chunk, where the logits are."""
+    base = p if p < m else m
     if vp == 1:
         return base - stage  # §3.6 "1F1B, vp = 1: base − stage"
-    if 0 < chunk < vp - 1:
-        return base  # §3.6 "middle chunks: base"
-    extra = base - stage - 1  # §3.6 big memory: extra = base − stage − 1
-    last = base - stage
-    if last < base:  # §3.6 "+1 if < base (taking one from extra)"
-        last += 1
-        extra -= 1
-    if chunk == vp - 1:
-        return last
-    first = base + extra  # §3.6 "chunk 0 = base + extra (−1 on stage 0)"
-    if stage == 0:
-        first -= 1
-    return first
+    left = 2 * (p - stage - 1) + (vp - 1) * p + 1
+    if left > m * vp:
+        left = m * vp
+    count, start = 0, 0
+    while left > 0 and start < m:
+        size = p if m - start > p else m - start   # this group's micro-batches (the last takes what is left)
+        taken = left if left < size * vp else size * vp
+        mine = taken - chunk * size                # the group runs chunk 0's micro-batches first, then chunk 1's
+        count += size if mine > size else (mine if mine > 0 else 0)
+        left -= taken
+        start += p
+    return count
 
 
 def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, chunk: int,
@@ -79,9 +84,7 @@ def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, c
 
     With base = min(p, m):
 
-    * 0, 1F1B / interleaved: vp = 1 gives base − stage; vp > 1 ND's default
-      "big memory" variant (chunk 0 base + extra, middle chunks base, the last
-      chunk base − stage (+1 below base)).
+    * 0, 1F1B / interleaved: base − stage; vp > 1 the schedule's own (:func:`_one_f_one_b`).
     * 1, GPipe: m -- every micro-batch's activations are held until the first
       backward (Huang et al. 2019, GPipe §2.2). ND uses p here (§3.6), which
       undercounts whenever m > p; ndcost prices what GPipe holds.
@@ -112,7 +115,7 @@ def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, c
         return NAN
     base = min(p, m)
     if schedule == _SCHED_1F1B:
-        count = _one_f_one_b(base, vp, stage, chunk)
+        count = _one_f_one_b(p, m, vp, stage, chunk)
     elif schedule == _SCHED_GPIPE:
         if vp != 1:
             return NAN
@@ -122,7 +125,7 @@ def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, c
             return NAN  # ND warns and returns 0 above vp 2 (§3.6)
         count = 2 * base - 1 - stage if chunk == 0 else stage
     elif schedule == _SCHED_SEQ1F1B:
-        count = _one_f_one_b(base, vp, stage, chunk)
+        count = _one_f_one_b(p, m, vp, stage, chunk)
         if chunk == 0:
             count += seq_split - 1  # §3.6 Seq1F1B: base − stage + n_s_split − 1
     elif schedule == _SCHED_DUALPIPE_V:

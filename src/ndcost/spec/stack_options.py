@@ -47,6 +47,15 @@ def _fp8(fields: Any, model: Any) -> Any:
     return _is(fields["precision"], "fp8")
 
 
+def _recomputes_selectively(fields: Any, model: Any) -> Any:
+    """A strategy whose recompute is selective: the statement "selective", or a per-layer plan (a tuple of
+    ranges) with a selective range (a search's column of statements compares element-wise)."""
+    recompute = fields["recompute"]
+    if isinstance(recompute, tuple):
+        return any(getattr(item, "option", None) == "selective" for item in recompute)
+    return _is(recompute, "selective")
+
+
 def _overlap_context(value: Any) -> dict[str, Any]:
     """A spec an expert all-to-all overlap means something in: an EP group, and DualPipe's schedule for its own."""
     if value == "dualpipe":
@@ -186,7 +195,7 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "which ops selective recompute recomputes: megatron (core attention), mindformers, hyperparallel "
                 "(with --census), torchtitan-op (torchtitan's per-op SAC) (default megatron)",
                 choices=SELECTIVE_RULES + (TORCHTITAN_OP,),
-                applies=lambda f, m: f["recompute"] == "selective", needs="--recompute selective",
+                applies=_recomputes_selectively, needs="--recompute selective (or a plan with selective ranges)",
                 seconds_only=False),
     StackOption("recompute_modules", "selective_switches", "spec", "list",
                 "what selective recompute recomputes, as Megatron-Core's --recompute-modules: core_attn, layernorm, "
