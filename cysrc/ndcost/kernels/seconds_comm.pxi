@@ -101,8 +101,8 @@ cdef inline double c_sec_exposed_paired(double comm, double window, double share
     cdef double exposed = comm - share * window
     cdef double held
     if static:
-        if comm == 0.0:
-            return 0.0
+        if not comm > 0.0:
+            return 0.0 if comm == 0.0 else comm
         held = window * sms / (1.0 - sms) if sms < 1.0 else comm
         return exposed if exposed > held else held
     held = sms * comm

@@ -190,13 +190,13 @@ def _exposed_paired(comm: float, window: float, share: float, sms: float, static
       communication versus computation" for the overlapped chunk pair (report §3.2.1; 20 SMs, §3.2.2), so
       the pair's compute runs on the other SMs throughout: max(window / (1 - sms), comm). DeepSeek's
       published profile of such a pair (deepseek-ai/profile-data@449602428a1b train.json: 4 MoE layers, EP 64)
-      has DeepEP's kernels resident on their stream 114.5 ms of the pair's 128.5, and its fp8 GEMMs take
-      15.8 ms a layer on the compute stream -- ndcost's 13.4 ms for them on the whole H800 times
-      132/112 (tests/test_moe_overlap.py)."""
+      has DeepEP's kernels resident on their stream 114.5 ms of the pair's 128.5, and its fp8 GEMMs, launched
+      on 112 CTAs, take 15.8 ms a layer on the compute stream -- ndcost's 13.4 ms for them on the whole H800
+      (with the blockwise recipe's casts) times 132/112 (tests/test_ep_overlap_schedules.py)."""
     exposed = comm - share * window
     if static:
-        if comm == 0.0:
-            return 0.0                    # no all-to-all in the phase (a dense layer): no SMs held for it
+        if not comm > 0.0:
+            return 0.0 if comm == 0.0 else comm   # no all-to-all in the phase (a dense layer) holds no SMs; NaN stays
         held = window * sms / (1.0 - sms) if sms < 1.0 else comm
         return exposed if exposed > held else held
     held = sms * comm
