@@ -356,6 +356,28 @@ def test_inflight_interleaved_is_the_schedules_own(kernels):
     assert (sum(pp2[0]), sum(pp2[1]), pp2[0][0], pp2[1][-1]) == (49, 47, 3, 1)
 
 
+def _walk_megatron_table(p, m, vp, stage):
+    """Megatron-Core's schedule read literally: get_schedule_table's (micro-batch, chunk) order, its first
+    min((p - stage - 1)·2 + (vp - 1)·p + 1, m·vp) forwards counted per chunk (floored at 1, as the kernel is)."""
+    table = []
+    for start in range(0, m, p):
+        end = m if start + p >= m else start + p
+        table += [(micro_batch, chunk) for chunk in range(vp) for micro_batch in range(start, end)]
+    held = [0] * vp
+    for _, chunk in table[:min(2 * (p - stage - 1) + (vp - 1) * p + 1, m * vp)]:
+        held[chunk] += 1
+    return [max(1, count) for count in held]
+
+
+def test_inflight_interleaved_walks_the_schedule_table(kernels):
+    """The closed form against the table walked step by step, every p <= 6, m < 20, vp 2-4 and stage."""
+    for p in range(1, 7):
+        for m in range(1, 20):
+            for vp in range(2, 5):
+                assert inflight(kernels, "interleaved", p, m, vp) == [
+                    _walk_megatron_table(p, m, vp, stage) for stage in range(p)], (p, m, vp)
+
+
 def test_inflight_gpipe_holds_every_micro_batch(kernels):
     # ndcost prices m (GPipe stores all micro-batches' activations); ND's p would say 4.
     assert inflight(kernels, "gpipe", 4, 8, 1) == [[8], [8], [8], [8]]

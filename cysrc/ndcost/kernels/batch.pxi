@@ -167,15 +167,14 @@ cdef inline double c_mem_fp8_storage_saving(const double* kind, const double* mc
     # what one layer keeps below the formulas' count when the stack stores activations as DeepSeek-V3 does
     # (ExecSpec.fp8_activation_storage; ndcost.kernels.activation_storage._fp8_storage_saving): the attention
     # output in E5M6, the MoE SwiGLU's cached inputs (routed and shared experts) in fp8
-    cdef double c, tp, saving = 0.0, inputs, routed, elements
+    cdef double c, tp, saving = 0.0, inputs, routed, elements, head
     if mc[MC_fp8_act_store] == 0.0 or option == OPTION_FULL:
         return 0.0
     c = mc[MC_bytes_c]
     tp = mc[MC_tp]
-    if kind[MK_attention] == _MEM_ATT_MLA:
-        saving += tokens * kind[MK_heads] / tp * kind[MK_v_dim] * c_mem_fp8_gain(c, _MEM_E5M6_STORED_BYTES)
-    elif kind[MK_attention] == _MEM_ATT_FULL:
-        saving += tokens * kind[MK_heads] / tp * kind[MK_head_dim] * c_mem_fp8_gain(c, _MEM_E5M6_STORED_BYTES)
+    if kind[MK_attention] == _MEM_ATT_MLA or kind[MK_attention] == _MEM_ATT_FULL:
+        head = kind[MK_v_dim] if kind[MK_attention] == _MEM_ATT_MLA else kind[MK_head_dim]
+        saving += tokens * kind[MK_heads] / tp * head * c_mem_fp8_gain(c, _MEM_E5M6_STORED_BYTES)
     if kind[MK_ffn] == _MEM_FFN_MOE:
         inputs = 2.0 if kind[MK_gated] != 0.0 else 1.0
         routed = tokens * kind[MK_top_k] * mc[MC_token_factor] * mc[MC_etp] / tp

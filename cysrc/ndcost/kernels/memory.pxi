@@ -12,25 +12,25 @@
 
 # ---------------------------------------------------------------- in flight
 
+cdef inline long long c_mem_chunk_share(long long forwards, long long size, long long chunk) noexcept nogil:
+    # of a group's first `forwards` forwards, those on `chunk` (the oracle's _chunk_share)
+    cdef long long mine = forwards - chunk * size
+    return size if mine > size else (mine if mine > 0 else 0)
+
+
 cdef inline long long c_mem_one_f_one_b(long long p, long long m, long long vp, long long stage,
                                         long long chunk) noexcept nogil:
     # 1F1B vp = 1 (docs/ND_MODEL.md §3.6), interleaved as Megatron-Core's schedule holds it (the oracle's
     # _one_f_one_b: its warm-up plus the first steady forward, in its table's order).
     cdef long long base = p if p < m else m
-    cdef long long left, count = 0, start = 0, size, taken, mine
+    cdef long long forwards, first, second, size
     if vp == 1:
         return base - stage
-    left = 2 * (p - stage - 1) + (vp - 1) * p + 1
-    if left > m * vp:
-        left = m * vp
-    while left > 0 and start < m:
-        size = p if m - start > p else m - start
-        taken = left if left < size * vp else size * vp
-        mine = taken - chunk * size
-        count += size if mine > size else (mine if mine > 0 else 0)
-        left -= taken
-        start += p
-    return count
+    forwards = 2 * (p - stage - 1) + (vp - 1) * p + 1
+    first = forwards if forwards < base * vp else base * vp
+    second = forwards - first if m > p else 0
+    size = m - p if m - p < p else p
+    return c_mem_chunk_share(first, base, chunk) + (c_mem_chunk_share(second, size, chunk) if second > 0 else 0)
 
 
 cdef inline double c_inflight_micro_batches(long long schedule, long long p, long long m, long long vp,

@@ -50,10 +50,9 @@ def _fp8_storage_saving(kind, mc, option: int, tokens: float) -> float:
     c, tp = mc[_MC["bytes_c"]], mc[_MC["tp"]]
     saving = 0.0
     attention = kind[_MK["attention"]]
-    if attention == _ATT_MLA:
-        saving += tokens * kind[_MK["heads"]] / tp * kind[_MK["v_dim"]] * _gain(c, E5M6_STORED_BYTES)
-    elif attention == _ATT_FULL:
-        saving += tokens * kind[_MK["heads"]] / tp * kind[_MK["head_dim"]] * _gain(c, E5M6_STORED_BYTES)
+    if attention == _ATT_MLA or attention == _ATT_FULL:
+        head = kind[_MK["v_dim"]] if attention == _ATT_MLA else kind[_MK["head_dim"]]   # the output's head width
+        saving += tokens * kind[_MK["heads"]] / tp * head * _gain(c, E5M6_STORED_BYTES)
     if kind[_MK["ffn"]] == _FFN_MOE:
         inputs = 2.0 if kind[_MK["gated"]] != 0.0 else 1.0      # the activation's kept inputs per width
         routed = tokens * kind[_MK["top_k"]] * mc[_MC["token_factor"]] * mc[_MC["etp"]] / tp

@@ -64,18 +64,19 @@ def _one_f_one_b(p: int, m: int, vp: int, stage: int, chunk: int) -> int:
     base = p if p < m else m
     if vp == 1:
         return base - stage  # §3.6 "1F1B, vp = 1: base − stage"
-    left = 2 * (p - stage - 1) + (vp - 1) * p + 1
-    if left > m * vp:
-        left = m * vp
-    count, start = 0, 0
-    while left > 0 and start < m:
-        size = p if m - start > p else m - start   # this group's micro-batches (the last takes what is left)
-        taken = left if left < size * vp else size * vp
-        mine = taken - chunk * size                # the group runs chunk 0's micro-batches first, then chunk 1's
-        count += size if mine > size else (mine if mine > 0 else 0)
-        left -= taken
-        start += p
-    return count
+    # below vp·p + p forwards: two groups at most, of base micro-batches and of what the next p leave
+    forwards = 2 * (p - stage - 1) + (vp - 1) * p + 1
+    first = forwards if forwards < base * vp else base * vp
+    second = forwards - first if m > p else 0
+    size = m - p if m - p < p else p
+    return _chunk_share(first, base, chunk) + (_chunk_share(second, size, chunk) if second > 0 else 0)
+
+
+def _chunk_share(forwards: int, size: int, chunk: int) -> int:
+    """Of a group's first *forwards* forwards, those on *chunk*: the group runs its *size* micro-batches through
+    chunk 0, then chunk 1, ... (Megatron-Core's get_schedule_table)."""
+    mine = forwards - chunk * size
+    return size if mine > size else (mine if mine > 0 else 0)
 
 
 def inflight_micro_batches(schedule: int, p: int, m: int, vp: int, stage: int, chunk: int,

@@ -57,8 +57,10 @@ ELEMENTWISE: tuple[str, ...] = ("fused", "eager")
 #:   The shape of this cost is checked against the public fp8 GEMM measurements of
 #:   ai-dynamo/aiconfigurator (systems/data/h100_sxm/gemm, TRT-LLM dynamic per-tensor fp8 whose
 #:   latency "includes the compute-scale overhead": tests/test_seconds_fp8.py).
-#: * blockwise: DeepSeek-V3's 1x128 activation / 128x128 weight blocks (report §3.3.2): the block
-#:   amax and the cast in one pass that writes both layouts: 4, 1.
+#: * blockwise: 1x128 activation / 128x128 weight blocks (DeepSeek-V3 report §3.3.1) as Transformer Engine's
+#:   Float8BlockScaling casts them: the block amax and the cast in one kernel that writes both layouts
+#:   (TE@71bbefbf transformer_engine/common/transpose/quantize_transpose_vector_blockwise.cu, its rowwise and
+#:   columnwise options): 4, 1.
 #: * deepseek: DeepSeek-V3's own fine-grained recipe as its framework runs it (report §3.3.1: 1x128 activation
 #:   tiles, 128x128 weight blocks): the forward casts an input to its 1x128 tiles alone (read 2, write 1: 3
 #:   bytes, one kernel), and the backward re-quantizes it (:data:`FP8_BACKWARD_CASTS`).
@@ -87,8 +89,7 @@ FP8_RECIPES: Mapping[str, tuple[tuple[float, float, float], tuple[float, float, 
 #: per_channel_cast_and_transpose kernels.
 FP8_BACKWARD_CASTS: Mapping[str, tuple[tuple[float, float, float, float], tuple[float, float, float, float]]] = (
     MappingProxyType({name: tuple((moved, kernels, 0.0, 0.0) for moved, kernels, _ in passes)
-                      for name, passes in FP8_RECIPES.items() if name != "deepseek"}
-                     | {"deepseek": ((6.0, 2.0, 6.0, 2.0), (6.0, 2.0, 6.0, 2.0))}))
+                      for name, passes in FP8_RECIPES.items()} | {"deepseek": ((6.0, 2.0, 6.0, 2.0),) * 2}))
 
 # ---------------------------------------------------------------------------- sources
 
@@ -325,8 +326,7 @@ class Rates:
     def fp8_backward_casts(self) -> tuple[float, float, float, float]:
         """(bytes per element and kernels of an output gradient's cast, of a cached input's re-quantization) in
         the backward under ``fp8_recipe`` and ``elementwise`` (:data:`FP8_BACKWARD_CASTS`)."""
-        grad_b, grad_k, requant_b, requant_k = FP8_BACKWARD_CASTS[self.fp8_recipe][self.elementwise == "eager"]
-        return grad_b, grad_k, requant_b, requant_k
+        return FP8_BACKWARD_CASTS[self.fp8_recipe][self.elementwise == "eager"]
 
     @classmethod
     def for_software(cls, device: Any, software: str) -> Rates:
