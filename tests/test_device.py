@@ -109,6 +109,8 @@ def test_every_figure_has_a_source(name):
     expected = {"name", *FIGURES, *(f"peak_flops.{dtype}" for dtype in device.peak_flops)}
     if device.nd_name is not None:
         expected |= {"nd_name", "nd_devices_per_node"}
+    if device.hbm_visible_bytes is not None:
+        expected |= {"hbm_visible_bytes"}
     assert set(device.sources) == expected
     assert all(text.strip() for text in device.sources.values())
     assert BF16_SOURCE_KEY[name] in device.sources["peak_flops.bf16"]
@@ -138,8 +140,34 @@ def test_catalog_files_have_only_known_keys():
     for name in CATALOG:
         text = resources.files("ndcost").joinpath("data", "devices", f"{name}.json").read_text(encoding="utf-8")
         doc = json.loads(text)
-        assert set(doc) == allowed
+        assert set(doc) - {"hbm_visible_bytes"} == allowed
         assert doc["name"] == name
+
+
+#: What CUDA (or, where no thread prints CUDA's, nvidia-smi) reports of each NVIDIA part, GiB, and a source it
+#: cites; Ascend's 64 GiB is MindSpore's device memory as ND reads it (its profile), left as the datasheet's.
+VISIBLE = {"a100-40g": (42298834944 / 2**30, "bottlerocket"), "a100-80g": (79.15, "vllm-project/vllm issue #4408"),
+           "h100-sxm": (79.11, "vllm-project/vllm issue #27508"), "h800": (79.11, "H100 SXM's figure"),
+           "h200": (143771 / 1024, "sgl-project/sglang issue #3196"), "b200": (178.35, "unslothai/unsloth issue #3411"),
+           "gb200-nvl72": (184.31, "vllm-project/vllm issue #43951"), "gb300-nvl72": (284208 / 1024, "284208 MiB")}
+
+
+@pytest.mark.parametrize("name", CATALOG)
+def test_a_part_fits_what_its_driver_exposes(name):
+    """A datasheet's "80 GB" is not what a process gets: an H100 SXM exposes 79.11 GiB (85.0e9 bytes, more than
+    80e9), an A100 40GB 39.4 GiB (less than 40 GiB). Memory estimates fit in memory_bytes."""
+    device = Device.from_catalog(name)
+    if name.startswith("ascend"):
+        assert device.hbm_visible_bytes is None and device.memory_bytes == device.hbm_bytes
+        return
+    gib, source = VISIBLE[name]
+    assert device.memory_bytes == device.hbm_visible_bytes == pytest.approx(gib * 2**30, abs=2**20)
+    assert source in device.sources["hbm_visible_bytes"]
+    assert 0.95 < device.memory_bytes / device.hbm_bytes < 1.1      # the same part, counted by its driver
+    # a stated capacity replaces the part's: the driver's figure of the catalog part no longer holds
+    stated = Cluster(name, 1, hbm_bytes=96e9).device
+    assert stated.hbm_visible_bytes is None and stated.memory_bytes == 96e9
+    assert "hbm_visible_bytes" not in stated.sources
 
 
 @pytest.mark.parametrize(
@@ -205,7 +233,9 @@ def test_cluster_basics():
     assert cluster.num_devices == 1024
     assert cluster.num_nodes == 128
     assert cluster.memory_reserve_bytes == ND_MEMORY_RESERVE_BYTES == 2**30
-    assert cluster.usable_memory == 80e9 - 2**30
+    # what CUDA reports of an H100 SXM (PyTorch's "total capacity of 79.11 GiB"), not the datasheet's 80e9
+    assert cluster.device.memory_bytes == cluster.device.hbm_visible_bytes == round(79.11 * 2**30)
+    assert cluster.usable_memory == round(79.11 * 2**30) - 2**30
     a3 = Cluster("A3", 64)
     assert a3.num_nodes == 4  # 16 dies a node
 
@@ -260,7 +290,8 @@ CATALOG_RULE = ("be a catalog device (a100-40g, a100-80g, ascend-910b, ascend-91
                 "h100-sxm, h200, h800) or an alias (a100 -> a100-80g, h100 -> h100-sxm, gb200 -> gb200-nvl72, "
                 "gb300 -> gb300-nvl72, a2 -> ascend-910b, a3 -> ascend-910c)")
 KEYWORDS = ("peak_flops, hbm_bytes, hbm_bandwidth, devices_per_node, intra_node_bandwidth, inter_node_bandwidth, "
-            "intra_node_latency, inter_node_latency, nd_name, nd_devices_per_node, sources, memory_reserve_bytes")
+            "intra_node_latency, inter_node_latency, nd_name, nd_devices_per_node, hbm_visible_bytes, sources, "
+            "memory_reserve_bytes")
 
 
 @pytest.mark.parametrize(
@@ -286,8 +317,12 @@ KEYWORDS = ("peak_flops, hbm_bytes, hbm_bandwidth, devices_per_node, intra_node_
          message("num_devices", "Cluster", "be at most devices_per_node (16) or a multiple of it (whole nodes)", 24)),
         (lambda: Cluster("h100", 8, memory_reserve_bytes=-1),
          message("memory_reserve_bytes", "Cluster", "be a finite number >= 0", -1)),
-        (lambda: Cluster("h100", 8, memory_reserve_bytes=80e9),
+        (lambda: Cluster("h100", 8, memory_reserve_bytes=85e9),
+         message("memory_reserve_bytes", "Cluster", "be less than the device's HBM (8.49437e+10 bytes)", 85e9)),
+        (lambda: Cluster("h100", 8, hbm_bytes=80e9, memory_reserve_bytes=80e9),
          message("memory_reserve_bytes", "Cluster", "be less than the device's HBM (8e+10 bytes)", 80e9)),
+        (lambda: Cluster("h100", 8, hbm_visible_bytes=-1.0),
+         message("hbm_visible_bytes", "Device", "be a finite number > 0", -1.0)),
         (lambda: Cluster("h100", 8, hbm_bytes=0), message("hbm_bytes", "Device", "be a finite number > 0", 0)),
         (lambda: Cluster("h100", 8, inter_node_bandwidth=-50e9),
          message("inter_node_bandwidth", "Device", "be a finite number > 0", -50e9)),

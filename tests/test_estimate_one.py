@@ -40,7 +40,7 @@ def _reference(model, spec, cluster, rates=None) -> dict:
     memory = memory_estimate(model, spec, cluster, build_layout(model, spec))
     memory.with_overheads(float(fixed_bytes(spec.dp, spec.tp, spec.pp, spec.cp, spec.ep)),
                           float(cluster.memory_reserve_bytes))
-    return {**priced, "memory": memory, "fits": memory.fits(cluster.device.hbm_bytes)}
+    return {**priced, "memory": memory, "fits": memory.fits(cluster.device.memory_bytes)}
 
 
 def _assert_same(got, want: dict) -> None:

@@ -205,7 +205,7 @@ def test_stage_total_is_the_sum_of_its_parts():
         assert stage.reserve == 2**30
     assert estimate.peak == max(stage.total for stage in estimate.stages)
     assert estimate.stages[estimate.peak_stage].total == estimate.peak
-    assert estimate.fits() is (estimate.peak <= Cluster("h100", 64).device.hbm_bytes)
+    assert estimate.fits() is (estimate.peak <= Cluster("h100", 64).device.memory_bytes)
     assert estimate.fits(estimate.peak) and not estimate.fits(estimate.peak - 1)
 
 

@@ -40,15 +40,15 @@ def test_estimate_states_allocated_reserved_and_fits_on_what_the_device_holds():
     assert memory.peak_allocated == pytest.approx(memory.peak - 2**30, rel=1e-15)   # ND's reserve out
     assert memory.peak_reserved == pytest.approx(memory.peak_allocated * ALLOCATOR_RESERVE_FACTOR, rel=1e-15)
     assert memory.device_peak == pytest.approx(memory.peak_reserved + float(fixed_bytes(8, 1, 1, 1, 1)), rel=1e-15)
-    assert e.fits == (memory.device_peak <= cluster.device.hbm_bytes)
-    assert memory.usable_bytes == pytest.approx(cluster.device.hbm_bytes - memory.fixed_bytes, rel=1e-15)
+    assert e.fits == (memory.device_peak <= cluster.device.memory_bytes)
+    assert memory.usable_bytes == pytest.approx(cluster.device.memory_bytes - memory.fixed_bytes, rel=1e-15)
     assert memory.headroom == pytest.approx(memory.usable_bytes - memory.peak_reserved, rel=1e-15)
     # ND units: ND's own rule (the stage total with its reserve against the HBM), in the same words: no
     # allocator slack, ND's reserve standing for the fixed costs
     nd = ndcost.estimate(model, spec, cluster, units="nd")
     assert nd.memory.fixed_bytes == 2**30 and nd.memory.device_peak == nd.memory.peak
     assert nd.memory.peak_reserved == nd.memory.peak_allocated == nd.memory.peak - 2**30
-    assert nd.fits == (nd.memory.headroom >= 0) == (nd.memory.peak <= cluster.device.hbm_bytes)
+    assert nd.fits == (nd.memory.headroom >= 0) == (nd.memory.peak <= cluster.device.memory_bytes)
 
 
 @pytest.mark.parametrize("backend", ["cython", "python"])
@@ -83,9 +83,9 @@ def test_the_readme_search_keeps_its_best_within_the_device(capsys):
     result = search(Model.from_catalog("deepseek-v3"), cluster, global_batch_size=4096, seq_length=4096)
     assert result.results
     for ranked in result.results:
-        assert ranked.estimate.memory.device_peak <= cluster.device.hbm_bytes
+        assert ranked.estimate.memory.device_peak <= cluster.device.memory_bytes
         assert ranked.estimate.fits
-    assert np.all(np.asarray([r.estimate.memory.device_peak for r in result.results]) <= cluster.device.hbm_bytes)
+    assert np.all(np.asarray([r.estimate.memory.device_peak for r in result.results]) <= cluster.device.memory_bytes)
 
 
 def test_memory_validation_scores_the_published_peaks(capsys):

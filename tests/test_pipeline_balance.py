@@ -32,7 +32,7 @@ def test_the_tower_stage_gives_layers_away(vlm, units):
     # what it reports is what the estimate says of the spec it returns
     again = ndcost.estimate(model, balanced.spec, cluster, units=units)
     assert again.step_time == balanced.estimate.step_time
-    assert again.memory.peak <= cluster.device.hbm_bytes
+    assert again.memory.peak <= cluster.device.memory_bytes
 
 
 def test_seconds_balance_is_worth_a_third_of_the_step(vlm):

@@ -110,6 +110,8 @@ def _flags(model, spec, cluster, rates, software, tmp_path):
                if f.name != "sources" and getattr(cluster.device, f.name) != getattr(catalog, f.name)}
     file = {"device": cluster.device.name}
     for name, value in differs.items():
+        if name == "hbm_visible_bytes" and value is None and "hbm_bytes" in differs:
+            continue                    # a stated capacity (hbm_gb) clears the catalog's driver figure itself
         key, scale = {"hbm_bytes": ("hbm_gb", 1e9), "hbm_bandwidth": ("hbm_tb_s", 1e12),
                       "inter_node_bandwidth": ("scale_out_gb_s", 1e9), "intra_node_bandwidth": ("scale_up_gb_s", 1e9),
                       "devices_per_node": ("devices_per_node", 1), "peak_flops": ("peak_tflops", 1e12)}.get(name, (None, 1))

@@ -61,7 +61,7 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     for name in devices():
         d = Device.from_catalog(name)
         error = checked.get(name)
-        rows.append((name, f"{d.peak('bf16') / 1e12:.1f}", f"{d.hbm_bytes / 2**30:.0f}", f"{d.hbm_bandwidth / 1e12:.2f}",
+        rows.append((name, f"{d.peak('bf16') / 1e12:.1f}", f"{d.memory_bytes / 2**30:.1f}", f"{d.hbm_bandwidth / 1e12:.2f}",
                      d.devices_per_node, f"{d.intra_node_bandwidth / 1e9:.0f}", f"{d.inter_node_bandwidth / 1e9:.1f}",
                      error.rows if error else 0,
                      f"{100 * error.mae:.1f}% ({100 * error.signed_mean:+.1f}%)" if error else "not checked"))
@@ -74,6 +74,8 @@ def _cmd_devices(args: argparse.Namespace) -> int:
                            "sources": dict(Device.from_catalog(r[0]).sources)} for r in rows], indent=2))
     else:
         _print_table(rows, header)
+        print("HBM GiB: what the part's driver exposes (hbm_visible_bytes), what estimates fit in; the datasheet's "
+              "GB: ndcost devices NAME")
         print("validation rows: the shipped runs (ndcost validate --builtin) measured on the part; a part "
               "'not checked' has none, and its estimates have not been compared with a measurement")
     return 0

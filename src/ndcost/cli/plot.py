@@ -32,7 +32,7 @@ def _cmd_strategy_plot(args: argparse.Namespace) -> int:
     model, spec, cluster = strategy.model, strategy.spec, strategy.cluster
     result = estimate(model, spec, cluster, units=args.units, ratios=args.ratios, rates=strategy.rates)
     if args.kind == "memory":
-        print(plot_memory(result, args.output, cluster.device.hbm_bytes))
+        print(plot_memory(result, args.output, cluster.device.memory_bytes))
     else:
         print(plot_timeline(result, spec, args.output))
     return 0

@@ -89,8 +89,8 @@ def estimate_command(args: Any, spec: ExecSpec, plan_path: str | None = None) ->
             from ..spec.recompute_spec import plan_document
 
             words += ["--recompute-plan", json.dumps(plan_document(spec), separators=(",", ":"))]
-    elif option in ("full", "selective") and spec.selective_switches is None:
-        words += ["--recompute", option]
+    elif option == "selective" or (option == "full" and spec.selective_switches is None):
+        words += ["--recompute", option]   # a selective setting's switches: _stack_flags' --recompute-modules
     elif option != "none":
         raise SpecError("recompute", "estimate_command", "be none, full, selective or ranges to be restated",
                         option)
@@ -162,7 +162,7 @@ def emit_report(launcher: str, model: Any, cluster: Any, ranked: Any, *, units: 
         return lines
     flags = estimate(model, stated.meaning, cluster, units=units, ratios=ratios, rates=rates)
     plan = ranked.estimate
-    limit = cluster.device.hbm_bytes if memory_limit is None else memory_limit
+    limit = cluster.device.memory_bytes if memory_limit is None else memory_limit
 
     def priced(e: Any) -> str:
         memory = e.memory     # held to the limit in place of the HBM: usable = limit less the fixed costs

@@ -165,7 +165,7 @@ def estimate(model: Any, spec: ExecSpec, cluster: Any, *, units: str = "seconds"
     return Estimate(
         units=priced["units"], step_time=priced["step_time"], parts=priced["parts"],
         stage_times=priced["stage_times"], memory=memory,
-        fits=True if memory is None else memory.fits(cluster.device.hbm_bytes))
+        fits=True if memory is None else memory.fits(cluster.device.memory_bytes))
 
 
 def memory_limit_bytes(memory_limit: Any, cluster: Cluster, owner: str) -> float:
@@ -173,7 +173,7 @@ def memory_limit_bytes(memory_limit: Any, cluster: Cluster, owner: str) -> float
     from ..errors import is_finite_number
 
     if memory_limit is None:
-        return float(cluster.device.hbm_bytes)
+        return float(cluster.device.memory_bytes)
     from ..limits import MAX_HBM_BYTES
 
     if not is_finite_number(memory_limit) or not 0 < memory_limit <= MAX_HBM_BYTES:

@@ -237,7 +237,7 @@ def search(model: Any, cluster: Any, *, global_batch_size: int, seq_length: int,
             "fp8" not in cluster.device.peak_flops:
         raise SpecError("precision", "search", f"be fp8 only on a device with an fp8 peak ({cluster.device.name} "
                         f"has {', '.join(cluster.device.peak_flops)})", precisions)
-    capacity = float(cluster.device.hbm_bytes if memory_limit is None else memory_limit)
+    capacity = float(cluster.device.memory_bytes if memory_limit is None else memory_limit)
     space = build_space(model, cluster.num_devices, cluster.device.devices_per_node,
                         global_batch_size=global_batch_size, seq_length=seq_length, dims=dims,
                         allow_cross_node_tp=allow_cross_node_tp)

@@ -60,7 +60,7 @@ _SCALAR_FIGURES = (
     "intra_node_latency",
     "inter_node_latency",
 )
-_OPTIONAL_FIGURES = ("nd_name", "nd_devices_per_node")
+_OPTIONAL_FIGURES = ("nd_name", "nd_devices_per_node", "hbm_visible_bytes")
 #: The dtypes a peak may be stated for: what the catalog's parts state and the precisions ndcost prices.
 PEAK_DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32")
 _CATALOG_KEYS = frozenset(("name", "part", "peak_flops") + _SCALAR_FIGURES + _OPTIONAL_FIGURES)
@@ -76,6 +76,7 @@ _UNITS = {
     "inter_node_latency": "s",
     "nd_name": "",
     "nd_devices_per_node": "devices",
+    "hbm_visible_bytes": "bytes",
 }
 
 
@@ -92,7 +93,7 @@ class Device:
         name: Catalog name (``"h100-sxm"``) or any label for a hand-built part.
         peak_flops: Dense tensor peak in FLOP/s per dtype (``"bf16"``, ``"fp16"``,
             optionally ``"fp8"``, ``"tf32"``, ...); read-only, keys lower-case.
-        hbm_bytes: HBM capacity in bytes.
+        hbm_bytes: HBM capacity in bytes, as the datasheet states it (its "GB" x 1e9).
         hbm_bandwidth: HBM bandwidth in bytes/s.
         devices_per_node: Devices that share the scale-up link: a "node" is the scale-up domain
             (8 on an HGX board; 72 on a GB200/GB300 NVL72 rack, whose 4-GPU trays share one
@@ -105,6 +106,10 @@ class Device:
         nd_name: ND's name for the part (``"A2"``, ``"A3"``) where ND knows it.
         nd_devices_per_node: ND's ``level_bound_number[0]`` (A2 8, A3 16); None
             means ``devices_per_node``. See `nd_node_size`.
+        hbm_visible_bytes: The device memory the driver exposes to a process (nvidia-smi's total),
+            bytes, where a source states it; None means ``hbm_bytes``. A datasheet's "80 GB" is an
+            80 GiB part less what the driver keeps: an H100 SXM shows 81,559 MiB (85.5e9 bytes), not
+            80e9. What a strategy must fit in is `memory_bytes`.
         sources: Figure name (``"hbm_bytes"``, ``"peak_flops.bf16"``, ...) -> the
             text of its source; read-only.
     """
@@ -124,6 +129,7 @@ class Device:
     inter_node_latency: float = 1e-5
     nd_name: str | None = None
     nd_devices_per_node: int | None = None
+    hbm_visible_bytes: float | None = None
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
@@ -148,6 +154,9 @@ class Device:
         object.__setattr__(self, "peak_flops", MappingProxyType(peaks))
         object.__setattr__(self, "hbm_bytes", check_positive_number(self.hbm_bytes, "hbm_bytes", owner,
                                                                     maximum=MAX_HBM_BYTES))
+        if self.hbm_visible_bytes is not None:
+            object.__setattr__(self, "hbm_visible_bytes", check_positive_number(
+                self.hbm_visible_bytes, "hbm_visible_bytes", owner, maximum=MAX_HBM_BYTES))
         for name in ("hbm_bandwidth", "intra_node_bandwidth", "inter_node_bandwidth"):
             rate = check_positive_number(getattr(self, name), name, owner, minimum=MIN_RATE, maximum=MAX_RATE)
             object.__setattr__(self, name, rate)
@@ -180,6 +189,7 @@ class Device:
             self.inter_node_latency,
             self.nd_name,
             self.nd_devices_per_node,
+            self.hbm_visible_bytes,
         ))
 
     def __reduce__(self):
@@ -188,6 +198,12 @@ class Device:
         state["peak_flops"] = dict(self.peak_flops)
         state["sources"] = dict(self.sources)
         return (_rebuild_device, (state,))
+
+    @property
+    def memory_bytes(self) -> float:
+        """The memory a process on the device allocates from, bytes: `hbm_visible_bytes` where the catalog
+        states it, else `hbm_bytes`. Memory estimates' ``capacity_bytes``; fixed costs come off it."""
+        return self.hbm_bytes if self.hbm_visible_bytes is None else self.hbm_visible_bytes
 
     @property
     def nd_node_size(self) -> int:
@@ -396,6 +412,9 @@ class Cluster:
                 rule = f"name Device fields or memory_reserve_bytes ({', '.join(_CLUSTER_KEYWORDS)})"
                 raise SpecError("overrides", owner, rule, key)
         reserve = overrides.pop("memory_reserve_bytes", ND_MEMORY_RESERVE_BYTES)
+        if "hbm_bytes" in overrides and "hbm_visible_bytes" not in overrides:
+            # a stated capacity is the memory to fit in: the catalog part's driver figure no longer holds
+            overrides["hbm_visible_bytes"] = None
         if overrides:
             overrides.setdefault("sources", _sources_after(base, overrides))
             # replace() builds a new Device, validated again; the catalog's one is untouched.
@@ -408,8 +427,8 @@ class Cluster:
             rule = f"be at most devices_per_node ({per_node}) or a multiple of it (whole nodes)"
             raise SpecError("num_devices", owner, rule, num_devices)
         reserve = check_positive_number(reserve, "memory_reserve_bytes", owner, allow_zero=True)
-        if reserve >= base.hbm_bytes:
-            rule = f"be less than the device's HBM ({base.hbm_bytes:g} bytes)"
+        if reserve >= base.memory_bytes:
+            rule = f"be less than the device's HBM ({base.memory_bytes:g} bytes)"
             raise SpecError("memory_reserve_bytes", owner, rule, reserve)
         object.__setattr__(self, "device", base)
         object.__setattr__(self, "num_devices", num_devices)
@@ -425,8 +444,8 @@ class Cluster:
 
     @property
     def usable_memory(self) -> float:
-        """HBM bytes per device left for the model: capacity minus the reserve."""
-        return self.device.hbm_bytes - self.memory_reserve_bytes
+        """HBM bytes per device left for the model: the device's memory minus the reserve."""
+        return self.device.memory_bytes - self.memory_reserve_bytes
 
 
 def _sources_after(base: Device, overrides: Mapping[str, Any]) -> dict[str, str]:
@@ -440,6 +459,8 @@ def _sources_after(base: Device, overrides: Mapping[str, Any]) -> dict[str, str]
                 del sources[figure]
             if isinstance(value, Mapping):
                 sources.update({f"peak_flops.{str(dtype).strip().lower()}": override for dtype in value})
+        elif value is None:
+            sources.pop(key, None)      # an optional figure cleared: no source left to name
         elif key != "sources":
             sources[key] = override
     return sources

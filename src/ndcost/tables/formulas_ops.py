@@ -313,4 +313,4 @@ class ClusterConstants:
         self.dpn = float(device.nd_node_size)
         self.is_a3 = 1.0 if device.nd_name == "A3" else 0.0
         self.reserve = float(cluster.memory_reserve_bytes) if cluster is not None else None
-        self.capacity = float(device.hbm_bytes)
+        self.capacity = float(device.memory_bytes)

@@ -171,7 +171,8 @@ class MemoryEstimate:
     Attributes:
         stages: One :class:`StageMemory` per stage (its ``total`` holds ND's reserve: the allocated
             peak of the stage is ``total - reserve``).
-        capacity_bytes: The device's HBM (what :meth:`fits` compares with by default).
+        capacity_bytes: The device's memory as its driver exposes it (``Device.memory_bytes``: what
+            :meth:`fits` compares with by default).
     """
 
     stages: tuple[StageMemory, ...]
@@ -570,7 +571,7 @@ def run_memory_batch(model: Any, mcand: np.ndarray, pool: LayoutPool, cluster: A
     peak = np.empty(1, dtype=np.float64)
     fits = np.empty(1, dtype=np.uint8)
     out = np.empty((1, p, len(MEMORY_PARTS) + 1), dtype=np.float64)
-    capacity = float(cluster.device.hbm_bytes)
+    capacity = float(cluster.device.memory_bytes)
     _backend.kernels.memory_batch(memory_kind_table(model), memory_model_vector(model), mcand, _ONE_ROW,
                                   pool.layouts, pool.pool, pool.slot_pool, float(cluster.memory_reserve_bytes),
                                   capacity, reason, peak, fits, out)
