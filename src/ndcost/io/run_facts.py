@@ -209,12 +209,19 @@ def _moe_kernel_changes(facts: RunFacts) -> dict[str, Any]:
     """The Rates a MoE run's facts state about its kernels: the permutation fused or not
     (moe_permute_fusion; with DeepEP's dispatcher the tokens reach their experts through DeepEP's layout and
     Transformer Engine's fused permutation -- Megatron-Core's flex dispatcher, NeMo AutoModel's DeepEP
-    backend -- unless a fact says otherwise), the router fused or not (moe_router ... moe_router_fusion)."""
+    backend -- unless a fact says otherwise), the router fused or not (moe_router ... moe_router_fusion), and
+    the HBM efficiency its memory-bound kernels were measured at (hbm_efficiency, derived from a profile)."""
     changes: dict[str, Any] = {}
     if facts.value("moe_permute_fusion") is not None:
         changes["moe_permute"] = "fused" if facts.flag("moe_permute_fusion") else "unfused"
     elif "deepep" in facts.text("moe_token_dispatcher"):
         changes["moe_permute"] = "fused"
+    efficiency = facts.value("hbm_efficiency")
+    if efficiency is not None:
+        # the memory-bound kernels' rate as measured on the run's own stack (DeepSeek-V3: its published profile)
+        if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float)) or not 0.0 < efficiency <= 1.0:
+            raise SpecError("hbm_efficiency", "run facts", "be a number in (0, 1]", efficiency)
+        changes["hbm_efficiency"] = float(efficiency)
     router = facts.text("moe_router")
     if "moe_router_fusion true" in router:
         changes["moe_router_fusion"] = True

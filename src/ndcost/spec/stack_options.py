@@ -307,6 +307,9 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
     StackOption("launch_overhead", "launch_overhead", "rates", "number",
                 "host seconds to launch one kernel eagerly; a layer's pass takes at least its launches (default "
                 "9.58e-6, measured on an H200's host)"),
+    StackOption("hbm_efficiency", "hbm_efficiency", "rates", "number",
+                "share of the HBM bandwidth memory-bound kernels reach (default: the device's, 0.8 on NVIDIA parts; "
+                "DeepSeek-V3's profile measured 0.3155 for its stack on H800)"),
     StackOption("graph_kernel_overhead", "graph_kernel_overhead", "rates", "number",
                 "seconds per kernel replayed from a CUDA graph (default 0.84e-6, measured on an H200)"),
     StackOption("grouped_gemm_tile_overhead", "grouped_gemm_tile_overhead", "rates", "number",
