@@ -106,10 +106,11 @@ class Device:
         nd_name: ND's name for the part (``"A2"``, ``"A3"``) where ND knows it.
         nd_devices_per_node: ND's ``level_bound_number[0]`` (A2 8, A3 16); None
             means ``devices_per_node``. See `nd_node_size`.
-        hbm_visible_bytes: The device memory the driver exposes to a process (nvidia-smi's total),
-            bytes, where a source states it; None means ``hbm_bytes``. A datasheet's "80 GB" is an
-            80 GiB part less what the driver keeps: an H100 SXM shows 81,559 MiB (85.5e9 bytes), not
-            80e9. What a strategy must fit in is `memory_bytes`.
+        hbm_visible_bytes: The device memory the driver exposes to a process, bytes, where a source
+            states it (CUDA's total, as PyTorch's out-of-memory message prints it, else nvidia-smi's);
+            None means ``hbm_bytes``. A datasheet's "80 GB" is an 80 GiB part less what the driver
+            keeps: CUDA gives an H100 SXM 79.11 GiB (84.9e9 bytes), not 80e9. What a strategy must
+            fit in is `memory_bytes`.
         sources: Figure name (``"hbm_bytes"``, ``"peak_flops.bf16"``, ...) -> the
             text of its source; read-only.
     """
