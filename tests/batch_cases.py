@@ -175,7 +175,8 @@ def planted_rows(model: Model) -> list[dict[str, Any]]:
                              moe_node_limit=2))                                          # DualPipe, DeepEP
             rows.append(dict(moe, vpp=2, global_batch_size=8 * 2 * pp, pp_schedule="dualpipev",
                              ep_overlap="dualpipe", precision="fp8", moe_dispatch_fp8=True,
-                             fp8_activation_storage=True))  # DualPipeV, fp8 dispatch, DeepSeek's fp8 storage
+                             fp8_activation_storage=True, fp8_transpose_cache=False))  # DualPipeV, fp8 dispatch,
+            # DeepSeek's fp8 storage and its per-backward weight transposes
         rows.append(dict(moe, vpp=2 if pp > 1 else 1, global_batch_size=8 * 2 * pp, ep_overlap="1f1b"))  # Megatron's
     elif pp > 1:
         rows.append(dict(base, global_batch_size=2 * 2 * pp, pp_schedule="dualpipe"))   # DualPipe, dense

@@ -49,6 +49,7 @@ def _seconds_fields(rng: np.random.Generator, row: dict, fp8: bool = True) -> di
     precision = str(rng.choice(("bf16", "fp16", "fp8") if fp8 else ("bf16", "fp16")))
     return dict(row, precision=precision, moe_dispatch_fp8=bool(row.get("moe_dispatch_fp8")) and precision == "fp8",
                 fp8_activation_storage=bool(row.get("fp8_activation_storage")) and precision == "fp8",
+                fp8_transpose_cache=row.get("fp8_transpose_cache", True) or precision != "fp8",
                 tp_overlap=bool(rng.random() < 0.4), overlapped_grad_reduce=bool(rng.random() < 0.5),
                 optimizer_states=int(rng.choice((1, 2))), optimizer_state_bytes=int(rng.choice((2, 4))),
                 param_bytes=int(rng.choice((2, 4))), grad_bytes=int(rng.choice((2, 4))),

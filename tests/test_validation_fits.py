@@ -42,6 +42,10 @@ What moved rows to fitting, each a published fact read (not a constant moved):
   its source): an H100's or H800's "80 GB" is 79.11 GiB to CUDA (vllm-project/vllm#27508), 4.6 GiB more than 80e9
   bytes. Qwen3-30B-A3B on 16 H100 (25.09, 24 virtual stages: 70.7 GiB reserved) now fits its 73.2 usable; the
   usable HBM of every H100 row above grew by the same 4.6 GiB.
+* DeepSeek's own profile (deepseek-ai/profile-data train.json) transposes every fp8 weight of a layer in each
+  backward (its batched_transpose grids are the layer's weights in 128x128 tiles) and casts no weight in the pair:
+  the fp8 weights are held, their transposes are not (``fp8_transpose_cache`` False, the row's
+  ``fp8_weight_transpose`` fact). DeepSeek-V3 on 2,048 H800: 75.5 -> 72.2 GiB reserved of 72.5 usable.
 """
 from __future__ import annotations
 
@@ -68,11 +72,6 @@ OVER_AS_PRICED = {
                                         "layers' checkpoints. No published fact found that explains the fit (the "
                                         "paper states ZeRO-3, no model parallelism, micro-batch 4; nothing of "
                                         "activation partitioning or CPU checkpointing)",
-    "deepseek_v3_pretrain_h800_2048gpu": (
-        "75.5 of 72.5 (allocated 70.4), activations 41.8: MoE activations under DualPipe's PP+1 micro-batches (the "
-        "experts' outputs not kept, as Megatron-Core; the MoE SwiGLU's output recomputed and its inputs in fp8, the "
-        "attention output in E5M6, report §3.3.2); params 12.2 and fp32 grads 12.2 for DualPipe's two copies. No "
-        "published fact found for the rest (whether a bf16 weight copy is kept beside the fp8 one is not stated)"),
 }
 
 

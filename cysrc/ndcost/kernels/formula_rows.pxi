@@ -314,9 +314,10 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     cdef long long c_norm_bytes = _fr_int(&cols[48], i)
     cdef bint c_fp8_weight_cache = _fr_bool(&cols[49], i)
     cdef long long c_logit_bytes = _fr_int(&cols[50], i)
-    cdef bint c_grads_set_to_none = _fr_bool(&cols[51], i)
-    cdef bint c_moe_weighted_activation = _fr_bool(&cols[52], i)
-    cdef bint c_fp8_activation_storage = _fr_bool(&cols[53], i)
+    cdef bint c_fp8_transpose_cache = _fr_bool(&cols[51], i)
+    cdef bint c_grads_set_to_none = _fr_bool(&cols[52], i)
+    cdef bint c_moe_weighted_activation = _fr_bool(&cols[53], i)
+    cdef bint c_fp8_activation_storage = _fr_bool(&cols[54], i)
     cdef long long joint_dp
     cdef long long joint_tp
     cdef long long joint_pp
@@ -667,7 +668,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
         out_memory[31 * s_memory] = (0.0 if (c_cp_algo == 1) else (2.0 if (c_cp_algo == 2) else 1.0))
         out_memory[32 * s_memory] = (1.0 if d_tie_embeddings else 0.0)
         out_memory[33 * s_memory] = (<double>c_logit_bytes)
-        out_memory[34 * s_memory] = ((1.0 if (c_param_bytes == 1) else 2.0) if ((c_precision == 2) & c_fp8_weight_cache) else 0.0)
+        out_memory[34 * s_memory] = (((0.0 if (c_param_bytes == 1) else 1.0) + (1.0 if c_fp8_transpose_cache else 0.0)) if ((c_precision == 2) & c_fp8_weight_cache) else 0.0)
         out_memory[35 * s_memory] = (1.0 if c_autocast else 0.0)
         out_memory[36 * s_memory] = (1.0 if c_grads_set_to_none else 0.0)
         out_memory[37 * s_memory] = (1.0 if c_moe_weighted_activation else 0.0)
@@ -683,7 +684,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     return 0
 
 
-def formula_rows(tuple columns,                       # IN: storage columns (54, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
+def formula_rows(tuple columns,                       # IN: storage columns (55, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
                  Py_ssize_t start, Py_ssize_t stop,    # IN: the rows
                  const double[::1] constants,        # IN: FORMULA_ROW_CONSTANTS, the tuples after
                  const long long[::1] codes,         # IN: the code of each FORMULA_ROW_RULES rule
@@ -702,8 +703,8 @@ def formula_rows(tuple columns,                       # IN: storage columns (54,
     cdef long long r
     cdef bint bad
     cdef _formula_rows_constants k
-    cdef _FRColumn cols[54]
-    cdef Py_buffer views[54]
+    cdef _FRColumn cols[55]
+    cdef Py_buffer views[55]
     cdef int opened = 0
     cdef double* p_nd
     cdef double* p_seconds
@@ -749,11 +750,11 @@ def formula_rows(tuple columns,                       # IN: storage columns (54,
         raise ValueError("out_fixed must have strides of whole float64s")
     f_fixed = out_fixed.strides[0] // sizeof(double)     # a field's step
     r_fixed = out_fixed.strides[1] // sizeof(double)     # a row's step
-    if len(columns) != 54:
-        raise ValueError(f"columns must hold 54 storage columns, got {len(columns)}")
+    if len(columns) != 55:
+        raise ValueError(f"columns must hold 55 storage columns, got {len(columns)}")
     _formula_rows_unpack(&k, constants, codes)
     try:
-        for j in range(54):
+        for j in range(55):
             _fr_open(columns[j], &views[j], &cols[j], stop, j)
             opened += 1
         with nogil:

@@ -178,6 +178,8 @@ def held_bytes_fields(facts: Any, fp8: bool) -> tuple[dict[str, Any], list[str]]
       into the 16-bit logits in place (``logit_bytes`` ``TE_CROSS_ENTROPY_LOGIT_BYTES``).
     * ``activation_storage`` fp8 under fp8: DeepSeek-V3's low-precision activations, the MoE SwiGLU's cached
       inputs in fp8 and the attention output in E5M6 (``fp8_activation_storage``).
+    * ``fp8_weight_transpose`` "per backward" under fp8: the fp8 weights' transposes are made for each backward,
+      not kept across micro-batches (``fp8_transpose_cache`` False; DeepSeek-V3's profile).
     """
     fields: dict[str, Any] = {}
     notes: list[str] = []
@@ -204,6 +206,9 @@ def held_bytes_fields(facts: Any, fp8: bool) -> tuple[dict[str, Any], list[str]]
     elif facts.text("loss").startswith("te fused cross entropy"):
         fields["logit_bytes"] = TE_CROSS_ENTROPY_LOGIT_BYTES
         notes.append("TE fused cross entropy: the gradient written into the bf16 logits")
+    if fp8 and facts.text("fp8_weight_transpose").startswith("per backward"):
+        fields["fp8_transpose_cache"] = False
+        notes.append("fp8 weight transposes made for each backward, not kept")
     if fp8 and facts.text("activation_storage").startswith("fp8"):
         fields["fp8_activation_storage"] = True
         notes.append("activations stored as DeepSeek-V3 does: the MoE SwiGLU's inputs in fp8, the attention "

@@ -222,6 +222,9 @@ def stack_notes(model: Any, spec: ExecSpec, rates: Any, launcher: str) -> list[s
     if spec.fp8_activation_storage:
         notes.append("fp8_activation_storage (DeepSeek-V3's fp8 SwiGLU inputs and E5M6 attention output, report "
                      "§3.3.2) is DeepSeek's own framework's; no launcher option states it")
+    if not spec.fp8_transpose_cache:
+        notes.append("fp8_transpose_cache off (fp8 weight transposes made for each backward) is DeepSeek's own "
+                     "framework's; Transformer Engine keeps them and no launcher option states otherwise")
     if model.is_moe:
         notes += _expert_exchange_notes(spec, launcher)
     return notes

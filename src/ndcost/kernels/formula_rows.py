@@ -26,7 +26,8 @@ FORMULA_ROW_FIELDS = (
     'moe_dispatch_count', 'seq_split', 'dropout_bytes', 'flash_attention', 'grouped_gemm', 'moe_imbalance',
     'overlapped_grad_reduce', 'overlapped_param_gather', 'tp_overlap', 'moe_dispatcher_sms', 'moe_node_limit',
     'moe_dispatch_fp8', 'cuda_graphs', 'autocast', 'recompute_slice_activation', 'softmax_bytes', 'norm_bytes',
-    'fp8_weight_cache', 'logit_bytes', 'grads_set_to_none', 'moe_weighted_activation', 'fp8_activation_storage',
+    'fp8_weight_cache', 'logit_bytes', 'fp8_transpose_cache', 'grads_set_to_none', 'moe_weighted_activation',
+    'fp8_activation_storage',
 )
 #: Its constant slots: (owner -- mc, cc, overlap, or None for a parameter -- , attribute, type: i int,
 #: b bool, f float, a trailing ? where None is allowed (packed as NaN), ti / tf a tuple of them).
@@ -83,7 +84,7 @@ _TABLE_MEMORY_SCHEDULE_ROW = (0.0, 0.0, 2.0, 1.0, 3.0, 5.0, 4.0)
 
 def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
     # One row: (its reason code, 0 when priced; then each asked-for vector, else None).
-    (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_param_bytes, c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_moe_dispatch_count, c_seq_split, c_dropout_bytes, c_flash_attention, c_grouped_gemm, c_moe_imbalance, c_overlapped_grad_reduce, c_overlapped_param_gather, c_tp_overlap, c_moe_dispatcher_sms, c_moe_node_limit, c_moe_dispatch_fp8, c_cuda_graphs, c_autocast, c_recompute_slice_activation, c_softmax_bytes, c_norm_bytes, c_fp8_weight_cache, c_logit_bytes, c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage,) = row
+    (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_param_bytes, c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_moe_dispatch_count, c_seq_split, c_dropout_bytes, c_flash_attention, c_grouped_gemm, c_moe_imbalance, c_overlapped_grad_reduce, c_overlapped_param_gather, c_tp_overlap, c_moe_dispatcher_sms, c_moe_node_limit, c_moe_dispatch_fp8, c_cuda_graphs, c_autocast, c_recompute_slice_activation, c_softmax_bytes, c_norm_bytes, c_fp8_weight_cache, c_logit_bytes, c_fp8_transpose_cache, c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage,) = row
     joint_dp = c_dp
     joint_tp = c_tp
     joint_pp = c_pp
@@ -359,7 +360,7 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
             0.0 if c_cp_algo == 1 else 2.0 if c_cp_algo == 2 else 1.0,
             1.0 if d_tie_embeddings else 0.0,
             float(c_logit_bytes),
-            (1.0 if c_param_bytes == 1 else 2.0) if (c_precision == 2) & c_fp8_weight_cache else 0.0,
+            (0.0 if c_param_bytes == 1 else 1.0) + (1.0 if c_fp8_transpose_cache else 0.0) if (c_precision == 2) & c_fp8_weight_cache else 0.0,
             1.0 if c_autocast else 0.0,
             1.0 if c_grads_set_to_none else 0.0,
             1.0 if c_moe_weighted_activation else 0.0,
@@ -396,7 +397,7 @@ def formula_rows(columns, start, stop, constants, codes, spec_reason, layout_ind
     check_out(out_memory, 39, n, 'out_memory')
     check_out(out_fixed, 1, n, 'out_fixed')
     k = unpack(constants, codes, FORMULA_ROW_CONSTANTS, 29)
-    rows = zip(*rows_of(columns, start, stop, ('int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'int', 'int', 'bool', 'bool', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'float', 'float', 'float', 'int', 'int', 'bool', 'bool', 'float', 'bool', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'bool',)))
+    rows = zip(*rows_of(columns, start, stop, ('int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'int', 'int', 'bool', 'bool', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'float', 'float', 'float', 'int', 'int', 'bool', 'bool', 'float', 'bool', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'bool', 'bool',)))
     want_nd = len(out_nd) != 0
     want_seconds = len(out_seconds) != 0
     want_memory = len(out_memory) != 0

@@ -175,6 +175,14 @@ class ExecSpec:
     #: linear after it, which the attention's backward also reads -- in the E5M6 format, one copy for both.
     #: Needs precision 'fp8'. Memory only (the quantizing kernels' time is not priced).
     fp8_activation_storage: bool = False
+    #: Under fp8 with ``fp8_weight_cache``: the weight's fp8 transpose (the copy the input-gradient GEMM reads on
+    #: Hopper, whose fp8 tensor-core GEMMs take both operands K-major) is kept across the step's micro-batches, as
+    #: Transformer Engine keeps it. False: made for each backward and freed, as DeepSeek-V3's framework does --
+    #: its published profile (deepseek-ai/profile-data@449602428a1b train.json) transposes every fp8 weight of a
+    #: layer in each backward (batched_transpose on fp8 data, grids = the weights in 128x128 tiles, e.g. 2304 for
+    #: q_b 1536x24576, 3584 for the 4 local experts' 2048x7168; tests/test_fp8_transpose_cache.py): 1 byte per
+    #: weight parameter less. Memory only; the transient transpose (one weight at a time) is not priced.
+    fp8_transpose_cache: bool = True
 
     # ------------------------------------------------------------------ construction and validation
 

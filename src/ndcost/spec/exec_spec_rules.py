@@ -97,6 +97,7 @@ BOOL_FIELDS: tuple[str, ...] = (
     "grads_set_to_none",
     "moe_weighted_activation",
     "fp8_activation_storage",
+    "fp8_transpose_cache",
 )
 # Byte widths and their minimum: a main (master) parameter copy and a dropout
 # mask may be absent (ND's DEFAULT_RUN has main_param_bytes 0 and
@@ -454,6 +455,9 @@ def check_moe(spec: Any) -> None:
     if spec.fp8_activation_storage and spec.precision != "fp8":
         raise SpecError("fp8_activation_storage", OWNER, "be False unless precision is 'fp8' (DeepSeek-V3 stores "
                         "these activations in the formats of its fp8 training)", spec.fp8_activation_storage)
+    if not spec.fp8_transpose_cache and not (spec.precision == "fp8" and spec.fp8_weight_cache):
+        raise SpecError("fp8_transpose_cache", OWNER, "be True unless precision is 'fp8' and fp8_weight_cache is "
+                        "True (only a kept fp8 weight has a transpose to keep or not)", spec.fp8_transpose_cache)
     overlap = spec.ep_overlap
     if overlap == "none":
         return

@@ -168,6 +168,11 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "keep each weight's fp8 copy and transpose across a step's micro-batches (Transformer Engine); off: "
                 "cast at each forward and freed (torchao) (default on, off under torchtitan's --software)",
                 applies=_fp8, needs="--precision fp8", seconds_only=False),
+    StackOption("fp8_transpose_cache", "fp8_transpose_cache", "spec", "bool",
+                "keep the fp8 weights' transposes across micro-batches (Transformer Engine); off: transpose for each "
+                "backward and free it, as DeepSeek-V3's framework (default on)",
+                applies=lambda f, m: _fp8(f, m) & f["fp8_weight_cache"], needs="--precision fp8 and --fp8-weight-cache",
+                seconds_only=False, context=lambda value: {"precision": "fp8"}),
     StackOption("autocast", "autocast", "spec", "bool",
                 "fp32 parameters under torch.autocast with an fp32 residual stream (plain PyTorch + Transformers): "
                 "every weight and projection input cast each forward (default off, on under --software hf-eager)",

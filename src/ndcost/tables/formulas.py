@@ -225,9 +225,10 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
               where(ops.is_choice(c, "cp_algo", "ring-allgather"), MEMORY_CP_ALLGATHER, MEMORY_CP_RING)),
         where(d["tie_embeddings"], 1.0, 0.0),
         c["logit_bytes"],
-        # fp8 weight cache bytes per weight parameter (ExecSpec.fp8_weight_cache)
+        # fp8 weight cache bytes per weight parameter (ExecSpec.fp8_weight_cache): the fp8 copy unless the
+        # weights are fp8 already, and the transpose unless made for each backward (fp8_transpose_cache)
         where(ops.is_choice(c, "precision", "fp8") & c["fp8_weight_cache"],
-              where(c["param_bytes"] == 1, 1.0, 2.0), 0.0),
+              where(c["param_bytes"] == 1, 0.0, 1.0) + where(c["fp8_transpose_cache"], 1.0, 0.0), 0.0),
         where(c["autocast"], 1.0, 0.0),                                          # autocast
         where(c["grads_set_to_none"], 1.0, 0.0),                                 # grads_none
         where(c["moe_weighted_activation"], 1.0, 0.0),                           # moe_weighted_act

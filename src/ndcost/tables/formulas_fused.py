@@ -33,8 +33,8 @@ _C_JOINT_ND_MEMORY_CANDIDATE = operator.itemgetter(
     'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation',
     'seq_split', 'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch', 'moe_dispatch_count',
     'grouped_gemm', 'moe_imbalance', 'flash_attention', 'recompute_slice_activation', 'softmax_bytes',
-    'dropout_bytes', 'norm_bytes', 'fp8_weight_cache', 'logit_bytes', 'autocast', 'grads_set_to_none',
-    'moe_weighted_activation', 'fp8_activation_storage',
+    'dropout_bytes', 'norm_bytes', 'fp8_weight_cache', 'logit_bytes', 'fp8_transpose_cache', 'autocast',
+    'grads_set_to_none', 'moe_weighted_activation', 'fp8_activation_storage',
 )
 _C_JOINT_DERIVED_MEMORY_CANDIDATE = operator.itemgetter(
     'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'etp', 'micro_batch_size',
@@ -43,7 +43,8 @@ _C_JOINT_DERIVED_MEMORY_CANDIDATE = operator.itemgetter(
     'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation', 'seq_split',
     'grouped_gemm', 'moe_imbalance', 'capacity_factor', 'flash_attention', 'recompute_slice_activation',
     'compute_bytes', 'softmax_bytes', 'dropout_bytes', 'norm_bytes', 'fp8_weight_cache', 'param_bytes',
-    'logit_bytes', 'autocast', 'grads_set_to_none', 'moe_weighted_activation', 'fp8_activation_storage',
+    'logit_bytes', 'fp8_transpose_cache', 'autocast', 'grads_set_to_none', 'moe_weighted_activation',
+    'fp8_activation_storage',
 )
 
 
@@ -59,7 +60,8 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
         c_deferred_grad_accumulation, c_seq_split, c_param_bytes, c_compute_bytes, c_capacity_factor,
         c_moe_dispatch, c_moe_dispatch_count, c_grouped_gemm, c_moe_imbalance, c_flash_attention,
         c_recompute_slice_activation, c_softmax_bytes, c_dropout_bytes, c_norm_bytes, c_fp8_weight_cache,
-        c_logit_bytes, c_autocast, c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage,
+        c_logit_bytes, c_fp8_transpose_cache, c_autocast, c_grads_set_to_none, c_moe_weighted_activation,
+        c_fp8_activation_storage,
     ) = _C_JOINT_ND_MEMORY_CANDIDATE(c)
     joint_dp, joint_tp, joint_pp, joint_vpp, joint_cp, joint_ep = (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep)
     joint_s = c_seq_length
@@ -272,7 +274,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
             MEMORY_CP_ULYSSES if c_cp_algo == 'ulysses' else MEMORY_CP_ALLGATHER if c_cp_algo == 'ring-allgather' else MEMORY_CP_RING,
             1.0 if d_tie_embeddings else 0.0,
             c_logit_bytes,
-            (1.0 if c_param_bytes == 1 else 2.0) if (c_precision == 'fp8') & c_fp8_weight_cache else 0.0,
+            (0.0 if c_param_bytes == 1 else 1.0) + (1.0 if c_fp8_transpose_cache else 0.0) if (c_precision == 'fp8') & c_fp8_weight_cache else 0.0,
             1.0 if c_autocast else 0.0,
             1.0 if c_grads_set_to_none else 0.0,
             1.0 if c_moe_weighted_activation else 0.0,
@@ -293,8 +295,8 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
         c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
         c_deferred_grad_accumulation, c_seq_split, c_grouped_gemm, c_moe_imbalance, c_capacity_factor,
         c_flash_attention, c_recompute_slice_activation, c_compute_bytes, c_softmax_bytes, c_dropout_bytes,
-        c_norm_bytes, c_fp8_weight_cache, c_param_bytes, c_logit_bytes, c_autocast, c_grads_set_to_none,
-        c_moe_weighted_activation, c_fp8_activation_storage,
+        c_norm_bytes, c_fp8_weight_cache, c_param_bytes, c_logit_bytes, c_fp8_transpose_cache, c_autocast,
+        c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage,
     ) = _C_JOINT_DERIVED_MEMORY_CANDIDATE(c)
     joint_dp, joint_tp, joint_pp, joint_vpp, joint_cp, joint_ep = (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep)
     joint_s = c_seq_length
@@ -469,7 +471,7 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
             MEMORY_CP_ULYSSES if c_cp_algo == 'ulysses' else MEMORY_CP_ALLGATHER if c_cp_algo == 'ring-allgather' else MEMORY_CP_RING,
             1.0 if d_tie_embeddings else 0.0,
             c_logit_bytes,
-            (1.0 if c_param_bytes == 1 else 2.0) if (c_precision == 'fp8') & c_fp8_weight_cache else 0.0,
+            (0.0 if c_param_bytes == 1 else 1.0) + (1.0 if c_fp8_transpose_cache else 0.0) if (c_precision == 'fp8') & c_fp8_weight_cache else 0.0,
             1.0 if c_autocast else 0.0,
             1.0 if c_grads_set_to_none else 0.0,
             1.0 if c_moe_weighted_activation else 0.0,

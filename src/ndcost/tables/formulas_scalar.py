@@ -190,7 +190,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         MEMORY_CP_ULYSSES if c['cp_algo'] == 'ulysses' else MEMORY_CP_ALLGATHER if c['cp_algo'] == 'ring-allgather' else MEMORY_CP_RING,
         1.0 if d['tie_embeddings'] else 0.0,
         c['logit_bytes'],
-        (1.0 if c['param_bytes'] == 1 else 2.0) if (c['precision'] == 'fp8') & c['fp8_weight_cache'] else 0.0,
+        (0.0 if c['param_bytes'] == 1 else 1.0) + (1.0 if c['fp8_transpose_cache'] else 0.0) if (c['precision'] == 'fp8') & c['fp8_weight_cache'] else 0.0,
         1.0 if c['autocast'] else 0.0,
         1.0 if c['grads_set_to_none'] else 0.0,
         1.0 if c['moe_weighted_activation'] else 0.0,

@@ -376,7 +376,8 @@ def static_layer_bytes(model: Any, spec: ExecSpec, kind_index: int, derived: Der
     dense_div, expert_div = _shard_divisors(spec, derived)
     per_rank = _sharded((non_expert + shared) / spec.tp, dense_div, widths)
     # Transformer Engine's fp8 weight copies (ExecSpec.fp8_weight_cache), sharded as the weights are
-    cache = (1.0 if spec.param_bytes == 1 else 2.0) if spec.precision == "fp8" and spec.fp8_weight_cache else 0.0
+    cache = ((0.0 if spec.param_bytes == 1 else 1.0) + (1.0 if spec.fp8_transpose_cache else 0.0)
+             if spec.precision == "fp8" and spec.fp8_weight_cache else 0.0)
     per_rank[0] += (non_expert + shared) / spec.tp * cache / dense_div[0]
     if routed:
         per_rank += _sharded(routed / (spec.ep * derived.t_exp), expert_div, widths)
