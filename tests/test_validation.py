@@ -157,3 +157,25 @@ def test_the_shipped_runs_are_the_shared_files(name):
     if not shared.exists():
         pytest.skip(f"no shared copy of {BUILTIN_RUNS[name].name} beside this clone")
     assert BUILTIN_RUNS[name].read_bytes() == shared.read_bytes()
+
+
+def test_2021_rows_keep_the_fused_softmax_in_16_bits():
+    """Megatron-LM's 2021 fused scale-mask-softmax (up to 2,048 keys) saves its probabilities in the 16-bit input's
+    dtype (NVIDIA/Megatron-LM@0fa7175f megatron/model/fused_softmax.py): softmax_bytes 2 on the 2021 rows, which
+    moves memory only (no flash attention in 2021: the probabilities are an unfused attention's activations)."""
+    import ndcost
+    from ndcost.files import read_mapping
+    from ndcost.io.validation import BUILTIN_RUNS, FUSED_SOFTMAX_MAX_KEYS, build_row
+    from ndcost.tables.seconds import seconds_estimate
+
+    doc = read_mapping(BUILTIN_RUNS["a100"], "a runs file")
+    row = next(r for r in doc["runs"] if r["id"] == "narayanan21_t2_zero3_530b_640gpu")
+    built = build_row(row, doc["hardware"], BUILTIN_RUNS["a100"])
+    assert FUSED_SOFTMAX_MAX_KEYS == 2048 and built.spec.seq_length == 2048
+    assert built.spec.softmax_bytes == 2 and not built.spec.flash_attention
+    fp32 = built.spec.replace(softmax_bytes=4)
+    a = ndcost.estimate(built.model, built.spec, built.cluster, rates=built.rates)
+    b = ndcost.estimate(built.model, fp32, built.cluster, rates=built.rates)
+    assert a.memory.peak_allocated < b.memory.peak_allocated
+    assert seconds_estimate(built.model, built.spec, built.cluster, rates=built.rates)["step_time"] == \
+        seconds_estimate(built.model, fp32, built.cluster, rates=built.rates)["step_time"]

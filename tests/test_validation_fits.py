@@ -67,11 +67,13 @@ from ndcost.io.validation import BUILTIN_RUNS, build_row
 #: under delayed scaling the attention projection's own fp8 input copy (1 byte per element more), and the
 #: block scales of blockwise / MXFP8 fp8 copies (1/32 byte per element), both of which would add memory.
 OVER_AS_PRICED = {
-    "narayanan21_t2_zero3_530b_640gpu": "101.8 of 77.4, working set 38.1: DeepSpeed 2021 ZeRO-3 at micro-batch "
-                                        "4 without flash attention: the recomputed layer's working set and 105 "
-                                        "layers' checkpoints. No published fact found that explains the fit (the "
-                                        "paper states ZeRO-3, no model parallelism, micro-batch 4; nothing of "
-                                        "activation partitioning or CPU checkpointing)",
+    "narayanan21_t2_zero3_530b_640gpu": (
+        "97.6 of 77.4, working set 34.1: DeepSpeed 2021 ZeRO-3 at micro-batch 4 without flash attention: the "
+        "recomputed layer (15.4, its probabilities in fp16 as Megatron's fused softmax keeps them) and two layers' "
+        "gathered parameters (ND's FSDP rule, 18.7) beside a layer's gradient bucket (9.4) and 105 layers' "
+        "checkpoints (35.2). DeepSpeed 2021 fetches one parameter at a time (as its seconds are priced): held so, "
+        "~74 reserved, but ndcost's memory side has no per-parameter ZeRO-3 yet. No published fact found on the "
+        "run's activation checkpointing (partitioned, CPU) either"),
 }
 
 

@@ -27,6 +27,10 @@ Rules for what the rows leave out (the runs are 2021-2022 Megatron-LM / DeepSpee
 * gradient bytes: 2 for fp16 (Megatron-LM's ``--accumulate-allreduce-grads-in-fp32`` is off
   unless bf16; DeepSpeed's fp16 engine reduces fp16 gradients), 4 for bf16.
 * dropout on (Megatron-LM's default hidden and attention dropout 0.1): 1-byte masks.
+* the attention probabilities kept in 16 bits (``softmax_bytes`` 2) up to 2,048 keys: Megatron-LM's fused
+  scale-mask-softmax kernel (on by default) takes and saves them in the 16-bit input's dtype
+  (NVIDIA/Megatron-LM@0fa7175f0936db7fbe303ca47b25fafca49ef032 megatron/model/fused_softmax.py:L29-37, L132-147:
+  key length 16 < sk <= 2048); beyond it the unfused path keeps the fp32 softmax output (4).
 * tied input/output embeddings (Megatron-LM's GPT default) unless the model note says untied.
 * the scale-out bandwidth from the hardware block's ``scale_out`` text where it states the
   links ("8x 200 Gb/s ... per node", "4 OPA links per node": Intel Omni-Path, 100 Gb/s per
@@ -228,6 +232,10 @@ class ValidationReport:
         return self.table()
 
 
+#: The longest key sequence Megatron-LM's 2021 fused softmax kernel takes (fused_softmax.py:L132).
+FUSED_SOFTMAX_MAX_KEYS = 2048
+
+
 def _family(run_id: str) -> str:
     """The run's family: its id without the trailing size and GPU-count tokens."""
     tokens = run_id.split("_")
@@ -389,6 +397,7 @@ def build_run(row: Mapping, hardware_table: Mapping) -> tuple[Any, Any, Any, flo
         sequence_parallel=bool(_value(strategy.get("sequence_parallel")) or False),
         recompute=recompute, zero_stage=zero, flash_attention=False, overlapped_grad_reduce=False,
         grad_bytes=2 if precision == "fp16" else 4, precision=precision, dropout_bytes=1,
+        softmax_bytes=2 if _int(model_block["seq_len"]) <= FUSED_SOFTMAX_MAX_KEYS else 4,
     )
     per_node = _int(hardware.get("gpus_per_node")) or 8
     overrides = {}

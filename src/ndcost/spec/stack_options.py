@@ -261,6 +261,10 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
     StackOption("grad_bytes", "grad_bytes", "spec", "int",
                 "bytes per gradient element as reduced: 4 (fp32, Megatron's bf16 default), 2 (fp16 runs that "
                 "reduce 16-bit gradients) (default 4)", choices=(2, 4), seconds_only=False),
+    StackOption("softmax_bytes", "softmax_bytes", "spec", "int",
+                "bytes per attention probability an unfused attention keeps for its backward: 2 (Megatron-LM's fused "
+                "scale-mask-softmax, up to 2,048 keys), 4 (an fp32 softmax) (default 4; flash attention keeps none)",
+                choices=(2, 4), seconds_only=False),
     StackOption("logit_bytes", "logit_bytes", "spec", "int",
                 "bytes per logit element the loss holds at its peak: 4 (Megatron's fused vocab-parallel cross "
                 "entropy), 8 (F.cross_entropy on the bf16 logits, kept to backward: NeMo AutoModel's fp32_upcast "
