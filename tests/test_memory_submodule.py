@@ -61,7 +61,7 @@ def candidate(**changes: float) -> np.ndarray:
                   bytes_dropout=0.0, bytes_norm=2.0, bytes_linear=2.0, w_param=2.0, w_grad=4.0, w_optim=12.0, div_param=1.0,
                   div_grad=2.0, div_optim=4.0, ediv_param=1.0, ediv_grad=1.0, ediv_optim=1.0, fsdp_gathers=0.0,
                   shards_grads=0.0, cp_ring=1.0, tie_emb=0.0, bytes_logit=4.0, w_fp8_cache=0.0, autocast=0.0,
-                  grads_none=0.0, moe_weighted_act=1.0, fp8_act_store=0.0)
+                  grads_none=0.0, moe_weighted_act=1.0, fp8_act_store=0.0, z3_param_fetch=0.0)
     values.update(changes)
     assert set(values) == set(MEMORY_CAND_FIELDS)
     return np.array([values[name] for name in MEMORY_CAND_FIELDS], dtype=np.float64)

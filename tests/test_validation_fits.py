@@ -46,6 +46,11 @@ What moved rows to fitting, each a published fact read (not a constant moved):
   backward (its batched_transpose grids are the layer's weights in 128x128 tiles) and casts no weight in the pair:
   the fp8 weights are held, their transposes are not (``fp8_transpose_cache`` False, the row's
   ``fp8_weight_transpose`` fact). DeepSeek-V3 on 2,048 H800: 75.5 -> 72.2 GiB reserved of 72.5 usable.
+* The 2021 rows: Megatron-LM's fused softmax keeps the attention probabilities in 16 bits (``softmax_bytes`` 2,
+  NVIDIA/Megatron-LM@0fa7175f megatron/model/fused_softmax.py), and DeepSpeed's 2021 ZeRO-3 gathers one parameter
+  at a time (``zero3_parameter_fetch``, as its seconds were already priced): the largest weight and its gradient,
+  not two layers and a layer's bucket. The 530B ZeRO-3 row on 640 A100s: 101.8 -> 97.6 -> 74.1 GiB reserved of
+  77.4 usable.
 """
 from __future__ import annotations
 
@@ -58,23 +63,12 @@ from ndcost.errors import SpecError
 from ndcost.files import read_mapping
 from ndcost.io.validation import BUILTIN_RUNS, build_row
 
-#: Rows ndcost still prices over their device's memory: the reserved peak against the usable HBM (GiB) and
-#: the largest part of the fullest stage, as priced, and what is known of why: the config read (MB:
-#: NVIDIA-NeMo/Megatron-Bridge, MLM: NVIDIA/Megatron-LM, file@commit:lines), or that no published fact was
-#: found that explains the fit. Left open: the activation
-#: memory of Megatron-Core / Transformer Engine MoE layers, and of the Megatron-Bridge dense rows, is above
-#: what the runs prove fits; no published fact found yet says which figure is wrong. Not priced and known:
-#: under delayed scaling the attention projection's own fp8 input copy (1 byte per element more), and the
-#: block scales of blockwise / MXFP8 fp8 copies (1/32 byte per element), both of which would add memory.
-OVER_AS_PRICED = {
-    "narayanan21_t2_zero3_530b_640gpu": (
-        "97.6 of 77.4, working set 34.1: DeepSpeed 2021 ZeRO-3 at micro-batch 4 without flash attention: the "
-        "recomputed layer (15.4, its probabilities in fp16 as Megatron's fused softmax keeps them) and two layers' "
-        "gathered parameters (ND's FSDP rule, 18.7) beside a layer's gradient bucket (9.4) and 105 layers' "
-        "checkpoints (35.2). DeepSpeed 2021 fetches one parameter at a time (as its seconds are priced): held so, "
-        "~74 reserved, but ndcost's memory side has no per-parameter ZeRO-3 yet. No published fact found on the "
-        "run's activation checkpointing (partitioned, CPU) either"),
-}
+#: Rows ndcost still prices over their device's memory, each with the reserved peak against the usable HBM (GiB),
+#: the largest part of the fullest stage, and what is known of why (the config read, file@commit:lines), or that
+#: no published fact was found that explains the fit: none today. Not priced and known: under delayed scaling the
+#: attention projection's own fp8 input copy (1 byte per element more), and the block scales of blockwise / MXFP8
+#: fp8 copies (1/32 byte per element), both of which would add memory.
+OVER_AS_PRICED: dict[str, str] = {}
 
 
 def _rows():

@@ -211,6 +211,13 @@ cdef inline double c_mem_formula_activation(const double* kind, const double* mc
         option, keep_mask, <long long>mc[MC_slice_input], kind[MK_att_window])
 
 
+cdef inline double c_mem_largest_weight(const double* kind, const double* mc) noexcept nogil:
+    """kernels/batch.py _largest_weight: the layer's largest weight matrix on one rank."""
+    cdef double dense = kind[MK_p_largest] / mc[MC_tp]
+    cdef double expert = kind[MK_p_largest_expert] / mc[MC_etp]
+    return dense if dense > expert else expert
+
+
 cdef inline void c_mem_comm_buffers(const double* kind, const double* mc,
                                     double* main, double* ep_buffer) noexcept nogil:
     # (max(dp, tp, cp), ep) buffer bytes of one layer of the kind (docs/ND_MODEL.md §3.2 comm_expr),
@@ -242,6 +249,8 @@ cdef inline void c_mem_comm_buffers(const double* kind, const double* mc,
             cp_buffer = 2.0 * tokens * (q_width + k_width + v_width) * c  # Ulysses: q, k, v in and out
     if mc[MC_shards_grads] != 0.0:
         params = (kind[MK_p_nonexp] + kind[MK_p_shared]) / tp + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])
+        if mc[MC_z3_param_fetch] != 0.0:
+            params = c_mem_largest_weight(kind, mc)              # one parameter's gradient, reduced alone
         dp_buffer = params * mc[MC_w_grad]                       # one layer's gradient bucket
     ep_buffer[0] = 0.0
     if kind[MK_ffn] == _MEM_FFN_MOE and mc[MC_ep] > 1.0:
@@ -319,7 +328,9 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
         if kind[MK_census_saved] >= 0.0:
             plain_formula = c_mem_formula_activation(kind, mc, OPTION_NONE, ALL_KEPT)
         gathered = 0.0
-        if mc[MC_fsdp_gathers] != 0.0:
+        if mc[MC_fsdp_gathers] != 0.0 and mc[MC_z3_param_fetch] != 0.0:
+            gathered = c_mem_largest_weight(kind, mc) * mc[MC_w_param]   # one parameter gathered at a time
+        elif mc[MC_fsdp_gathers] != 0.0:
             # docs/ND_MODEL.md §3.7 FSDP extras: a backward holds two layers' gathered parameters.
             gathered = 2.0 * ((kind[MK_p_nonexp] + kind[MK_p_shared]) / tp
                               + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])) * mc[MC_w_param]

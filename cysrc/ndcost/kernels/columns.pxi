@@ -403,7 +403,9 @@ cdef enum:
     MK_census_saved_tp = 31
     MK_census_sel = 32
     MK_census_sel_tp = 33
-    MK_COUNT = 34
+    MK_p_largest = 34
+    MK_p_largest_expert = 35
+    MK_COUNT = 36
 
 cdef enum:
     MM_h = 0
@@ -460,7 +462,8 @@ cdef enum:
     MC_grads_none = 36
     MC_moe_weighted_act = 37
     MC_fp8_act_store = 38
-    MC_COUNT = 39
+    MC_z3_param_fetch = 39
+    MC_COUNT = 40
 
 cdef enum:
     LY_pp = 0

@@ -318,6 +318,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     cdef bint c_grads_set_to_none = _fr_bool(&cols[52], i)
     cdef bint c_moe_weighted_activation = _fr_bool(&cols[53], i)
     cdef bint c_fp8_activation_storage = _fr_bool(&cols[54], i)
+    cdef bint c_zero3_parameter_fetch = _fr_bool(&cols[55], i)
     cdef long long joint_dp
     cdef long long joint_tp
     cdef long long joint_pp
@@ -673,6 +674,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
         out_memory[36 * s_memory] = (1.0 if c_grads_set_to_none else 0.0)
         out_memory[37 * s_memory] = (1.0 if c_moe_weighted_activation else 0.0)
         out_memory[38 * s_memory] = (1.0 if c_fp8_activation_storage else 0.0)
+        out_memory[39 * s_memory] = (1.0 if c_zero3_parameter_fetch else 0.0)
     if out_fixed != NULL:
         fixed_dp = c_dp
         fixed_tp = c_tp
@@ -684,7 +686,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     return 0
 
 
-def formula_rows(tuple columns,                       # IN: storage columns (55, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
+def formula_rows(tuple columns,                       # IN: storage columns (56, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
                  Py_ssize_t start, Py_ssize_t stop,    # IN: the rows
                  const double[::1] constants,        # IN: FORMULA_ROW_CONSTANTS, the tuples after
                  const long long[::1] codes,         # IN: the code of each FORMULA_ROW_RULES rule
@@ -698,13 +700,13 @@ def formula_rows(tuple columns,                       # IN: storage columns (55,
                  double[:, :] out_seconds,
                  double[:, :] out_memory,
                  double[:, :] out_fixed) -> None:
-    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (43, n) or (0, 0), the memory vector (39, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
+    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (43, n) or (0, 0), the memory vector (40, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
     cdef Py_ssize_t n = stop - start, n_layouts = layout_row.shape[0], i, j, li
     cdef long long r
     cdef bint bad
     cdef _formula_rows_constants k
-    cdef _FRColumn cols[55]
-    cdef Py_buffer views[55]
+    cdef _FRColumn cols[56]
+    cdef Py_buffer views[56]
     cdef int opened = 0
     cdef double* p_nd
     cdef double* p_seconds
@@ -736,8 +738,8 @@ def formula_rows(tuple columns,                       # IN: storage columns (55,
         raise ValueError("out_seconds must have strides of whole float64s")
     f_seconds = out_seconds.strides[0] // sizeof(double)     # a field's step
     r_seconds = out_seconds.strides[1] // sizeof(double)     # a row's step
-    if not ((out_memory.shape[0] == 39 and out_memory.shape[1] == n) or (out_memory.shape[0] == 0 and out_memory.shape[1] == 0)):
-        raise ValueError(f"out_memory must be (39, {n}) or (0, 0)")
+    if not ((out_memory.shape[0] == 40 and out_memory.shape[1] == n) or (out_memory.shape[0] == 0 and out_memory.shape[1] == 0)):
+        raise ValueError(f"out_memory must be (40, {n}) or (0, 0)")
     p_memory = &out_memory[0, 0] if out_memory.shape[0] and n else NULL
     if out_memory.strides[0] % sizeof(double) or out_memory.strides[1] % sizeof(double):
         raise ValueError("out_memory must have strides of whole float64s")
@@ -750,11 +752,11 @@ def formula_rows(tuple columns,                       # IN: storage columns (55,
         raise ValueError("out_fixed must have strides of whole float64s")
     f_fixed = out_fixed.strides[0] // sizeof(double)     # a field's step
     r_fixed = out_fixed.strides[1] // sizeof(double)     # a row's step
-    if len(columns) != 55:
-        raise ValueError(f"columns must hold 55 storage columns, got {len(columns)}")
+    if len(columns) != 56:
+        raise ValueError(f"columns must hold 56 storage columns, got {len(columns)}")
     _formula_rows_unpack(&k, constants, codes)
     try:
-        for j in range(55):
+        for j in range(56):
             _fr_open(columns[j], &views[j], &cols[j], stop, j)
             opened += 1
         with nogil:
@@ -774,7 +776,7 @@ def formula_rows(tuple columns,                       # IN: storage columns (55,
                         for j in range(43):
                             p_seconds[j * f_seconds + i * r_seconds] = NAN
                     if p_memory != NULL:
-                        for j in range(39):
+                        for j in range(40):
                             p_memory[j * f_memory + i * r_memory] = NAN
                     if p_fixed != NULL:
                         for j in range(1):

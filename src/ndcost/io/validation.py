@@ -40,7 +40,8 @@ Rules for what the rows leave out (the runs are 2021-2022 Megatron-LM / DeepSpee
   gradient-accumulation fusion: ``Rates.for_software(device, "megatron-2021")``); a DeepSpeed
   ZeRO-3 row runs DeepSpeed's 2021 ZeRO-3 -- blocking per-parameter fetches at their measured
   rate, a re-fetch for the recompute forward, all-reduced gradients ("deepspeed-2021" with
-  ``ndcost.tables.seconds.DEEPSPEED_2021``). Each figure's source is in ``ndcost.spec.rates.SOFTWARE_PRESETS``;
+  ``ndcost.tables.seconds.DEEPSPEED_2021``), holding one gathered parameter and its gradient at a time
+  (``ExecSpec.zero3_parameter_fetch``). Each figure's source is in ``ndcost.spec.rates.SOFTWARE_PRESETS``;
   a caller's own ``rates`` / ``overlap`` replace them.
 * measured iteration time: ``iteration_s``; else derived from ``tflops_per_gpu`` when the row
   says its FLOPs follow Narayanan et al. 2021 Eq. 3 with recompute (96·B·s·l·h²·(1 + s/6h +
@@ -469,6 +470,8 @@ def build_row(row: Mapping, hardware_table: Mapping, path: str | PathLike | None
     else:
         model, spec, cluster_, measured, derived, notes = build_run(row, hardware_table)
         generation, row_overlap, note = software(row)
+        if generation == "deepspeed-2021":      # its ZeRO-3 holds one gathered parameter at a time, as it fetches
+            spec = spec.replace(zero3_parameter_fetch=True)
     validate(model, spec, cluster_)
     if note and (rates is None or overlap is None):
         notes = [*notes, note]

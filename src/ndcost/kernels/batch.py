@@ -322,6 +322,15 @@ def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:
         int(mc[_MC["slice_input"]]), kind[_MK["att_window"]])
 
 
+def _largest_weight(kind, mc) -> float:
+    """The largest weight matrix of a layer of the kind on one rank (ExecSpec.zero3_parameter_fetch: what a
+    ZeRO-3 that gathers one parameter at a time holds whole): the non-expert one over tp, a routed expert's
+    over etp."""
+    dense = kind[_MK["p_largest"]] / mc[_MC["tp"]]
+    expert = kind[_MK["p_largest_expert"]] / mc[_MC["etp"]]
+    return dense if dense > expert else expert
+
+
 def _comm_buffers(kind, mc) -> tuple[float, float]:
     """(max(dp, tp, cp), ep) buffer bytes of one layer of the kind (docs/ND_MODEL.md §3.2 comm_expr),
     on the kind's hidden size and tokens."""
@@ -351,6 +360,8 @@ def _comm_buffers(kind, mc) -> tuple[float, float]:
     if mc[_MC["shards_grads"]] != 0.0:
         params = ((kind[_MK["p_nonexp"]] + kind[_MK["p_shared"]]) / tp
                   + kind[_MK["p_routed"]] / (mc[_MC["ep"]] * mc[_MC["etp"]]))
+        if mc[_MC["z3_param_fetch"]] != 0.0:
+            params = _largest_weight(kind, mc)                        # one parameter's gradient, reduced alone
         dp_buffer = params * mc[_MC["w_grad"]]                        # one layer's gradient bucket
     ep_buffer = 0.0
     if kind[_MK["ffn"]] == _FFN_MOE and mc[_MC["ep"]] > 1.0:
@@ -408,7 +419,9 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
         if kind[_MK["census_saved"]] >= 0.0:
             plain_formula = _formula_activation(kind, mc, OPTION_NONE, _ALL_KEPT)
         gathered = 0.0
-        if mc[_MC["fsdp_gathers"]] != 0.0:
+        if mc[_MC["fsdp_gathers"]] != 0.0 and mc[_MC["z3_param_fetch"]] != 0.0:
+            gathered = _largest_weight(kind, mc) * mc[_MC["w_param"]]   # one parameter gathered at a time
+        elif mc[_MC["fsdp_gathers"]] != 0.0:
             # docs/ND_MODEL.md §3.7 FSDP extras: a backward holds two layers' gathered parameters.
             gathered = 2.0 * ((kind[_MK["p_nonexp"]] + kind[_MK["p_shared"]]) / mc[_MC["tp"]]
                               + kind[_MK["p_routed"]] / (mc[_MC["ep"]] * mc[_MC["etp"]])) * mc[_MC["w_param"]]

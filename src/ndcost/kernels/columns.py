@@ -350,6 +350,8 @@ MEMORY_KIND_FIELDS = (
     "extra_norms",    # norms a layer runs beyond its pre-norms, each keeping its input (Gemma 2/3's post-norms: 2)
     "census_saved", "census_saved_tp",  # census: bytes per token a plain layer keeps, split over sp / over tp;
     "census_sel", "census_sel_tp",      #   the same under HyperParallel's selective policy; -1 = no census
+    "p_largest",      # the layer's largest non-expert weight matrix (unsplit; split over tp), for a per-parameter
+    "p_largest_expert",  # ZeRO-3 fetch; and its largest routed-expert matrix (split over etp), 0 on a dense kind
 )
 
 # --- model-level constants of the memory model (float64 vector) ---
@@ -387,6 +389,7 @@ MEMORY_CAND_FIELDS = (
     "grads_none",              # 1: gradients exist only from the backward on (ExecSpec.grads_set_to_none)
     "moe_weighted_act",        # 1: router probabilities applied in the expert activation (ExecSpec.moe_weighted_activation)
     "fp8_act_store",           # 1: DeepSeek-V3's fp8 / E5M6 activation storage (ExecSpec.fp8_activation_storage)
+    "z3_param_fetch",          # 1: ZeRO-3 gathers one parameter at a time (ExecSpec.zero3_parameter_fetch)
 )
 
 # --- one distinct layout (int64 rows of a layout table) ---

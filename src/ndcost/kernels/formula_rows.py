@@ -27,7 +27,7 @@ FORMULA_ROW_FIELDS = (
     'overlapped_grad_reduce', 'overlapped_param_gather', 'tp_overlap', 'moe_dispatcher_sms', 'moe_node_limit',
     'moe_dispatch_fp8', 'cuda_graphs', 'autocast', 'recompute_slice_activation', 'softmax_bytes', 'norm_bytes',
     'fp8_weight_cache', 'logit_bytes', 'fp8_transpose_cache', 'grads_set_to_none', 'moe_weighted_activation',
-    'fp8_activation_storage',
+    'fp8_activation_storage', 'zero3_parameter_fetch',
 )
 #: Its constant slots: (owner -- mc, cc, overlap, or None for a parameter -- , attribute, type: i int,
 #: b bool, f float, a trailing ? where None is allowed (packed as NaN), ti / tf a tuple of them).
@@ -77,14 +77,14 @@ FORMULA_ROW_RULES = (
     'tp_cross_node', 'no_fp8', 'expert_dp',
 )
 #: Its output matrices: (name, rows); a (0, 0) matrix is not asked for.
-FORMULA_ROW_OUTPUTS = (('nd', 36), ('seconds', 43), ('memory', 39), ('fixed', 1))
+FORMULA_ROW_OUTPUTS = (('nd', 36), ('seconds', 43), ('memory', 40), ('fixed', 1))
 _TABLE_SCHEDULE_ROW = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 _TABLE_MEMORY_SCHEDULE_ROW = (0.0, 0.0, 2.0, 1.0, 3.0, 5.0, 4.0)
 
 
 def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
     # One row: (its reason code, 0 when priced; then each asked-for vector, else None).
-    (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_param_bytes, c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_moe_dispatch_count, c_seq_split, c_dropout_bytes, c_flash_attention, c_grouped_gemm, c_moe_imbalance, c_overlapped_grad_reduce, c_overlapped_param_gather, c_tp_overlap, c_moe_dispatcher_sms, c_moe_node_limit, c_moe_dispatch_fp8, c_cuda_graphs, c_autocast, c_recompute_slice_activation, c_softmax_bytes, c_norm_bytes, c_fp8_weight_cache, c_logit_bytes, c_fp8_transpose_cache, c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage,) = row
+    (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_param_bytes, c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_moe_dispatch_count, c_seq_split, c_dropout_bytes, c_flash_attention, c_grouped_gemm, c_moe_imbalance, c_overlapped_grad_reduce, c_overlapped_param_gather, c_tp_overlap, c_moe_dispatcher_sms, c_moe_node_limit, c_moe_dispatch_fp8, c_cuda_graphs, c_autocast, c_recompute_slice_activation, c_softmax_bytes, c_norm_bytes, c_fp8_weight_cache, c_logit_bytes, c_fp8_transpose_cache, c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage, c_zero3_parameter_fetch,) = row
     joint_dp = c_dp
     joint_tp = c_tp
     joint_pp = c_pp
@@ -365,6 +365,7 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
             1.0 if c_grads_set_to_none else 0.0,
             1.0 if c_moe_weighted_activation else 0.0,
             1.0 if c_fp8_activation_storage else 0.0,
+            1.0 if c_zero3_parameter_fetch else 0.0,
         )
     fixed = None
     if want_fixed:
@@ -381,7 +382,7 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
 
 
 def formula_rows(columns, start, stop, constants, codes, spec_reason, layout_index, layout_bad, layout_row, out_reason, out_layout, out_nd, out_seconds, out_memory, out_fixed):
-    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (43, n) or (0, 0), the memory vector (39, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
+    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (43, n) or (0, 0), the memory vector (40, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
     n = stop - start
     n_layouts = len(layout_row)
     if start < 0 or stop < start:
@@ -394,10 +395,10 @@ def formula_rows(columns, start, stop, constants, codes, spec_reason, layout_ind
         raise ValueError(f"out_reason and out_layout must have length {n}")
     check_out(out_nd, 36, n, 'out_nd')
     check_out(out_seconds, 43, n, 'out_seconds')
-    check_out(out_memory, 39, n, 'out_memory')
+    check_out(out_memory, 40, n, 'out_memory')
     check_out(out_fixed, 1, n, 'out_fixed')
     k = unpack(constants, codes, FORMULA_ROW_CONSTANTS, 29)
-    rows = zip(*rows_of(columns, start, stop, ('int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'int', 'int', 'bool', 'bool', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'float', 'float', 'float', 'int', 'int', 'bool', 'bool', 'float', 'bool', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'bool', 'bool',)))
+    rows = zip(*rows_of(columns, start, stop, ('int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'int', 'int', 'bool', 'bool', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'float', 'float', 'float', 'int', 'int', 'bool', 'bool', 'float', 'bool', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'bool', 'bool', 'bool',)))
     want_nd = len(out_nd) != 0
     want_seconds = len(out_seconds) != 0
     want_memory = len(out_memory) != 0

@@ -35,7 +35,8 @@ _BOOL_FIELDS = ("sequence_parallel", "mtp_in_offset", "emb_out_in_offset", "sele
                 "recompute_slice_activation", "overlapped_grad_reduce", "overlapped_param_gather", "deferred_grad_accumulation",
                 "shard_spans_cp", "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap",
                 "fp8_weight_cache", "moe_dispatch_fp8", "autocast", "grads_set_to_none",
-                "moe_weighted_activation", "fp8_activation_storage", "fp8_transpose_cache")
+                "moe_weighted_activation", "fp8_activation_storage", "fp8_transpose_cache",
+                "zero3_parameter_fetch")
 _OPT_BOOL_FIELDS = ("tie_embeddings", "reshard_params")
 _FLOAT_FIELDS = ("capacity_factor", "moe_imbalance", "moe_dispatch_count")
 _OPT_FLOAT_FIELDS = ("moe_dispatch",)

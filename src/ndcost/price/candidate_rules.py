@@ -133,6 +133,7 @@ def _moe_rules(cols: dict[str, _Column], reason: np.ndarray, full_recompute: np.
     rules.add("dispatch_fp8_precision", a["moe_dispatch_fp8"] & ~fp8)
     rules.add("fp8_storage_precision", a["fp8_activation_storage"] & ~fp8)
     rules.add("fp8_transpose_cache", ~a["fp8_transpose_cache"] & ~(fp8 & a["fp8_weight_cache"]))
+    rules.add("zero3_parameter_fetch", a["zero3_parameter_fetch"] & (a["zero_stage"] != 3))
     overlap = a["ep_overlap"]
     codes = {name: i for i, name in enumerate(CHOICES["ep_overlap"])}
     schedule = a["pp_schedule"]

@@ -183,6 +183,12 @@ class ExecSpec:
     #: q_b 1536x24576, 3584 for the 4 local experts' 2048x7168; tests/test_fp8_transpose_cache.py): 1 byte per
     #: weight parameter less. Memory only; the transient transpose (one weight at a time) is not priced.
     fp8_transpose_cache: bool = True
+    #: ZeRO-3 gathers one parameter at a time, when its module runs, and reduces its gradient alone, as
+    #: DeepSpeed's ZeRO-3 of 2021 does (a blocking fetch per parameter: the seconds mode's "deepspeed-2021"
+    #: software prices the same): at most the largest weight and its gradient are held whole. False (default):
+    #: whole layers, the next one prefetched, and a layer's gradient bucket (FSDP; docs/ND_MODEL.md §3.7). Memory
+    #: only; needs zero_stage 3.
+    zero3_parameter_fetch: bool = False
 
     # ------------------------------------------------------------------ construction and validation
 

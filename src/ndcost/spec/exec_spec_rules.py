@@ -98,6 +98,7 @@ BOOL_FIELDS: tuple[str, ...] = (
     "moe_weighted_activation",
     "fp8_activation_storage",
     "fp8_transpose_cache",
+    "zero3_parameter_fetch",
 )
 # Byte widths and their minimum: a main (master) parameter copy and a dropout
 # mask may be absent (ND's DEFAULT_RUN has main_param_bytes 0 and
@@ -458,6 +459,9 @@ def check_moe(spec: Any) -> None:
     if not spec.fp8_transpose_cache and not (spec.precision == "fp8" and spec.fp8_weight_cache):
         raise SpecError("fp8_transpose_cache", OWNER, "be True unless precision is 'fp8' and fp8_weight_cache is "
                         "True (only a kept fp8 weight has a transpose to keep or not)", spec.fp8_transpose_cache)
+    if spec.zero3_parameter_fetch and spec.zero_stage != 3:
+        raise SpecError("zero3_parameter_fetch", OWNER, "be False unless zero_stage is 3 (only ZeRO-3 gathers "
+                        f"parameters; zero_stage is {spec.zero_stage})", spec.zero3_parameter_fetch)
     overlap = spec.ep_overlap
     if overlap == "none":
         return

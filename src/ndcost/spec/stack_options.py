@@ -173,6 +173,11 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "backward and free it, as DeepSeek-V3's framework (default on)",
                 applies=lambda f, m: _fp8(f, m) & f["fp8_weight_cache"], needs="--precision fp8 and --fp8-weight-cache",
                 seconds_only=False, context=lambda value: {"precision": "fp8"}),
+    StackOption("zero3_parameter_fetch", "zero3_parameter_fetch", "spec", "bool",
+                "ZeRO-3 gathers one parameter at a time and reduces its gradient alone, as DeepSpeed's 2021 ZeRO-3; "
+                "off: whole layers with the next prefetched (FSDP) (default off)",
+                applies=lambda f, m: f["zero_stage"] == 3, needs="--zero-stage 3", seconds_only=False,
+                context=lambda value: {"zero_stage": 3}),
     StackOption("autocast", "autocast", "spec", "bool",
                 "fp32 parameters under torch.autocast with an fp32 residual stream (plain PyTorch + Transformers): "
                 "every weight and projection input cast each forward (default off, on under --software hf-eager)",

@@ -233,6 +233,7 @@ def memory_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, Any
         where(c["grads_set_to_none"], 1.0, 0.0),                                 # grads_none
         where(c["moe_weighted_activation"], 1.0, 0.0),                           # moe_weighted_act
         where(c["fp8_activation_storage"], 1.0, 0.0),                            # fp8_act_store
+        where(c["zero3_parameter_fetch"], 1.0, 0.0),                             # z3_param_fetch
     )
 
 

@@ -34,7 +34,7 @@ _C_JOINT_ND_MEMORY_CANDIDATE = operator.itemgetter(
     'seq_split', 'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch', 'moe_dispatch_count',
     'grouped_gemm', 'moe_imbalance', 'flash_attention', 'recompute_slice_activation', 'softmax_bytes',
     'dropout_bytes', 'norm_bytes', 'fp8_weight_cache', 'logit_bytes', 'fp8_transpose_cache', 'autocast',
-    'grads_set_to_none', 'moe_weighted_activation', 'fp8_activation_storage',
+    'grads_set_to_none', 'moe_weighted_activation', 'fp8_activation_storage', 'zero3_parameter_fetch',
 )
 _C_JOINT_DERIVED_MEMORY_CANDIDATE = operator.itemgetter(
     'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'etp', 'micro_batch_size',
@@ -44,7 +44,7 @@ _C_JOINT_DERIVED_MEMORY_CANDIDATE = operator.itemgetter(
     'grouped_gemm', 'moe_imbalance', 'capacity_factor', 'flash_attention', 'recompute_slice_activation',
     'compute_bytes', 'softmax_bytes', 'dropout_bytes', 'norm_bytes', 'fp8_weight_cache', 'param_bytes',
     'logit_bytes', 'fp8_transpose_cache', 'autocast', 'grads_set_to_none', 'moe_weighted_activation',
-    'fp8_activation_storage',
+    'fp8_activation_storage', 'zero3_parameter_fetch',
 )
 
 
@@ -61,7 +61,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
         c_moe_dispatch, c_moe_dispatch_count, c_grouped_gemm, c_moe_imbalance, c_flash_attention,
         c_recompute_slice_activation, c_softmax_bytes, c_dropout_bytes, c_norm_bytes, c_fp8_weight_cache,
         c_logit_bytes, c_fp8_transpose_cache, c_autocast, c_grads_set_to_none, c_moe_weighted_activation,
-        c_fp8_activation_storage,
+        c_fp8_activation_storage, c_zero3_parameter_fetch,
     ) = _C_JOINT_ND_MEMORY_CANDIDATE(c)
     joint_dp, joint_tp, joint_pp, joint_vpp, joint_cp, joint_ep = (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep)
     joint_s = c_seq_length
@@ -279,6 +279,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
             1.0 if c_grads_set_to_none else 0.0,
             1.0 if c_moe_weighted_activation else 0.0,
             1.0 if c_fp8_activation_storage else 0.0,
+            1.0 if c_zero3_parameter_fetch else 0.0,
         ),
     )
 
@@ -296,7 +297,7 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
         c_deferred_grad_accumulation, c_seq_split, c_grouped_gemm, c_moe_imbalance, c_capacity_factor,
         c_flash_attention, c_recompute_slice_activation, c_compute_bytes, c_softmax_bytes, c_dropout_bytes,
         c_norm_bytes, c_fp8_weight_cache, c_param_bytes, c_logit_bytes, c_fp8_transpose_cache, c_autocast,
-        c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage,
+        c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage, c_zero3_parameter_fetch,
     ) = _C_JOINT_DERIVED_MEMORY_CANDIDATE(c)
     joint_dp, joint_tp, joint_pp, joint_vpp, joint_cp, joint_ep = (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep)
     joint_s = c_seq_length
@@ -476,5 +477,6 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
             1.0 if c_grads_set_to_none else 0.0,
             1.0 if c_moe_weighted_activation else 0.0,
             1.0 if c_fp8_activation_storage else 0.0,
+            1.0 if c_zero3_parameter_fetch else 0.0,
         ),
     )

@@ -195,6 +195,7 @@ def memory_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[s
         1.0 if c['grads_set_to_none'] else 0.0,
         1.0 if c['moe_weighted_activation'] else 0.0,
         1.0 if c['fp8_activation_storage'] else 0.0,
+        1.0 if c['zero3_parameter_fetch'] else 0.0,
     )
 
 

@@ -50,6 +50,7 @@ from .derive import Derived, derive, derived_values
 from ..errors import SpecError
 from ..spec.exec_spec import ExecSpec
 from .kind_shape import kind_shape
+from .memory_weights import largest_weights
 from .memory_overheads import ALLOCATOR_RESERVE_FACTOR
 
 __all__ = [
@@ -420,6 +421,7 @@ def memory_kind_table(model: Any) -> np.ndarray:
         }
         values.update(_census_columns(census))
         values["p_nonexp"], values["p_routed"], values["p_shared"] = model.kind_parameters(k)
+        values["p_largest"], values["p_largest_expert"] = largest_weights(model, kind, shape, values["p_nonexp"])
         for name, value in values.items():
             table[k, MEMORY_KIND[name]] = value
     table.setflags(write=False)

@@ -37,7 +37,8 @@ _FLAGS = ("sequence_parallel", "mtp_in_offset", "emb_out_in_offset", "selective_
           "deferred_grad_accumulation", "shard_spans_cp",
           "flash_attention", "grouped_gemm", "vocab_emb_dp", "tp_overlap", "fp8_weight_cache", "tie_embeddings",
           "reshard_params", "moe_dispatch_fp8", "autocast", "grads_set_to_none",
-          "moe_weighted_activation", "fp8_activation_storage", "fp8_transpose_cache")
+          "moe_weighted_activation", "fp8_activation_storage", "fp8_transpose_cache",
+          "zero3_parameter_fetch")
 _BYTES = ("param_bytes", "compute_bytes", "softmax_bytes", "grad_bytes", "optimizer_state_bytes",
           "optimizer_states", "main_param_bytes", "norm_bytes", "dropout_bytes", "logit_bytes")
 
@@ -134,6 +135,7 @@ _TABLE = (
     ("fp8_storage_precision", ("fp8_activation_storage",), "fp8_activation_storage without precision 'fp8'"),
     ("fp8_transpose_cache", ("fp8_transpose_cache",),
      "fp8_transpose_cache off without precision 'fp8' and fp8_weight_cache"),
+    ("zero3_parameter_fetch", ("zero3_parameter_fetch",), "zero3_parameter_fetch without zero_stage 3"),
 )
 
 #: Every reason (code, name, parameters, words), indexed by its code.
