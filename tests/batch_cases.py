@@ -181,3 +181,19 @@ def planted_rows(model: Model) -> list[dict[str, Any]]:
     elif pp > 1:
         rows.append(dict(base, global_batch_size=2 * 2 * pp, pp_schedule="dualpipe"))   # DualPipe, dense
     return rows
+
+
+def batch_memory_as_estimated(model: Model, cands: Any, cluster: Any, backend_name: str) -> np.ndarray:
+    """Each candidate's device memory as ``estimate_many`` prices it on *backend_name*, asserted equal (1e-12
+    relative) to ``estimate`` on the same row: the batch path and the single path hold the same bytes."""
+    import pytest
+
+    import ndcost
+    from ndcost import _backend
+
+    with _backend.use(backend_name):
+        batch = ndcost.estimate_many(model, cands, cluster)
+        for i in range(len(cands)):
+            single = ndcost.estimate(model, cands.spec(i), cluster)
+            assert batch.device_memory[i] == pytest.approx(single.memory.device_peak, rel=1e-12)
+    return np.asarray(batch.device_memory)

@@ -18,7 +18,7 @@ import ndcost
 from ndcost import _backend
 from ndcost.errors import SpecError
 from ndcost.files import read_mapping
-from ndcost.io.run_facts import RunFacts, _moe_kernel_changes
+from ndcost.io.run_facts import RunFacts, measured_rate_changes
 from ndcost.io.validation import BUILTIN_RUNS, build_row
 
 PROFILE = Path(__file__).parent / "data" / "deepseek_profile" / "train_memory_kernels.json"
@@ -90,4 +90,4 @@ def test_the_priced_moe_layer_against_the_profiles_pair(backend_name):
 def test_a_stated_hbm_efficiency_outside_its_range_is_refused(value):
     facts = RunFacts("r", "f", "x", {"hbm_efficiency": {"value": value}})
     with pytest.raises(SpecError, match="hbm_efficiency.*be a number in \\(0, 1\\]"):
-        _moe_kernel_changes(facts)
+        measured_rate_changes(facts)

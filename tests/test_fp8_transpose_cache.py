@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost import _backend
+from batch_cases import batch_memory_as_estimated
 from ndcost.errors import SpecError
 from ndcost.files import read_mapping
 from ndcost.io.validation import BUILTIN_RUNS, build_row
@@ -77,12 +77,8 @@ def test_the_batch_prices_it_as_estimate_does(backend_name):
     cluster = ndcost.Cluster("h100-sxm", 64)
     cands = ndcost.Candidates.from_arrays(dp=8, tp=2, pp=4, ep=8, global_batch_size=256, seq_length=4096,
                                           precision="fp8", fp8_transpose_cache=[True, False])
-    with _backend.use(backend_name):
-        batch = ndcost.estimate_many(model, cands, cluster)
-        for i in range(len(cands)):
-            single = ndcost.estimate(model, cands.spec(i), cluster)
-            assert batch.device_memory[i] == pytest.approx(single.memory.device_peak, rel=1e-12)
-    assert batch.device_memory[1] < batch.device_memory[0]
+    held = batch_memory_as_estimated(model, cands, cluster, backend_name)
+    assert held[1] < held[0]
 
 
 def test_off_without_a_kept_fp8_weight_is_refused():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import ndcost
+from batch_cases import batch_memory_as_estimated
 from ndcost import _backend
 from ndcost.errors import SpecError
 from ndcost.files import read_mapping
@@ -55,12 +56,8 @@ def test_the_batch_prices_it_as_estimate_does(backend_name):
     cluster = ndcost.Cluster("a100-80g", 64)
     cands = ndcost.Candidates.from_arrays(dp=16, tp=2, pp=2, ep=8, zero_stage=3, global_batch_size=256,
                                           seq_length=4096, zero3_parameter_fetch=[False, True])
-    with _backend.use(backend_name):
-        batch = ndcost.estimate_many(model, cands, cluster)
-        for i in range(len(cands)):
-            single = ndcost.estimate(model, cands.spec(i), cluster)
-            assert batch.device_memory[i] == pytest.approx(single.memory.device_peak, rel=1e-12)
-    assert batch.device_memory[1] < batch.device_memory[0]
+    held = batch_memory_as_estimated(model, cands, cluster, backend_name)
+    assert held[1] < held[0]
 
 
 def test_without_zero_3_it_is_refused():
@@ -98,3 +95,19 @@ def test_the_530b_deepspeed_row_holds_one_parameter_and_fits():
     fsdp = ndcost.estimate(built.model, built.spec.replace(zero3_parameter_fetch=False), built.cluster,
                            rates=built.rates)
     assert not fsdp.fits
+
+
+def test_deepspeed_2021s_preset_states_it_under_zero_3():
+    """The field is the deepspeed-2021 software's (ndcost.spec.software_fields), read where a 2021 DeepSpeed row
+    is built and where --software deepspeed-2021 is named; it is not set without ZeRO-3 or when stated."""
+    from ndcost.spec.software_fields import software_fields
+
+    assert dict(software_fields("deepspeed-2021", zero_stage=3)) == {"zero3_parameter_fetch": True}
+    assert dict(software_fields("deepspeed-2021", zero_stage=1)) == {}
+    assert dict(software_fields("deepspeed-2021", zero_stage=3, zero3_parameter_fetch=False)) == {}
+    assert dict(software_fields("megatron-2021", zero_stage=3)) == {}
+    model = ndcost.Model.from_catalog("llama3-8b")
+    spec = ndcost.ExecSpec(dp=16, zero_stage=3, global_batch_size=64, seq_length=2048)
+    named = ndcost.estimate(model, spec, "a100-80g", software="deepspeed-2021")
+    stated = ndcost.estimate(model, spec.replace(zero3_parameter_fetch=True), "a100-80g", software="deepspeed-2021")
+    assert named.memory.peak_allocated == stated.memory.peak_allocated

@@ -248,10 +248,11 @@ cdef inline void c_mem_comm_buffers(const double* kind, const double* mc,
         else:
             cp_buffer = 2.0 * tokens * (q_width + k_width + v_width) * c  # Ulysses: q, k, v in and out
     if mc[MC_shards_grads] != 0.0:
-        params = (kind[MK_p_nonexp] + kind[MK_p_shared]) / tp + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])
         if mc[MC_z3_param_fetch] != 0.0:
             params = c_mem_largest_weight(kind, mc)              # one parameter's gradient, reduced alone
-        dp_buffer = params * mc[MC_w_grad]                       # one layer's gradient bucket
+        else:                                                    # one layer's gradient bucket
+            params = (kind[MK_p_nonexp] + kind[MK_p_shared]) / tp + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])
+        dp_buffer = params * mc[MC_w_grad]
     ep_buffer[0] = 0.0
     if kind[MK_ffn] == _MEM_FFN_MOE and mc[MC_ep] > 1.0:
         routed_tokens = tokens * kind[MK_top_k] * mc[MC_token_factor] * mc[MC_etp] / tp

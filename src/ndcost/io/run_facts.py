@@ -205,23 +205,27 @@ def _fp8_recipe(facts: RunFacts) -> str | None:
     return None
 
 
+def measured_rate_changes(facts: RunFacts) -> dict[str, Any]:
+    """The Rates a run's facts state as measured on its own stack: the HBM efficiency its memory-bound kernels
+    ran at (``hbm_efficiency``, a number in (0, 1]; DeepSeek-V3's is derived from its published profile)."""
+    efficiency = facts.value("hbm_efficiency")
+    if efficiency is None:
+        return {}
+    if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float)) or not 0.0 < efficiency <= 1.0:
+        raise SpecError("hbm_efficiency", facts.run_id, "be a number in (0, 1]", efficiency)
+    return {"hbm_efficiency": float(efficiency)}
+
+
 def _moe_kernel_changes(facts: RunFacts) -> dict[str, Any]:
     """The Rates a MoE run's facts state about its kernels: the permutation fused or not
     (moe_permute_fusion; with DeepEP's dispatcher the tokens reach their experts through DeepEP's layout and
     Transformer Engine's fused permutation -- Megatron-Core's flex dispatcher, NeMo AutoModel's DeepEP
-    backend -- unless a fact says otherwise), the router fused or not (moe_router ... moe_router_fusion), and
-    the HBM efficiency its memory-bound kernels were measured at (hbm_efficiency, derived from a profile)."""
+    backend -- unless a fact says otherwise), the router fused or not (moe_router ... moe_router_fusion)."""
     changes: dict[str, Any] = {}
     if facts.value("moe_permute_fusion") is not None:
         changes["moe_permute"] = "fused" if facts.flag("moe_permute_fusion") else "unfused"
     elif "deepep" in facts.text("moe_token_dispatcher"):
         changes["moe_permute"] = "fused"
-    efficiency = facts.value("hbm_efficiency")
-    if efficiency is not None:
-        # the memory-bound kernels' rate as measured on the run's own stack (DeepSeek-V3: its published profile)
-        if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float)) or not 0.0 < efficiency <= 1.0:
-            raise SpecError("hbm_efficiency", "run facts", "be a number in (0, 1]", efficiency)
-        changes["hbm_efficiency"] = float(efficiency)
     router = facts.text("moe_router")
     if "moe_router_fusion true" in router:
         changes["moe_router_fusion"] = True
@@ -336,5 +340,6 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
         changes["elementwise"], note = stack_choice("elementwise", elementwise, ELEMENTWISE, "fused",
                                                     "the fused kernels ndcost prices")
         notes += [note] if note else []
+    changes.update(measured_rate_changes(facts))
     changes.update(_moe_kernel_changes(facts))
     return BuiltRun(model, spec, cluster, float(seconds), software_preset(facts), changes, None, tuple(notes))

@@ -451,6 +451,7 @@ def build_row(row: Mapping, hardware_table: Mapping, path: str | PathLike | None
     Raises:
         SpecError: With the reason, when the row cannot be priced.
     """
+    from ..spec.software_fields import software_fields
     from .run_rows import is_stated, stated_run
 
     run_id = str(row.get("id", "?"))
@@ -470,8 +471,8 @@ def build_row(row: Mapping, hardware_table: Mapping, path: str | PathLike | None
     else:
         model, spec, cluster_, measured, derived, notes = build_run(row, hardware_table)
         generation, row_overlap, note = software(row)
-        if generation == "deepspeed-2021":      # its ZeRO-3 holds one gathered parameter at a time, as it fetches
-            spec = spec.replace(zero3_parameter_fetch=True)
+        # the fields the period's software fixes (DeepSpeed 2021's ZeRO-3: one gathered parameter at a time)
+        spec = spec.replace(**software_fields(generation, spec.tp, spec.pp, spec.cp, zero_stage=spec.zero_stage))
     validate(model, spec, cluster_)
     if note and (rates is None or overlap is None):
         notes = [*notes, note]

@@ -358,11 +358,12 @@ def _comm_buffers(kind, mc) -> tuple[float, float]:
             cp_buffer = 2.0 * tokens * (q_width + k_width + v_width) * c  # Ulysses: q, k, v in and out
     dp_buffer = 0.0
     if mc[_MC["shards_grads"]] != 0.0:
-        params = ((kind[_MK["p_nonexp"]] + kind[_MK["p_shared"]]) / tp
-                  + kind[_MK["p_routed"]] / (mc[_MC["ep"]] * mc[_MC["etp"]]))
         if mc[_MC["z3_param_fetch"]] != 0.0:
             params = _largest_weight(kind, mc)                        # one parameter's gradient, reduced alone
-        dp_buffer = params * mc[_MC["w_grad"]]                        # one layer's gradient bucket
+        else:
+            params = ((kind[_MK["p_nonexp"]] + kind[_MK["p_shared"]]) / tp
+                      + kind[_MK["p_routed"]] / (mc[_MC["ep"]] * mc[_MC["etp"]]))   # one layer's bucket
+        dp_buffer = params * mc[_MC["w_grad"]]
     ep_buffer = 0.0
     if kind[_MK["ffn"]] == _FFN_MOE and mc[_MC["ep"]] > 1.0:
         routed_tokens = tokens * kind[_MK["top_k"]] * mc[_MC["token_factor"]] * mc[_MC["etp"]] / tp

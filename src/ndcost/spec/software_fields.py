@@ -155,9 +155,21 @@ HF_EAGER_FIELDS: tuple[PresetField, ...] = (
                 "weighted outputs are kept for backward; a dense model has none to keep)"),
 )
 
+#: DeepSpeed's ZeRO-3 of 2021 (0.3.16, the seconds preset's "deepspeed-2021"): a parameter is gathered when its
+#: module runs and its gradient reduced alone, so a stage holds one gathered weight, not whole layers.
+DEEPSPEED_2021_FIELDS = (
+    PresetField("zero3_parameter_fetch", True, "zero_stage 3", "deepspeedai/DeepSpeed v0.3.16 "
+                "deepspeed/runtime/zero/stage3.py: PartitionedParameterCoordinator (L287) fetches a submodule's "
+                "parameters in its pre-forward / pre-backward hook (fetch_sub_module L390) and releases them after "
+                "(release_sub_module L448); each gradient goes to a reduce bucket as its hook fires, one larger than "
+                "the bucket alone (L1885-1905). Not priced: the two preallocated bucket buffers (reduce_bucket_size "
+                "5e8 elements by default, L2933-2940: 1.86 GiB at fp16)",
+                applies=lambda view: view.zero_stage == 3),
+)
+
 #: Preset name -> the ExecSpec fields it fixes (none: ExecSpec's defaults, Megatron-Core's, hold).
 PRESET_FIELDS: Mapping[str, tuple[PresetField, ...]] = MappingProxyType({
-    "megatron-2021": (), "deepspeed-2021": (), "megatron-te": (), **NVIDIA_RECIPE_FIELDS,
+    "megatron-2021": (), "deepspeed-2021": DEEPSPEED_2021_FIELDS, "megatron-te": (), **NVIDIA_RECIPE_FIELDS,
     "torchtitan-eager": TORCHTITAN_FIELDS, "torchtitan-compile": TORCHTITAN_FIELDS, "hf-eager": HF_EAGER_FIELDS,
 })
 
