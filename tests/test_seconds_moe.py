@@ -185,9 +185,10 @@ def test_permutation_bytes_by_hand(permute, kernels):
 
 def test_a_launch_bound_layer_by_hand(kernels):
     """A small MoE layer (Qwen3-30B-A3B's shapes, 256 tokens, 16 of its 128 experts a rank): its device work
-    is shorter than the host's launches of its kernels (eager PyTorch, 9.58 us each on the H200's host), so
-    each pass takes the launches: forward = its kernels x 9.58 us. Replayed from CUDA graphs (0.84 us a
-    kernel) the same layer is the device's again."""
+    is shorter than the host's launches of its kernels (eager PyTorch, 9.58 us each on the H200's host). The
+    experts' 2 x 16 GEMMs are launched after the token counts reach the host, the device waiting on each: the
+    forward is the device's time plus those 32 launches (the other 20 the host runs ahead, under the device's
+    time). Replayed from CUDA graphs (0.84 us a kernel) the same layer is the device's again."""
     model = ndcost.Model.from_catalog("qwen3-30b-a3b")
     spec = ndcost.ExecSpec(dp=8, ep=8, micro_batch_size=1, global_batch_size=8, seq_length=256)
     cluster = ndcost.Cluster("h100-sxm", 8)
@@ -197,13 +198,14 @@ def test_a_launch_bound_layer_by_hand(kernels):
     assert launch_s == 9.58e-6
     kernels_f = ops[_COMPUTE_ROWS, F["kernels_f"]].sum()
     device_f = ops[[i for i in _COMPUTE_ROWS if LAYER_OP_NAMES[i] != "launch"], F["time_f"]].sum()
-    assert kernels_f * launch_s > device_f                      # launch-bound
+    loop_f = 2 * 16                                             # a GEMM per local expert, gate-up and down
+    assert kernels_f * launch_s > device_f > (kernels_f - loop_f) * launch_s   # launch-bound, the rest hidden
     times = _times(kernels, a)[0]
-    assert times[SECONDS_LAYER["fw"]] == pytest.approx(kernels_f * launch_s, rel=1e-12)
-    assert ops[LAYER_OP["launch"], F["time_f"]] == pytest.approx(kernels_f * launch_s - device_f, rel=1e-12)
+    assert times[SECONDS_LAYER["fw"]] == pytest.approx(device_f + loop_f * launch_s, rel=1e-12)
+    assert ops[LAYER_OP["launch"], F["time_f"]] == pytest.approx(loop_f * launch_s, rel=1e-12)
     graphed = seconds_arrays(model, spec.replace(cuda_graphs="layer"), cluster)
     g_ops = _ops(kernels, graphed, 0)
-    assert g_ops[LAYER_OP["launch"], F["time_f"]] == 0.0
+    assert g_ops[LAYER_OP["launch"], F["time_f"]] == 0.0      # captured with its shapes: no host wait
     assert g_ops[LAYER_OP["launch"], F["host_f"]] == pytest.approx(kernels_f * 0.84e-6, rel=1e-12)
     assert _times(kernels, graphed)[0][SECONDS_LAYER["fw"]] == pytest.approx(device_f, rel=1e-12)
     # capturing only attention and the router leaves the experts' launches on the host

@@ -120,7 +120,7 @@ cdef enum:
     ALL_KEPT = 255
     ND_OP_COUNT = 12
     _MEM_COLUMNS = 8
-    SEC_NOTE_SIZE = 9
+    SEC_NOTE_SIZE = 11
 
 cdef double ND_GDN_CHUNK = 64.0
 cdef double ND_BACKWARD_RATIO = 2.0

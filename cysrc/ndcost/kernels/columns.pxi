@@ -246,7 +246,8 @@ cdef enum:
     R_router_fused = 40
     R_aux_loss = 41
     R_scatter_rate = 42
-    R_COUNT = 43
+    R_f8_split = 43
+    R_COUNT = 44
 
 cdef enum:
     SX_has_emb = 0

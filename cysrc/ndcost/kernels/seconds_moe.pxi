@@ -140,6 +140,8 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
     cdef double eight[10]
     cdef double scatter_rate = rate[R_scatter_rate]
     cdef double capacity, sent, per, wide, narrow, e_f, e_d, e_w, rows, k_f, k_b, weights
+    cdef double loop_f, loop_b, more_f, more_b
+    cdef bint looped
     cdef double flops = 0.0, bytes_f = 0.0, bytes_b = 0.0, passes, kernels, act_f, ffn_f
     c_sec_mm3_noted(tok / n_split, n_exp, h, n_split, cand, rate, g5, 1, 0, note, ops, LO_router, SEC_SCOPE_PRE)
     c_sec_add_gemm(sums, g5[0], g5[1], g5[2])
@@ -164,15 +166,28 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
     e_w = n_split * (c_sec_experts_gemm(local, h, wide, per, bm, 2.0 * bg, rate)
                      + c_sec_experts_gemm(local, narrow, h, per, bm, 2.0 * bg, rate))
     rows = per * local
-    k_f = 2.0 * n_split * (local if rate[R_g_launch] != SEC_GEMMS_CUTLASS else 2.0)
+    looped = rate[R_g_launch] != SEC_GEMMS_CUTLASS
+    k_f = 2.0 * n_split * (local if looped else 2.0)
     k_b = 2.0 * k_f
     e_f += (n_split * (c_sec_cast(rows * h, cand, rate) + c_sec_cast(rows * narrow, cand, rate))
             + rate[R_f8_w_mb] * local * c_sec_cast(h * (wide + narrow), cand, rate))
     e_d += n_split * (c_sec_backward_casts(rows * wide, rows * h, cand, rate)
                       + c_sec_backward_casts(rows * h, rows * narrow, cand, rate))
+    loop_f = k_f if looped else 0.0
+    loop_b = k_b if looped else 0.0
     if bm == 1.0:
         k_f += (2.0 * n_split + 2.0 * rate[R_f8_w_mb] * local) * rate[R_f8_cast_k]
         k_b += 2.0 * n_split * (rate[R_f8_gcast_k] + rate[R_f8_rq_k])
+        if looped and rate[R_f8_split] != 0.0:
+            # TE's GroupedLinear casts each expert's rows by its own kernels (f8_split)
+            more_f = 2.0 * n_split * (local - 1.0) * rate[R_f8_cast_k]
+            more_b = 2.0 * n_split * (local - 1.0) * (rate[R_f8_gcast_k] + rate[R_f8_rq_k])
+            e_f += more_f * rate[R_kernel_s]
+            e_d += more_b * rate[R_kernel_s]
+            k_f += more_f
+            k_b += more_b
+            loop_f += 2.0 * n_split * local * rate[R_f8_cast_k]
+            loop_b += 2.0 * n_split * local * (rate[R_f8_gcast_k] + rate[R_f8_rq_k])
     weights = local * h * (wide + narrow)
     if grad_acc != 0.0:
         e_w += c_sec_pass(weights * (bc + 2.0 * bg), n_split, rate)
@@ -183,6 +198,8 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
         bytes_f = n_split * (bm * (rows * h + weights + rows * narrow) + bc * rows * (wide + h))
         bytes_b = 2.0 * bytes_f + n_split * weights * (2.0 * bg - bc) + grad_acc * weights * (bc + 2.0 * bg)
     c_sec_note(note, ops, LO_experts, SEC_SCOPE_FFN, flops, bytes_f, k_f, e_f, 2.0 * flops, bytes_b, k_b, e_d + e_w)
+    # a GEMM per expert takes the experts' rows as a host list: launched after the host waits for the counts
+    c_sec_note_loop(note, cand, loop_f, loop_b)
     passes = n_ff
     kernels = 1.0
     if eager and n_ff == 3.0:

@@ -123,6 +123,8 @@ cdef inline void c_sec_note_start(const double* cand, const double* rate, double
     cdef int i
     for i in range(6):
         note[i] = 0.0
+    note[9] = 0.0
+    note[10] = 0.0
     note[6] = replay if graphs >= SEC_GRAPHS_ATTN else launch
     note[7] = replay if graphs >= SEC_GRAPHS_MOE_ROUTER else launch
     note[8] = replay if graphs >= SEC_GRAPHS_LAYER else launch
@@ -180,14 +182,29 @@ cdef inline void c_sec_mm3_noted(double m, double n, double k, double chunks, co
                out5[1] + out5[2])
 
 
+cdef inline void c_sec_note_loop(double* note, const double* cand, double kernels_f,
+                                 double kernels_b) noexcept nogil:
+    # FFN-scope kernels (already noted) the host launches after a host-device synchronisation; none where
+    # the scope replays from a CUDA graph.
+    if cand[SC_graphs] >= SEC_GRAPHS_LAYER:
+        return
+    note[9] += kernels_f
+    note[10] += kernels_b
+
+
 cdef inline void c_sec_note_launch(const double* note, double* ops, double forward, double backward,
                                    double* waits) noexcept nogil:
-    # What the host's launches add to a pass (waits[0], waits[1]); with ops the "launch" row.
+    # What the host's launches add to a pass (waits[0], waits[1]): the host's time beyond the device's for
+    # what it launches ahead, plus the whole host time of what it launches after a synchronisation; with ops
+    # the "launch" row.
     cdef double host_f = note[0] * note[6] + note[2] * note[7] + note[4] * note[8]
     cdef double host_b = note[1] * note[6] + note[3] * note[7] + note[5] * note[8]
+    cdef double loop_f = note[9] * note[8], loop_b = note[10] * note[8]
     cdef double* row
-    waits[0] = host_f - forward if host_f > forward else 0.0
-    waits[1] = host_b - backward if host_b > backward else 0.0
+    waits[0] = host_f - loop_f - forward if host_f - loop_f > forward else 0.0
+    waits[1] = host_b - loop_b - backward if host_b - loop_b > backward else 0.0
+    waits[0] += loop_f
+    waits[1] += loop_b
     if ops != NULL:
         row = ops + LO_launch * LF_COUNT
         row[LF_time_f] = waits[0]

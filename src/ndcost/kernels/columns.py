@@ -229,6 +229,7 @@ RATE_FIELDS = (
     "router_fused",    # 1: the router's score, top-k and aux loss run as one fused kernel a pass
     "aux_loss",        # 1: a load-balancing auxiliary loss is computed from the routing (its kernels priced)
     "scatter_rate",    # 16-bit elements a second a scatter-add adds into its targets (atomics); 0: not priced
+    "f8_split",        # 1: a GEMM per expert quantizes each expert's rows by its own cast kernels (not one for all)
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---

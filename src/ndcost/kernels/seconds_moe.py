@@ -22,7 +22,7 @@ from .codes import GEMM_LAUNCHES, PERMUTES
 from .nd_ops import _check_len
 from .seconds_ops import (
     EAGER_SWIGLU_PASSES, NOTE_SIZE, SCOPE_FFN, SCOPE_PRE, _add_gemm, _backward_casts, _cand_ok, _cast, _check_rows,
-    _ffn_pair, _fill, _gemm, _mm3_noted, _note, _note_launch, _note_pass, _note_start, _pass,
+    _ffn_pair, _fill, _gemm, _mm3_noted, _note, _note_launch, _note_loop, _note_pass, _note_start, _pass,
 )
 
 __all__ = ["seconds_moe_block"]
@@ -255,16 +255,30 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
     e_w = n_split * (_experts_gemm(local, h, wide, per, bm, 2.0 * bg, rate)
                      + _experts_gemm(local, narrow, h, per, bm, 2.0 * bg, rate))
     rows = per * local
-    k_f = 2.0 * n_split * (local if rate[_R["g_launch"]] != _CUTLASS else 2.0)   # kernels of the two GEMMs
+    looped = rate[_R["g_launch"]] != _CUTLASS
+    k_f = 2.0 * n_split * (local if looped else 2.0)   # kernels of the two GEMMs
     k_b = 2.0 * k_f
     # fp8 grouped GEMMs (TE GroupedLinear) cast both inputs forward and both output gradients back
     e_f += (n_split * (_cast(rows * h, cand, rate) + _cast(rows * narrow, cand, rate))
             + rate[_R["f8_w_mb"]] * local * _cast(h * (wide + narrow), cand, rate))
     e_d += n_split * (_backward_casts(rows * wide, rows * h, cand, rate)
                       + _backward_casts(rows * h, rows * narrow, cand, rate))
+    loop_f = k_f if looped else 0.0
+    loop_b = k_b if looped else 0.0
     if bm == 1.0:
         k_f += (2.0 * n_split + 2.0 * rate[_R["f8_w_mb"]] * local) * rate[_R["f8_cast_k"]]
         k_b += 2.0 * n_split * (rate[_R["f8_gcast_k"]] + rate[_R["f8_rq_k"]])
+        if looped and rate[_R["f8_split"]] != 0.0:
+            # TE's GroupedLinear quantizes each expert's rows by its own kernels (f8_split): local - 1 more
+            # casts a call than one cast of all the rows, each at kernel_s, all in the host's loops
+            more_f = 2.0 * n_split * (local - 1.0) * rate[_R["f8_cast_k"]]
+            more_b = 2.0 * n_split * (local - 1.0) * (rate[_R["f8_gcast_k"]] + rate[_R["f8_rq_k"]])
+            e_f += more_f * rate[_R["kernel_s"]]
+            e_d += more_b * rate[_R["kernel_s"]]
+            k_f += more_f
+            k_b += more_b
+            loop_f += 2.0 * n_split * local * rate[_R["f8_cast_k"]]
+            loop_b += 2.0 * n_split * local * (rate[_R["f8_gcast_k"]] + rate[_R["f8_rq_k"]])
     weights = local * h * (wide + narrow)
     if grad_acc != 0.0:
         e_w += _pass(weights * (bc + 2.0 * bg), n_split, rate)
@@ -276,6 +290,9 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
         bytes_f = n_split * (bm * (rows * h + weights + rows * narrow) + bc * rows * (wide + h))
         bytes_b = 2.0 * bytes_f + n_split * weights * (2.0 * bg - bc) + grad_acc * weights * (bc + 2.0 * bg)
     _note(note, ops, _O["experts"], SCOPE_FFN, flops, bytes_f, k_f, e_f, 2.0 * flops, bytes_b, k_b, e_d + e_w)
+    # a GEMM per expert takes each expert's rows as a host list (TE GroupedLinear's m_splits: List[int]): the
+    # host waits for the token counts, then launches the loops while the device waits on it
+    _note_loop(note, cand, loop_f, loop_b)
     # ---- the experts' activation: SwiGLU reads gate and up and writes their product (3 passes), or
     # unfused, silu then the product (5 passes, 2 kernels); a GELU MLP 2 passes
     passes, kernels = n_ff, 1.0

@@ -28,8 +28,10 @@ _R = RATE
 #: FFN sub-block (experts, un-permutation, shared experts, a dense MLP, its residual add).
 SCOPE_ATTN, SCOPE_PRE, SCOPE_FFN = (SCOPES.index(name) for name in ("attn", "pre", "ffn"))
 #: The note of one layer (``_note``): kernels per scope and pass (forward, backward) in its first six
-#: slots, the host's seconds per kernel of each scope in the next three.
-NOTE_SIZE = 9
+#: slots, the host's seconds per kernel of each scope in the next three, and in the last two (forward,
+#: backward) those of the FFN scope's kernels the host launches after a host-device synchronisation
+#: (``_note_loop``): a MoE layer's per-expert GEMM and cast loops, whose launches the device waits for.
+NOTE_SIZE = 11
 #: The CUDA-graph scopes' codes (ndcost.kernels.codes.GRAPH_SCOPES), each holding the ones before it.
 _GRAPHS_ATTN, _GRAPHS_MOE_ROUTER, _GRAPHS_LAYER = (float(GRAPH_SCOPES.index(name)) for name in ("attn", "moe_router",
                                                                                               "layer"))
@@ -257,6 +259,7 @@ def _note_start(cand, rate, note) -> None:
     launch, replay = rate[_R["launch_s"]], rate[_R["graph_s"]]
     for i in range(6):
         note[i] = 0.0
+    note[9] = note[10] = 0.0
     note[6] = replay if graphs >= _GRAPHS_ATTN else launch
     note[7] = replay if graphs >= _GRAPHS_MOE_ROUTER else launch
     note[8] = replay if graphs >= _GRAPHS_LAYER else launch
@@ -331,14 +334,31 @@ def _check_rows(array, name: str, rows: int, width: int) -> None:
             raise ValueError(f"{name} must have {width} columns, got {len(row)}")
 
 
+def _note_loop(note, cand, kernels_f: float, kernels_b: float) -> None:
+    """Mark *kernels_f* / *kernels_b* of the FFN scope's kernels (already counted by ``_note``) as launched
+    after a host-device synchronisation: the device has drained its queue and waits on each launch, so
+    their host time adds to the pass instead of hiding under its device time (``_note_launch``). Not where
+    the scope replays from a CUDA graph: captured with its shapes fixed, it waits on no host."""
+    if cand[_C["graphs"]] >= _GRAPHS_LAYER:
+        return
+    note[9] += kernels_f
+    note[10] += kernels_b
+
+
 def _note_launch(note, ops, forward: float, backward: float) -> tuple[float, float]:
     """What the host's launches add to a pass of *forward* / *backward* device seconds: (forward, backward)
-    waits, the host's time beyond the device's (0 where the device is slower); with *ops*, the "launch"
-    row (its host columns: the whole pass's host time)."""
+    waits -- the host's time beyond the device's (0 where the device is slower) for the kernels the host
+    launches ahead of the device, plus the whole host time of those launched after a synchronisation
+    (``_note_loop``: an estimate, the serial bound; docs/VALIDATION.md "host-synchronised expert loops");
+    with *ops*, the "launch" row (its host columns: the whole pass's host time)."""
     host_f = note[0] * note[6] + note[2] * note[7] + note[4] * note[8]
     host_b = note[1] * note[6] + note[3] * note[7] + note[5] * note[8]
-    wait_f = host_f - forward if host_f > forward else 0.0
-    wait_b = host_b - backward if host_b > backward else 0.0
+    loop_f = note[9] * note[8]
+    loop_b = note[10] * note[8]
+    wait_f = host_f - loop_f - forward if host_f - loop_f > forward else 0.0
+    wait_b = host_b - loop_b - backward if host_b - loop_b > backward else 0.0
+    wait_f += loop_f
+    wait_b += loop_b
     if ops is not None:
         row = ops[_O["launch"]]
         row[_F_TIME] = wait_f

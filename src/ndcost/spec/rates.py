@@ -30,7 +30,7 @@ from .moe_kernels import (
 )
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
-           "FP8_BACKWARD_CASTS",
+           "FP8_BACKWARD_CASTS", "FP8_SPLIT_CASTS",
            "DEEPEP_NVLINK_EFFICIENCY",
            "ATTENTION_KERNELS", "ELEMENTWISE"]
 
@@ -90,6 +90,14 @@ FP8_RECIPES: Mapping[str, tuple[tuple[float, float, float], tuple[float, float, 
 FP8_BACKWARD_CASTS: Mapping[str, tuple[tuple[float, float, float, float], tuple[float, float, float, float]]] = (
     MappingProxyType({name: tuple((moved, kernels, 0.0, 0.0) for moved, kernels, _ in passes)
                       for name, passes in FP8_RECIPES.items()} | {"deepseek": ((6.0, 2.0, 6.0, 2.0),) * 2}))
+
+#: The recipes whose casts Transformer Engine's GroupedLinear runs once per expert: its split_quantize fuses the
+#: casts of all the experts' rows into one multi-tensor kernel for delayed scaling alone and otherwise quantizes
+#: each split with its own kernels (NVIDIA/TransformerEngine@v2.13 transformer_engine/pytorch/csrc/extensions/
+#: cast.cpp multi_tensor_quantize_impl: "Currently only have fused kernel for FP8 delayed scaling"; MXFP8,
+#: which ndcost prices as blockwise, goes the same per-split way). DeepSeek's and torchao's casts are not TE's:
+#: one cast of all the rows.
+FP8_SPLIT_CASTS: frozenset[str] = frozenset({"current", "blockwise"})
 
 # ---------------------------------------------------------------------------- sources
 
@@ -327,6 +335,11 @@ class Rates:
         """(bytes per element and kernels of an output gradient's cast, of a cached input's re-quantization) in
         the backward under ``fp8_recipe`` and ``elementwise`` (:data:`FP8_BACKWARD_CASTS`)."""
         return FP8_BACKWARD_CASTS[self.fp8_recipe][self.elementwise == "eager"]
+
+    def fp8_split_casts(self) -> bool:
+        """Whether a GEMM per expert (``grouped_gemm_impl`` "multi_stream") casts each expert's rows to fp8 by
+        its own kernels under ``fp8_recipe`` (:data:`FP8_SPLIT_CASTS`)."""
+        return self.fp8_recipe in FP8_SPLIT_CASTS
 
     @classmethod
     def for_software(cls, device: Any, software: str) -> Rates:

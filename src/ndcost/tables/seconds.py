@@ -216,6 +216,7 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     vec[RATE["router_fused"]] = 1.0 if rates.moe_router_fusion else 0.0
     vec[RATE["aux_loss"]] = 1.0 if rates.moe_aux_loss else 0.0
     vec[RATE["scatter_rate"]] = rates.scatter_add_rate
+    vec[RATE["f8_split"]] = 1.0 if rates.fp8_split_casts() else 0.0
     vec.setflags(write=False)
     return vec
 
