@@ -154,7 +154,8 @@ cdef enum:
     SM_rope = 12
     SM_logit_softcap = 13
     SM_router_bias = 14
-    SM_COUNT = 15
+    SM_expert_bias = 15
+    SM_COUNT = 16
 
 cdef enum:
     SC_b = 0
@@ -247,7 +248,8 @@ cdef enum:
     R_aux_loss = 41
     R_scatter_rate = 42
     R_f8_split = 43
-    R_COUNT = 44
+    R_e_bias = 44
+    R_COUNT = 45
 
 cdef enum:
     SX_has_emb = 0
@@ -324,7 +326,8 @@ cdef enum:
     MB_shared_tokens = 9
     MB_grad_acc = 10
     MB_router_bias = 11
-    MB_COUNT = 12
+    MB_expert_bias = 12
+    MB_COUNT = 13
 
 cdef enum:
     SR_mfu = 0
@@ -343,18 +346,19 @@ cdef enum:
     LO_router = 6
     LO_permute = 7
     LO_experts = 8
-    LO_expert_act = 9
-    LO_unpermute = 10
-    LO_shared_experts = 11
-    LO_mlp = 12
-    LO_mlp_act = 13
-    LO_grad_acc = 14
-    LO_cast = 15
-    LO_launch = 16
-    LO_tp_comm = 17
-    LO_cp_comm = 18
-    LO_ep_comm = 19
-    LO_COUNT = 20
+    LO_expert_bias = 9
+    LO_expert_act = 10
+    LO_unpermute = 11
+    LO_shared_experts = 12
+    LO_mlp = 13
+    LO_mlp_act = 14
+    LO_grad_acc = 15
+    LO_cast = 16
+    LO_launch = 17
+    LO_tp_comm = 18
+    LO_cp_comm = 19
+    LO_ep_comm = 20
+    LO_COUNT = 21
 
 cdef enum:
     LF_flops_f = 0

@@ -126,10 +126,39 @@ cdef inline void c_sec_note_two(double* note, double* ops, int op, int scope, do
     c_sec_note(note, ops, op, scope, 0.0, bytes_f, kernels_f, forward, 0.0, bytes_b, kernels_b, backward)
 
 
+cdef inline void c_sec_expert_bias_passes(double rows, double wide, double h, double local, double n_split,
+                                          double bc, const double* rate, double* out6) noexcept nogil:
+    # Adding the routed experts' biases as the stack does it (the oracle's _expert_bias_passes): out6 = (forward
+    # bytes, kernels, backward bytes, kernels, the per-expert kernels of each pass).
+    cdef double mode = rate[R_e_bias], down = rows * h, up = rows * wide
+    cdef int i
+    for i in range(6):
+        out6[i] = 0.0
+    if mode == SEC_BIAS_DOWN_SPLIT or mode == SEC_BIAS_SPLIT:
+        out6[0] = (6.0 * SEC_PROB_BYTES + 2.0 * bc) * down
+        out6[1] = (2.0 * local + 2.0) * n_split
+        out6[2] = (8.0 * SEC_PROB_BYTES + 4.0 * bc) * down
+        out6[3] = (5.0 * local + 2.0) * n_split
+        out6[4] = 2.0 * local * n_split
+        out6[5] = 5.0 * local * n_split
+        if mode == SEC_BIAS_SPLIT:
+            out6[0] += 4.0 * bc * up
+            out6[1] += (local + 1.0) * n_split
+            out6[2] += 3.0 * bc * up
+            out6[3] += (local + 1.0) * n_split
+            out6[4] += local * n_split
+            out6[5] += local * n_split
+    elif mode == SEC_BIAS_GATHERED:
+        out6[0] = 4.0 * bc * (up + down)
+        out6[1] = 6.0 * n_split
+        out6[2] = bc * (up + down)
+        out6[3] = 4.0 * n_split
+
+
 cdef inline void c_sec_moe_block(double tok, double slots, double local, double h, double width, double n_ff,
                                  double n_exp, double topk, double shared, double shared_tokens, double grad_acc,
-                                 double bias, const double* cand, const double* rate, double* sums, double* note,
-                                 double* ops, double* ffn_act) noexcept nogil:
+                                 double bias, double e_bias, const double* cand, const double* rate, double* sums,
+                                 double* note, double* ops, double* ffn_act) noexcept nogil:
     # A MoE block on one rank (the oracle's _moe_block, step for step): ffn_act = (the forward of its FFN
     # matmuls, the forward of its activations).
     cdef double t = cand[SC_t], t_exp = cand[SC_t_exp], n_split = cand[SC_seq_split]
@@ -138,6 +167,7 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
     cdef double g5[5]
     cdef double four[4]
     cdef double eight[10]
+    cdef double six[6]
     cdef double scatter_rate = rate[R_scatter_rate]
     cdef double capacity, sent, per, wide, narrow, e_f, e_d, e_w, rows, k_f, k_b, weights
     cdef double loop_f, loop_b, more_f, more_b
@@ -198,6 +228,13 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
         bytes_f = n_split * (bm * (rows * h + weights + rows * narrow) + bc * rows * (wide + h))
         bytes_b = 2.0 * bytes_f + n_split * weights * (2.0 * bg - bc) + grad_acc * weights * (bc + 2.0 * bg)
     c_sec_note(note, ops, LO_experts, SEC_SCOPE_FFN, flops, bytes_f, k_f, e_f, 2.0 * flops, bytes_b, k_b, e_d + e_w)
+    if e_bias != 0.0:
+        c_sec_expert_bias_passes(rows * n_split, wide, h, local, n_split, bc, rate, six)
+        if six[1] > 0.0:
+            c_sec_note_two(note, ops, LO_expert_bias, SEC_SCOPE_FFN, six[0], six[1], six[2], six[3], rate, sums,
+                           0.0, 0.0)
+            loop_f += six[4]
+            loop_b += six[5]
     # a GEMM per expert takes the experts' rows as a host list: launched after the host waits for the counts
     c_sec_note_loop(note, cand, loop_f, loop_b)
     passes = n_ff
@@ -225,7 +262,8 @@ cdef inline double c_sec_moe_ffn(const double* model, const double* smodel, cons
     cdef double topk = model[M_n_chosen], n_exp = model[M_n_exp], shared = smodel[SM_shared_width]
     cdef double load = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
     c_sec_moe_block(tokens / cand[SC_sp], tokens * topk * load, n_exp / cand[SC_ep], h, width, n_ff, n_exp, topk,
-                    shared, tokens, 0.0, smodel[SM_router_bias], cand, rate, sums, note, ops, ffn_act)
+                    shared, tokens, 0.0, smodel[SM_router_bias], smodel[SM_expert_bias], cand, rate, sums, note, ops,
+                    ffn_act)
     return 2.0 * cand[SC_b] * cand[SC_s] * h * (topk * n_ff * width + n_exp + n_ff * shared)
 
 
@@ -259,6 +297,6 @@ def seconds_moe_block(const double[::1] shape, const double[::1] cand, const dou
                 sums[i] = 0.0
             c_sec_moe_block(shape[MB_tokens], shape[MB_rows], shape[MB_local], shape[MB_hidden], shape[MB_width],
                             shape[MB_n_ff], shape[MB_experts], shape[MB_topk], shape[MB_shared],
-                            shape[MB_shared_tokens], shape[MB_grad_acc], shape[MB_router_bias], &cand[0], &rate[0],
-                            sums, note, &out[0, 0], ffn_act)
+                            shape[MB_shared_tokens], shape[MB_grad_acc], shape[MB_router_bias],
+                            shape[MB_expert_bias], &cand[0], &rate[0], sums, note, &out[0, 0], ffn_act)
             c_sec_note_launch(note, &out[0, 0], sums[0], sums[1] + sums[2], waits)

@@ -23,7 +23,7 @@ from ..spec.device import Cluster
 from ..errors import SpecError
 from ..spec.model import Model
 from ..spec.software_fields import with_software
-from ..spec.moe_kernels import GROUPED_GEMMS
+from ..spec.moe_kernels import EXPERT_BIASES, GROUPED_GEMMS
 from ..spec.rates import ATTENTION_KERNELS, ELEMENTWISE, FP8_RECIPES
 from .fact_rules import catalog_cluster, held_bytes_fields, stack_choice, stated_stack_fields
 
@@ -222,16 +222,19 @@ def _moe_kernel_changes(facts: RunFacts) -> dict[str, Any]:
     (moe_permute_fusion; with DeepEP's dispatcher the tokens reach their experts through DeepEP's layout and
     Transformer Engine's fused permutation -- Megatron-Core's flex dispatcher, NeMo AutoModel's DeepEP
     backend -- unless a fact says otherwise), the router fused or not (moe_router ... moe_router_fusion), the
-    experts' GEMMs (moe_grouped_gemm: its value starts with a ``Rates.grouped_gemm_impl`` name)."""
+    experts' GEMMs (moe_grouped_gemm: its value starts with a ``Rates.grouped_gemm_impl`` name) and how their
+    biases are added (moe_expert_bias: a ``Rates.expert_bias`` name first)."""
     changes: dict[str, Any] = {}
     if facts.value("moe_permute_fusion") is not None:
         changes["moe_permute"] = "fused" if facts.flag("moe_permute_fusion") else "unfused"
     elif "deepep" in facts.text("moe_token_dispatcher"):
         changes["moe_permute"] = "fused"
-    grouped = facts.text("moe_grouped_gemm")
-    for impl in GROUPED_GEMMS:
-        if grouped.startswith(impl):
-            changes["grouped_gemm_impl"] = impl
+    for fact, field, choices in (("moe_grouped_gemm", "grouped_gemm_impl", GROUPED_GEMMS),
+                                 ("moe_expert_bias", "expert_bias", EXPERT_BIASES)):
+        stated = facts.text(fact)
+        for choice in choices:
+            if stated.startswith(choice + " ") or stated == choice:
+                changes[field] = choice
     router = facts.text("moe_router")
     if "moe_router_fusion true" in router:
         changes["moe_router_fusion"] = True

@@ -11,7 +11,7 @@ vocabulary it is read from) gives it a code on both backends; the kernels then n
 from __future__ import annotations
 
 from ..spec.exec_spec_rules import CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES
-from ..spec.moe_kernels import GROUPED_GEMMS, MOE_PERMUTES
+from ..spec.moe_kernels import EXPERT_BIASES, GROUPED_GEMMS, MOE_PERMUTES
 from ..spec.recompute_spec import SWITCHES
 
 #: Pipeline schedules of seconds mode, in SECONDS_CAND_FIELDS["schedule"] code order: ExecSpec's pp_schedule
@@ -25,6 +25,8 @@ DISPATCHERS: tuple[str, ...] = MOE_DISPATCHERS
 PERMUTES: tuple[str, ...] = MOE_PERMUTES
 #: How the routed experts' GEMMs launch, in RATE_FIELDS["g_launch"] code order (Rates.grouped_gemm_impl).
 GEMM_LAUNCHES: tuple[str, ...] = GROUPED_GEMMS
+#: How the routed experts' biases are added, in RATE_FIELDS["e_bias"] code order (Rates.expert_bias).
+BIAS_ADDS: tuple[str, ...] = EXPERT_BIASES
 #: What the stack replays from CUDA graphs, in SECONDS_CAND_FIELDS["graphs"] code order (ExecSpec.cuda_graphs):
 #: each scope holds the ones before it, so the kernels compare codes (graphs >= attn).
 GRAPH_SCOPES: tuple[str, ...] = CUDA_GRAPHS
@@ -74,6 +76,7 @@ ENUMS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("SEC_DISPATCH", DISPATCHERS, True),
     ("SEC_PERMUTE", PERMUTES, True),
     ("SEC_GEMMS", GEMM_LAUNCHES, True),
+    ("SEC_BIAS", BIAS_ADDS, True),
     ("SEC_GRAPHS", GRAPH_SCOPES, True),
     ("SEC", COLLECTIVES, True),
     ("SEC_MIXER", MIXERS, True),

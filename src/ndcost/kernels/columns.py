@@ -170,6 +170,7 @@ SECONDS_MODEL_FIELDS = (
     "rope",           # 1: attention rotates q and k (RoPE); 0: learned or no positions
     "logit_softcap",  # 1: the logits are soft-capped, cap·tanh(logits/cap), before the loss (Gemma 2)
     "router_bias",    # 1: the MoE router scores by sigmoid and adds a score-correction bias before its top-k
+    "expert_bias",    # 1: the routed experts carry biases on their GEMMs (gpt-oss)
 )
 
 # --- one candidate of seconds mode (float64 vector) ---
@@ -230,6 +231,7 @@ RATE_FIELDS = (
     "aux_loss",        # 1: a load-balancing auxiliary loss is computed from the routing (its kernels priced)
     "scatter_rate",    # 16-bit elements a second a scatter-add adds into its targets (atomics); 0: not priced
     "f8_split",        # 1: a GEMM per expert quantizes each expert's rows by its own cast kernels (not one for all)
+    "e_bias",          # Rates.expert_bias index: 0 epilogue, 1 down_split, 2 split, 3 gathered (experts with biases)
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---
@@ -271,7 +273,7 @@ SECONDS_STAGE_FIELDS = (
 #: the communication rows are raw, before the step's overlap.
 LAYER_OP_NAMES = (
     "attn_proj", "attn_core", "norm", "rope", "attn_other", "residual",
-    "router", "permute", "experts", "expert_act", "unpermute", "shared_experts",
+    "router", "permute", "experts", "expert_bias", "expert_act", "unpermute", "shared_experts",
     "mlp", "mlp_act", "grad_acc", "cast", "launch",
     "tp_comm", "cp_comm", "ep_comm",
 )
@@ -294,6 +296,7 @@ MOE_BLOCK_FIELDS = (
     "shared_tokens",  # tokens the shared experts run on
     "grad_acc",       # 1: the routed weights' gradients are added into existing ones by a separate pass
     "router_bias",    # 1: the router adds a score-correction bias before its top-k (SECONDS_MODEL "router_bias")
+    "expert_bias",    # 1: the routed experts carry biases (SECONDS_MODEL "expert_bias")
 )
 
 # SCHEDULES, EP_OVERLAPS, DISPATCHERS (the codes of the "schedule", "ep_mode" and "ep_disp" columns) are

@@ -18,7 +18,7 @@ from .columns import (
     LAYER_OP, LAYER_OP_FIELDS, LAYER_OP_NAMES, MODEL, MOE_BLOCK, MOE_BLOCK_FIELDS, RATE, RATE_FIELDS, SECONDS_CAND,
     SECONDS_CAND_FIELDS, SECONDS_MODEL,
 )
-from .codes import GEMM_LAUNCHES, PERMUTES
+from .codes import BIAS_ADDS, GEMM_LAUNCHES, PERMUTES
 from .nd_ops import _check_len
 from .seconds_ops import (
     EAGER_SWIGLU_PASSES, NOTE_SIZE, SCOPE_FFN, SCOPE_PRE, _add_gemm, _backward_casts, _cand_ok, _cast, _check_rows,
@@ -49,6 +49,9 @@ MULTI_STREAMS = 4.0
 PERMUTE_FUSED, PERMUTE_UNFUSED, PERMUTE_SORT = (float(PERMUTES.index(name)) for name in ("fused", "unfused", "sort"))
 #: The grouped GEMM's launch code of one grouped kernel a call (Rates.grouped_gemm_impl "cutlass").
 _CUTLASS = float(GEMM_LAUNCHES.index("cutlass"))
+#: How the routed experts' biases are added (Rates.expert_bias, ndcost.spec.moe_kernels.EXPERT_BIASES order).
+BIAS_DOWN_SPLIT, BIAS_SPLIT, BIAS_GATHERED = (float(BIAS_ADDS.index(name)) for name in ("down_split", "split",
+                                                                                        "gathered"))
 #: Bytes of one fp32 probability and of one int64 index.
 PROB_BYTES = 4.0
 INDEX_BYTES = 8.0
@@ -203,9 +206,53 @@ def _permute_passes(tok: float, n_exp: float, chosen: float, sent: float, routed
             out8[i] += 1.0
 
 
+def _expert_bias_passes(rows: float, wide: float, h: float, local: float, n_split: float, bc: float, rate,
+                        out6) -> None:
+    """Adding the routed experts' biases to the *rows* outputs of their gate-up (*wide*) and down (*h*) GEMMs
+    as the stack does it (``Rates.expert_bias``): out6 = (forward bytes, kernels, backward bytes, kernels, and of
+    those kernels the ones the host launches expert by expert, forward and backward).
+
+    Epilogue: nothing beyond the GEMM. Split, the down projection's (Megatron-Core's TEGroupedMLP._apply_bias):
+    per expert, its bias times its rows' fp32 probabilities (written at PROB_BYTES), added to its rows (read bc +
+    PROB_BYTES, written PROB_BYTES), then all concatenated (read and written at PROB_BYTES) and cast back (read
+    PROB_BYTES, write bc): 6·PROB_BYTES + 2·bc a row element in 2 kernels an expert and 2; backward the cast's
+    gradient up (bc + PROB_BYTES), each expert's gradient cast down (PROB_BYTES + bc), its bias gradient and
+    its probabilities' gradient each a product and a sum (3·PROB_BYTES each), the split's gradient concatenated
+    (2·bc): 8·PROB_BYTES + 4·bc in 5 kernels an expert and 2. Split, the gate-up's as well (NeMo AutoModel's
+    DeepEP experts: no probabilities): an add an expert and a concatenation, 4·bc, backward each bias's sum and
+    the concatenated gradient, 3·bc, in local + 1 kernels a pass. Gathered (torchtitan): each bias
+    repeat_interleave-d to the rows (bc written) and added (2·bc read, bc written) in 3 kernels with the bias
+    table's padding, backward its sum back per expert (bc read, 2 kernels), for both GEMMs, no per-expert loop.
+    """
+    mode = rate[_R["e_bias"]]
+    for i in range(6):
+        out6[i] = 0.0
+    down = rows * h
+    up = rows * wide
+    if mode == BIAS_DOWN_SPLIT or mode == BIAS_SPLIT:
+        out6[0] = (6.0 * PROB_BYTES + 2.0 * bc) * down
+        out6[1] = (2.0 * local + 2.0) * n_split
+        out6[2] = (8.0 * PROB_BYTES + 4.0 * bc) * down
+        out6[3] = (5.0 * local + 2.0) * n_split
+        out6[4] = 2.0 * local * n_split
+        out6[5] = 5.0 * local * n_split
+        if mode == BIAS_SPLIT:
+            out6[0] += 4.0 * bc * up
+            out6[1] += (local + 1.0) * n_split
+            out6[2] += 3.0 * bc * up
+            out6[3] += (local + 1.0) * n_split
+            out6[4] += local * n_split
+            out6[5] += local * n_split
+    elif mode == BIAS_GATHERED:
+        out6[0] = 4.0 * bc * (up + down)
+        out6[1] = 6.0 * n_split
+        out6[2] = bc * (up + down)
+        out6[3] = 4.0 * n_split
+
+
 def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n_ff: float, n_exp: float,
-               topk: float, shared: float, shared_tokens: float, grad_acc: float, bias: float, cand, rate, sums,
-               note, ops) -> tuple[float, float]:
+               topk: float, shared: float, shared_tokens: float, grad_acc: float, bias: float, e_bias: float, cand,
+               rate, sums, note, ops) -> tuple[float, float]:
     """A MoE block on one rank, per micro-batch, into sums = [fw, bw, bw_w, gemm_f, gemm_b] and the note;
     returns (the forward of its FFN matmuls -- routed and shared experts, what a census share recomputes
     --, the forward of its activations -- what a recomputed ffAct re-runs).
@@ -220,7 +267,8 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
     a grouped GEMM as its setup kernel and itself, "multi_stream" a GEMM per local expert. With
     *grad_acc*, the routed weights' gradients are added into existing ones by a separate pass (read both,
     write one), as ``seconds_layer`` prices every weight without gradient-accumulation fusion; *bias*: the
-    router adds a score-correction bias (``_router_passes``).
+    router adds a score-correction bias (``_router_passes``); with *e_bias*, the experts carry biases, added as
+    the stack adds them (``_expert_bias_passes``).
     """
     t, t_exp, n_split = cand[_C["t"]], cand[_C["t_exp"]], cand[_C["seq_split"]]
     bc, bm, bg = cand[_C["bytes_c"]], cand[_C["bytes_mm"]], cand[_C["bytes_grad"]]
@@ -290,6 +338,13 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
         bytes_f = n_split * (bm * (rows * h + weights + rows * narrow) + bc * rows * (wide + h))
         bytes_b = 2.0 * bytes_f + n_split * weights * (2.0 * bg - bc) + grad_acc * weights * (bc + 2.0 * bg)
     _note(note, ops, _O["experts"], SCOPE_FFN, flops, bytes_f, k_f, e_f, 2.0 * flops, bytes_b, k_b, e_d + e_w)
+    if e_bias != 0.0:
+        six = [0.0] * 6
+        _expert_bias_passes(rows * n_split, wide, h, local, n_split, bc, rate, six)
+        if six[1] > 0.0:
+            _note_two(note, ops, _O["expert_bias"], SCOPE_FFN, six[0], six[1], six[2], six[3], rate, sums, 0.0, 0.0)
+            loop_f += six[4]
+            loop_b += six[5]
     # a GEMM per expert takes each expert's rows as a host list (TE GroupedLinear's m_splits: List[int]): the
     # host waits for the token counts, then launches the loops while the device waits on it
     _note_loop(note, cand, loop_f, loop_b)
@@ -330,8 +385,8 @@ def _moe_ffn(model, smodel, cand, rate, tokens: float, h: float, n_ff: float, wi
     load = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
     shared = smodel[_SM["shared_width"]]
     ffn_f, act_f = _moe_block(tokens / cand[_C["sp"]], tokens * topk * load, n_exp / cand[_C["ep"]], h, width, n_ff,
-                              n_exp, topk, shared, tokens, 0.0, smodel[_SM["router_bias"]], cand, rate, sums, note,
-                              ops)
+                              n_exp, topk, shared, tokens, 0.0, smodel[_SM["router_bias"]], smodel[_SM["expert_bias"]],
+                              cand, rate, sums, note, ops)
     return ffn_f, act_f, 2.0 * cand[_C["b"]] * cand[_C["s"]] * h * (topk * n_ff * width + n_exp + n_ff * shared)
 
 
@@ -364,6 +419,6 @@ def seconds_moe_block(shape, cand, rate, out) -> None:
     sums = [0.0] * 5
     _moe_block(shape[_B["tokens"]], shape[_B["rows"]], shape[_B["local"]], shape[_B["hidden"]], shape[_B["width"]],
                shape[_B["n_ff"]], shape[_B["experts"]], shape[_B["topk"]], shape[_B["shared"]],
-               shape[_B["shared_tokens"]], shape[_B["grad_acc"]], shape[_B["router_bias"]], cand, rate, sums, note,
-               out)
+               shape[_B["shared_tokens"]], shape[_B["grad_acc"]], shape[_B["router_bias"]], shape[_B["expert_bias"]],
+               cand, rate, sums, note, out)
     _note_launch(note, out, sums[0], sums[1] + sums[2])

@@ -18,7 +18,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-__all__ = ["GROUPED_GEMMS", "MOE_PERMUTES", "MOE_KERNEL_DEFAULTS", "MOE_KERNEL_SOURCES", "TORCHTITAN_MOE",
+__all__ = ["GROUPED_GEMMS", "MOE_PERMUTES", "EXPERT_BIASES", "MOE_KERNEL_DEFAULTS", "MOE_KERNEL_SOURCES", "TORCHTITAN_MOE",
            "MCORE_MOE", "MCORE_MOE_SOURCES", "TORCHTITAN_MOE_SOURCES"]
 
 #: How a stack runs a grouped GEMM (Rates.grouped_gemm_impl): one CUTLASS grouped kernel a call
@@ -27,6 +27,11 @@ __all__ = ["GROUPED_GEMMS", "MOE_PERMUTES", "MOE_KERNEL_DEFAULTS", "MOE_KERNEL_S
 GROUPED_GEMMS: tuple[str, ...] = ("cutlass", "multi_stream")
 #: How tokens are permuted to their experts and back (Rates.moe_permute); ``ndcost.kernels.columns.MOE_PERMUTES``.
 MOE_PERMUTES: tuple[str, ...] = ("fused", "unfused", "sort")
+#: How a stack adds the routed experts' biases, for a model whose experts carry them (gpt-oss; Rates.expert_bias):
+#: in the GEMM's epilogue (free), the down projection's added expert by expert after its GEMM with the routing
+#: probabilities while the gate-up one rides the epilogue (Megatron-Core's TEGroupedMLP), both added expert by
+#: expert (NeMo AutoModel's DeepEP experts), or both gathered into a row-shaped tensor and added (torchtitan).
+EXPERT_BIASES: tuple[str, ...] = ("epilogue", "down_split", "split", "gathered")
 
 _FIT = ("fitted across a family of measured kernels (tools/fit_grouped_gemm.py): the 34 torch._grouped_mm timings "
         "at 128-4096 rows an expert of tests/data/h200/h200_grouped.json (../shared/measurements/h200/h200.json "
@@ -48,6 +53,7 @@ MOE_KERNEL_DEFAULTS: Mapping[str, object] = MappingProxyType({
     "moe_router_fusion": True,
     "moe_aux_loss": True,
     "scatter_add_rate": 1.0e11,
+    "expert_bias": "down_split",
 })
 
 _LAUNCH = ("../shared/measurements/h200/launch.json (tests/data/h200/launch.json): 20,000 one-element in-place adds "
@@ -75,6 +81,11 @@ MOE_KERNEL_SOURCES: Mapping[str, str] = MappingProxyType({
                          "(Megatron-Core transformer_config.py moe_router_fusion, TE >= 2.7)",
     "moe_aux_loss": "default True: Megatron-Core's moe_router_load_balancing_type defaults to 'aux_loss'; the "
                     "Qwen3 recipes keep it at coefficient 1e-3 (h100_run_facts.yaml 'moe_router')",
+    "expert_bias": "default 'down_split': Megatron-Core's TEGroupedMLP (NVIDIA/Megatron-LM@0fcbc3db89c448a52c0ad6e17b882ebada1d8782 (branch 26.04-alpha) "
+                   "megatron/core/transformer/moe/experts.py) builds linear_fc1 with skip_bias_add False (the gate-up "
+                   "bias in Transformer Engine's GEMM epilogue) and linear_fc2 with skip_bias_add True, whose bias "
+                   "_apply_bias (L755-772) adds expert by expert: torch.split of the output by the token counts, "
+                   "t + b * p with the fp32 routing probabilities, torch.cat, .to(dtype)",
     "scatter_add_rate": "16-bit atomic adds a second of an index_add_ / scatter_add_ into a token-major target, "
                         "fitted across a family of measured blocks (tools/fit_scatter_add.py): the five device-bound "
                         "expert blocks of tests/data/h200/moe.json (../shared/measurements/h200/moe.json, one H200, "
@@ -87,12 +98,13 @@ MOE_KERNEL_SOURCES: Mapping[str, str] = MappingProxyType({
 #: False --: state them with moe_permute="unfused", moe_router_fusion=False.)
 MCORE_MOE: Mapping[str, object] = MappingProxyType({
     name: MOE_KERNEL_DEFAULTS[name] for name in ("grouped_gemm_impl", "moe_permute", "moe_router_fusion",
-                                                 "moe_aux_loss")})
+                                                 "moe_aux_loss", "expert_bias")})
 MCORE_MOE_SOURCES: Mapping[str, str] = MappingProxyType({name: MOE_KERNEL_SOURCES[name] for name in MCORE_MOE})
 
 #: torchtitan's MoE (torchtitan/models/moe): the torchtitan presets.
 TORCHTITAN_MOE: Mapping[str, object] = MappingProxyType({
     "grouped_gemm_impl": "cutlass", "moe_permute": "sort", "moe_router_fusion": False, "moe_aux_loss": False,
+    "expert_bias": "gathered",
 })
 TORCHTITAN_MOE_SOURCES: Mapping[str, str] = MappingProxyType({
     "grouped_gemm_impl": "pytorch/torchtitan torchtitan/models/moe: GroupedExperts run torch._grouped_mm (one CUTLASS "
@@ -102,6 +114,9 @@ TORCHTITAN_MOE_SOURCES: Mapping[str, str] = MappingProxyType({
                    "by histogram, the tokens gathered by index and scattered back with scatter_add",
     "moe_router_fusion": "pytorch/torchtitan torchtitan/models/moe TokenChoiceTopKRouter: softmax or sigmoid, "
                          "top-k and the score renormalisation as PyTorch ops",
+    "expert_bias": "pytorch/torchtitan@02694955e16accd7c3d7dd03d35d101b9749b79b torchtitan/models/gpt_oss/moe.py GptOssGroupedExperts.forward: each "
+                   "expert bias repeat_interleave-d to the rows (output_size given: no host sync) and added after its "
+                   "grouped GEMM, gate-up and down alike",
     "moe_aux_loss": "pytorch/torchtitan torchtitan/models/moe: load balancing by the aux-loss-free expert bias "
                     "(load_balance_coeff), updated from the token counts once a step: no aux-loss kernels",
 })

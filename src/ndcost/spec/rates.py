@@ -26,7 +26,7 @@ from typing import Any, Mapping
 from ..errors import SpecError, is_finite_number
 from ..limits import MAX_LATENCY
 from .moe_kernels import (
-    GROUPED_GEMMS, MOE_KERNEL_DEFAULTS, MOE_KERNEL_SOURCES, MOE_PERMUTES,
+    EXPERT_BIASES, GROUPED_GEMMS, MOE_KERNEL_DEFAULTS, MOE_KERNEL_SOURCES, MOE_PERMUTES,
 )
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
@@ -199,6 +199,9 @@ class Rates:
             on a dense routing map) or "sort" (an argsort, an index gather, a scatter-add). Software.
         moe_router_fusion: The router's score, top-k and aux loss run as one fused kernel. Software.
         moe_aux_loss: A load-balancing auxiliary loss is computed from the routing. Software.
+        expert_bias: How the routed experts' biases are added, for a model whose experts carry them
+            (:data:`~ndcost.spec.moe_kernels.EXPERT_BIASES`): "epilogue", "down_split", "split" or "gathered".
+            Software.
         scatter_add_rate: 16-bit elements a second that an atomic scatter-add (index_add_, scatter_add_)
             adds into its targets: the unfused and sort permutations' scatter-adds (0: not priced).
         deepep_nvlink_efficiency: Share of the scale-up link rate DeepEP's normal dispatch and combine
@@ -240,6 +243,7 @@ class Rates:
     moe_router_fusion: bool = MOE_KERNEL_DEFAULTS["moe_router_fusion"]
     moe_aux_loss: bool = MOE_KERNEL_DEFAULTS["moe_aux_loss"]
     scatter_add_rate: float = MOE_KERNEL_DEFAULTS["scatter_add_rate"]
+    expert_bias: str = MOE_KERNEL_DEFAULTS["expert_bias"]
     deepep_nvlink_efficiency: float = DEEPEP_NVLINK_EFFICIENCY
 
     def __post_init__(self) -> None:
@@ -249,7 +253,7 @@ class Rates:
         object.__setattr__(self, "zero3_fetch_bandwidth", float(fetch))
         for name, choices in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", tuple(FP8_RECIPES)),
                               ("elementwise", ELEMENTWISE), ("grouped_gemm_impl", GROUPED_GEMMS),
-                              ("moe_permute", MOE_PERMUTES)):
+                              ("moe_permute", MOE_PERMUTES), ("expert_bias", EXPERT_BIASES)):
             if getattr(self, name) not in choices:
                 raise SpecError(name, _OWNER, f"be one of {', '.join(map(repr, choices))}", getattr(self, name))
         tail = self.gemm_wave_tail

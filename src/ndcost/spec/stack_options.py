@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import SpecError
 from .exec_spec_rules import CP_ALGOS, CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PRECISIONS
-from .moe_kernels import GROUPED_GEMMS, MOE_PERMUTES
+from .moe_kernels import EXPERT_BIASES, GROUPED_GEMMS, MOE_PERMUTES
 from .recompute_spec import SELECTIVE_RULES
 from .rates import ATTENTION_KERNELS, ELEMENTWISE, FP8_RECIPES
 
@@ -318,6 +318,12 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "how the experts' grouped GEMMs run: cutlass (one grouped kernel: torch._grouped_mm, DeepGEMM) or "
                 "multi_stream (Transformer Engine's GroupedLinear: a cuBLAS GEMM per expert) (default: the "
                 "--software stack's, else multi_stream)", choices=GROUPED_GEMMS, applies=_moe, needs="a MoE model"),
+    StackOption("expert_bias", "expert_bias", "rates", "choice",
+                "how the routed experts' biases are added, for a model whose experts carry them (gpt-oss): epilogue "
+                "(in the GEMM), down_split (the down projection's expert by expert with the routing probabilities: "
+                "Megatron-Core), split (both expert by expert: NeMo AutoModel) or gathered (both gathered into the "
+                "rows and added: torchtitan) (default: the --software stack's, else down_split)",
+                choices=EXPERT_BIASES, applies=_moe, needs="a MoE model"),
     StackOption("launch_overhead", "launch_overhead", "rates", "number",
                 "host seconds to launch one kernel eagerly; a layer's pass takes at least its launches (default "
                 "9.58e-6, measured on an H200's host)"),
