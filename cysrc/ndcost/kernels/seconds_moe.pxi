@@ -235,7 +235,8 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
                            0.0, 0.0)
             loop_f += six[4]
             loop_b += six[5]
-    # a GEMM per expert takes the experts' rows as a host list: launched after the host waits for the counts
+    # a GEMM or a bias add per expert takes the experts' rows as a host list: launched after the host waits for
+    # the counts
     c_sec_note_loop(note, cand, loop_f, loop_b)
     passes = n_ff
     kernels = 1.0

@@ -345,8 +345,9 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
             _note_two(note, ops, _O["expert_bias"], SCOPE_FFN, six[0], six[1], six[2], six[3], rate, sums, 0.0, 0.0)
             loop_f += six[4]
             loop_b += six[5]
-    # a GEMM per expert takes each expert's rows as a host list (TE GroupedLinear's m_splits: List[int]): the
-    # host waits for the token counts, then launches the loops while the device waits on it
+    # a GEMM per expert (TE GroupedLinear's m_splits: List[int]) and a bias added per expert (torch.split by the
+    # counts) take each expert's rows as a host list: the host waits for the token counts, then launches the
+    # loops while the device waits on it
     _note_loop(note, cand, loop_f, loop_b)
     # ---- the experts' activation: SwiGLU reads gate and up and writes their product (3 passes), or
     # unfused, silu then the product (5 passes, 2 kernels); a GELU MLP 2 passes
