@@ -30,7 +30,9 @@ How time is priced (sources beside each formula below):
   writes one, 1.5x the forward's bytes;
 * routed experts run as grouped GEMMs at their real shape (``seconds_moe``: tiles, whole waves, a tile's
   fixed cost) or a GEMM per expert; router and permutations as the stack runs them (fused or not);
-* a layer's pass takes at least its kernels' host launches (launch_s each, graph_s from a CUDA graph);
+* a layer's pass takes at least its kernels' host launches (launch_s each, graph_s from a CUDA graph),
+  and the launches of its per-expert loops (a GEMM, a cast, a bias add per local expert, taking the token
+  counts as a host list) are added to it: launched after the host waits for the counts (``_note_loop``);
 * collectives are alpha-beta rings over the group's links (``_collective``); ranks are placed tp
   innermost, then cp, then dp (ep folded into dp), then pp (Megatron's default order);
 * the training software's figures ride in the rates vector (``Rates.for_software``): without

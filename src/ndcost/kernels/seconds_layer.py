@@ -7,7 +7,9 @@ pass, the forward time of each recompute switch's ops, the parameters it holds a
 A pass of a layer takes at least the host's time to launch its kernels: the host runs ahead of the
 device through CUDA's asynchronous launch queue, so over a pass the slower of the two sets the pace
 (a layer of short kernels is launch-bound). Each kernel the host launches costs launch_s, a kernel
-replayed from a CUDA graph graph_s (``ExecSpec.cuda_graphs``, ``seconds_ops._note_start``).
+replayed from a CUDA graph graph_s (``ExecSpec.cuda_graphs``, ``seconds_ops._note_start``). A MoE layer's
+per-expert loops are launched after the host waits for the token counts, the device idle: their launches
+add to the pass (``seconds_ops._note_loop``).
 
 Part of the seconds area (:mod:`ndcost.kernels.seconds` states how time is priced).
 The twin is ``cysrc/ndcost/kernels/seconds_layer.pxi``.
