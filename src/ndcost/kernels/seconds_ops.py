@@ -337,8 +337,10 @@ def _check_rows(array, name: str, rows: int, width: int) -> None:
 def _note_loop(note, cand, kernels_f: float, kernels_b: float) -> None:
     """Mark *kernels_f* / *kernels_b* of the FFN scope's kernels (already counted by ``_note``) as launched
     after a host-device synchronisation: the device has drained its queue and waits on each launch, so
-    their host time adds to the pass instead of hiding under its device time (``_note_launch``). Not where
-    the scope replays from a CUDA graph: captured with its shapes fixed, it waits on no host."""
+    their host time adds to the pass instead of hiding under its device time (``_note_launch``; Megatron-Core's
+    "AlltoAll dispatcher and GroupedGEMM rely on CPU-resident tensors for token-expert assignments ... host
+    synchronizations", NVIDIA/Megatron-LM PR 3496). Not where the scope replays from a CUDA graph: captured
+    with its shapes fixed, it waits on no host."""
     if cand[_C["graphs"]] >= _GRAPHS_LAYER:
         return
     note[9] += kernels_f
