@@ -18,8 +18,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-__all__ = ["GROUPED_GEMMS", "MOE_PERMUTES", "EXPERT_BIASES", "MOE_KERNEL_DEFAULTS", "MOE_KERNEL_SOURCES", "TORCHTITAN_MOE",
-           "MCORE_MOE", "MCORE_MOE_SOURCES", "TORCHTITAN_MOE_SOURCES"]
+__all__ = ["GROUPED_GEMMS", "MOE_PERMUTES", "EXPERT_BIASES", "MOE_KERNEL_DEFAULTS", "MOE_KERNEL_SOURCES",
+           "TORCHTITAN_MOE", "MCORE_MOE", "MCORE_MOE_SOURCES", "TORCHTITAN_MOE_SOURCES"]
 
 #: How a stack runs a grouped GEMM (Rates.grouped_gemm_impl): one CUTLASS grouped kernel a call
 #: (torch._grouped_mm, DeepGEMM, TE's CUTLASS path), or one cuBLAS GEMM per local expert on a few streams
@@ -81,7 +81,8 @@ MOE_KERNEL_SOURCES: Mapping[str, str] = MappingProxyType({
                          "(Megatron-Core transformer_config.py moe_router_fusion, TE >= 2.7)",
     "moe_aux_loss": "default True: Megatron-Core's moe_router_load_balancing_type defaults to 'aux_loss'; the "
                     "Qwen3 recipes keep it at coefficient 1e-3 (h100_run_facts.yaml 'moe_router')",
-    "expert_bias": "default 'down_split': Megatron-Core's TEGroupedMLP (NVIDIA/Megatron-LM@0fcbc3db89c448a52c0ad6e17b882ebada1d8782 (branch 26.04-alpha) "
+    "expert_bias": "default 'down_split': Megatron-Core's TEGroupedMLP "
+                   "(NVIDIA/Megatron-LM@0fcbc3db89c448a52c0ad6e17b882ebada1d8782, branch 26.04-alpha, "
                    "megatron/core/transformer/moe/experts.py) builds linear_fc1 with skip_bias_add False (the gate-up "
                    "bias in Transformer Engine's GEMM epilogue) and linear_fc2 with skip_bias_add True, whose bias "
                    "_apply_bias (L755-772) adds expert by expert: torch.split of the output by the token counts, "
@@ -114,9 +115,9 @@ TORCHTITAN_MOE_SOURCES: Mapping[str, str] = MappingProxyType({
                    "by histogram, the tokens gathered by index and scattered back with scatter_add",
     "moe_router_fusion": "pytorch/torchtitan torchtitan/models/moe TokenChoiceTopKRouter: softmax or sigmoid, "
                          "top-k and the score renormalisation as PyTorch ops",
-    "expert_bias": "pytorch/torchtitan@02694955e16accd7c3d7dd03d35d101b9749b79b torchtitan/models/gpt_oss/moe.py GptOssGroupedExperts.forward: each "
-                   "expert bias repeat_interleave-d to the rows (output_size given: no host sync) and added after its "
-                   "grouped GEMM, gate-up and down alike",
+    "expert_bias": "pytorch/torchtitan@02694955e16accd7c3d7dd03d35d101b9749b79b torchtitan/models/gpt_oss/moe.py "
+                   "GptOssGroupedExperts.forward: each expert bias repeat_interleave-d to the rows (output_size "
+                   "given: no host sync) and added after its grouped GEMM, gate-up and down alike",
     "moe_aux_loss": "pytorch/torchtitan torchtitan/models/moe: load balancing by the aux-loss-free expert bias "
                     "(load_balance_coeff), updated from the token counts once a step: no aux-loss kernels",
 })
