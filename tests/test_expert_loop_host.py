@@ -114,3 +114,36 @@ def test_the_exposed_loops_are_in_the_layer_and_the_step(kernels):
     single = ndcost.estimate(model, spec, cluster, rates=rates)
     batch = ndcost.estimate_many(model, [spec], cluster, rates=rates)
     assert batch.step_time[0] == pytest.approx(single.step_time, rel=1e-12)
+
+
+def test_a_grace_host_launches_slower():
+    """GB200 and GB300 NVL72 hosts are Grace CPUs: an eager launch costs the H200 machine's 9.58 us times the ratio
+    of one PyTorch op's CPU time on GB200's Grace to an H100 DGX's Xeon (37.08 / 13.48 us, TE issue 2053); the x86
+    parts keep 9.58 us."""
+    for part in ("gb200-nvl72", "gb300-nvl72"):
+        rates = Rates.for_software(part, "megatron-te")
+        assert rates.launch_overhead == pytest.approx(LAUNCH_S * 37.08 / 13.48, rel=1e-12)
+        assert "issue 2053" in rates.sources["launch_overhead"]
+    for part in ("b200", "h100-sxm", "h200"):
+        assert Rates.for_device(part).launch_overhead == LAUNCH_S
+
+
+def test_the_published_grace_pair():
+    """Megatron-Bridge 26.04's Qwen3-30B-A3B on 8 GB300 at micro-batch 8 and on 8 GB200 at micro-batch 4 (the same
+    peaks, the same job) measured 8.33 s and 10.07 s: the 1.74 s that halving the micro-batch costs is per
+    micro-batch, mostly the per-expert loops' launches on a Grace host. Priced within 15%, nothing fitted to it."""
+    from ndcost.files import read_mapping
+    from ndcost.io.validation import BUILTIN_RUNS, build_row, seconds_estimate
+
+    doc = read_mapping(BUILTIN_RUNS["moe"], "a runs file")
+    rows = {row["id"]: row for row in doc["runs"]}
+    steps = {}
+    for part in ("gb300", "gb200"):
+        built = build_row(rows[f"mbridge_26.04_{part}_qwen3_30b_a3b_mxfp8_8gpu"], doc.get("hardware") or {},
+                          BUILTIN_RUNS["moe"])
+        steps[part] = (seconds_estimate(built.model, built.spec, built.cluster, rates=built.rates,
+                                        overlap=built.overlap)["step_time"], built.measured_s)
+    priced = steps["gb200"][0] - steps["gb300"][0]
+    measured = steps["gb200"][1] - steps["gb300"][1]
+    assert measured == pytest.approx(1.74, abs=0.01)
+    assert priced == pytest.approx(measured, rel=0.15)

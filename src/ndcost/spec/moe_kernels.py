@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 __all__ = ["GROUPED_GEMMS", "MOE_PERMUTES", "EXPERT_BIASES", "MOE_KERNEL_DEFAULTS", "MOE_KERNEL_SOURCES",
+           "GRACE_HOST_FACTOR", "GRACE_LAUNCH_SOURCE",
            "TORCHTITAN_MOE", "MCORE_MOE", "MCORE_MOE_SOURCES", "TORCHTITAN_MOE_SOURCES"]
 
 #: How a stack runs a grouped GEMM (Rates.grouped_gemm_impl): one CUTLASS grouped kernel a call
@@ -58,6 +59,14 @@ MOE_KERNEL_DEFAULTS: Mapping[str, object] = MappingProxyType({
 
 _LAUNCH = ("../shared/measurements/h200/launch.json (tests/data/h200/launch.json): 20,000 one-element in-place adds "
            "from eager PyTorch 2.11 on the H200 machine's host, synchronised at the end: 9.58 us a launch")
+#: A Grace host launches slower than an x86 one: the same PyTorch op (a bf16 Linear forward, hidden 2048, 8192
+#: tokens) takes 37.08 us of CPU time on GB200's Grace and 13.48 us on an H100 DGX's Xeon Platinum 8480C, measured by
+#: one script (NVIDIA/TransformerEngine issue 2053, "High CPU overhead on Grace systems", 2025-08-11; GH200's Grace:
+#: 33.17 us). GB200 and GB300 NVL72 price an eager launch at the H200 host's 9.58 us times that ratio.
+GRACE_HOST_FACTOR = 37.08 / 13.48
+GRACE_LAUNCH_SOURCE = ("the H200 machine's eager launch (9.58 us, launch.json) x 37.08 / 13.48, a PyTorch Linear "
+                       "forward's CPU time on GB200's Grace over an H100 DGX's Xeon Platinum 8480C by the same script "
+                       "(NVIDIA/TransformerEngine issue 2053, 'High CPU overhead on Grace systems'): 26.4 us")
 _GRAPH = ("../shared/measurements/h200/launch.json (tests/data/h200/launch.json): the same kernels captured in a "
           "CUDA graph of 1,000 and replayed: 0.84 us a kernel")
 

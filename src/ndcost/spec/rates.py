@@ -26,7 +26,8 @@ from typing import Any, Mapping
 from ..errors import SpecError, is_finite_number
 from ..limits import MAX_LATENCY
 from .moe_kernels import (
-    EXPERT_BIASES, GROUPED_GEMMS, MOE_KERNEL_DEFAULTS, MOE_KERNEL_SOURCES, MOE_PERMUTES,
+    EXPERT_BIASES, GRACE_HOST_FACTOR, GRACE_LAUNCH_SOURCE, GROUPED_GEMMS, MOE_KERNEL_DEFAULTS, MOE_KERNEL_SOURCES,
+    MOE_PERMUTES,
 )
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
@@ -516,6 +517,12 @@ _NVL72_NOTE = (" [assumption for the NVL72 rack: no public measurement of this f
                "taken as inside an 8-GPU NVSwitch node]")
 _GB200_MM = _sustained(1822.0, 2500.0, _BLACKWELL_SUSTAINED[0], "NVIDIA GB200 SXM MAMF")
 _GB200_F8 = _sustained(3615.6, 5000.0, _BLACKWELL_SUSTAINED[1], "NVIDIA GB200 SXM FP8 MAMF")
+def _grace_host(rates: Rates) -> Rates:
+    """*rates* on a part whose host is a Grace CPU (GB200 / GB300 NVL72): its eager launches slower."""
+    sources = dict(rates.sources, launch_overhead=GRACE_LAUNCH_SOURCE)
+    return rates.replace(launch_overhead=rates.launch_overhead * GRACE_HOST_FACTOR, sources=sources)
+
+
 _GB200_NVL72 = _rates(_GB200_MM[0], _GB200_MM[1] + "; the B200's bf16 MSMF/MAMF (the same Blackwell GPUs)",
                       _BLACKWELL_FA, _FA_BLACKWELL + _BLACKWELL_SETTLED, 148,
                       f"{_GB200}; the GB200 superchip carries two of the same B200 GPUs (stas00/ml-engineering "
@@ -547,8 +554,8 @@ DEFAULT_RATES: Mapping[str, Rates] = MappingProxyType({
     "h200": _H200,
     "h800": _H800,
     "b200": _B200,
-    "gb200-nvl72": _GB200_NVL72,
-    "gb300-nvl72": _GB300_NVL72,
+    "gb200-nvl72": _grace_host(_GB200_NVL72),
+    "gb300-nvl72": _grace_host(_GB300_NVL72),
     "ascend-910b": _ASCEND,
     "ascend-910c": _ASCEND,
 })
