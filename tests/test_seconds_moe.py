@@ -12,6 +12,7 @@ from ndcost.kernels.columns import (
     LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, MOE_BLOCK, MOE_BLOCK_FIELDS, RATE, SECONDS_LAYER,
     SECONDS_LAYER_FIELDS,
 )
+from ndcost.spec.moe_kernels import EXPERT_BIASES
 from ndcost.spec.rates import Rates
 from ndcost.tables.seconds import rates_vector, seconds_arrays, seconds_candidate_vector
 
@@ -28,6 +29,7 @@ CASES = [
                          pp_schedule="seq1f1b"), None),
     ("gpt-oss-120b", dict(dp=4, ep=4, cp=2, global_batch_size=16, grouped_gemm=False, capacity_factor=1.25,
                           cuda_graphs="layer"), "torchtitan-compile"),
+    ("gpt-oss-120b", dict(dp=4, ep=4, global_batch_size=16, precision="fp8", cuda_graphs="moe_router"), "megatron-te"),
     ("mixtral-8x7b", dict(dp=2, tp=2, ep=2, global_batch_size=8, moe_imbalance=1.3, cuda_graphs="attn"), None),
     ("llama3-8b", dict(dp=2, tp=2, cp=2, global_batch_size=8, sequence_parallel=True), "megatron-2021"),
     ("qwen3-next-80b-a3b", dict(dp=2, tp=2, ep=2, global_batch_size=8), None),
@@ -121,7 +123,8 @@ def test_moe_blocks_agree_on_both_backends(kernels, pykernels):
         software = str(rng.choice(["megatron-te", "nemo", "torchtitan-eager", "torchtitan-compile"]))
         rates = Rates.for_software("h100-sxm", software).replace(
             grouped_gemm_impl=str(rng.choice(["cutlass", "multi_stream"])),
-            moe_aux_loss=bool(rng.random() < 0.5), grad_accumulation_fusion=bool(rng.random() < 0.5))
+            moe_aux_loss=bool(rng.random() < 0.5), grad_accumulation_fusion=bool(rng.random() < 0.5),
+            expert_bias=str(rng.choice(EXPERT_BIASES)), fp8_recipe=str(rng.choice(["delayed", "current", "blockwise"])))
         precision = str(rng.choice(["bf16", "fp8"]))
         cand = _cand(ep=int(rng.choice([1, 2, 8])), dp=8, global_batch_size=8, seq_split=int(rng.choice([1, 2])),
                      pp_schedule="seq1f1b", precision=precision, cuda_graphs=str(rng.choice(["none", "layer"])),
@@ -133,7 +136,7 @@ def test_moe_blocks_agree_on_both_backends(kernels, pykernels):
                        n_ff=float(rng.choice([2, 3])), experts=float(rng.choice([8, 128, 256])),
                        topk=float(rng.choice([1, 4, 8])), shared=float(rng.choice([0, 2048])),
                        shared_tokens=float(rng.integers(0, 8192)), grad_acc=float(rng.random() < 0.5),
-                       router_bias=float(rng.random() < 0.5))
+                       router_bias=float(rng.random() < 0.5), expert_bias=float(rng.random() < 0.5))
         out, ref = _block(kernels, shape, cand, rate), _block(pykernels, shape, cand, rate)
         np.testing.assert_allclose(out, ref, rtol=1e-12, atol=0.0)
         assert np.all(out >= 0.0)
