@@ -170,7 +170,7 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
     cdef double six[6]
     cdef double scatter_rate = rate[R_scatter_rate]
     cdef double capacity, sent, per, wide, narrow, e_f, e_d, e_w, rows, k_f, k_b, weights
-    cdef double loop_f, loop_b, more_f, more_b
+    cdef double loop_f, loop_b, splits, cast_f, cast_b
     cdef bint looped
     cdef double flops = 0.0, bytes_f = 0.0, bytes_b = 0.0, passes, kernels, act_f, ffn_f
     c_sec_mm3_noted(tok / n_split, n_exp, h, n_split, cand, rate, g5, 1, 0, note, ops, LO_router, SEC_SCOPE_PRE)
@@ -206,18 +206,17 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
     loop_f = k_f if looped else 0.0
     loop_b = k_b if looped else 0.0
     if bm == 1.0:
-        k_f += (2.0 * n_split + 2.0 * rate[R_f8_w_mb] * local) * rate[R_f8_cast_k]
-        k_b += 2.0 * n_split * (rate[R_f8_gcast_k] + rate[R_f8_rq_k])
-        if looped and rate[R_f8_split] != 0.0:
-            # TE's GroupedLinear casts each expert's rows by its own kernels (f8_split)
-            more_f = 2.0 * n_split * (local - 1.0) * rate[R_f8_cast_k]
-            more_b = 2.0 * n_split * (local - 1.0) * (rate[R_f8_gcast_k] + rate[R_f8_rq_k])
-            e_f += more_f * rate[R_kernel_s]
-            e_d += more_b * rate[R_kernel_s]
-            k_f += more_f
-            k_b += more_b
-            loop_f += 2.0 * n_split * local * rate[R_f8_cast_k]
-            loop_b += 2.0 * n_split * local * (rate[R_f8_gcast_k] + rate[R_f8_rq_k])
+        # TE's GroupedLinear casts each expert's rows by its own kernels (f8_split): a cast a split
+        splits = local if looped and rate[R_f8_split] != 0.0 else 1.0
+        cast_f = 2.0 * n_split * splits * rate[R_f8_cast_k]
+        cast_b = 2.0 * n_split * splits * (rate[R_f8_gcast_k] + rate[R_f8_rq_k])
+        k_f += cast_f + 2.0 * rate[R_f8_w_mb] * local * rate[R_f8_cast_k]
+        k_b += cast_b
+        e_f += cast_f * (splits - 1.0) / splits * rate[R_kernel_s]
+        e_d += cast_b * (splits - 1.0) / splits * rate[R_kernel_s]
+        if splits > 1.0:
+            loop_f += cast_f
+            loop_b += cast_b
     weights = local * h * (wide + narrow)
     if grad_acc != 0.0:
         e_w += c_sec_pass(weights * (bc + 2.0 * bg), n_split, rate)

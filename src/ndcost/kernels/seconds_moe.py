@@ -314,19 +314,18 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
     loop_f = k_f if looped else 0.0
     loop_b = k_b if looped else 0.0
     if bm == 1.0:
-        k_f += (2.0 * n_split + 2.0 * rate[_R["f8_w_mb"]] * local) * rate[_R["f8_cast_k"]]
-        k_b += 2.0 * n_split * (rate[_R["f8_gcast_k"]] + rate[_R["f8_rq_k"]])
-        if looped and rate[_R["f8_split"]] != 0.0:
-            # TE's GroupedLinear quantizes each expert's rows by its own kernels (f8_split): local - 1 more
-            # casts a call than one cast of all the rows, each at kernel_s, all in the host's loops
-            more_f = 2.0 * n_split * (local - 1.0) * rate[_R["f8_cast_k"]]
-            more_b = 2.0 * n_split * (local - 1.0) * (rate[_R["f8_gcast_k"]] + rate[_R["f8_rq_k"]])
-            e_f += more_f * rate[_R["kernel_s"]]
-            e_d += more_b * rate[_R["kernel_s"]]
-            k_f += more_f
-            k_b += more_b
-            loop_f += 2.0 * n_split * local * rate[_R["f8_cast_k"]]
-            loop_b += 2.0 * n_split * local * (rate[_R["f8_gcast_k"]] + rate[_R["f8_rq_k"]])
+        # TE's GroupedLinear quantizes each expert's rows by its own kernels (f8_split): a cast a split, each at
+        # kernel_s (the same bytes as one cast of all the rows), all in the host's per-expert loops
+        splits = local if looped and rate[_R["f8_split"]] != 0.0 else 1.0
+        cast_f = 2.0 * n_split * splits * rate[_R["f8_cast_k"]]
+        cast_b = 2.0 * n_split * splits * (rate[_R["f8_gcast_k"]] + rate[_R["f8_rq_k"]])
+        k_f += cast_f + 2.0 * rate[_R["f8_w_mb"]] * local * rate[_R["f8_cast_k"]]
+        k_b += cast_b
+        e_f += cast_f * (splits - 1.0) / splits * rate[_R["kernel_s"]]
+        e_d += cast_b * (splits - 1.0) / splits * rate[_R["kernel_s"]]
+        if splits > 1.0:
+            loop_f += cast_f
+            loop_b += cast_b
     weights = local * h * (wide + narrow)
     if grad_acc != 0.0:
         e_w += _pass(weights * (bc + 2.0 * bg), n_split, rate)
