@@ -109,6 +109,11 @@ cdef inline double c_mem_layer_activation(const double* kind, const double* mc,
     return c_mem_formula_activation(kind, mc, option, keep_mask)
 
 
+cdef inline double c_mem_layer_params(const double* kind, const double* mc) noexcept nogil:
+    # kernels/batch.py _layer_params: a whole layer's parameters on one rank.
+    return (kind[MK_p_nonexp] + kind[MK_p_shared]) / mc[MC_tp] + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])
+
+
 cdef inline double c_mem_autocast_activation(const double* kind, const double* mc, long long option,
                                              long long keep_mask, double tokens) noexcept nogil:
     # What one layer keeps beyond the formulas' count under torch.autocast with an fp32 stream (the oracle's
@@ -128,7 +133,7 @@ cdef inline double c_mem_autocast_activation(const double* kind, const double* m
         if mc[MC_slice_input] != 0.0 and tp > divisor:
             divisor = tp
         return tokens * h * (_MEM_FP32_BYTES - c) / divisor
-    extra = ((kind[MK_p_nonexp] + kind[MK_p_shared]) / tp + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])) * c
+    extra = c_mem_layer_params(kind, mc) * c
     mask = ALL_KEPT if option == OPTION_NONE else keep_mask
     residual = tokens * h / sp
     norms = kind[MK_extra_norms]
@@ -251,7 +256,7 @@ cdef inline void c_mem_comm_buffers(const double* kind, const double* mc,
         if mc[MC_z3_param_fetch] != 0.0:
             params = c_mem_largest_weight(kind, mc)              # one parameter's gradient, reduced alone
         else:                                                    # one layer's gradient bucket
-            params = (kind[MK_p_nonexp] + kind[MK_p_shared]) / tp + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])
+            params = c_mem_layer_params(kind, mc)
         dp_buffer = params * mc[MC_w_grad]
     ep_buffer[0] = 0.0
     if kind[MK_ffn] == _MEM_FFN_MOE and mc[MC_ep] > 1.0:
@@ -333,8 +338,7 @@ cdef double c_candidate_memory(const double* kinds, Py_ssize_t n_kinds, const do
             gathered = c_mem_largest_weight(kind, mc) * mc[MC_w_param]   # one parameter gathered at a time
         elif mc[MC_fsdp_gathers] != 0.0:
             # docs/ND_MODEL.md §3.7 FSDP extras: a backward holds two layers' gathered parameters.
-            gathered = 2.0 * ((kind[MK_p_nonexp] + kind[MK_p_shared]) / tp
-                              + kind[MK_p_routed] / (mc[MC_ep] * mc[MC_etp])) * mc[MC_w_param]
+            gathered = 2.0 * c_mem_layer_params(kind, mc) * mc[MC_w_param]
         ring = c_mem_ring_allgather_work(kind, mc)
         for o in range(n_slots):
             kept = c_mem_layer_activation(kind, mc, options[o], masks[o])

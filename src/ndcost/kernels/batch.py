@@ -322,6 +322,12 @@ def _formula_activation(kind, mc, option: int, keep_mask: int) -> float:
         int(mc[_MC["slice_input"]]), kind[_MK["att_window"]])
 
 
+def _layer_params(kind, mc) -> float:
+    """A whole layer of the kind's parameters on one rank: non-expert and shared over tp, routed over ep·etp."""
+    return ((kind[_MK["p_nonexp"]] + kind[_MK["p_shared"]]) / mc[_MC["tp"]]
+            + kind[_MK["p_routed"]] / (mc[_MC["ep"]] * mc[_MC["etp"]]))
+
+
 def _largest_weight(kind, mc) -> float:
     """The largest weight matrix of a layer of the kind on one rank (ExecSpec.zero3_parameter_fetch: what a
     ZeRO-3 that gathers one parameter at a time holds whole): the non-expert one over tp, a routed expert's
@@ -361,8 +367,7 @@ def _comm_buffers(kind, mc) -> tuple[float, float]:
         if mc[_MC["z3_param_fetch"]] != 0.0:
             params = _largest_weight(kind, mc)                        # one parameter's gradient, reduced alone
         else:
-            params = ((kind[_MK["p_nonexp"]] + kind[_MK["p_shared"]]) / tp
-                      + kind[_MK["p_routed"]] / (mc[_MC["ep"]] * mc[_MC["etp"]]))   # one layer's bucket
+            params = _layer_params(kind, mc)                          # one layer's gradient bucket
         dp_buffer = params * mc[_MC["w_grad"]]
     ep_buffer = 0.0
     if kind[_MK["ffn"]] == _FFN_MOE and mc[_MC["ep"]] > 1.0:
@@ -424,8 +429,7 @@ def _candidate_memory(kinds, model, mc, row, pool, slots, reserve, out) -> float
             gathered = _largest_weight(kind, mc) * mc[_MC["w_param"]]   # one parameter gathered at a time
         elif mc[_MC["fsdp_gathers"]] != 0.0:
             # docs/ND_MODEL.md §3.7 FSDP extras: a backward holds two layers' gathered parameters.
-            gathered = 2.0 * ((kind[_MK["p_nonexp"]] + kind[_MK["p_shared"]]) / mc[_MC["tp"]]
-                              + kind[_MK["p_routed"]] / (mc[_MC["ep"]] * mc[_MC["etp"]])) * mc[_MC["w_param"]]
+            gathered = 2.0 * _layer_params(kind, mc) * mc[_MC["w_param"]]
         ring = _ring_allgather_work(kind, mc)
         act_row, work_row = [], []
         for o in range(n_slots):
