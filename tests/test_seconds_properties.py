@@ -229,7 +229,8 @@ def test_hopper_and_blackwell_gemms_run_at_their_sustained_rate():
     # attention kernels saturate the tensor cores too: the FlashAttention-3 paper's bursts at the same share
     assert h100.attention_efficiency == pytest.approx(0.55 * 708.5 / 841.9, rel=1e-12)
     assert h100.fa2_attention_efficiency == pytest.approx(0.35 * 708.5 / 841.9, rel=1e-12)
-    assert b200.attention_efficiency == pytest.approx(0.55 * 1456.3 / 1770.9, rel=1e-12)
+    # Blackwell's are cuDNN's measured bursts (tests/test_attention_rates.py) at the B200's sustained share
+    assert "cudnn-frontend" in b200.sources["attention_efficiency"]
     a100 = DEFAULT_RATES["a100-80g"]
     assert a100.matmul_efficiency == pytest.approx(271.2 / 312.0) and a100.gemm_wave_tail == 0.5
     assert a100.attention_efficiency == 0.615

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 from ..errors import SpecError, is_finite_number
 from ..limits import MAX_LATENCY
+from .attention_rates import CUDNN_SDPA_SOURCE, attention_burst_share
 from .moe_kernels import (
     EXPERT_BIASES, GRACE_HOST_FACTOR, GRACE_LAUNCH_SOURCE, GROUPED_GEMMS, MOE_KERNEL_DEFAULTS, MOE_KERNEL_SOURCES,
     MOE_PERMUTES,
@@ -483,8 +484,17 @@ _SETTLED = ("; a benchmark burst: x the part's bf16 sustained share {share:.4f} 
             "training step, " + "{part}" + " MSMF/MAMF, " + _MSMF + ")")
 _HOPPER_FA3 = (0.55 * _HOPPER_SUSTAINED[0], _FA3 + _SETTLED.format(share=_HOPPER_SUSTAINED[0], part="the H200's"))
 _HOPPER_FA2 = (0.35 * _HOPPER_SUSTAINED[0], _FA2_H100 + _SETTLED.format(share=_HOPPER_SUSTAINED[0], part="the H200's"))
-_BLACKWELL_FA = 0.55 * _BLACKWELL_SUSTAINED[0]
 _BLACKWELL_SETTLED = _SETTLED.format(share=_BLACKWELL_SUSTAINED[0], part="the B200's")
+#: Blackwell's fused attention, measured (ndcost.spec.attention_rates): the GB200's and the GB300's own cuDNN rows;
+#: the B200 (the GB200's GPU at 1000 W) at the GB200's rate scaled by the two parts' measured matmul bursts (MAMF
+#: 1770.9 and 1822.0: attention saturates the tensor cores as a GEMM does).
+_GB200_FA = (attention_burst_share("gb200", 2500.0) * _BLACKWELL_SUSTAINED[0],
+             CUDNN_SDPA_SOURCE.replace("{part}", "gb200") + _BLACKWELL_SETTLED)
+_B200_FA = (attention_burst_share("gb200", 2250.0 * 1822.0 / 1770.9) * _BLACKWELL_SUSTAINED[0],
+            CUDNN_SDPA_SOURCE.replace("{part}", "gb200") + ", x the B200's MAMF over the GB200's (1770.9 / 1822.0, "
+            + _MAMF + ")" + _BLACKWELL_SETTLED)
+_GB300_FA = (attention_burst_share("gb300", 2500.0) * _BLACKWELL_SUSTAINED[0],
+             CUDNN_SDPA_SOURCE.replace("{part}", "gb300") + _BLACKWELL_SETTLED)
 _H100_MM = _sustained(794.5, 989.0, _HOPPER_SUSTAINED[0], "NVIDIA H100 SXM MAMF")
 _H100_F8 = _sustained(1402.6, 1979.0, _HOPPER_SUSTAINED[1], "NVIDIA H100 SXM FP8 MAMF")
 _H100 = _rates(_H100_MM[0], _H100_MM[1] + "; the H200's bf16 MSMF/MAMF (same GH100, same 700 W)",
@@ -507,10 +517,9 @@ _H800 = _rates(_H100_MM[0], _H100_MM[1] + "; the H800 is the same SM90 silicon a
                wave_tail=(0.10, _MEASURED_TAIL.format(part="h100_sxm", version="1.3.0rc20", count=6860, tail=0.10)
                           + "; the H800 is the same SM90 silicon"),
                fa2=(_HOPPER_FA2[0], _HOPPER_FA2[1] + " (the H800 is the same SM90 part)"))
-_FA_BLACKWELL = f"assumption: no public Blackwell flash-attention utilization; the H100 figure ({_FA3})"
 _B200_TAIL = _MEASURED_TAIL.format(part="b200_sxm", version="1.3.0rc20", count=6860, tail=0.35)
 _B200 = _rates(1456.3 / 2250.0, f"{_MSMF}: NVIDIA B200 SXM MSMF 1456.3 of 2250 TFLOPS (64.7%)",
-               _BLACKWELL_FA, _FA_BLACKWELL + _BLACKWELL_SETTLED, 148, _GB200, 2795.7 / 4500.0,
+               *_B200_FA, 148, _GB200, 2795.7 / 4500.0,
                f"{_MSMF}: NVIDIA B200 SXM FP8 MSMF 2795.7 of 4500 TFLOPS (62.1%)", wave_tail=(0.35, _B200_TAIL))
 _NVL72_NOTE = (" [assumption for the NVL72 rack: no public measurement of this figure on the part; the figure "
                "measured on earlier NVIDIA parts is used, the NVLink share across the rack's NVLink Switch trays "
@@ -524,7 +533,7 @@ def _grace_host(rates: Rates) -> Rates:
 
 
 _GB200_NVL72 = _rates(_GB200_MM[0], _GB200_MM[1] + "; the B200's bf16 MSMF/MAMF (the same Blackwell GPUs)",
-                      _BLACKWELL_FA, _FA_BLACKWELL + _BLACKWELL_SETTLED, 148,
+                      *_GB200_FA, 148,
                       f"{_GB200}; the GB200 superchip carries two of the same B200 GPUs (stas00/ml-engineering "
                       "compute/accelerator/README.md, TFLOPS table note 23)", _GB200_F8[0],
                       _GB200_F8[1] + "; the B200's fp8 MSMF/MAMF", assumed=_NVL72_NOTE,
@@ -532,7 +541,7 @@ _GB200_NVL72 = _rates(_GB200_MM[0], _GB200_MM[1] + "; the B200's bf16 MSMF/MAMF 
                                  + _B200_TAIL))
 _GB300_NVL72 = _rates(_GB200_MM[0], "assumption: no public MAMF or MSMF measurement of the GB300; the GB200's "
                       f"sustained share ({_GB200_MM[1]}), the part with the same dense BF16 and FP8 peaks in the same "
-                      "rack", _BLACKWELL_FA, _FA_BLACKWELL + _BLACKWELL_SETTLED, 160,
+                      "rack", *_GB300_FA, 160,
                       "NVIDIA Technical Blog, 'Inside NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era': "
                       "'160 Streaming Multiprocessors (SMs) across two dies'", _GB200_F8[0],
                       f"assumption: no public FP8 measurement of the GB300; the GB200's sustained share ({_GB200_F8[1]})",

@@ -1,0 +1,38 @@
+"""Fused attention on Blackwell as NVIDIA measured it: the share of the bf16 peak cuDNN's SDPA reaches.
+
+Seconds mode prices a flash-attention kernel at one achievable rate for its forward (f FLOPs) and backward
+(2.5·f, FlashAttention's accounting: ``ndcost.kernels.seconds_layer.FLASH_BACKWARD_FLOPS``); a forward at
+``R_f`` and a backward at ``R_b`` run both in ``f/R_f + 2.5·f/R_b``, the time of ``3.5·f`` at
+``3.5 / (1/R_f + 2.5/R_b)``. NVIDIA's cudnn-frontend publishes its SDPA training benchmark on GB200 and GB300
+(benchmark/sdpa_benchmark_training/results, cuDNN 9.22.0, bf16, batch 2, 10 iterations, FLOPs counted as
+ndcost counts them: 2·b·s²·heads·(d_qk + d_v), halved for a causal mask -- checked against each row's time):
+the rows below are its causal ("top_left") rows at the training lengths of the runs seconds mode is checked
+against (4096 and 8192 tokens), for Llama 3.1's heads (64 query / 8 KV, d 128) and DeepSeek-V3's (128, d_qk
+192, d_v 128), with the non-deterministic backward (Transformer Engine's default,
+NVTE_ALLOW_NONDETERMINISTIC_ALGO=1). A benchmark of 10 iterations runs at the boost clock: the catalog prices it
+at the part's sustained share (``ndcost.spec.rates``), as it does every burst figure.
+"""
+from __future__ import annotations
+
+__all__ = ["CUDNN_SDPA_SOURCE", "CUDNN_SDPA_TFLOPS", "attention_burst_share"]
+
+CUDNN_SDPA_SOURCE = (
+    "NVIDIA/cudnn-frontend@fb682ce761a2705e40f9b5d528737a3e0eb33cec benchmark/sdpa_benchmark_training/results/"
+    "{llama3.1,dsv3}/{part}/*_20260424_*.csv: cuDNN 9.22.0 SDPA, bf16, causal (top_left), batch 2, 4096 and 8192 "
+    "tokens, Llama 3.1 heads (64/8, d 128) and DeepSeek-V3 heads (128, d 192/128), non-deterministic backward: "
+    "the mean of 3.5 / (1/forward + 2.5/backward) TFLOP/s over the four rows, of the part's dense bf16 peak")
+
+#: (forward TFLOP/s, backward TFLOP/s) of each row, per part, as the result files print them.
+CUDNN_SDPA_TFLOPS: dict[str, tuple[tuple[float, float], ...]] = {
+    # llama3.1 s4096, s8192; dsv3 s4096, s8192
+    "gb200": ((1408.0, 1148.0), (1574.0, 1332.0), (1406.0, 1057.0), (1585.0, 1193.0)),
+    "gb300": ((1703.0, 1248.0), (1856.0, 1435.0), (1590.0, 1143.0), (1825.0, 1291.0)),
+}
+
+
+def attention_burst_share(part: str, peak_tflops: float) -> float:
+    """The share of *peak_tflops* a fused attention kernel reaches, forward and backward together, in the
+    benchmark bursts of *part* ("gb200" or "gb300")."""
+    rows = CUDNN_SDPA_TFLOPS[part]
+    rate = sum(3.5 / (1.0 / forward + 2.5 / backward) for forward, backward in rows) / len(rows)
+    return rate / peak_tflops
