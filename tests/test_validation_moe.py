@@ -254,3 +254,20 @@ def test_cuda_graph_facts_as_ndcost_prices_them():
     assert cuda_graphs_choice("true: megatron-core enable_cuda_graph (whole transformer layers)")[0] == "layer"
     choice, note = cuda_graphs_choice("true: transformer_engine, scope moe_router, moe_preprocess")
     assert choice == "moe_router" and "captures the attention too" in note
+
+
+def test_hybridep_rows_give_its_kernels_the_stated_sms(runs_doc):
+    """Megatron-Bridge's perf overrides set moe_hybridep_num_sms = 32 wherever the flex backend is HybridEP (fact
+    hybridep_sms): those rows' dispatcher holds 32 SMs (what it takes from an overlapped micro-batch's compute); an
+    all-to-all row keeps the DeepEP default, 20, which it never uses."""
+    from ndcost.io.validation import BUILTIN_RUNS, build_row
+
+    rows = {row["id"]: row for row in runs_doc["runs"]}
+
+    def spec(run_id):
+        return build_row(rows[run_id], runs_doc.get("hardware", {}), BUILTIN_RUNS["moe"]).spec
+
+    gb200 = spec("mbridge_26.04_gb200_gptoss120b_bf16_64gpu")
+    assert (gb200.moe_dispatcher, gb200.ep_overlap, gb200.moe_dispatcher_sms) == ("deepep", "1f1b", 32)
+    gb300 = spec("mbridge_26.04_gb300_gptoss120b_bf16_64gpu")
+    assert (gb300.moe_dispatcher, gb300.moe_dispatcher_sms) == ("alltoall", 20)

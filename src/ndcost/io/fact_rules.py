@@ -68,11 +68,13 @@ def dispatcher_choice(text: str, choices: Iterable[str]) -> tuple[str, str | Non
     return ("deepep" if "deepep" in text else "alltoall"), None
 
 
-def expert_exchange_fields(dispatcher_text: str, overlap_text: str) -> dict[str, Any]:
+def expert_exchange_fields(dispatcher_text: str, overlap_text: str, sms_text: str = "") -> dict[str, Any]:
     """The expert all-to-all's ExecSpec fields a row's facts state: the EP overlap it ran
     (``ep_a2a_overlap``: Megatron-Core's ``overlap_moe_expert_parallel_comm true`` -> '1f1b', DualPipe's
     overlapped chunks -> 'dualpipe'), and what its dispatcher fact says of node-limited routing ("at most N
-    nodes"), fp8 dispatch ("dispatch in FP8") and its SMs ("N SMs")."""
+    nodes"), fp8 dispatch ("dispatch in FP8") and its SMs ("N SMs"); *sms_text*, a fact of the SMs the
+    dispatcher's kernels are given (Megatron-Bridge's ``moe_hybridep_num_sms``), states them where the
+    dispatcher fact does not."""
     fields: dict[str, Any] = {}
     if overlap_text.startswith("overlap_moe_expert_parallel_comm true"):
         fields["ep_overlap"] = "1f1b"
@@ -85,6 +87,9 @@ def expert_exchange_fields(dispatcher_text: str, overlap_text: str) -> dict[str,
             fields[field] = int(found.group(1))
     if "dispatch in fp8" in text:
         fields["moe_dispatch_fp8"] = True
+    found = re.search(r"(\d+) sms", sms_text.lower())
+    if found and "moe_dispatcher_sms" not in fields:
+        fields["moe_dispatcher_sms"] = int(found.group(1))
     return fields
 
 
@@ -126,7 +131,9 @@ def stated_stack_fields(facts: Any, strategy: Mapping[str, Any], recompute: str,
     dispatcher, note = dispatcher_choice(facts.text("moe_token_dispatcher"), MOE_DISPATCHERS)
     notes += [note] if note else []
     fields: dict[str, Any] = {"pp_schedule": schedule, "moe_dispatcher": dispatcher}
-    fields.update(expert_exchange_fields(facts.text("moe_token_dispatcher"), facts.text("ep_a2a_overlap")))
+    # Megatron-Bridge gives HybridEP's kernels their own SM count (fact ``hybridep_sms``)
+    sms_text = facts.text("hybridep_sms") if "hybridep" in facts.text("moe_token_dispatcher").lower() else ""
+    fields.update(expert_exchange_fields(facts.text("moe_token_dispatcher"), facts.text("ep_a2a_overlap"), sms_text))
     modules = facts.value("recompute_modules")
     if recompute == "selective" and modules is not None:
         fields["selective_switches"], module_notes = recompute_module_switches(modules, run_id)
