@@ -271,3 +271,13 @@ def test_hybridep_rows_give_its_kernels_the_stated_sms(runs_doc):
     assert (gb200.moe_dispatcher, gb200.ep_overlap, gb200.moe_dispatcher_sms) == ("deepep", "1f1b", 32)
     gb300 = spec("mbridge_26.04_gb300_gptoss120b_bf16_64gpu")
     assert (gb300.moe_dispatcher, gb300.moe_dispatcher_sms) == ("alltoall", 20)
+
+
+def test_the_stated_param_gather_overlap_is_read(runs_doc):
+    """Megatron-Bridge's MoE recipes set ddp.overlap_param_gather = True (fact overlap_param_gather): with the
+    distributed optimizer (ZeRO-1) the next step's parameter all-gather runs under its first forward."""
+    from ndcost.io.validation import BUILTIN_RUNS, build_row
+
+    row = next(r for r in runs_doc["runs"] if r["id"] == "mbridge_26.04_b200_gptoss120b_bf16_64gpu")
+    spec = build_row(row, runs_doc.get("hardware", {}), BUILTIN_RUNS["moe"]).spec
+    assert (spec.zero_stage, spec.overlapped_param_gather) == (1, True)

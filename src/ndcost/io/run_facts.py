@@ -171,6 +171,13 @@ def software_preset(facts: RunFacts) -> str:
     return "megatron-te"
 
 
+def _param_gather(facts: RunFacts, zero: int) -> dict:
+    """``overlapped_param_gather`` where the facts state Megatron's ``overlap_param_gather`` for a distributed
+    optimizer (ZeRO-1): the next step's parameter all-gather under its first forward; else the stack's own."""
+    stated = facts.value("overlap_param_gather")
+    return {"overlapped_param_gather": stated} if isinstance(stated, bool) and zero in (1, 2) else {}
+
+
 def _recompute(facts: RunFacts) -> tuple[str, dict, str | None]:
     """(recompute, extra ExecSpec fields, note) from the recompute / activation-checkpointing facts."""
     text = facts.text("recompute") or facts.text("activation_checkpointing")
@@ -304,6 +311,7 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
         seq_length=seq, sequence_parallel=facts.flag("sequence_parallel", tp > 1) and tp > 1,
         recompute=recompute, zero_stage=zero, precision="fp8" if fp8 else "bf16",
         tp_overlap=facts.flag("tp_comm_overlap"), overlapped_grad_reduce=facts.flag("overlap_grad_reduce", True),
+        **_param_gather(facts, zero),
         dropout_bytes=1 if dropout.startswith("hidden_dropout 0.1") else 0,
         flash_attention=True, grouped_gemm=not facts.text("moe_capacity").startswith("token drop"),
         **stack, **extra, **held,
