@@ -227,8 +227,7 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
         formulas.run(start, stop, spec_reason, layout_index, layout_bad, layout_row, rows, table_row,
                      **{unit: cand, "memory": mcand, "fixed": fixed})
         if seconds is not None:
-            seconds.run((cand, fit_inputs.rate_index(start, stop) if fit_inputs else _rate_index(storage, start, stop),
-                         table_row), rows, step[start:stop], parts[:, start:stop], step_rates[:, start:stop],
+            seconds.run((cand, *seconds.rate_rows(storage, start, stop), table_row), rows, step[start:stop], parts[:, start:stop], step_rates[:, start:stop],
                         None if times is None else times[start:stop])
         else:
             kernels.nd_estimate_batch(kinds, model_vector, cand, table_row, pool.layouts, pool.pool,
@@ -267,17 +266,6 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
     )
 
 
-_PRECISION_CODES = len(CHOICES["precision"])
-
-
-def _rate_index(storage: dict, start: int, stop: int) -> np.ndarray:
-    """Each row's row of the seconds kernel's rate table: its precision's (a code past the choices is a
-    bad row, priced by nobody)."""
-    out = np.empty(stop - start, dtype=np.int64)
-    np.minimum(storage["precision"][start:stop], _PRECISION_CODES - 1, out=out)      # codes are >= 0
-    return out
-
-
 class _FitInputs:
     """Seconds mode's fit: what a rank holds beyond the tensors the memory kernel prices -- the caching
     allocator's slack and the fixed costs (CUDA, cuBLAS, NCCL: the row kernel's ``fixed`` vector; DeepEP's
@@ -292,9 +280,6 @@ class _FitInputs:
         dispatcher = storage["moe_dispatcher"]
         # DeepEP's buffers only where a row may run it (a column of one other value: none)
         self.deepep = model.is_moe and not (dispatcher.strides[0] == 0 and len(dispatcher) and dispatcher[0] != _DEEPEP)
-
-    def rate_index(self, start: int, stop: int) -> np.ndarray:
-        return _rate_index(self.storage, start, stop)
 
     def fit(self, start: int, stop: int, rows: np.ndarray, fixed: np.ndarray, peak: np.ndarray, held: np.ndarray,
             fits: np.ndarray, reserve: float, capacity: float) -> None:

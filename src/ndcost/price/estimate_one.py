@@ -247,7 +247,8 @@ class _Prepared:
         self.pp = c["pp"]
         self.fixed = _fixed_bytes(c, model) if seconds and with_memory else 0.0
         # seconds mode: the device's own rates of the spec's precision
-        self.rate = _rates_row(cluster, None, c["precision"]) if seconds else None
+        gpus = c["dp"] * c["tp"] * c["pp"] * c["cp"]
+        self.rate = _rates_row(cluster, None, c["precision"], gpus) if seconds else None
 
 
 def _warn_unplaced(model: Model, spec: ExecSpec) -> None:
@@ -334,14 +335,15 @@ def estimate_nd_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios: Any,
 _NO_MEMORY_STAGES = np.empty((0, _N_MEMORY_COLUMNS), dtype=np.float64)   # nothing is written to it
 
 
-def _rates_row(cluster: Cluster, rates: Any, precision: str) -> np.ndarray:
-    """(RATE_FIELDS,): the rates of one precision; the device's own (*rates* None) are kept with the cluster."""
+def _rates_row(cluster: Cluster, rates: Any, precision: str, gpus: int) -> np.ndarray:
+    """(RATE_FIELDS,): the rates of one precision for a job of *gpus* GPUs; the device's own (*rates* None) are
+    kept with the cluster."""
     if rates is not None:
-        return rates_vector(cluster, rates, precision)
+        return rates_vector(cluster, rates, precision, gpus)
     rows = per_object(cluster).setdefault("seconds_rate_rows", {})
-    row = rows.get(precision)
+    row = rows.get((precision, gpus))
     if row is None:
-        row = rows[precision] = rates_vector(cluster, Rates.for_device(cluster.device), precision)
+        row = rows[(precision, gpus)] = rates_vector(cluster, Rates.for_device(cluster.device), precision, gpus)
     return row
 
 
@@ -364,7 +366,7 @@ def estimate_seconds_one(model: Model, spec: ExecSpec, cluster: Cluster, ratios:
     sums = np.empty((pp, _N_STAGE_SUMS), dtype=np.float64)   # kept by the result (details["stage_sums"])
     stages = np.empty((pp, _N_MEMORY_COLUMNS), dtype=np.float64) if with_memory else _NO_MEMORY_STAGES
     kernels.seconds_estimate_one(
-        held, prep.column, prep.rate if rates is None else _rates_row(cluster, rates, spec.precision),
+        held, prep.column, prep.rate if rates is None else _rates_row(cluster, rates, spec.precision, spec.num_devices),
         prep.cc.reserve, scratch.one, times, sums, stages)
     values = scratch.one.tolist()
     total = values[_ONE_STEP]

@@ -36,6 +36,7 @@ from .candidates import Candidates
 from ..tables.derive import model_constants
 from ..spec.device import Cluster, Device
 from ..errors import SpecError
+from ..limits import MAX_DEVICES
 from .estimate import as_model
 from ..tables.layout import layout_if_valid
 from ..tables.nd_tables import cluster_constants, nd_kind_table, nd_model_vector
@@ -159,16 +160,23 @@ def _cluster_of(cluster: Any) -> tuple[Cluster, ClusterConstants]:
     raise SpecError("cluster", _OWNER, "be a Cluster, a Device or a device name", cluster)
 
 
-def _rates_table(cluster: Cluster, rates: Rates) -> np.ndarray:
-    """(len(PRECISIONS), len(RATE_FIELDS)): the rates of each precision; NaN for a dtype the
+def _rate_row(cluster: Cluster, rates: Rates, key: int) -> np.ndarray:
+    """(RATE_FIELDS,): the rates of a (precision code + len(PRECISIONS) x job GPUs) *key*; NaN for a dtype the
     device states no peak for (such a row prices as "undefined")."""
-    table = np.full((len(_PRECISIONS), len(RATE_FIELDS)), np.nan)
-    for q, precision in enumerate(_PRECISIONS):
-        try:
-            table[q] = rates_vector(cluster, rates, precision)
-        except SpecError:
-            pass
-    return table
+    gpus, q = divmod(key, len(_PRECISIONS))
+    try:
+        return rates_vector(cluster, rates, _PRECISIONS[q], gpus)
+    except SpecError:
+        return np.full(len(RATE_FIELDS), np.nan)
+
+
+def _rate_keys(c: Mapping[str, Any], n: int) -> np.ndarray:
+    """(n,) int64: each row's rate key, its precision code (clipped: a code past the choices is a bad row, priced
+    by nobody) + len(PRECISIONS) x its job's GPUs (dp·tp·pp·cp: the compute-bound shares are the slowest GPU's,
+    ``ndcost.spec.straggler``)."""
+    precision = np.clip(c["precision"], 0, len(_PRECISIONS) - 1)
+    gpus = np.clip(np.asarray(c["dp"]) * c["tp"] * c["pp"] * c["cp"], 1, MAX_DEVICES)
+    return np.broadcast_to(np.asarray(precision + len(_PRECISIONS) * gpus, dtype=np.int64), (n,))
 
 
 def _output(out: Mapping[str, Any] | None, name: str, shape: tuple) -> np.ndarray:
@@ -193,15 +201,16 @@ def _reason_array(rows: Any, n: int) -> np.ndarray:
 
 class SecondsPricer:
     """What seconds mode reads that does not depend on the rows, built once per batch: the
-    cluster's constants (a bare device sized once), the model's tables and constants, the rates
-    of each precision. :meth:`inputs` then :meth:`run` price a chunk of rows; nothing here is
-    written after construction, so the threads of ``estimate_many`` share one.
+    cluster's constants (a bare device sized once), the model's tables and constants, the rates; a rate row
+    per (precision, job size) is built the first time a chunk meets it and kept. :meth:`inputs` then :meth:`run`
+    price a chunk of rows; nothing else is written after construction, so the threads of ``estimate_many``
+    share one.
 
     Raises:
         SpecError: For a bad cluster, rates, overlap or layouts.
     """
 
-    __slots__ = ("layouts", "constants", "mc", "tables", "rate_table", "overlap")
+    __slots__ = ("layouts", "constants", "mc", "tables", "cluster", "rates", "overlap", "rows")
 
     def __init__(self, model: Any, cluster: Any, layouts: SecondsLayouts, *, rates: Rates | None = None,
                  overlap: Overlap | None = None) -> None:
@@ -218,29 +227,52 @@ class SecondsPricer:
         self.mc = model_constants(model)
         self.tables = (nd_kind_table(model), seconds_kind_table(model), nd_model_vector(model),
                        seconds_model_vector(model))
-        self.rate_table = _rates_table(device_cluster, rates)
+        self.cluster, self.rates = device_cluster, rates
+        # rate rows by key, filled as chunks meet them (a dict's reads and writes are atomic under the GIL; a row
+        # two threads build at once is the same row)
+        self.rows: dict[int, np.ndarray] = {}
 
     def inputs(self, c: Mapping[str, Any], d: Mapping[str, Any], reason: np.ndarray,
                layout_index: np.ndarray) -> tuple:
         """The kernel's per-row inputs of rows *c* (storage columns, a constant column may be a
-        scalar) with derived values *d*: (candidate matrix, rate index, layout table row). Gives
+        scalar) with derived values *d*: (candidate matrix, rate table, rate index, layout table row). Gives
         a row whose layout cannot be built the reason "layout" (*reason* is written in place)."""
         n = layout_index.shape[0]
         table_row = self.layouts.row[layout_index]
         reason[(reason < _N_KERNEL_REASONS) & (table_row < 0)] = _LAYOUT_CODE
-        rate_index = np.empty(n, dtype=np.int64)
-        rate_index[...] = np.clip(c["precision"], 0, len(_PRECISIONS) - 1)
-        return seconds_candidate_matrix(c, d, n, self.overlap), rate_index, table_row
+        return (seconds_candidate_matrix(c, d, n, self.overlap), *self._rate_table(_rate_keys(c, n)), table_row)
+
+    def rate_rows(self, storage: Mapping[str, Any], start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rate table, each row's index into it) of storage rows start..stop: its precision's rates (a code past
+        the choices is a bad row, priced by nobody) for its job's GPUs."""
+        c = {name: storage[name][start:stop] for name in ("precision", "dp", "tp", "pp", "cp")}
+        return self._rate_table(_rate_keys(c, stop - start))
+
+    def _rate_table(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the rate rows of *keys*' distinct values, each key's index among them)."""
+        n = keys.shape[0]
+        if n == 0 or (keys == keys[0]).all():          # one precision and job size: a search's rows
+            unique, index = keys[:1], np.zeros(n, dtype=np.int64)
+        else:
+            unique, index = np.unique(keys, return_inverse=True)
+        rows = []
+        for key in unique.tolist():
+            row = self.rows.get(key)
+            if row is None:
+                row = self.rows[key] = _rate_row(self.cluster, self.rates, key)
+            rows.append(row)
+        return np.array(rows, dtype=np.float64).reshape(len(rows), len(RATE_FIELDS)), np.ascontiguousarray(index,
+                                                                                                            np.int64)
 
     def run(self, inputs: tuple, reason: np.ndarray, step: np.ndarray, parts: np.ndarray,
             step_rates: np.ndarray, times: np.ndarray | None) -> None:
         """``kernels.seconds_estimate_batch`` over the rows of :meth:`inputs` (the GIL released):
         writes *step* (n,), *parts* (PART_NAMES, n), *step_rates* (STEP_RATE_FIELDS, n), *times*
         (n, >= max pp) or None, and each row's reason."""
-        matrix, rate_index, table_row = inputs
+        matrix, rate_table, rate_index, table_row = inputs
         pool = self.layouts.pool
         _backend.kernels.seconds_estimate_batch(
-            *self.tables, matrix, self.rate_table, rate_index, table_row, pool.layouts, pool.pool, pool.slot_pool,
+            *self.tables, matrix, rate_table, rate_index, table_row, pool.layouts, pool.pool, pool.slot_pool,
             self.layouts.extras, self.layouts.extras_at, reason, step, parts, step_rates,
             _NO_TIMES if times is None else times, _NO_SUMS)
 

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from ..errors import SpecError, is_finite_number
 from ..limits import MAX_LATENCY
 from .attention_rates import CUDNN_SDPA_SOURCE, attention_burst_share
+from .straggler import BLACKWELL_BUSY, HOPPER_BUSY, NO_BUSY_SOURCE as _NO_BUSY, with_busy_node as _busy
 from .moe_kernels import (
     EXPERT_BIASES, GRACE_HOST_FACTOR, GRACE_LAUNCH_SOURCE, GROUPED_GEMMS, MOE_KERNEL_DEFAULTS, MOE_KERNEL_SOURCES,
     MOE_PERMUTES,
@@ -209,6 +210,9 @@ class Rates:
         deepep_nvlink_efficiency: Share of the scale-up link rate DeepEP's normal dispatch and combine
             kernels reach, counted as DeepEP counts it: the bytes a rank receives from its node, its
             own share included (:data:`DEEPEP_NVLINK_EFFICIENCY`). Software.
+        busy_clock_share, clock_sigma: A busy node's mean sustained rate over one GPU's alone, and the standard
+            deviation of its GPUs' rates (a share of the mean): a job of N > 1 GPUs runs its compute-bound kernels
+            at the slowest one's, ``ndcost.spec.straggler.job_clock_share`` (1 and 0: no measurement, none).
         sources: Figure name -> where its value comes from; read-only.
 
     The last four describe the training software, not the silicon; the defaults are today's
@@ -247,6 +251,8 @@ class Rates:
     scatter_add_rate: float = MOE_KERNEL_DEFAULTS["scatter_add_rate"]
     expert_bias: str = MOE_KERNEL_DEFAULTS["expert_bias"]
     deepep_nvlink_efficiency: float = DEEPEP_NVLINK_EFFICIENCY
+    busy_clock_share: float = 1.0
+    clock_sigma: float = 0.0
 
     def __post_init__(self) -> None:
         fetch = self.zero3_fetch_bandwidth
@@ -263,7 +269,8 @@ class Rates:
             raise SpecError("gemm_wave_tail", _OWNER, "be a number of waves in [0, 1]", tail)
         object.__setattr__(self, "gemm_wave_tail", float(tail))
         for name, top in (("grouped_gemm_tile_overhead", 1e6), ("grouped_gemm_exposed", 1.0),
-                          ("launch_overhead", 1.0), ("graph_kernel_overhead", 1.0), ("scatter_add_rate", 1e18)):
+                          ("launch_overhead", 1.0), ("graph_kernel_overhead", 1.0), ("scatter_add_rate", 1e18),
+                          ("clock_sigma", 0.1)):
             value = getattr(self, name)
             if not is_finite_number(value) or not 0.0 <= value <= top:
                 raise SpecError(name, _OWNER, f"be a finite number in [0, {top:g}]", value)
@@ -274,7 +281,7 @@ class Rates:
                 raise SpecError(name, _OWNER, "be True or False", getattr(self, name))
         for name in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
                      "intra_node_efficiency", "inter_node_efficiency", "fp8_matmul_efficiency",
-                     "fa2_attention_efficiency", "deepep_nvlink_efficiency"):
+                     "fa2_attention_efficiency", "deepep_nvlink_efficiency", "busy_clock_share"):
             value = getattr(self, name)
             if value is None and name in ("fp8_matmul_efficiency", "fa2_attention_efficiency"):
                 continue
@@ -431,6 +438,7 @@ def _rates(matmul: float, matmul_source: str, attention: float, attention_source
     }
     sources.update(_TODAY_SOFTWARE)
     sources.update(MOE_KERNEL_SOURCES)
+    sources["busy_clock_share"] = sources["clock_sigma"] = _NO_BUSY
     sources["gemm_wave_tail"] = wave_tail[1] or _GUIDE_TAIL
     if fa2[0] is not None:
         sources["fa2_attention_efficiency"] = fa2[1]
@@ -529,6 +537,10 @@ _GB200_F8 = _sustained(3615.6, 5000.0, _BLACKWELL_SUSTAINED[1], "NVIDIA GB200 SX
 def _grace_host(rates: Rates) -> Rates:
     """*rates* on a part whose host is a Grace CPU (GB200 / GB300 NVL72): its eager launches slower."""
     sources = dict(rates.sources, launch_overhead=GRACE_LAUNCH_SOURCE)
+    # the NVL72 racks are liquid-cooled, the measured B200 board air-cooled: "liquid-cooled nodes typically deliver
+    # higher sustained MAMF than air-cooled nodes with identical silicon" (stas00/ml-engineering, the same page as
+    # ndcost.spec.straggler's figures): the B200's busy-node spread is not carried over
+    sources["busy_clock_share"] = sources["clock_sigma"] = _NO_BUSY + " (a liquid-cooled NVL72 rack)"
     return rates.replace(launch_overhead=rates.launch_overhead * GRACE_HOST_FACTOR, sources=sources)
 
 
@@ -559,10 +571,10 @@ _ASCEND = _rates(794.5 / 989.0, "assumption: no public MAMF measurement of Ascen
 DEFAULT_RATES: Mapping[str, Rates] = MappingProxyType({
     "a100-40g": _A100_40,
     "a100-80g": _A100,
-    "h100-sxm": _H100,
-    "h200": _H200,
-    "h800": _H800,
-    "b200": _B200,
+    "h100-sxm": _busy(_H100, HOPPER_BUSY),
+    "h200": _busy(_H200, HOPPER_BUSY),
+    "h800": _busy(_H800, HOPPER_BUSY),
+    "b200": _busy(_B200, BLACKWELL_BUSY),
     "gb200-nvl72": _grace_host(_GB200_NVL72),
     "gb300-nvl72": _grace_host(_GB300_NVL72),
     "ascend-910b": _ASCEND,

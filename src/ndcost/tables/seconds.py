@@ -41,6 +41,7 @@ from .layout import build_layout
 from .nd_tables import nd_kind_table, nd_model_vector
 from ..spec.exec_spec import CUDA_GRAPHS
 from ..spec.moe_kernels import EXPERT_BIASES, GROUPED_GEMMS, MOE_PERMUTES
+from ..spec.straggler import job_clock_share
 from ..spec.rates import GEMM_TILE_OUTPUTS, Rates
 
 #: Model families whose router adds a per-expert score-correction bias to sigmoid scores before its top-k
@@ -162,23 +163,26 @@ def seconds_model_vector(model: Any) -> np.ndarray:
     return vec
 
 
-def rates_vector(cluster: Any, rates: Rates, precision: str) -> np.ndarray:
+def rates_vector(cluster: Any, rates: Rates, precision: str, gpus: int | None = None) -> np.ndarray:
     """(len(RATE_FIELDS),) float64, read-only: the device's peaks and links with their achievable shares.
 
     fp8 (``precision == "fp8"``) prices the GEMMs at the fp8 peak and ``fp8_matmul_efficiency``;
-    the attention core stays 16-bit (Transformer Engine runs attention in bf16).
+    the attention core stays 16-bit (Transformer Engine runs attention in bf16). The compute-bound shares are
+    those of the slowest of the job's *gpus* GPUs (the strategy's dp·tp·pp·cp; None: the cluster's), which a
+    synchronous step waits for (``ndcost.spec.straggler``: one GPU alone keeps its measured rate).
     """
-    return _rates_vector(cluster.device, rates, precision)
+    return _rates_vector(cluster.device, rates, precision, cluster.num_devices if gpus is None else int(gpus))
 
 
 @functools.lru_cache(maxsize=256)
-def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
+def _rates_vector(device: Any, rates: Rates, precision: str, gpus: int) -> np.ndarray:
     vec = np.empty(len(RATE_FIELDS), dtype=np.float64)
     sixteen = device.peak("fp16" if precision == "fp16" else "bf16")
+    slowest = job_clock_share(rates.busy_clock_share, rates.clock_sigma, gpus)
     vec[RATE["peak_mm"]] = device.peak("fp8") if precision == "fp8" else sixteen
     vec[RATE["peak_attn"]] = sixteen
-    vec[RATE["mm_eff"]] = rates.matmul_share(precision)
-    vec[RATE["attn_eff"]] = rates.attention_share()
+    vec[RATE["mm_eff"]] = rates.matmul_share(precision) * slowest
+    vec[RATE["attn_eff"]] = rates.attention_share() * slowest
     vec[RATE["hbm_bw"]] = device.hbm_bandwidth
     vec[RATE["hbm_eff"]] = rates.hbm_efficiency
     vec[RATE["kernel_s"]] = rates.kernel_overhead
@@ -195,7 +199,7 @@ def _rates_vector(device: Any, rates: Rates, precision: str) -> np.ndarray:
     vec[RATE["z3_grad_ar"]] = float(rates.zero3_grad_all_reduce)
     vec[RATE["grad_acc_pass"]] = 0.0 if rates.grad_accumulation_fusion else 1.0
     vec[RATE["wave_tail"]] = rates.gemm_wave_tail
-    vec[RATE["mm16_eff"]] = rates.matmul_efficiency
+    vec[RATE["mm16_eff"]] = rates.matmul_efficiency * slowest
     moved, kernels, every = rates.fp8_cast()
     vec[RATE["f8_cast_b"]] = moved
     vec[RATE["f8_cast_k"]] = kernels
@@ -278,7 +282,7 @@ def seconds_arrays(model: Any, spec: Any, cluster: Any, layout: Any = None, *,
         "model": nd_model_vector(model),
         "smodel": seconds_model_vector(model),
         "cand": seconds_candidate_vector(model, spec, derived, overlap),
-        "rate": rates_vector(cluster, rates, spec.precision),
+        "rate": rates_vector(cluster, rates, spec.precision, spec.num_devices),
         "counts": layout.stage_counts(),
         "slot_option": np.ascontiguousarray(layout.slot_option, dtype=np.int64),
         "slot_mask": np.ascontiguousarray(layout.slot_mask, dtype=np.int64),
