@@ -9,15 +9,14 @@ after the token counts reach it; the stack options and the validation rows that 
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import ndcost
-from ndcost.kernels.columns import LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, MOE_BLOCK, \
-    MOE_BLOCK_FIELDS, RATE
+from ndcost.kernels.columns import LAYER_OP, LAYER_OP_FIELD, RATE
 from ndcost.spec.moe_kernels import EXPERT_BIASES
 from ndcost.spec.rates import Rates
 from ndcost.tables.seconds import rates_vector, seconds_candidate_vector
+from moe_block_cases import price_moe_block
 
 F = LAYER_OP_FIELD
 #: gpt-oss-120b's expert block on one of 8 expert-parallel ranks of B200s: 4 x 4096 tokens, top-4, 16 local experts.
@@ -31,13 +30,8 @@ def _block(kernels, mode: str, expert_bias: float = 1.0):
     rate = rates_vector(ndcost.Cluster("b200", 8), rates, "bf16")
     spec = ndcost.ExecSpec(dp=8, ep=8, micro_batch_size=4, global_batch_size=32)
     cand = seconds_candidate_vector(ndcost.Model.from_catalog("gpt-oss-120b"), spec)
-    shape = np.zeros(len(MOE_BLOCK_FIELDS))
-    for name, value in dict(tokens=TOKENS, rows=ROWS, local=LOCAL, hidden=HIDDEN, width=WIDTH, n_ff=3,
-                            experts=EXPERTS, topk=TOPK, expert_bias=expert_bias).items():
-        shape[MOE_BLOCK[name]] = value
-    out = np.empty((len(LAYER_OP_NAMES), len(LAYER_OP_FIELDS)))
-    kernels.seconds_moe_block(shape, cand, rate, out)
-    return out, rate
+    return price_moe_block(kernels, cand, rate, tokens=TOKENS, rows=ROWS, local=LOCAL, hidden=HIDDEN, width=WIDTH,
+                           n_ff=3, experts=EXPERTS, topk=TOPK, expert_bias=expert_bias), rate
 
 
 def _by_hand(mode: str) -> tuple[float, float, float, float, float, float]:

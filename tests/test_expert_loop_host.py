@@ -10,14 +10,13 @@ priced alone (``seconds_moe_block``) on both backends, and on the shipped Megatr
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import ndcost
-from ndcost.kernels.columns import LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, MOE_BLOCK, \
-    MOE_BLOCK_FIELDS, RATE
+from ndcost.kernels.columns import LAYER_OP, LAYER_OP_FIELD, LAYER_OP_NAMES, RATE
 from ndcost.spec.rates import FP8_RECIPES, FP8_SPLIT_CASTS, Rates
 from ndcost.tables.seconds import rates_vector, seconds_candidate_vector
+from moe_block_cases import price_moe_block
 
 F = LAYER_OP_FIELD
 LAUNCH_S = 9.58e-6          # ../shared/measurements/h200/launch.json: an eager launch on the H200's host
@@ -32,13 +31,8 @@ def _block(kernels, software: str, precision: str, recipe: str = "delayed", grap
     spec = ndcost.ExecSpec(dp=8, ep=8, micro_batch_size=4, global_batch_size=32, precision=precision,
                            cuda_graphs=graphs)
     cand = seconds_candidate_vector(ndcost.Model.from_catalog("qwen3-30b-a3b"), spec)
-    shape = np.zeros(len(MOE_BLOCK_FIELDS))
-    for name, value in dict(tokens=TOKENS, rows=ROWS, local=LOCAL, hidden=HIDDEN, width=WIDTH, n_ff=3,
-                            experts=EXPERTS, topk=TOPK).items():
-        shape[MOE_BLOCK[name]] = value
-    out = np.empty((len(LAYER_OP_NAMES), len(LAYER_OP_FIELDS)))
-    kernels.seconds_moe_block(shape, cand, rate, out)
-    return out, rate
+    return price_moe_block(kernels, cand, rate, tokens=TOKENS, rows=ROWS, local=LOCAL, hidden=HIDDEN, width=WIDTH,
+                           n_ff=3, experts=EXPERTS, topk=TOPK), rate
 
 
 def _device(out, field: str) -> float:

@@ -16,25 +16,16 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost.kernels.columns import LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, MOE_BLOCK, \
-    MOE_BLOCK_FIELDS, RATE
+from ndcost.kernels.columns import LAYER_OP, LAYER_OP_FIELD, RATE
 from ndcost.spec.moe_kernels import MOE_KERNEL_DEFAULTS
 from ndcost.spec.rates import Rates
 from ndcost.tables.seconds import rates_vector, seconds_candidate_vector
+from moe_block_cases import price_moe_block
 from source_tools import tool
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "h200"
 F = LAYER_OP_FIELD
-
-
-def _block(kernels, cand, rate, **shape) -> np.ndarray:
-    vector = np.zeros(len(MOE_BLOCK_FIELDS))
-    for name, value in shape.items():
-        vector[MOE_BLOCK[name]] = value
-    out = np.empty((len(LAYER_OP_NAMES), len(LAYER_OP_FIELDS)))
-    kernels.seconds_moe_block(vector, np.asarray(cand, dtype=np.float64), np.asarray(rate, dtype=np.float64), out)
-    return out
 
 
 def _cand(precision: str = "bf16") -> np.ndarray:
@@ -60,7 +51,7 @@ def test_a_grouped_gemm_at_512_rows_by_hand(kernels):
     the grouped kernel: 4 kernels forward, 8 backward."""
     rates = Rates.for_device("h200").replace(grouped_gemm_impl="cutlass")
     rate = rates_vector(ndcost.Cluster("h200", 1), rates, "bf16")
-    out = _block(kernels, _cand(), rate, tokens=8192, rows=16 * 512, local=16, hidden=2048, width=768, n_ff=3,
+    out = price_moe_block(kernels, _cand(), rate, tokens=8192, rows=16 * 512, local=16, hidden=2048, width=768, n_ff=3,
                  experts=128, topk=8)
     experts = out[LAYER_OP["experts"]]
     up, down = _by_hand(rate, 16, 512, 1536, 2048), _by_hand(rate, 16, 512, 2048, 768)
@@ -85,7 +76,7 @@ def test_a_few_hundred_rows_within_15_percent_of_deepgemm(kernels):
     for groups, rows, up_tflops, down_tflops in ((4, 256, 932.0, 815.0), (2, 512, 1040.0, 916.0)):
         measured = (2.0 * groups * rows * 4096 * 7168 / (up_tflops * 1e12)
                     + 2.0 * groups * rows * 7168 * 2048 / (down_tflops * 1e12))
-        out = _block(kernels, _cand("fp8"), rate, tokens=4096, rows=groups * rows, local=groups, hidden=7168,
+        out = price_moe_block(kernels, _cand("fp8"), rate, tokens=4096, rows=groups * rows, local=groups, hidden=7168,
                      width=2048, n_ff=3, experts=256, topk=8)
         priced = out[LAYER_OP["experts"]][F["time_f"]]
         assert priced == pytest.approx(measured, rel=0.15), (groups, rows, priced / measured - 1.0)
@@ -120,7 +111,7 @@ def test_multi_stream_experts_keep_the_dense_gemm_price(kernels):
     from ndcost.kernels.seconds_ops import _gemm
 
     rate = rates_vector(ndcost.Cluster("h100-sxm", 1), Rates.for_device("h100-sxm"), "bf16")
-    out = _block(kernels, _cand(), rate, tokens=8192, rows=16 * 512, local=16, hidden=2048, width=768, n_ff=3,
+    out = price_moe_block(kernels, _cand(), rate, tokens=8192, rows=16 * 512, local=16, hidden=2048, width=768, n_ff=3,
                  experts=128, topk=8)
     experts = out[LAYER_OP["experts"]]
     ks = rate[RATE["kernel_s"]]

@@ -9,12 +9,12 @@ import pytest
 
 import ndcost
 from ndcost.kernels.columns import (
-    LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, MOE_BLOCK, MOE_BLOCK_FIELDS, RATE, SECONDS_LAYER,
-    SECONDS_LAYER_FIELDS,
+    LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, RATE, SECONDS_LAYER, SECONDS_LAYER_FIELDS,
 )
 from ndcost.spec.moe_kernels import EXPERT_BIASES
 from ndcost.spec.rates import Rates
 from ndcost.tables.seconds import rates_vector, seconds_arrays, seconds_candidate_vector
+from moe_block_cases import block_shape, price_moe_block
 
 F = LAYER_OP_FIELD
 _COMPUTE_ROWS = [i for i, name in enumerate(LAYER_OP_NAMES) if not name.endswith("_comm")]
@@ -99,17 +99,11 @@ def test_a_kind_out_of_range_or_a_refused_candidate_is_nan(kernels):
 # --------------------------------------------------------------------------- a MoE block on its own
 
 
-def _shape(**values) -> np.ndarray:
-    shape = np.zeros(len(MOE_BLOCK_FIELDS))
-    for name, value in values.items():
-        shape[MOE_BLOCK[name]] = value
-    return shape
+_shape = block_shape
 
 
 def _block(kernels, shape, cand, rate) -> np.ndarray:
-    out = np.empty((len(LAYER_OP_NAMES), len(LAYER_OP_FIELDS)))
-    kernels.seconds_moe_block(shape, np.asarray(cand, dtype=np.float64), np.asarray(rate, dtype=np.float64), out)
-    return out
+    return price_moe_block(kernels, cand, rate, shape)
 
 
 def _cand(**fields):
