@@ -24,14 +24,14 @@ S = SECONDS_STAGE
 # ----------------------------------------------------------------------------- the hand-worked layer
 # One GPT-3 175B layer (h = 12288, 96 heads of 128, GELU MLP 4h, LayerNorm) on an A100 80GB at
 # tp = 8, no SP, b = 1, s = 2048, fp16 activations, no flash attention, 1-byte dropout masks,
-# fp32 gradients; default rates: peak 312e12 x MAMF 271.2/312, HBM 2.039e12 x 0.8, 3 us per
-# kernel, 108 SMs x 256 x 128 outputs per wave with half a wave idle on average (the A100
-# gemm_wave_tail), NVLink 300e9 x 0.8 per direction, 5 us per step.
-PEAK_EFF = 271.2e12                    # 312e12 x (271.2 / 312)
+# fp32 gradients; default rates: peak 312e12 x MAMF 271.2/312 at the clock the A100 holds at its power limit
+# (1305 of 1410 MHz), HBM 2.039e12 x 0.8, 3 us per kernel, 108 SMs x 256 x 128 outputs per wave with a quarter of
+# a wave idle on average (the A100's measured gemm_wave_tail), NVLink 300e9 x 0.8 per direction, 5 us per step.
+PEAK_EFF = 271.2e12 * 1305.0 / 1410.0  # 312e12 x (271.2 / 312) x 1305 / 1410
 HBM = 2.039e12 * 0.8                   # achievable HBM bytes/s
 KERNEL = 3e-6
 WAVE = 108 * 256 * 128
-WAVE_TAIL = 0.5
+WAVE_TAIL = 0.25
 NVLINK = 300e9 * 0.8
 H, A, D, FFN, SEQ, TP = 12288, 96, 128, 49152, 2048, 8
 

@@ -212,8 +212,8 @@ def test_hopper_and_blackwell_gemms_run_at_their_sustained_rate():
     """A training step's GEMMs run at the power-saturated clock (MSMF), not the boost burst (MAMF):
     the H200 and B200 at their measured MSMF, the H100 / H800 at their MAMF times the H200's measured
     MSMF/MAMF, the GB200 / GB300 at theirs times the B200's; with the rate at the sustained clock the
-    wave tail is each part's measured one. The A100 has no sustained measurement: its burst rate and
-    the guide's half wave stand."""
+    wave tail is each part's measured one. The A100 has no sustained measurement: its clock at its power limit
+    stands for one."""
     h100, h200, b200 = DEFAULT_RATES["h100-sxm"], DEFAULT_RATES["h200"], DEFAULT_RATES["b200"]
     assert h200.matmul_efficiency == pytest.approx(708.5 / 989.0, rel=1e-12)
     assert h200.fp8_matmul_efficiency == pytest.approx(1288.7 / 1979.0, rel=1e-12)
@@ -231,9 +231,12 @@ def test_hopper_and_blackwell_gemms_run_at_their_sustained_rate():
     assert h100.fa2_attention_efficiency == pytest.approx(0.35 * 708.5 / 841.9, rel=1e-12)
     # Blackwell's are cuDNN's measured bursts (tests/test_attention_rates.py) at the B200's sustained share
     assert "cudnn-frontend" in b200.sources["attention_efficiency"]
+    # the A100 (no MSMF): its MAMF and FlashAttention-2's published share at its clock at the power limit, 1305 of
+    # 1410 MHz (an estimate), with its measured wave tail
     a100 = DEFAULT_RATES["a100-80g"]
-    assert a100.matmul_efficiency == pytest.approx(271.2 / 312.0) and a100.gemm_wave_tail == 0.5
-    assert a100.attention_efficiency == 0.615
+    assert a100.matmul_efficiency == pytest.approx(271.2 / 312.0 * 1305.0 / 1410.0, rel=1e-12)
+    assert a100.attention_efficiency == pytest.approx(0.615 * 1305.0 / 1410.0, rel=1e-12)
+    assert a100.gemm_wave_tail == 0.25 and "1305 MHz for A100" in a100.sources["matmul_efficiency"]
 
 
 def test_grand_tetons_h100_prices_the_middle_of_its_stated_peak_interval():

@@ -63,8 +63,8 @@ def test_fa2_on_hopper_runs_at_its_published_share():
     assert rates.attention_share() == Rates.for_device("h100-sxm").fa2_attention_efficiency
     assert rates.attention_share() == pytest.approx(0.35 * 708.5 / 841.9, rel=1e-12)
     assert Rates.for_software("h100-sxm", "megatron-te").attention_share() == Rates.for_device("h100-sxm").attention_efficiency
-    # A100's best kernel is FlashAttention-2 already
-    assert Rates.for_software("a100-80g", "torchtitan-eager").attention_share() == 0.615
+    # A100's best kernel is FlashAttention-2 already (its published share at the A100's clock at its power limit)
+    assert Rates.for_software("a100-80g", "torchtitan-eager").attention_share() == pytest.approx(0.615 * 1305 / 1410)
 
 
 def test_presets_order_the_stacks_as_their_kernels_do():

@@ -35,22 +35,23 @@ def test_every_shared_row_is_estimated_or_skipped_with_a_reason(shared_report):
 
 def test_shared_runs_error_bounds(shared_report):
     """Measured figures as of this change (no constant fitted to a row; every row read with its
-    2021-era software, ``ndcost.io.validation.software``): overall MAE 9.4% (max 27.8%, GPT-NeoX-20B),
-    Megatron-LM PTD-P families 5.4% (Table 1) and 7.7% (Table 2), DeepSpeed ZeRO-3 12.7%."""
+    2021-era software, ``ndcost.io.validation.software``; the A100's GEMMs at its clock at the power limit):
+    overall MAE 8.3% (max 25.5%, a DeepSpeed ZeRO-3 row), Megatron-LM PTD-P families 3.8% (Table 1) and 5.0%
+    (Table 2), DeepSpeed ZeRO-3 14.8% (pessimistic: the 2021 ZeRO-3 fetch priced slower than it ran)."""
     families = shared_report.family_mae()
-    assert shared_report.mae <= 0.096
-    assert shared_report.max_abs_error <= 0.28
-    assert families["narayanan21_t1"] <= 0.055
-    assert families["narayanan21_t2_ptdp"] <= 0.078
-    assert families["narayanan21_t2_zero3"] <= 0.128
+    assert shared_report.mae <= 0.084
+    assert shared_report.max_abs_error <= 0.26
+    assert families["narayanan21_t1"] <= 0.039
+    assert families["narayanan21_t2_ptdp"] <= 0.051
+    assert families["narayanan21_t2_zero3"] <= 0.149
     megatron = [row for row in shared_report.scored if not row.family.endswith("zero3")]
-    assert sum(abs(row.error) for row in megatron) / len(megatron) <= 0.085   # 8.4% without ZeRO-3
-    # every Megatron-LM PTD-P row within 9%, every ZeRO-3 row within 23%
+    assert sum(abs(row.error) for row in megatron) / len(megatron) <= 0.063   # 6.3% without ZeRO-3
+    # every Megatron-LM PTD-P row within 7.5%, every ZeRO-3 row within 26%
     for row in shared_report.scored:
         if row.family in ("narayanan21_t1", "narayanan21_t2_ptdp"):
-            assert abs(row.error) <= 0.09, (row.id, row.error)
+            assert abs(row.error) <= 0.075, (row.id, row.error)
         if row.family.endswith("zero3"):
-            assert abs(row.error) <= 0.23, (row.id, row.error)
+            assert abs(row.error) <= 0.26, (row.id, row.error)
 
 
 def test_rows_are_read_with_their_software_generation(shared_report):

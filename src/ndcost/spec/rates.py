@@ -409,13 +409,6 @@ _TODAY_SOFTWARE = {
 
 _GUIDE_TAIL = ("NVIDIA Matrix Multiplication Background User's Guide §3.2 (wave quantization): a shape not chosen to "
                "fill the last wave leaves on average half of it idle; no measurement by shape for this part")
-_AIC_GEMM = (_GUIDE_TAIL.replace("; no measurement by shape for this part", "") + ". Measured in isolation (ai-dynamo/"
-             "aiconfigurator aic-core/src/aiconfigurator_core/systems/data/{part}/gemm/trtllm/{version}/gemm_perf.parquet: "
-             "bf16 GEMM latencies by (m, n, k), CUDA-graph bursts of 30 runs), this part's cuBLAS leaves less idle: a "
-             "tail of {tail} matches the median of {count} shapes (m >= 512, 1024 <= n, k <= 16384). Priced at the "
-             "guide's half wave: with the isolated tail, seconds mode is 1-2 points more optimistic on every published "
-             "training run it is checked against (docs/VALIDATION.md), whose sustained GEMMs run below isolated "
-             "bursts by an amount no public source separates (sustained power and clocks, concurrent communication)")
 _FA2_H100 = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), abstract: 'FlashAttention-2 achieving only 35% "
              "utilization on H100'")
 
@@ -450,13 +443,6 @@ def _rates(matmul: float, matmul_source: str, attention: float, attention_source
                  fa2_attention_efficiency=fa2[0], deepep_nvlink_efficiency=DEEPEP_NVLINK_EFFICIENCY)
 
 
-_A100 = _rates(271.2 / 312.0, f"{_MAMF}: NVIDIA A100 SXM 271.2 of 312 TFLOPS (86.9%), torch 2.6.0+cu126",
-               0.615, _FA2, 108, _GA100,
-               wave_tail=(0.5, _AIC_GEMM.format(part="a100_sxm", version="1.0.0", count=1176, tail=0.25)))
-_A100_40 = _rates(271.2 / 312.0, f"{_MAMF}: NVIDIA A100 SXM 271.2 of 312 TFLOPS (86.9%), measured on the "
-                  "80GB part: same GA100 silicon and clocks", 0.615, _FA2, 108, _GA100,
-                  wave_tail=(0.5, _AIC_GEMM.format(part="a100_sxm", version="1.0.0", count=1176, tail=0.25)
-                             + "; measured on the 80GB part"))
 #: Sustained GEMM rates. A GEMM that fills the SMs draws the part's full power and runs at the
 #: settled clock, not the boost clock the datasheet peak and MAMF (a short burst) are measured at:
 #: MSMF, the "Maximum Sustainable Matmul FLOPS", is "the number that matches sustained training
@@ -493,6 +479,23 @@ _SETTLED = ("; a benchmark burst: x the part's bf16 sustained share {share:.4f} 
 _HOPPER_FA3 = (0.55 * _HOPPER_SUSTAINED[0], _FA3 + _SETTLED.format(share=_HOPPER_SUSTAINED[0], part="the H200's"))
 _HOPPER_FA2 = (0.35 * _HOPPER_SUSTAINED[0], _FA2_H100 + _SETTLED.format(share=_HOPPER_SUSTAINED[0], part="the H200's"))
 _BLACKWELL_SETTLED = _SETTLED.format(share=_BLACKWELL_SUSTAINED[0], part="the B200's")
+#: The A100 has no MSMF: its GEMMs at the clock it holds at its power limit under tensor-core GEMMs, 1305 of 1410
+#: MHz, the clock NVIDIA states HPL's peak at -- an estimate (HPL's FP64 GEMMs set it, not a bf16 step's); its
+#: GEMMs' measured wave tail with it, as the sustained parts'.
+_A100_SUSTAINED = 1305.0 / 1410.0
+_A100_CLOCK = ("; x the A100's clock at its power limit, 1305 of 1410 MHz (an estimate: glennklockwood.com/garden/"
+               "peak-FLOPS, 'NVIDIA used the clock that can be sustained at a GPU's power limit while running HPL (e.g., "
+               "1305 MHz for A100)'; no MSMF of the A100 is published)")
+
+
+def _a100(note: str) -> Rates:
+    return _rates(271.2 / 312.0 * _A100_SUSTAINED, f"{_MAMF}: NVIDIA A100 SXM 271.2 of 312 TFLOPS (86.9%), torch "
+                  f"2.6.0+cu126{note}{_A100_CLOCK}", 0.615 * _A100_SUSTAINED, f"{_FA2}; a benchmark burst{_A100_CLOCK}",
+                  108, _GA100, wave_tail=(0.25, _MEASURED_TAIL.format(part="a100_sxm", version="1.0.0", count=1176,
+                                                                       tail=0.25) + note))
+
+
+_A100, _A100_40 = _a100(""), _a100("; measured on the 80GB part: same GA100 silicon and clocks")
 #: Blackwell's fused attention, measured (ndcost.spec.attention_rates): the GB200's and the GB300's own cuDNN rows;
 #: the B200 (the GB200's GPU at 1000 W) at the GB200's rate scaled by the two parts' measured matmul bursts (MAMF
 #: 1770.9 and 1822.0: attention saturates the tensor cores as a GEMM does).
