@@ -227,8 +227,8 @@ def estimate_many(model: Any, candidates: Any, cluster: Any, *, units: str = "se
         formulas.run(start, stop, spec_reason, layout_index, layout_bad, layout_row, rows, table_row,
                      **{unit: cand, "memory": mcand, "fixed": fixed})
         if seconds is not None:
-            seconds.run((cand, *seconds.rate_rows(storage, start, stop), table_row), rows, step[start:stop], parts[:, start:stop], step_rates[:, start:stop],
-                        None if times is None else times[start:stop])
+            seconds.run((cand, *seconds.rate_rows(storage, start, stop), table_row), rows, step[start:stop],
+                        parts[:, start:stop], step_rates[:, start:stop], None if times is None else times[start:stop])
         else:
             kernels.nd_estimate_batch(kinds, model_vector, cand, table_row, pool.layouts, pool.pool,
                                       pool.slot_pool, options, ratio_vector, rows, step[start:stop],

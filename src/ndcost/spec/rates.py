@@ -484,8 +484,8 @@ _BLACKWELL_SETTLED = _SETTLED.format(share=_BLACKWELL_SUSTAINED[0], part="the B2
 #: GEMMs' measured wave tail with it, as the sustained parts'.
 _A100_SUSTAINED = 1305.0 / 1410.0
 _A100_CLOCK = ("; x the A100's clock at its power limit, 1305 of 1410 MHz (an estimate: glennklockwood.com/garden/"
-               "peak-FLOPS: NVIDIA's HPL peak is taken at 'the clock that can be sustained at a GPU's power limit while "
-               "running HPL (e.g., 1305 MHz for A100)'; no MSMF of the A100 is published)")
+               "peak-FLOPS: NVIDIA's HPL peak is taken at 'the clock that can be sustained at a GPU's power limit "
+               "while running HPL (e.g., 1305 MHz for A100)'; no MSMF of the A100 is published)")
 
 
 def _a100(note: str) -> Rates:
