@@ -24,7 +24,7 @@ def test_the_expected_largest_of_n_normal_draws():
 
 def test_the_busy_node_figures_by_hand():
     """H200: all 8 GPUs busy 698.6 TFLOP/s of 702.9 alone, their 40 samples spread over 4.5%: sigma = 0.045 /
-    (2 z(40)) = 1.05%; a 64-GPU job's slowest runs at 0.9939 x (1 - 2.4 x 0.0105) = 0.969 of the alone rate."""
+    (2 z(40)) = 1.04%; a 64-GPU job's slowest runs at 0.9939 x (1 - 2.34 x 0.0104) = 0.970 of the alone rate."""
     share, sigma, source = HOPPER_BUSY
     assert share == pytest.approx(698.6 / 702.9, rel=1e-12) and "all-8 concurrent" in source
     assert sigma == pytest.approx(0.045 / (2 * expected_largest_normal(40)), rel=1e-12)

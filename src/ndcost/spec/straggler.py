@@ -17,9 +17,11 @@ pipeline-parallel step waits at its collectives for every GPU of the job, so it 
 estimate, not a measurement of a job: the spread is taken as normal, its standard deviation the 40 samples' range
 over the expected range of 40 normal draws (2·z(40)), and a job of N GPUs runs at the expected slowest of N draws,
 mean - z(N)·sigma, z(N) the expected largest of N standard normal draws (Blom's approximation,
-Phi^-1((N - 0.375) / (N + 0.25)); z(8) = 1.43, z(40) = 2.15, z(1024) = 3.22). One GPU runs alone: its MSMF as
-measured. Hopper parts (H100, H800) take the H200's figures, Blackwell parts (GB200, GB300) the B200's; parts
-without such a measurement (A100, Ascend) none.
+Phi^-1((N - 0.375) / (N + 0.25)); z(8) = 1.43, z(40) = 2.16, z(1024) = 3.2). One GPU runs alone: its MSMF as
+measured. The H100 and H800 take the H200's figures (the same 700 W HGX board), the B200 its own; parts without such
+a measurement take none: the A100, Ascend, and the GB200 / GB300 NVL72 racks, liquid-cooled where the measured B200
+board is air-cooled ("liquid-cooled nodes typically deliver higher sustained MAMF than air-cooled nodes with
+identical silicon", the same source's compute/accelerator/README.md).
 """
 from __future__ import annotations
 
@@ -52,7 +54,8 @@ def _busy(alone: float, busy: float, spread: float) -> tuple[float, float]:
 
 
 #: (busy_clock_share, clock_sigma, their source) of each part family.
-HOPPER_BUSY = (*_busy(702.9, 698.6, 0.045), BUSY_NODE_SOURCE.format(part="H200", alone=702.9, busy=698.6, spread=0.045))
+HOPPER_BUSY = (*_busy(702.9, 698.6, 0.045),
+               BUSY_NODE_SOURCE.format(part="H200", alone=702.9, busy=698.6, spread=0.045))
 BLACKWELL_BUSY = (*_busy(1455.7, 1426.4, 0.104),
                   BUSY_NODE_SOURCE.format(part="B200", alone=1455.7, busy=1426.4, spread=0.104))
 NO_BUSY_SOURCE = ("no measurement of this part's GPUs under a busy node (ndcost.spec.straggler): none applied, every "
