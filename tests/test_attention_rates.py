@@ -36,3 +36,16 @@ def test_the_catalog_prices_the_measured_bursts_at_the_sustained_clock():
     for rates in (gb200, gb300, b200):
         assert "cudnn-frontend" in rates.sources["attention_efficiency"]
         assert 0.35 < rates.attention_efficiency < 0.5
+
+
+def test_hoppers_attention_share_against_cudnns_h200_rows():
+    """The Hopper parts price attention at FlashAttention-3's share (0.55 of the peak, a burst). cuDNN's own H200
+    rows (NVIDIA/cudnn-frontend@fb682ce7 benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/
+    llama3.1_20260227_034703.csv: batch 1, 64 query / 8 KV heads of 128, causal) time 4096 tokens at 0.465 ms forward
+    and 1.450 backward, 8192 at 1.708 and 5.083: their one rate lands within 8% of that share's burst."""
+    burst = DEFAULT_RATES["h200"].attention_efficiency / (708.5 / 841.9) * 989.0
+    assert burst == pytest.approx(0.55 * 989.0, rel=1e-12)
+    for seq, forward_ms, backward_ms in ((4096, 0.465, 1.450), (8192, 1.708, 5.083)):
+        flops = 2 * seq * seq * 64 * (128 + 128) / 2
+        rate = 3.5 * flops / ((forward_ms + backward_ms) * 1e-3) / 1e12
+        assert rate == pytest.approx(burst, rel=0.08), seq
