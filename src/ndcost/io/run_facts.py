@@ -238,10 +238,9 @@ def _moe_kernel_changes(facts: RunFacts) -> dict[str, Any]:
         changes["moe_permute"] = "fused"
     for fact, field, choices in (("moe_grouped_gemm", "grouped_gemm_impl", GROUPED_GEMMS),
                                  ("moe_expert_bias", "expert_bias", EXPERT_BIASES)):
-        stated = facts.text(fact)
-        for choice in choices:
-            if stated.startswith(choice + " ") or stated == choice:
-                changes[field] = choice
+        named = facts.text(fact).split(" ", 1)[0]
+        if named in choices:
+            changes[field] = named
     router = facts.text("moe_router")
     if "moe_router_fusion true" in router:
         changes["moe_router_fusion"] = True

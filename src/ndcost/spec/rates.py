@@ -496,16 +496,22 @@ def _a100(note: str) -> Rates:
 
 
 _A100, _A100_40 = _a100(""), _a100("; measured on the 80GB part: same GA100 silicon and clocks")
-#: Blackwell's fused attention, measured (ndcost.spec.attention_rates): the GB200's and the GB300's own cuDNN rows;
-#: the B200 (the GB200's GPU at 1000 W) at the GB200's rate scaled by the two parts' measured matmul bursts (MAMF
-#: 1770.9 and 1822.0: attention saturates the tensor cores as a GEMM does).
-_GB200_FA = (attention_burst_share("gb200", 2500.0) * _BLACKWELL_SUSTAINED[0],
-             CUDNN_SDPA_SOURCE.replace("{part}", "gb200") + _BLACKWELL_SETTLED)
-_B200_FA = (attention_burst_share("gb200", 2250.0 * 1822.0 / 1770.9) * _BLACKWELL_SUSTAINED[0],
-            CUDNN_SDPA_SOURCE.replace("{part}", "gb200") + ", x the B200's MAMF over the GB200's (1770.9 / 1822.0, "
-            + _MAMF + ")" + _BLACKWELL_SETTLED)
-_GB300_FA = (attention_burst_share("gb300", 2500.0) * _BLACKWELL_SUSTAINED[0],
-             CUDNN_SDPA_SOURCE.replace("{part}", "gb300") + _BLACKWELL_SETTLED)
+#: Blackwell bf16 matmul bursts (MAMF, TFLOP/s) and dense peaks of the B200 and the GB200.
+_B200_MAMF, _GB200_MAMF, _B200_PEAK, _GB200_PEAK = 1770.9, 1822.0, 2250.0, 2500.0
+
+
+def _measured_fa(rows: str, peak: float, note: str = "") -> tuple[float, str]:
+    """(efficiency, source): cuDNN's *rows* (ndcost.spec.attention_rates) of *peak*, at the sustained share."""
+    return (attention_burst_share(rows, peak) * _BLACKWELL_SUSTAINED[0],
+            CUDNN_SDPA_SOURCE.replace("{part}", rows) + note + _BLACKWELL_SETTLED)
+
+
+#: Blackwell's fused attention, measured: the GB200's and the GB300's own cuDNN rows; the B200 (the GB200's GPU at
+#: 1000 W) at the GB200's rate scaled by the two parts' measured matmul bursts (attention saturates the tensor cores
+#: as a GEMM does).
+_GB200_FA, _GB300_FA = _measured_fa("gb200", _GB200_PEAK), _measured_fa("gb300", _GB200_PEAK)
+_B200_FA = _measured_fa("gb200", _B200_PEAK * _GB200_MAMF / _B200_MAMF,
+                        f", x the B200's MAMF over the GB200's ({_B200_MAMF} / {_GB200_MAMF}, {_MAMF})")
 _H100_MM = _sustained(794.5, 989.0, _HOPPER_SUSTAINED[0], "NVIDIA H100 SXM MAMF")
 _H100_F8 = _sustained(1402.6, 1979.0, _HOPPER_SUSTAINED[1], "NVIDIA H100 SXM FP8 MAMF")
 _H100 = _rates(_H100_MM[0], _H100_MM[1] + "; the H200's bf16 MSMF/MAMF (same GH100, same 700 W)",
@@ -535,14 +541,13 @@ _B200 = _rates(1456.3 / 2250.0, f"{_MSMF}: NVIDIA B200 SXM MSMF 1456.3 of 2250 T
 _NVL72_NOTE = (" [assumption for the NVL72 rack: no public measurement of this figure on the part; the figure "
                "measured on earlier NVIDIA parts is used, the NVLink share across the rack's NVLink Switch trays "
                "taken as inside an 8-GPU NVSwitch node]")
-_GB200_MM = _sustained(1822.0, 2500.0, _BLACKWELL_SUSTAINED[0], "NVIDIA GB200 SXM MAMF")
+_GB200_MM = _sustained(_GB200_MAMF, _GB200_PEAK, _BLACKWELL_SUSTAINED[0], "NVIDIA GB200 SXM MAMF")
 _GB200_F8 = _sustained(3615.6, 5000.0, _BLACKWELL_SUSTAINED[1], "NVIDIA GB200 SXM FP8 MAMF")
-def _grace_host(rates: Rates) -> Rates:
-    """*rates* on a part whose host is a Grace CPU (GB200 / GB300 NVL72): its eager launches slower."""
+def _nvl72_rack(rates: Rates) -> Rates:
+    """*rates* in a GB200 / GB300 NVL72 rack: a Grace host, whose eager launches are slower; liquid-cooled, where
+    the B200 board whose busy-node spread was measured is air-cooled ("liquid-cooled nodes typically deliver higher
+    sustained MAMF than air-cooled nodes with identical silicon", ndcost.spec.straggler's source): none carried."""
     sources = dict(rates.sources, launch_overhead=GRACE_LAUNCH_SOURCE)
-    # the NVL72 racks are liquid-cooled, the measured B200 board air-cooled: "liquid-cooled nodes typically deliver
-    # higher sustained MAMF than air-cooled nodes with identical silicon" (stas00/ml-engineering, the same page as
-    # ndcost.spec.straggler's figures): the B200's busy-node spread is not carried over
     sources["busy_clock_share"] = sources["clock_sigma"] = _NO_BUSY + " (a liquid-cooled NVL72 rack)"
     return rates.replace(launch_overhead=rates.launch_overhead * GRACE_HOST_FACTOR, sources=sources)
 
@@ -578,8 +583,8 @@ DEFAULT_RATES: Mapping[str, Rates] = MappingProxyType({
     "h200": _busy(_H200, HOPPER_BUSY),
     "h800": _busy(_H800, HOPPER_BUSY),
     "b200": _busy(_B200, BLACKWELL_BUSY),
-    "gb200-nvl72": _grace_host(_GB200_NVL72),
-    "gb300-nvl72": _grace_host(_GB300_NVL72),
+    "gb200-nvl72": _nvl72_rack(_GB200_NVL72),
+    "gb300-nvl72": _nvl72_rack(_GB300_NVL72),
     "ascend-910b": _ASCEND,
     "ascend-910c": _ASCEND,
 })
