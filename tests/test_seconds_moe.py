@@ -11,7 +11,7 @@ import ndcost
 from ndcost.kernels.columns import (
     LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, RATE, SECONDS_LAYER, SECONDS_LAYER_FIELDS,
 )
-from ndcost.spec.moe_kernels import EXPERT_BIASES
+from ndcost.spec.moe_kernels import EXPERT_BIASES, GLU_CLAMPS
 from ndcost.spec.rates import Rates
 from ndcost.tables.seconds import rates_vector, seconds_arrays, seconds_candidate_vector
 from moe_block_cases import block_shape, price_moe_block
@@ -118,7 +118,8 @@ def test_moe_blocks_agree_on_both_backends(kernels, pykernels):
         rates = Rates.for_software("h100-sxm", software).replace(
             grouped_gemm_impl=str(rng.choice(["cutlass", "multi_stream"])),
             moe_aux_loss=bool(rng.random() < 0.5), grad_accumulation_fusion=bool(rng.random() < 0.5),
-            expert_bias=str(rng.choice(EXPERT_BIASES)), fp8_recipe=str(rng.choice(["delayed", "current", "blockwise"])))
+            expert_bias=str(rng.choice(EXPERT_BIASES)), glu_clamp=str(rng.choice(GLU_CLAMPS)),
+            elementwise=str(rng.choice(["fused", "eager"])), fp8_recipe=str(rng.choice(["delayed", "current", "blockwise"])))
         precision = str(rng.choice(["bf16", "fp8"]))
         cand = _cand(ep=int(rng.choice([1, 2, 8])), dp=8, global_batch_size=8, seq_split=int(rng.choice([1, 2])),
                      pp_schedule="seq1f1b", precision=precision, cuda_graphs=str(rng.choice(["none", "layer"])),
@@ -130,7 +131,8 @@ def test_moe_blocks_agree_on_both_backends(kernels, pykernels):
                        n_ff=float(rng.choice([2, 3])), experts=float(rng.choice([8, 128, 256])),
                        topk=float(rng.choice([1, 4, 8])), shared=float(rng.choice([0, 2048])),
                        shared_tokens=float(rng.integers(0, 8192)), grad_acc=float(rng.random() < 0.5),
-                       router_bias=float(rng.random() < 0.5), expert_bias=float(rng.random() < 0.5))
+                       router_bias=float(rng.random() < 0.5), expert_bias=float(rng.random() < 0.5),
+                       glu_clamp=float(rng.random() < 0.5))
         out, ref = _block(kernels, shape, cand, rate), _block(pykernels, shape, cand, rate)
         np.testing.assert_allclose(out, ref, rtol=1e-12, atol=0.0)
         assert np.all(out >= 0.0)

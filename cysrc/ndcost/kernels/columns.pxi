@@ -155,7 +155,8 @@ cdef enum:
     SM_logit_softcap = 13
     SM_router_bias = 14
     SM_expert_bias = 15
-    SM_COUNT = 16
+    SM_glu_clamp = 16
+    SM_COUNT = 17
 
 cdef enum:
     SC_b = 0
@@ -249,7 +250,8 @@ cdef enum:
     R_scatter_rate = 42
     R_f8_split = 43
     R_e_bias = 44
-    R_COUNT = 45
+    R_glu_clamp = 45
+    R_COUNT = 46
 
 cdef enum:
     SX_has_emb = 0
@@ -327,7 +329,8 @@ cdef enum:
     MB_grad_acc = 10
     MB_router_bias = 11
     MB_expert_bias = 12
-    MB_COUNT = 13
+    MB_glu_clamp = 13
+    MB_COUNT = 14
 
 cdef enum:
     SR_mfu = 0

@@ -114,16 +114,34 @@ cdef inline void c_sec_permute_passes(double tok, double n_exp, double chosen, d
             out8[i] += 1.0
 
 
-cdef inline void c_sec_note_two(double* note, double* ops, int op, int scope, double bytes_f, double kernels_f,
-                                double bytes_b, double kernels_b, const double* rate, double* sums, double atomic_f,
-                                double atomic_b) noexcept nogil:
+cdef inline double c_sec_note_two(double* note, double* ops, int op, int scope, double bytes_f, double kernels_f,
+                                  double bytes_b, double kernels_b, const double* rate, double* sums, double atomic_f,
+                                  double atomic_b) noexcept nogil:
     # An elementwise op with its own backward bytes and kernels, plus seconds of atomic adds: both passes into
-    # sums[0], sums[1], noted.
+    # sums[0], sums[1], noted; returns the forward's seconds.
     cdef double forward = c_sec_pass(bytes_f, kernels_f, rate) + atomic_f
     cdef double backward = c_sec_pass(bytes_b, kernels_b, rate) + atomic_b
     sums[0] += forward
     sums[1] += backward
     c_sec_note(note, ops, op, scope, 0.0, bytes_f, kernels_f, forward, 0.0, bytes_b, kernels_b, backward)
+    return forward
+
+
+cdef inline void c_sec_glu_clamp_passes(double elems, double bc, const double* rate, double* out4) noexcept nogil:
+    # Clamping a GLU's two halves as the stack does it (the oracle's _glu_clamp_passes): out4 = (forward bytes,
+    # kernels, backward bytes, kernels).
+    cdef double mode = rate[R_glu_clamp]
+    cdef int i
+    for i in range(4):
+        out4[i] = 0.0
+    if mode == SEC_CLAMP_CONCATENATED or (mode == SEC_CLAMP_SEPARATE and rate[R_ew_eager] != 0.0):
+        out4[0] = SEC_CLAMP_FORWARD_WIDTHS * bc * elems
+        out4[1] = SEC_CLAMP_FORWARD_KERNELS
+        out4[2] = (SEC_CLAMP_BACKWARD_WIDTHS * bc + SEC_CLAMP_BACKWARD_MASK_BYTES) * elems
+        out4[3] = SEC_CLAMP_BACKWARD_KERNELS
+        if mode == SEC_CLAMP_CONCATENATED:
+            out4[0] += SEC_CONCAT_WIDTHS * bc * elems
+            out4[1] += SEC_CONCAT_KERNELS
 
 
 cdef inline void c_sec_expert_bias_passes(double rows, double wide, double h, double local, double n_split,
@@ -157,7 +175,8 @@ cdef inline void c_sec_expert_bias_passes(double rows, double wide, double h, do
 
 cdef inline void c_sec_moe_block(double tok, double slots, double local, double h, double width, double n_ff,
                                  double n_exp, double topk, double shared, double shared_tokens, double grad_acc,
-                                 double bias, double e_bias, const double* cand, const double* rate, double* sums,
+                                 double bias, double e_bias, double clamp, const double* cand, const double* rate,
+                                 double* sums,
                                  double* note, double* ops, double* ffn_act) noexcept nogil:
     # A MoE block on one rank (the oracle's _moe_block, step for step): ffn_act = (the forward of its FFN
     # matmuls, the forward of its activations).
@@ -244,6 +263,11 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
         kernels = 2.0
     act_f = c_sec_note_pass(note, ops, LO_expert_act, SEC_SCOPE_FFN, passes * bc * slots * narrow, kernels * n_split,
                             rate, sums)
+    if clamp != 0.0 and n_ff == 3.0:
+        c_sec_glu_clamp_passes(2.0 * slots * narrow, bc, rate, four)
+        if four[1] > 0.0:
+            act_f += c_sec_note_two(note, ops, LO_expert_act, SEC_SCOPE_FFN, four[0], four[1] * n_split, four[2],
+                                    four[3] * n_split, rate, sums, 0.0, 0.0)
     ffn_f = e_f
     if shared > 0.0:
         ffn_f += c_sec_ffn_pair(shared_tokens / n_split, shared, h, n_ff, n_split, cand, rate, sums, note, ops,
@@ -262,7 +286,8 @@ cdef inline double c_sec_moe_ffn(const double* model, const double* smodel, cons
     cdef double topk = model[M_n_chosen], n_exp = model[M_n_exp], shared = smodel[SM_shared_width]
     cdef double load = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
     c_sec_moe_block(tokens / cand[SC_sp], tokens * topk * load, n_exp / cand[SC_ep], h, width, n_ff, n_exp, topk,
-                    shared, tokens, 0.0, smodel[SM_router_bias], smodel[SM_expert_bias], cand, rate, sums, note, ops,
+                    shared, tokens, 0.0, smodel[SM_router_bias], smodel[SM_expert_bias], smodel[SM_glu_clamp], cand, rate,
+                    sums, note, ops,
                     ffn_act)
     return 2.0 * cand[SC_b] * cand[SC_s] * h * (topk * n_ff * width + n_exp + n_ff * shared)
 
@@ -298,5 +323,6 @@ def seconds_moe_block(const double[::1] shape, const double[::1] cand, const dou
             c_sec_moe_block(shape[MB_tokens], shape[MB_rows], shape[MB_local], shape[MB_hidden], shape[MB_width],
                             shape[MB_n_ff], shape[MB_experts], shape[MB_topk], shape[MB_shared],
                             shape[MB_shared_tokens], shape[MB_grad_acc], shape[MB_router_bias],
-                            shape[MB_expert_bias], &cand[0], &rate[0], sums, note, &out[0, 0], ffn_act)
+                            shape[MB_expert_bias], shape[MB_glu_clamp], &cand[0], &rate[0], sums, note, &out[0, 0],
+                            ffn_act)
             c_sec_note_launch(note, &out[0, 0], sums[0], sums[1] + sums[2], waits)

@@ -11,7 +11,7 @@ vocabulary it is read from) gives it a code on both backends; the kernels then n
 from __future__ import annotations
 
 from ..spec.exec_spec_rules import CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES
-from ..spec.moe_kernels import EXPERT_BIASES, GROUPED_GEMMS, MOE_PERMUTES
+from ..spec.moe_kernels import EXPERT_BIASES, GLU_CLAMPS, GROUPED_GEMMS, MOE_PERMUTES
 from ..spec.recompute_spec import SWITCHES
 
 #: Pipeline schedules of seconds mode, in SECONDS_CAND_FIELDS["schedule"] code order: ExecSpec's pp_schedule
@@ -27,6 +27,8 @@ PERMUTES: tuple[str, ...] = MOE_PERMUTES
 GEMM_LAUNCHES: tuple[str, ...] = GROUPED_GEMMS
 #: How the routed experts' biases are added, in RATE_FIELDS["e_bias"] code order (Rates.expert_bias).
 BIAS_ADDS: tuple[str, ...] = EXPERT_BIASES
+#: How a GLU's clamped halves are clamped, in RATE_FIELDS["glu_clamp"] code order (Rates.glu_clamp).
+CLAMPS: tuple[str, ...] = GLU_CLAMPS
 #: What the stack replays from CUDA graphs, in SECONDS_CAND_FIELDS["graphs"] code order (ExecSpec.cuda_graphs):
 #: each scope holds the ones before it, so the kernels compare codes (graphs >= attn).
 GRAPH_SCOPES: tuple[str, ...] = CUDA_GRAPHS
@@ -77,6 +79,7 @@ ENUMS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("SEC_PERMUTE", PERMUTES, True),
     ("SEC_GEMMS", GEMM_LAUNCHES, True),
     ("SEC_BIAS", BIAS_ADDS, True),
+    ("SEC_CLAMP", CLAMPS, True),
     ("SEC_GRAPHS", GRAPH_SCOPES, True),
     ("SEC", COLLECTIVES, True),
     ("SEC_MIXER", MIXERS, True),

@@ -171,6 +171,7 @@ SECONDS_MODEL_FIELDS = (
     "logit_softcap",  # 1: the logits are soft-capped, cap·tanh(logits/cap), before the loss (Gemma 2)
     "router_bias",    # 1: the MoE router scores by sigmoid and adds a score-correction bias before its top-k
     "expert_bias",    # 1: the routed experts carry biases on their GEMMs (gpt-oss)
+    "glu_clamp",      # 1: the gated experts clamp their two halves before the activation (gpt-oss's swiglu_limit)
 )
 
 # --- one candidate of seconds mode (float64 vector) ---
@@ -232,6 +233,7 @@ RATE_FIELDS = (
     "scatter_rate",    # 16-bit elements a second a scatter-add adds into its targets (atomics); 0: not priced
     "f8_split",        # 1: a GEMM per expert quantizes each expert's rows by its own cast kernels (not one for all)
     "e_bias",          # Rates.expert_bias index: 0 epilogue, 1 down_split, 2 split, 3 gathered (experts with biases)
+    "glu_clamp",       # Rates.glu_clamp index: 0 fused, 1 separate, 2 concatenated (a GLU that clamps its halves)
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---
@@ -297,6 +299,7 @@ MOE_BLOCK_FIELDS = (
     "grad_acc",       # 1: the routed weights' gradients are added into existing ones by a separate pass
     "router_bias",    # 1: the router adds a score-correction bias before its top-k (SECONDS_MODEL "router_bias")
     "expert_bias",    # 1: the routed experts carry biases (SECONDS_MODEL "expert_bias")
+    "glu_clamp",      # 1: the experts clamp their GLU halves (SECONDS_MODEL "glu_clamp")
 )
 
 # SCHEDULES, EP_OVERLAPS, DISPATCHERS (the codes of the "schedule", "ep_mode" and "ep_disp" columns) are

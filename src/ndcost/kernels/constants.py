@@ -59,6 +59,13 @@ CONSTANTS: dict[str, int | float] = {
     "SEC_MULTI_STREAMS": seconds_moe.MULTI_STREAMS,
     "SEC_PROB_BYTES": seconds_moe.PROB_BYTES,
     "SEC_INDEX_BYTES": seconds_moe.INDEX_BYTES,
+    "SEC_CLAMP_FORWARD_WIDTHS": seconds_moe.CLAMP_FORWARD_WIDTHS,
+    "SEC_CLAMP_BACKWARD_WIDTHS": seconds_moe.CLAMP_BACKWARD_WIDTHS,
+    "SEC_CLAMP_BACKWARD_MASK_BYTES": seconds_moe.CLAMP_BACKWARD_MASK_BYTES,
+    "SEC_CLAMP_FORWARD_KERNELS": seconds_moe.CLAMP_KERNELS[0],
+    "SEC_CLAMP_BACKWARD_KERNELS": seconds_moe.CLAMP_KERNELS[1],
+    "SEC_CONCAT_WIDTHS": seconds_moe.CONCAT_WIDTHS,
+    "SEC_CONCAT_KERNELS": seconds_moe.CONCAT_KERNELS,
     # seconds mode: a layer (seconds_layer; the Mamba-1 scan's FLOPs are ndcost.spec.mamba's)
     "SEC_SELECTIVE_SCAN_FLOPS": SELECTIVE_SCAN_FLOPS,
     "SEC_FLASH_BACKWARD_FLOPS": seconds_layer.FLASH_BACKWARD_FLOPS,

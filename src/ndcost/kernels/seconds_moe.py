@@ -18,7 +18,7 @@ from .columns import (
     LAYER_OP, LAYER_OP_FIELDS, LAYER_OP_NAMES, MODEL, MOE_BLOCK, MOE_BLOCK_FIELDS, RATE, RATE_FIELDS, SECONDS_CAND,
     SECONDS_CAND_FIELDS, SECONDS_MODEL,
 )
-from .codes import BIAS_ADDS, GEMM_LAUNCHES, PERMUTES
+from .codes import BIAS_ADDS, CLAMPS, GEMM_LAUNCHES, PERMUTES
 from .nd_ops import _check_len
 from .seconds_ops import (
     EAGER_SWIGLU_PASSES, NOTE_SIZE, SCOPE_FFN, SCOPE_PRE, _add_gemm, _backward_casts, _cand_ok, _cast, _check_rows,
@@ -52,6 +52,22 @@ _CUTLASS = float(GEMM_LAUNCHES.index("cutlass"))
 #: How the routed experts' biases are added (Rates.expert_bias, ndcost.spec.moe_kernels.EXPERT_BIASES order).
 BIAS_DOWN_SPLIT, BIAS_SPLIT, BIAS_GATHERED = (float(BIAS_ADDS.index(name)) for name in ("down_split", "split",
                                                                                         "gathered"))
+#: How a GLU's halves are clamped (Rates.glu_clamp, ndcost.spec.moe_kernels.GLU_CLAMPS order).
+CLAMP_SEPARATE, CLAMP_CONCATENATED = (float(CLAMPS.index(name)) for name in ("separate", "concatenated"))
+#: Clamping a GLU's two halves as their own eager kernels (``_glu_clamp_passes``), in bytes of a gate-up element:
+#: forward, each half read and written by its clamp; backward, PyTorch's clamp_backward of the gate half (``le``:
+#: read, write a 1-byte mask; ``where`` against a zero scalar: read the mask and the gradient, write -- 3·bc + 2
+#: an element of the half) and of the linear half (``ge`` and ``le``, ``logical_and_``, ``where``: 4·bc + 6), then
+#: the chunk's gradient concatenated (read and write: 2·bc): (7·bc + 8) / 2 + 2·bc = 5.5·bc + 4; in 2 kernels
+#: forward and 9 backward (6, their 2 zero scalars' fills, the concatenation).
+CLAMP_FORWARD_WIDTHS = 2.0
+CLAMP_BACKWARD_WIDTHS, CLAMP_BACKWARD_MASK_BYTES = 5.5, 4.0
+CLAMP_KERNELS = (2.0, 9.0)
+#: Megatron-Core's concatenation of the clamped halves (read and write: 2·bc a gate-up element) and the copy of
+#: the linear offset's scalar to the device: 2 launches (the copy, from pageable memory, also synchronises the
+#: host with the device -- the per-expert GEMMs after it are already priced as launched after a wait).
+CONCAT_WIDTHS = 2.0
+CONCAT_KERNELS = 2.0
 #: Bytes of one fp32 probability and of one int64 index.
 PROB_BYTES = 4.0
 INDEX_BYTES = 8.0
@@ -250,9 +266,29 @@ def _expert_bias_passes(rows: float, wide: float, h: float, local: float, n_spli
         out6[3] = 4.0 * n_split
 
 
+def _glu_clamp_passes(elems: float, bc: float, rate, out4) -> None:
+    """Clamping the two halves of *elems* gate-up elements before a GLU as the stack does it
+    (``Rates.glu_clamp``): out4 = (forward bytes, kernels, backward bytes, kernels) of one pass over them. "fused":
+    nothing beyond the activation; "separate": the clamps as eager kernels (``CLAMP_*``), fused by torch.compile where
+    the stack compiles its elementwise ops (``Rates.elementwise``); "concatenated" (Megatron-Core's
+    weighted_bias_quick_geglu_impl, outside its jit-fused function): the same, always, and a concatenation and the
+    offset's copy (``CONCAT_*``)."""
+    mode = rate[_R["glu_clamp"]]
+    for i in range(4):
+        out4[i] = 0.0
+    if mode == CLAMP_CONCATENATED or (mode == CLAMP_SEPARATE and rate[_R["ew_eager"]] != 0.0):
+        out4[0] = CLAMP_FORWARD_WIDTHS * bc * elems
+        out4[1] = CLAMP_KERNELS[0]
+        out4[2] = (CLAMP_BACKWARD_WIDTHS * bc + CLAMP_BACKWARD_MASK_BYTES) * elems
+        out4[3] = CLAMP_KERNELS[1]
+        if mode == CLAMP_CONCATENATED:
+            out4[0] += CONCAT_WIDTHS * bc * elems
+            out4[1] += CONCAT_KERNELS
+
+
 def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n_ff: float, n_exp: float,
-               topk: float, shared: float, shared_tokens: float, grad_acc: float, bias: float, e_bias: float, cand,
-               rate, sums, note, ops) -> tuple[float, float]:
+               topk: float, shared: float, shared_tokens: float, grad_acc: float, bias: float, e_bias: float,
+               clamp: float, cand, rate, sums, note, ops) -> tuple[float, float]:
     """A MoE block on one rank, per micro-batch, into sums = [fw, bw, bw_w, gemm_f, gemm_b] and the note;
     returns (the forward of its FFN matmuls -- routed and shared experts, what a census share recomputes
     --, the forward of its activations -- what a recomputed ffAct re-runs).
@@ -268,7 +304,8 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
     *grad_acc*, the routed weights' gradients are added into existing ones by a separate pass (read both,
     write one), as ``seconds_layer`` prices every weight without gradient-accumulation fusion; *bias*: the
     router adds a score-correction bias (``_router_passes``); with *e_bias*, the experts carry biases, added as
-    the stack adds them (``_expert_bias_passes``).
+    the stack adds them (``_expert_bias_passes``); with *clamp*, a gated expert clamps its halves before its
+    activation, as the stack does it (``_glu_clamp_passes``: part of the activation, re-run with it).
     """
     t, t_exp, n_split = cand[_C["t"]], cand[_C["t_exp"]], cand[_C["seq_split"]]
     bc, bm, bg = cand[_C["bytes_c"]], cand[_C["bytes_mm"]], cand[_C["bytes_grad"]]
@@ -355,6 +392,11 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
         passes, kernels = EAGER_SWIGLU_PASSES, 2.0
     act_f = _note_pass(note, ops, _O["expert_act"], SCOPE_FFN, passes * bc * slots * narrow, kernels * n_split,
                        rate, sums)
+    if clamp != 0.0 and n_ff == 3.0:
+        _glu_clamp_passes(2.0 * slots * narrow, bc, rate, four)
+        if four[1] > 0.0:
+            act_f += _note_two(note, ops, _O["expert_act"], SCOPE_FFN, four[0], four[1] * n_split, four[2],
+                               four[3] * n_split, rate, sums, 0.0, 0.0)
     ffn_f = e_f
     if shared > 0.0:
         ffn_f += _ffn_pair(shared_tokens / n_split, shared, h, n_ff, n_split, cand, rate, sums, note, ops,
@@ -365,14 +407,16 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
 
 
 def _note_two(note, ops, op: int, scope: int, bytes_f: float, kernels_f: float, bytes_b: float, kernels_b: float,
-              rate, sums, atomic_f: float, atomic_b: float) -> None:
+              rate, sums, atomic_f: float, atomic_b: float) -> float:
     """An elementwise op whose backward moves *bytes_b* in *kernels_b* (not the forward's 1.5x), plus
-    *atomic_f* / *atomic_b* seconds of atomic adds: both passes added to sums[0], sums[1] and noted."""
+    *atomic_f* / *atomic_b* seconds of atomic adds: both passes added to sums[0], sums[1] and noted; returns the
+    forward's seconds."""
     forward = _pass(bytes_f, kernels_f, rate) + atomic_f
     backward = _pass(bytes_b, kernels_b, rate) + atomic_b
     sums[0] += forward
     sums[1] += backward
     _note(note, ops, op, scope, 0.0, bytes_f, kernels_f, forward, 0.0, bytes_b, kernels_b, backward)
+    return forward
 
 
 def _moe_ffn(model, smodel, cand, rate, tokens: float, h: float, n_ff: float, width: float, sums, note,
@@ -386,7 +430,7 @@ def _moe_ffn(model, smodel, cand, rate, tokens: float, h: float, n_ff: float, wi
     shared = smodel[_SM["shared_width"]]
     ffn_f, act_f = _moe_block(tokens / cand[_C["sp"]], tokens * topk * load, n_exp / cand[_C["ep"]], h, width, n_ff,
                               n_exp, topk, shared, tokens, 0.0, smodel[_SM["router_bias"]], smodel[_SM["expert_bias"]],
-                              cand, rate, sums, note, ops)
+                              smodel[_SM["glu_clamp"]], cand, rate, sums, note, ops)
     return ffn_f, act_f, 2.0 * cand[_C["b"]] * cand[_C["s"]] * h * (topk * n_ff * width + n_exp + n_ff * shared)
 
 
@@ -420,5 +464,5 @@ def seconds_moe_block(shape, cand, rate, out) -> None:
     _moe_block(shape[_B["tokens"]], shape[_B["rows"]], shape[_B["local"]], shape[_B["hidden"]], shape[_B["width"]],
                shape[_B["n_ff"]], shape[_B["experts"]], shape[_B["topk"]], shape[_B["shared"]],
                shape[_B["shared_tokens"]], shape[_B["grad_acc"]], shape[_B["router_bias"]], shape[_B["expert_bias"]],
-               cand, rate, sums, note, out)
+               shape[_B["glu_clamp"]], cand, rate, sums, note, out)
     _note_launch(note, out, sums[0], sums[1] + sums[2])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..errors import SpecError
+from ..errors import SpecError, is_finite_number
 from ..limits import MAX_LAYERS
 
 __all__ = []
@@ -99,6 +99,12 @@ def _decoder_kwargs(read: _Reader, model_type: str) -> dict[str, Any]:
     if model_type == "gpt_oss":
         # GptOssExperts: gate_up_proj_bias and down_proj_bias on every expert, in code.
         kwargs["mlp_bias"] = True
+        # GptOssExperts._apply_gate: the gate half clamped from above and the linear half both ways at
+        # swiglu_limit (GptOssConfig's default 7.0) before the activation.
+        limit = read.optional("swiglu_limit", default=7.0)
+        if not is_finite_number(limit) or limit < 0:
+            raise SpecError("swiglu_limit", read.owner, "be a non-negative number", limit)
+        kwargs["glu_clamp"] = limit > 0
     if model_type in _MLA_FAMILIES:
         # MLA: head_dim is left to Model (v_head_dim, ND's convention);
         # DeepseekV3Config's own head_dim (= qk_rope_head_dim) is not a head width.

@@ -123,6 +123,7 @@ class Model(ModelValidation, ModelParameters):
     norm: str = "rmsnorm"
     attention_bias: bool = False
     mlp_bias: bool = False
+    glu_clamp: bool = False
     logit_softcapping: bool = False
     learned_position_embeddings: int = 0
     family: str = "llama"

@@ -80,6 +80,7 @@ _BOOLS = (
     "gated_ffn",
     "attention_bias",
     "mlp_bias",
+    "glu_clamp",
     "logit_softcapping",
 )
 _LINEAR_FIELDS = (

@@ -18,7 +18,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-__all__ = ["GROUPED_GEMMS", "MOE_PERMUTES", "EXPERT_BIASES", "MOE_KERNEL_DEFAULTS", "MOE_KERNEL_SOURCES",
+__all__ = ["GROUPED_GEMMS", "MOE_PERMUTES", "EXPERT_BIASES", "GLU_CLAMPS", "MOE_KERNEL_DEFAULTS", "MOE_KERNEL_SOURCES",
            "GRACE_HOST_FACTOR", "GRACE_LAUNCH_SOURCE",
            "TORCHTITAN_MOE", "MCORE_MOE", "MCORE_MOE_SOURCES", "TORCHTITAN_MOE_SOURCES"]
 
@@ -33,6 +33,12 @@ MOE_PERMUTES: tuple[str, ...] = ("fused", "unfused", "sort")
 #: probabilities while the gate-up one rides the epilogue (Megatron-Core's TEGroupedMLP), both added expert by
 #: expert (NeMo AutoModel's DeepEP experts), or both gathered into a row-shaped tensor and added (torchtitan).
 EXPERT_BIASES: tuple[str, ...] = ("epilogue", "down_split", "split", "gathered")
+#: How a stack clamps the two halves of a gated expert's input before its activation, for a model whose GLU clamps
+#: them (gpt-oss's swiglu_limit; Rates.glu_clamp): inside the activation's kernel (compiled or fused), as separate
+#: eager kernels on the two halves (OpenAI's reference swiglu: chunk, clamp, clamp; torch.compile fuses them where
+#: the stack compiles its elementwise ops), or separate and concatenated again before a fused activation that takes
+#: one tensor (Megatron-Core's weighted_bias_quick_geglu_impl).
+GLU_CLAMPS: tuple[str, ...] = ("fused", "separate", "concatenated")
 
 _FIT = ("fitted across a family of measured kernels (tools/fit_grouped_gemm.py): the 34 torch._grouped_mm timings "
         "at 128-4096 rows an expert of tests/data/h200/h200_grouped.json (../shared/measurements/h200/h200.json "
@@ -55,6 +61,7 @@ MOE_KERNEL_DEFAULTS: Mapping[str, object] = MappingProxyType({
     "moe_aux_loss": True,
     "scatter_add_rate": 1.0e11,
     "expert_bias": "down_split",
+    "glu_clamp": "concatenated",
 })
 
 _LAUNCH = ("../shared/measurements/h200/launch.json (tests/data/h200/launch.json): 20,000 one-element in-place adds "
@@ -96,6 +103,14 @@ MOE_KERNEL_SOURCES: Mapping[str, str] = MappingProxyType({
                    "bias in Transformer Engine's GEMM epilogue) and linear_fc2 with skip_bias_add True, whose bias "
                    "_apply_bias (L755-772) adds expert by expert: torch.split of the output by the token counts, "
                    "t + b * p with the fp32 routing probabilities, torch.cat, .to(dtype)",
+    "glu_clamp": "default 'concatenated': Megatron-Core's TEGroupedMLP with bias_activation_fusion (set by "
+                 "Megatron-Bridge's gpt_oss_bridge.py, with activation_func_clamp_value 7.0 and glu_linear_offset 1.0) "
+                 "runs fused_bias_geglu.py weighted_bias_quick_geglu_impl (NVIDIA/Megatron-LM@0fcbc3db89c4, branch "
+                 "26.04-alpha, L410-442): input.chunk(2, -1), clamp of each half, torch.cat, then a "
+                 "torch.tensor(linear_offset, device=...) copied to the device, before the jit-fused "
+                 "WeightedQuickGeGLUFunction; the clamps' backward is PyTorch's clamp_backward "
+                 "(torch/csrc/autograd/FunctionsManual.cpp: a comparison or two, logical_and_, where against a "
+                 "scalar_tensor zero) and the chunk's gradient a torch.cat",
     "scatter_add_rate": "16-bit atomic adds a second of an index_add_ / scatter_add_ into a token-major target, "
                         "fitted across a family of measured blocks (tools/fit_scatter_add.py): the five device-bound "
                         "expert blocks of tests/data/h200/moe.json (../shared/measurements/h200/moe.json, one H200, "
@@ -108,13 +123,13 @@ MOE_KERNEL_SOURCES: Mapping[str, str] = MappingProxyType({
 #: False --: state them with moe_permute="unfused", moe_router_fusion=False.)
 MCORE_MOE: Mapping[str, object] = MappingProxyType({
     name: MOE_KERNEL_DEFAULTS[name] for name in ("grouped_gemm_impl", "moe_permute", "moe_router_fusion",
-                                                 "moe_aux_loss", "expert_bias")})
+                                                 "moe_aux_loss", "expert_bias", "glu_clamp")})
 MCORE_MOE_SOURCES: Mapping[str, str] = MappingProxyType({name: MOE_KERNEL_SOURCES[name] for name in MCORE_MOE})
 
 #: torchtitan's MoE (torchtitan/models/moe): the torchtitan presets.
 TORCHTITAN_MOE: Mapping[str, object] = MappingProxyType({
     "grouped_gemm_impl": "cutlass", "moe_permute": "sort", "moe_router_fusion": False, "moe_aux_loss": False,
-    "expert_bias": "gathered",
+    "expert_bias": "gathered", "glu_clamp": "separate",
 })
 TORCHTITAN_MOE_SOURCES: Mapping[str, str] = MappingProxyType({
     "grouped_gemm_impl": "pytorch/torchtitan torchtitan/models/moe: GroupedExperts run torch._grouped_mm (one CUTLASS "
@@ -127,6 +142,9 @@ TORCHTITAN_MOE_SOURCES: Mapping[str, str] = MappingProxyType({
     "expert_bias": "pytorch/torchtitan@02694955e16accd7c3d7dd03d35d101b9749b79b torchtitan/models/gpt_oss/moe.py "
                    "GptOssGroupedExperts.forward: each expert bias repeat_interleave-d to the rows (output_size "
                    "given: no host sync) and added after its grouped GEMM, gate-up and down alike",
+    "glu_clamp": "pytorch/torchtitan@b5bcd76c66d0 torchtitan/models/gpt_oss/moe.py swiglu: the two halves clamped as "
+                 "eager PyTorch ops before the activation (fused by torch.compile where the stack compiles; its "
+                 "halves are strided views, whose gradients cost more than a chunk's: not priced)",
     "moe_aux_loss": "pytorch/torchtitan torchtitan/models/moe: load balancing by the aux-loss-free expert bias "
                     "(load_balance_coeff), updated from the token counts once a step: no aux-loss kernels",
 })

@@ -28,9 +28,10 @@ from ..limits import MAX_LATENCY
 from .attention_rates import CUDNN_SDPA_SOURCE, attention_burst_share
 from .straggler import BLACKWELL_BUSY, HOPPER_BUSY, NO_BUSY_SOURCE as _NO_BUSY, with_busy_node as _busy
 from .moe_kernels import (
-    EXPERT_BIASES, GRACE_HOST_FACTOR, GRACE_LAUNCH_SOURCE, GROUPED_GEMMS, MOE_KERNEL_DEFAULTS, MOE_KERNEL_SOURCES,
-    MOE_PERMUTES,
+    EXPERT_BIASES, GLU_CLAMPS, GRACE_HOST_FACTOR, GRACE_LAUNCH_SOURCE, GROUPED_GEMMS, MOE_KERNEL_DEFAULTS,
+    MOE_KERNEL_SOURCES, MOE_PERMUTES,
 )
+from .software_sources import TODAY_SOFTWARE_SOURCES
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
            "FP8_BACKWARD_CASTS", "FP8_SPLIT_CASTS",
@@ -205,6 +206,8 @@ class Rates:
         expert_bias: How the routed experts' biases are added, for a model whose experts carry them
             (:data:`~ndcost.spec.moe_kernels.EXPERT_BIASES`): "epilogue", "down_split", "split" or "gathered".
             Software.
+        glu_clamp: How the experts' GLU halves are clamped, for a model that clamps them (gpt-oss's swiglu_limit;
+            :data:`~ndcost.spec.moe_kernels.GLU_CLAMPS`): "fused", "separate" or "concatenated". Software.
         scatter_add_rate: 16-bit elements a second that an atomic scatter-add (index_add_, scatter_add_)
             adds into its targets: the unfused and sort permutations' scatter-adds (0: not priced).
         deepep_nvlink_efficiency: Share of the scale-up link rate DeepEP's normal dispatch and combine
@@ -250,6 +253,7 @@ class Rates:
     moe_aux_loss: bool = MOE_KERNEL_DEFAULTS["moe_aux_loss"]
     scatter_add_rate: float = MOE_KERNEL_DEFAULTS["scatter_add_rate"]
     expert_bias: str = MOE_KERNEL_DEFAULTS["expert_bias"]
+    glu_clamp: str = MOE_KERNEL_DEFAULTS["glu_clamp"]
     deepep_nvlink_efficiency: float = DEEPEP_NVLINK_EFFICIENCY
     busy_clock_share: float = 1.0
     clock_sigma: float = 0.0
@@ -261,7 +265,8 @@ class Rates:
         object.__setattr__(self, "zero3_fetch_bandwidth", float(fetch))
         for name, choices in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", tuple(FP8_RECIPES)),
                               ("elementwise", ELEMENTWISE), ("grouped_gemm_impl", GROUPED_GEMMS),
-                              ("moe_permute", MOE_PERMUTES), ("expert_bias", EXPERT_BIASES)):
+                              ("moe_permute", MOE_PERMUTES), ("expert_bias", EXPERT_BIASES),
+                              ("glu_clamp", GLU_CLAMPS)):
             if getattr(self, name) not in choices:
                 raise SpecError(name, _OWNER, f"be one of {', '.join(map(repr, choices))}", getattr(self, name))
         tail = self.gemm_wave_tail
@@ -385,28 +390,6 @@ def _rebuild(state: dict) -> Rates:
     return Rates(**state)
 
 
-#: Sources of the software figures' defaults: today's Megatron-LM / PyTorch FSDP.
-_TODAY_SOFTWARE = {
-    "zero3_fetch_bandwidth": "default 0: the parameter all-gather at NCCL's rate (PyTorch FSDP gathers a "
-                             "whole wrapped unit's flat parameter with one all_gather_into_tensor)",
-    "zero3_recompute_gather": "default False: PyTorch FSDP runs the checkpointed forward inside the unit's "
-                              "backward, under the backward's own all-gather",
-    "zero3_grad_all_reduce": "default False: PyTorch FSDP / ZeRO reduce-scatter the gradients",
-    "grad_accumulation_fusion": "default True: Megatron-LM's --gradient-accumulation-fusion (on by default; "
-                                "the wgrad GEMM accumulates into main_grad)",
-    "attention_kernel": "default 'best': Megatron-Core with Transformer Engine runs the part's fastest fused "
-                        "attention (cuDNN FusedAttention on sm90, FlashAttention on sm80)",
-    "fp8_recipe": "default 'delayed': Transformer Engine's DelayedScaling, its default recipe",
-    "elementwise": "default 'fused': Megatron-Core / Transformer Engine fused norm, RoPE, SwiGLU, bias-dropout-add",
-    "attention_copies": "default False: Transformer Engine attention takes GQA's K/V heads as they are",
-    "tp_overlap_splits": "default 4: NeMo's H100 userbuffers configs run proj_fprop and fc2_fprop as 'pipeline' "
-                         "with num_splits 4 (NVIDIA/dgxc-benchmarking, data/validation/h100_run_facts.yaml "
-                         "'tp_comm_overlap')",
-    "tp_overlap_sms": "default 22: the same configs give the pipelined reduce-scatters num_sm 24 (proj_fprop) and "
-                      "20 (fc2_fprop) on H100; their mean",
-}
-
-
 _GUIDE_TAIL = ("NVIDIA Matrix Multiplication Background User's Guide §3.2 (wave quantization): a shape not chosen to "
                "fill the last wave leaves on average half of it idle; no measurement by shape for this part")
 _FA2_H100 = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), abstract: 'FlashAttention-2 achieving only 35% "
@@ -429,7 +412,7 @@ def _rates(matmul: float, matmul_source: str, attention: float, attention_source
         "inter_node_efficiency": _NCCL_NET + assumed,
         "deepep_nvlink_efficiency": _DEEPEP_NVL + assumed,
     }
-    sources.update(_TODAY_SOFTWARE)
+    sources.update(TODAY_SOFTWARE_SOURCES)
     sources.update(MOE_KERNEL_SOURCES)
     sources["busy_clock_share"] = sources["clock_sigma"] = _NO_BUSY
     sources["gemm_wave_tail"] = wave_tail[1] or _GUIDE_TAIL

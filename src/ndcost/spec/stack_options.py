@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import SpecError
 from .exec_spec_rules import CP_ALGOS, CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PRECISIONS
-from .moe_kernels import EXPERT_BIASES, GROUPED_GEMMS, MOE_PERMUTES
+from .moe_kernels import EXPERT_BIASES, GLU_CLAMPS, GROUPED_GEMMS, MOE_PERMUTES
 from .recompute_spec import SELECTIVE_RULES
 from .rates import ATTENTION_KERNELS, ELEMENTWISE, FP8_RECIPES
 
@@ -324,6 +324,12 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "Megatron-Core), split (both expert by expert: NeMo AutoModel) or gathered (both gathered into the "
                 "rows and added: torchtitan) (default: the --software stack's, else down_split)",
                 choices=EXPERT_BIASES, applies=_moe, needs="a MoE model"),
+    StackOption("glu_clamp", "glu_clamp", "rates", "choice",
+                "how a gated expert's two halves are clamped, for a model that clamps them (gpt-oss's swiglu_limit): "
+                "fused (inside the activation's kernel), separate (eager clamp kernels, fused where the stack "
+                "compiles its elementwise ops) or concatenated (the clamped halves concatenated again before the "
+                "fused activation: Megatron-Core) (default: the --software stack's, else concatenated)",
+                choices=GLU_CLAMPS, applies=_moe, needs="a MoE model"),
     StackOption("launch_overhead", "launch_overhead", "rates", "number",
                 "host seconds to launch one kernel eagerly; a layer's pass takes at least its launches (default "
                 "9.58e-6, measured on an H200's host)"),

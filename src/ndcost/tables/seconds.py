@@ -40,7 +40,7 @@ from ..errors import SpecError
 from .layout import build_layout
 from .nd_tables import nd_kind_table, nd_model_vector
 from ..spec.exec_spec import CUDA_GRAPHS
-from ..spec.moe_kernels import EXPERT_BIASES, GROUPED_GEMMS, MOE_PERMUTES
+from ..spec.moe_kernels import EXPERT_BIASES, GLU_CLAMPS, GROUPED_GEMMS, MOE_PERMUTES
 from ..spec.straggler import job_clock_share
 from ..spec.rates import GEMM_TILE_OUTPUTS, Rates
 
@@ -151,6 +151,7 @@ def seconds_model_vector(model: Any) -> np.ndarray:
     # sigmoid scores with a score-correction bias (noaux_tc routing: DeepSeek-V3 report §2.1.2, GLM-4.5)
     vec[SECONDS_MODEL["router_bias"]] = 1.0 if model.is_moe and model.family in ROUTER_BIAS_FAMILIES else 0.0
     vec[SECONDS_MODEL["expert_bias"]] = 1.0 if model.is_moe and model.mlp_bias else 0.0
+    vec[SECONDS_MODEL["glu_clamp"]] = 1.0 if model.is_moe and model.glu_clamp else 0.0
     tower = model.vision
     if tower is not None:
         vec[SECONDS_MODEL["v_patches"]] = tower.tokens
@@ -223,6 +224,7 @@ def _rates_vector(device: Any, rates: Rates, precision: str, gpus: int) -> np.nd
     vec[RATE["scatter_rate"]] = rates.scatter_add_rate
     vec[RATE["f8_split"]] = 1.0 if rates.fp8_split_casts() else 0.0
     vec[RATE["e_bias"]] = EXPERT_BIASES.index(rates.expert_bias)
+    vec[RATE["glu_clamp"]] = GLU_CLAMPS.index(rates.glu_clamp)
     vec.setflags(write=False)
     return vec
 

@@ -1,0 +1,30 @@
+"""Where the defaults of the software figures of :class:`~ndcost.spec.rates.Rates` come from: today's
+Megatron-LM / PyTorch FSDP as their own code and NVIDIA's configs set them (``Rates.sources`` of every device).
+The MoE kernels' figures have their own sources in :mod:`ndcost.spec.moe_kernels`."""
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+__all__ = ["TODAY_SOFTWARE_SOURCES"]
+
+#: Sources of the software figures' defaults: today's Megatron-LM / PyTorch FSDP.
+TODAY_SOFTWARE_SOURCES: Mapping[str, str] = MappingProxyType({
+    "zero3_fetch_bandwidth": "default 0: the parameter all-gather at NCCL's rate (PyTorch FSDP gathers a "
+                             "whole wrapped unit's flat parameter with one all_gather_into_tensor)",
+    "zero3_recompute_gather": "default False: PyTorch FSDP runs the checkpointed forward inside the unit's "
+                              "backward, under the backward's own all-gather",
+    "zero3_grad_all_reduce": "default False: PyTorch FSDP / ZeRO reduce-scatter the gradients",
+    "grad_accumulation_fusion": "default True: Megatron-LM's --gradient-accumulation-fusion (on by default; "
+                                "the wgrad GEMM accumulates into main_grad)",
+    "attention_kernel": "default 'best': Megatron-Core with Transformer Engine runs the part's fastest fused "
+                        "attention (cuDNN FusedAttention on sm90, FlashAttention on sm80)",
+    "fp8_recipe": "default 'delayed': Transformer Engine's DelayedScaling, its default recipe",
+    "elementwise": "default 'fused': Megatron-Core / Transformer Engine fused norm, RoPE, SwiGLU, bias-dropout-add",
+    "attention_copies": "default False: Transformer Engine attention takes GQA's K/V heads as they are",
+    "tp_overlap_splits": "default 4: NeMo's H100 userbuffers configs run proj_fprop and fc2_fprop as 'pipeline' "
+                         "with num_splits 4 (NVIDIA/dgxc-benchmarking, data/validation/h100_run_facts.yaml "
+                         "'tp_comm_overlap')",
+    "tp_overlap_sms": "default 22: the same configs give the pipelined reduce-scatters num_sm 24 (proj_fprop) and "
+                      "20 (fc2_fprop) on H100; their mean",
+})
