@@ -119,7 +119,8 @@ def test_moe_blocks_agree_on_both_backends(kernels, pykernels):
             grouped_gemm_impl=str(rng.choice(["cutlass", "multi_stream"])),
             moe_aux_loss=bool(rng.random() < 0.5), grad_accumulation_fusion=bool(rng.random() < 0.5),
             expert_bias=str(rng.choice(EXPERT_BIASES)), glu_clamp=str(rng.choice(GLU_CLAMPS)),
-            elementwise=str(rng.choice(["fused", "eager"])), fp8_recipe=str(rng.choice(["delayed", "current", "blockwise"])))
+            elementwise=str(rng.choice(["fused", "eager"])),
+            fp8_recipe=str(rng.choice(["delayed", "current", "blockwise"])))
         precision = str(rng.choice(["bf16", "fp8"]))
         cand = _cand(ep=int(rng.choice([1, 2, 8])), dp=8, global_batch_size=8, seq_split=int(rng.choice([1, 2])),
                      pp_schedule="seq1f1b", precision=precision, cuda_graphs=str(rng.choice(["none", "layer"])),

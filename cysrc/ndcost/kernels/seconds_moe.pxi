@@ -286,9 +286,8 @@ cdef inline double c_sec_moe_ffn(const double* model, const double* smodel, cons
     cdef double topk = model[M_n_chosen], n_exp = model[M_n_exp], shared = smodel[SM_shared_width]
     cdef double load = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
     c_sec_moe_block(tokens / cand[SC_sp], tokens * topk * load, n_exp / cand[SC_ep], h, width, n_ff, n_exp, topk,
-                    shared, tokens, 0.0, smodel[SM_router_bias], smodel[SM_expert_bias], smodel[SM_glu_clamp], cand, rate,
-                    sums, note, ops,
-                    ffn_act)
+                    shared, tokens, 0.0, smodel[SM_router_bias], smodel[SM_expert_bias], smodel[SM_glu_clamp], cand,
+                    rate, sums, note, ops, ffn_act)
     return 2.0 * cand[SC_b] * cand[SC_s] * h * (topk * n_ff * width + n_exp + n_ff * shared)
 
 
