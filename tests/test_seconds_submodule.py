@@ -231,8 +231,11 @@ def test_windowed_attention_meets_a_window_of_keys(kernels):
 def test_a_causal_sliding_window_meets_its_prefix_then_the_window(kernels):
     """A causal sliding window of w keys (Mistral, Gemma 2/3, gpt-oss): query i meets min(i + 1, w)
     keys, so a sequence of s tokens meets s·w - w(w-1)/2 key pairs a head (w = 64: s·64 - 2016), by hand:
-    2·b·(s·w - w(w-1)/2)·a·(d_qk + d_v) FLOPs, run whole by a windowed flash kernel; without flash
-    the unfused kernel computes the whole s x s matrix and masks it (HFU counts the masked part)."""
+    2·b·(s·w - w(w-1)/2)·a·(d_qk + d_v) FLOPs, run by a windowed flash kernel at its fixed work a query
+    (ndcost.kernels.window_attention: the stretch over the full kernel's rate); without flash the unfused kernel
+    computes the whole s x s matrix and masks it (HFU counts the masked part)."""
+    from ndcost.kernels.window_attention import _window_stretch
+
     window = 64
     a = _vision_kind(_arrays(_host(), _spec(seq_length=4096)), bidirectional=0)
     b, s, t, cp, attn_rate, kernel_s = _core_inputs(a)
@@ -240,7 +243,9 @@ def test_a_causal_sliding_window_meets_its_prefix_then_the_window(kernels):
     pairs = s * 64 - 64 * 63 / 2
     flops = 2.0 * b * pairs * VA * (VD + VD)
     assert row[L["flops_core"]] == pytest.approx(flops, rel=1e-12)
-    assert row[L["core_f"]] == pytest.approx(flops / (t * cp) / attn_rate + kernel_s, rel=1e-12)
+    stretch = _window_stretch(64.0, s)
+    assert stretch > 5.0
+    assert row[L["core_f"]] == pytest.approx(flops / (t * cp) / attn_rate * stretch + kernel_s, rel=1e-12)
     bidirectional = _layers(kernels, _with_kind(a, att_window=window, bidirectional=1))[0]
     assert bidirectional[L["flops_core"]] == pytest.approx(2.0 * b * s * window * VA * (VD + VD), rel=1e-12)
     nf = _with_cand(a, flash=0.0)

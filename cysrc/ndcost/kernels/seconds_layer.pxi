@@ -201,6 +201,8 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
             flops_core *= SEC_FLASH_CAUSAL_SHARE     # the keys a causal query needs: half the matrix
         if flash:
             run = flops_core / (t * cp)
+            if windowed and masked and kind[K_att_chunked] == 0.0:
+                run *= c_sec_window_stretch(window, s)     # a sliding window's fixed work a query
             core_f = run / attn_rate + n_split * kernel_s
             core_b = SEC_FLASH_BACKWARD_FLOPS * run / attn_rate + n_split * kernel_s
         else:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from ..spec.mamba import SELECTIVE_SCAN_FLOPS
 from ..spec.recompute_spec import ALL_KEPT
-from . import activation_storage, memory, nd_combine, nd_ops, seconds, seconds_layer, seconds_moe, seconds_ops
+from . import (
+    activation_storage, memory, nd_combine, nd_ops, seconds, seconds_layer, seconds_moe, seconds_ops, window_attention,
+)
 from .codes import ENUMS, ND_OPS, c_name
 
 __all__ = ["kernel_codes"]
@@ -70,6 +72,8 @@ CONSTANTS: dict[str, int | float] = {
     "SEC_SELECTIVE_SCAN_FLOPS": SELECTIVE_SCAN_FLOPS,
     "SEC_FLASH_BACKWARD_FLOPS": seconds_layer.FLASH_BACKWARD_FLOPS,
     "SEC_FLASH_CAUSAL_SHARE": seconds_layer.FLASH_CAUSAL_SHARE,
+    "SEC_WINDOW_TILE": window_attention.WINDOW_TILE,
+    "SEC_WINDOW_FIXED_KEYS": window_attention.WINDOW_FIXED_KEYS,
     "SEC_EAGER_RMSNORM_FP32_BYTES": seconds_layer.EAGER_RMSNORM_FP32_BYTES,
     "SEC_EAGER_RMSNORM_KERNELS": seconds_layer.EAGER_RMSNORM_KERNELS,
     "SEC_EAGER_ROPE_FP32_BYTES": seconds_layer.EAGER_ROPE_FP32_BYTES,

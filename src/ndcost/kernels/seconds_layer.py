@@ -32,6 +32,7 @@ from .seconds_ops import (
 )
 from .seconds_comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, SEND_RECV, _collective, _exchange
 from .seconds_moe import _moe_ffn, _note_two
+from .window_attention import _window_stretch
 from .autocast import _autocast_passes, _autocast_weights
 
 __all__ = ["seconds_layer_times", "seconds_layer_ops"]
@@ -241,7 +242,9 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
     # min(i + 1, w) keys, s·w - w(w-1)/2 over the sequence, so span = w - w(w-1)/(2s); a chunked
     # causal kind (Llama 4: causal inside fixed chunks of w tokens) meets i mod w + 1 keys, so k full
     # chunks and a remainder r = s - k·w hold k·w(w+1)/2 + r(r+1)/2 pairs. A flash kernel with a
-    # window or chunks skips the blocks outside them, an unfused one computes the whole matrix and masks it.
+    # window or chunks skips the blocks outside them, an unfused one computes the whole matrix and masks it; a
+    # sliding window's flash kernel runs its FLOPs slower than the full kernel, its fixed work a query amortised
+    # over w keys, not s/2 (ndcost.kernels.window_attention).
     core_f = core_b = flops_core = core_extra = 0.0
     scores = 0.0
     window = kind[_K["att_window"]]
@@ -265,6 +268,8 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
             flops_core *= FLASH_CAUSAL_SHARE
         if flash:
             run = flops_core / (t * cp)
+            if windowed and masked and kind[_K["att_chunked"]] == 0.0:
+                run *= _window_stretch(window, s)     # a sliding window's fixed work a query (window_attention)
             core_f = run / attn_rate + n_split * kernel_s
             core_b = FLASH_BACKWARD_FLOPS * run / attn_rate + n_split * kernel_s
         else:

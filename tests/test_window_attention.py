@@ -1,0 +1,105 @@
+"""A sliding-window flash kernel's fixed work a query (``ndcost.kernels.window_attention``): the model by hand, its
+fit to NVIDIA's measured windowed and full causal SDPA kernels (tools/fit_window_attention.py over
+tests/data/cudnn/sdpa_windows.json), and a windowed layer priced with it on both backends."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ndcost
+from ndcost.kernels.columns import LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, RATE
+from ndcost.kernels.window_attention import WINDOW_FIXED_KEYS, WINDOW_TILE, _window_stretch
+from ndcost.spec.rates import Rates
+from ndcost.tables.seconds import seconds_arrays
+
+ROOT = Path(__file__).resolve().parents[1]
+if not (ROOT / "tools" / "fit_window_attention.py").exists():
+    pytest.skip("the source tree's tools/ is not here (an installed-wheel run)", allow_module_level=True)
+_SPEC = importlib.util.spec_from_file_location("fit_window_attention", ROOT / "tools" / "fit_window_attention.py")
+fit_tool = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(fit_tool)
+
+F = LAYER_OP_FIELD
+_ARGS = ("kinds", "skinds", "model", "smodel", "cand", "rate")
+
+
+def test_the_stretch_by_hand():
+    """gpt-oss's 128-token window over 4096 tokens: 127.5 useful keys a query (query i meets min(i + 1, 128)),
+    beside them half a tile on the diagonal, a far edge cut in 31/32 of the sequence and the fixed work; the full
+    causal kernel 2048 keys, half a tile and the fixed work."""
+    span = 128 - 128 * 127 / (2 * 4096)
+    windowed = span + 64 + 64 * (1 - 128 / 4096) + WINDOW_FIXED_KEYS
+    full = 2048 + 64 + WINDOW_FIXED_KEYS
+    assert _window_stretch(128.0, 4096.0) == pytest.approx((windowed / span) / (full / 2048), rel=1e-12)
+    assert WINDOW_TILE == 128.0
+    assert 5.5 < _window_stretch(128.0, 4096.0) < 7.5      # 0.13-0.18 of the full rate, as measured
+
+
+def test_the_stretch_falls_to_one_as_the_window_reaches_the_sequence():
+    stretches = [_window_stretch(float(w), 8192.0) for w in (64, 128, 1024, 4096, 8000, 8191)]
+    assert stretches == sorted(stretches, reverse=True)
+    assert stretches[-1] == pytest.approx(1.0, abs=1e-3)
+    for window in (0.0, -5.0, 8192.0, 1e9):
+        assert _window_stretch(window, 8192.0) == 1.0       # no window: the full kernel
+
+
+def test_the_shipped_fixed_work_is_the_fit():
+    assert fit_tool.fit(fit_tool.pairs()) == WINDOW_FIXED_KEYS
+
+
+def test_every_measured_pair_within_21_percent_and_the_training_lengths_within_14():
+    """The model against cuDNN's measured ratios: GB200/GB300 at a 128-token window, H200 at 1024, each over the
+    full causal kernel of the same part and length."""
+    for pair in fit_tool.pairs():
+        error = fit_tool.model_ratio(pair, WINDOW_FIXED_KEYS) / fit_tool.measured_ratio(pair) - 1.0
+        assert abs(error) < 0.21, pair
+        if pair["tokens"] >= 4096:
+            assert abs(error) < 0.14, pair
+
+
+def test_each_part_alone_fits_near_the_shared_value():
+    """A physical constant of the kernel's structure, not of one part: each part's own fit within 20%."""
+    every = fit_tool.pairs()
+    for part in {pair["part"] for pair in every}:
+        own = fit_tool.fit([pair for pair in every if pair["part"] == part])
+        assert abs(own / WINDOW_FIXED_KEYS - 1.0) < 0.2, part
+
+
+def _attn_core(kernels, name: str, fields: dict, kind: int):
+    model = ndcost.Model.from_catalog(name)
+    spec = ndcost.ExecSpec(**fields)
+    arrays = seconds_arrays(model, spec, ndcost.Cluster("b200", spec.num_devices),
+                            rates=Rates.for_software("b200", "megatron-te"))
+    out = np.empty((len(LAYER_OP_NAMES), len(LAYER_OP_FIELDS)))
+    kernels.seconds_layer_ops(*(arrays[key] for key in _ARGS), kind, out)
+    return out[LAYER_OP["attn_core"]], arrays["rate"], model
+
+
+def test_a_windowed_layer_takes_the_stretch_on_both_backends(kernels, pykernels):
+    """gpt-oss's sliding layers (kind 0): the attention core's forward and backward are their FLOPs at the
+    attention rate times the stretch, plus a launch; its full-attention layers (kind 1) take no stretch."""
+    fields = dict(dp=8, ep=8, micro_batch_size=4, global_batch_size=32, seq_length=4096)
+    for backend in (kernels, pykernels):
+        row, rate, model = _attn_core(backend, "gpt-oss-120b", fields, 0)
+        assert model.kinds[0].window == 128 and model.kinds[1].window == 0
+        attn = rate[RATE["attn_eff"]] * rate[RATE["peak_attn"]]
+        stretch = _window_stretch(128.0, 4096.0)
+        assert row[F["time_f"]] == pytest.approx(row[F["flops_f"]] / attn * stretch + rate[RATE["kernel_s"]],
+                                                 rel=1e-12)
+        assert row[F["time_b"]] == pytest.approx(row[F["flops_b"]] / attn * stretch + rate[RATE["kernel_s"]],
+                                                 rel=1e-12)
+        full, _, _ = _attn_core(backend, "gpt-oss-120b", fields, 1)
+        assert full[F["time_f"]] == pytest.approx(full[F["flops_f"]] / attn + rate[RATE["kernel_s"]], rel=1e-12)
+    np.testing.assert_allclose(_attn_core(kernels, "gpt-oss-120b", fields, 0)[0],
+                               _attn_core(pykernels, "gpt-oss-120b", fields, 0)[0], rtol=1e-12)
+
+
+def test_the_model_flops_do_not_move():
+    """The stretch is time, not work: MFU's FLOPs of a windowed model are the keys each query meets."""
+    model = ndcost.Model.from_catalog("gpt-oss-120b")
+    spec = ndcost.ExecSpec(dp=8, ep=8, micro_batch_size=4, global_batch_size=32, seq_length=4096)
+    estimate = ndcost.estimate(model, spec, ndcost.Cluster("b200", 8))
+    assert 0.0 < estimate.mfu <= estimate.hfu <= 1.0
