@@ -177,7 +177,7 @@ def _cand(**values):
     cand = np.zeros(len(SECONDS_CAND))
     defaults = dict(b=1, s=1024, t=1, sp=1, cp=1, ep=1, t_exp=1, d=1, edp=1, p=4, vp=1, m=8, seq_split=1,
                     bytes_c=2, bytes_mm=2, bytes_p=2, bytes_grad=4, bytes_opt=34, dropout_bytes=0,
-                    schedule=0)
+                    schedule=0, pp_runs=1)
     defaults.update(values)
     for name, value in defaults.items():
         cand[SECONDS_CAND[name]] = value

@@ -27,7 +27,7 @@ from ndcost.spec.stack_options import STACK_OPTIONS, option_for_field, option_te
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ExecSpec)}
 _RATE_FIELDS = [f.name for f in dataclasses.fields(Rates) if f.name != "sources"]
 _INT_FLAGS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "global_batch_size", "seq_length",
-              "zero_stage", "seq_split")
+              "zero_stage", "seq_split", "pp_runs")
 
 
 def _rows():

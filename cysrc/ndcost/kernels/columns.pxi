@@ -202,7 +202,8 @@ cdef enum:
     SC_disp_b = 40
     SC_graphs = 41
     SC_autocast = 42
-    SC_COUNT = 43
+    SC_pp_runs = 43
+    SC_COUNT = 44
 
 cdef enum:
     R_peak_mm = 0

@@ -277,48 +277,49 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     cdef long long c_micro_batch_num = _fr_int(&cols[11], i)
     cdef long long c_global_batch_size = _fr_int(&cols[12], i)
     cdef long long c_pp_schedule = _fr_int(&cols[13], i)
-    cdef bint c_sequence_parallel = _fr_bool(&cols[14], i)
-    cdef long long c_cp_algo = _fr_int(&cols[15], i)
-    cdef long long c_precision = _fr_int(&cols[16], i)
-    cdef long long c_zero_stage = _fr_int(&cols[17], i)
-    cdef long long c_optimizer_shard = _fr_int(&cols[18], i)
-    cdef bint c_shard_spans_cp = _fr_bool(&cols[19], i)
-    cdef bint c_vocab_emb_dp = _fr_bool(&cols[20], i)
-    cdef long long c_grad_bytes = _fr_int(&cols[21], i)
-    cdef long long c_optimizer_states = _fr_int(&cols[22], i)
-    cdef long long c_optimizer_state_bytes = _fr_int(&cols[23], i)
-    cdef long long c_main_param_bytes = _fr_int(&cols[24], i)
-    cdef long long c_tie_embeddings = _fr_int(&cols[25], i)
-    cdef long long c_reshard_params = _fr_int(&cols[26], i)
-    cdef bint c_deferred_grad_accumulation = _fr_bool(&cols[27], i)
-    cdef long long c_param_bytes = _fr_int(&cols[28], i)
-    cdef long long c_compute_bytes = _fr_int(&cols[29], i)
-    cdef double c_capacity_factor = _fr_float(&cols[30], i)
-    cdef double c_moe_dispatch = _fr_float(&cols[31], i)
-    cdef double c_moe_dispatch_count = _fr_float(&cols[32], i)
-    cdef long long c_seq_split = _fr_int(&cols[33], i)
-    cdef long long c_dropout_bytes = _fr_int(&cols[34], i)
-    cdef bint c_flash_attention = _fr_bool(&cols[35], i)
-    cdef bint c_grouped_gemm = _fr_bool(&cols[36], i)
-    cdef double c_moe_imbalance = _fr_float(&cols[37], i)
-    cdef bint c_overlapped_grad_reduce = _fr_bool(&cols[38], i)
-    cdef bint c_overlapped_param_gather = _fr_bool(&cols[39], i)
-    cdef bint c_tp_overlap = _fr_bool(&cols[40], i)
-    cdef long long c_moe_dispatcher_sms = _fr_int(&cols[41], i)
-    cdef long long c_moe_node_limit = _fr_int(&cols[42], i)
-    cdef bint c_moe_dispatch_fp8 = _fr_bool(&cols[43], i)
-    cdef long long c_cuda_graphs = _fr_int(&cols[44], i)
-    cdef bint c_autocast = _fr_bool(&cols[45], i)
-    cdef bint c_recompute_slice_activation = _fr_bool(&cols[46], i)
-    cdef long long c_softmax_bytes = _fr_int(&cols[47], i)
-    cdef long long c_norm_bytes = _fr_int(&cols[48], i)
-    cdef bint c_fp8_weight_cache = _fr_bool(&cols[49], i)
-    cdef long long c_logit_bytes = _fr_int(&cols[50], i)
-    cdef bint c_fp8_transpose_cache = _fr_bool(&cols[51], i)
-    cdef bint c_grads_set_to_none = _fr_bool(&cols[52], i)
-    cdef bint c_moe_weighted_activation = _fr_bool(&cols[53], i)
-    cdef bint c_fp8_activation_storage = _fr_bool(&cols[54], i)
-    cdef bint c_zero3_parameter_fetch = _fr_bool(&cols[55], i)
+    cdef long long c_pp_runs = _fr_int(&cols[14], i)
+    cdef bint c_sequence_parallel = _fr_bool(&cols[15], i)
+    cdef long long c_cp_algo = _fr_int(&cols[16], i)
+    cdef long long c_precision = _fr_int(&cols[17], i)
+    cdef long long c_zero_stage = _fr_int(&cols[18], i)
+    cdef long long c_optimizer_shard = _fr_int(&cols[19], i)
+    cdef bint c_shard_spans_cp = _fr_bool(&cols[20], i)
+    cdef bint c_vocab_emb_dp = _fr_bool(&cols[21], i)
+    cdef long long c_grad_bytes = _fr_int(&cols[22], i)
+    cdef long long c_optimizer_states = _fr_int(&cols[23], i)
+    cdef long long c_optimizer_state_bytes = _fr_int(&cols[24], i)
+    cdef long long c_main_param_bytes = _fr_int(&cols[25], i)
+    cdef long long c_tie_embeddings = _fr_int(&cols[26], i)
+    cdef long long c_reshard_params = _fr_int(&cols[27], i)
+    cdef bint c_deferred_grad_accumulation = _fr_bool(&cols[28], i)
+    cdef long long c_param_bytes = _fr_int(&cols[29], i)
+    cdef long long c_compute_bytes = _fr_int(&cols[30], i)
+    cdef double c_capacity_factor = _fr_float(&cols[31], i)
+    cdef double c_moe_dispatch = _fr_float(&cols[32], i)
+    cdef double c_moe_dispatch_count = _fr_float(&cols[33], i)
+    cdef long long c_seq_split = _fr_int(&cols[34], i)
+    cdef long long c_dropout_bytes = _fr_int(&cols[35], i)
+    cdef bint c_flash_attention = _fr_bool(&cols[36], i)
+    cdef bint c_grouped_gemm = _fr_bool(&cols[37], i)
+    cdef double c_moe_imbalance = _fr_float(&cols[38], i)
+    cdef bint c_overlapped_grad_reduce = _fr_bool(&cols[39], i)
+    cdef bint c_overlapped_param_gather = _fr_bool(&cols[40], i)
+    cdef bint c_tp_overlap = _fr_bool(&cols[41], i)
+    cdef long long c_moe_dispatcher_sms = _fr_int(&cols[42], i)
+    cdef long long c_moe_node_limit = _fr_int(&cols[43], i)
+    cdef bint c_moe_dispatch_fp8 = _fr_bool(&cols[44], i)
+    cdef long long c_cuda_graphs = _fr_int(&cols[45], i)
+    cdef bint c_autocast = _fr_bool(&cols[46], i)
+    cdef bint c_recompute_slice_activation = _fr_bool(&cols[47], i)
+    cdef long long c_softmax_bytes = _fr_int(&cols[48], i)
+    cdef long long c_norm_bytes = _fr_int(&cols[49], i)
+    cdef bint c_fp8_weight_cache = _fr_bool(&cols[50], i)
+    cdef long long c_logit_bytes = _fr_int(&cols[51], i)
+    cdef bint c_fp8_transpose_cache = _fr_bool(&cols[52], i)
+    cdef bint c_grads_set_to_none = _fr_bool(&cols[53], i)
+    cdef bint c_moe_weighted_activation = _fr_bool(&cols[54], i)
+    cdef bint c_fp8_activation_storage = _fr_bool(&cols[55], i)
+    cdef bint c_zero3_parameter_fetch = _fr_bool(&cols[56], i)
     cdef long long joint_dp
     cdef long long joint_tp
     cdef long long joint_pp
@@ -460,6 +461,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     joint_schedule_1f1b = (c_pp_schedule == 0)
     joint_interleaved = ((c_pp_schedule == 1) or (joint_schedule_1f1b and (joint_vpp > 1)))
     joint_family = (joint_schedule_1f1b or joint_interleaved or (c_pp_schedule == 4) or (c_pp_schedule == 2) or (c_pp_schedule == 5) or (c_pp_schedule == 6))
+    joint_micro_batches = _fr_floordiv(joint_micro_batches, (c_pp_runs if ((c_pp_runs >= 1) or (c_pp_runs != c_pp_runs)) else 1))
     joint_too_few = ((joint_pp > 1) and joint_family and (joint_micro_batches < joint_pp))
     if joint_too_few:
         return k.codes[14]
@@ -624,6 +626,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
         out_seconds[40 * s_seconds] = (k.fp8_dispatch_bytes if c_moe_dispatch_fp8 else (<double>seconds_compute_bytes))
         out_seconds[41 * s_seconds] = (<double>c_cuda_graphs)
         out_seconds[42 * s_seconds] = (1.0 if c_autocast else 0.0)
+        out_seconds[43 * s_seconds] = (<double>c_pp_runs)
     if out_memory != NULL:
         memory_seq_length = c_seq_length
         memory_seq = (((<double>memory_seq_length) / (<double>c_seq_split)) if (c_pp_schedule == 4) else (<double>memory_seq_length))
@@ -686,7 +689,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     return 0
 
 
-def formula_rows(tuple columns,                       # IN: storage columns (56, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
+def formula_rows(tuple columns,                       # IN: storage columns (57, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
                  Py_ssize_t start, Py_ssize_t stop,    # IN: the rows
                  const double[::1] constants,        # IN: FORMULA_ROW_CONSTANTS, the tuples after
                  const long long[::1] codes,         # IN: the code of each FORMULA_ROW_RULES rule
@@ -700,13 +703,13 @@ def formula_rows(tuple columns,                       # IN: storage columns (56,
                  double[:, :] out_seconds,
                  double[:, :] out_memory,
                  double[:, :] out_fixed) -> None:
-    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (43, n) or (0, 0), the memory vector (40, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
+    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (44, n) or (0, 0), the memory vector (40, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
     cdef Py_ssize_t n = stop - start, n_layouts = layout_row.shape[0], i, j, li
     cdef long long r
     cdef bint bad
     cdef _formula_rows_constants k
-    cdef _FRColumn cols[56]
-    cdef Py_buffer views[56]
+    cdef _FRColumn cols[57]
+    cdef Py_buffer views[57]
     cdef int opened = 0
     cdef double* p_nd
     cdef double* p_seconds
@@ -731,8 +734,8 @@ def formula_rows(tuple columns,                       # IN: storage columns (56,
         raise ValueError("out_nd must have strides of whole float64s")
     f_nd = out_nd.strides[0] // sizeof(double)     # a field's step
     r_nd = out_nd.strides[1] // sizeof(double)     # a row's step
-    if not ((out_seconds.shape[0] == 43 and out_seconds.shape[1] == n) or (out_seconds.shape[0] == 0 and out_seconds.shape[1] == 0)):
-        raise ValueError(f"out_seconds must be (43, {n}) or (0, 0)")
+    if not ((out_seconds.shape[0] == 44 and out_seconds.shape[1] == n) or (out_seconds.shape[0] == 0 and out_seconds.shape[1] == 0)):
+        raise ValueError(f"out_seconds must be (44, {n}) or (0, 0)")
     p_seconds = &out_seconds[0, 0] if out_seconds.shape[0] and n else NULL
     if out_seconds.strides[0] % sizeof(double) or out_seconds.strides[1] % sizeof(double):
         raise ValueError("out_seconds must have strides of whole float64s")
@@ -752,11 +755,11 @@ def formula_rows(tuple columns,                       # IN: storage columns (56,
         raise ValueError("out_fixed must have strides of whole float64s")
     f_fixed = out_fixed.strides[0] // sizeof(double)     # a field's step
     r_fixed = out_fixed.strides[1] // sizeof(double)     # a row's step
-    if len(columns) != 56:
-        raise ValueError(f"columns must hold 56 storage columns, got {len(columns)}")
+    if len(columns) != 57:
+        raise ValueError(f"columns must hold 57 storage columns, got {len(columns)}")
     _formula_rows_unpack(&k, constants, codes)
     try:
-        for j in range(56):
+        for j in range(57):
             _fr_open(columns[j], &views[j], &cols[j], stop, j)
             opened += 1
         with nogil:
@@ -773,7 +776,7 @@ def formula_rows(tuple columns,                       # IN: storage columns (56,
                         for j in range(36):
                             p_nd[j * f_nd + i * r_nd] = NAN
                     if p_seconds != NULL:
-                        for j in range(43):
+                        for j in range(44):
                             p_seconds[j * f_seconds + i * r_seconds] = NAN
                     if p_memory != NULL:
                         for j in range(40):

@@ -369,11 +369,12 @@ cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const
                                  double* parts, double* stage_times, double* totals) noexcept nogil:
     # The oracle's seconds_combine after its checks.
     cdef Py_ssize_t st, straggler
-    cdef double m = cand[SC_m], total, slowest, summed, schedule, vp, n_split, chunks, pipeline
+    cdef double m = cand[SC_m], runs = cand[SC_pp_runs]
+    cdef double total, slowest, summed, schedule, vp, n_split, chunks, pipeline
     cdef double backward, bubble, ov_dp, ov_gather, slack, tail, layers, reduce_, gather
     cdef double optimizer, own, late, t_reduce = 0.0, t_opt = 0.0, t_gather = 0.0, scale
     cdef double dp_reduce, dp_gather
-    cdef bint ok = n_stages >= 1 and m >= 1.0
+    cdef bint ok = n_stages >= 1 and m >= 1.0 and runs >= 1.0
     cdef bint pair, dualpipe
     schedule = cand[SC_schedule]
     pair = schedule == SEC_DUALPIPE
@@ -415,9 +416,9 @@ cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const
             bubble *= n_stages / 2.0 - 1.0
         else:
             bubble *= (n_stages - 1.0) / 2.0
-        pipeline = m * slowest + bubble
+        pipeline = m * slowest + runs * bubble
     else:
-        pipeline = m * slowest + (summed - slowest) / chunks
+        pipeline = m * slowest + runs * (summed - slowest) / chunks     # each schedule run fills and drains
     ov_dp = cand[SC_ov_dp]
     ov_gather = cand[SC_ov_dp_gather]
     slack = 0.0

@@ -24,7 +24,7 @@ __all__ = ["add_model_arguments", "model_from_args", "add_strategy_arguments", "
            "Strategy", "strategy_from_args", "rates_from_args", "check_software", "cluster_where"]
 
 _INT_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "micro_batch_num",
-               "global_batch_size", "seq_length", "zero_stage", "seq_split")
+               "global_batch_size", "seq_length", "zero_stage", "seq_split", "pp_runs")
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:

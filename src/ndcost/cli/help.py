@@ -21,6 +21,9 @@ STRATEGY_HELP = {
     "seq_length": "tokens per sequence (default 4096)",
     "zero_stage": "ZeRO stage: 0 DDP, 1 optimizer states, 2 + gradients, 3 + parameters (FSDP) (default 1)",
     "seq_split": "Seq1F1B sequence chunks (default 1; with --pp-schedule seq1f1b)",
+    "pp_runs": "the step's micro-batches run as this many whole pipeline schedules, each filling and draining the "
+               "pipeline (gradient accumulation over torch.distributed.pipelining runs: torchtitan, NeMo AutoModel) "
+               "(default 1; with pp > 1, dividing the micro-batches)",
     "sequence_parallel": "Megatron sequence parallelism over the tp ranks (default off)",
     "recompute": "activation recompute of every layer: none, full or selective (default none)",
     "pp_schedule": "pipeline schedule: 1f1b, interleaved, zero_bubble_v (ND's DualPipeV), gpipe, seq1f1b, "

@@ -25,7 +25,7 @@ __all__ = ["estimate_command", "write_plan", "emit_report"]
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ExecSpec) if f.default is not dataclasses.MISSING}
 #: ExecSpec fields a command states with a flag of its own name (ints, then choices).
 _FLAG_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size", "global_batch_size", "seq_length",
-                "zero_stage", "seq_split", "pp_schedule")
+                "zero_stage", "seq_split", "pp_runs", "pp_schedule")
 
 
 def write_plan(path: str, spec: ExecSpec) -> None:

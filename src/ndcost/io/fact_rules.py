@@ -159,6 +159,11 @@ def stated_stack_fields(facts: Any, strategy: Mapping[str, Any], recompute: str,
         fields["moe_weighted_activation"] = weighting.startswith("inside the expert activation")
         notes.append("routed tokens weighted " + ("inside the expert activation" if fields["moe_weighted_activation"]
                                                   else "after the experts (their outputs kept)"))
+    runs = facts.value("pp_runs")
+    if isinstance(runs, int) and not isinstance(runs, bool) and runs != 1:
+        # gradient accumulation over whole pipeline schedules (torch.distributed.pipelining's step() a local batch)
+        fields["pp_runs"] = runs
+        notes.append(f"{runs} pipeline schedule runs a step, each filled and drained")
     return fields, notes
 
 

@@ -192,6 +192,7 @@ SECONDS_CAND_FIELDS = (
     "disp_b",         # bytes per element of a dispatch-direction payload (16-bit, or fp8 with its 1x128 scales)
     "graphs",         # ExecSpec.cuda_graphs index: 0 none, 1 attention, 2 + a MoE layer's router, 3 whole layers
     "autocast",       # 1: fp32 parameters under torch.autocast, an fp32 residual stream (ExecSpec.autocast)
+    "pp_runs",        # the step's micro-batches run as this many pipeline schedules, each filled and drained
 )
 
 # --- device and achievable rates (float64 vector) ---

@@ -19,8 +19,8 @@ __all__ = ["formula_rows"]
 #: The storage columns it reads, in the order its ``columns`` argument holds them.
 FORMULA_ROW_FIELDS = (
     'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'etp',
-    'micro_batch_size', 'micro_batch_num', 'global_batch_size', 'pp_schedule', 'sequence_parallel', 'cp_algo',
-    'precision', 'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'vocab_emb_dp', 'grad_bytes',
+    'micro_batch_size', 'micro_batch_num', 'global_batch_size', 'pp_schedule', 'pp_runs', 'sequence_parallel',
+    'cp_algo', 'precision', 'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'vocab_emb_dp', 'grad_bytes',
     'optimizer_states', 'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params',
     'deferred_grad_accumulation', 'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch',
     'moe_dispatch_count', 'seq_split', 'dropout_bytes', 'flash_attention', 'grouped_gemm', 'moe_imbalance',
@@ -77,14 +77,14 @@ FORMULA_ROW_RULES = (
     'tp_cross_node', 'no_fp8', 'expert_dp',
 )
 #: Its output matrices: (name, rows); a (0, 0) matrix is not asked for.
-FORMULA_ROW_OUTPUTS = (('nd', 36), ('seconds', 43), ('memory', 40), ('fixed', 1))
+FORMULA_ROW_OUTPUTS = (('nd', 36), ('seconds', 44), ('memory', 40), ('fixed', 1))
 _TABLE_SCHEDULE_ROW = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 _TABLE_MEMORY_SCHEDULE_ROW = (0.0, 0.0, 2.0, 1.0, 3.0, 5.0, 4.0)
 
 
 def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
     # One row: (its reason code, 0 when priced; then each asked-for vector, else None).
-    (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_param_bytes, c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_moe_dispatch_count, c_seq_split, c_dropout_bytes, c_flash_attention, c_grouped_gemm, c_moe_imbalance, c_overlapped_grad_reduce, c_overlapped_param_gather, c_tp_overlap, c_moe_dispatcher_sms, c_moe_node_limit, c_moe_dispatch_fp8, c_cuda_graphs, c_autocast, c_recompute_slice_activation, c_softmax_bytes, c_norm_bytes, c_fp8_weight_cache, c_logit_bytes, c_fp8_transpose_cache, c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage, c_zero3_parameter_fetch,) = row
+    (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_pp_runs, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_param_bytes, c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_moe_dispatch_count, c_seq_split, c_dropout_bytes, c_flash_attention, c_grouped_gemm, c_moe_imbalance, c_overlapped_grad_reduce, c_overlapped_param_gather, c_tp_overlap, c_moe_dispatcher_sms, c_moe_node_limit, c_moe_dispatch_fp8, c_cuda_graphs, c_autocast, c_recompute_slice_activation, c_softmax_bytes, c_norm_bytes, c_fp8_weight_cache, c_logit_bytes, c_fp8_transpose_cache, c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage, c_zero3_parameter_fetch,) = row
     joint_dp = c_dp
     joint_tp = c_tp
     joint_pp = c_pp
@@ -143,6 +143,7 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
     joint_schedule_1f1b = c_pp_schedule == 0
     joint_interleaved = c_pp_schedule == 1 or (joint_schedule_1f1b and joint_vpp > 1)
     joint_family = joint_schedule_1f1b or joint_interleaved or c_pp_schedule == 4 or (c_pp_schedule == 2) or (c_pp_schedule == 5) or (c_pp_schedule == 6)
+    joint_micro_batches = _floordiv(joint_micro_batches, c_pp_runs if c_pp_runs >= 1 or c_pp_runs != c_pp_runs else 1)
     joint_too_few = joint_pp > 1 and joint_family and (joint_micro_batches < joint_pp)
     if joint_too_few:
         return (k.codes[14], None, None, None, None)
@@ -312,6 +313,7 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
             k.fp8_dispatch_bytes if c_moe_dispatch_fp8 else float(seconds_compute_bytes),
             float(c_cuda_graphs),
             1.0 if c_autocast else 0.0,
+            float(c_pp_runs),
         )
     memory = None
     if want_memory:
@@ -382,7 +384,7 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
 
 
 def formula_rows(columns, start, stop, constants, codes, spec_reason, layout_index, layout_bad, layout_row, out_reason, out_layout, out_nd, out_seconds, out_memory, out_fixed):
-    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (43, n) or (0, 0), the memory vector (40, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
+    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (44, n) or (0, 0), the memory vector (40, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
     n = stop - start
     n_layouts = len(layout_row)
     if start < 0 or stop < start:
@@ -394,11 +396,11 @@ def formula_rows(columns, start, stop, constants, codes, spec_reason, layout_ind
     if len(out_reason) != n or len(out_layout) != n:
         raise ValueError(f"out_reason and out_layout must have length {n}")
     check_out(out_nd, 36, n, 'out_nd')
-    check_out(out_seconds, 43, n, 'out_seconds')
+    check_out(out_seconds, 44, n, 'out_seconds')
     check_out(out_memory, 40, n, 'out_memory')
     check_out(out_fixed, 1, n, 'out_fixed')
     k = unpack(constants, codes, FORMULA_ROW_CONSTANTS, 29)
-    rows = zip(*rows_of(columns, start, stop, ('int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'int', 'int', 'bool', 'bool', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'float', 'float', 'float', 'int', 'int', 'bool', 'bool', 'float', 'bool', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'bool', 'bool', 'bool',)))
+    rows = zip(*rows_of(columns, start, stop, ('int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'int', 'int', 'bool', 'bool', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'float', 'float', 'float', 'int', 'int', 'bool', 'bool', 'float', 'bool', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'bool', 'bool', 'bool',)))
     want_nd = len(out_nd) != 0
     want_seconds = len(out_seconds) != 0
     want_memory = len(out_memory) != 0

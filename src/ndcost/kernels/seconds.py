@@ -471,6 +471,10 @@ def seconds_combine(stage, cand, parts, stage_times) -> float:
       exposed comm), W its weight-gradient GEMMs, F&B = M (the overlap's leftover comm is in M);
     * DualPipe: on the devices' rows (:func:`_dualpipe_rows`), m·M + (p/2 - 1)·max(0, F&B + B - 3W).
 
+    With r schedule runs a step (``pp_runs``: gradient accumulation over whole schedules, as
+    torch.distributed.pipelining under torchtitan's and NeMo AutoModel's loops runs it), each run of m/r
+    micro-batches fills and drains the pipeline: r times the term beyond m·M.
+
     Then the data-parallel tail: stage i's gradient reduction (overlapped with its last
     backward by ov_dp, never its first layer's bucket), optimizer and parameter gather (overlapped
     with the next forward by ov_dp_gather) start when its last backward ends, sum_{j<i} of the
@@ -485,10 +489,10 @@ def seconds_combine(stage, cand, parts, stage_times) -> float:
     _check_len(cand, "cand", len(SECONDS_CAND_FIELDS))
     _check_len(parts, "parts", len(PART_NAMES))
     _check_len(stage_times, "stage_times", n_stages)
-    m = cand[_C["m"]]
+    m, runs = cand[_C["m"]], cand[_C["pp_runs"]]
     schedule = cand[_C["schedule"]]
     rows = _dualpipe_rows(stage, n_stages) if schedule == _DUALPIPE else stage
-    ok = n_stages >= 1 and m >= 1.0
+    ok = n_stages >= 1 and m >= 1.0 and runs >= 1.0
     totals = []
     for st in range(n_stages):
         row = rows[st]
@@ -526,9 +530,9 @@ def seconds_combine(stage, cand, parts, stage_times) -> float:
             bubble *= n_stages / 2.0 - 1.0
         else:
             bubble *= (n_stages - 1.0) / 2.0
-        pipeline = m * slowest + bubble
+        pipeline = m * slowest + runs * bubble
     else:
-        pipeline = m * slowest + (summed - slowest) / chunks
+        pipeline = m * slowest + runs * (summed - slowest) / chunks
     # the data-parallel tail
     ov_dp, ov_gather = cand[_C["ov_dp"]], cand[_C["ov_dp_gather"]]
     slack = 0.0

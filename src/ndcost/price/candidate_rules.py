@@ -65,7 +65,7 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
         for name in _BOOL_FIELDS:
             rules.add("bad_flag", _bad(cols[name]))
         for name, limit in (("micro_batch_size", MAX_BATCH), ("seq_length", MAX_SEQ_LENGTH),
-                            ("seq_split", MAX_SEQ_LENGTH)):
+                            ("seq_split", MAX_SEQ_LENGTH), ("pp_runs", MAX_BATCH)):
             rules.add("bad_size", _bad(cols[name]) | (a[name] < 1) | (a[name] > limit))
         for name, minimum in _BYTE_MINIMUM.items():
             rules.add("bad_bytes", _bad(cols[name]) | (a[name] < minimum) | (a[name] > BYTE_LIMITS[name]))
@@ -97,6 +97,8 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
                   | (((schedule == codes["zero_bubble_v"]) | (schedule == codes["dualpipev"])) & (vpp != 2))
                   | (((schedule == codes["gpipe"]) | (schedule == codes["dualpipe"])) & (vpp != 1)))
         rules.add("dualpipe_pp", (schedule == codes["dualpipe"]) & (pp % 2 != 0))
+        runs = a["pp_runs"]
+        rules.add("pp_runs", (runs != 1) & (pp == 1))
         seq_split = a["seq_split"]
         safe_split = np.where(seq_split > 0, seq_split, 1)
         rules.add("bad_seq_split", (seq_split != 1)
@@ -116,6 +118,9 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
         # ExecSpec bounds the global batch micro_batch_num states (mbs*dp*mbn <= MAX_BATCH).
         rules.add("bad_batch", ~gbs_stated & mbn_stated & (mbn > MAX_BATCH // safe))
         micro_batches = np.where(mbn_stated, mbn, gbs // safe)
+        safe_runs = np.where(runs > 0, runs, 1)
+        rules.add("pp_runs", micro_batches % safe_runs != 0)
+        micro_batches = micro_batches // safe_runs              # a schedule run's
         dualpipe = schedule == codes["dualpipe"]
         rules.add("dualpipe_micro_batches", (dualpipe | (schedule == codes["dualpipev"]))
                   & ((micro_batches < 2 * pp) | (dualpipe & (micro_batches % 2 != 0))))

@@ -66,6 +66,11 @@ class ExecSpec:
     # -- pipeline (docs/ND_MODEL.md §1.6, §3.6)
     pp_schedule: str = "1f1b"  # "1f1b" with vpp > 1 runs interleaved (see `schedule`); PP_SCHEDULES
     seq_split: int = 1  # Seq1F1B sequence chunks (ND's n_s_split)
+    #: The step's micro-batches run as this many whole pipeline schedules, each with its own fill and drain (a
+    #: training loop that accumulates gradients over schedule runs: torch.distributed.pipelining under NeMo
+    #: AutoModel's and torchtitan's gradient accumulation, one ``schedule.step()`` per local batch); 1: one
+    #: schedule over all of them (Megatron-LM). Divides the micro-batch count; needs pp > 1. Seconds mode.
+    pp_runs: int = 1
     offset: tuple | None = None  # layers added per stage (1-D) or per chunk and stage (vpp x pp)
     pp_partition: tuple | None = None  # layers per stage; excludes offset
     mtp_in_offset: bool = True  # the offset counts the MTP layers (ND's is_mtp_in_offset)

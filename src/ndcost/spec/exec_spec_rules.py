@@ -122,7 +122,7 @@ BYTE_LIMITS = MappingProxyType({name: MAX_OPTIMIZER_STATES if name == "optimizer
 # The integer scalars as (field, minimum, maximum), in the order the scalar group checks them.
 _DEGREE_RULES = tuple((name, 1, limit) for name, limit in DEGREE_LIMITS.items())
 _SIZE_RULES = (("micro_batch_size", 1, MAX_BATCH), ("seq_length", 1, MAX_SEQ_LENGTH),
-               ("seq_split", 1, MAX_SEQ_LENGTH))
+               ("seq_split", 1, MAX_SEQ_LENGTH), ("pp_runs", 1, MAX_BATCH))
 _BYTE_RULES = tuple((name, minimum, BYTE_LIMITS[name]) for name, minimum in _BYTE_MINIMUMS)
 # checked with the MoE settings (a batch row's bad_moe_setting, after bad_bytes and bad_choice)
 _MOE_INT_RULES = (("moe_dispatcher_sms", 1, MAX_SMS), ("moe_node_limit", 0, MAX_DEVICES))
@@ -247,6 +247,8 @@ def check_pipeline(spec: Any) -> None:
     if schedule == "gpipe" and spec.vpp != 1:
         # ND's GPipe factor (p micro-batches in flight, §3.6) has no chunks.
         raise SpecError("vpp", OWNER, "be 1 with pp_schedule='gpipe'", spec.vpp)
+    if spec.pp_runs != 1 and spec.pp == 1:
+        raise SpecError("pp_runs", OWNER, "be 1 when pp is 1 (schedule runs without a pipeline)", spec.pp_runs)
     if spec.seq_split != 1:
         if schedule != "seq1f1b":
             raise SpecError("seq_split", OWNER, "be 1 unless pp_schedule is 'seq1f1b'", spec.seq_split)
@@ -283,13 +285,16 @@ def check_batch(spec: Any) -> None:
         raise SpecError("micro_batch_num", OWNER,
                         f"keep micro_batch_size*dp*micro_batch_num (the global batch) at most {MAX_BATCH} "
                         "(ndcost's upper bound for this size; see docs/LIMITS.md)", micro_batch_num)
+    micro_batches = micro_batch_num if micro_batch_num is not None else global_batch_size // per_micro_batch
+    if micro_batches % spec.pp_runs:
+        raise SpecError("pp_runs", OWNER, f"divide the micro-batch count ({micro_batches}): each schedule run "
+                        "takes the same number", spec.pp_runs)
     if spec.pp_schedule in ("dualpipe", "dualpipev"):
-        _check_dualpipe_micro_batches(spec, micro_batch_num if micro_batch_num is not None
-                                      else global_batch_size // per_micro_batch)
+        _check_dualpipe_micro_batches(spec, micro_batches // spec.pp_runs)
 
 
 def _check_dualpipe_micro_batches(spec: Any, micro_batches: int) -> None:
-    """deepseek-ai/DualPipe (3da1bbe) step(): DualPipe asserts ``num_chunks % 2 == 0 and num_chunks >=
+    """A schedule run's micro-batches (pp_runs divides the step's). deepseek-ai/DualPipe (3da1bbe) step(): DualPipe asserts ``num_chunks % 2 == 0 and num_chunks >=
     num_ranks * 2`` (half the micro-batches run each direction), DualPipeV ``num_chunks >= num_ranks * 2``."""
     name = "micro_batch_num" if spec.micro_batch_num is not None else "global_batch_size"
     value = getattr(spec, name)

@@ -278,6 +278,7 @@ def seconds_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, An
         where(c["moe_dispatch_fp8"], fp8_dispatch_bytes, compute_bytes),                  # disp_b
         ops.choice_code(c, "cuda_graphs"),                                                   # graphs
         where(c["autocast"], 1.0, 0.0),                                                      # autocast
+        c["pp_runs"],                                                                        # pp_runs
     )
 
 
@@ -358,6 +359,7 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     family = (schedule_1f1b | interleaved | ops.is_choice(c, "pp_schedule", "seq1f1b")
               | ops.is_choice(c, "pp_schedule", "zero_bubble_v") | ops.is_choice(c, "pp_schedule", "dualpipe")
               | ops.is_choice(c, "pp_schedule", "dualpipev"))
+    micro_batches = micro_batches // ops.maximum(c["pp_runs"], 1)   # a schedule run's (pp_runs divides them)
     too_few = (pp > 1) & family & (micro_batches < pp)
     rules.append(("micro_batches_lt_pp", too_few))
     rules.append(("micro_batches_not_multiple",

@@ -28,7 +28,7 @@ __all__ = [
 # What each fused twin reads of c, in one call (tools/gen_formulas.py: _prefetch).
 _C_JOINT_ND_MEMORY_CANDIDATE = operator.itemgetter(
     'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'etp', 'micro_batch_size',
-    'micro_batch_num', 'global_batch_size', 'pp_schedule', 'sequence_parallel', 'cp_algo', 'precision',
+    'micro_batch_num', 'global_batch_size', 'pp_schedule', 'pp_runs', 'sequence_parallel', 'cp_algo', 'precision',
     'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'vocab_emb_dp', 'grad_bytes', 'optimizer_states',
     'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation',
     'seq_split', 'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch', 'moe_dispatch_count',
@@ -38,7 +38,7 @@ _C_JOINT_ND_MEMORY_CANDIDATE = operator.itemgetter(
 )
 _C_JOINT_DERIVED_MEMORY_CANDIDATE = operator.itemgetter(
     'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'etp', 'micro_batch_size',
-    'micro_batch_num', 'global_batch_size', 'pp_schedule', 'sequence_parallel', 'cp_algo', 'precision',
+    'micro_batch_num', 'global_batch_size', 'pp_schedule', 'pp_runs', 'sequence_parallel', 'cp_algo', 'precision',
     'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'grad_bytes', 'optimizer_states', 'optimizer_state_bytes',
     'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation', 'seq_split',
     'grouped_gemm', 'moe_imbalance', 'capacity_factor', 'flash_attention', 'recompute_slice_activation',
@@ -54,8 +54,8 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
     None, None)."""
     (
         c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp,
-        c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo,
-        c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes,
+        c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_pp_runs, c_sequence_parallel,
+        c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes,
         c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
         c_deferred_grad_accumulation, c_seq_split, c_param_bytes, c_compute_bytes, c_capacity_factor,
         c_moe_dispatch, c_moe_dispatch_count, c_grouped_gemm, c_moe_imbalance, c_flash_attention,
@@ -114,6 +114,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
     joint_schedule_1f1b = c_pp_schedule == '1f1b'
     joint_interleaved = c_pp_schedule == 'interleaved' or (joint_schedule_1f1b and joint_vpp > 1)
     joint_family = joint_schedule_1f1b or joint_interleaved or c_pp_schedule == 'seq1f1b' or (c_pp_schedule == 'zero_bubble_v') or (c_pp_schedule == 'dualpipe') or (c_pp_schedule == 'dualpipev')
+    joint_micro_batches = joint_micro_batches // (1 if 1 > c_pp_runs else c_pp_runs)
     joint_too_few = joint_pp > 1 and joint_family and (joint_micro_batches < joint_pp)
     if joint_too_few:
         return (codes['micro_batches_lt_pp'], None, None)
@@ -291,8 +292,8 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
     None)."""
     (
         c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp,
-        c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_sequence_parallel, c_cp_algo,
-        c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_grad_bytes, c_optimizer_states,
+        c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_pp_runs, c_sequence_parallel,
+        c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_grad_bytes, c_optimizer_states,
         c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
         c_deferred_grad_accumulation, c_seq_split, c_grouped_gemm, c_moe_imbalance, c_capacity_factor,
         c_flash_attention, c_recompute_slice_activation, c_compute_bytes, c_softmax_bytes, c_dropout_bytes,
@@ -350,6 +351,7 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
     joint_schedule_1f1b = c_pp_schedule == '1f1b'
     joint_interleaved = c_pp_schedule == 'interleaved' or (joint_schedule_1f1b and joint_vpp > 1)
     joint_family = joint_schedule_1f1b or joint_interleaved or c_pp_schedule == 'seq1f1b' or (c_pp_schedule == 'zero_bubble_v') or (c_pp_schedule == 'dualpipe') or (c_pp_schedule == 'dualpipev')
+    joint_micro_batches = joint_micro_batches // (1 if 1 > c_pp_runs else c_pp_runs)
     joint_too_few = joint_pp > 1 and joint_family and (joint_micro_batches < joint_pp)
     if joint_too_few:
         return (codes['micro_batches_lt_pp'], None, None)

@@ -247,6 +247,7 @@ def seconds_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[
         fp8_dispatch_bytes if c['moe_dispatch_fp8'] else compute_bytes,
         _CODES['cuda_graphs'][c['cuda_graphs']],
         1.0 if c['autocast'] else 0.0,
+        c['pp_runs'],
     )
 
 
@@ -312,6 +313,7 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
     schedule_1f1b = c['pp_schedule'] == '1f1b'
     interleaved = c['pp_schedule'] == 'interleaved' or (schedule_1f1b and vpp > 1)
     family = schedule_1f1b or interleaved or c['pp_schedule'] == 'seq1f1b' or (c['pp_schedule'] == 'zero_bubble_v') or (c['pp_schedule'] == 'dualpipe') or (c['pp_schedule'] == 'dualpipev')
+    micro_batches = micro_batches // (1 if 1 > c['pp_runs'] else c['pp_runs'])
     too_few = pp > 1 and family and (micro_batches < pp)
     if too_few:
         return codes['micro_batches_lt_pp']

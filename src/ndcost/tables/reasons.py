@@ -51,8 +51,9 @@ _TABLE = (
     ("bad_degree", _DEGREES,
      "a parallel degree (dp, tp, pp, vpp, cp, ep, etp) is not an integer >= 1, or is above its bound (docs/LIMITS.md)"),
     ("bad_flag", _FLAGS, "an on/off field is not True or False"),
-    ("bad_size", ("micro_batch_size", "seq_length", "seq_split"),
-     "micro_batch_size, seq_length or seq_split is not an integer >= 1, or is above its bound (docs/LIMITS.md)"),
+    ("bad_size", ("micro_batch_size", "seq_length", "seq_split", "pp_runs"),
+     "micro_batch_size, seq_length, seq_split or pp_runs is not an integer >= 1, or is above its bound "
+     "(docs/LIMITS.md)"),
     ("bad_bytes", _BYTES, "a byte width is not an integer of at least its minimum and at most its bound"),
     ("bad_choice", ("pp_schedule", "cp_algo", "precision", "selective_rule", "moe_dispatcher", "ep_overlap",
                     "cuda_graphs"),
@@ -136,6 +137,8 @@ _TABLE = (
     ("fp8_transpose_cache", ("fp8_transpose_cache",),
      "fp8_transpose_cache off without precision 'fp8' and fp8_weight_cache"),
     ("zero3_parameter_fetch", ("zero3_parameter_fetch",), "zero3_parameter_fetch without zero_stage 3"),
+    # Schedule runs a step (ExecSpec's pipeline and batch checks); appended to keep codes stable.
+    ("pp_runs", ("pp_runs",), "pp_runs > 1 with pp = 1, or pp_runs does not divide the micro-batch count"),
 )
 
 #: Every reason (code, name, parameters, words), indexed by its code.
