@@ -117,3 +117,16 @@ def test_the_validation_rows_read_it():
             for row in doc["runs"] if row["id"].startswith("automodel")}
     assert runs["automodel_h100_kimik2_bf16_256gpu"] == 2          # GBS 512 over 32 x LBS 8: GA 2
     assert runs["automodel_h100_deepseekv3_bf16_256gpu"] == 1      # 512 over 64 x 8: GA 1
+
+
+def test_the_launchers_state_it_or_say_they_cannot():
+    """torchtitan runs one schedule a local batch: pp_runs of them a step is a local batch of m / pp_runs
+    micro-batches (its gradient accumulation: global / (local x dp) = pp_runs); Megatron-Core has one schedule."""
+    from ndcost.io.emit import megatron_flags, torchtitan_toml
+
+    model = ndcost.Model.from_catalog("llama3-70b")
+    spec = ndcost.ExecSpec(dp=2, tp=8, pp=4, global_batch_size=64, pp_runs=2)
+    lines = torchtitan_toml(model, spec).splitlines()
+    assert "local_batch_size = 16" in lines and "global_batch_size = 64" in lines
+    flags = megatron_flags(model, spec).splitlines()
+    assert any("pp_runs 2" in line and line.startswith("# not stated") for line in flags)

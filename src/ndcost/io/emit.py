@@ -34,6 +34,8 @@ def _notes(model: Any, spec: ExecSpec, rates: Any, launcher: str) -> list[str]:
     notes = stack_notes(model, spec, rates, launcher)
     if launcher != "torchtitan" and spec.schedule not in ("1f1b", "interleaved"):
         notes.append(f"pipeline schedule {spec.schedule} is not one of Megatron-Core's (1F1B, interleaved)")
+    if launcher != "torchtitan" and spec.pp_runs > 1:
+        notes.append(f"pp_runs {spec.pp_runs}: Megatron-Core runs a step's micro-batches as one pipeline schedule")
     return ["# not stated by these settings: " + note for note in notes]
 
 
@@ -126,7 +128,8 @@ def torchtitan_toml(model: Any, spec: ExecSpec, rates: Any = None, software: str
     lines += [
         "",
         "[training]",
-        f"local_batch_size = {spec.micro_batch_size * spec.resolved_micro_batch_num}",
+        # one schedule.step() a local batch: pp_runs of them a step (torchtitan's gradient accumulation)
+        f"local_batch_size = {spec.micro_batch_size * spec.resolved_micro_batch_num // spec.pp_runs}",
         f"global_batch_size = {spec.resolved_global_batch_size}",
         f"seq_len = {spec.seq_length}",
         f'mixed_precision_param = "{"float16" if spec.precision == "fp16" else "bfloat16"}"',
