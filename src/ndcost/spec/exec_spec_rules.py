@@ -295,7 +295,8 @@ def check_batch(spec: Any) -> None:
 
 def _check_dualpipe_micro_batches(spec: Any, micro_batches: int) -> None:
     """*micro_batches*: a schedule run's (pp_runs divides the step's). deepseek-ai/DualPipe (3da1bbe) step():
-    DualPipe asserts ``num_chunks % 2 == 0 and num_chunks >= num_ranks * 2`` (half the micro-batches run each direction), DualPipeV ``num_chunks >= num_ranks * 2``."""
+    DualPipe asserts ``num_chunks % 2 == 0 and num_chunks >= num_ranks * 2`` (half the micro-batches run each
+    direction), DualPipeV ``num_chunks >= num_ranks * 2``."""
     name = "micro_batch_num" if spec.micro_batch_num is not None else "global_batch_size"
     value = getattr(spec, name)
     if micro_batches < 2 * spec.pp:
