@@ -343,8 +343,13 @@ class _Typer:
         if isinstance(node, ast.Compare):
             if len(node.ops) != 1:
                 raise ValueError(f"{ast.unparse(node)}: one comparison at a time")
-            left, _ = self.expr(node.left)
+            left, left_kind = self.expr(node.left)
             right, _ = self.expr(node.comparators[0])
+            if (isinstance(node.ops[0], ast.NotEq) and left_kind.rstrip("?") == "i"
+                    and ast.dump(node.left) == ast.dump(node.comparators[0])):
+                # an integer is never NaN: the NaN test of a shared op (ops.maximum's a != a) is False
+                # (spelled out, C compilers warn of the self-comparison)
+                return ast.Constant(False), "b"
             return ast.Compare(left=left, ops=node.ops, comparators=[right]), "b"
         if isinstance(node, ast.BoolOp):
             values = [self.expr(value) for value in node.values]
