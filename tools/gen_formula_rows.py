@@ -355,7 +355,10 @@ class _Typer:
             values = [self.expr(value) for value in node.values]
             if any(kind != "b" for _, kind in values):
                 raise ValueError(f"{ast.unparse(node)}: and/or of a value that is not a bool")
-            return ast.BoolOp(op=node.op, values=[value for value, _ in values]), "b"
+            kept = [value for value, _ in values]
+            if isinstance(node.op, ast.Or):   # `x or False` is x (the folded NaN test of an integer, above)
+                kept = [v for v in kept if not (isinstance(v, ast.Constant) and v.value is False)] or kept[:1]
+            return (kept[0] if len(kept) == 1 else ast.BoolOp(op=node.op, values=kept)), "b"
         if isinstance(node, ast.UnaryOp):
             operand, kind = self.expr(node.operand)
             if isinstance(node.op, ast.Not):

@@ -461,7 +461,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     joint_schedule_1f1b = (c_pp_schedule == 0)
     joint_interleaved = ((c_pp_schedule == 1) or (joint_schedule_1f1b and (joint_vpp > 1)))
     joint_family = (joint_schedule_1f1b or joint_interleaved or (c_pp_schedule == 4) or (c_pp_schedule == 2) or (c_pp_schedule == 5) or (c_pp_schedule == 6))
-    joint_micro_batches = _fr_floordiv(joint_micro_batches, (c_pp_runs if ((c_pp_runs >= 1) or False) else 1))
+    joint_micro_batches = _fr_floordiv(joint_micro_batches, (c_pp_runs if (c_pp_runs >= 1) else 1))
     joint_too_few = ((joint_pp > 1) and joint_family and (joint_micro_batches < joint_pp))
     if joint_too_few:
         return k.codes[14]
@@ -525,7 +525,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     expert_ranks = _fr_floordiv(((dp * cp) * tp), (ep * t_exp))
     micro_batch_num = (c_micro_batch_num if (c_micro_batch_num != INT64_MIN) else _fr_floordiv((0 if (c_global_batch_size == INT64_MIN) else c_global_batch_size), (c_micro_batch_size * dp)))
     d_sp = (tp if c_sequence_parallel else 1)
-    d_expert_data_parallel = (1 if ((1 >= expert_ranks) or False) else expert_ranks)
+    d_expert_data_parallel = (1 if (1 >= expert_ranks) else expert_ranks)
     d_grad_shard_as_params = (zero == 3)
     d_shard_p_os_non_exp_partial = ((os_ranks * tp) * cp_shard)
     d_shard_p_os_exp_partial = _fr_gcd(n_exp, (os_ranks * t_exp))

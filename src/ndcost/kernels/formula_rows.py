@@ -143,7 +143,7 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
     joint_schedule_1f1b = c_pp_schedule == 0
     joint_interleaved = c_pp_schedule == 1 or (joint_schedule_1f1b and joint_vpp > 1)
     joint_family = joint_schedule_1f1b or joint_interleaved or c_pp_schedule == 4 or (c_pp_schedule == 2) or (c_pp_schedule == 5) or (c_pp_schedule == 6)
-    joint_micro_batches = _floordiv(joint_micro_batches, c_pp_runs if c_pp_runs >= 1 or False else 1)
+    joint_micro_batches = _floordiv(joint_micro_batches, c_pp_runs if c_pp_runs >= 1 else 1)
     joint_too_few = joint_pp > 1 and joint_family and (joint_micro_batches < joint_pp)
     if joint_too_few:
         return (k.codes[14], None, None, None, None)
@@ -207,7 +207,7 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
     expert_ranks = _floordiv(dp * cp * tp, ep * t_exp)
     micro_batch_num = c_micro_batch_num if c_micro_batch_num != -9223372036854775808 else _floordiv(0 if c_global_batch_size == -9223372036854775808 else c_global_batch_size, c_micro_batch_size * dp)
     d_sp = tp if c_sequence_parallel else 1
-    d_expert_data_parallel = 1 if 1 >= expert_ranks or False else expert_ranks
+    d_expert_data_parallel = 1 if 1 >= expert_ranks else expert_ranks
     d_grad_shard_as_params = zero == 3
     d_shard_p_os_non_exp_partial = os_ranks * tp * cp_shard
     d_shard_p_os_exp_partial = _gcd(n_exp, os_ranks * t_exp)
