@@ -23,15 +23,17 @@ Measured 2026-12-06 on the 2-core AMD EPYC development machine (torch 2.13.0 CPU
 =======  ===================  ===================  ============
 E, k     forward              backward             fw+bw wall
 =======  ===================  ===================  ============
-2, 2     88 / 42              85 / 53              990 us
-8, 4     160 / 78             205 / 131            1,872 us
-16, 4    256 / 126            365 / 235            3,405 us
-32, 4    448 / 222            685 / 443            8,090 us
+2, 2     88 / 46              85 / 53              923 us
+8, 4     160 / 82             205 / 131            1,790 us
+16, 4    256 / 130            365 / 235            3,038 us
+32, 4    448 / 226            685 / 443            5,481 us
 =======  ===================  ===================  ============
 
-The layer's fixed part (E -> 0 from 16 and 32 experts): 30 forward and 27 backward operators that are not views
-(64 / 45 in all); each local expert of SequentialMLP adds 6 / 13 (a TE GroupedLinear, as the NVIDIA recipes run,
-launches its experts from one module). ndcost counts 11 launches for the same router, permutation and
+One run each; the wall times move by up to a third between runs on this shared machine (32 experts: 5.5-8.1 ms),
+the counts not at all. The layer's fixed part (E -> 0 from 16 and 32 experts): 34 forward and 27 backward operators
+that are not views (64 / 45
+in all); each local expert of SequentialMLP adds 6 / 13 (a TE GroupedLinear, as the NVIDIA recipes run, launches its
+experts from one module). ndcost counts 11 launches for the same router, permutation and
 un-permutation: the layer's host work is several times what it prices, about 1 ms forward+backward on this x86
 host, but a gpt-oss layer's device time on a GB200 is 15 ms a micro-batch, so the host stays hidden except after
 the token-count synchronisation -- not the 10 ms a layer the Megatron-Bridge 26.04 gpt-oss rows miss.
@@ -75,7 +77,7 @@ class _Event(_Stream):
 #: Operators that launch no kernel on a GPU (views, metadata, allocation without a fill).
 VIEWS = {"view", "_unsafe_view", "t", "transpose", "expand", "slice", "select", "as_strided", "detach", "alias",
          "reshape", "permute", "unsqueeze", "squeeze", "split", "split_with_sizes", "chunk", "unbind",
-         "_reshape_alias", "empty", "empty_like", "new_empty", "empty_strided", "narrow", "lift_fresh", "_to_copy"}
+         "_reshape_alias", "empty", "empty_like", "new_empty", "empty_strided", "narrow", "lift_fresh"}
 
 
 def main(experts: int, top_k: int, rounds: int = 200) -> None:
