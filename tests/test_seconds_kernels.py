@@ -12,7 +12,7 @@ import pytest
 
 import ndcost
 from ndcost.kernels.columns import (
-    PART, PART_NAMES, RATE, SCHEDULES, SECONDS_CAND, SECONDS_LAYER, SECONDS_LAYER_FIELDS, SECONDS_STAGE,
+    PART, PART_NAMES, RATE, SCHEDULES, SECONDS_CAND, SECONDS_LAYER, SECONDS_MODEL, SECONDS_LAYER_FIELDS, SECONDS_STAGE,
     SECONDS_STAGE_FIELDS,
 )
 from ndcost.tables.seconds import Overlap, seconds_arrays
@@ -321,6 +321,7 @@ def _candidate_arrays():
         base.append(seconds_arrays(model, spec, cluster, overlap=Overlap(cp=float(rng.random()))))
     arrays = list(base)
     moe_rng = np.random.default_rng(20260823)
+    rope_rng = np.random.default_rng(20261206)
     for i in range(260):
         a = dict(base[i % len(base)])
         cand = a["cand"].copy()
@@ -347,7 +348,11 @@ def _candidate_arrays():
             cand[SECONDS_CAND["schedule"]] = float(SCHEDULES.index(str(moe_rng.choice(["dualpipe", "dualpipev"]))))
         rate[RATE["dep_nvl_eff"]] = float(moe_rng.uniform(0.3, 1.0))
         rate[RATE["dpn"]] = float(moe_rng.choice([2.0, 4.0, 8.0]))
-        a["cand"], a["rate"] = cand, rate
+        # a RoPE attention factor (YaRN's) and how the stack applies it (a draw of its own, as above)
+        smodel = a["smodel"].copy()
+        smodel[SECONDS_MODEL["rope_scaled"]] = float(rope_rng.random() < 0.5)
+        rate[RATE["rope_scale"]] = float(rope_rng.integers(0, 2))
+        a["cand"], a["rate"], a["smodel"] = cand, rate, smodel
         arrays.append(a)
     return arrays
 

@@ -27,6 +27,7 @@ __all__ = [
     "MAX_LAYERS", "MAX_WIDTH", "MAX_HEADS", "MAX_EXPERTS", "MAX_VOCAB", "MAX_SEQ_LENGTH", "MAX_BATCH",
     "MAX_DEVICES", "MAX_BYTE_WIDTH", "MAX_OPTIMIZER_STATES", "MAX_CAPACITY_FACTOR", "MIN_RATE", "MAX_RATE",
     "MAX_HBM_BYTES", "MAX_LATENCY", "MAX_SMS", "MIN_STEP_SECONDS", "MAX_STEP_SECONDS",
+    "MAX_ROPE_ATTENTION_FACTOR",
 ]
 
 #: Transformer layers of a model (num_hidden_layers, MTP layers, first_k_dense_replace, a vision
@@ -88,6 +89,10 @@ MAX_CAPACITY_FACTOR = float(MAX_EXPERTS)
 #: (DeepEP in DeepSeek-V3's training, Megatron-Core's default), 132 (every SM of an H100). 2**16 is
 #: ~400x the largest GPU's.
 MAX_SMS = 2**16
+
+#: The factor RoPE's cos and sin are multiplied by (Model.rope_attention_factor, YaRN's attention factor
+#: 0.1 ln(s) + 1). Real: 1.0-1.35 (gpt-oss's context scale 32); 0.1 ln(s) + 1 reaches 100 at s = e^990.
+MAX_ROPE_ATTENTION_FACTOR = 100.0
 
 # -- a device's figures (Device, Cluster overrides)
 

@@ -156,7 +156,8 @@ cdef enum:
     SM_router_bias = 14
     SM_expert_bias = 15
     SM_glu_clamp = 16
-    SM_COUNT = 17
+    SM_rope_scaled = 17
+    SM_COUNT = 18
 
 cdef enum:
     SC_b = 0
@@ -252,7 +253,8 @@ cdef enum:
     R_f8_split = 43
     R_e_bias = 44
     R_glu_clamp = 45
-    R_COUNT = 46
+    R_rope_scale = 46
+    R_COUNT = 47
 
 cdef enum:
     SX_has_emb = 0

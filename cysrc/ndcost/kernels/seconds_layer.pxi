@@ -315,7 +315,8 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
                                                  n_split, rate, sums)
         out[SL_sw_attBMM] += c_sec_note_pass(note, ops, LO_attn_other, SEC_SCOPE_ATTN,
                                              2.0 * bc * tokens * a * d_v / t, n_split, rate, sums)
-    # rotary embedding of q and k: fused (read + write) or eager (fp32 complex multiply)
+    # rotary embedding of q and k: fused (read + write), eager (fp32 complex multiply), or Megatron-Core's
+    # unfused fallback when cos and sin carry an attention factor
     if smodel[SM_rope] != 0.0 and has_core:
         if kind[K_is_mla] != 0.0:
             rotated = tokens * (a / t + 1.0) * kind[K_dhr]
@@ -328,6 +329,11 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         elif eager:
             c_sec_note_pass(note, ops, LO_rope, SEC_SCOPE_ATTN, (2.0 * bc + SEC_EAGER_ROPE_FP32_BYTES) * rotated,
                             2.0 * SEC_EAGER_ROPE_KERNELS * n_split, rate, sums)
+        elif smodel[SM_rope_scaled] != 0.0 and rate[R_rope_scale] == SEC_ROPE_UNFUSED:
+            # an attention factor on cos and sin (YaRN): Megatron-Core's unfused fallback, q and k each
+            c_sec_note_two(note, ops, LO_rope, SEC_SCOPE_ATTN, SEC_MEGATRON_ROPE_PASSES_F * bc * rotated,
+                           2.0 * SEC_MEGATRON_ROPE_KERNELS_F * n_split, SEC_MEGATRON_ROPE_PASSES_B * bc * rotated,
+                           2.0 * SEC_MEGATRON_ROPE_KERNELS_B * n_split, rate, sums, 0.0, 0.0)
         else:
             c_sec_note_pass(note, ops, LO_rope, SEC_SCOPE_ATTN, 2.0 * bc * rotated, 2.0 * n_split, rate, sums)
     if rate[R_attn_copies] != 0.0 and has_core and kind[K_is_mla] == 0.0:

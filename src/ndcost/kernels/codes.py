@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..spec.exec_spec_rules import CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES
 from ..spec.moe_kernels import EXPERT_BIASES, GLU_CLAMPS, GROUPED_GEMMS, MOE_PERMUTES
 from ..spec.recompute_spec import SWITCHES
+from ..spec.rope_scaling import ROPE_SCALES
 
 #: Pipeline schedules of seconds mode, in SECONDS_CAND_FIELDS["schedule"] code order: ExecSpec's pp_schedule
 #: choices (ExecSpec.schedule runs a 1f1b with vpp > 1 as "interleaved").
@@ -29,6 +30,8 @@ GEMM_LAUNCHES: tuple[str, ...] = GROUPED_GEMMS
 BIAS_ADDS: tuple[str, ...] = EXPERT_BIASES
 #: How a GLU's clamped halves are clamped, in RATE_FIELDS["glu_clamp"] code order (Rates.glu_clamp).
 CLAMPS: tuple[str, ...] = GLU_CLAMPS
+#: How a RoPE attention factor is applied, in RATE_FIELDS["rope_scale"] code order (Rates.rope_scale).
+ROPE_APPLIES: tuple[str, ...] = ROPE_SCALES
 #: What the stack replays from CUDA graphs, in SECONDS_CAND_FIELDS["graphs"] code order (ExecSpec.cuda_graphs):
 #: each scope holds the ones before it, so the kernels compare codes (graphs >= attn).
 GRAPH_SCOPES: tuple[str, ...] = CUDA_GRAPHS
@@ -80,6 +83,7 @@ ENUMS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("SEC_GEMMS", GEMM_LAUNCHES, True),
     ("SEC_BIAS", BIAS_ADDS, True),
     ("SEC_CLAMP", CLAMPS, True),
+    ("SEC_ROPE", ROPE_APPLIES, True),
     ("SEC_GRAPHS", GRAPH_SCOPES, True),
     ("SEC", COLLECTIVES, True),
     ("SEC_MIXER", MIXERS, True),

@@ -172,6 +172,7 @@ SECONDS_MODEL_FIELDS = (
     "router_bias",    # 1: the MoE router scores by sigmoid and adds a score-correction bias before its top-k
     "expert_bias",    # 1: the routed experts carry biases on their GEMMs (gpt-oss)
     "glu_clamp",      # 1: the gated experts clamp their two halves before the activation (gpt-oss's swiglu_limit)
+    "rope_scaled",    # 1: RoPE's cos and sin carry an attention factor other than 1 (YaRN's: gpt-oss)
 )
 
 # --- one candidate of seconds mode (float64 vector) ---
@@ -235,6 +236,7 @@ RATE_FIELDS = (
     "f8_split",        # 1: a GEMM per expert quantizes each expert's rows by its own cast kernels (not one for all)
     "e_bias",          # Rates.expert_bias index: 0 epilogue, 1 down_split, 2 split, 3 gathered (experts with biases)
     "glu_clamp",       # Rates.glu_clamp index: 0 fused, 1 separate, 2 concatenated (a GLU that clamps its halves)
+    "rope_scale",      # Rates.rope_scale index: 0 fused, 1 unfused (how a RoPE attention factor is applied)
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---

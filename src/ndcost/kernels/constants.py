@@ -12,7 +12,8 @@ from __future__ import annotations
 from ..spec.mamba import SELECTIVE_SCAN_FLOPS
 from ..spec.recompute_spec import ALL_KEPT
 from . import (
-    activation_storage, memory, nd_combine, nd_ops, seconds, seconds_layer, seconds_moe, seconds_ops, window_attention,
+    activation_storage, eager_passes, memory, nd_combine, nd_ops, seconds, seconds_layer, seconds_moe, seconds_ops,
+    window_attention,
 )
 from .codes import ENUMS, ND_OPS, c_name
 
@@ -74,10 +75,14 @@ CONSTANTS: dict[str, int | float] = {
     "SEC_FLASH_CAUSAL_SHARE": seconds_layer.FLASH_CAUSAL_SHARE,
     "SEC_WINDOW_TILE": window_attention.WINDOW_TILE,
     "SEC_WINDOW_FIXED_KEYS": window_attention.WINDOW_FIXED_KEYS,
-    "SEC_EAGER_RMSNORM_FP32_BYTES": seconds_layer.EAGER_RMSNORM_FP32_BYTES,
-    "SEC_EAGER_RMSNORM_KERNELS": seconds_layer.EAGER_RMSNORM_KERNELS,
-    "SEC_EAGER_ROPE_FP32_BYTES": seconds_layer.EAGER_ROPE_FP32_BYTES,
-    "SEC_EAGER_ROPE_KERNELS": seconds_layer.EAGER_ROPE_KERNELS,
+    "SEC_EAGER_RMSNORM_FP32_BYTES": eager_passes.EAGER_RMSNORM_FP32_BYTES,
+    "SEC_EAGER_RMSNORM_KERNELS": eager_passes.EAGER_RMSNORM_KERNELS,
+    "SEC_EAGER_ROPE_FP32_BYTES": eager_passes.EAGER_ROPE_FP32_BYTES,
+    "SEC_EAGER_ROPE_KERNELS": eager_passes.EAGER_ROPE_KERNELS,
+    "SEC_MEGATRON_ROPE_PASSES_F": eager_passes.MEGATRON_ROPE_PASSES_F,
+    "SEC_MEGATRON_ROPE_KERNELS_F": eager_passes.MEGATRON_ROPE_KERNELS_F,
+    "SEC_MEGATRON_ROPE_PASSES_B": eager_passes.MEGATRON_ROPE_PASSES_B,
+    "SEC_MEGATRON_ROPE_KERNELS_B": eager_passes.MEGATRON_ROPE_KERNELS_B,
     # seconds mode: the output head (seconds)
     "SEC_CE_FORWARD_BYTES": seconds.CE_FORWARD_BYTES,
     "SEC_CE_BACKWARD_BYTES": seconds.CE_BACKWARD_BYTES,

@@ -33,6 +33,10 @@ from .seconds_ops import (
 from .seconds_comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, SEND_RECV, _collective, _exchange
 from .seconds_moe import _moe_ffn, _note_two
 from .window_attention import _window_stretch
+from .eager_passes import (
+    EAGER_RMSNORM_FP32_BYTES, EAGER_RMSNORM_KERNELS, EAGER_ROPE_FP32_BYTES, EAGER_ROPE_KERNELS,
+    MEGATRON_ROPE_KERNELS_B, MEGATRON_ROPE_KERNELS_F, MEGATRON_ROPE_PASSES_B, MEGATRON_ROPE_PASSES_F, ROPE_UNFUSED,
+)
 from .autocast import _autocast_passes, _autocast_weights
 
 __all__ = ["seconds_layer_times", "seconds_layer_ops"]
@@ -63,18 +67,6 @@ MIXER_ATTENTION, MIXER_MAMBA, MIXER_NONE, MIXER_MAMBA1 = (
 #: A bidirectional kind (a vision encoder) or a windowed one runs every block it meets: no share.
 FLASH_BACKWARD_FLOPS = 2.5
 FLASH_CAUSAL_SHARE = 0.5
-#: An RMSNorm written in PyTorch ops and run eagerly (torchtitan@9dec370 torchtitan/models/norms.py
-#: RMSNorm: ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight``), per
-#: element: upcast (read 16-bit, write 4), pow (4 + 4), mean (4), scale (4 + 4), downcast (4 +
-#: 16-bit), weight (16-bit + 16-bit): 28 fp32 bytes plus 4 16-bit ones, in 8 kernels (with the
-#: tiny add and rsqrt over the row means).
-EAGER_RMSNORM_FP32_BYTES = 28.0
-EAGER_RMSNORM_KERNELS = 8.0
-#: torchtitan's apply_rotary_emb (llama/model.py@9dec370): ``view_as_complex(x.float())``,
-#: multiply by freqs_cis, ``view_as_real(...).type_as(x)``: upcast (16-bit + 4), complex multiply
-#: (4 + 4), downcast (4 + 16-bit): 16 fp32 bytes plus 2 16-bit ones per element, 3 kernels a tensor.
-EAGER_ROPE_FP32_BYTES = 16.0
-EAGER_ROPE_KERNELS = 3.0
 
 
 def _ring_merge_passes(q_elements: float, kv_elements: float, cp: float, bc: float, n_split: float,
@@ -399,7 +391,8 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
                                            rate, sums)
     # rotary position embedding on q and k (no learned position table): fused, read + write
     # each element once (Megatron's apply_rope_fusion, TE's fused RoPE, an inductor kernel); eager
-    # (torchtitan's apply_rotary_emb): upcast to fp32, complex multiply, cast back, per tensor
+    # (torchtitan's apply_rotary_emb): upcast to fp32, complex multiply, cast back, per tensor; with an
+    # attention factor on cos and sin, Megatron-Core's unfused fallback (MEGATRON_ROPE_*)
     if smodel[_SM["rope"]] != 0.0 and has_core:
         if kind[_K["is_mla"]] != 0.0:
             rotated = tokens * (a / t + 1.0) * kind[_K["dhr"]]   # each head's q_pe and the shared k_pe
@@ -413,6 +406,11 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
         elif eager:
             _note_pass(note, ops, _O["rope"], SCOPE_ATTN, (2.0 * bc + EAGER_ROPE_FP32_BYTES) * rotated,
                        2.0 * EAGER_ROPE_KERNELS * n_split, rate, sums)
+        elif smodel[_SM["rope_scaled"]] != 0.0 and rate[_R["rope_scale"]] == ROPE_UNFUSED:
+            # an attention factor on cos and sin (YaRN): Megatron-Core's unfused fallback, q and k each
+            _note_two(note, ops, _O["rope"], SCOPE_ATTN, MEGATRON_ROPE_PASSES_F * bc * rotated,
+                      2.0 * MEGATRON_ROPE_KERNELS_F * n_split, MEGATRON_ROPE_PASSES_B * bc * rotated,
+                      2.0 * MEGATRON_ROPE_KERNELS_B * n_split, rate, sums, 0.0, 0.0)
         else:
             _note_pass(note, ops, _O["rope"], SCOPE_ATTN, 2.0 * bc * rotated, 2.0 * n_split, rate, sums)
     if rate[_R["attn_copies"]] != 0.0 and has_core and kind[_K["is_mla"]] == 0.0:

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from ..errors import SpecError, is_finite_number
 from ..limits import MAX_LAYERS
+from .rope_scaling import rope_attention_factor
 
 __all__ = []
 
@@ -133,6 +134,11 @@ def _decoder_kwargs(read: _Reader, model_type: str) -> dict[str, Any]:
         # modeling_qwen3_next: q_proj emits query and a sigmoid output gate.
         kwargs["attn_output_gate"] = True
     kwargs["num_nextn_predict_layers"] = read.optional(*_MTP_KEYS, default=0)
+    # YaRN's attention factor on cos and sin (rope_scaling; Transformers 5's rope_parameters): no FLOP, but a
+    # stack whose fused RoPE takes no factor falls back to an unfused one (ndcost.spec.rope_scaling)
+    factor = rope_attention_factor(read.optional("rope_scaling", "rope_parameters"), read.owner)
+    if factor != 1.0:
+        kwargs["rope_attention_factor"] = factor
 
     _add_layer_types(read, model_type, kwargs)
     _add_ffn(read, model_type, kwargs)

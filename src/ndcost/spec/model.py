@@ -77,6 +77,9 @@ class Model(ModelValidation, ModelParameters):
     ``sliding_window`` is the keys a sliding-attention layer's query attends to:
     the layers ``layer_types`` names ``"sliding_attention"``, or every layer when
     ``layer_types`` is not given (Mistral's and Phi-3's convention); 0: none.
+    ``rope_attention_factor`` is the factor RoPE's cos and sin are multiplied by (YaRN's attention factor,
+    read from ``rope_scaling``: gpt-oss 0.1 ln 32 + 1; 1.0 for plain RoPE): it costs no FLOP, but a stack whose
+    fused RoPE takes no factor runs an unfused one (:mod:`ndcost.spec.rope_scaling`).
     """
 
     name: str
@@ -124,6 +127,7 @@ class Model(ModelValidation, ModelParameters):
     attention_bias: bool = False
     mlp_bias: bool = False
     glu_clamp: bool = False
+    rope_attention_factor: float = 1.0
     logit_softcapping: bool = False
     learned_position_embeddings: int = 0
     family: str = "llama"

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..errors import SpecError, check_bool, check_choice, check_positive_int
+from ..errors import SpecError, check_bool, check_choice, check_positive_int, is_finite_number
 from .census import KindCensus
-from ..limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH
+from ..limits import (
+    MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_ROPE_ATTENTION_FACTOR, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH,
+)
 from .mamba import BLOCK_TYPES, MAMBA1_FIELDS, MAMBA_FIELDS
 from .vision import VisionTower
 
@@ -131,6 +133,11 @@ class ModelValidation:
             check_bool(getattr(self, field_name), field_name, _OWNER)
         check_choice(self.norm, "norm", _OWNER, NORMS)
         check_choice(self.family, "family", _OWNER, FAMILIES)
+        factor = self.rope_attention_factor
+        if not is_finite_number(factor) or not 0.0 < factor <= MAX_ROPE_ATTENTION_FACTOR:
+            raise SpecError("rope_attention_factor", _OWNER,
+                            f"be a number in (0, {MAX_ROPE_ATTENTION_FACTOR:g}] (YaRN's attention factor; 1: none)",
+                            factor)
 
         self._check_attention()
         self._check_layer_types()

@@ -31,6 +31,7 @@ from .moe_kernels import (
     EXPERT_BIASES, GLU_CLAMPS, GRACE_HOST_FACTOR, GRACE_LAUNCH_SOURCE, GROUPED_GEMMS, MOE_KERNEL_DEFAULTS,
     MOE_KERNEL_SOURCES, MOE_PERMUTES,
 )
+from .rope_scaling import ROPE_SCALE_DEFAULT, ROPE_SCALES
 from .software_sources import TODAY_SOFTWARE_SOURCES
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
@@ -208,6 +209,10 @@ class Rates:
             Software.
         glu_clamp: How the experts' GLU halves are clamped, for a model that clamps them (gpt-oss's swiglu_limit;
             :data:`~ndcost.spec.moe_kernels.GLU_CLAMPS`): "fused", "separate" or "concatenated". Software.
+        rope_scale: How a RoPE attention factor other than 1 (Model.rope_attention_factor, YaRN's) is applied, where
+            the elementwise ops are fused (:data:`~ndcost.spec.rope_scaling.ROPE_SCALES`): "fused" (inside the
+            kernel or on the cos / sin tables: no extra pass) or "unfused" (Megatron-Core's PyTorch fallback).
+            Software.
         scatter_add_rate: 16-bit elements a second that an atomic scatter-add (index_add_, scatter_add_)
             adds into its targets: the unfused and sort permutations' scatter-adds (0: not priced).
         deepep_nvlink_efficiency: Share of the scale-up link rate DeepEP's normal dispatch and combine
@@ -254,6 +259,7 @@ class Rates:
     scatter_add_rate: float = MOE_KERNEL_DEFAULTS["scatter_add_rate"]
     expert_bias: str = MOE_KERNEL_DEFAULTS["expert_bias"]
     glu_clamp: str = MOE_KERNEL_DEFAULTS["glu_clamp"]
+    rope_scale: str = ROPE_SCALE_DEFAULT
     deepep_nvlink_efficiency: float = DEEPEP_NVLINK_EFFICIENCY
     busy_clock_share: float = 1.0
     clock_sigma: float = 0.0
@@ -266,7 +272,7 @@ class Rates:
         for name, choices in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", tuple(FP8_RECIPES)),
                               ("elementwise", ELEMENTWISE), ("grouped_gemm_impl", GROUPED_GEMMS),
                               ("moe_permute", MOE_PERMUTES), ("expert_bias", EXPERT_BIASES),
-                              ("glu_clamp", GLU_CLAMPS)):
+                              ("glu_clamp", GLU_CLAMPS), ("rope_scale", ROPE_SCALES)):
             if getattr(self, name) not in choices:
                 raise SpecError(name, _OWNER, f"be one of {', '.join(map(repr, choices))}", getattr(self, name))
         tail = self.gemm_wave_tail

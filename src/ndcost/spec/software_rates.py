@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from .moe_kernels import MCORE_MOE, MCORE_MOE_SOURCES, TORCHTITAN_MOE, TORCHTITAN_MOE_SOURCES
 from .nvidia_recipes import MEGATRON_BRIDGE_RATES, MEGATRON_LM_RATES, NEMO_FP8_SOURCE
+from .rope_scaling import ROPE_SCALE_SOURCES
 
 __all__ = ["SOFTWARE_PRESETS", "SOFTWARE_TITLES", "DEFAULT_STACK_TEXT", "DEFAULT_SOFTWARE", "NO_SOFTWARE"]
 
@@ -71,9 +72,10 @@ _HF_COPIES = ("huggingface/transformers (5.x) sdpa_attention.py: GQA through SDP
 #: Megatron-Core with Transformer Engine (2024-25): the figures of the "megatron-te" and "nemo" presets.
 _MCORE_TE = (
     MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "best", "elementwise": "fused",
-                      "attention_copies": False, "fp8_recipe": "delayed"}),
+                      "attention_copies": False, "fp8_recipe": "delayed", "rope_scale": "unfused"}),
     MappingProxyType({"grad_accumulation_fusion": _MCORE_GRAD, "attention_kernel": _MCORE_ATTN,
-                      "elementwise": _MCORE_FUSED, "attention_copies": _MCORE_ATTN, "fp8_recipe": _TE_RECIPE}),
+                      "elementwise": _MCORE_FUSED, "attention_copies": _MCORE_ATTN, "fp8_recipe": _TE_RECIPE,
+                      "rope_scale": ROPE_SCALE_SOURCES["megatron"]}),
 )
 
 
@@ -87,10 +89,12 @@ def _mcore_preset(changes: tuple[Mapping[str, Any], Mapping[str, str]]) -> tuple
 def _torchtitan(elementwise: str, elementwise_source: str) -> tuple[Mapping[str, Any], Mapping[str, str]]:
     """torchtitan's figures: eager and torch.compile differ only in how the elementwise ops run."""
     return (MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "fa2", "elementwise": elementwise,
-                              "attention_copies": True, "fp8_recipe": "torchao", **TORCHTITAN_MOE}),
+                              "attention_copies": True, "fp8_recipe": "torchao", "rope_scale": "fused",
+                              **TORCHTITAN_MOE}),
             MappingProxyType({"grad_accumulation_fusion": _TITAN_GRAD, "attention_kernel": _TITAN_SDPA,
                               "elementwise": elementwise_source, "attention_copies": _TITAN_COPIES,
-                              "fp8_recipe": _TITAN_FP8, **TORCHTITAN_MOE_SOURCES}))
+                              "fp8_recipe": _TITAN_FP8, "rope_scale": ROPE_SCALE_SOURCES["torchtitan"],
+                              **TORCHTITAN_MOE_SOURCES}))
 
 
 #: Training-software generations: name -> (Rates figures, their sources). ``Rates.for_software``.
@@ -114,9 +118,10 @@ SOFTWARE_PRESETS: Mapping[str, tuple[Mapping[str, Any], Mapping[str, str]]] = Ma
     "torchtitan-eager": _torchtitan("eager", _TITAN_EAGER),
     "torchtitan-compile": _torchtitan("fused", _TITAN_COMPILE),
     "hf-eager": (MappingProxyType({"grad_accumulation_fusion": True, "attention_kernel": "fa2", "elementwise": "eager",
-                                   "attention_copies": False}),
+                                   "attention_copies": False, "rope_scale": "fused"}),
                  MappingProxyType({"grad_accumulation_fusion": _HF_GRAD, "attention_kernel": _HF_SDPA,
-                                   "elementwise": _HF_EAGER, "attention_copies": _HF_COPIES})),
+                                   "elementwise": _HF_EAGER, "attention_copies": _HF_COPIES,
+                                   "rope_scale": ROPE_SCALE_SOURCES["hf"]})),
 })
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
+from .rope_scaling import ROPE_SCALE_SOURCES
+
 __all__ = ["TODAY_SOFTWARE_SOURCES"]
 
 #: Sources of the software figures' defaults: today's Megatron-LM / PyTorch FSDP.
@@ -22,6 +24,7 @@ TODAY_SOFTWARE_SOURCES: Mapping[str, str] = MappingProxyType({
     "fp8_recipe": "default 'delayed': Transformer Engine's DelayedScaling, its default recipe",
     "elementwise": "default 'fused': Megatron-Core / Transformer Engine fused norm, RoPE, SwiGLU, bias-dropout-add",
     "attention_copies": "default False: Transformer Engine attention takes GQA's K/V heads as they are",
+    "rope_scale": "default 'unfused': " + ROPE_SCALE_SOURCES["megatron"],
     "tp_overlap_splits": "default 4: NeMo's H100 userbuffers configs run proj_fprop and fc2_fprop as 'pipeline' "
                          "with num_splits 4 (NVIDIA/dgxc-benchmarking, data/validation/h100_run_facts.yaml "
                          "'tp_comm_overlap')",

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 from ..errors import SpecError
 from .exec_spec_rules import CP_ALGOS, CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PRECISIONS
 from .moe_kernels import EXPERT_BIASES, GLU_CLAMPS, GROUPED_GEMMS, MOE_PERMUTES
+from .rope_scaling import ROPE_SCALES
 from .recompute_spec import SELECTIVE_RULES
 from .rates import ATTENTION_KERNELS, ELEMENTWISE, FP8_RECIPES
 
@@ -330,6 +331,11 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "compiles its elementwise ops) or concatenated (the clamped halves concatenated again before the "
                 "fused activation: Megatron-Core) (default: the --software stack's, else concatenated)",
                 choices=GLU_CLAMPS, applies=_moe, needs="a MoE model"),
+    StackOption("rope_scale", "rope_scale", "rates", "choice",
+                "how a RoPE attention factor other than 1 (YaRN's, gpt-oss) is applied where elementwise ops are "
+                "fused: fused (inside the kernel or on the cos / sin tables) or unfused (Megatron-Core's PyTorch "
+                "fallback: Transformer Engine's fused RoPE takes no factor) (default: the --software stack's, else "
+                "unfused)", choices=ROPE_SCALES),
     StackOption("launch_overhead", "launch_overhead", "rates", "number",
                 "host seconds to launch one kernel eagerly; a layer's pass takes at least its launches (default "
                 "9.58e-6, measured on an H200's host)"),

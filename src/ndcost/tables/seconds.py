@@ -41,6 +41,7 @@ from .layout import build_layout
 from .nd_tables import nd_kind_table, nd_model_vector
 from ..spec.exec_spec import CUDA_GRAPHS
 from ..spec.moe_kernels import EXPERT_BIASES, GLU_CLAMPS, GROUPED_GEMMS, MOE_PERMUTES
+from ..spec.rope_scaling import ROPE_SCALES
 from ..spec.straggler import job_clock_share
 from ..spec.rates import GEMM_TILE_OUTPUTS, Rates
 
@@ -152,6 +153,7 @@ def seconds_model_vector(model: Any) -> np.ndarray:
     vec[SECONDS_MODEL["router_bias"]] = 1.0 if model.is_moe and model.family in ROUTER_BIAS_FAMILIES else 0.0
     vec[SECONDS_MODEL["expert_bias"]] = 1.0 if model.is_moe and model.mlp_bias else 0.0
     vec[SECONDS_MODEL["glu_clamp"]] = 1.0 if model.is_moe and model.glu_clamp else 0.0
+    vec[SECONDS_MODEL["rope_scaled"]] = 1.0 if model.rope_attention_factor != 1.0 else 0.0
     tower = model.vision
     if tower is not None:
         vec[SECONDS_MODEL["v_patches"]] = tower.tokens
@@ -225,6 +227,7 @@ def _rates_vector(device: Any, rates: Rates, precision: str, gpus: int) -> np.nd
     vec[RATE["f8_split"]] = 1.0 if rates.fp8_split_casts() else 0.0
     vec[RATE["e_bias"]] = EXPERT_BIASES.index(rates.expert_bias)
     vec[RATE["glu_clamp"]] = GLU_CLAMPS.index(rates.glu_clamp)
+    vec[RATE["rope_scale"]] = ROPE_SCALES.index(rates.rope_scale)
     vec.setflags(write=False)
     return vec
 
