@@ -121,6 +121,29 @@ def test_edges(kernels):
         kernels.seconds_expert_exchange(DEEPEP, TOKENS, HIDDEN, TOPK, EXPERTS, 8.0, 1.0, 0.0, BF16, rate[:3])
 
 
+def _aiconfigurator_h100():
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parent / "data/aiconfigurator/h100_deepep_normal.json").read_text())["rows"]
+
+
+@pytest.mark.parametrize("row", [r for r in _aiconfigurator_h100() if r["hidden_size"] >= 4096],
+                         ids=lambda r: f"h{r['hidden_size']}-t{r['num_token']}")
+def test_deepep_intranode_against_measured_h100_kernels(kernels, row):
+    """An independent measurement: NVIDIA's aiconfigurator timed DeepEP's normal kernels on one DGX H100 (24 SMs,
+    top-8 of 256 experts, uniform routing; tests/data/aiconfigurator/h100_deepep_normal.json, its source inside).
+    Dispatch in FP8 with its scales, combine in BF16. From hidden 4096 up, both within 15%; at hidden 2048 and 3072
+    the measured dispatch is slower than priced (2048: 1.5x; docs/VALIDATION.md), a per-token cost the byte count
+    does not carry -- not asserted here."""
+    rate = rates_vector(ndcost.Cluster("h100-sxm", 8), Rates.for_device("h100-sxm"), "bf16")
+    for element_bytes, measured in ((FP8_DISPATCH_BYTES, row["dispatch_transmit_us"]),
+                                    (BF16, row["combine_transmit_us"])):
+        got = kernels.seconds_expert_exchange(DEEPEP, float(row["num_token"]), float(row["hidden_size"]), TOPK,
+                                              float(row["num_experts"]), 8.0, 1.0, 0.0, element_bytes, rate)
+        assert got * 1e6 == pytest.approx(measured, rel=0.15), (row, element_bytes, got * 1e6 / measured)
+
+
 @pytest.mark.cython
 def test_compiled_matches_oracle(ckernels, pykernels):
     rng = np.random.default_rng(23)
