@@ -60,6 +60,19 @@ def test_the_catalog_reads_it_from_config_json():
     assert all(factors[name] == 1.0 for name in factors if name != "gpt-oss-120b")
 
 
+def test_a_transformers_5_config_states_it_as_rope_parameters():
+    """Transformers 5 names the block rope_parameters; either key is read."""
+    config = dict(ndcost.Model.from_catalog("gpt-oss-120b").to_dict())
+    base = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1000}
+    yarn = {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096}
+    assert config["rope_attention_factor"] == pytest.approx(OSS_FACTOR, rel=1e-15)
+    for key in ("rope_scaling", "rope_parameters"):
+        model = ndcost.Model.from_hf_config({**base, key: yarn})
+        assert model.rope_attention_factor == pytest.approx(OSS_FACTOR, rel=1e-15)
+    assert ndcost.Model.from_hf_config(base).rope_attention_factor == 1.0
+
+
 @pytest.mark.parametrize("value", [0.0, -1.0, 101.0, float("inf"), float("nan"), True, "1.3"])
 def test_a_bad_factor_is_refused_by_name(value):
     with pytest.raises(ndcost.SpecError, match="rope_attention_factor"):
