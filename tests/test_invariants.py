@@ -62,7 +62,8 @@ def test_ulysses_all_to_alls_by_hand(kernels):
     out = np.empty((1, len(SECONDS_LAYER)))
     kernels.seconds_layer_times(*(arrays[k] for k in ("kinds", "skinds", "model", "smodel", "cand", "rate")), out)
     rate = arrays["rate"]
-    bw = rate[RATE["intra_bw"]] * rate[RATE["intra_eff"]]
+    bw = rate[RATE["intra_bw"]] * rate[RATE["a2a_eff"]]      # an all-to-all's own share (all_to_all_rates)
+    assert rate[RATE["a2a_eff"]] == pytest.approx(321.3 / 450.0)
     lat = rate[RATE["intra_lat"]]
     tokens = 65536 / 4
     qkv = tokens * (32 * 128 + 8 * 256) * 2 / 2        # q of 32 heads, k and v of 8, over tp 2, bf16

@@ -352,6 +352,7 @@ def _candidate_arrays():
         smodel = a["smodel"].copy()
         smodel[SECONDS_MODEL["rope_scaled"]] = float(rope_rng.random() < 0.5)
         rate[RATE["rope_scale"]] = float(rope_rng.integers(0, 2))
+        rate[RATE["a2a_eff"]] = float(rope_rng.uniform(0.3, 1.0))      # an all-to-all's own share of the link
         a["cand"], a["rate"], a["smodel"] = cand, rate, smodel
         arrays.append(a)
     return arrays

@@ -254,7 +254,8 @@ cdef enum:
     R_e_bias = 44
     R_glu_clamp = 45
     R_rope_scale = 46
-    R_COUNT = 47
+    R_a2a_eff = 47
+    R_COUNT = 48
 
 cdef enum:
     SX_has_emb = 0

@@ -29,7 +29,8 @@ cdef inline double c_sec_collective(long long op, double moved, double n, double
     if n <= 1.0 or moved <= 0.0:
         return 0.0
     dpn = rate[R_dpn]
-    bw_in = rate[R_intra_bw] * rate[R_intra_eff]
+    # an all-to-all reaches less of the link than a ring (measured: ndcost.spec.all_to_all_rates)
+    bw_in = rate[R_intra_bw] * (rate[R_a2a_eff] if op == SEC_ALL_TO_ALL else rate[R_intra_eff])
     lat_in = rate[R_intra_lat]
     bw_out = rate[R_inter_bw] * rate[R_inter_eff]
     lat_out = rate[R_inter_lat]

@@ -237,6 +237,7 @@ RATE_FIELDS = (
     "e_bias",          # Rates.expert_bias index: 0 epilogue, 1 down_split, 2 split, 3 gathered (experts with biases)
     "glu_clamp",       # Rates.glu_clamp index: 0 fused, 1 separate, 2 concatenated (a GLU that clamps its halves)
     "rope_scale",      # Rates.rope_scale index: 0 fused, 1 unfused (how a RoPE attention factor is applied)
+    "a2a_eff",         # share of the scale-up link an NCCL all-to-all reaches (Rates.all_to_all_share)
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---

@@ -77,7 +77,9 @@ def _collective(op: int, moved: float, n: float, stride: float, rate) -> float:
     if n <= 1.0 or moved <= 0.0:
         return 0.0
     dpn = rate[_R["dpn"]]
-    bw_in = rate[_R["intra_bw"]] * rate[_R["intra_eff"]]
+    # an all-to-all sends to every rank at once through the switch and reaches less of the link than a
+    # ring (ndcost.spec.all_to_all_rates: NCCL's alltoall_perf, measured)
+    bw_in = rate[_R["intra_bw"]] * (rate[_R["a2a_eff"]] if op == ALL_TO_ALL else rate[_R["intra_eff"]])
     lat_in = rate[_R["intra_lat"]]
     bw_out = rate[_R["inter_bw"]] * rate[_R["inter_eff"]]
     lat_out = rate[_R["inter_lat"]]

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 from ..errors import SpecError, is_finite_number
 from ..limits import MAX_LATENCY
+from .all_to_all_rates import with_all_to_all
 from .attention_rates import CUDNN_SDPA_SOURCE, attention_burst_share
 from .straggler import BLACKWELL_BUSY, HOPPER_BUSY, NO_BUSY_SOURCE as _NO_BUSY, with_busy_node as _busy
 from .moe_kernels import (
@@ -155,7 +156,8 @@ class Rates:
             and backward together, on the FLOPs it runs (causal: half the score matrix).
         hbm_efficiency: Share of the HBM bandwidth a streaming (elementwise) kernel reaches.
         kernel_overhead: Seconds each kernel costs beyond its roofline time (launch, ramp, tail).
-        intra_node_efficiency: Share of the scale-up link rate NCCL reaches (bus bandwidth).
+        intra_node_efficiency: Share of the scale-up link rate NCCL reaches (bus bandwidth); ``all_to_all_efficiency``
+            the same for an all-to-all (measured: :mod:`~ndcost.spec.all_to_all_rates`; None: the former).
         inter_node_efficiency: Share of the scale-out NIC rate NCCL reaches.
         sm_count: Compute units that each run one GEMM tile at a time (NVIDIA SMs): with
             :data:`GEMM_TILE_OUTPUTS` it sets how many outputs one wave of tiles covers.
@@ -242,6 +244,7 @@ class Rates:
     grad_accumulation_fusion: bool = True
     gemm_wave_tail: float = 0.5
     fa2_attention_efficiency: float | None = None
+    all_to_all_efficiency: float | None = None
     attention_kernel: str = "best"
     fp8_recipe: str = "delayed"
     elementwise: str = "fused"
@@ -292,9 +295,11 @@ class Rates:
                 raise SpecError(name, _OWNER, "be True or False", getattr(self, name))
         for name in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
                      "intra_node_efficiency", "inter_node_efficiency", "fp8_matmul_efficiency",
-                     "fa2_attention_efficiency", "deepep_nvlink_efficiency", "busy_clock_share"):
+                     "fa2_attention_efficiency", "all_to_all_efficiency", "deepep_nvlink_efficiency",
+                     "busy_clock_share"):
             value = getattr(self, name)
-            if value is None and name in ("fp8_matmul_efficiency", "fa2_attention_efficiency"):
+            if value is None and name in ("fp8_matmul_efficiency", "fa2_attention_efficiency",
+                                          "all_to_all_efficiency"):
                 continue
             if not is_finite_number(value) or not 0.0 < value <= 1.0:
                 raise SpecError(name, _OWNER, "be a number in (0, 1]", value)
@@ -352,6 +357,11 @@ class Rates:
         if self.attention_kernel == "fa2" and self.fa2_attention_efficiency is not None:
             return self.fa2_attention_efficiency
         return self.attention_efficiency
+
+    def all_to_all_share(self) -> float:
+        """The share of the scale-up link an NCCL all-to-all reaches: the part's measured one, else
+        ``intra_node_efficiency``."""
+        return self.intra_node_efficiency if self.all_to_all_efficiency is None else self.all_to_all_efficiency
 
     def fp8_cast(self) -> tuple[float, float, float]:
         """(bytes per element, kernels, weights cast every micro-batch) of one fp8 cast under
@@ -417,6 +427,7 @@ def _rates(matmul: float, matmul_source: str, attention: float, attention_source
         "intra_node_efficiency": _NCCL_NVLINK + assumed,
         "inter_node_efficiency": _NCCL_NET + assumed,
         "deepep_nvlink_efficiency": _DEEPEP_NVL + assumed,
+        "all_to_all_efficiency": "None: no measured NCCL all-to-all of this part; intra_node_efficiency's share",
     }
     sources.update(TODAY_SOFTWARE_SOURCES)
     sources.update(MOE_KERNEL_SOURCES)
@@ -566,16 +577,16 @@ _ASCEND = _rates(794.5 / 989.0, "assumption: no public MAMF measurement of Ascen
 
 #: Default rates per catalog device name (``ndcost.devices()``).
 DEFAULT_RATES: Mapping[str, Rates] = MappingProxyType({
-    "a100-40g": _A100_40,
-    "a100-80g": _A100,
-    "h100-sxm": _busy(_H100, HOPPER_BUSY),
-    "h200": _busy(_H200, HOPPER_BUSY),
-    "h800": _busy(_H800, HOPPER_BUSY),
-    "b200": _busy(_B200, BLACKWELL_BUSY),
-    "gb200-nvl72": _nvl72_rack(_GB200_NVL72),
-    "gb300-nvl72": _nvl72_rack(_GB300_NVL72),
-    "ascend-910b": _ASCEND,
-    "ascend-910c": _ASCEND,
+    "a100-40g": with_all_to_all("a100-40g", _A100_40),
+    "a100-80g": with_all_to_all("a100-80g", _A100),
+    "h100-sxm": with_all_to_all("h100-sxm", _busy(_H100, HOPPER_BUSY)),
+    "h200": with_all_to_all("h200", _busy(_H200, HOPPER_BUSY)),
+    "h800": with_all_to_all("h800", _busy(_H800, HOPPER_BUSY)),
+    "b200": with_all_to_all("b200", _busy(_B200, BLACKWELL_BUSY)),
+    "gb200-nvl72": with_all_to_all("gb200-nvl72", _nvl72_rack(_GB200_NVL72)),
+    "gb300-nvl72": with_all_to_all("gb300-nvl72", _nvl72_rack(_GB300_NVL72)),
+    "ascend-910b": with_all_to_all("ascend-910b", _ASCEND),
+    "ascend-910c": with_all_to_all("ascend-910c", _ASCEND),
 })
 
 #: Rates of a part the catalog does not know: the H100's, marked as an assumption.

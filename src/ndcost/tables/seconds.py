@@ -228,6 +228,7 @@ def _rates_vector(device: Any, rates: Rates, precision: str, gpus: int) -> np.nd
     vec[RATE["e_bias"]] = EXPERT_BIASES.index(rates.expert_bias)
     vec[RATE["glu_clamp"]] = GLU_CLAMPS.index(rates.glu_clamp)
     vec[RATE["rope_scale"]] = ROPE_SCALES.index(rates.rope_scale)
+    vec[RATE["a2a_eff"]] = rates.all_to_all_share()
     vec.setflags(write=False)
     return vec
 
