@@ -38,6 +38,10 @@ def test_the_shipped_shares_are_the_fits():
                              ("gb300-nvl72", "b200")):
         assert Rates.for_device(device).all_to_all_efficiency == ALL_TO_ALL_SHARES[measured][0]
         assert "aiconfigurator" in Rates.for_device(device).sources["all_to_all_efficiency"]
+    # a part the catalog does not know takes the H100's, marked as an assumption like its other figures
+    generic = Rates.for_device("not-a-part")
+    assert generic.all_to_all_efficiency == ALL_TO_ALL_SHARES["h100-sxm"][0]
+    assert generic.sources["all_to_all_efficiency"].startswith("assumption for an uncatalogued part")
 
 
 @pytest.mark.parametrize("part", list(MEASURED))

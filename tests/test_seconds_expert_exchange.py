@@ -18,7 +18,9 @@ its top expert (3.985 nodes a token in a simulation of that routing: counted as 
 """
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -123,9 +125,6 @@ def test_edges(kernels):
 
 
 def _aiconfigurator_h100():
-    import json
-    from pathlib import Path
-
     return json.loads((Path(__file__).parent / "data/aiconfigurator/h100_deepep_normal.json").read_text())["rows"]
 
 

@@ -1,7 +1,7 @@
 """Fit NCCL's all-to-all inside a node (ndcost.spec.all_to_all_rates) to NVIDIA's measured nccl-tests runs.
 
 ``tests/data/aiconfigurator/nccl_alltoall.json`` holds alltoall_perf times on one node of the H100, B200, GB200 and
-GB300 (aiconfigurator, NCCL 2.29.2) at 2-8 GPUs and 2 MB-1 GB per-rank buffers. For each part and GPU count n this
+GB300 (aiconfigurator, NCCL 2.29.2) at 2-8 GPUs and 2-537 MB per-rank buffers. For each part and GPU count n this
 fits, by least squares over the buffers of 8 MB and more, time = latency + bytes (n - 1)/n / bus bandwidth -- the
 form seconds mode prices a collective in (``ndcost.kernels.seconds_comm``) -- and prints the bus bandwidth, its share
 of the link rate, the latency and the worst row's error. Run: ``python tools/fit_all_to_all.py``.

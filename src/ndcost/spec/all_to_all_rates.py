@@ -34,19 +34,23 @@ ALL_TO_ALL_FIT: Mapping[str, tuple[str, int, float, float]] = MappingProxyType({
     "b200_sxm": ("B200", 8, 583.0, 900.0),
 })
 
+
+def _shares(part: str, devices: tuple[str, ...], kin: str) -> dict[str, tuple[float, str]]:
+    """Each of *devices* at the share *part*'s fit gives (the first device is the measured one; *kin* says why the
+    others take it)."""
+    name, gpus, busbw, link = ALL_TO_ALL_FIT[part]
+    source = ALL_TO_ALL_SOURCE.format(part=part, device=f"DGX {name}", gpus=gpus, busbw=busbw, link=link)
+    return {device: (busbw / link, source + ("" if device == devices[0] else kin.format(device=device, name=name)))
+            for device in devices}
+
+
 #: Catalog device -> (share of its link an all-to-all's bus bandwidth reaches, source).
 ALL_TO_ALL_SHARES: Mapping[str, tuple[float, str]] = MappingProxyType({
-    **{device: (ALL_TO_ALL_FIT["h100_sxm"][2] / ALL_TO_ALL_FIT["h100_sxm"][3],
-                ALL_TO_ALL_SOURCE.format(part="h100_sxm", device="DGX H100", gpus=8, busbw=321.3, link=450.0)
-                + ("" if device == "h100-sxm" else
-                   f"; the {device}: an SM90 part on NVLink 4 switches (the H800 with fewer links), the H100's share"))
-       for device in ("h100-sxm", "h800", "h200")},
-    **{device: (ALL_TO_ALL_FIT["b200_sxm"][2] / ALL_TO_ALL_FIT["b200_sxm"][3],
-                ALL_TO_ALL_SOURCE.format(part="b200_sxm", device="DGX B200", gpus=8, busbw=583.0, link=900.0)
-                + ("" if device == "b200" else
-                   f"; assumption for the {device}: its tray measured up to 4 GPUs (0.556-0.585 of the link, the "
-                   "B200's 4 GPUs 0.556), the B200's 8-GPU share taken for its NVLink 5 domain"))
-       for device in ("b200", "gb200-nvl72", "gb300-nvl72")},
+    **_shares("h100_sxm", ("h100-sxm", "h800", "h200"),
+              "; the {device}: an SM90 part on NVLink 4 switches (the H800 with fewer links), the {name}'s share"),
+    **_shares("b200_sxm", ("b200", "gb200-nvl72", "gb300-nvl72"),
+              "; assumption for the {device}: its tray measured up to 4 GPUs (0.556-0.585 of the link, the {name}'s "
+              "4 GPUs 0.556), the {name}'s 8-GPU share taken for its NVLink 5 domain"),
 })
 
 

@@ -36,9 +36,7 @@ from .rope_scaling import ROPE_SCALE_DEFAULT, ROPE_SCALES
 from .software_sources import TODAY_SOFTWARE_SOURCES
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
-           "FP8_BACKWARD_CASTS", "FP8_SPLIT_CASTS",
-           "DEEPEP_NVLINK_EFFICIENCY",
-           "ATTENTION_KERNELS", "ELEMENTWISE"]
+           "FP8_BACKWARD_CASTS", "FP8_SPLIT_CASTS", "DEEPEP_NVLINK_EFFICIENCY", "ATTENTION_KERNELS", "ELEMENTWISE"]
 
 _OWNER = "Rates"
 
@@ -590,9 +588,10 @@ DEFAULT_RATES: Mapping[str, Rates] = MappingProxyType({
 })
 
 #: Rates of a part the catalog does not know: the H100's, marked as an assumption.
-GENERIC_RATES: Rates = _H100.replace(sources={
+_H100_A2A = with_all_to_all("h100-sxm", _H100)     # the H100's figures, its measured all-to-all share included
+GENERIC_RATES: Rates = _H100_A2A.replace(sources={
     name: f"assumption for an uncatalogued part: the H100 SXM figure ({text})"
-    for name, text in _H100.sources.items()
+    for name, text in _H100_A2A.sources.items()
 })
 
 # The training stacks' figures live in ndcost.spec.software_rates (imported last: it reads nothing of this
