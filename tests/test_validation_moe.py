@@ -44,7 +44,7 @@ def report():
 
 def test_the_file_covers_runs_families_and_devices(runs_doc, report):
     rows = runs_doc["runs"]
-    assert len(rows) == len(report.rows) == 21
+    assert len(rows) == len(report.rows) == 34
     assert len({row["family"] for row in rows}) >= 4
     devices_used = {runs_doc["hardware"][row["hardware"]]["device"] for row in rows}
     assert devices_used == {"gb300-nvl72", "gb200-nvl72", "b200", "h100-sxm", "h800"}
@@ -62,7 +62,7 @@ def test_every_row_is_priced_or_skipped_with_a_reason(report):
         assert any(note.startswith("device ") for note in row.notes), row.id
         assert any(note.startswith("software ") for note in row.notes), row.id
     scored = report.scored
-    assert len(scored) == 21
+    assert len(scored) == 34
     # a loader that stopped reading a fact would move rows far; the physics moves them within this
     assert report.max_abs_error < 0.8
     assert set(report.family_mae()) == {"deepseek_v3", "gpt_oss", "qwen3_moe", "mixtral"}
@@ -238,10 +238,10 @@ def test_a_row_naming_an_unknown_device_is_skipped_with_the_reason(tmp_path):
 def test_validate_builtin_moe_on_the_command_line(capsys):
     assert main(["validate", "--builtin", "moe"]) == 0
     table = capsys.readouterr().out
-    assert "deepseek_v3_pretrain_h800_2048gpu" in table and "| **all** | 21 |" in table
+    assert "deepseek_v3_pretrain_h800_2048gpu" in table and "| **all** | 34 |" in table
     assert main(["validate", "--builtin", "moe", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert len(out["rows"]) == 21 and set(out["family_mae"]) >= {"gpt_oss", "mixtral"}
+    assert len(out["rows"]) == 34 and set(out["family_mae"]) >= {"gpt_oss", "mixtral"}
 
 
 def test_cuda_graph_facts_as_ndcost_prices_them():

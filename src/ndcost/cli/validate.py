@@ -97,8 +97,9 @@ def add_validate_command(sub: Any) -> None:
     p.add_argument("file", nargs="?", help="the runs YAML (or give --builtin)")
     p.add_argument("--builtin", nargs="?", const="all", choices=(*BUILTIN_RUNS, "all"),
                    help="the published runs shipped with ndcost: a100 (25 Megatron-LM/DeepSpeed runs), h100 (31 "
-                        "NVIDIA and torchtitan runs), moe (21 MoE runs: Megatron-Bridge, DeepSeek-V3 on H800, "
-                        "NeMo Mixtral, NeMo AutoModel), or all (the default when no name is given)")
+                        "NVIDIA and torchtitan runs), moe (34 MoE runs: Megatron-Bridge, Megatron-LM's MoE recipes, "
+                        "DeepSeek-V3 on H800, NeMo Mixtral, NeMo AutoModel), or all (the default when no name is "
+                        "given)")
     p.add_argument("--rates", metavar="FILE",
                    help="rates JSON (`ndcost calibrate --fit rates`) for every row, in place of each row's "
                         "software defaults")
