@@ -2,8 +2,12 @@
 TFLOP/s become the step times of data/validation/moe_runs.yaml."""
 from __future__ import annotations
 
-import pytest
+import re
 
+import pytest
+import yaml
+
+from ndcost.io.validation import BUILTIN_RUNS
 from ndcost.spec.model import Model
 from source_tools import tool
 
@@ -58,12 +62,6 @@ def test_the_recipe_rows_steps_follow_from_their_published_rate(flops):
     """Every moe_runs.yaml row measured as a Megatron TFLOP/s per GPU (the Megatron-LM MoE recipes) states the step
     that rate implies: Megatron-LM's count of the step (its catalog model, batch, MTP layers and the vocabulary its
     'how' names) over the rate of all its GPUs."""
-    import re
-
-    import yaml
-
-    from ndcost.io.validation import BUILTIN_RUNS
-
     rows = [row for row in yaml.safe_load(BUILTIN_RUNS["moe"].read_text(encoding="utf-8"))["runs"]
             if "model_tflops_per_gpu" in row["measured"] and "tokens_per_s_per_gpu" not in row["measured"]]
     assert len(rows) == 13

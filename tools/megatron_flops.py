@@ -37,15 +37,11 @@ CHECKS: tuple[tuple[str, int, int, int, float, float], ...] = (
 
 
 def _moe_layers(model: Any) -> tuple[int, int, bool]:
-    """(dense layers, MoE layers, whether the last layer is MoE) of *model* (first_k_dense_replace dense layers,
-    then every moe_layer_step-th layer MoE, as the catalog reads config.json)."""
-    layers = model.num_hidden_layers
-    if not model.num_experts:
-        return layers, 0, False
-    step = model.moe_layer_step or 1
-    pattern = [0 if i < model.first_k_dense_replace else (1 if (i - model.first_k_dense_replace) % step == 0 else 0)
-               for i in range(layers)]
-    return layers - sum(pattern), sum(pattern), bool(pattern[-1])
+    """(dense layers, MoE layers, whether the last layer is MoE) of *model*'s body, as the catalog lays it out
+    (``Model.kinds`` / ``layer_kinds_in_order``)."""
+    body = model.layer_kinds_in_order[: model.num_hidden_layers]
+    moe = [model.kinds[index].ffn == "moe" for index in body]
+    return len(body) - sum(moe), sum(moe), moe[-1]
 
 
 def step_flops(model: Any, *, global_batch: int, seq_length: int, padded_vocab: int, mtp_layers: int = 0) -> float:
