@@ -21,6 +21,7 @@ from ndcost.kernels.columns import (
     HYPER_POLICY_MASK, KIND, MODEL, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART_NAMES, RATE, SECONDS_CAND,
     SECONDS_EXTRA_FIELDS, SECONDS_LAYER, SECONDS_LAYER_FIELDS, SECONDS_STAGE, SECONDS_STAGE_FIELDS,
 )
+from ndcost.kernels.window_attention import _head_dim_share
 from ndcost.tables.seconds import seconds_arrays
 
 L = SECONDS_LAYER
@@ -161,7 +162,8 @@ def test_model_level_parts_stay_on_the_model(kernels):
 def _core_inputs(a):
     cand, rate = a["cand"], a["rate"]
     b, s, t, cp = cand[C["b"]], VSEQ, cand[C["t"]], cand[C["cp"]]
-    attn_rate = rate[RATE["attn_eff"]] * rate[RATE["peak_attn"]]
+    # the vision block's heads are VD (80) wide: the part's rate at that head dim (window_attention._head_dim_share)
+    attn_rate = rate[RATE["attn_eff"]] * rate[RATE["peak_attn"]] * _head_dim_share(VD, rate[RATE["attn_h64"]])
     return b, s, t, cp, attn_rate, rate[RATE["kernel_s"]]
 
 

@@ -255,7 +255,8 @@ cdef enum:
     R_glu_clamp = 45
     R_rope_scale = 46
     R_a2a_eff = 47
-    R_COUNT = 48
+    R_attn_h64 = 48
+    R_COUNT = 49
 
 cdef enum:
     SX_has_emb = 0

@@ -203,6 +203,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
             run = flops_core / (t * cp)
             if windowed and masked and kind[K_att_chunked] == 0.0:
                 run *= c_sec_window_stretch(window, s)     # a sliding window's fixed work a query
+            run /= c_sec_head_dim_share(d_qk if d_qk < d_v else d_v, rate[R_attn_h64])   # a head dim under 128
             core_f = run / attn_rate + n_split * kernel_s
             core_b = SEC_FLASH_BACKWARD_FLOPS * run / attn_rate + n_split * kernel_s
         else:

@@ -1,4 +1,4 @@
-# A sliding-window flash kernel's time against a full causal one's, per useful FLOP (twin of
+# A flash kernel's rate by its shape: its head dim, and a sliding window's time against a full causal one's (twin of
 # ndcost/kernels/window_attention.py, where the model, its constants and their fit are stated).
 
 
@@ -13,3 +13,12 @@ cdef inline double c_sec_window_stretch(double window, double s) noexcept nogil:
     full = half + SEC_WINDOW_TILE / 2.0 + SEC_WINDOW_FIXED_KEYS
     stretch = (windowed / span) / (full / half)
     return stretch if stretch > 1.0 else 1.0
+
+
+cdef inline double c_sec_head_dim_share(double d, double h64) noexcept nogil:
+    # The share of its head-dim-128 rate a flash kernel reaches at head dim d, on a part reaching h64 of it at 64.
+    cdef double alpha
+    if not (d > 0.0 and d < 128.0 and h64 > 0.5 and h64 < 1.0):
+        return 1.0
+    alpha = 128.0 * (1.0 - h64) / (2.0 * h64 - 1.0)
+    return d * (alpha + 128.0) / (128.0 * (alpha + d))

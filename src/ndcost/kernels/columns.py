@@ -238,6 +238,7 @@ RATE_FIELDS = (
     "glu_clamp",       # Rates.glu_clamp index: 0 fused, 1 separate, 2 concatenated (a GLU that clamps its halves)
     "rope_scale",      # Rates.rope_scale index: 0 fused, 1 unfused (how a RoPE attention factor is applied)
     "a2a_eff",         # share of the scale-up link an NCCL all-to-all reaches (Rates.all_to_all_share)
+    "attn_h64",        # share of attn_eff a flash kernel reaches at head dim 64 (Rates.attention_head64_share)
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---

@@ -1,4 +1,5 @@
-"""A sliding-window flash kernel's time against a full causal one's, per useful FLOP (an estimate).
+"""A flash kernel's rate by its shape (an estimate): its head dim, and a sliding window's time against a full causal
+one's, per useful FLOP.
 
 A flash kernel walks its queries in tiles and, for each, the key tiles the mask leaves: a full causal query tile
 meets s/2 keys on average, a window of w about w. Beside the keys it multiplies, a query tile costs what does
@@ -15,12 +16,21 @@ a window's FLOPs take :func:`_window_stretch` times as long as their count at th
 of work per useful key over the full kernel's, at the layer's s. As w reaches s the two coincide (stretch 1).
 
 FIXED is fitted across a family of measured kernels, never to a training run (``tools/fit_window_attention.py``):
-NVIDIA's cudnn-frontend SDPA training benchmark times gpt-oss's windowed heads and Llama 3.1's full causal ones
-on the same part at the same lengths (``tests/data/cudnn/sdpa_windows.json``: GB200 and GB300 at a 128-token
-window, H200 at 1024; 2048-16384 tokens; forward and backward as seconds mode combines them). Their rate ratios
-(0.12-0.18 for w 128, 0.52-0.70 for w 1024) fit one FIXED of 1055 keys (per part alone 985, 1095, 1215; every
-pair within 21%, the training lengths 4096-16384 within 14%). TILE: an assumed 128 x 128 tile, the block
-FlashAttention-2 and cuDNN's SDPA use for heads of 64-128; the fit absorbs what it misses.
+NVIDIA's cudnn-frontend SDPA training benchmark times gpt-oss's windowed heads (head dim 64) and Llama 3.1's full
+causal ones (head dim 128) on the same part at the same lengths (``tests/data/cudnn/sdpa_windows.json``: GB200 at
+128- and 1024-token windows, GB300 at 128, H200 at 1024; 2048-16384 tokens; forward and backward as seconds mode
+combines them). A pair's rate ratio is the head-dim-64 share h of its part (below) over the stretch; the GB200's two
+windows at one head dim separate the two. One FIXED of 485 keys and h = 0.677 (GB200), 0.638 (GB300), 0.792 (H200)
+fit all 16 pairs within 3%. TILE: an assumed 128 x 128 tile, the block FlashAttention-2 and cuDNN's SDPA use for
+heads of 64-128; the fit absorbs what it misses.
+
+Head dim (:func:`_head_dim_share`). Per score element a flash kernel spends MMA work in proportion to the head dim d
+and the softmax's exponentials and rescaling in a fixed amount ("H100 SXM5 has 989 TFLOPS of FP16 matmul but only
+3.9 TFLOPS of special functions", FlashAttention-3, Shah et al. 2024, arXiv 2407.08608, §3.1): time a score
+element ~ alpha + d, a rate in FLOPs ~ d / (alpha + d). Seconds mode's attention rates are measured at d 128 (and
+DeepSeek-V3's 192/128, which runs no faster: cuDNN's rows, ``ndcost.spec.attention_rates``), so a head dim of 128 or
+more takes the rate as it is, a smaller one the share d (alpha + 128) / (128 (alpha + d)), alpha set by the part's
+measured share at d 64, h: alpha = 128 (1 - h) / (2h - 1).
 """
 from __future__ import annotations
 
@@ -29,7 +39,7 @@ __all__: list[str] = []
 #: Rows and columns of the flash kernel's tile (an assumption: FlashAttention-2's and cuDNN's 128 x 128).
 WINDOW_TILE = 128.0
 #: A query's fixed work in keys beside those it multiplies, fitted (tools/fit_window_attention.py).
-WINDOW_FIXED_KEYS = 1055.0
+WINDOW_FIXED_KEYS = 485.0
 
 
 def _window_stretch(window: float, s: float) -> float:
@@ -43,3 +53,12 @@ def _window_stretch(window: float, s: float) -> float:
     full = half + WINDOW_TILE / 2.0 + WINDOW_FIXED_KEYS
     stretch = (windowed / span) / (full / half)
     return stretch if stretch > 1.0 else 1.0     # a window within a token of s: the full kernel, to rounding
+
+
+def _head_dim_share(d: float, h64: float) -> float:
+    """The share of its head-dim-128 rate a flash kernel reaches at head dim *d*, on a part that reaches *h64* of it
+    at head dim 64 (1 for d >= 128, for h64 >= 1, and for an h64 of 1/2 or less, which the law cannot hold)."""
+    if not (d > 0.0 and d < 128.0 and h64 > 0.5 and h64 < 1.0):
+        return 1.0
+    alpha = 128.0 * (1.0 - h64) / (2.0 * h64 - 1.0)
+    return d * (alpha + 128.0) / (128.0 * (alpha + d))

@@ -14,7 +14,8 @@ at the part's sustained share (``ndcost.spec.rates``), as it does every burst fi
 """
 from __future__ import annotations
 
-__all__ = ["CUDNN_SDPA_SOURCE", "CUDNN_SDPA_TFLOPS", "attention_burst_share"]
+__all__ = ["CUDNN_SDPA_SOURCE", "CUDNN_SDPA_TFLOPS", "FLASH_HEAD64_SHARE", "FLASH_HEAD64_SOURCE",
+           "attention_burst_share"]
 
 CUDNN_SDPA_SOURCE = (
     "NVIDIA/cudnn-frontend@fb682ce761a2705e40f9b5d528737a3e0eb33cec benchmark/sdpa_benchmark_training/results/"
@@ -36,3 +37,14 @@ def attention_burst_share(part: str, peak_tflops: float) -> float:
     rows = CUDNN_SDPA_TFLOPS[part]
     rate = sum(3.5 / (1.0 / forward + 2.5 / backward) for forward, backward in rows) / len(rows)
     return rate / peak_tflops
+
+
+#: The share of the head-dim-128 rate cuDNN's SDPA reaches at head dim 64, per part, forward and backward together:
+#: fitted with the sliding window's fixed work to NVIDIA's windowed (d 64) and full causal (d 128) kernels
+#: (tools/fit_window_attention.py; ndcost.kernels.window_attention states the model), rounded to 3 digits.
+FLASH_HEAD64_SHARE: dict[str, float] = {"gb200": 0.677, "gb300": 0.638, "h200": 0.792}
+FLASH_HEAD64_SOURCE = (
+    "fitted (tools/fit_window_attention.py) to NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results: "
+    "gpt-oss's windowed heads (d 64) against Llama 3.1's full causal ones (d 128) on the same part at 2048-16384 "
+    "tokens (tests/data/cudnn/sdpa_windows.json: GB200 at 128- and 1024-token windows, GB300 at 128, H200 at 1024), "
+    "with one fixed work a query (485 keys) for every part; all 16 pairs within 3%. {part}")

@@ -27,7 +27,7 @@ from ..errors import SpecError, is_finite_number
 from ..limits import MAX_LATENCY
 from .all_to_all_rates import with_all_to_all
 from .fp8_recipes import FP8_BACKWARD_CASTS, FP8_RECIPES, FP8_SPLIT_CASTS
-from .attention_rates import CUDNN_SDPA_SOURCE, attention_burst_share
+from .attention_rates import CUDNN_SDPA_SOURCE, FLASH_HEAD64_SHARE, FLASH_HEAD64_SOURCE, attention_burst_share
 from .straggler import BLACKWELL_BUSY, HOPPER_BUSY, NO_BUSY_SOURCE as _NO_BUSY, with_busy_node as _busy
 from .moe_kernels import (
     EXPERT_BIASES, GLU_CLAMPS, GRACE_HOST_FACTOR, GRACE_LAUNCH_SOURCE, GROUPED_GEMMS, MOE_KERNEL_DEFAULTS,
@@ -95,6 +95,8 @@ class Rates:
             MAMF / peak (the boost-clock burst).
         attention_efficiency: Share of the 16-bit peak a flash-attention kernel reaches, forward
             and backward together, on the FLOPs it runs (causal: half the score matrix).
+        attention_head64_share: Share of that rate a flash kernel reaches at head dim 64 (measured at 128);
+            other head dims under 128 by the law of ``ndcost.kernels.window_attention``; 1: not applied.
         hbm_efficiency: Share of the HBM bandwidth a streaming (elementwise) kernel reaches.
         kernel_overhead: Seconds each kernel costs beyond its roofline time (launch, ramp, tail).
         intra_node_efficiency: Share of the scale-up link rate NCCL reaches (bus bandwidth); ``all_to_all_efficiency``
@@ -207,6 +209,7 @@ class Rates:
     deepep_nvlink_efficiency: float = DEEPEP_NVLINK_EFFICIENCY
     busy_clock_share: float = 1.0
     clock_sigma: float = 0.0
+    attention_head64_share: float = 1.0
 
     def __post_init__(self) -> None:
         fetch = self.zero3_fetch_bandwidth
@@ -245,6 +248,11 @@ class Rates:
             if not is_finite_number(value) or not 0.0 < value <= 1.0:
                 raise SpecError(name, _OWNER, "be a number in (0, 1]", value)
             object.__setattr__(self, name, float(value))
+        head64 = self.attention_head64_share
+        if not is_finite_number(head64) or not 0.5 < head64 <= 1.0:
+            raise SpecError("attention_head64_share", _OWNER, "be a number in (0.5, 1] (the share of the head-dim-128 "
+                            "rate reached at head dim 64; 1: not applied)", head64)
+        object.__setattr__(self, "attention_head64_share", float(head64))
         if isinstance(self.sm_count, bool) or not isinstance(self.sm_count, int) or self.sm_count < 1:
             raise SpecError("sm_count", _OWNER, "be an integer >= 1", self.sm_count)
         if isinstance(self.tp_overlap_splits, bool) or not isinstance(self.tp_overlap_splits, int) or not \
@@ -374,6 +382,7 @@ def _rates(matmul: float, matmul_source: str, attention: float, attention_source
     sources.update(MOE_KERNEL_SOURCES)
     sources["busy_clock_share"] = sources["clock_sigma"] = _NO_BUSY
     sources["gemm_wave_tail"] = wave_tail[1] or _GUIDE_TAIL
+    sources["attention_head64_share"] = ("no measurement of this part at head dim 64: 1, every head dim at the head-dim-128 rate")
     if fa2[0] is not None:
         sources["fa2_attention_efficiency"] = fa2[1]
     if fp8 is not None:
@@ -515,6 +524,19 @@ _ASCEND = _rates(794.5 / 989.0, "assumption: no public MAMF measurement of Ascen
                  f"parts of {_MAMF} (A100 86.9%, H100 80.3%, B200 77.6%)", 0.55,
                  f"assumption: no public Ascend figure; the H100 one ({_FA3})", 132,
                  "assumption: Ascend's cube units tile GEMMs differently; the H100's 132 SMs", assumed=_ASCEND_NOTE)
+
+
+
+def _head64(rates: Rates, part: str, note: str = "") -> Rates:
+    """*rates* with the head-dim-64 share measured on *part* (``FLASH_HEAD64_SHARE``)."""
+    return rates.replace(attention_head64_share=FLASH_HEAD64_SHARE[part], sources=dict(
+        rates.sources, attention_head64_share=FLASH_HEAD64_SOURCE.replace("{part}", f"This part: the {part}'s" + note)))
+
+
+_SAME_GH100 = " (the same GH100 silicon; cross-checked against FlashAttention-3's H100 figures, tests/test_attention_head_dim.py)"
+_H100, _H200, _H800 = (_head64(rates, "h200", _SAME_GH100) for rates in (_H100, _H200, _H800))
+_B200 = _head64(_B200, "gb200", " (the GB200 carries the same Blackwell GPU)")
+_GB200_NVL72, _GB300_NVL72 = _head64(_GB200_NVL72, "gb200"), _head64(_GB300_NVL72, "gb300")
 
 #: Default rates per catalog device name (``ndcost.devices()``).
 DEFAULT_RATES: Mapping[str, Rates] = MappingProxyType({
