@@ -12,17 +12,12 @@ import ndcost
 from ndcost.errors import SpecError
 from ndcost.kernels.columns import LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, RATE
 from ndcost.kernels.window_attention import _head_dim_share
-from ndcost.spec.attention_rates import FLASH_HEAD64_SHARE
+from ndcost.spec.attention_rates import FA2_HEAD64_SHARE, FLASH_HEAD64_SHARE, combined_rate
 from ndcost.spec.rates import DEFAULT_RATES, Rates
-from ndcost.tables.seconds import seconds_arrays
+from ndcost.tables.seconds import rates_vector, seconds_arrays
 
 F = LAYER_OP_FIELD
 _ARGS = ("kinds", "skinds", "model", "smodel", "cand", "rate")
-
-
-def _combined(forward: float, backward: float) -> float:
-    """One rate for a forward and its 2.5x backward (seconds mode's accounting)."""
-    return 3.5 / (1.0 / forward + 2.5 / backward)
 
 
 def test_the_law_by_hand():
@@ -45,11 +40,25 @@ def test_the_hopper_share_matches_flashattention3s_h100_figures():
     both head dims on the H100 (the same GH100 silicon), 4096 tokens, bf16 (Shah et al. 2024, arXiv 2407.08608,
     Figure 5 forward and Figure 6 backward, the values on the bars): cuDNN 408 / 609 TFLOP/s forward (d 64 / 128),
     417 / 499 backward; FlashAttention-3 476 / 638 and 453 / 542. Both within 3% of the fit."""
-    cudnn = _combined(408.0, 417.0) / _combined(609.0, 499.0)
-    fa3 = _combined(476.0, 453.0) / _combined(638.0, 542.0)
+    cudnn = combined_rate(408.0, 417.0) / combined_rate(609.0, 499.0)
+    fa3 = combined_rate(476.0, 453.0) / combined_rate(638.0, 542.0)
     assert cudnn == pytest.approx(0.788, abs=0.001) and fa3 == pytest.approx(0.811, abs=0.001)
     assert FLASH_HEAD64_SHARE["h200"] == pytest.approx(cudnn, rel=0.03)
     assert FLASH_HEAD64_SHARE["h200"] == pytest.approx(fa3, rel=0.03)
+
+
+def test_flashattention2_takes_its_own_share_where_the_software_runs_it():
+    """PyTorch's SDPA runs FlashAttention-2 on Hopper (``attention_kernel`` "fa2"): its own head-dim-64 share, from the
+    FlashAttention-2 bars of the same figures (321 / 279 forward / backward at d 64, 368 / 310 at 128)."""
+    assert FA2_HEAD64_SHARE == pytest.approx(combined_rate(321.0, 279.0) / combined_rate(368.0, 310.0), abs=5e-4)
+    assert FA2_HEAD64_SHARE == 0.893
+    hopper = DEFAULT_RATES["h100-sxm"]
+    assert hopper.head64_share() == FLASH_HEAD64_SHARE["h200"]
+    assert hopper.replace(attention_kernel="fa2").head64_share() == FA2_HEAD64_SHARE
+    # a part whose FlashAttention-2 is not stated keeps its best kernel's share under "fa2"
+    assert DEFAULT_RATES["b200"].replace(attention_kernel="fa2").head64_share() == FLASH_HEAD64_SHARE["gb200"]
+    rate = rates_vector(ndcost.Cluster("h100-sxm", 8), Rates.for_software("h100-sxm", "torchtitan-eager"), "bf16")
+    assert rate[RATE["attn_h64"]] == FA2_HEAD64_SHARE
 
 
 def test_the_parts_carry_their_measured_share():
@@ -63,10 +72,11 @@ def test_the_parts_carry_their_measured_share():
     assert "no measurement" in DEFAULT_RATES["a100-80g"].sources["attention_head64_share"]
 
 
+@pytest.mark.parametrize("name", ["attention_head64_share", "fa2_attention_head64_share"])
 @pytest.mark.parametrize("bad", [0.5, 0.2, 1.01, math.nan, math.inf, "0.7"])
-def test_a_bad_share_is_refused_by_name(bad):
-    with pytest.raises(SpecError, match="attention_head64_share"):
-        DEFAULT_RATES["h100-sxm"].replace(attention_head64_share=bad)
+def test_a_bad_share_is_refused_by_name(name, bad):
+    with pytest.raises(SpecError, match=name):
+        DEFAULT_RATES["h100-sxm"].replace(**{name: bad})
 
 
 def _attn_core(kernels, model, spec, device: str, kind: int):

@@ -31,8 +31,10 @@ def pairs(path: Path = DATA) -> list[dict]:
 
 
 def combined(forward: float, backward: float) -> float:
-    """One rate for a forward and its 2.5x backward."""
-    return 3.5 / (1.0 / forward + 2.5 / backward)
+    """One rate for a forward and its 2.5x backward (ndcost.spec.attention_rates.combined_rate)."""
+    from ndcost.spec.attention_rates import combined_rate
+
+    return combined_rate(forward, backward)
 
 
 def measured_ratio(pair: dict) -> float:

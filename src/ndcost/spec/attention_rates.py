@@ -14,8 +14,8 @@ at the part's sustained share (``ndcost.spec.rates``), as it does every burst fi
 """
 from __future__ import annotations
 
-__all__ = ["CUDNN_SDPA_SOURCE", "CUDNN_SDPA_TFLOPS", "FLASH_HEAD64_SHARE", "FLASH_HEAD64_SOURCE",
-           "attention_burst_share"]
+__all__ = ["CUDNN_SDPA_SOURCE", "CUDNN_SDPA_TFLOPS", "FA2_HEAD64_SHARE", "FA2_HEAD64_SOURCE", "FLASH_HEAD64_SHARE",
+           "FLASH_HEAD64_SOURCE", "attention_burst_share", "combined_rate"]
 
 CUDNN_SDPA_SOURCE = (
     "NVIDIA/cudnn-frontend@fb682ce761a2705e40f9b5d528737a3e0eb33cec benchmark/sdpa_benchmark_training/results/"
@@ -31,11 +31,16 @@ CUDNN_SDPA_TFLOPS: dict[str, tuple[tuple[float, float], ...]] = {
 }
 
 
+def combined_rate(forward: float, backward: float) -> float:
+    """One rate for a forward at *forward* and its 2.5x backward at *backward* (seconds mode's accounting)."""
+    return 3.5 / (1.0 / forward + 2.5 / backward)
+
+
 def attention_burst_share(part: str, peak_tflops: float) -> float:
     """The share of *peak_tflops* a fused attention kernel reaches, forward and backward together, in the
     benchmark bursts of *part* ("gb200" or "gb300")."""
     rows = CUDNN_SDPA_TFLOPS[part]
-    rate = sum(3.5 / (1.0 / forward + 2.5 / backward) for forward, backward in rows) / len(rows)
+    rate = sum(combined_rate(forward, backward) for forward, backward in rows) / len(rows)
     return rate / peak_tflops
 
 
@@ -48,3 +53,12 @@ FLASH_HEAD64_SOURCE = (
     "gpt-oss's windowed heads (d 64) against Llama 3.1's full causal ones (d 128) on the same part at 2048-16384 "
     "tokens (tests/data/cudnn/sdpa_windows.json: GB200 at 128- and 1024-token windows, GB300 at 128, H200 at 1024), "
     "with one fixed work a query (485 keys) for every part; all 16 pairs within 3%. {part}")
+
+#: FlashAttention-2 on the H100 at 4096 tokens, bf16, (forward, backward) TFLOP/s at head dim 64 and at 128, the
+#: values on the bars of FlashAttention-3's Figures 5 and 6 (Shah et al. 2024, arXiv 2407.08608), and the share
+#: they make (0.893): the kernel PyTorch's SDPA runs on Hopper (``Rates.attention_kernel`` "fa2").
+FA2_H100_TFLOPS = {64: (321.0, 279.0), 128: (368.0, 310.0)}
+FA2_HEAD64_SHARE = round(combined_rate(*FA2_H100_TFLOPS[64]) / combined_rate(*FA2_H100_TFLOPS[128]), 3)
+FA2_HEAD64_SOURCE = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), Figures 5 and 6 (H100 SXM5, bf16, 4096 "
+                     "tokens): FlashAttention-2 at 321 / 279 TFLOP/s forward / backward at head dim 64, 368 / 310 at "
+                     "128; forward + 2.5x backward: 0.893")

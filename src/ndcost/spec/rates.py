@@ -27,7 +27,10 @@ from ..errors import SpecError, is_finite_number
 from ..limits import MAX_LATENCY
 from .all_to_all_rates import with_all_to_all
 from .fp8_recipes import FP8_BACKWARD_CASTS, FP8_RECIPES, FP8_SPLIT_CASTS
-from .attention_rates import CUDNN_SDPA_SOURCE, FLASH_HEAD64_SHARE, FLASH_HEAD64_SOURCE, attention_burst_share
+from .attention_rates import (
+    CUDNN_SDPA_SOURCE, FA2_HEAD64_SHARE, FA2_HEAD64_SOURCE, FLASH_HEAD64_SHARE, FLASH_HEAD64_SOURCE,
+    attention_burst_share,
+)
 from .straggler import BLACKWELL_BUSY, HOPPER_BUSY, NO_BUSY_SOURCE as _NO_BUSY, with_busy_node as _busy
 from .moe_kernels import (
     EXPERT_BIASES, GLU_CLAMPS, GRACE_HOST_FACTOR, GRACE_LAUNCH_SOURCE, GROUPED_GEMMS, MOE_KERNEL_DEFAULTS,
@@ -97,6 +100,8 @@ class Rates:
             and backward together, on the FLOPs it runs (causal: half the score matrix).
         attention_head64_share: Share of that rate a flash kernel reaches at head dim 64 (measured at 128);
             other head dims under 128 by the law of ``ndcost.kernels.window_attention``; 1: not applied.
+        fa2_attention_head64_share: The same for FlashAttention-2 where the software runs it (``attention_kernel``
+            "fa2"); None: ``attention_head64_share``.
         hbm_efficiency: Share of the HBM bandwidth a streaming (elementwise) kernel reaches.
         kernel_overhead: Seconds each kernel costs beyond its roofline time (launch, ramp, tail).
         intra_node_efficiency: Share of the scale-up link rate NCCL reaches (bus bandwidth); ``all_to_all_efficiency``
@@ -210,6 +215,7 @@ class Rates:
     busy_clock_share: float = 1.0
     clock_sigma: float = 0.0
     attention_head64_share: float = 1.0
+    fa2_attention_head64_share: float | None = None
 
     def __post_init__(self) -> None:
         fetch = self.zero3_fetch_bandwidth
@@ -248,11 +254,14 @@ class Rates:
             if not is_finite_number(value) or not 0.0 < value <= 1.0:
                 raise SpecError(name, _OWNER, "be a number in (0, 1]", value)
             object.__setattr__(self, name, float(value))
-        head64 = self.attention_head64_share
-        if not is_finite_number(head64) or not 0.5 < head64 <= 1.0:
-            raise SpecError("attention_head64_share", _OWNER, "be a number in (0.5, 1] (the share of the head-dim-128 "
-                            "rate reached at head dim 64; 1: not applied)", head64)
-        object.__setattr__(self, "attention_head64_share", float(head64))
+        for name in ("attention_head64_share", "fa2_attention_head64_share"):
+            head64 = getattr(self, name)
+            if head64 is None and name == "fa2_attention_head64_share":
+                continue
+            if not is_finite_number(head64) or not 0.5 < head64 <= 1.0:
+                raise SpecError(name, _OWNER, "be a number in (0.5, 1] (the share of the head-dim-128 rate reached at "
+                                "head dim 64; 1: not applied)", head64)
+            object.__setattr__(self, name, float(head64))
         if isinstance(self.sm_count, bool) or not isinstance(self.sm_count, int) or self.sm_count < 1:
             raise SpecError("sm_count", _OWNER, "be an integer >= 1", self.sm_count)
         if isinstance(self.tp_overlap_splits, bool) or not isinstance(self.tp_overlap_splits, int) or not \
@@ -306,6 +315,13 @@ class Rates:
         if self.attention_kernel == "fa2" and self.fa2_attention_efficiency is not None:
             return self.fa2_attention_efficiency
         return self.attention_efficiency
+
+    def head64_share(self) -> float:
+        """The attention kernel's share of its head-dim-128 rate at head dim 64: FlashAttention-2's where the software
+        runs it and the part states it, else the part's best kernel's."""
+        if self.attention_kernel == "fa2" and self.fa2_attention_head64_share is not None:
+            return self.fa2_attention_head64_share
+        return self.attention_head64_share
 
     def all_to_all_share(self) -> float:
         """The share of the scale-up link an NCCL all-to-all reaches: the part's measured one, else
@@ -528,9 +544,15 @@ _ASCEND = _rates(794.5 / 989.0, "assumption: no public MAMF measurement of Ascen
 
 
 def _head64(rates: Rates, part: str, note: str = "") -> Rates:
-    """*rates* with the head-dim-64 share measured on *part* (``FLASH_HEAD64_SHARE``)."""
-    return rates.replace(attention_head64_share=FLASH_HEAD64_SHARE[part], sources=dict(
-        rates.sources, attention_head64_share=FLASH_HEAD64_SOURCE.replace("{part}", f"This part: the {part}'s" + note)))
+    """*rates* with the head-dim-64 share measured on *part* (``FLASH_HEAD64_SHARE``); a part that runs
+    FlashAttention-2 too (Hopper) with FlashAttention-2's (``FA2_HEAD64_SHARE``)."""
+    fa2 = FA2_HEAD64_SHARE if rates.fa2_attention_efficiency is not None else None
+    sources = dict(rates.sources, attention_head64_share=FLASH_HEAD64_SOURCE.replace("{part}", f"This part: the "
+                                                                                     f"{part}'s" + note))
+    if fa2 is not None:
+        sources["fa2_attention_head64_share"] = FA2_HEAD64_SOURCE
+    return rates.replace(attention_head64_share=FLASH_HEAD64_SHARE[part], fa2_attention_head64_share=fa2,
+                         sources=sources)
 
 
 _SAME_GH100 = " (the same GH100 silicon; cross-checked against FlashAttention-3's H100 figures, tests/test_attention_head_dim.py)"

@@ -186,7 +186,7 @@ def _rates_vector(device: Any, rates: Rates, precision: str, gpus: int) -> np.nd
     vec[RATE["peak_attn"]] = sixteen
     vec[RATE["mm_eff"]] = rates.matmul_share(precision) * slowest
     vec[RATE["attn_eff"]] = rates.attention_share() * slowest
-    vec[RATE["attn_h64"]] = rates.attention_head64_share
+    vec[RATE["attn_h64"]] = rates.head64_share()
     vec[RATE["hbm_bw"]] = device.hbm_bandwidth
     vec[RATE["hbm_eff"]] = rates.hbm_efficiency
     vec[RATE["kernel_s"]] = rates.kernel_overhead
