@@ -118,3 +118,18 @@ def test_the_model_flops_do_not_move():
     spec = ndcost.ExecSpec(dp=8, ep=8, micro_batch_size=4, global_batch_size=32, seq_length=4096)
     estimate = ndcost.estimate(model, spec, ndcost.Cluster("b200", 8))
     assert 0.0 < estimate.mfu <= estimate.hfu <= 1.0
+
+
+def test_the_op_table_calls_a_windowed_kernel_compute_bound():
+    """The per-op table's bound of the attention core compares its priced time (the FLOPs at the rate the window
+    and the head dim slow, ndcost.price.layer_ops) with its bytes' time: gpt-oss's 128-token window on a B200 runs
+    33.8 GFLOP in ~0.23 ms where its 302 MB take ~0.05 ms -- compute, not memory."""
+    from ndcost.price.layer_ops import layer_ops
+
+    model = ndcost.Model.from_catalog("gpt-oss-120b")
+    spec = ndcost.ExecSpec(dp=8, ep=8, micro_batch_size=4, global_batch_size=32, seq_length=4096)
+    sliding = layer_ops(model, spec, ndcost.Cluster("b200", 8), kind=0)[0]
+    for row in sliding.rows:
+        if row.op == "attn_core":
+            assert row.bound == "compute", row
+            assert row.bytes / (0.8 * 8e12) < row.seconds

@@ -74,14 +74,17 @@ class LayerOps:
         return "\n".join(lines)
 
 
-def _bound(name: str, flops: float, moved: float, seconds: float, host: float, rate: np.ndarray) -> str:
+def _bound(name: str, flops: float, moved: float, seconds: float, host: float, count: float, rate: np.ndarray) -> str:
     if name in _COMM:
         return "communication"
     if name == "launch" or host > seconds:
         return "launch"
-    peak = (rate[RATE["attn_eff"]] * rate[RATE["peak_attn"]] if name == "attn_core"
-            else rate[RATE["mm_eff"]] * rate[RATE["peak_mm"]])
-    return "compute" if flops / peak >= moved / (rate[RATE["hbm_eff"]] * rate[RATE["hbm_bw"]]) else "memory"
+    memory = moved / (rate[RATE["hbm_eff"]] * rate[RATE["hbm_bw"]])
+    if name == "attn_core":
+        # a flash kernel is priced by its FLOPs alone, at a rate its head dim and a sliding window's fixed work a
+        # query slow (ndcost.kernels.window_attention): compute-bound whenever that time passes its bytes'
+        return "compute" if seconds - count * rate[RATE["kernel_s"]] >= memory else "memory"
+    return "compute" if flops / (rate[RATE["mm_eff"]] * rate[RATE["peak_mm"]]) >= memory else "memory"
 
 
 def layer_ops(model: Any, spec: Any, cluster: Any, *, rates: Any = None, kind: int | None = None) -> tuple[LayerOps, ...]:
@@ -115,7 +118,7 @@ def layer_ops(model: Any, spec: Any, cluster: Any, *, rates: Any = None, kind: i
                 if seconds == 0.0 and count == 0.0:
                     continue
                 rows.append(OpRow(name, pass_, float(flops), float(moved), float(count), float(seconds),
-                                  float(host), _bound(name, flops, moved, seconds, host, a["rate"])))
+                                  float(host), _bound(name, flops, moved, seconds, host, count, a["rate"])))
         row = times[k]
         tables.append(LayerOps(k, model.kinds[k].name, tuple(rows), float(row[SECONDS_LAYER["fw"]]),
                                float(row[SECONDS_LAYER["bw"]] + row[SECONDS_LAYER["bw_w"]])))
