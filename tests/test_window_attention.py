@@ -12,7 +12,9 @@ import pytest
 
 import ndcost
 from ndcost.kernels.columns import LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, RATE
-from ndcost.kernels.window_attention import WINDOW_FIXED_KEYS, WINDOW_TILE, _head_dim_share, _window_stretch
+from ndcost.kernels.window_attention import (
+    WINDOW_FIXED_KEYS, WINDOW_TILE, _head_dim_share, _tile_efficiency, _window_stretch,
+)
 from ndcost.spec.attention_rates import FLASH_HEAD64_SHARE
 from ndcost.spec.rates import Rates
 from ndcost.tables.seconds import seconds_arrays
@@ -94,13 +96,18 @@ def _attn_core(kernels, name: str, fields: dict, kind: int):
 def test_a_windowed_layer_takes_the_stretch_on_both_backends(kernels, pykernels):
     """gpt-oss's sliding layers (kind 0): the attention core's forward and backward are their FLOPs at the
     attention rate times the stretch, over the part's head-dim-64 share (its heads are 64 wide), plus a launch;
-    its full-attention layers (kind 1) take the share and no stretch."""
+    its full-attention layers (kind 1) take the share and no stretch. At 4096 tokens on a B200, whose rate was
+    measured at 4096 and 8192, both take the tile efficiency of those lengths over 4096's
+    (tests/test_attention_length.py)."""
     fields = dict(dp=8, ep=8, micro_batch_size=4, global_batch_size=32, seq_length=4096)
     for backend in (kernels, pykernels):
         row, rate, model = _attn_core(backend, "gpt-oss-120b", fields, 0)
         assert model.kinds[0].window == 128 and model.kinds[1].window == 0
         assert rate[RATE["attn_h64"]] == FLASH_HEAD64_SHARE["gb200"]     # the B200 is the GB200's GPU
         attn = rate[RATE["attn_eff"]] * rate[RATE["peak_attn"]] * _head_dim_share(64.0, rate[RATE["attn_h64"]])
+        attn *= _tile_efficiency(2048.0, 1.0) / rate[RATE["attn_fbar"]]
+        assert rate[RATE["attn_fbar"]] == pytest.approx((_tile_efficiency(2048.0, 1.0) + _tile_efficiency(4096.0, 1.0))
+                                                        / 2.0, rel=1e-12)
         stretch = _window_stretch(128.0, 4096.0)
         assert row[F["time_f"]] == pytest.approx(row[F["flops_f"]] / attn * stretch + rate[RATE["kernel_s"]],
                                                  rel=1e-12)

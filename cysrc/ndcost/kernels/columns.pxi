@@ -256,7 +256,8 @@ cdef enum:
     R_rope_scale = 46
     R_a2a_eff = 47
     R_attn_h64 = 48
-    R_COUNT = 49
+    R_attn_fbar = 49
+    R_COUNT = 50
 
 cdef enum:
     SX_has_emb = 0

@@ -66,7 +66,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double fw = 0.0, bw = 0.0, bw_w = 0.0, gemm_f = 0.0, gemm_b = 0.0, p_dense, p_expert
     cdef double w_att, extra, f_att, d_att, w_grad, up_share, flops_att
     cdef double core_f = 0.0, core_b = 0.0, flops_core = 0.0, scores = 0.0, core_extra = 0.0
-    cdef double heads, run, keys, q_rows, window, span, full_chunks, rest
+    cdef double heads, run, keys, q_rows, window, span, full_chunks, rest, calls
     cdef bint windowed, causal, masked
     cdef double flops_rec = 0.0, n_v, d_k, dv_lin, conv_bytes = 0.0, compute, memory, rec_f
     cdef double flops_ffn = 0.0, ffn_f = 0.0
@@ -204,6 +204,10 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
             if windowed and masked and kind[K_att_chunked] == 0.0:
                 run *= c_sec_window_stretch(window, s)     # a sliding window's fixed work a query
             run /= c_sec_head_dim_share(d_qk if d_qk < d_v else d_v, rate[R_attn_h64])   # a head dim under 128
+            if rate[R_attn_fbar] > 0.0 and masked and kind[K_att_chunked] == 0.0:
+                # the rate was measured at stated lengths: this layer's tile efficiency against theirs
+                calls = (cp + 1.0) / 2.0 if cp > 1.0 and cand[SC_cp_ring] != 0.0 else 1.0
+                run *= rate[R_attn_fbar] / c_sec_tile_efficiency(s / 2.0, calls)
             core_f = run / attn_rate + n_split * kernel_s
             core_b = SEC_FLASH_BACKWARD_FLOPS * run / attn_rate + n_split * kernel_s
         else:

@@ -22,3 +22,10 @@ cdef inline double c_sec_head_dim_share(double d, double h64) noexcept nogil:
         return 1.0
     alpha = 128.0 * (1.0 - h64) / (2.0 * h64 - 1.0)
     return d * (alpha + 128.0) / (128.0 * (alpha + d))
+
+
+cdef inline double c_sec_tile_efficiency(double keys, double calls) noexcept nogil:
+    # The share of its long-sequence rate a flash kernel reaches when each query meets `keys` keys over `calls` calls.
+    if not keys > 0.0:
+        return 1.0
+    return keys / (keys + calls * (SEC_WINDOW_TILE / 2.0 + SEC_WINDOW_FIXED_KEYS))

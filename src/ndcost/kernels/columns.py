@@ -239,6 +239,7 @@ RATE_FIELDS = (
     "rope_scale",      # Rates.rope_scale index: 0 fused, 1 unfused (how a RoPE attention factor is applied)
     "a2a_eff",         # share of the scale-up link an NCCL all-to-all reaches (Rates.all_to_all_share)
     "attn_h64",        # share of attn_eff a flash kernel reaches at head dim 64 (Rates.attention_head64_share)
+    "attn_fbar",       # a causal kernel's mean tile efficiency at the lengths attn_eff was measured at (0: none)
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---

@@ -32,7 +32,7 @@ from .seconds_ops import (
 )
 from .seconds_comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, SEND_RECV, _collective, _exchange
 from .seconds_moe import _moe_ffn, _note_two
-from .window_attention import _head_dim_share, _window_stretch
+from .window_attention import _head_dim_share, _tile_efficiency, _window_stretch
 from .eager_passes import (
     EAGER_RMSNORM_FP32_BYTES, EAGER_RMSNORM_KERNELS, EAGER_ROPE_FP32_BYTES, EAGER_ROPE_KERNELS,
     MEGATRON_ROPE_KERNELS_B, MEGATRON_ROPE_KERNELS_F, MEGATRON_ROPE_PASSES_B, MEGATRON_ROPE_PASSES_F, ROPE_UNFUSED,
@@ -264,6 +264,11 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
                 run *= _window_stretch(window, s)     # a sliding window's fixed work a query (window_attention)
             # a head dim under 128 spends more of the kernel on the softmax a FLOP (window_attention)
             run /= _head_dim_share(d_qk if d_qk < d_v else d_v, rate[_R["attn_h64"]])
+            fbar = rate[_R["attn_fbar"]]
+            if fbar > 0.0 and masked and kind[_K["att_chunked"]] == 0.0:
+                # the rate was measured at stated lengths: this layer's tile efficiency against theirs (window_attention)
+                calls = (cp + 1.0) / 2.0 if cp > 1.0 and cand[_C["cp_ring"]] != 0.0 else 1.0
+                run *= fbar / _tile_efficiency(s / 2.0, calls)
             core_f = run / attn_rate + n_split * kernel_s
             core_b = FLASH_BACKWARD_FLOPS * run / attn_rate + n_split * kernel_s
         else:

@@ -24,6 +24,16 @@ windows at one head dim separate the two. One FIXED of 485 keys and h = 0.677 (G
 fit all 16 pairs within 3%. TILE: an assumed 128 x 128 tile, the block FlashAttention-2 and cuDNN's SDPA use for
 heads of 64-128; the fit absorbs what it misses.
 
+Sequence length (:func:`_tile_efficiency`). The same fixed work makes a full causal kernel's rate grow with its
+length: a query meets s/2 keys and costs s/2 + TILE/2 + FIXED, so the kernel runs at eff(s) = (s/2) / (s/2 + TILE/2 +
+FIXED) of its long-sequence rate (0.65 at 2048 tokens, 0.79 at 4096, 0.88 at 8192). cuDNN's measured causal kernels
+follow it (Llama 3.1's heads on GB200 and GB300, 2048-16384 tokens: tests/test_attention_length.py). Where a part's
+attention rate was measured at stated lengths (``Rates.attention_reference_tokens``: cuDNN's 4096 and 8192 on
+Blackwell), a causal layer of s tokens takes mean(eff at those lengths) / eff(s) of the time its FLOPs take at that
+rate, a sliding window the same factor (its stretch is against the full kernel at the same s); a kernel that a
+query meets in several calls pays the fixed work per call (ring context parallelism: (cp + 1) / 2 calls a query).
+Bidirectional and chunked attention keep the rate as it is.
+
 Head dim (:func:`_head_dim_share`). Per score element a flash kernel spends MMA work in proportion to the head dim d
 and the softmax's exponentials and rescaling in a fixed amount ("H100 SXM5 has 989 TFLOPS of FP16 matmul but only
 3.9 TFLOPS of special functions", FlashAttention-3, Shah et al. 2024, arXiv 2407.08608, §3.1): time a score
@@ -62,3 +72,11 @@ def _head_dim_share(d: float, h64: float) -> float:
         return 1.0
     alpha = 128.0 * (1.0 - h64) / (2.0 * h64 - 1.0)
     return d * (alpha + 128.0) / (128.0 * (alpha + d))
+
+
+def _tile_efficiency(keys: float, calls: float) -> float:
+    """The share of its long-sequence rate a flash kernel reaches when each query meets *keys* keys over *calls*
+    kernel calls, each with a tile's half and the fixed work a query (1 for no keys)."""
+    if not keys > 0.0:
+        return 1.0
+    return keys / (keys + calls * (WINDOW_TILE / 2.0 + WINDOW_FIXED_KEYS))

@@ -14,8 +14,8 @@ at the part's sustained share (``ndcost.spec.rates``), as it does every burst fi
 """
 from __future__ import annotations
 
-__all__ = ["CUDNN_SDPA_SOURCE", "CUDNN_SDPA_TFLOPS", "FA2_HEAD64_SHARE", "FA2_HEAD64_SOURCE", "FLASH_HEAD64_SHARE",
-           "FLASH_HEAD64_SOURCE", "attention_burst_share", "combined_rate"]
+__all__ = ["CUDNN_SDPA_SOURCE", "CUDNN_SDPA_TFLOPS", "CUDNN_SDPA_TOKENS", "FA2_HEAD64_SHARE", "FA2_HEAD64_SOURCE", "FLASH_HEAD64_SHARE",
+           "FLASH_HEAD64_SOURCE", "attention_burst_share", "combined_rate", "with_attention_shape"]
 
 CUDNN_SDPA_SOURCE = (
     "NVIDIA/cudnn-frontend@fb682ce761a2705e40f9b5d528737a3e0eb33cec benchmark/sdpa_benchmark_training/results/"
@@ -23,6 +23,9 @@ CUDNN_SDPA_SOURCE = (
     "tokens, Llama 3.1 heads (64/8, d 128) and DeepSeek-V3 heads (128, d 192/128), non-deterministic backward: "
     "the mean of 3.5 / (1/forward + 2.5/backward) TFLOP/s over the four rows, of the part's dense bf16 peak")
 
+#: The causal lengths of those rows: the rate their mean is priced as holding at these lengths
+#: (``Rates.attention_reference_tokens``).
+CUDNN_SDPA_TOKENS: tuple[float, ...] = (4096.0, 8192.0)
 #: (forward TFLOP/s, backward TFLOP/s) of each row, per part, as the result files print them.
 CUDNN_SDPA_TFLOPS: dict[str, tuple[tuple[float, float], ...]] = {
     # llama3.1 s4096, s8192; dsv3 s4096, s8192
@@ -62,3 +65,19 @@ FA2_HEAD64_SHARE = round(combined_rate(*FA2_H100_TFLOPS[64]) / combined_rate(*FA
 FA2_HEAD64_SOURCE = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), Figures 5 and 6 (H100 SXM5, bf16, 4096 "
                      "tokens): FlashAttention-2 at 321 / 279 TFLOP/s forward / backward at head dim 64, 368 / 310 at "
                      "128; forward + 2.5x backward: 0.893")
+
+
+def with_attention_shape(rates, part: str, note: str = "", lengths: tuple[float, ...] = ()):
+    """*rates* (a ``Rates``) with the attention kernel's measured shape on *part*: its head-dim-64 share
+    (``FLASH_HEAD64_SHARE``; FlashAttention-2's too where the part states a FlashAttention-2 rate, Hopper) and the
+    causal *lengths* its rate was measured at (``Rates.attention_reference_tokens``; none: every length)."""
+    sources = dict(rates.sources, attention_head64_share=FLASH_HEAD64_SOURCE.replace(
+        "{part}", f"This part: the {part}'s" + note))
+    fa2 = FA2_HEAD64_SHARE if rates.fa2_attention_efficiency is not None else None
+    if fa2 is not None:
+        sources["fa2_attention_head64_share"] = FA2_HEAD64_SOURCE
+    if lengths:
+        sources["attention_reference_tokens"] = ("the lengths of the rows of attention_efficiency's source ("
+                                                 + CUDNN_SDPA_SOURCE.replace("{part}", part) + ")")
+    return rates.replace(attention_head64_share=FLASH_HEAD64_SHARE[part], fa2_attention_head64_share=fa2,
+                         attention_reference_tokens=tuple(lengths), sources=sources)

@@ -27,10 +27,7 @@ from ..errors import SpecError, is_finite_number
 from ..limits import MAX_LATENCY
 from .all_to_all_rates import with_all_to_all
 from .fp8_recipes import FP8_BACKWARD_CASTS, FP8_RECIPES, FP8_SPLIT_CASTS
-from .attention_rates import (
-    CUDNN_SDPA_SOURCE, FA2_HEAD64_SHARE, FA2_HEAD64_SOURCE, FLASH_HEAD64_SHARE, FLASH_HEAD64_SOURCE,
-    attention_burst_share,
-)
+from .attention_rates import CUDNN_SDPA_SOURCE, CUDNN_SDPA_TOKENS, attention_burst_share, with_attention_shape
 from .straggler import BLACKWELL_BUSY, HOPPER_BUSY, NO_BUSY_SOURCE as _NO_BUSY, with_busy_node as _busy
 from .moe_kernels import (
     EXPERT_BIASES, GLU_CLAMPS, GRACE_HOST_FACTOR, GRACE_LAUNCH_SOURCE, GROUPED_GEMMS, MOE_KERNEL_DEFAULTS,
@@ -102,6 +99,9 @@ class Rates:
             other head dims under 128 by the law of ``ndcost.kernels.window_attention``; 1: not applied.
         fa2_attention_head64_share: The same for FlashAttention-2 where the software runs it (``attention_kernel``
             "fa2"); None: ``attention_head64_share``.
+        attention_reference_tokens: The causal sequence lengths ``attention_efficiency`` was measured at (its
+            rate their mean): a layer of another length is priced at its tile efficiency against theirs
+            (``ndcost.kernels.window_attention``); empty: the rate holds at every length.
         hbm_efficiency: Share of the HBM bandwidth a streaming (elementwise) kernel reaches.
         kernel_overhead: Seconds each kernel costs beyond its roofline time (launch, ramp, tail).
         intra_node_efficiency: Share of the scale-up link rate NCCL reaches (bus bandwidth); ``all_to_all_efficiency``
@@ -216,6 +216,7 @@ class Rates:
     clock_sigma: float = 0.0
     attention_head64_share: float = 1.0
     fa2_attention_head64_share: float | None = None
+    attention_reference_tokens: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         fetch = self.zero3_fetch_bandwidth
@@ -254,6 +255,12 @@ class Rates:
             if not is_finite_number(value) or not 0.0 < value <= 1.0:
                 raise SpecError(name, _OWNER, "be a number in (0, 1]", value)
             object.__setattr__(self, name, float(value))
+        lengths = self.attention_reference_tokens
+        if isinstance(lengths, (str, bytes)) or not isinstance(lengths, (tuple, list)) or not all(
+                is_finite_number(x) and x >= 2.0 for x in lengths):
+            raise SpecError("attention_reference_tokens", _OWNER, "be a sequence of causal lengths >= 2 tokens (empty: "
+                            "the attention rate holds at every length)", lengths)
+        object.__setattr__(self, "attention_reference_tokens", tuple(float(x) for x in lengths))
         for name in ("attention_head64_share", "fa2_attention_head64_share"):
             head64 = getattr(self, name)
             if head64 is None and name == "fa2_attention_head64_share":
@@ -398,6 +405,7 @@ def _rates(matmul: float, matmul_source: str, attention: float, attention_source
     sources.update(MOE_KERNEL_SOURCES)
     sources["busy_clock_share"] = sources["clock_sigma"] = _NO_BUSY
     sources["gemm_wave_tail"] = wave_tail[1] or _GUIDE_TAIL
+    sources["attention_reference_tokens"] = ("none: the attention rate is not a measurement at stated lengths; it holds at every length")
     sources["attention_head64_share"] = ("no measurement of this part at head dim 64: 1, every head dim at the head-dim-128 rate")
     if fa2[0] is not None:
         sources["fa2_attention_efficiency"] = fa2[1]
@@ -543,22 +551,12 @@ _ASCEND = _rates(794.5 / 989.0, "assumption: no public MAMF measurement of Ascen
 
 
 
-def _head64(rates: Rates, part: str, note: str = "") -> Rates:
-    """*rates* with the head-dim-64 share measured on *part* (``FLASH_HEAD64_SHARE``); a part that runs
-    FlashAttention-2 too (Hopper) with FlashAttention-2's (``FA2_HEAD64_SHARE``)."""
-    fa2 = FA2_HEAD64_SHARE if rates.fa2_attention_efficiency is not None else None
-    sources = dict(rates.sources, attention_head64_share=FLASH_HEAD64_SOURCE.replace("{part}", f"This part: the "
-                                                                                     f"{part}'s" + note))
-    if fa2 is not None:
-        sources["fa2_attention_head64_share"] = FA2_HEAD64_SOURCE
-    return rates.replace(attention_head64_share=FLASH_HEAD64_SHARE[part], fa2_attention_head64_share=fa2,
-                         sources=sources)
-
-
 _SAME_GH100 = " (the same GH100 silicon; cross-checked against FlashAttention-3's H100 figures, tests/test_attention_head_dim.py)"
-_H100, _H200, _H800 = (_head64(rates, "h200", _SAME_GH100) for rates in (_H100, _H200, _H800))
-_B200 = _head64(_B200, "gb200", " (the GB200 carries the same Blackwell GPU)")
-_GB200_NVL72, _GB300_NVL72 = _head64(_GB200_NVL72, "gb200"), _head64(_GB300_NVL72, "gb300")
+_H100, _H200, _H800 = (with_attention_shape(rates, "h200", _SAME_GH100) for rates in (_H100, _H200, _H800))
+_B200 = with_attention_shape(_B200, "gb200", " (the GB200 carries the same Blackwell GPU)", CUDNN_SDPA_TOKENS)
+_GB200_NVL72 = with_attention_shape(_GB200_NVL72, "gb200", "", CUDNN_SDPA_TOKENS)
+_GB300_NVL72 = with_attention_shape(_GB300_NVL72, "gb300", "", CUDNN_SDPA_TOKENS)
+
 
 #: Default rates per catalog device name (``ndcost.devices()``).
 DEFAULT_RATES: Mapping[str, Rates] = MappingProxyType({

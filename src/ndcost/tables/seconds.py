@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .. import _backend
+from ..kernels.window_attention import _tile_efficiency
 from ..kernels.columns import (
     PART_NAMES, RATE, RATE_FIELDS, SCHEDULES, SECONDS_CAND_FIELDS, SECONDS_EXTRA, SECONDS_EXTRA_FIELDS, SECONDS_KIND,
     SECONDS_KIND_FIELDS, SECONDS_MODEL, SECONDS_MODEL_FIELDS, SECONDS_STAGE, SECONDS_STAGE_FIELDS,
@@ -187,6 +188,8 @@ def _rates_vector(device: Any, rates: Rates, precision: str, gpus: int) -> np.nd
     vec[RATE["mm_eff"]] = rates.matmul_share(precision) * slowest
     vec[RATE["attn_eff"]] = rates.attention_share() * slowest
     vec[RATE["attn_h64"]] = rates.head64_share()
+    lengths = rates.attention_reference_tokens
+    vec[RATE["attn_fbar"]] = (sum(_tile_efficiency(x / 2.0, 1.0) for x in lengths) / len(lengths)) if lengths else 0.0
     vec[RATE["hbm_bw"]] = device.hbm_bandwidth
     vec[RATE["hbm_eff"]] = rates.hbm_efficiency
     vec[RATE["kernel_s"]] = rates.kernel_overhead
