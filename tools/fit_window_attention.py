@@ -20,6 +20,8 @@ import json
 import math
 from pathlib import Path
 
+from ndcost.spec.attention_rates import combined_rate
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "cudnn" / "sdpa_windows.json"
 #: 0 to 4000 keys in steps of 5.
@@ -30,15 +32,8 @@ def pairs(path: Path = DATA) -> list[dict]:
     return json.loads(path.read_text(encoding="utf-8"))["pairs"]
 
 
-def combined(forward: float, backward: float) -> float:
-    """One rate for a forward and its 2.5x backward (ndcost.spec.attention_rates.combined_rate)."""
-    from ndcost.spec.attention_rates import combined_rate
-
-    return combined_rate(forward, backward)
-
-
 def measured_ratio(pair: dict) -> float:
-    return combined(*pair["windowed"]) / combined(*pair["full"])
+    return combined_rate(*pair["windowed"]) / combined_rate(*pair["full"])
 
 
 def model_ratio(pair: dict, fixed: float) -> float:

@@ -2,16 +2,23 @@
 # ndcost/kernels/window_attention.py, where the model, its constants and their fit are stated).
 
 
+cdef inline double c_sec_tile_efficiency(double keys, double calls) noexcept nogil:
+    # The share of its long-sequence rate a flash kernel reaches when each query meets `keys` keys over `calls` calls.
+    if not keys > 0.0:
+        return 1.0
+    return keys / (keys + calls * (SEC_WINDOW_TILE / 2.0 + SEC_WINDOW_FIXED_KEYS))
+
+
 cdef inline double c_sec_window_stretch(double window, double s) noexcept nogil:
     # How much longer a causal window's FLOPs take than the same FLOPs of full causal attention over s tokens.
-    cdef double span, half, windowed, full, stretch
+    cdef double span, half, windowed, stretch
     if not (window > 0.0 and window < s):
         return 1.0
     span = window - window * (window - 1.0) / (2.0 * s)
     half = s / 2.0
     windowed = span + SEC_WINDOW_TILE / 2.0 + SEC_WINDOW_TILE / 2.0 * (1.0 - window / s) + SEC_WINDOW_FIXED_KEYS
-    full = half + SEC_WINDOW_TILE / 2.0 + SEC_WINDOW_FIXED_KEYS
-    stretch = (windowed / span) / (full / half)
+    # its keys of work per useful key, over the full causal kernel's at s (that kernel's tile efficiency)
+    stretch = (windowed / span) * c_sec_tile_efficiency(half, 1.0)
     return stretch if stretch > 1.0 else 1.0
 
 
@@ -23,9 +30,3 @@ cdef inline double c_sec_head_dim_share(double d, double h64) noexcept nogil:
     alpha = 128.0 * (1.0 - h64) / (2.0 * h64 - 1.0)
     return d * (alpha + 128.0) / (128.0 * (alpha + d))
 
-
-cdef inline double c_sec_tile_efficiency(double keys, double calls) noexcept nogil:
-    # The share of its long-sequence rate a flash kernel reaches when each query meets `keys` keys over `calls` calls.
-    if not keys > 0.0:
-        return 1.0
-    return keys / (keys + calls * (SEC_WINDOW_TILE / 2.0 + SEC_WINDOW_FIXED_KEYS))

@@ -266,7 +266,8 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
             run /= _head_dim_share(d_qk if d_qk < d_v else d_v, rate[_R["attn_h64"]])
             fbar = rate[_R["attn_fbar"]]
             if fbar > 0.0 and masked and kind[_K["att_chunked"]] == 0.0:
-                # the rate was measured at stated lengths: this layer's tile efficiency against theirs (window_attention)
+                # the rate was measured at stated lengths: this layer's tile efficiency against theirs
+                # (window_attention)
                 calls = (cp + 1.0) / 2.0 if cp > 1.0 and cand[_C["cp_ring"]] != 0.0 else 1.0
                 run *= fbar / _tile_efficiency(s / 2.0, calls)
             core_f = run / attn_rate + n_split * kernel_s

@@ -60,8 +60,8 @@ def _window_stretch(window: float, s: float) -> float:
     span = window - window * (window - 1.0) / (2.0 * s)
     half = s / 2.0
     windowed = span + WINDOW_TILE / 2.0 + WINDOW_TILE / 2.0 * (1.0 - window / s) + WINDOW_FIXED_KEYS
-    full = half + WINDOW_TILE / 2.0 + WINDOW_FIXED_KEYS
-    stretch = (windowed / span) / (full / half)
+    # its keys of work per useful key, over the full causal kernel's at s (that kernel's tile efficiency)
+    stretch = (windowed / span) * _tile_efficiency(half, 1.0)
     return stretch if stretch > 1.0 else 1.0     # a window within a token of s: the full kernel, to rounding
 
 

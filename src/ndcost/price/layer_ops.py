@@ -74,7 +74,8 @@ class LayerOps:
         return "\n".join(lines)
 
 
-def _bound(name: str, flops: float, moved: float, seconds: float, host: float, count: float, rate: np.ndarray) -> str:
+def _bound(name: str, flops: float, moved: float, seconds: float, host: float, count: float,
+           rate: np.ndarray) -> str:
     if name in _COMM:
         return "communication"
     if name == "launch" or host > seconds:

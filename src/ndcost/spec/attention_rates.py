@@ -14,8 +14,8 @@ at the part's sustained share (``ndcost.spec.rates``), as it does every burst fi
 """
 from __future__ import annotations
 
-__all__ = ["CUDNN_SDPA_SOURCE", "CUDNN_SDPA_TFLOPS", "CUDNN_SDPA_TOKENS", "FA2_HEAD64_SHARE", "FA2_HEAD64_SOURCE", "FLASH_HEAD64_SHARE",
-           "FLASH_HEAD64_SOURCE", "attention_burst_share", "combined_rate", "with_attention_shape"]
+__all__ = ["CUDNN_SDPA_SOURCE", "CUDNN_SDPA_TFLOPS", "CUDNN_SDPA_TOKENS", "FA2_HEAD64_SHARE", "FA2_HEAD64_SOURCE",
+           "FLASH_HEAD64_SHARE", "FLASH_HEAD64_SOURCE", "attention_burst_share", "combined_rate", "with_attention_shape"]
 
 CUDNN_SDPA_SOURCE = (
     "NVIDIA/cudnn-frontend@fb682ce761a2705e40f9b5d528737a3e0eb33cec benchmark/sdpa_benchmark_training/results/"

@@ -405,8 +405,10 @@ def _rates(matmul: float, matmul_source: str, attention: float, attention_source
     sources.update(MOE_KERNEL_SOURCES)
     sources["busy_clock_share"] = sources["clock_sigma"] = _NO_BUSY
     sources["gemm_wave_tail"] = wave_tail[1] or _GUIDE_TAIL
-    sources["attention_reference_tokens"] = ("none: the attention rate is not a measurement at stated lengths; it holds at every length")
-    sources["attention_head64_share"] = ("no measurement of this part at head dim 64: 1, every head dim at the head-dim-128 rate")
+    sources["attention_reference_tokens"] = ("none: the attention rate is not a measurement at stated lengths; "
+                                            "it holds at every length")
+    sources["attention_head64_share"] = ("no measurement of this part at head dim 64: 1, every head dim at the "
+                                        "head-dim-128 rate")
     if fa2[0] is not None:
         sources["fa2_attention_efficiency"] = fa2[1]
     if fp8 is not None:
@@ -551,7 +553,8 @@ _ASCEND = _rates(794.5 / 989.0, "assumption: no public MAMF measurement of Ascen
 
 
 
-_SAME_GH100 = " (the same GH100 silicon; cross-checked against FlashAttention-3's H100 figures, tests/test_attention_head_dim.py)"
+_SAME_GH100 = (" (the same GH100 silicon; cross-checked against FlashAttention-3's H100 figures, "
+               "tests/test_attention_head_dim.py)")
 _H100, _H200, _H800 = (with_attention_shape(rates, "h200", _SAME_GH100) for rates in (_H100, _H200, _H800))
 _B200 = with_attention_shape(_B200, "gb200", " (the GB200 carries the same Blackwell GPU)", CUDNN_SDPA_TOKENS)
 _GB200_NVL72 = with_attention_shape(_GB200_NVL72, "gb200", "", CUDNN_SDPA_TOKENS)
