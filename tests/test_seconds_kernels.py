@@ -353,6 +353,9 @@ def _candidate_arrays():
         smodel[SECONDS_MODEL["rope_scaled"]] = float(rope_rng.random() < 0.5)
         rate[RATE["rope_scale"]] = float(rope_rng.integers(0, 2))
         rate[RATE["a2a_eff"]] = float(rope_rng.uniform(0.3, 1.0))      # an all-to-all's own share of the link
+        rate[RATE["dep_intra_eff"]] = float(rope_rng.uniform(0.3, 1.0))       # DeepEP inside a node: its share,
+        rate[RATE["dep_call_s"]] = float(rope_rng.choice([0.0, 32.9e-6, 2e-4]))  # a call's and a token's costs
+        rate[RATE["dep_tok_s"]] = float(rope_rng.choice([0.0, 11.94e-9, 5e-8]))
         a["cand"], a["rate"], a["smodel"] = cand, rate, smodel
         arrays.append(a)
     return arrays

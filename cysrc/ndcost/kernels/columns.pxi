@@ -257,7 +257,10 @@ cdef enum:
     R_a2a_eff = 47
     R_attn_h64 = 48
     R_attn_fbar = 49
-    R_COUNT = 50
+    R_dep_intra_eff = 50
+    R_dep_call_s = 51
+    R_dep_tok_s = 52
+    R_COUNT = 53
 
 cdef enum:
     SX_has_emb = 0

@@ -240,6 +240,9 @@ RATE_FIELDS = (
     "a2a_eff",         # share of the scale-up link an NCCL all-to-all reaches (Rates.all_to_all_share)
     "attn_h64",        # share of attn_eff a flash kernel reaches at head dim 64 (Rates.attention_head64_share)
     "attn_fbar",       # a causal kernel's mean tile efficiency at the lengths attn_eff was measured at (0: none)
+    "dep_intra_eff",   # share of the scale-up link a DeepEP call inside a node reaches beside dep_call_s and dep_tok_s
+    "dep_call_s",      # seconds one DeepEP dispatch or combine inside a node costs beside its bytes
+    "dep_tok_s",       # seconds each token a rank sends adds to a DeepEP call inside a node
 )
 
 # --- per stage: what runs outside the layers (float64, pp x SECONDS_EXTRA_FIELDS) ---

@@ -138,9 +138,12 @@ def _exchange(dispatcher: float, tokens: float, hidden: float, topk: float, expe
     else:
         reached = nodes * (1.0 - _missed(experts, experts / nodes, topk))
         ranks = n * (1.0 - _missed(experts, per_rank, topk))
-    nvlink = tokens * ranks * token_bytes / (rate[_R["intra_bw"]] * rate[_R["dep_nvl_eff"]])
+    received = tokens * ranks * token_bytes
     if nodes <= 1.0:
-        return nvlink + rate[_R["intra_lat"]]
+        # inside a node: a call's fixed cost and its tokens' beside the bytes (ndcost.spec.deepep_rates)
+        return (rate[_R["dep_call_s"]] + tokens * rate[_R["dep_tok_s"]]
+                + received / (rate[_R["intra_bw"]] * rate[_R["dep_intra_eff"]]) + rate[_R["intra_lat"]])
+    nvlink = received / (rate[_R["intra_bw"]] * rate[_R["dep_nvl_eff"]])
     rdma = tokens * reached * (nodes - 1.0) / nodes * token_bytes / (rate[_R["inter_bw"]] * rate[_R["inter_eff"]])
     return (rdma if rdma > nvlink else nvlink) + rate[_R["inter_lat"]]
 
@@ -164,9 +167,11 @@ def seconds_expert_exchange(dispatcher: int, tokens: float, hidden: float, topk:
       M·g·(1 - C(M·g·E/n - E/n, k)/C(M·g·E/n, k)) ranks. Time: the larger of the RDMA stage,
       tokens·nodes·(N-1)/N·bytes at the NIC's NCCL share, and the NVLink stage, tokens·R·bytes
       (every rank receives what it computes, its own share included, as DeepEP counts it) at
-      DeepEP's own NVLink share (``dep_nvl_eff``), which run concurrently (warp-specialised:
-      IB send, IB-to-NVLink forward, NVLink receive), plus one latency. Inside one node, the
-      NVLink stage alone.
+      DeepEP's published NVLink share (``dep_nvl_eff``), which run concurrently (warp-specialised:
+      IB send, IB-to-NVLink forward, NVLink receive), plus one latency. Inside one node, a call's
+      fixed cost (``dep_call_s``), its tokens' (tokens·``dep_tok_s``) and its bytes at the share
+      measured beside them (``dep_intra_eff``; the three fitted to measured H100 calls:
+      ``ndcost.spec.deepep_rates``), plus the link's latency.
 
     A combine moves the same tokens back (its element bytes are the caller's: DeepEP combines in
     BF16). The busiest rank's extra load is the caller's (*tokens* scaled).

@@ -34,6 +34,9 @@ from .moe_kernels import (
     MOE_KERNEL_SOURCES, MOE_PERMUTES,
 )
 from .rope_scaling import ROPE_SCALE_DEFAULT, ROPE_SCALES
+from .deepep_rates import (
+    DEEPEP_CALL_OVERHEAD, DEEPEP_INTRANODE_EFFICIENCY, DEEPEP_NVLINK_EFFICIENCY, DEEPEP_SOURCES, DEEPEP_TOKEN_OVERHEAD,
+)
 from .software_sources import TODAY_SOFTWARE_SOURCES
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
@@ -69,17 +72,6 @@ _NCCL_NET = ("calculon-ai/calculon systems/a100_80g.json networks[1].efficiency 
              "of 100 GB/s on 4x HDR per 8 A100")
 _FA2 = ("Dao 2023, FlashAttention-2 (arXiv 2307.08691), abstract: 'reaching 50-73% of the theoretical "
         "maximum FLOPs/s on A100' (forward + backward): the midpoint 0.615")
-#: DeepEP's normal kernels inside one H800 node: 153 GB/s dispatching (158 combining) of the bytes each
-#: rank receives, its own share included, over the H800's 200 GB/s a direction (ndcost's h800 device:
-#: DeepSeek's 400 GB/s bidirectional NVLink) -- 0.765. The intranode row sets this share; DeepEP's
-#: internode rows (RDMA-bound at EP 32 and 64, NVLink-bound at EP 16) are what it is checked against
-#: (tests/test_seconds_expert_exchange.py). Other parts: an assumption, DeepEP V2 on SM100 EP 8 reaching
-#: 643-726 GB/s of 900 (0.71-0.81) in the same repository's README.
-DEEPEP_NVLINK_EFFICIENCY = 153.0 / 200.0
-_DEEPEP_NVL = ("deepseek-ai/DeepEP@dd758caf451848bd150e1046af3d0a73e5fff38d docs/legacy.md 'Normal kernels with NVLink "
-               "and RDMA forwarding': Intranode EP 8 dispatch 153 GB/s (NVLink), H800 with ~160 GB/s NVLink maximum; "
-               "the bytes a rank receives, its own share included (tests/legacy/test_intranode.py nvl_recv_bytes), "
-               "over the device's 200 GB/s a direction: 0.765")
 _FA3 = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608): FlashAttention-2 'achieves only 35% "
         "utilization on H100', FlashAttention-3 'up to 740 TFLOPs/s (75% utilization)' in BF16: the "
         "midpoint 0.55")
@@ -166,8 +158,12 @@ class Rates:
         scatter_add_rate: 16-bit elements a second that an atomic scatter-add (index_add_, scatter_add_)
             adds into its targets: the unfused and sort permutations' scatter-adds (0: not priced).
         deepep_nvlink_efficiency: Share of the scale-up link rate DeepEP's normal dispatch and combine
-            kernels reach, counted as DeepEP counts it: the bytes a rank receives from its node, its
-            own share included (:data:`DEEPEP_NVLINK_EFFICIENCY`). Software.
+            kernels reach as DeepEP publishes it, counted as DeepEP counts it: the bytes a rank receives from its
+            node, its own share included (:data:`DEEPEP_NVLINK_EFFICIENCY`); the NVLink stage of a call across
+            nodes. Software.
+        deepep_intranode_efficiency, deepep_call_overhead, deepep_token_overhead: A DeepEP call inside a node: the
+            share of the link its bytes reach, the seconds the call costs beside them, and the seconds each token
+            the rank sends adds (``ndcost.spec.deepep_rates``). Software.
         busy_clock_share, clock_sigma: A busy node's mean sustained rate over one GPU's alone, and the standard
             deviation of its GPUs' rates (a share of the mean): a job of N > 1 GPUs runs its compute-bound kernels
             at the slowest one's, ``ndcost.spec.straggler.job_clock_share`` (1 and 0: no measurement, none).
@@ -212,6 +208,9 @@ class Rates:
     glu_clamp: str = MOE_KERNEL_DEFAULTS["glu_clamp"]
     rope_scale: str = ROPE_SCALE_DEFAULT
     deepep_nvlink_efficiency: float = DEEPEP_NVLINK_EFFICIENCY
+    deepep_intranode_efficiency: float = DEEPEP_INTRANODE_EFFICIENCY
+    deepep_call_overhead: float = DEEPEP_CALL_OVERHEAD
+    deepep_token_overhead: float = DEEPEP_TOKEN_OVERHEAD
     busy_clock_share: float = 1.0
     clock_sigma: float = 0.0
     attention_head64_share: float = 1.0
@@ -235,7 +234,7 @@ class Rates:
         object.__setattr__(self, "gemm_wave_tail", float(tail))
         for name, top in (("grouped_gemm_tile_overhead", 1e6), ("grouped_gemm_exposed", 1.0),
                           ("launch_overhead", 1.0), ("graph_kernel_overhead", 1.0), ("scatter_add_rate", 1e18),
-                          ("clock_sigma", 0.1)):
+                          ("clock_sigma", 0.1), ("deepep_call_overhead", 1.0), ("deepep_token_overhead", 1e-3)):
             value = getattr(self, name)
             if not is_finite_number(value) or not 0.0 <= value <= top:
                 raise SpecError(name, _OWNER, f"be a finite number in [0, {top:g}]", value)
@@ -247,7 +246,7 @@ class Rates:
         for name in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
                      "intra_node_efficiency", "inter_node_efficiency", "fp8_matmul_efficiency",
                      "fa2_attention_efficiency", "all_to_all_efficiency", "deepep_nvlink_efficiency",
-                     "busy_clock_share"):
+                     "deepep_intranode_efficiency", "busy_clock_share"):
             value = getattr(self, name)
             if value is None and name in ("fp8_matmul_efficiency", "fa2_attention_efficiency",
                                           "all_to_all_efficiency"):
@@ -398,7 +397,10 @@ def _rates(matmul: float, matmul_source: str, attention: float, attention_source
         "kernel_overhead": f"{_AIC}; consistent with {_CALCULON}" + assumed,
         "intra_node_efficiency": _NCCL_NVLINK + assumed,
         "inter_node_efficiency": _NCCL_NET + assumed,
-        "deepep_nvlink_efficiency": _DEEPEP_NVL + assumed,
+        "deepep_nvlink_efficiency": DEEPEP_SOURCES["deepep_nvlink_efficiency"] + assumed,
+        "deepep_call_overhead": DEEPEP_SOURCES["deepep_call_overhead"] + assumed,
+        "deepep_token_overhead": DEEPEP_SOURCES["deepep_token_overhead"] + assumed,
+        "deepep_intranode_efficiency": DEEPEP_SOURCES["deepep_intranode_efficiency"] + assumed,
         "all_to_all_efficiency": "None: no measured NCCL all-to-all of this part; intra_node_efficiency's share",
     }
     sources.update(TODAY_SOFTWARE_SOURCES)

@@ -218,6 +218,9 @@ def _rates_vector(device: Any, rates: Rates, precision: str, gpus: int) -> np.nd
     vec[RATE["tp_ov_splits"]] = rates.tp_overlap_splits
     vec[RATE["tp_ov_sm"]] = min(rates.tp_overlap_sms / rates.sm_count, 0.5)
     vec[RATE["dep_nvl_eff"]] = rates.deepep_nvlink_efficiency
+    vec[RATE["dep_intra_eff"]] = rates.deepep_intranode_efficiency
+    vec[RATE["dep_call_s"]] = rates.deepep_call_overhead
+    vec[RATE["dep_tok_s"]] = rates.deepep_token_overhead
     vec[RATE["sms"]] = rates.sm_count
     vec[RATE["g_tile_k"]] = rates.grouped_gemm_tile_overhead
     vec[RATE["g_stream"]] = rates.grouped_gemm_exposed
