@@ -167,3 +167,48 @@ def test_emit_states_the_overlap_where_a_launcher_can():
     assert any("dualpipe" in note for note in notes) and any("moe_dispatch_fp8" in note for note in notes)
     toml = torchtitan_toml(model, dualpipe.replace(pp_schedule="dualpipev", vpp=2))
     assert 'pipeline_parallel_schedule = "DualPipeV"' in toml and "ep_overlap 'dualpipe'" in toml
+
+
+def test_device_limited_routing_is_checked_against_the_model():
+    """DeepSeek-V2's device-limited routing (moe_device_limit): refused for a dense model, and where its ranks hold
+    fewer experts than a token picks; a negative limit is refused by ExecSpec itself; a batch row gets the same
+    reasons."""
+    from ndcost.tables.reasons import REASON_TABLE
+
+    with pytest.raises(SpecError) as info:
+        ExecSpec(**MOE, moe_device_limit=-1, global_batch_size=256)
+    assert info.value.parameter == "moe_device_limit"
+    cluster = ndcost.Cluster("h100-sxm", 64)
+    with pytest.raises(SpecError) as info:
+        validate(ndcost.Model.from_catalog("llama3-8b"), ExecSpec(dp=8, global_batch_size=64, moe_device_limit=2))
+    assert info.value.parameter == "moe_device_limit" and "dense model" in str(info.value)
+    qwen = ndcost.Model.from_catalog("qwen3-30b-a3b")          # 128 experts, top-8
+    spec = ExecSpec(dp=64, ep=64, global_batch_size=512, seq_length=4096, moe_device_limit=3)   # 2 experts a rank
+    with pytest.raises(SpecError) as info:
+        validate(qwen, spec, cluster)
+    assert info.value.parameter == "moe_device_limit" and "num_experts_per_tok (8)" in str(info.value)
+    validate(qwen, spec.replace(moe_device_limit=4), cluster)
+    cands = ndcost.Candidates.from_arrays(dp=64, ep=64, global_batch_size=512, seq_length=4096,
+                                          moe_device_limit=np.array([0, 3, 4, -1]))
+    result = ndcost.estimate_many(qwen, cands, cluster)
+    assert list(result.reason_names()) == ["ok", "device_limit_experts", "ok", "bad_moe_setting"]
+    assert "moe_device_limit" in REASON_TABLE[ndcost.tables.reasons.REASON_CODES["device_limit_experts"]].parameters
+    dense = ndcost.estimate_many(ndcost.Model.from_catalog("llama3-8b"), ndcost.Candidates.from_arrays(
+        dp=8, global_batch_size=64, seq_length=4096, recompute="full", moe_device_limit=np.array([0, 1])),
+        ndcost.Cluster("h100-sxm", 8))
+    assert list(dense.reason_names()) == ["ok", "moe_option_dense"]
+
+
+def test_device_limited_routing_on_the_command_line_and_in_megatron_flags(capsys):
+    status = main(["estimate", "llama3-8b", *CLI[1:], "--dp", "8", "--moe-device-limit", "2"])
+    err = capsys.readouterr().err
+    assert status == 2 and "moe_device_limit" in err.replace("-", "_") and "Traceback" not in err
+    from ndcost.io.emit import megatron_flags
+
+    model = ndcost.Model.from_catalog("deepseek-v3")
+    spec = ExecSpec(dp=64, pp=8, vpp=2, ep=64, global_batch_size=1024, seq_length=4096, moe_dispatcher="deepep",
+                    moe_device_limit=3)
+    command = megatron_flags(model, spec).split("\n#")[0]
+    assert "--moe-router-num-groups 64" in command and "--moe-router-group-topk 3" in command
+    both = megatron_flags(model, spec.replace(moe_node_limit=4))
+    assert "--moe-router-group-topk 4" in both.split("\n#")[0] and "moe_device_limit 3" in both

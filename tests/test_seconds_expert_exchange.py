@@ -90,6 +90,41 @@ def test_deepep_by_hand_internode_and_intranode(kernels):
     assert got == pytest.approx(want, rel=1e-12)
 
 
+def test_device_limited_routing_by_hand(kernels):
+    """DeepSeek-V2's device-limited routing (§2.2.1): a token's top-8 among the experts of at most D ranks -- D·(1 -
+    C(D·E/n - E/n, k)/C(D·E/n, k)) ranks, over the nodes D ranks chosen uniformly span, N·(1 - C(n - g, D)/C(n, D)),
+    or one node under a node limit of 1 (NeMo AutoModel's benchmark gate: consecutive experts)."""
+    rate = _h800_rates()
+    args = (TOKENS, HIDDEN, TOPK, EXPERTS)
+    got = kernels.seconds_expert_exchange(DEEPEP, *args, 8.0, 1.0, 0.0, BF16, rate, 1.0)
+    assert got == pytest.approx(CALL + TOKENS * TOKEN + TOKENS * HIDDEN * BF16 / (200e9 * SHARE) + 5e-6, rel=1e-12)
+    ranks = 3.0 * (1.0 - _missed(12, 4, 8))
+    nodes = 8.0 * (1.0 - _missed(64, 8, 3))
+    rdma = TOKENS * nodes * 7.0 / 8.0 * HIDDEN * BF16 / (50e9 * 0.9)
+    nvlink = TOKENS * ranks * HIDDEN * BF16 / (200e9 * 0.765)
+    got = kernels.seconds_expert_exchange(DEEPEP, *args, 64.0, 1.0, 0.0, BF16, rate, 3.0)
+    assert got == pytest.approx(max(rdma, nvlink) + 1e-5, rel=1e-12)
+    one_node = kernels.seconds_expert_exchange(DEEPEP, *args, 64.0, 1.0, 1.0, BF16, rate, 2.0)
+    rdma = TOKENS * 7.0 / 8.0 * HIDDEN * BF16 / (50e9 * 0.9)
+    assert one_node == pytest.approx(max(rdma, TOKENS * 2.0 * HIDDEN * BF16 / (200e9 * 0.765)) + 1e-5, rel=1e-12)
+    # a limit of the whole group limits nothing; NCCL's all-to-all copies every (token, expert) pair whatever it is
+    for dispatcher in (NCCL, DEEPEP):
+        free = kernels.seconds_expert_exchange(dispatcher, *args, 64.0, 1.0, 0.0, BF16, rate)
+        assert kernels.seconds_expert_exchange(dispatcher, *args, 64.0, 1.0, 0.0, BF16, rate, 64.0) == free
+    assert (kernels.seconds_expert_exchange(NCCL, *args, 64.0, 1.0, 0.0, BF16, rate, 2.0)
+            == kernels.seconds_expert_exchange(NCCL, *args, 64.0, 1.0, 0.0, BF16, rate))
+
+
+def test_the_benchmark_gates_ranks():
+    """NeMo AutoModel's FakeBalancedGate (k consecutive experts a token) spans at most: Qwen3-30B-A3B at EP 8 one
+    rank (16 experts a rank, top-8: offsets 0 and 8), DeepSeek-V3 at EP 64 two (4 a rank), gpt-oss-120b at EP 64
+    two (2 a rank, top-4), Kimi K2 at EP 32 two (12 a rank, offsets 0, 4, 8: the last spans two)."""
+    from ndcost.io.fact_rules import fake_gate_ranks
+
+    assert [fake_gate_ranks(8, 128, 8), fake_gate_ranks(8, 256, 64), fake_gate_ranks(4, 128, 64),
+            fake_gate_ranks(8, 384, 32), fake_gate_ranks(8, 8, 16)] == [1, 2, 2, 2, 16]
+
+
 def test_nccl_sends_every_token_expert_pair(kernels):
     """Megatron-Core's alltoall dispatcher: tokens·top-k copies through the all-to-all, whatever the
     routing's node limit (the copies reach the local node at the same 1/N share)."""
@@ -177,6 +212,7 @@ def test_compiled_matches_oracle(ckernels, pykernels):
         args = (int(rng.integers(0, 2)), float(rng.choice([0.0, 1.0, 517.0, 4096.0])), float(rng.choice([64, 7168])),
                 float(rng.integers(1, 17)), float(rng.choice([8, 64, 256, 384])), float(rng.choice([1, 2, 8, 16, 64, 72])),
                 float(rng.choice([0.5, 1.0, 2.0, 4.0, 16.0])), float(rng.integers(0, 9)),
-                float(rng.choice([1.0, BF16, FP8_DISPATCH_BYTES, 4.0])), rate)
+                float(rng.choice([1.0, BF16, FP8_DISPATCH_BYTES, 4.0])), rate,
+                float(share_rng.choice([0.0, 1.0, 2.0, 3.0, 8.0, 100.0])))
         got, want = ckernels.seconds_expert_exchange(*args), pykernels.seconds_expert_exchange(*args)
         assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want, rel=1e-12, abs=0.0)

@@ -343,6 +343,7 @@ def _candidate_arrays():
         cand[SECONDS_CAND["ep_disp"]] = float(moe_rng.integers(0, 2))
         cand[SECONDS_CAND["ep_sms"]] = float(moe_rng.choice([1.0, 20.0, 24.0, 132.0]))
         cand[SECONDS_CAND["ep_nodes"]] = float(moe_rng.choice([0.0, 1.0, 2.0, 4.0]))
+        cand[SECONDS_CAND["ep_devs"]] = float(rope_rng.choice([0.0, 1.0, 2.0, 3.0]))   # device-limited routing
         cand[SECONDS_CAND["disp_b"]] = float(moe_rng.choice([2.0, 1.0 + 4.0 / 128.0]))
         if moe_rng.random() < 0.25:
             cand[SECONDS_CAND["schedule"]] = float(SCHEDULES.index(str(moe_rng.choice(["dualpipe", "dualpipev"]))))

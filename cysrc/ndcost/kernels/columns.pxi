@@ -204,7 +204,8 @@ cdef enum:
     SC_graphs = 41
     SC_autocast = 42
     SC_pp_runs = 43
-    SC_COUNT = 44
+    SC_ep_devs = 44
+    SC_COUNT = 45
 
 cdef enum:
     R_peak_mm = 0

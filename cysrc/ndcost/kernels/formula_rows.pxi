@@ -173,6 +173,7 @@ cdef struct _formula_rows_constants:
     long long mc_num_experts
     long long mc_moe_width
     bint mc_moe_width_none
+    long long mc_topk
     long long mc_layers_with_mtp
     bint mc_has_vision
     long long mc_vision_tokens
@@ -204,11 +205,11 @@ cdef struct _formula_rows_constants:
 
 
 cdef int _formula_rows_unpack(_formula_rows_constants* k, const double[::1] v, const long long[::1] codes) except -1:
-    cdef Py_ssize_t at = 34, size
-    if v.shape[0] < 34:
-        raise ValueError(f"constants must hold 34 values and the tuples, got {v.shape[0]}")
-    if codes.shape[0] != 29:
-        raise ValueError(f"codes must hold 29 reason codes, got {codes.shape[0]}")
+    cdef Py_ssize_t at = 35, size
+    if v.shape[0] < 35:
+        raise ValueError(f"constants must hold 35 values and the tuples, got {v.shape[0]}")
+    if codes.shape[0] != 30:
+        raise ValueError(f"codes must hold 30 reason codes, got {codes.shape[0]}")
     k.cc_num_devices_none = v[0] != v[0]
     k.cc_num_devices = 0 if k.cc_num_devices_none else _fr_to_int(v[0])
     k.cc_devices_per_node = _fr_to_int(v[1])
@@ -224,31 +225,32 @@ cdef int _formula_rows_unpack(_formula_rows_constants* k, const double[::1] v, c
     k.mc_num_experts = _fr_to_int(v[11])
     k.mc_moe_width_none = v[12] != v[12]
     k.mc_moe_width = 0 if k.mc_moe_width_none else _fr_to_int(v[12])
-    k.mc_layers_with_mtp = _fr_to_int(v[13])
-    k.mc_has_vision = v[14] != 0.0
-    k.mc_vision_tokens = _fr_to_int(v[15])
-    k.mc_vision_heads = _fr_to_int(v[16])
-    k.allow_cross_node_tp = v[17] != 0.0
-    k.cc_has_fp8 = v[18] != 0.0
-    k.mc_tie = v[19] != 0.0
-    k.moe_dispatch_default = v[20]
-    k.cc_dpn = v[21]
-    k.cc_is_a3 = v[22]
-    k.overlap_dp_reduce_none = v[23] != v[23]
-    k.overlap_dp_reduce = v[23]
-    k.overlap_dp_gather_none = v[24] != v[24]
-    k.overlap_dp_gather = v[24]
-    k.overlap_fsdp_prefetch = v[25]
-    k.overlap_tp_none = v[26] != v[26]
-    k.overlap_tp = v[26]
-    k.overlap_cp = v[27]
-    k.overlap_ep_none = v[28] != v[28]
-    k.overlap_ep = v[28]
-    k.fp8_dispatch_bytes = v[29]
-    k.base_bytes = v[30]
-    k.ring_bytes = v[31]
-    k.pair_bytes = v[32]
-    k.all_to_all_bytes = v[33]
+    k.mc_topk = _fr_to_int(v[13])
+    k.mc_layers_with_mtp = _fr_to_int(v[14])
+    k.mc_has_vision = v[15] != 0.0
+    k.mc_vision_tokens = _fr_to_int(v[16])
+    k.mc_vision_heads = _fr_to_int(v[17])
+    k.allow_cross_node_tp = v[18] != 0.0
+    k.cc_has_fp8 = v[19] != 0.0
+    k.mc_tie = v[20] != 0.0
+    k.moe_dispatch_default = v[21]
+    k.cc_dpn = v[22]
+    k.cc_is_a3 = v[23]
+    k.overlap_dp_reduce_none = v[24] != v[24]
+    k.overlap_dp_reduce = v[24]
+    k.overlap_dp_gather_none = v[25] != v[25]
+    k.overlap_dp_gather = v[25]
+    k.overlap_fsdp_prefetch = v[26]
+    k.overlap_tp_none = v[27] != v[27]
+    k.overlap_tp = v[27]
+    k.overlap_cp = v[28]
+    k.overlap_ep_none = v[29] != v[29]
+    k.overlap_ep = v[29]
+    k.fp8_dispatch_bytes = v[30]
+    k.base_bytes = v[31]
+    k.ring_bytes = v[32]
+    k.pair_bytes = v[33]
+    k.all_to_all_bytes = v[34]
     size = _fr_to_int(v[at]) if at < v.shape[0] else -1
     if size < 0 or at + 1 + size > v.shape[0]:
         raise ValueError("constants must hold mc_mamba_splits as its length then its items")
@@ -272,54 +274,55 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     cdef long long c_seq_length = _fr_int(&cols[6], i)
     cdef long long c_moe_dispatcher = _fr_int(&cols[7], i)
     cdef long long c_ep_overlap = _fr_int(&cols[8], i)
-    cdef long long c_etp = _fr_int(&cols[9], i)
-    cdef long long c_micro_batch_size = _fr_int(&cols[10], i)
-    cdef long long c_micro_batch_num = _fr_int(&cols[11], i)
-    cdef long long c_global_batch_size = _fr_int(&cols[12], i)
-    cdef long long c_pp_schedule = _fr_int(&cols[13], i)
-    cdef long long c_pp_runs = _fr_int(&cols[14], i)
-    cdef bint c_sequence_parallel = _fr_bool(&cols[15], i)
-    cdef long long c_cp_algo = _fr_int(&cols[16], i)
-    cdef long long c_precision = _fr_int(&cols[17], i)
-    cdef long long c_zero_stage = _fr_int(&cols[18], i)
-    cdef long long c_optimizer_shard = _fr_int(&cols[19], i)
-    cdef bint c_shard_spans_cp = _fr_bool(&cols[20], i)
-    cdef bint c_vocab_emb_dp = _fr_bool(&cols[21], i)
-    cdef long long c_grad_bytes = _fr_int(&cols[22], i)
-    cdef long long c_optimizer_states = _fr_int(&cols[23], i)
-    cdef long long c_optimizer_state_bytes = _fr_int(&cols[24], i)
-    cdef long long c_main_param_bytes = _fr_int(&cols[25], i)
-    cdef long long c_tie_embeddings = _fr_int(&cols[26], i)
-    cdef long long c_reshard_params = _fr_int(&cols[27], i)
-    cdef bint c_deferred_grad_accumulation = _fr_bool(&cols[28], i)
-    cdef long long c_param_bytes = _fr_int(&cols[29], i)
-    cdef long long c_compute_bytes = _fr_int(&cols[30], i)
-    cdef double c_capacity_factor = _fr_float(&cols[31], i)
-    cdef double c_moe_dispatch = _fr_float(&cols[32], i)
-    cdef double c_moe_dispatch_count = _fr_float(&cols[33], i)
-    cdef long long c_seq_split = _fr_int(&cols[34], i)
-    cdef long long c_dropout_bytes = _fr_int(&cols[35], i)
-    cdef bint c_flash_attention = _fr_bool(&cols[36], i)
-    cdef bint c_grouped_gemm = _fr_bool(&cols[37], i)
-    cdef double c_moe_imbalance = _fr_float(&cols[38], i)
-    cdef bint c_overlapped_grad_reduce = _fr_bool(&cols[39], i)
-    cdef bint c_overlapped_param_gather = _fr_bool(&cols[40], i)
-    cdef bint c_tp_overlap = _fr_bool(&cols[41], i)
-    cdef long long c_moe_dispatcher_sms = _fr_int(&cols[42], i)
-    cdef long long c_moe_node_limit = _fr_int(&cols[43], i)
-    cdef bint c_moe_dispatch_fp8 = _fr_bool(&cols[44], i)
-    cdef long long c_cuda_graphs = _fr_int(&cols[45], i)
-    cdef bint c_autocast = _fr_bool(&cols[46], i)
-    cdef bint c_recompute_slice_activation = _fr_bool(&cols[47], i)
-    cdef long long c_softmax_bytes = _fr_int(&cols[48], i)
-    cdef long long c_norm_bytes = _fr_int(&cols[49], i)
-    cdef bint c_fp8_weight_cache = _fr_bool(&cols[50], i)
-    cdef long long c_logit_bytes = _fr_int(&cols[51], i)
-    cdef bint c_fp8_transpose_cache = _fr_bool(&cols[52], i)
-    cdef bint c_grads_set_to_none = _fr_bool(&cols[53], i)
-    cdef bint c_moe_weighted_activation = _fr_bool(&cols[54], i)
-    cdef bint c_fp8_activation_storage = _fr_bool(&cols[55], i)
-    cdef bint c_zero3_parameter_fetch = _fr_bool(&cols[56], i)
+    cdef long long c_moe_device_limit = _fr_int(&cols[9], i)
+    cdef long long c_etp = _fr_int(&cols[10], i)
+    cdef long long c_micro_batch_size = _fr_int(&cols[11], i)
+    cdef long long c_micro_batch_num = _fr_int(&cols[12], i)
+    cdef long long c_global_batch_size = _fr_int(&cols[13], i)
+    cdef long long c_pp_schedule = _fr_int(&cols[14], i)
+    cdef long long c_pp_runs = _fr_int(&cols[15], i)
+    cdef bint c_sequence_parallel = _fr_bool(&cols[16], i)
+    cdef long long c_cp_algo = _fr_int(&cols[17], i)
+    cdef long long c_precision = _fr_int(&cols[18], i)
+    cdef long long c_zero_stage = _fr_int(&cols[19], i)
+    cdef long long c_optimizer_shard = _fr_int(&cols[20], i)
+    cdef bint c_shard_spans_cp = _fr_bool(&cols[21], i)
+    cdef bint c_vocab_emb_dp = _fr_bool(&cols[22], i)
+    cdef long long c_grad_bytes = _fr_int(&cols[23], i)
+    cdef long long c_optimizer_states = _fr_int(&cols[24], i)
+    cdef long long c_optimizer_state_bytes = _fr_int(&cols[25], i)
+    cdef long long c_main_param_bytes = _fr_int(&cols[26], i)
+    cdef long long c_tie_embeddings = _fr_int(&cols[27], i)
+    cdef long long c_reshard_params = _fr_int(&cols[28], i)
+    cdef bint c_deferred_grad_accumulation = _fr_bool(&cols[29], i)
+    cdef long long c_param_bytes = _fr_int(&cols[30], i)
+    cdef long long c_compute_bytes = _fr_int(&cols[31], i)
+    cdef double c_capacity_factor = _fr_float(&cols[32], i)
+    cdef double c_moe_dispatch = _fr_float(&cols[33], i)
+    cdef double c_moe_dispatch_count = _fr_float(&cols[34], i)
+    cdef long long c_seq_split = _fr_int(&cols[35], i)
+    cdef long long c_dropout_bytes = _fr_int(&cols[36], i)
+    cdef bint c_flash_attention = _fr_bool(&cols[37], i)
+    cdef bint c_grouped_gemm = _fr_bool(&cols[38], i)
+    cdef double c_moe_imbalance = _fr_float(&cols[39], i)
+    cdef bint c_overlapped_grad_reduce = _fr_bool(&cols[40], i)
+    cdef bint c_overlapped_param_gather = _fr_bool(&cols[41], i)
+    cdef bint c_tp_overlap = _fr_bool(&cols[42], i)
+    cdef long long c_moe_dispatcher_sms = _fr_int(&cols[43], i)
+    cdef long long c_moe_node_limit = _fr_int(&cols[44], i)
+    cdef bint c_moe_dispatch_fp8 = _fr_bool(&cols[45], i)
+    cdef long long c_cuda_graphs = _fr_int(&cols[46], i)
+    cdef bint c_autocast = _fr_bool(&cols[47], i)
+    cdef bint c_recompute_slice_activation = _fr_bool(&cols[48], i)
+    cdef long long c_softmax_bytes = _fr_int(&cols[49], i)
+    cdef long long c_norm_bytes = _fr_int(&cols[50], i)
+    cdef bint c_fp8_weight_cache = _fr_bool(&cols[51], i)
+    cdef long long c_logit_bytes = _fr_int(&cols[52], i)
+    cdef bint c_fp8_transpose_cache = _fr_bool(&cols[53], i)
+    cdef bint c_grads_set_to_none = _fr_bool(&cols[54], i)
+    cdef bint c_moe_weighted_activation = _fr_bool(&cols[55], i)
+    cdef bint c_fp8_activation_storage = _fr_bool(&cols[56], i)
+    cdef bint c_zero3_parameter_fetch = _fr_bool(&cols[57], i)
     cdef long long joint_dp
     cdef long long joint_tp
     cdef long long joint_pp
@@ -334,6 +337,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     cdef long long joint_etp
     cdef bint joint_grid
     cdef long long joint_t_exp
+    cdef long long joint_device_limit
     cdef long long joint_layers
     cdef long long joint_mbs
     cdef bint joint_mbn_stated
@@ -435,7 +439,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     if (not k.mc_is_moe):
         if (joint_ep != 1):
             return k.codes[6]
-        if ((not (c_moe_dispatcher == 0)) or (not (c_ep_overlap == 0))):
+        if ((not (c_moe_dispatcher == 0)) or (not (c_ep_overlap == 0)) or (c_moe_device_limit > 0)):
             return k.codes[7]
     else:
         if ((c_ep_overlap == 1) and (k.mc_mtp_layers > 1)):
@@ -450,11 +454,14 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
         joint_t_exp = (joint_etp if joint_etp_stated else (joint_tp if (joint_ep <= joint_dp) else 1))
         if (_fr_mod(k.mc_moe_width, joint_t_exp) != 0):
             return k.codes[11]
+        joint_device_limit = c_moe_device_limit
+        if ((joint_device_limit > 0) and ((joint_device_limit * _fr_floordiv(k.mc_num_experts, joint_ep)) < k.mc_topk)):
+            return k.codes[12]
     joint_layers = k.mc_layers_with_mtp
     if (joint_pp > joint_layers):
-        return k.codes[12]
-    if ((joint_pp <= joint_layers) and (joint_vpp > 1) and ((joint_vpp * joint_pp) > joint_layers)):
         return k.codes[13]
+    if ((joint_pp <= joint_layers) and (joint_vpp > 1) and ((joint_vpp * joint_pp) > joint_layers)):
+        return k.codes[14]
     joint_mbs = c_micro_batch_size
     joint_mbn_stated = (c_micro_batch_num != INT64_MIN)
     joint_micro_batches = (c_micro_batch_num if joint_mbn_stated else _fr_floordiv((0 if (c_global_batch_size == INT64_MIN) else c_global_batch_size), (joint_mbs * joint_dp)))
@@ -464,49 +471,49 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     joint_micro_batches = _fr_floordiv(joint_micro_batches, (c_pp_runs if (c_pp_runs >= 1) else 1))
     joint_too_few = ((joint_pp > 1) and joint_family and (joint_micro_batches < joint_pp))
     if joint_too_few:
-        return k.codes[14]
-    if ((joint_pp > 1) and (not joint_too_few) and joint_interleaved and (_fr_mod(joint_micro_batches, joint_pp) != 0)):
         return k.codes[15]
+    if ((joint_pp > 1) and (not joint_too_few) and joint_interleaved and (_fr_mod(joint_micro_batches, joint_pp) != 0)):
+        return k.codes[16]
     joint_sequence_parallel = c_sequence_parallel
     if ((joint_sequence_parallel & (joint_tp > 1)) & (_fr_mod(joint_s, (joint_tp * joint_cp)) != 0)):
-        return k.codes[16]
+        return k.codes[17]
     joint_ring = (not (c_cp_algo == 1))
     if ((joint_cp > 1) and joint_ring and (_fr_mod(joint_s, (2 * joint_cp)) != 0)):
-        return k.codes[17]
+        return k.codes[18]
     joint_ulysses = ((joint_cp > 1) and (not joint_ring))
     if (joint_ulysses and (_fr_mod(k.mc_kv_heads, (joint_tp * joint_cp)) != 0)):
-        return k.codes[18]
-    if (joint_ulysses and (_fr_mod(joint_s, joint_cp) != 0)):
         return k.codes[19]
+    if (joint_ulysses and (_fr_mod(joint_s, joint_cp) != 0)):
+        return k.codes[20]
     if k.mc_has_mamba:
         if (joint_cp > 1):
-            return k.codes[20]
+            return k.codes[21]
     if k.mc_has_vision:
         joint_v_tokens = k.mc_vision_tokens
         joint_v_heads = k.mc_vision_heads
         if (_fr_mod(joint_v_heads, joint_tp) != 0):
-            return k.codes[21]
-        if ((((joint_sequence_parallel & (joint_tp > 1)) & (_fr_mod(joint_v_tokens, (joint_tp * joint_cp)) != 0)) | ((joint_cp > 1) and joint_ring and (_fr_mod(joint_v_tokens, (2 * joint_cp)) != 0))) | (joint_ulysses and (_fr_mod(joint_v_tokens, joint_cp) != 0))):
             return k.codes[22]
-        if (joint_ulysses and (_fr_mod(joint_v_heads, (joint_tp * joint_cp)) != 0)):
+        if ((((joint_sequence_parallel & (joint_tp > 1)) & (_fr_mod(joint_v_tokens, (joint_tp * joint_cp)) != 0)) | ((joint_cp > 1) and joint_ring and (_fr_mod(joint_v_tokens, (2 * joint_cp)) != 0))) | (joint_ulysses and (_fr_mod(joint_v_tokens, joint_cp) != 0))):
             return k.codes[23]
-        if (c_pp_schedule == 4):
+        if (joint_ulysses and (_fr_mod(joint_v_heads, (joint_tp * joint_cp)) != 0)):
             return k.codes[24]
+        if (c_pp_schedule == 4):
+            return k.codes[25]
     if layout_bad:
-        return k.codes[25]
+        return k.codes[26]
     if True:
         if (not k.allow_cross_node_tp):
             if (joint_tp > k.cc_devices_per_node):
-                return k.codes[26]
+                return k.codes[27]
         if (not k.cc_has_fp8):
             if (c_precision == 2):
-                return k.codes[27]
+                return k.codes[28]
     if k.mc_is_moe:
         joint_etp_stated = (c_etp != INT64_MIN)
         joint_etp = (1 if (c_etp == INT64_MIN) else c_etp)
         joint_d_exp = (_fr_floordiv(_fr_floordiv(((joint_dp * joint_tp) * joint_cp), joint_etp), joint_ep) if joint_etp_stated else (_fr_floordiv(joint_dp, joint_ep) if (joint_dp >= joint_ep) else _fr_floordiv((joint_dp * joint_tp), joint_ep)))
         if (joint_d_exp < 1):
-            return k.codes[28]
+            return k.codes[29]
     dp = c_dp
     tp = c_tp
     pp = c_pp
@@ -627,6 +634,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
         out_seconds[41 * s_seconds] = (<double>c_cuda_graphs)
         out_seconds[42 * s_seconds] = (1.0 if c_autocast else 0.0)
         out_seconds[43 * s_seconds] = (<double>c_pp_runs)
+        out_seconds[44 * s_seconds] = (<double>c_moe_device_limit)
     if out_memory != NULL:
         memory_seq_length = c_seq_length
         memory_seq = (((<double>memory_seq_length) / (<double>c_seq_split)) if (c_pp_schedule == 4) else (<double>memory_seq_length))
@@ -689,7 +697,7 @@ cdef long long _formula_rows_row(const _formula_rows_constants* k, const _FRColu
     return 0
 
 
-def formula_rows(tuple columns,                       # IN: storage columns (57, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
+def formula_rows(tuple columns,                       # IN: storage columns (58, FORMULA_ROW_FIELDS order), each 1-D, >= stop rows
                  Py_ssize_t start, Py_ssize_t stop,    # IN: the rows
                  const double[::1] constants,        # IN: FORMULA_ROW_CONSTANTS, the tuples after
                  const long long[::1] codes,         # IN: the code of each FORMULA_ROW_RULES rule
@@ -703,13 +711,13 @@ def formula_rows(tuple columns,                       # IN: storage columns (57,
                  double[:, :] out_seconds,
                  double[:, :] out_memory,
                  double[:, :] out_fixed) -> None:
-    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (44, n) or (0, 0), the memory vector (40, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
+    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (45, n) or (0, 0), the memory vector (40, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
     cdef Py_ssize_t n = stop - start, n_layouts = layout_row.shape[0], i, j, li
     cdef long long r
     cdef bint bad
     cdef _formula_rows_constants k
-    cdef _FRColumn cols[57]
-    cdef Py_buffer views[57]
+    cdef _FRColumn cols[58]
+    cdef Py_buffer views[58]
     cdef int opened = 0
     cdef double* p_nd
     cdef double* p_seconds
@@ -734,8 +742,8 @@ def formula_rows(tuple columns,                       # IN: storage columns (57,
         raise ValueError("out_nd must have strides of whole float64s")
     f_nd = out_nd.strides[0] // sizeof(double)     # a field's step
     r_nd = out_nd.strides[1] // sizeof(double)     # a row's step
-    if not ((out_seconds.shape[0] == 44 and out_seconds.shape[1] == n) or (out_seconds.shape[0] == 0 and out_seconds.shape[1] == 0)):
-        raise ValueError(f"out_seconds must be (44, {n}) or (0, 0)")
+    if not ((out_seconds.shape[0] == 45 and out_seconds.shape[1] == n) or (out_seconds.shape[0] == 0 and out_seconds.shape[1] == 0)):
+        raise ValueError(f"out_seconds must be (45, {n}) or (0, 0)")
     p_seconds = &out_seconds[0, 0] if out_seconds.shape[0] and n else NULL
     if out_seconds.strides[0] % sizeof(double) or out_seconds.strides[1] % sizeof(double):
         raise ValueError("out_seconds must have strides of whole float64s")
@@ -755,11 +763,11 @@ def formula_rows(tuple columns,                       # IN: storage columns (57,
         raise ValueError("out_fixed must have strides of whole float64s")
     f_fixed = out_fixed.strides[0] // sizeof(double)     # a field's step
     r_fixed = out_fixed.strides[1] // sizeof(double)     # a row's step
-    if len(columns) != 57:
-        raise ValueError(f"columns must hold 57 storage columns, got {len(columns)}")
+    if len(columns) != 58:
+        raise ValueError(f"columns must hold 58 storage columns, got {len(columns)}")
     _formula_rows_unpack(&k, constants, codes)
     try:
-        for j in range(57):
+        for j in range(58):
             _fr_open(columns[j], &views[j], &cols[j], stop, j)
             opened += 1
         with nogil:
@@ -776,7 +784,7 @@ def formula_rows(tuple columns,                       # IN: storage columns (57,
                         for j in range(36):
                             p_nd[j * f_nd + i * r_nd] = NAN
                     if p_seconds != NULL:
-                        for j in range(44):
+                        for j in range(45):
                             p_seconds[j * f_seconds + i * r_seconds] = NAN
                     if p_memory != NULL:
                         for j in range(40):

@@ -67,8 +67,8 @@ cdef inline double c_sec_missed(double pool, double own, double k) noexcept nogi
 
 
 cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidden, double topk, double experts,
-                                  double n, double stride, double node_limit, double element_bytes,
-                                  const double* rate) noexcept nogil:
+                                  double n, double stride, double node_limit, double device_limit,
+                                  double element_bytes, const double* rate) noexcept nogil:
     # One dispatch or combine: NCCL's all-to-all of every (token, expert) copy, or DeepEP's RDMA once per
     # node and NVLink once per rank, concurrently (the oracle's _exchange).
     cdef double token_bytes, g, nodes, per_rank, reached, ranks, received, nvlink, rdma
@@ -82,7 +82,15 @@ cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidde
     g = c_sec_ranks_per_node(rate[R_dpn], stride, n)
     nodes = n / g
     per_rank = experts / n
-    if node_limit >= 1.0 and node_limit < nodes:
+    if device_limit >= 1.0 and device_limit < n:
+        # device-limited routing: the ranks chosen, spread over the nodes (the oracle's)
+        ranks = device_limit * (1.0 - c_sec_missed(device_limit * per_rank, per_rank, topk))
+        if node_limit >= 1.0 and node_limit < nodes:
+            reached = node_limit if node_limit < device_limit else device_limit
+            reached = reached if reached < topk else topk
+        else:
+            reached = nodes * (1.0 - c_sec_missed(n, g, device_limit))
+    elif node_limit >= 1.0 and node_limit < nodes:
         reached = node_limit if node_limit < topk else topk
         ranks = node_limit * g * (1.0 - c_sec_missed(node_limit * g * per_rank, per_rank, topk))
     else:
@@ -160,8 +168,8 @@ def seconds_collective(long long op, double moved, double n, double stride, cons
 
 def seconds_expert_exchange(long long dispatcher, double tokens, double hidden, double topk, double experts,
                             double n, double stride, double node_limit, double element_bytes,
-                            const double[::1] rate) -> float:
+                            const double[::1] rate, double device_limit=0.0) -> float:
     """Seconds of one MoE dispatch (or combine) on a rank of an expert-parallel group; see the oracle."""
     c_sec_check_len("rate", R_COUNT, rate.shape[0])
-    return c_sec_exchange(<double>dispatcher, tokens, hidden, topk, experts, n, stride, node_limit, element_bytes,
-                          &rate[0])
+    return c_sec_exchange(<double>dispatcher, tokens, hidden, topk, experts, n, stride, node_limit, device_limit,
+                          element_bytes, &rate[0])

@@ -435,9 +435,9 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         cap = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
         routed = (tokens / sp) * cap
         dispatch = c_sec_exchange(cand[SC_ep_disp], routed, h, model[M_n_chosen], model[M_n_exp], ep, t_exp,
-                                  cand[SC_ep_nodes], cand[SC_disp_b], rate)
+                                  cand[SC_ep_nodes], cand[SC_ep_devs], cand[SC_disp_b], rate)
         a2a = dispatch + c_sec_exchange(cand[SC_ep_disp], routed, h, model[M_n_chosen], model[M_n_exp], ep, t_exp,
-                                        cand[SC_ep_nodes], bc, rate)
+                                        cand[SC_ep_nodes], cand[SC_ep_devs], bc, rate)
         out[SL_ep_f] = a2a
         out[SL_ep_b] = a2a
         out[SL_ep_d] = dispatch

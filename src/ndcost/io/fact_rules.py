@@ -9,6 +9,7 @@ notes say so (never silently). A fact the H100 file does not state leaves its ro
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -18,8 +19,8 @@ from ..spec.recompute_spec import MEGATRON_RECOMPUTE_MODULES, SWITCHES
 from ..spec.software_fields import BF16_CROSS_ENTROPY_LOGIT_BYTES, TE_CROSS_ENTROPY_LOGIT_BYTES
 
 __all__ = ["RECOMPUTE_MODULE_SWITCHES", "catalog_cluster", "recompute_module_switches", "stack_choice",
-           "dispatcher_choice", "expert_exchange_fields", "stated_stack_fields", "held_bytes_fields",
-           "cuda_graphs_choice"]
+           "dispatcher_choice", "expert_exchange_fields", "fake_gate_fields", "fake_gate_ranks", "stated_stack_fields",
+           "held_bytes_fields", "cuda_graphs_choice"]
 
 #: Megatron-Core ``recompute_modules`` -> the ND switches each one recomputes (ndcost.spec.recompute_spec).
 RECOMPUTE_MODULE_SWITCHES = MEGATRON_RECOMPUTE_MODULES
@@ -109,6 +110,29 @@ def catalog_cluster(hardware: Mapping[str, Any], gpus: int, segment: int | None,
     return cluster, note
 
 
+def fake_gate_ranks(topk: int, experts: int, ep: int) -> int:
+    """The most ranks of an EP group of *ep* a token's *topk* consecutive experts lie on: NeMo AutoModel's
+    FakeBalancedGate gives token t the experts (t·k + j) mod E, j < k (Automodel@8d9bfb90
+    nemo_automodel/components/moe/layers.py L509-552), each rank holding E/ep consecutive ones; the first
+    expert's offset inside its rank, (t·k) mod (E/ep), runs over the multiples of gcd(k, E/ep)."""
+    per_rank = experts // ep
+    if per_rank < 1:
+        return ep
+    step = math.gcd(topk, per_rank)
+    return max(-(-(offset + topk) // per_rank) for offset in range(0, per_rank, step))
+
+
+def fake_gate_fields(facts: Any, topk: int, experts: int, ep: int) -> tuple[dict[str, Any], list[str]]:
+    """The routing a row's benchmark gate states: NeMo AutoModel's FakeBalancedGate sends each token to k
+    consecutive experts, on one node and :func:`fake_gate_ranks` ranks -- node- and device-limited routing."""
+    if "consecutive experts" not in facts.text("moe_router_force_load_balancing"):
+        return {}, []
+    ranks = fake_gate_ranks(topk, experts, ep)
+    return ({"moe_node_limit": 1, "moe_device_limit": ranks},
+            [f"fake balanced gate: each token's experts are consecutive, priced as routed to one node and at most "
+             f"{ranks} rank{'s' if ranks > 1 else ''}"])
+
+
 def stated_stack_fields(facts: Any, strategy: Mapping[str, Any], recompute: str, vpp: int,
                         run_id: str) -> tuple[dict[str, Any], list[str]]:
     """The ExecSpec fields a row's stack facts state (schedule, dispatcher, recompute modules, expert
@@ -149,11 +173,6 @@ def stated_stack_fields(facts: Any, strategy: Mapping[str, Any], recompute: str,
     if facts.flag("cuda_graphs"):
         fields["cuda_graphs"], note = cuda_graphs_choice(facts.text("cuda_graphs"))
         notes.append(note)
-    if "consecutive experts" in facts.text("moe_router_force_load_balancing"):
-        # NeMo AutoModel's FakeBalancedGate: a token's k experts are consecutive, on one node -- node-limited
-        # routing to one node (the ranks inside it are still priced as uniformly chosen: an over-count)
-        fields["moe_node_limit"] = 1
-        notes.append("fake balanced gate: each token's experts are consecutive, priced as routed to one node")
     weighting = facts.text("moe_expert_weighting")
     if weighting:  # where the routing probability multiplies a routed token (ExecSpec.moe_weighted_activation)
         fields["moe_weighted_activation"] = weighting.startswith("inside the expert activation")

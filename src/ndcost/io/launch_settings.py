@@ -168,6 +168,10 @@ def _stack_settings(model: Any, spec: ExecSpec, rates: Any) -> list[Setting]:
             # group-limited routing, node-limited when its groups are the EP group's nodes
             # (TransformerConfig.moe_router_num_groups: the group count is stack_notes')
             out.append(_config("--moe-router-group-topk", spec.moe_node_limit))
+        elif spec.moe_device_limit:
+            # group-limited routing with a group per EP rank: device-limited (DeepSeek-V2 §2.2.1)
+            out += [_config("--moe-router-num-groups", spec.ep),
+                    _config("--moe-router-group-topk", spec.moe_device_limit)]
         if spec.grouped_gemm:
             out.append(_config("--moe-grouped-gemm", True))
         else:
@@ -235,7 +239,8 @@ def _expert_exchange_notes(spec: ExecSpec, launcher: str) -> list[str]:
     if launcher == "torchtitan":
         stated = [f"{name} {value!r}" for name, value, default in (
             ("moe_dispatcher", spec.moe_dispatcher, "alltoall"), ("ep_overlap", spec.ep_overlap, "none"),
-            ("moe_node_limit", spec.moe_node_limit, 0), ("moe_dispatch_fp8", spec.moe_dispatch_fp8, False))
+            ("moe_node_limit", spec.moe_node_limit, 0), ("moe_device_limit", spec.moe_device_limit, 0),
+            ("moe_dispatch_fp8", spec.moe_dispatch_fp8, False))
             if value != default]
         notes = [f"{', '.join(stated)} (torchtitan's all-to-all as priced)"] if stated else []
         if spec.schedule == "dualpipe":
@@ -245,6 +250,9 @@ def _expert_exchange_notes(spec: ExecSpec, launcher: str) -> list[str]:
     if spec.moe_node_limit:
         notes.append(f"--moe-router-num-groups: the nodes the EP group spans (node-limited routing to "
                      f"{spec.moe_node_limit})")
+        if spec.moe_device_limit:
+            notes.append(f"moe_device_limit {spec.moe_device_limit} beside the node limit (Megatron-Core's "
+                         "group-limited routing states one of them)")
     if spec.ep_overlap == "dualpipe":
         notes.append("ep_overlap 'dualpipe' (DualPipe's overlapped chunks)")
     if spec.moe_dispatch_fp8:

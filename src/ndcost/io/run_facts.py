@@ -25,7 +25,7 @@ from ..spec.model import Model
 from ..spec.software_fields import with_software
 from ..spec.moe_kernels import EXPERT_BIASES, GROUPED_GEMMS
 from ..spec.rates import ATTENTION_KERNELS, ELEMENTWISE, FP8_RECIPES
-from .fact_rules import catalog_cluster, held_bytes_fields, stack_choice, stated_stack_fields
+from .fact_rules import catalog_cluster, fake_gate_fields, held_bytes_fields, stack_choice, stated_stack_fields
 
 __all__ = ["BuiltRun", "RunFacts", "figure_value", "figure_int", "load_run_facts", "facts_for", "modern_run", "FACTS_FILES", "CATALOG_BY_NAME"]
 
@@ -302,6 +302,9 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
     dropout = facts.text("dropout")
     stack, stack_notes = stated_stack_fields(facts, strategy, recompute, vpp, run_id)
     notes += stack_notes
+    gate, gate_notes = fake_gate_fields(facts, model.num_experts_per_tok, model.num_experts, ep)
+    stack.update(gate)
+    notes += gate_notes
     held, held_notes = held_bytes_fields(facts, fp8)
     notes += held_notes
     # the stack's own fields (torchtitan's FSDP2 widths, its loss) fill what the facts leave, as --software does

@@ -194,6 +194,7 @@ SECONDS_CAND_FIELDS = (
     "graphs",         # ExecSpec.cuda_graphs index: 0 none, 1 attention, 2 + a MoE layer's router, 3 whole layers
     "autocast",       # 1: fp32 parameters under torch.autocast, an fp32 residual stream (ExecSpec.autocast)
     "pp_runs",        # the step's micro-batches run as this many pipeline schedules, each filled and drained
+    "ep_devs",        # device-limited routing: ranks a token's experts lie on at most (0: no limit)
 )
 
 # --- device and achievable rates (float64 vector) ---

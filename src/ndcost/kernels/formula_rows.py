@@ -18,16 +18,17 @@ __all__ = ["formula_rows"]
 
 #: The storage columns it reads, in the order its ``columns`` argument holds them.
 FORMULA_ROW_FIELDS = (
-    'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'etp',
-    'micro_batch_size', 'micro_batch_num', 'global_batch_size', 'pp_schedule', 'pp_runs', 'sequence_parallel',
-    'cp_algo', 'precision', 'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'vocab_emb_dp', 'grad_bytes',
-    'optimizer_states', 'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params',
-    'deferred_grad_accumulation', 'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch',
-    'moe_dispatch_count', 'seq_split', 'dropout_bytes', 'flash_attention', 'grouped_gemm', 'moe_imbalance',
-    'overlapped_grad_reduce', 'overlapped_param_gather', 'tp_overlap', 'moe_dispatcher_sms', 'moe_node_limit',
-    'moe_dispatch_fp8', 'cuda_graphs', 'autocast', 'recompute_slice_activation', 'softmax_bytes', 'norm_bytes',
-    'fp8_weight_cache', 'logit_bytes', 'fp8_transpose_cache', 'grads_set_to_none', 'moe_weighted_activation',
-    'fp8_activation_storage', 'zero3_parameter_fetch',
+    'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'moe_device_limit',
+    'etp', 'micro_batch_size', 'micro_batch_num', 'global_batch_size', 'pp_schedule', 'pp_runs',
+    'sequence_parallel', 'cp_algo', 'precision', 'zero_stage', 'optimizer_shard', 'shard_spans_cp',
+    'vocab_emb_dp', 'grad_bytes', 'optimizer_states', 'optimizer_state_bytes', 'main_param_bytes',
+    'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation', 'param_bytes', 'compute_bytes',
+    'capacity_factor', 'moe_dispatch', 'moe_dispatch_count', 'seq_split', 'dropout_bytes', 'flash_attention',
+    'grouped_gemm', 'moe_imbalance', 'overlapped_grad_reduce', 'overlapped_param_gather', 'tp_overlap',
+    'moe_dispatcher_sms', 'moe_node_limit', 'moe_dispatch_fp8', 'cuda_graphs', 'autocast',
+    'recompute_slice_activation', 'softmax_bytes', 'norm_bytes', 'fp8_weight_cache', 'logit_bytes',
+    'fp8_transpose_cache', 'grads_set_to_none', 'moe_weighted_activation', 'fp8_activation_storage',
+    'zero3_parameter_fetch',
 )
 #: Its constant slots: (owner -- mc, cc, overlap, or None for a parameter -- , attribute, type: i int,
 #: b bool, f float, a trailing ? where None is allowed (packed as NaN), ti / tf a tuple of them).
@@ -45,6 +46,7 @@ FORMULA_ROW_CONSTANTS = (
     ('mc', 'mtp_layers', 'i'),
     ('mc', 'num_experts', 'i'),
     ('mc', 'moe_width', 'i?'),
+    ('mc', 'topk', 'i'),
     ('mc', 'layers_with_mtp', 'i'),
     ('mc', 'has_vision', 'b'),
     ('mc', 'vision_tokens', 'i'),
@@ -71,20 +73,20 @@ FORMULA_ROW_CONSTANTS = (
 #: The joint rules it checks, in order: ``codes[j]`` is rule j's reason code.
 FORMULA_ROW_RULES = (
     'devices', 'whole_nodes', 'tp_heads', 'tp_kv_heads', 'tp_linear_heads', 'tp_mamba_heads', 'ep_dense',
-    'moe_option_dense', 'ep_overlap_mtp', 'ep_experts', 'ep_grid', 'expert_width', 'pp_layers', 'vpp_layers',
-    'micro_batches_lt_pp', 'micro_batches_not_multiple', 'seq_sp', 'seq_ring', 'ulysses_heads', 'seq_ulysses',
-    'cp_mamba', 'tp_vision_heads', 'vision_tokens', 'vision_ulysses_heads', 'vision_seq1f1b', 'layout',
-    'tp_cross_node', 'no_fp8', 'expert_dp',
+    'moe_option_dense', 'ep_overlap_mtp', 'ep_experts', 'ep_grid', 'expert_width', 'device_limit_experts',
+    'pp_layers', 'vpp_layers', 'micro_batches_lt_pp', 'micro_batches_not_multiple', 'seq_sp', 'seq_ring',
+    'ulysses_heads', 'seq_ulysses', 'cp_mamba', 'tp_vision_heads', 'vision_tokens', 'vision_ulysses_heads',
+    'vision_seq1f1b', 'layout', 'tp_cross_node', 'no_fp8', 'expert_dp',
 )
 #: Its output matrices: (name, rows); a (0, 0) matrix is not asked for.
-FORMULA_ROW_OUTPUTS = (('nd', 36), ('seconds', 44), ('memory', 40), ('fixed', 1))
+FORMULA_ROW_OUTPUTS = (('nd', 36), ('seconds', 45), ('memory', 40), ('fixed', 1))
 _TABLE_SCHEDULE_ROW = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 _TABLE_MEMORY_SCHEDULE_ROW = (0.0, 0.0, 2.0, 1.0, 3.0, 5.0, 4.0)
 
 
 def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
     # One row: (its reason code, 0 when priced; then each asked-for vector, else None).
-    (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_pp_runs, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_param_bytes, c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_moe_dispatch_count, c_seq_split, c_dropout_bytes, c_flash_attention, c_grouped_gemm, c_moe_imbalance, c_overlapped_grad_reduce, c_overlapped_param_gather, c_tp_overlap, c_moe_dispatcher_sms, c_moe_node_limit, c_moe_dispatch_fp8, c_cuda_graphs, c_autocast, c_recompute_slice_activation, c_softmax_bytes, c_norm_bytes, c_fp8_weight_cache, c_logit_bytes, c_fp8_transpose_cache, c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage, c_zero3_parameter_fetch,) = row
+    (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_moe_device_limit, c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_pp_runs, c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_param_bytes, c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_moe_dispatch_count, c_seq_split, c_dropout_bytes, c_flash_attention, c_grouped_gemm, c_moe_imbalance, c_overlapped_grad_reduce, c_overlapped_param_gather, c_tp_overlap, c_moe_dispatcher_sms, c_moe_node_limit, c_moe_dispatch_fp8, c_cuda_graphs, c_autocast, c_recompute_slice_activation, c_softmax_bytes, c_norm_bytes, c_fp8_weight_cache, c_logit_bytes, c_fp8_transpose_cache, c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage, c_zero3_parameter_fetch,) = row
     joint_dp = c_dp
     joint_tp = c_tp
     joint_pp = c_pp
@@ -117,7 +119,7 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
     if not k.mc_is_moe:
         if joint_ep != 1:
             return (k.codes[6], None, None, None, None)
-        if not c_moe_dispatcher == 0 or not c_ep_overlap == 0:
+        if not c_moe_dispatcher == 0 or not c_ep_overlap == 0 or c_moe_device_limit > 0:
             return (k.codes[7], None, None, None, None)
     else:
         if c_ep_overlap == 1 and k.mc_mtp_layers > 1:
@@ -132,11 +134,14 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
         joint_t_exp = joint_etp if joint_etp_stated else joint_tp if joint_ep <= joint_dp else 1
         if _mod(k.mc_moe_width, joint_t_exp) != 0:
             return (k.codes[11], None, None, None, None)
+        joint_device_limit = c_moe_device_limit
+        if joint_device_limit > 0 and joint_device_limit * _floordiv(k.mc_num_experts, joint_ep) < k.mc_topk:
+            return (k.codes[12], None, None, None, None)
     joint_layers = k.mc_layers_with_mtp
     if joint_pp > joint_layers:
-        return (k.codes[12], None, None, None, None)
-    if joint_pp <= joint_layers and joint_vpp > 1 and (joint_vpp * joint_pp > joint_layers):
         return (k.codes[13], None, None, None, None)
+    if joint_pp <= joint_layers and joint_vpp > 1 and (joint_vpp * joint_pp > joint_layers):
+        return (k.codes[14], None, None, None, None)
     joint_mbs = c_micro_batch_size
     joint_mbn_stated = c_micro_batch_num != -9223372036854775808
     joint_micro_batches = c_micro_batch_num if joint_mbn_stated else _floordiv(0 if c_global_batch_size == -9223372036854775808 else c_global_batch_size, joint_mbs * joint_dp)
@@ -146,49 +151,49 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
     joint_micro_batches = _floordiv(joint_micro_batches, c_pp_runs if c_pp_runs >= 1 else 1)
     joint_too_few = joint_pp > 1 and joint_family and (joint_micro_batches < joint_pp)
     if joint_too_few:
-        return (k.codes[14], None, None, None, None)
-    if joint_pp > 1 and (not joint_too_few) and joint_interleaved and (_mod(joint_micro_batches, joint_pp) != 0):
         return (k.codes[15], None, None, None, None)
+    if joint_pp > 1 and (not joint_too_few) and joint_interleaved and (_mod(joint_micro_batches, joint_pp) != 0):
+        return (k.codes[16], None, None, None, None)
     joint_sequence_parallel = c_sequence_parallel
     if joint_sequence_parallel & (joint_tp > 1) & (_mod(joint_s, joint_tp * joint_cp) != 0):
-        return (k.codes[16], None, None, None, None)
+        return (k.codes[17], None, None, None, None)
     joint_ring = not c_cp_algo == 1
     if joint_cp > 1 and joint_ring and (_mod(joint_s, 2 * joint_cp) != 0):
-        return (k.codes[17], None, None, None, None)
+        return (k.codes[18], None, None, None, None)
     joint_ulysses = joint_cp > 1 and (not joint_ring)
     if joint_ulysses and _mod(k.mc_kv_heads, joint_tp * joint_cp) != 0:
-        return (k.codes[18], None, None, None, None)
-    if joint_ulysses and _mod(joint_s, joint_cp) != 0:
         return (k.codes[19], None, None, None, None)
+    if joint_ulysses and _mod(joint_s, joint_cp) != 0:
+        return (k.codes[20], None, None, None, None)
     if k.mc_has_mamba:
         if joint_cp > 1:
-            return (k.codes[20], None, None, None, None)
+            return (k.codes[21], None, None, None, None)
     if k.mc_has_vision:
         joint_v_tokens = k.mc_vision_tokens
         joint_v_heads = k.mc_vision_heads
         if _mod(joint_v_heads, joint_tp) != 0:
-            return (k.codes[21], None, None, None, None)
-        if joint_sequence_parallel & (joint_tp > 1) & (_mod(joint_v_tokens, joint_tp * joint_cp) != 0) | (joint_cp > 1 and joint_ring and (_mod(joint_v_tokens, 2 * joint_cp) != 0)) | (joint_ulysses and _mod(joint_v_tokens, joint_cp) != 0):
             return (k.codes[22], None, None, None, None)
-        if joint_ulysses and _mod(joint_v_heads, joint_tp * joint_cp) != 0:
+        if joint_sequence_parallel & (joint_tp > 1) & (_mod(joint_v_tokens, joint_tp * joint_cp) != 0) | (joint_cp > 1 and joint_ring and (_mod(joint_v_tokens, 2 * joint_cp) != 0)) | (joint_ulysses and _mod(joint_v_tokens, joint_cp) != 0):
             return (k.codes[23], None, None, None, None)
-        if c_pp_schedule == 4:
+        if joint_ulysses and _mod(joint_v_heads, joint_tp * joint_cp) != 0:
             return (k.codes[24], None, None, None, None)
+        if c_pp_schedule == 4:
+            return (k.codes[25], None, None, None, None)
     if layout_bad:
-        return (k.codes[25], None, None, None, None)
+        return (k.codes[26], None, None, None, None)
     if True:
         if not k.allow_cross_node_tp:
             if joint_tp > k.cc_devices_per_node:
-                return (k.codes[26], None, None, None, None)
+                return (k.codes[27], None, None, None, None)
         if not k.cc_has_fp8:
             if c_precision == 2:
-                return (k.codes[27], None, None, None, None)
+                return (k.codes[28], None, None, None, None)
     if k.mc_is_moe:
         joint_etp_stated = c_etp != -9223372036854775808
         joint_etp = 1 if c_etp == -9223372036854775808 else c_etp
         joint_d_exp = _floordiv(_floordiv(joint_dp * joint_tp * joint_cp, joint_etp), joint_ep) if joint_etp_stated else _floordiv(joint_dp, joint_ep) if joint_dp >= joint_ep else _floordiv(joint_dp * joint_tp, joint_ep)
         if joint_d_exp < 1:
-            return (k.codes[28], None, None, None, None)
+            return (k.codes[29], None, None, None, None)
     dp = c_dp
     tp = c_tp
     pp = c_pp
@@ -314,6 +319,7 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
             float(c_cuda_graphs),
             1.0 if c_autocast else 0.0,
             float(c_pp_runs),
+            float(c_moe_device_limit),
         )
     memory = None
     if want_memory:
@@ -384,7 +390,7 @@ def _row(k, row, layout_bad, want_nd, want_seconds, want_memory, want_fixed):
 
 
 def formula_rows(columns, start, stop, constants, codes, spec_reason, layout_index, layout_bad, layout_row, out_reason, out_layout, out_nd, out_seconds, out_memory, out_fixed):
-    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (44, n) or (0, 0), the memory vector (40, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
+    """Rows start..stop: the reason (0: priced), the table row and the nd vector (36, n) or (0, 0), the seconds vector (45, n) or (0, 0), the memory vector (40, n) or (0, 0), the fixed vector (1, n) or (0, 0) of each (NaN when not priced)."""
     n = stop - start
     n_layouts = len(layout_row)
     if start < 0 or stop < start:
@@ -396,11 +402,11 @@ def formula_rows(columns, start, stop, constants, codes, spec_reason, layout_ind
     if len(out_reason) != n or len(out_layout) != n:
         raise ValueError(f"out_reason and out_layout must have length {n}")
     check_out(out_nd, 36, n, 'out_nd')
-    check_out(out_seconds, 44, n, 'out_seconds')
+    check_out(out_seconds, 45, n, 'out_seconds')
     check_out(out_memory, 40, n, 'out_memory')
     check_out(out_fixed, 1, n, 'out_fixed')
-    k = unpack(constants, codes, FORMULA_ROW_CONSTANTS, 29)
-    rows = zip(*rows_of(columns, start, stop, ('int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'int', 'int', 'bool', 'bool', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'float', 'float', 'float', 'int', 'int', 'bool', 'bool', 'float', 'bool', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'bool', 'bool', 'bool',)))
+    k = unpack(constants, codes, FORMULA_ROW_CONSTANTS, 30)
+    rows = zip(*rows_of(columns, start, stop, ('int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'int', 'int', 'bool', 'bool', 'int', 'int', 'int', 'int', 'int', 'int', 'bool', 'int', 'int', 'float', 'float', 'float', 'int', 'int', 'bool', 'bool', 'float', 'bool', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'int', 'int', 'bool', 'int', 'bool', 'bool', 'bool', 'bool', 'bool',)))
     want_nd = len(out_nd) != 0
     want_seconds = len(out_seconds) != 0
     want_memory = len(out_memory) != 0

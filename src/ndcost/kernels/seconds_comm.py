@@ -118,7 +118,7 @@ def _missed(pool: float, own: float, k: float) -> float:
 
 
 def _exchange(dispatcher: float, tokens: float, hidden: float, topk: float, experts: float, n: float,
-              stride: float, node_limit: float, element_bytes: float, rate) -> float:
+              stride: float, node_limit: float, device_limit: float, element_bytes: float, rate) -> float:
     """seconds_expert_exchange without the length check (the kernels' own calls)."""
     if not stride >= 1.0:
         return NAN
@@ -130,7 +130,17 @@ def _exchange(dispatcher: float, tokens: float, hidden: float, topk: float, expe
     g = _ranks_per_node(rate[_R["dpn"]], stride, n)
     nodes = n / g
     per_rank = experts / n                          # experts on each rank of the group
-    if node_limit >= 1.0 and node_limit < nodes:
+    if device_limit >= 1.0 and device_limit < n:
+        # device-limited routing (DeepSeek-V2 §2.2.1): the k experts among those of the device_limit ranks
+        # chosen by their experts' top affinities, each holding one; the ranks spread over the group's nodes
+        # as uniformly chosen, or over the node_limit nodes chosen
+        ranks = device_limit * (1.0 - _missed(device_limit * per_rank, per_rank, topk))
+        if node_limit >= 1.0 and node_limit < nodes:
+            reached = node_limit if node_limit < device_limit else device_limit
+            reached = reached if reached < topk else topk
+        else:
+            reached = nodes * (1.0 - _missed(n, g, device_limit))
+    elif node_limit >= 1.0 and node_limit < nodes:
         # the k experts among the node_limit nodes chosen (DeepSeek-V3 §2.1.2: the nodes by their
         # experts' top affinities, so each chosen node holds one of the token's experts)
         reached = node_limit if node_limit < topk else topk
@@ -149,7 +159,8 @@ def _exchange(dispatcher: float, tokens: float, hidden: float, topk: float, expe
 
 
 def seconds_expert_exchange(dispatcher: int, tokens: float, hidden: float, topk: float, experts: float, n: float,
-                            stride: float, node_limit: float, element_bytes: float, rate) -> float:
+                            stride: float, node_limit: float, element_bytes: float, rate,
+                            device_limit: float = 0.0) -> float:
     """Seconds of one MoE dispatch (or one combine) on a rank of an expert-parallel group of *n* ranks
     *stride* apart: *tokens* routed by the rank, each to *topk* of *experts* experts, *hidden* elements of
     *element_bytes* each. NaN for a stride below 1; 0 for a group of one rank or nothing to move.
@@ -164,7 +175,10 @@ def seconds_expert_exchange(dispatcher: int, tokens: float, hidden: float, topk:
       nodes, with uniform routing (the balanced load NVIDIA's runs force), a token reaches
       ranks R = n·(1 - C(E - E/n, k)/C(E, k)) and nodes N·(1 - C(E - E/N, k)/C(E, k)); with
       node-limited routing to M < N nodes (*node_limit*) it reaches min(M, k) nodes and
-      M·g·(1 - C(M·g·E/n - E/n, k)/C(M·g·E/n, k)) ranks. Time: the larger of the RDMA stage,
+      M·g·(1 - C(M·g·E/n - E/n, k)/C(M·g·E/n, k)) ranks; with device-limited routing to D < n ranks
+      (*device_limit*, DeepSeek-V2 §2.2.1) it reaches D·(1 - C(D·E/n - E/n, k)/C(D·E/n, k)) ranks and
+      the nodes D ranks chosen uniformly span, N·(1 - C(n - g, D)/C(n, D)) (min(M, D, k) within a node
+      limit). Time: the larger of the RDMA stage,
       tokens·nodes·(N-1)/N·bytes at the NIC's NCCL share, and the NVLink stage, tokens·R·bytes
       (every rank receives what it computes, its own share included, as DeepEP counts it) at
       DeepEP's published NVLink share (``dep_nvl_eff``), which run concurrently (warp-specialised:
@@ -177,7 +191,8 @@ def seconds_expert_exchange(dispatcher: int, tokens: float, hidden: float, topk:
     BF16). The busiest rank's extra load is the caller's (*tokens* scaled).
     """
     _check_len(rate, "rate", len(RATE_FIELDS))
-    return _exchange(dispatcher, tokens, hidden, topk, experts, n, stride, node_limit, element_bytes, rate)
+    return _exchange(dispatcher, tokens, hidden, topk, experts, n, stride, node_limit, device_limit, element_bytes,
+                     rate)
 
 
 def _exposed(comm: float, window: float, share: float) -> float:

@@ -503,7 +503,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
         # over the expert grid's EP group: ranks t_exp apart (Megatron-Core's expert ranks are ordered
         # expert-tp, ep, expert-dp, pp: parallel_state's expert RankGenerator "tp-ep-dp-pp")
         args = (cand[_C["ep_disp"]], routed, h, model[_M["n_chosen"]], model[_M["n_exp"]], ep, t_exp,
-                cand[_C["ep_nodes"]])
+                cand[_C["ep_nodes"]], cand[_C["ep_devs"]])
         dispatch = _exchange(*args, cand[_C["disp_b"]], rate)
         a2a = dispatch + _exchange(*args, bc, rate)
         out[_L["ep_f"]] = a2a

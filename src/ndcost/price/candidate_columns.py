@@ -29,7 +29,8 @@ _BYTE_MINIMUM = {"param_bytes": 1, "compute_bytes": 1, "softmax_bytes": 1, "grad
                  "dropout_bytes": 0, "logit_bytes": 1}
 _DEGREE_FIELDS = ("dp", "tp", "pp", "vpp", "cp", "ep")
 _INT_FIELDS = (_DEGREE_FIELDS + ("micro_batch_size", "seq_length", "seq_split", "pp_runs", "zero_stage",
-                                  "moe_dispatcher_sms", "moe_node_limit") + tuple(_BYTE_MINIMUM))
+                                  "moe_dispatcher_sms", "moe_node_limit",
+                                  "moe_device_limit") + tuple(_BYTE_MINIMUM))
 _OPT_INT_FIELDS = ("etp", "micro_batch_num", "global_batch_size", "optimizer_shard")
 _BOOL_FIELDS = ("sequence_parallel", "mtp_in_offset", "emb_out_in_offset", "selective_comm_recompute",
                 "recompute_slice_activation", "overlapped_grad_reduce", "overlapped_param_gather", "deferred_grad_accumulation",

@@ -83,7 +83,8 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
                   | (~np.isnan(dispatch) & (~np.isfinite(dispatch) | (dispatch < 0.0))))
         dispatches = a["moe_dispatch_count"]
         rules.add("bad_moe_setting", _bad(cols["moe_dispatch_count"]) | ~np.isfinite(dispatches) | ~(dispatches >= 0.0))
-        for name, minimum, limit in (("moe_dispatcher_sms", 1, MAX_SMS), ("moe_node_limit", 0, MAX_DEVICES)):
+        for name, minimum, limit in (("moe_dispatcher_sms", 1, MAX_SMS), ("moe_node_limit", 0, MAX_DEVICES),
+                                     ("moe_device_limit", 0, MAX_DEVICES)):
             rules.add("bad_moe_setting", _bad(cols[name]) | (a[name] < minimum) | (a[name] > limit))
         deepep = a["moe_dispatcher"] == CHOICES["moe_dispatcher"].index("deepep")
         rules.add("bad_moe_setting", deepep & (a["ep"] != 1) & ~np.isin(a["ep"], sorted(DEEPEP_RANKS)))

@@ -133,6 +133,10 @@ class ExecSpec:
     #: Node-limited routing: each token is sent to at most this many nodes of its expert-parallel group
     #: (DeepSeek-V3 §2.1.2: M = 4, the nodes chosen by their experts' top affinities); 0: no limit.
     moe_node_limit: int = 0
+    #: Device-limited routing: each token's experts lie on at most this many ranks of its expert-parallel group
+    #: (DeepSeek-V2 §2.2.1, arXiv 2405.04434: the M devices holding its top-affinity experts, M = 3; NeMo
+    #: AutoModel's benchmark gate, whose k consecutive experts span one or two ranks); 0: no limit.
+    moe_device_limit: int = 0
     #: The dispatch direction (the forward dispatch, the combine's backward) moved in fp8 with a 4-byte
     #: scale per 128 elements (DeepSeek-V3 §3.3.4; Megatron-Core's moe_dispatch_fwd_dtype 'mxfp8' moves
     #: the same 1 + 1/32 bytes); the combine direction stays 16-bit. Needs precision 'fp8'.

@@ -125,7 +125,8 @@ _SIZE_RULES = (("micro_batch_size", 1, MAX_BATCH), ("seq_length", 1, MAX_SEQ_LEN
                ("seq_split", 1, MAX_SEQ_LENGTH), ("pp_runs", 1, MAX_BATCH))
 _BYTE_RULES = tuple((name, minimum, BYTE_LIMITS[name]) for name, minimum in _BYTE_MINIMUMS)
 # checked with the MoE settings (a batch row's bad_moe_setting, after bad_bytes and bad_choice)
-_MOE_INT_RULES = (("moe_dispatcher_sms", 1, MAX_SMS), ("moe_node_limit", 0, MAX_DEVICES))
+_MOE_INT_RULES = (("moe_dispatcher_sms", 1, MAX_SMS), ("moe_node_limit", 0, MAX_DEVICES),
+                  ("moe_device_limit", 0, MAX_DEVICES))
 _INT_RULES = _DEGREE_RULES + _SIZE_RULES + _BYTE_RULES + _MOE_INT_RULES
 # The string scalars and their choices.
 _CHOICE_RULES = (("cp_algo", CP_ALGOS), ("precision", PRECISIONS), ("selective_rule", SELECTIVE_RULES),

@@ -233,6 +233,10 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "node-limited routing: the nodes of its expert-parallel group a token is sent to at most "
                 "(DeepSeek-V3: 4; Megatron-Core's --moe-router-group-topk with a group per node) (default 0: no limit)",
                 applies=_moe, needs="a MoE model"),
+    StackOption("moe_device_limit", "moe_device_limit", "spec", "int",
+                "device-limited routing: the ranks of its expert-parallel group a token's experts lie on at most "
+                "(DeepSeek-V2: 3; Megatron-Core's --moe-router-group-topk with a group per EP rank) (default 0: no "
+                "limit)", applies=_moe, needs="a MoE model"),
     StackOption("moe_dispatch_fp8", "moe_dispatch_fp8", "spec", "bool",
                 "dispatch (and the combine's backward) in fp8 with 1x128 scales, the combine in bf16, as DeepSeek-V3 "
                 "(default off)", applies=lambda f, m: _moe(f, m) & _fp8(f, m), needs="a MoE model and --precision fp8",

@@ -279,6 +279,7 @@ def seconds_candidate_columns(ops: Any, c: Mapping[str, Any], d: Mapping[str, An
         ops.choice_code(c, "cuda_graphs"),                                                   # graphs
         where(c["autocast"], 1.0, 0.0),                                                      # autocast
         c["pp_runs"],                                                                        # pp_runs
+        c["moe_device_limit"],                                                               # ep_devs
     )
 
 
@@ -336,7 +337,7 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
     if not mc.is_moe:
         rules.append(("ep_dense", ep != 1))
         rules.append(("moe_option_dense", ops.not_(ops.is_choice(c, "moe_dispatcher", "alltoall"))
-                      | ops.not_(ops.is_choice(c, "ep_overlap", "none"))))
+                      | ops.not_(ops.is_choice(c, "ep_overlap", "none")) | (c["moe_device_limit"] > 0)))
     else:
         rules.append(("ep_overlap_mtp", ops.is_choice(c, "ep_overlap", "1f1b") & (mc.mtp_layers > 1)))
         rules.append(("ep_experts", mc.num_experts % ep != 0))
@@ -347,6 +348,9 @@ def joint_reason(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: Cluster
         rules.append(("ep_grid", grid))
         t_exp = where(etp_stated, etp, where(ep <= dp, tp, 1))
         rules.append(("expert_width", mc.moe_width % t_exp != 0))
+        # device-limited routing: a token's top-k among the experts of at most moe_device_limit ranks
+        device_limit = c["moe_device_limit"]
+        rules.append(("device_limit_experts", (device_limit > 0) & (device_limit * (mc.num_experts // ep) < mc.topk)))
     # 4. Pipeline depth and micro-batches.
     layers = mc.layers_with_mtp
     rules.append(("pp_layers", pp > layers))

@@ -27,24 +27,24 @@ __all__ = [
 
 # What each fused twin reads of c, in one call (tools/gen_formulas.py: _prefetch).
 _C_JOINT_ND_MEMORY_CANDIDATE = operator.itemgetter(
-    'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'etp', 'micro_batch_size',
-    'micro_batch_num', 'global_batch_size', 'pp_schedule', 'pp_runs', 'sequence_parallel', 'cp_algo', 'precision',
-    'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'vocab_emb_dp', 'grad_bytes', 'optimizer_states',
-    'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation',
-    'seq_split', 'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch', 'moe_dispatch_count',
-    'grouped_gemm', 'moe_imbalance', 'flash_attention', 'recompute_slice_activation', 'softmax_bytes',
-    'dropout_bytes', 'norm_bytes', 'fp8_weight_cache', 'logit_bytes', 'fp8_transpose_cache', 'autocast',
-    'grads_set_to_none', 'moe_weighted_activation', 'fp8_activation_storage', 'zero3_parameter_fetch',
+    'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'moe_device_limit', 'etp',
+    'micro_batch_size', 'micro_batch_num', 'global_batch_size', 'pp_schedule', 'pp_runs', 'sequence_parallel',
+    'cp_algo', 'precision', 'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'vocab_emb_dp', 'grad_bytes',
+    'optimizer_states', 'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params',
+    'deferred_grad_accumulation', 'seq_split', 'param_bytes', 'compute_bytes', 'capacity_factor', 'moe_dispatch',
+    'moe_dispatch_count', 'grouped_gemm', 'moe_imbalance', 'flash_attention', 'recompute_slice_activation',
+    'softmax_bytes', 'dropout_bytes', 'norm_bytes', 'fp8_weight_cache', 'logit_bytes', 'fp8_transpose_cache',
+    'autocast', 'grads_set_to_none', 'moe_weighted_activation', 'fp8_activation_storage', 'zero3_parameter_fetch',
 )
 _C_JOINT_DERIVED_MEMORY_CANDIDATE = operator.itemgetter(
-    'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'etp', 'micro_batch_size',
-    'micro_batch_num', 'global_batch_size', 'pp_schedule', 'pp_runs', 'sequence_parallel', 'cp_algo', 'precision',
-    'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'grad_bytes', 'optimizer_states', 'optimizer_state_bytes',
-    'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation', 'seq_split',
-    'grouped_gemm', 'moe_imbalance', 'capacity_factor', 'flash_attention', 'recompute_slice_activation',
-    'compute_bytes', 'softmax_bytes', 'dropout_bytes', 'norm_bytes', 'fp8_weight_cache', 'param_bytes',
-    'logit_bytes', 'fp8_transpose_cache', 'autocast', 'grads_set_to_none', 'moe_weighted_activation',
-    'fp8_activation_storage', 'zero3_parameter_fetch',
+    'dp', 'tp', 'pp', 'vpp', 'cp', 'ep', 'seq_length', 'moe_dispatcher', 'ep_overlap', 'moe_device_limit', 'etp',
+    'micro_batch_size', 'micro_batch_num', 'global_batch_size', 'pp_schedule', 'pp_runs', 'sequence_parallel',
+    'cp_algo', 'precision', 'zero_stage', 'optimizer_shard', 'shard_spans_cp', 'grad_bytes', 'optimizer_states',
+    'optimizer_state_bytes', 'main_param_bytes', 'tie_embeddings', 'reshard_params', 'deferred_grad_accumulation',
+    'seq_split', 'grouped_gemm', 'moe_imbalance', 'capacity_factor', 'flash_attention',
+    'recompute_slice_activation', 'compute_bytes', 'softmax_bytes', 'dropout_bytes', 'norm_bytes',
+    'fp8_weight_cache', 'param_bytes', 'logit_bytes', 'fp8_transpose_cache', 'autocast', 'grads_set_to_none',
+    'moe_weighted_activation', 'fp8_activation_storage', 'zero3_parameter_fetch',
 )
 
 
@@ -53,15 +53,15 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
     (tools/gen_formulas.py says how): (0, d_exp, the candidate's values); a broken joint rule returns (its code,
     None, None)."""
     (
-        c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp,
-        c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_pp_runs, c_sequence_parallel,
-        c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_vocab_emb_dp, c_grad_bytes,
-        c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
-        c_deferred_grad_accumulation, c_seq_split, c_param_bytes, c_compute_bytes, c_capacity_factor,
-        c_moe_dispatch, c_moe_dispatch_count, c_grouped_gemm, c_moe_imbalance, c_flash_attention,
-        c_recompute_slice_activation, c_softmax_bytes, c_dropout_bytes, c_norm_bytes, c_fp8_weight_cache,
-        c_logit_bytes, c_fp8_transpose_cache, c_autocast, c_grads_set_to_none, c_moe_weighted_activation,
-        c_fp8_activation_storage, c_zero3_parameter_fetch,
+        c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_moe_device_limit,
+        c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_pp_runs,
+        c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp,
+        c_vocab_emb_dp, c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes,
+        c_tie_embeddings, c_reshard_params, c_deferred_grad_accumulation, c_seq_split, c_param_bytes,
+        c_compute_bytes, c_capacity_factor, c_moe_dispatch, c_moe_dispatch_count, c_grouped_gemm, c_moe_imbalance,
+        c_flash_attention, c_recompute_slice_activation, c_softmax_bytes, c_dropout_bytes, c_norm_bytes,
+        c_fp8_weight_cache, c_logit_bytes, c_fp8_transpose_cache, c_autocast, c_grads_set_to_none,
+        c_moe_weighted_activation, c_fp8_activation_storage, c_zero3_parameter_fetch,
     ) = _C_JOINT_ND_MEMORY_CANDIDATE(c)
     joint_dp, joint_tp, joint_pp, joint_vpp, joint_cp, joint_ep = (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep)
     joint_s = c_seq_length
@@ -89,7 +89,7 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
     if not mc.is_moe:
         if joint_ep != 1:
             return (codes['ep_dense'], None, None)
-        if not c_moe_dispatcher == 'alltoall' or not c_ep_overlap == 'none':
+        if not c_moe_dispatcher == 'alltoall' or not c_ep_overlap == 'none' or c_moe_device_limit > 0:
             return (codes['moe_option_dense'], None, None)
     else:
         if c_ep_overlap == '1f1b' and mc.mtp_layers > 1:
@@ -104,6 +104,9 @@ def joint_nd_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstants, c
         joint_t_exp = joint_etp if joint_etp_stated else joint_tp if joint_ep <= joint_dp else 1
         if mc.moe_width % joint_t_exp != 0:
             return (codes['expert_width'], None, None)
+        joint_device_limit = c_moe_device_limit
+        if joint_device_limit > 0 and joint_device_limit * (mc.num_experts // joint_ep) < mc.topk:
+            return (codes['device_limit_experts'], None, None)
     joint_layers = mc.layers_with_mtp
     if joint_pp > joint_layers:
         return (codes['pp_layers'], None, None)
@@ -291,14 +294,15 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
     defers_grads, reshards, tie_embeddings}, the candidate's values); a broken joint rule returns (its code, None,
     None)."""
     (
-        c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_etp,
-        c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_pp_runs, c_sequence_parallel,
-        c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp, c_grad_bytes, c_optimizer_states,
-        c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings, c_reshard_params,
-        c_deferred_grad_accumulation, c_seq_split, c_grouped_gemm, c_moe_imbalance, c_capacity_factor,
-        c_flash_attention, c_recompute_slice_activation, c_compute_bytes, c_softmax_bytes, c_dropout_bytes,
-        c_norm_bytes, c_fp8_weight_cache, c_param_bytes, c_logit_bytes, c_fp8_transpose_cache, c_autocast,
-        c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage, c_zero3_parameter_fetch,
+        c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep, c_seq_length, c_moe_dispatcher, c_ep_overlap, c_moe_device_limit,
+        c_etp, c_micro_batch_size, c_micro_batch_num, c_global_batch_size, c_pp_schedule, c_pp_runs,
+        c_sequence_parallel, c_cp_algo, c_precision, c_zero_stage, c_optimizer_shard, c_shard_spans_cp,
+        c_grad_bytes, c_optimizer_states, c_optimizer_state_bytes, c_main_param_bytes, c_tie_embeddings,
+        c_reshard_params, c_deferred_grad_accumulation, c_seq_split, c_grouped_gemm, c_moe_imbalance,
+        c_capacity_factor, c_flash_attention, c_recompute_slice_activation, c_compute_bytes, c_softmax_bytes,
+        c_dropout_bytes, c_norm_bytes, c_fp8_weight_cache, c_param_bytes, c_logit_bytes, c_fp8_transpose_cache,
+        c_autocast, c_grads_set_to_none, c_moe_weighted_activation, c_fp8_activation_storage,
+        c_zero3_parameter_fetch,
     ) = _C_JOINT_DERIVED_MEMORY_CANDIDATE(c)
     joint_dp, joint_tp, joint_pp, joint_vpp, joint_cp, joint_ep = (c_dp, c_tp, c_pp, c_vpp, c_cp, c_ep)
     joint_s = c_seq_length
@@ -326,7 +330,7 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
     if not mc.is_moe:
         if joint_ep != 1:
             return (codes['ep_dense'], None, None)
-        if not c_moe_dispatcher == 'alltoall' or not c_ep_overlap == 'none':
+        if not c_moe_dispatcher == 'alltoall' or not c_ep_overlap == 'none' or c_moe_device_limit > 0:
             return (codes['moe_option_dense'], None, None)
     else:
         if c_ep_overlap == '1f1b' and mc.mtp_layers > 1:
@@ -341,6 +345,9 @@ def joint_derived_memory_candidate_scalar(c: Mapping[str, Any], mc: ModelConstan
         joint_t_exp = joint_etp if joint_etp_stated else joint_tp if joint_ep <= joint_dp else 1
         if mc.moe_width % joint_t_exp != 0:
             return (codes['expert_width'], None, None)
+        joint_device_limit = c_moe_device_limit
+        if joint_device_limit > 0 and joint_device_limit * (mc.num_experts // joint_ep) < mc.topk:
+            return (codes['device_limit_experts'], None, None)
     joint_layers = mc.layers_with_mtp
     if joint_pp > joint_layers:
         return (codes['pp_layers'], None, None)

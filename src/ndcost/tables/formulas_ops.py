@@ -250,10 +250,11 @@ ARRAY = _ArrayOps()
 class ModelConstants:
     """What the formulas and the rules read off a model, once (attribute reads are not free)."""
 
-    __slots__ = ("num_experts", "heads", "kv_heads", "tie", "is_moe", "is_mla", "linear_k_heads",
+    __slots__ = ("num_experts", "topk", "heads", "kv_heads", "tie", "is_moe", "is_mla", "linear_k_heads",
                  "linear_v_heads", "has_linear", "moe_width", "layers_with_mtp", "mtp_layers", "has_vision",
                  "vision_heads", "vision_tokens", "has_mamba", "mamba_splits")
     num_experts: int
+    topk: int
     heads: int
     kv_heads: int
     tie: bool
@@ -273,6 +274,7 @@ class ModelConstants:
 
     def __init__(self, model: Any) -> None:
         self.num_experts = model.num_experts
+        self.topk = model.num_experts_per_tok
         self.heads = model.num_attention_heads
         self.kv_heads = model.num_key_value_heads
         self.tie = bool(model.tie_word_embeddings)

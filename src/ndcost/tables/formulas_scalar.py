@@ -248,6 +248,7 @@ def seconds_candidate_columns_scalar(ops: Any, c: Mapping[str, Any], d: Mapping[
         _CODES['cuda_graphs'][c['cuda_graphs']],
         1.0 if c['autocast'] else 0.0,
         c['pp_runs'],
+        c['moe_device_limit'],
     )
 
 
@@ -288,7 +289,7 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
     if not mc.is_moe:
         if ep != 1:
             return codes['ep_dense']
-        if not c['moe_dispatcher'] == 'alltoall' or not c['ep_overlap'] == 'none':
+        if not c['moe_dispatcher'] == 'alltoall' or not c['ep_overlap'] == 'none' or c['moe_device_limit'] > 0:
             return codes['moe_option_dense']
     else:
         if c['ep_overlap'] == '1f1b' and mc.mtp_layers > 1:
@@ -303,6 +304,9 @@ def joint_reason_scalar(ops: Any, c: Mapping[str, Any], mc: ModelConstants, cc: 
         t_exp = etp if etp_stated else tp if ep <= dp else 1
         if mc.moe_width % t_exp != 0:
             return codes['expert_width']
+        device_limit = c['moe_device_limit']
+        if device_limit > 0 and device_limit * (mc.num_experts // ep) < mc.topk:
+            return codes['device_limit_experts']
     layers = mc.layers_with_mtp
     if pp > layers:
         return codes['pp_layers']

@@ -159,6 +159,9 @@ def _expert_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
         if spec.ep_overlap != "none":
             yield SpecError("ep_overlap", _OWNER, "be 'none' for a dense model (no expert all-to-all)",
                             spec.ep_overlap)
+        if spec.moe_device_limit:
+            yield SpecError("moe_device_limit", _OWNER, "be 0 for a dense model (no experts to route to)",
+                            spec.moe_device_limit)
         return
     if spec.ep_overlap == "1f1b" and model.num_nextn_predict_layers > 1:
         # Megatron-Core transformer_config.py: "MTP supports at most one layer when enabling
@@ -193,6 +196,12 @@ def _expert_rules(model: Any, spec: ExecSpec) -> Iterator[SpecError]:
     if width % t_exp:
         yield SpecError(width_parameter, _OWNER,
                         f"divide moe_intermediate_size ({width}) (the experts' TP degree)", t_exp)
+    # device-limited routing (DeepSeek-V2 §2.2.1): the token's top-k among the experts of its M ranks
+    limit = spec.moe_device_limit
+    if limit and limit * (model.num_experts // ep) < model.num_experts_per_tok:
+        yield SpecError("moe_device_limit", _OWNER, f"leave at least num_experts_per_tok "
+                        f"({model.num_experts_per_tok}) experts on its ranks (x num_experts/ep = "
+                        f"{model.num_experts // ep} a rank)", limit)
 
 
 def pipeline_depth_error(model: Any, pp: int, vpp: int) -> SpecError | None:

@@ -60,11 +60,11 @@ _TABLE = (
      "a named choice (pp_schedule, cp_algo, precision, selective_rule, moe_dispatcher, ep_overlap, cuda_graphs) is "
      "not one ndcost knows"),
     ("bad_moe_setting", ("capacity_factor", "moe_imbalance", "moe_dispatch", "moe_dispatch_count", "moe_dispatcher",
-                         "ep", "moe_dispatcher_sms", "moe_node_limit"),
+                         "ep", "moe_dispatcher_sms", "moe_node_limit", "moe_device_limit"),
      "capacity_factor or moe_imbalance is not a finite number in [1, its bound], moe_dispatch or "
      "moe_dispatch_count not a finite number >= 0, moe_dispatcher_sms not an integer in [1, its bound], "
-     "moe_node_limit not an integer in [0, its bound], or moe_dispatcher 'deepep' on an ep group DeepEP has no "
-     "config for"),
+     "moe_node_limit or moe_device_limit not an integer in [0, its bound], or moe_dispatcher 'deepep' on an ep "
+     "group DeepEP has no config for"),
     ("vpp_without_pp", ("vpp",), "vpp > 1 with pp = 1 (virtual stages without a pipeline)"),
     ("schedule_vpp", ("vpp",),
      "vpp does not suit the schedule (interleaved needs vpp > 1, zero_bubble_v and dualpipev 2, gpipe and "
@@ -128,8 +128,8 @@ _TABLE = (
      "ep_overlap does not suit the strategy: any overlap needs ep > 1; '1f1b' (Megatron-Core's) the 1f1b or "
      "interleaved schedule, vpp > 1 when pp > 1 and no full recompute; 'dualpipe' a DualPipe schedule "
      "(dualpipe, dualpipev, zero_bubble_v)"),
-    ("moe_option_dense", ("moe_dispatcher", "ep_overlap"),
-     "a MoE dispatcher ('deepep') or an expert all-to-all overlap named for a dense model"),
+    ("moe_option_dense", ("moe_dispatcher", "ep_overlap", "moe_device_limit"),
+     "a MoE dispatcher ('deepep'), an expert all-to-all overlap or a device limit named for a dense model"),
     ("ep_overlap_mtp", ("ep_overlap",),
      "ep_overlap '1f1b' with more than one MTP layer (Megatron-Core's EP overlap supports at most one)"),
     # DeepSeek-V3's activation storage (ExecSpec's MoE checks); appended to keep codes stable.
@@ -139,6 +139,10 @@ _TABLE = (
     ("zero3_parameter_fetch", ("zero3_parameter_fetch",), "zero3_parameter_fetch without zero_stage 3"),
     # Schedule runs a step (ExecSpec's pipeline and batch checks); appended to keep codes stable.
     ("pp_runs", ("pp_runs",), "pp_runs > 1 with pp = 1, or pp_runs does not divide the micro-batch count"),
+    # Device-limited routing (ExecSpec's expert rules); appended to keep codes stable.
+    ("device_limit_experts", ("moe_device_limit",),
+     "moe_device_limit leaves fewer experts on its ranks than a token picks (moe_device_limit x num_experts/ep "
+     "< num_experts_per_tok)"),
 )
 
 #: Every reason (code, name, parameters, words), indexed by its code.

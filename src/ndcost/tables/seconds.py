@@ -248,7 +248,7 @@ _CANDIDATE_ORDER = (
     "flash", "dropless", "cap_fact", "cp_ring", "moe_imb",
     "zero", "zero_ranks", "defer_grads", "reshard", "tie_emb", "schedule",
     "ov_dp", "ov_dp_gather", "ov_fsdp", "ov_tp", "ov_cp", "ov_ep",
-    "ep_mode", "ep_disp", "ep_sms", "ep_nodes", "disp_b", "graphs", "autocast", "pp_runs",
+    "ep_mode", "ep_disp", "ep_sms", "ep_nodes", "disp_b", "graphs", "autocast", "pp_runs", "ep_devs",
 )
 if _CANDIDATE_ORDER != SECONDS_CAND_FIELDS:   # a field added to the ABI must be given a value in the formula
     raise RuntimeError(f"seconds_candidate_values does not follow SECONDS_CAND_FIELDS {SECONDS_CAND_FIELDS}")
