@@ -71,7 +71,7 @@ cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidde
                                   double element_bytes, const double* rate) noexcept nogil:
     # One dispatch or combine: NCCL's all-to-all of every (token, expert) copy, or DeepEP's RDMA once per
     # node and NVLink once per rank, concurrently (the oracle's _exchange).
-    cdef double token_bytes, g, nodes, per_rank, reached, ranks, received, nvlink, rdma
+    cdef double token_bytes, g, nodes, per_rank, reached, ranks, received, call, nvlink, rdma
     if not stride >= 1.0:
         return NAN
     if n <= 1.0 or tokens <= 0.0 or topk <= 0.0:
@@ -97,13 +97,13 @@ cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidde
         reached = nodes * (1.0 - c_sec_missed(experts, experts / nodes, topk))
         ranks = n * (1.0 - c_sec_missed(experts, per_rank, topk))
     received = tokens * ranks * token_bytes
+    # every call: its fixed cost and its tokens' beside the bytes (the oracle's)
+    call = rate[R_dep_call_s] + tokens * rate[R_dep_tok_s]
     if nodes <= 1.0:
-        # inside a node: a call's fixed cost and its tokens' beside the bytes (the oracle's)
-        return (rate[R_dep_call_s] + tokens * rate[R_dep_tok_s]
-                + received / (rate[R_intra_bw] * rate[R_dep_intra_eff]) + rate[R_intra_lat])
+        return call + received / (rate[R_intra_bw] * rate[R_dep_intra_eff]) + rate[R_intra_lat]
     nvlink = received / (rate[R_intra_bw] * rate[R_dep_nvl_eff])
     rdma = tokens * reached * (nodes - 1.0) / nodes * token_bytes / (rate[R_inter_bw] * rate[R_inter_eff])
-    return (rdma if rdma > nvlink else nvlink) + rate[R_inter_lat]
+    return call + (rdma if rdma > nvlink else nvlink) + rate[R_inter_lat]
 
 
 cdef inline double c_sec_exposed_paired(double comm, double window, double share, double sms,

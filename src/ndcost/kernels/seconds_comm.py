@@ -149,13 +149,14 @@ def _exchange(dispatcher: float, tokens: float, hidden: float, topk: float, expe
         reached = nodes * (1.0 - _missed(experts, experts / nodes, topk))
         ranks = n * (1.0 - _missed(experts, per_rank, topk))
     received = tokens * ranks * token_bytes
+    # every call: its fixed cost and its tokens' beside the bytes (ndcost.spec.deepep_rates)
+    call = rate[_R["dep_call_s"]] + tokens * rate[_R["dep_tok_s"]]
     if nodes <= 1.0:
-        # inside a node: a call's fixed cost and its tokens' beside the bytes (ndcost.spec.deepep_rates)
-        return (rate[_R["dep_call_s"]] + tokens * rate[_R["dep_tok_s"]]
-                + received / (rate[_R["intra_bw"]] * rate[_R["dep_intra_eff"]]) + rate[_R["intra_lat"]])
+        return call + received / (rate[_R["intra_bw"]] * rate[_R["dep_intra_eff"]]) + rate[_R["intra_lat"]]
+    # across nodes the NVLink stage forwards what arrives over RDMA, at DeepEP's published share
     nvlink = received / (rate[_R["intra_bw"]] * rate[_R["dep_nvl_eff"]])
     rdma = tokens * reached * (nodes - 1.0) / nodes * token_bytes / (rate[_R["inter_bw"]] * rate[_R["inter_eff"]])
-    return (rdma if rdma > nvlink else nvlink) + rate[_R["inter_lat"]]
+    return call + (rdma if rdma > nvlink else nvlink) + rate[_R["inter_lat"]]
 
 
 def seconds_expert_exchange(dispatcher: int, tokens: float, hidden: float, topk: float, experts: float, n: float,
@@ -182,10 +183,10 @@ def seconds_expert_exchange(dispatcher: int, tokens: float, hidden: float, topk:
       tokens·nodes·(N-1)/N·bytes at the NIC's NCCL share, and the NVLink stage, tokens·R·bytes
       (every rank receives what it computes, its own share included, as DeepEP counts it) at
       DeepEP's published NVLink share (``dep_nvl_eff``), which run concurrently (warp-specialised:
-      IB send, IB-to-NVLink forward, NVLink receive), plus one latency. Inside one node, a call's
-      fixed cost (``dep_call_s``), its tokens' (tokens·``dep_tok_s``) and its bytes at the share
-      measured beside them (``dep_intra_eff``; the three fitted to measured H100 calls:
-      ``ndcost.spec.deepep_rates``), plus the link's latency.
+      IB send, IB-to-NVLink forward, NVLink receive), plus one latency. Inside one node, the NVLink
+      stage alone at the share measured for a direct send (``dep_intra_eff``). Every call adds its
+      fixed cost (``dep_call_s``) and its tokens' (tokens·``dep_tok_s``; with ``dep_intra_eff`` fitted
+      to measured H100 calls: ``ndcost.spec.deepep_rates``).
 
     A combine moves the same tokens back (its element bytes are the caller's: DeepEP combines in
     BF16). The busiest rank's extra load is the caller's (*tokens* scaled).

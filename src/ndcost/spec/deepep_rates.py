@@ -4,6 +4,8 @@ Inside a node, seconds mode prices a DeepEP dispatch or combine (``ndcost.kernel
 
     call + token * tokens + tokens * ranks * bytes / (link * share) + the link's latency
 
+and across nodes as the call's and its tokens' costs plus the slower of the RDMA and the NVLink stages.
+
 The byte count alone at DeepEP's published rate (the form before) priced a call at hidden 2048 39% short of its
 measured time, and within 15% only from hidden 4096 up. NVIDIA's aiconfigurator timed DeepEP's normal kernels on one
 DGX H100 at 4096 and 16384 tokens a rank and hidden 2048-7168 (ai-dynamo/aiconfigurator@095f58a51
@@ -15,10 +17,11 @@ fits the three by least squares: 32.9 us a call, 11.94 ns a token, 0.8436 of the
 10%. The check is DeepEP's own table, not fitted: on the H800 (200 GB/s a direction) the three price its intranode
 dispatch and combine at 0.99 and 0.98 of the published 153 and 158 GB/s (tests/test_seconds_expert_exchange.py).
 
-Across nodes the NVLink stage runs beside the RDMA stage (forwarding what arrives over RDMA) and keeps DeepEP's
-intranode figure whole, 153 of 200 GB/s, the form its internode rows were checked with: at EP 16, where that stage
-binds, the intranode fit prices it 12% fast -- forwarding costs more than a direct send, and no measurement of the
-internode kernels by size separates why.
+Across nodes the NVLink stage runs beside the RDMA stage, forwarding what arrives over RDMA, at DeepEP's intranode
+figure taken whole, 153 of 200 GB/s: at the direct send's 0.8436 it prices DeepEP's EP 16 row, where that stage
+binds, 12% fast -- forwarding costs more than a direct send. With the call's and its tokens' costs on every call,
+DeepEP's eight published figures are priced at 0.95-1.03 of their times (the bytes alone at the published share:
+0.92-1.04, EP 16 at 0.92).
 
 The figures are the software's (DeepEP's kernels with 24 SMs on Hopper). The B200, GB200 and GB300 rows run NVIDIA's
 HybridEP, priced with DeepEP's figures (``moe_dispatcher`` 'hybridep' is read as 'deepep'): HybridEP's README times
