@@ -23,14 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
+from ndcost.spec.device import Device
+from ndcost.tables.seconds import FP8_DISPATCH_BYTES as FP8
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "aiconfigurator" / "h100_deepep_normal.json"
 
-#: One DGX H100's NVLink a direction (the catalog's intra_node_bandwidth) and its link latency (intra_node_latency).
-H100_LINK = 450e9
-LATENCY = 5e-6
-#: FP8 dispatch bytes an element: the value and its 1x128 scales (ndcost.tables.seconds.FP8_DISPATCH_BYTES).
-FP8 = 1.0 + 4.0 / 128.0
+#: One DGX H100's NVLink a direction and its link latency, as the catalog states them.
+_H100 = Device.from_catalog("h100-sxm")
+H100_LINK, LATENCY = _H100.intra_node_bandwidth, _H100.intra_node_latency
 BF16 = 2.0
 #: aiconfigurator's routing: top-8 of 256 experts over the node's 8 ranks, uniform.
 TOPK, EXPERTS, RANKS = 8, 256, 8

@@ -15,8 +15,8 @@ import numpy as np
 from ..tables.formulas import CHOICES, NONE_INT
 from ..errors import SpecError
 from ..spec.exec_spec import BYTE_LIMITS, DEGREE_LIMITS, ExecSpec
-from ..spec.exec_spec_rules import DEEPEP_RANKS, DUALPIPE_SCHEDULES, recomputes_fully
-from ..limits import MAX_BATCH, MAX_CAPACITY_FACTOR, MAX_DEVICES, MAX_SEQ_LENGTH, MAX_SMS
+from ..spec.exec_spec_rules import DEEPEP_RANKS, DUALPIPE_SCHEDULES, MOE_INT_RULES, recomputes_fully
+from ..limits import MAX_BATCH, MAX_CAPACITY_FACTOR, MAX_DEVICES, MAX_SEQ_LENGTH
 from ..tables.reasons import REASON_CODES
 from ..spec.recompute_spec import SELECTIVE_RULES, mask_from_switches, selective_keep_mask
 from .candidate_columns import _BOOL_FIELDS, _BYTE_MINIMUM, _Column, _DEGREE_FIELDS, _OBJECT_FIELDS, _freeze
@@ -83,8 +83,7 @@ def _spec_rules(cols: dict[str, _Column], n: int) -> tuple[np.ndarray, np.ndarra
                   | (~np.isnan(dispatch) & (~np.isfinite(dispatch) | (dispatch < 0.0))))
         dispatches = a["moe_dispatch_count"]
         rules.add("bad_moe_setting", _bad(cols["moe_dispatch_count"]) | ~np.isfinite(dispatches) | ~(dispatches >= 0.0))
-        for name, minimum, limit in (("moe_dispatcher_sms", 1, MAX_SMS), ("moe_node_limit", 0, MAX_DEVICES),
-                                     ("moe_device_limit", 0, MAX_DEVICES)):
+        for name, minimum, limit in MOE_INT_RULES:
             rules.add("bad_moe_setting", _bad(cols[name]) | (a[name] < minimum) | (a[name] > limit))
         deepep = a["moe_dispatcher"] == CHOICES["moe_dispatcher"].index("deepep")
         rules.add("bad_moe_setting", deepep & (a["ep"] != 1) & ~np.isin(a["ep"], sorted(DEEPEP_RANKS)))

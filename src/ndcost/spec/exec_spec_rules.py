@@ -29,7 +29,7 @@ from .recompute_spec import RECOMPUTE_OPTIONS, SELECTIVE_RULES, RecomputeRange, 
 __all__ = [
     "PP_SCHEDULES", "V_SCHEDULES", "EP_OVERLAPS", "DUALPIPE_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "CUDA_GRAPHS",
     "DEEPEP_RANKS", "PRECISIONS", "ZERO_STAGES", "DEGREE_LIMITS", "BYTE_LIMITS", "BOOL_FIELDS",
-    "CHECKS", "scalars_hold", "is_int", "states_per_stage",
+    "MOE_INT_RULES", "CHECKS", "scalars_hold", "is_int", "states_per_stage",
 ]
 
 OWNER = "ExecSpec"
@@ -124,10 +124,11 @@ _DEGREE_RULES = tuple((name, 1, limit) for name, limit in DEGREE_LIMITS.items())
 _SIZE_RULES = (("micro_batch_size", 1, MAX_BATCH), ("seq_length", 1, MAX_SEQ_LENGTH),
                ("seq_split", 1, MAX_SEQ_LENGTH), ("pp_runs", 1, MAX_BATCH))
 _BYTE_RULES = tuple((name, minimum, BYTE_LIMITS[name]) for name, minimum in _BYTE_MINIMUMS)
-# checked with the MoE settings (a batch row's bad_moe_setting, after bad_bytes and bad_choice)
-_MOE_INT_RULES = (("moe_dispatcher_sms", 1, MAX_SMS), ("moe_node_limit", 0, MAX_DEVICES),
+#: The MoE integer settings as (field, minimum, maximum), checked with the MoE settings (a batch row's
+#: bad_moe_setting, after bad_bytes and bad_choice; ndcost.price.candidate_rules reads the same).
+MOE_INT_RULES = (("moe_dispatcher_sms", 1, MAX_SMS), ("moe_node_limit", 0, MAX_DEVICES),
                   ("moe_device_limit", 0, MAX_DEVICES))
-_INT_RULES = _DEGREE_RULES + _SIZE_RULES + _BYTE_RULES + _MOE_INT_RULES
+_INT_RULES = _DEGREE_RULES + _SIZE_RULES + _BYTE_RULES + MOE_INT_RULES
 # The string scalars and their choices.
 _CHOICE_RULES = (("cp_algo", CP_ALGOS), ("precision", PRECISIONS), ("selective_rule", SELECTIVE_RULES),
                  ("moe_dispatcher", MOE_DISPATCHERS), ("ep_overlap", EP_OVERLAPS), ("cuda_graphs", CUDA_GRAPHS))
@@ -213,7 +214,7 @@ def check_scalars(spec: Any) -> None:
     # ND's n_dispatch, a count (docs/ND_MODEL.md §2.3): 0 charges no dispatch, as ND's unset count.
     _store(spec, "moe_dispatch_count",
            check_positive_number(spec.moe_dispatch_count, "moe_dispatch_count", OWNER, allow_zero=True))
-    for name, minimum, maximum in _MOE_INT_RULES:
+    for name, minimum, maximum in MOE_INT_RULES:
         check_positive_int(getattr(spec, name), name, OWNER, minimum=minimum, maximum=maximum)
     if spec.moe_dispatcher == "deepep" and spec.ep != 1 and spec.ep not in DEEPEP_RANKS:
         raise SpecError("ep", OWNER, "be 1 or a group size DeepEP has a config for "
