@@ -28,6 +28,7 @@ from ..limits import MAX_LATENCY
 from .all_to_all_rates import with_all_to_all
 from .fp8_recipes import FP8_BACKWARD_CASTS, FP8_RECIPES, FP8_SPLIT_CASTS
 from .attention_rates import CUDNN_SDPA_SOURCE, CUDNN_SDPA_TOKENS, attention_burst_share, with_attention_shape
+from .gemm_part_ratios import GB300_GEMM_SOURCE, GB300_OVER_GB200
 from .straggler import BLACKWELL_BUSY, HOPPER_BUSY, NO_BUSY_SOURCE as _NO_BUSY, with_busy_node as _busy
 from .moe_kernels import (
     EXPERT_BIASES, GLU_CLAMPS, GRACE_HOST_FACTOR, GRACE_LAUNCH_SOURCE, GROUPED_GEMMS, MOE_KERNEL_DEFAULTS,
@@ -537,12 +538,17 @@ _GB200_NVL72 = _rates(_GB200_MM[0], _GB200_MM[1] + "; the B200's bf16 MSMF/MAMF 
                       _GB200_F8[1] + "; the B200's fp8 MSMF/MAMF", assumed=_NVL72_NOTE,
                       wave_tail=(0.35, "assumption: the B200's (the GB200 carries the same Blackwell GPUs); "
                                  + _B200_TAIL))
-_GB300_NVL72 = _rates(_GB200_MM[0], "assumption: no public MAMF or MSMF measurement of the GB300; the GB200's "
-                      f"sustained share ({_GB200_MM[1]}), the part with the same dense BF16 and FP8 peaks in the same "
-                      "rack", *_GB300_FA, 160,
+#: The GB300: no MAMF or MSMF of its own is published; the GB200's sustained rate times the GB300's measured GEMM
+#: speed over the GB200's (ndcost.spec.gemm_part_ratios: one harness timing the same shapes on both parts).
+_GB300_MM = (_GB200_MM[0] * GB300_OVER_GB200["bf16"],
+             f"the GB200's ({_GB200_MM[1]}) x {GB300_OVER_GB200['bf16']:.3f}, the GB300's bf16 GEMMs over the "
+             f"GB200's ({GB300_GEMM_SOURCE})")
+_GB300_F8 = (_GB200_F8[0] * GB300_OVER_GB200["fp8"],
+             f"the GB200's ({_GB200_F8[1]}) x {GB300_OVER_GB200['fp8']:.3f}, the GB300's fp8 GEMMs over the "
+             f"GB200's ({GB300_GEMM_SOURCE})")
+_GB300_NVL72 = _rates(_GB300_MM[0], _GB300_MM[1], *_GB300_FA, 160,
                       "NVIDIA Technical Blog, 'Inside NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era': "
-                      "'160 Streaming Multiprocessors (SMs) across two dies'", _GB200_F8[0],
-                      f"assumption: no public FP8 measurement of the GB300; the GB200's sustained share ({_GB200_F8[1]})",
+                      "'160 Streaming Multiprocessors (SMs) across two dies'", _GB300_F8[0], _GB300_F8[1],
                       assumed=_NVL72_NOTE,
                       wave_tail=(0.35, "assumption: the B200's (no GEMM measurement by shape of the GB300); "
                                  + _B200_TAIL))
