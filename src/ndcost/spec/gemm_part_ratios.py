@@ -17,6 +17,7 @@ from that file with :func:`latency_ratio`.
 from __future__ import annotations
 
 from statistics import median
+from types import MappingProxyType
 from typing import Iterable, Mapping
 
 __all__ = ["GB300_GEMM_SOURCE", "GB300_OVER_GB200", "LARGE_GEMM_DIM", "latency_ratio"]
@@ -25,7 +26,7 @@ __all__ = ["GB300_GEMM_SOURCE", "GB300_OVER_GB200", "LARGE_GEMM_DIM", "latency_r
 #: and the sustained-rate measurements share).
 LARGE_GEMM_DIM = 4096
 #: The GB300's GEMM rate over the GB200's, by GEMM input dtype ("bf16", "fp8"), rounded to 3 digits.
-GB300_OVER_GB200: Mapping[str, float] = {"bf16": 1.190, "fp8": 1.133}
+GB300_OVER_GB200: Mapping[str, float] = MappingProxyType({"bf16": 1.190, "fp8": 1.133})
 GB300_GEMM_SOURCE = (
     "ai-dynamo/aiconfigurator@095f58a51 aic-core/src/aiconfigurator_core/systems/data/{gb200,gb300}/gemm/trtllm/"
     "1.3.0rc20/gemm_perf.parquet (tests/data/aiconfigurator/gemm_gb200_gb300.json, tools/measure_gemm_part_ratio.py): "
