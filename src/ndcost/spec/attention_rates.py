@@ -14,8 +14,12 @@ at the part's sustained share (``ndcost.spec.rates``), as it does every burst fi
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+from typing import Mapping
+
 __all__ = ["CUDNN_SDPA_SOURCE", "CUDNN_SDPA_TFLOPS", "CUDNN_SDPA_TOKENS", "FA2_HEAD64_SHARE", "FA2_HEAD64_SOURCE",
-           "FLASH_HEAD64_SHARE", "FLASH_HEAD64_SOURCE", "attention_burst_share", "combined_rate", "with_attention_shape"]
+           "FLASH_HEAD64_SHARE", "FLASH_HEAD64_SOURCE", "attention_burst_share", "combined_rate",
+           "with_attention_shape"]
 
 CUDNN_SDPA_SOURCE = (
     "NVIDIA/cudnn-frontend@fb682ce761a2705e40f9b5d528737a3e0eb33cec benchmark/sdpa_benchmark_training/results/"
@@ -50,7 +54,7 @@ def attention_burst_share(part: str, peak_tflops: float) -> float:
 #: The share of the head-dim-128 rate cuDNN's SDPA reaches at head dim 64, per part, forward and backward together:
 #: fitted with the sliding window's fixed work to NVIDIA's windowed (d 64) and full causal (d 128) kernels
 #: (tools/fit_window_attention.py; ndcost.kernels.window_attention states the model), rounded to 3 digits.
-FLASH_HEAD64_SHARE: dict[str, float] = {"gb200": 0.677, "gb300": 0.638, "h200": 0.792}
+FLASH_HEAD64_SHARE: Mapping[str, float] = MappingProxyType({"gb200": 0.677, "gb300": 0.638, "h200": 0.792})
 FLASH_HEAD64_SOURCE = (
     "fitted (tools/fit_window_attention.py) to NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results: "
     "gpt-oss's windowed heads (d 64) against Llama 3.1's full causal ones (d 128) on the same part at 2048-16384 "
@@ -60,7 +64,8 @@ FLASH_HEAD64_SOURCE = (
 #: FlashAttention-2 on the H100 at 4096 tokens, bf16, (forward, backward) TFLOP/s at head dim 64 and at 128, the
 #: values on the bars of FlashAttention-3's Figures 5 and 6 (Shah et al. 2024, arXiv 2407.08608), and the share
 #: they make (0.893): the kernel PyTorch's SDPA runs on Hopper (``Rates.attention_kernel`` "fa2").
-FA2_H100_TFLOPS = {64: (321.0, 279.0), 128: (368.0, 310.0)}
+FA2_H100_TFLOPS: Mapping[int, tuple[float, float]] = MappingProxyType({64: (321.0, 279.0),
+                                                                      128: (368.0, 310.0)})
 FA2_HEAD64_SHARE = round(combined_rate(*FA2_H100_TFLOPS[64]) / combined_rate(*FA2_H100_TFLOPS[128]), 3)
 FA2_HEAD64_SOURCE = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), Figures 5 and 6 (H100 SXM5, bf16, 4096 "
                      "tokens): FlashAttention-2 at 321 / 279 TFLOP/s forward / backward at head dim 64, 368 / 310 at "

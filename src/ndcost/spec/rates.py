@@ -540,12 +540,14 @@ _GB200_NVL72 = _rates(_GB200_MM[0], _GB200_MM[1] + "; the B200's bf16 MSMF/MAMF 
                                  + _B200_TAIL))
 #: The GB300: no MAMF or MSMF of its own is published; the GB200's sustained rate times the GB300's measured GEMM
 #: speed over the GB200's (ndcost.spec.gemm_part_ratios: one harness timing the same shapes on both parts).
-_GB300_MM = (_GB200_MM[0] * GB300_OVER_GB200["bf16"],
-             f"the GB200's ({_GB200_MM[1]}) x {GB300_OVER_GB200['bf16']:.3f}, the GB300's bf16 GEMMs over the "
-             f"GB200's ({GB300_GEMM_SOURCE})")
-_GB300_F8 = (_GB200_F8[0] * GB300_OVER_GB200["fp8"],
-             f"the GB200's ({_GB200_F8[1]}) x {GB300_OVER_GB200['fp8']:.3f}, the GB300's fp8 GEMMs over the "
-             f"GB200's ({GB300_GEMM_SOURCE})")
+def _gb300(gb200: tuple[float, str], dtype: str) -> tuple[float, str]:
+    """(efficiency, source) of the GB300's *dtype* GEMMs: the GB200's *gb200* times the measured ratio."""
+    ratio = GB300_OVER_GB200[dtype]
+    return (gb200[0] * ratio, f"the GB200's ({gb200[1]}) x {ratio:.3f}, the GB300's {dtype} GEMMs over the GB200's "
+                              f"({GB300_GEMM_SOURCE})")
+
+
+_GB300_MM, _GB300_F8 = _gb300(_GB200_MM, "bf16"), _gb300(_GB200_F8, "fp8")
 _GB300_NVL72 = _rates(_GB300_MM[0], _GB300_MM[1], *_GB300_FA, 160,
                       "NVIDIA Technical Blog, 'Inside NVIDIA Blackwell Ultra: The Chip Powering the AI Factory Era': "
                       "'160 Streaming Multiprocessors (SMs) across two dies'", _GB300_F8[0], _GB300_F8[1],
@@ -560,7 +562,6 @@ _ASCEND = _rates(794.5 / 989.0, "assumption: no public MAMF measurement of Ascen
                  "assumption: Ascend's cube units tile GEMMs differently; the H100's 132 SMs", assumed=_ASCEND_NOTE)
 
 
-
 _SAME_GH100 = (" (the same GH100 silicon; cross-checked against FlashAttention-3's H100 figures, "
                "tests/test_attention_head_dim.py)")
 _H100, _H200, _H800 = (with_attention_shape(rates, "h200", _SAME_GH100) for rates in (_H100, _H200, _H800))
@@ -570,18 +571,19 @@ _GB300_NVL72 = with_attention_shape(_GB300_NVL72, "gb300", "", CUDNN_SDPA_TOKENS
 
 
 #: Default rates per catalog device name (``ndcost.devices()``).
-DEFAULT_RATES: Mapping[str, Rates] = MappingProxyType({
-    "a100-40g": with_all_to_all("a100-40g", _A100_40),
-    "a100-80g": with_all_to_all("a100-80g", _A100),
-    "h100-sxm": with_all_to_all("h100-sxm", _busy(_H100, HOPPER_BUSY)),
-    "h200": with_all_to_all("h200", _busy(_H200, HOPPER_BUSY)),
-    "h800": with_all_to_all("h800", _busy(_H800, HOPPER_BUSY)),
-    "b200": with_all_to_all("b200", _busy(_B200, BLACKWELL_BUSY)),
-    "gb200-nvl72": with_all_to_all("gb200-nvl72", _nvl72_rack(_GB200_NVL72)),
-    "gb300-nvl72": with_all_to_all("gb300-nvl72", _nvl72_rack(_GB300_NVL72)),
-    "ascend-910b": with_all_to_all("ascend-910b", _ASCEND),
-    "ascend-910c": with_all_to_all("ascend-910c", _ASCEND),
-})
+#: Each part's measured all-to-all share is added to it by name (``with_all_to_all``).
+DEFAULT_RATES: Mapping[str, Rates] = MappingProxyType({name: with_all_to_all(name, rates) for name, rates in {
+    "a100-40g": _A100_40,
+    "a100-80g": _A100,
+    "h100-sxm": _busy(_H100, HOPPER_BUSY),
+    "h200": _busy(_H200, HOPPER_BUSY),
+    "h800": _busy(_H800, HOPPER_BUSY),
+    "b200": _busy(_B200, BLACKWELL_BUSY),
+    "gb200-nvl72": _nvl72_rack(_GB200_NVL72),
+    "gb300-nvl72": _nvl72_rack(_GB300_NVL72),
+    "ascend-910b": _ASCEND,
+    "ascend-910c": _ASCEND,
+}.items()})
 
 #: Rates of a part the catalog does not know: the H100's, marked as an assumption.
 _H100_A2A = with_all_to_all("h100-sxm", _H100)     # the H100's figures, its measured all-to-all share included
