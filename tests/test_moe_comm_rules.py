@@ -158,7 +158,7 @@ def test_emit_states_the_overlap_where_a_launcher_can():
     megatron = ExecSpec(dp=64, pp=8, vpp=2, ep=64, global_batch_size=1024, seq_length=4096, ep_overlap="1f1b",
                         moe_dispatcher="deepep", moe_node_limit=4, moe_dispatcher_sms=24)
     command, *notes = megatron_flags(model, megatron).split("\n#")
-    assert "--overlap-moe-expert-parallel-comm" in command and "--moe-flex-dispatcher-num-sms 24" in command
+    assert "--overlap-moe-expert-parallel-comm" in command and "--moe-deepep-num-sms 24" in command
     assert "--moe-router-group-topk 4" in command and any("--moe-router-num-groups" in note for note in notes)
     dualpipe = ExecSpec(dp=128, pp=16, ep=64, global_batch_size=15360, seq_length=4096, precision="fp8",
                         pp_schedule="dualpipe", ep_overlap="dualpipe", moe_dispatcher="deepep", moe_dispatch_fp8=True)

@@ -212,7 +212,7 @@ def test_compiled_matches_oracle(ckernels, pykernels):
         rate[RATE["dep_intra_eff"]] = float(share_rng.uniform(0.2, 1.0))
         rate[RATE["dep_call_s"]] = float(share_rng.choice([0.0, 32.9e-6, 1e-3]))
         rate[RATE["dep_tok_s"]] = float(share_rng.choice([0.0, 11.94e-9, 1e-7]))
-        args = (int(rng.integers(0, 2)), float(rng.choice([0.0, 1.0, 517.0, 4096.0])), float(rng.choice([64, 7168])),
+        args = (int(rng.integers(0, 3)), float(rng.choice([0.0, 1.0, 517.0, 4096.0])), float(rng.choice([64, 7168])),
                 float(rng.integers(1, 17)), float(rng.choice([8, 64, 256, 384])), float(rng.choice([1, 2, 8, 16, 64, 72])),
                 float(rng.choice([0.5, 1.0, 2.0, 4.0, 16.0])), float(rng.integers(0, 9)),
                 float(rng.choice([1.0, BF16, FP8_DISPATCH_BYTES, 4.0])), rate,

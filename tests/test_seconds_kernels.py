@@ -340,7 +340,7 @@ def _candidate_arrays():
         # the expert all-to-all (a draw of its own, so that the cases above stay as they were): overlap
         # mode, dispatcher, its SMs, node-limited routing, fp8 dispatch; DualPipe's schedule
         cand[SECONDS_CAND["ep_mode"]] = float(moe_rng.integers(0, 3))
-        cand[SECONDS_CAND["ep_disp"]] = float(moe_rng.integers(0, 2))
+        cand[SECONDS_CAND["ep_disp"]] = float(moe_rng.integers(0, 3))     # NCCL, DeepEP, HybridEP
         cand[SECONDS_CAND["ep_sms"]] = float(moe_rng.choice([1.0, 20.0, 24.0, 132.0]))
         cand[SECONDS_CAND["ep_nodes"]] = float(moe_rng.choice([0.0, 1.0, 2.0, 4.0]))
         cand[SECONDS_CAND["ep_devs"]] = float(rope_rng.choice([0.0, 1.0, 2.0, 3.0]))   # device-limited routing

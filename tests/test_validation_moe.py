@@ -133,7 +133,7 @@ def test_rows_are_read_with_their_stated_stack(report):
     assert any("recompute modules mlp" in note for note in gb200)
     assert any("CUDA graphs 'moe_router'" in note for note in gb200)
     assert any("'mxfp8'" in note for note in gb200)  # priced as blockwise, and said so
-    assert any("hybridep" in note for note in gb200)
+    assert not any("hybridep" in note for note in gb200)     # HybridEP priced as itself: no nearest choice
     h100 = rows["mbridge_26.04_h100_qwen3_235b_a22b_fp8_256gpu"].notes
     assert any("fp8_recipe current" in note for note in h100)
     mixtral = rows["nemo_25.02_b200_mixtral_8x7b_fp8_64gpu"].notes
@@ -157,7 +157,7 @@ def test_the_facts_reach_the_specs():
     assert qwen.spec.sequence_parallel and qwen.spec.precision == "fp8"
     gb300 = built("mbridge_26.04_gb300_deepseekv3_mxfp8_256gpu")
     assert gb300.cluster.device.devices_per_node == 64 and gb300.cluster.num_nodes == 4
-    assert gb300.spec.selective_switches["attUp"] == 0 and gb300.spec.moe_dispatcher == "deepep"
+    assert gb300.spec.selective_switches["attUp"] == 0 and gb300.spec.moe_dispatcher == "hybridep"
     mixtral = built("nemo_25.04_gb200_mixtral_8x7b_fp8_64gpu")
     assert not mixtral.spec.grouped_gemm  # token drop at capacity factor 1.0
     deepseek = built("deepseek_v3_pretrain_h800_2048gpu")
@@ -268,7 +268,7 @@ def test_hybridep_rows_give_its_kernels_the_stated_sms(runs_doc):
         return build_row(rows[run_id], runs_doc.get("hardware", {}), BUILTIN_RUNS["moe"]).spec
 
     gb200 = spec("mbridge_26.04_gb200_gptoss120b_bf16_64gpu")
-    assert (gb200.moe_dispatcher, gb200.ep_overlap, gb200.moe_dispatcher_sms) == ("deepep", "1f1b", 32)
+    assert (gb200.moe_dispatcher, gb200.ep_overlap, gb200.moe_dispatcher_sms) == ("hybridep", "1f1b", 32)
     gb300 = spec("mbridge_26.04_gb300_gptoss120b_bf16_64gpu")
     assert (gb300.moe_dispatcher, gb300.moe_dispatcher_sms) == ("alltoall", 20)
 

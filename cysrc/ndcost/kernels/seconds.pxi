@@ -104,6 +104,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     cdef double tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, rc, rc_tp, rc_cp, rc_flops, count
     cdef double ep_mode = cand[SC_ep_mode], ep_sm = 0.0, paired_ep, q, rc_ep, copies
     cdef bint full_rc
+    cdef bint blocking = cand[SC_ep_disp] == SEC_DISPATCH_HYBRIDEP
     cdef double census_att, census_ffn
     cdef double table, table_kernels
     cdef double x_sp, db, full, moved, kernels, heads, norm, n_mtp, chunks, piece, step
@@ -122,8 +123,9 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     c_sec_fill(out, n_stages * SS_COUNT, 0.0)
     c_sec_fill(p_dense, n_stages, 0.0)
     c_sec_fill(p_expert, n_stages, 0.0)
-    # DeepEP's SMs, taken from compute while its kernels run beside it
-    if cand[SC_ep_disp] == SEC_DISPATCH_DEEPEP and rate[R_sms] > 0.0:
+    # DeepEP's (HybridEP's) SMs, taken from compute while its kernels run beside it; HybridEP's dispatch blocks the
+    # host: its pair's middle phase runs serially
+    if (cand[SC_ep_disp] == SEC_DISPATCH_DEEPEP or blocking) and rate[R_sms] > 0.0:
         ep_sm = cand[SC_ep_sms] / rate[R_sms]
         ep_sm = ep_sm if ep_sm < 1.0 else 1.0
 
@@ -147,7 +149,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
             ep_f = c_sec_exposed(ep_f, layer[SL_fw], ov_ep)
             ep_b = c_sec_exposed(ep_b, layer[SL_bw] + layer[SL_bw_w], ov_ep)
         paired_ep = 0.0 if ep_mode == SEC_EP_NONE else c_sec_paired_layer(layer, ov_ep, ep_sm,
-                                                                           ep_mode == SEC_EP_DUALPIPE)
+                                                                           ep_mode == SEC_EP_DUALPIPE, blocking)
         for o in range(n_slots):
             option = slot_option[o]
             rc = 0.0

@@ -66,18 +66,33 @@ cdef inline double c_sec_missed(double pool, double own, double k) noexcept nogi
     return chance
 
 
+cdef inline double c_sec_hybridep_scale(double ranks) noexcept nogil:
+    # HybridEP's NVLink byte rate over a group of ranks as a share of its 8-rank one (the oracle's _hybridep_scale).
+    if ranks <= 8.0:
+        return SEC_HYBRIDEP_SCALE_8
+    if ranks <= 16.0:
+        return SEC_HYBRIDEP_SCALE_8 + (SEC_HYBRIDEP_SCALE_16 - SEC_HYBRIDEP_SCALE_8) * (ranks - 8.0) / 8.0
+    if ranks <= 24.0:
+        return SEC_HYBRIDEP_SCALE_16 + (SEC_HYBRIDEP_SCALE_24 - SEC_HYBRIDEP_SCALE_16) * (ranks - 16.0) / 8.0
+    if ranks <= 32.0:
+        return SEC_HYBRIDEP_SCALE_24 + (SEC_HYBRIDEP_SCALE_32 - SEC_HYBRIDEP_SCALE_24) * (ranks - 24.0) / 8.0
+    if ranks <= 36.0:
+        return SEC_HYBRIDEP_SCALE_32 + (SEC_HYBRIDEP_SCALE_36 - SEC_HYBRIDEP_SCALE_32) * (ranks - 32.0) / 4.0
+    return SEC_HYBRIDEP_SCALE_36
+
+
 cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidden, double topk, double experts,
                                   double n, double stride, double node_limit, double device_limit,
                                   double element_bytes, const double* rate) noexcept nogil:
-    # One dispatch or combine: NCCL's all-to-all of every (token, expert) copy, or DeepEP's RDMA once per
-    # node and NVLink once per rank, concurrently (the oracle's _exchange).
-    cdef double token_bytes, g, nodes, per_rank, reached, ranks, received, call, nvlink, rdma
+    # One dispatch or combine: NCCL's all-to-all of every (token, expert) copy, or DeepEP's (HybridEP's) RDMA once
+    # per node and NVLink once per rank, concurrently (the oracle's _exchange).
+    cdef double token_bytes, g, nodes, per_rank, reached, ranks, received, call, nvlink, rdma, scale
     if not stride >= 1.0:
         return NAN
     if n <= 1.0 or tokens <= 0.0 or topk <= 0.0:
         return 0.0
     token_bytes = hidden * element_bytes
-    if dispatcher != SEC_DISPATCH_DEEPEP:
+    if dispatcher != SEC_DISPATCH_DEEPEP and dispatcher != SEC_DISPATCH_HYBRIDEP:
         return c_sec_collective(SEC_ALL_TO_ALL, tokens * topk * token_bytes, n, stride, rate)
     g = c_sec_ranks_per_node(rate[R_dpn], stride, n)
     nodes = n / g
@@ -99,9 +114,12 @@ cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidde
     received = tokens * ranks * token_bytes
     # every call: its fixed cost and its tokens' beside the bytes (the oracle's)
     call = rate[R_dep_call_s] + tokens * rate[R_dep_tok_s]
+    scale = 1.0
+    if dispatcher == SEC_DISPATCH_HYBRIDEP:
+        scale = c_sec_hybridep_scale(n if nodes <= 1.0 else g)
     if nodes <= 1.0:
-        return call + received / (rate[R_intra_bw] * rate[R_dep_intra_eff]) + rate[R_intra_lat]
-    nvlink = received / (rate[R_intra_bw] * rate[R_dep_nvl_eff])
+        return call + received / (rate[R_intra_bw] * rate[R_dep_intra_eff] * scale) + rate[R_intra_lat]
+    nvlink = received / (rate[R_intra_bw] * rate[R_dep_nvl_eff] * scale)
     rdma = tokens * reached * (nodes - 1.0) / nodes * token_bytes / (rate[R_inter_bw] * rate[R_inter_eff])
     return call + (rdma if rdma > nvlink else nvlink) + rate[R_inter_lat]
 
@@ -142,15 +160,20 @@ cdef inline double c_sec_paired_share(const double* cand, Py_ssize_t n_stages, P
     return paired / total if paired > 0.0 else 0.0
 
 
-cdef inline double c_sec_paired_layer(const double* layer, double share, double sms, bint static) noexcept nogil:
-    # A layer's all-to-alls in an F&B pair: the three phases of Megatron-Core's combined 1F1B (the oracle's
-    # _paired_layer).
+cdef inline double c_sec_paired_layer(const double* layer, double share, double sms, bint static,
+                                      bint blocking) noexcept nogil:
+    # A layer's all-to-alls in an F&B pair: the three phases of Megatron-Core's combined 1F1B, the middle one
+    # serial where the dispatch blocks the host (HybridEP) (the oracle's _paired_layer).
     cdef double dispatch = layer[SL_ep_d]
     cdef double combine = layer[SL_ep_f] - dispatch
     cdef double att_f = layer[SL_att_f], att_b = layer[SL_att_b]
     cdef double mlp = layer[SL_fw] - att_f + layer[SL_bw] + layer[SL_bw_w] - att_b
-    return (c_sec_exposed_paired(dispatch, att_f, share, sms, static)
-            + c_sec_exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0, share, sms, static)
+    cdef double middle
+    if blocking:
+        middle = dispatch + combine
+    else:
+        middle = c_sec_exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0, share, sms, static)
+    return (c_sec_exposed_paired(dispatch, att_f, share, sms, static) + middle
             + c_sec_exposed_paired(combine, att_b, share, sms, static))
 
 

@@ -60,8 +60,8 @@ def dispatcher_choice(text: str, choices: Iterable[str]) -> tuple[str, str | Non
 
     HybridEP is NVIDIA's backend of Megatron-Core's flex dispatcher from DeepEP's ``hybrid-ep`` branch
     (NVIDIA/Megatron-LM megatron/core/transformer/moe/README.md: "FlexDispatcher with HybridEP backend
-    ... TMA and IBGDA, fewer SMs, native MNNVL support"): where ndcost has no HybridEP, DeepEP is the
-    nearest.
+    ... TMA and IBGDA, fewer SMs, native MNNVL support"): priced as itself where *choices* hold it, else as
+    DeepEP, the nearest.
     """
     text = text.lower()
     if "hybridep" in text:

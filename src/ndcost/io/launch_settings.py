@@ -153,12 +153,13 @@ def _stack_settings(model: Any, spec: ExecSpec, rates: Any) -> list[Setting]:
     if rates is not None and not rates.grad_accumulation_fusion:
         out.append(Setting("--no-gradient-accumulation-fusion", "model.config.gradient_accumulation_fusion", False))
     if model.is_moe:
-        if spec.moe_dispatcher == "deepep":
-            # Megatron-Core's flex dispatcher on DeepEP (TransformerConfig moe_token_dispatcher_type,
-            # moe_flex_dispatcher_backend)
-            out += [_config("--moe-token-dispatcher-type", "flex"), _config("--moe-flex-dispatcher-backend", "deepep")]
-            if spec.moe_dispatcher_sms != 20:     # Megatron-Core's default for DeepEP (token_dispatcher.py)
-                out.append(_config("--moe-flex-dispatcher-num-sms", spec.moe_dispatcher_sms))
+        if spec.moe_dispatcher in ("deepep", "hybridep"):
+            # Megatron-Core's flex dispatcher on DeepEP or HybridEP (TransformerConfig moe_token_dispatcher_type,
+            # moe_flex_dispatcher_backend; the SMs: moe_deepep_num_sms, default 20, moe_hybridep_num_sms, default 16)
+            backend = spec.moe_dispatcher
+            out += [_config("--moe-token-dispatcher-type", "flex"), _config("--moe-flex-dispatcher-backend", backend)]
+            if backend == "hybridep" or spec.moe_dispatcher_sms != 20:
+                out.append(_config(f"--moe-{backend}-num-sms", spec.moe_dispatcher_sms))
         else:
             out.append(_config("--moe-token-dispatcher-type", "alltoall"))   # Megatron's default is allgather
         if spec.ep_overlap == "1f1b":

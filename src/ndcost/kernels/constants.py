@@ -12,8 +12,8 @@ from __future__ import annotations
 from ..spec.mamba import SELECTIVE_SCAN_FLOPS
 from ..spec.recompute_spec import ALL_KEPT
 from . import (
-    activation_storage, eager_passes, memory, nd_combine, nd_ops, seconds, seconds_layer, seconds_moe, seconds_ops,
-    window_attention,
+    activation_storage, eager_passes, memory, nd_combine, nd_ops, seconds, seconds_comm, seconds_layer, seconds_moe,
+    seconds_ops, window_attention,
 )
 from .codes import ENUMS, ND_OPS, c_name
 
@@ -38,6 +38,12 @@ CONSTANTS: dict[str, int | float] = {
     "_MEM_E5M6_STORED_BYTES": activation_storage.E5M6_STORED_BYTES,
     # seconds mode: ops (seconds_ops)
     "SEC_NOTE_SIZE": seconds_ops.NOTE_SIZE,
+    # seconds mode: HybridEP's NVLink byte rate by group size (seconds_comm)
+    "SEC_HYBRIDEP_SCALE_8": seconds_comm.HYBRIDEP_SCALE_8,
+    "SEC_HYBRIDEP_SCALE_16": seconds_comm.HYBRIDEP_SCALE_16,
+    "SEC_HYBRIDEP_SCALE_24": seconds_comm.HYBRIDEP_SCALE_24,
+    "SEC_HYBRIDEP_SCALE_32": seconds_comm.HYBRIDEP_SCALE_32,
+    "SEC_HYBRIDEP_SCALE_36": seconds_comm.HYBRIDEP_SCALE_36,
     "SEC_POINTWISE_BACKWARD_BYTES": seconds_ops.POINTWISE_BACKWARD_BYTES,
     "SEC_EAGER_SWIGLU_PASSES": seconds_ops.EAGER_SWIGLU_PASSES,
     "SEC_AUTOCAST_FP32_BYTES": seconds_ops.AUTOCAST_FP32_BYTES,

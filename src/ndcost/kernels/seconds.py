@@ -56,8 +56,8 @@ from .autocast import _autocast_embedding, _autocast_head
 from .seconds_vision import _vision_edges
 from .seconds_ops import POINTWISE_BACKWARD_BYTES, _cand_ok, _check_rows, _check_tables, _fill, _mm3, _pass
 from .seconds_comm import (
-    ALL_REDUCE, DEEPEP, EP_DUALPIPE, EP_NONE, GATHER_OR_SCATTER, SEND_RECV, _collective, _exposed, _exposed_tail,
-    _paired_layer, _paired_share,
+    ALL_REDUCE, DEEPEP, EP_DUALPIPE, EP_NONE, GATHER_OR_SCATTER, HYBRIDEP, SEND_RECV, _collective, _exposed,
+    _exposed_tail, _paired_layer, _paired_share,
 )
 from .seconds_layer import _layer
 
@@ -180,11 +180,13 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
         ov_cp = 0.0
     h, v = model[_M["h"]], model[_M["v"]]
     tokens = b * s / cp
-    # the expert all-to-all beside another micro-batch's compute: DeepEP's kernels hold ep_sms of the SMs
-    # meanwhile (DeepSeek-V3 §3.2.2: 20 SMs; Megatron-Core's flex dispatcher default); NCCL's are not priced
+    # the expert all-to-all beside another micro-batch's compute: DeepEP's and HybridEP's kernels hold ep_sms of the
+    # SMs meanwhile (DeepSeek-V3 §3.2.2: 20 SMs; Megatron-Core's flex dispatcher default); NCCL's are not priced.
+    # HybridEP's dispatch blocks the host: its pair's middle phase runs serially (seconds_comm._paired_layer)
     ep_mode = cand[_C["ep_mode"]]
     ep_sm = 0.0
-    if cand[_C["ep_disp"]] == DEEPEP and rate[_R["sms"]] > 0.0:
+    blocking = cand[_C["ep_disp"]] == HYBRIDEP
+    if (cand[_C["ep_disp"]] == DEEPEP or blocking) and rate[_R["sms"]] > 0.0:
         ep_sm = cand[_C["ep_sms"]] / rate[_R["sms"]]
         ep_sm = ep_sm if ep_sm < 1.0 else 1.0
     paired = [_paired_share(cand, n_stages, st) for st in range(n_stages)]
@@ -214,7 +216,8 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
         if ep_mode == EP_NONE:
             ep_f = _exposed(ep_f, layer[_L["fw"]], ov_ep)
             ep_b = _exposed(ep_b, layer[_L["bw"]] + layer[_L["bw_w"]], ov_ep)
-        paired_ep = 0.0 if ep_mode == EP_NONE else _paired_layer(layer, ov_ep, ep_sm, ep_mode == EP_DUALPIPE)
+        paired_ep = 0.0 if ep_mode == EP_NONE else _paired_layer(layer, ov_ep, ep_sm, ep_mode == EP_DUALPIPE,
+                                                                    blocking)
         for o in range(n_slots):
             option = slot_option[o]
             rc = rc_tp = rc_cp = rc_flops = 0.0

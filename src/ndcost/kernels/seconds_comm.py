@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from ..spec.hybridep_rates import HYBRIDEP_NVLINK_SCALE
 from .codes import COLLECTIVES, DISPATCHERS, EP_OVERLAPS
 from .columns import RATE, RATE_FIELDS, SECONDS_CAND, SECONDS_LAYER
 from .nd_ops import _check_len
@@ -25,7 +26,12 @@ _L = SECONDS_LAYER
 # overlap codes (ndcost.kernels.codes).
 ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL, SEND_RECV = (
     COLLECTIVES.index(name) for name in ("all_reduce", "gather_or_scatter", "all_to_all", "send_recv"))
-NCCL_ALL_TO_ALL, DEEPEP = (DISPATCHERS.index(name) for name in ("alltoall", "deepep"))
+NCCL_ALL_TO_ALL, DEEPEP, HYBRIDEP = (DISPATCHERS.index(name) for name in ("alltoall", "deepep", "hybridep"))
+
+#: HybridEP's NVLink byte rate as a share of its 8-rank one at 16, 24, 32 and 36 ranks (its published kernel
+#: times on GB200: ndcost.spec.hybridep_rates); 1 up to 8 ranks, the 36-rank share held beyond.
+HYBRIDEP_SCALE_8, HYBRIDEP_SCALE_16, HYBRIDEP_SCALE_24, HYBRIDEP_SCALE_32, HYBRIDEP_SCALE_36 = (
+    share for _ranks, share in HYBRIDEP_NVLINK_SCALE)
 EP_NONE, EP_1F1B, EP_DUALPIPE = (EP_OVERLAPS.index(name) for name in ("none", "1f1b", "dualpipe"))
 
 
@@ -117,6 +123,23 @@ def _missed(pool: float, own: float, k: float) -> float:
     return chance
 
 
+def _hybridep_scale(ranks: float) -> float:
+    """HybridEP's NVLink byte rate over an NVLink group of *ranks* as a share of its 8-rank rate: its published
+    kernel times at 8, 16, 24, 32 and 36 ranks (ndcost.spec.hybridep_rates), linear between them, 1 below 8,
+    the 36-rank share beyond (an assumption: no larger group is published)."""
+    if ranks <= 8.0:
+        return HYBRIDEP_SCALE_8
+    if ranks <= 16.0:
+        return HYBRIDEP_SCALE_8 + (HYBRIDEP_SCALE_16 - HYBRIDEP_SCALE_8) * (ranks - 8.0) / 8.0
+    if ranks <= 24.0:
+        return HYBRIDEP_SCALE_16 + (HYBRIDEP_SCALE_24 - HYBRIDEP_SCALE_16) * (ranks - 16.0) / 8.0
+    if ranks <= 32.0:
+        return HYBRIDEP_SCALE_24 + (HYBRIDEP_SCALE_32 - HYBRIDEP_SCALE_24) * (ranks - 24.0) / 8.0
+    if ranks <= 36.0:
+        return HYBRIDEP_SCALE_32 + (HYBRIDEP_SCALE_36 - HYBRIDEP_SCALE_32) * (ranks - 32.0) / 4.0
+    return HYBRIDEP_SCALE_36
+
+
 def _exchange(dispatcher: float, tokens: float, hidden: float, topk: float, experts: float, n: float,
               stride: float, node_limit: float, device_limit: float, element_bytes: float, rate) -> float:
     """seconds_expert_exchange without the length check (the kernels' own calls)."""
@@ -125,7 +148,7 @@ def _exchange(dispatcher: float, tokens: float, hidden: float, topk: float, expe
     if n <= 1.0 or tokens <= 0.0 or topk <= 0.0:
         return 0.0
     token_bytes = hidden * element_bytes
-    if dispatcher != DEEPEP:
+    if dispatcher != DEEPEP and dispatcher != HYBRIDEP:
         return _collective(ALL_TO_ALL, tokens * topk * token_bytes, n, stride, rate)
     g = _ranks_per_node(rate[_R["dpn"]], stride, n)
     nodes = n / g
@@ -151,10 +174,12 @@ def _exchange(dispatcher: float, tokens: float, hidden: float, topk: float, expe
     received = tokens * ranks * token_bytes
     # every call: its fixed cost and its tokens' beside the bytes (ndcost.spec.deepep_rates)
     call = rate[_R["dep_call_s"]] + tokens * rate[_R["dep_tok_s"]]
+    # HybridEP's NVLink kernels: the byte rate its published times give the NVLink group (1 up to 8 ranks)
+    scale = _hybridep_scale(n if nodes <= 1.0 else g) if dispatcher == HYBRIDEP else 1.0
     if nodes <= 1.0:
-        return call + received / (rate[_R["intra_bw"]] * rate[_R["dep_intra_eff"]]) + rate[_R["intra_lat"]]
+        return call + received / (rate[_R["intra_bw"]] * rate[_R["dep_intra_eff"]] * scale) + rate[_R["intra_lat"]]
     # across nodes the NVLink stage forwards what arrives over RDMA, at DeepEP's published share
-    nvlink = received / (rate[_R["intra_bw"]] * rate[_R["dep_nvl_eff"]])
+    nvlink = received / (rate[_R["intra_bw"]] * rate[_R["dep_nvl_eff"]] * scale)
     rdma = tokens * reached * (nodes - 1.0) / nodes * token_bytes / (rate[_R["inter_bw"]] * rate[_R["inter_eff"]])
     return call + (rdma if rdma > nvlink else nvlink) + rate[_R["inter_lat"]]
 
@@ -187,6 +212,9 @@ def seconds_expert_exchange(dispatcher: int, tokens: float, hidden: float, topk:
       stage alone at the share measured for a direct send (``dep_intra_eff``). Every call adds its
       fixed cost (``dep_call_s``) and its tokens' (tokens·``dep_tok_s``; with ``dep_intra_eff`` fitted
       to measured H100 calls: ``ndcost.spec.deepep_rates``).
+    * 2, NVIDIA's HybridEP (DeepEP's hybrid-ep branch): DeepEP's model, its NVLink byte rate scaled to the
+      NVLink group's size by HybridEP's published kernel times (:func:`_hybridep_scale`,
+      ``ndcost.spec.hybridep_rates``).
 
     A combine moves the same tokens back (its element bytes are the caller's: DeepEP combines in
     BF16). The busiest rank's extra load is the caller's (*tokens* scaled).
@@ -253,7 +281,7 @@ def _paired_share(cand, n_stages: int, stage: int) -> float:
     return paired / total if paired > 0.0 else 0.0
 
 
-def _paired_layer(layer, share: float, sms: float, static: bool) -> float:
+def _paired_layer(layer, share: float, sms: float, static: bool, blocking: bool = False) -> float:
     """What a layer's dispatches and combines leave exposed when one micro-batch's forward runs beside
     another's backward (an F&B pair: both passes' all-to-alls, 2·ep_f). Megatron-Core's combined 1F1B
     (models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run) runs three phases,
@@ -265,14 +293,17 @@ def _paired_layer(layer, share: float, sms: float, static: bool) -> float:
     DeepSeek-V3's DualPipe pairs the same four components of a chunk (report §3.2.1, Figure 4). The
     combine's backward moves the dispatch direction's bytes (ep_d), the dispatch's backward the
     combine's (ep_f - ep_d); the attention sub-block is att_f / att_b, the MLP the rest of the pass.
-    Each phase leaves :func:`_exposed_paired` of its comm (*static*: DualPipe's fixed SM split)."""
+    Each phase leaves :func:`_exposed_paired` of its comm (*static*: DualPipe's fixed SM split). *blocking*
+    (HybridEP, whose dispatch synchronises the host: ndcost.spec.hybridep_rates): the middle phase, which holds the
+    forward dispatch, runs serially -- an estimate from the published runs that pair HybridEP with the overlap."""
     dispatch = layer[_L["ep_d"]]
     combine = layer[_L["ep_f"]] - dispatch
     att_f, att_b = layer[_L["att_f"]], layer[_L["att_b"]]
     mlp = layer[_L["fw"]] - att_f + layer[_L["bw"]] + layer[_L["bw_w"]] - att_b
-    return (_exposed_paired(dispatch, att_f, share, sms, static)
-            + _exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0, share, sms, static)
-            + _exposed_paired(combine, att_b, share, sms, static))
+    middle = dispatch + combine if blocking else _exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0,
+                                                                 share, sms, static)
+    return _exposed_paired(dispatch, att_f, share, sms, static) + middle + _exposed_paired(combine, att_b, share,
+                                                                                           sms, static)
 
 
 def _exposed_tail(comm: float, window: float, share: float, layers: float) -> float:

@@ -52,7 +52,9 @@ from ..tables.memory import MEMORY_PARTS, memory_kind_table, memory_model_vector
 from ..tables.nd_tables import MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, refuse_nd_units
 from ..spec.rates_io import as_rates
 from ..spec.ratios import Ratios
-from ..tables.memory_overheads import ALLOCATOR_RESERVE_FACTOR, FIXED_BYTES, deepep_column
+from ..tables.memory_overheads import (
+    ALLOCATOR_RESERVE_FACTOR, FIXED_BYTES, deepep_column, dispatch_tokens, hybridep_column,
+)
 from ..tables.reasons import REASON_CODES, REASONS
 from ..tables.seconds import _DEFAULT_OVERLAP, FP8_DISPATCH_BYTES
 from .seconds_batch import STEP_RATE_FIELDS, SecondsPricer, seconds_layouts
@@ -66,7 +68,7 @@ UNITS = ("seconds", "nd")
 DEFAULT_CHUNK = MAX_CHUNK
 NO_FIT = REASON_CODES["no_fit"]
 _OWNER = "estimate_many"
-_DEEPEP = CHOICES["moe_dispatcher"].index("deepep")
+_DEEPEP, _HYBRIDEP = (CHOICES["moe_dispatcher"].index(name) for name in ("deepep", "hybridep"))
 _MFU, _TOKENS_PER_SECOND = STEP_RATE_FIELDS.index("mfu"), STEP_RATE_FIELDS.index("tokens_per_second")
 #: A (0, 0) matrix: an output the formula rows are not asked for.
 _NOT_ASKED = np.empty((0, 0))
@@ -272,20 +274,29 @@ class _FitInputs:
     buffers where a row dispatches with it: ndcost.tables.memory_overheads) -- decides it, as for
     ``MemoryEstimate.device_peak``. A few numpy operations on a chunk's rows."""
 
-    __slots__ = ("storage", "hidden", "deepep")
+    __slots__ = ("storage", "model", "deepep", "hybridep")
 
     def __init__(self, model: Any, storage: dict) -> None:
         self.storage = storage
-        self.hidden = model.hidden_size
+        self.model = model
         dispatcher = storage["moe_dispatcher"]
-        # DeepEP's buffers only where a row may run it (a column of one other value: none)
-        self.deepep = model.is_moe and not (dispatcher.strides[0] == 0 and len(dispatcher) and dispatcher[0] != _DEEPEP)
+        # a dispatcher's buffers only where a row may run it (a column of one other value: none)
+        one = dispatcher.strides[0] == 0 and len(dispatcher)
+        self.deepep = model.is_moe and not (one and dispatcher[0] != _DEEPEP)
+        self.hybridep = model.is_moe and not (one and dispatcher[0] != _HYBRIDEP)
 
     def fit(self, start: int, stop: int, rows: np.ndarray, fixed: np.ndarray, peak: np.ndarray, held: np.ndarray,
             fits: np.ndarray, reserve: float, capacity: float) -> None:
+        storage = self.storage
         if self.deepep:
-            on = self.storage["moe_dispatcher"][start:stop] == _DEEPEP
-            fixed = fixed + deepep_column(self.hidden, self.storage["ep"][start:stop], on)
+            on = storage["moe_dispatcher"][start:stop] == _DEEPEP
+            fixed = fixed + deepep_column(self.model.hidden_size, storage["ep"][start:stop], on)
+        if self.hybridep:
+            on = storage["moe_dispatcher"][start:stop] == _HYBRIDEP
+            tokens = dispatch_tokens(storage["micro_batch_size"][start:stop], storage["seq_length"][start:stop],
+                                     storage["tp"][start:stop], storage["cp"][start:stop],
+                                     storage["sequence_parallel"][start:stop].astype(bool))
+            fixed = fixed + hybridep_column(self.model, storage["ep"][start:stop], tokens, on)
         np.subtract(peak, reserve, out=held)
         held *= ALLOCATOR_RESERVE_FACTOR
         held += fixed

@@ -37,7 +37,7 @@ from ..errors import InputWarning, SpecError
 from ..spec.exec_spec import ExecSpec
 from ..tables.layout import _layout_key, build_layout
 from ..tables.memory import MEMORY_PARTS, MemoryEstimate, device_peak_bytes, memory_kind_table, memory_model_vector
-from ..tables.memory_overheads import deepep_buffer_bytes, fixed_bytes
+from ..tables.memory_overheads import dispatch_tokens, dispatcher_buffer_bytes, fixed_bytes
 from ..spec.model import Model
 from ..tables.nd_tables import (
     MOE_DISPATCH, cluster_constants, nd_kind_table, nd_model_vector, nd_options_vector, refuse_nd_units,
@@ -119,20 +119,21 @@ class _Context(threading.local):
 _CONTEXT = _Context()
 
 
-#: fixed_bytes (CUDA context, cuBLAS workspace, NCCL buffers, DeepEP's) by (dp, tp, pp, cp, ep, the
-#: hidden size DeepEP's buffers hold or 0), which a search repeats across its candidates (bounded like
-#: _RECENT).
+#: fixed_bytes (CUDA context, cuBLAS workspace, NCCL buffers, the MoE dispatcher's) by (dp, tp, pp, cp, ep, the
+#: dispatcher's buffer bytes), which a search repeats across its candidates (bounded like _RECENT).
 _FIXED: dict = {}
 
 
 def _fixed_bytes(c: dict, model: Any) -> float:
-    deepep = c["moe_dispatcher"] == "deepep" and model.is_moe
-    key = (c["dp"], c["tp"], c["pp"], c["cp"], c["ep"], model.hidden_size if deepep else 0)
+    dispatcher = c["moe_dispatcher"] if model.is_moe else "alltoall"
+    tokens = dispatch_tokens(c["micro_batch_size"], c["seq_length"], c["tp"], c["cp"], c["sequence_parallel"])
+    key = (c["dp"], c["tp"], c["pp"], c["cp"], c["ep"], dispatcher, model.hidden_size, model.num_experts,
+           tokens if dispatcher == "hybridep" else 0)
     fixed = _FIXED.get(key)
     if fixed is None:
         if len(_FIXED) >= 4096:
             _FIXED.clear()
-        buffers = deepep_buffer_bytes(int(model.hidden_size), int(c["ep"])) if deepep else 0
+        buffers = dispatcher_buffer_bytes(model, dispatcher, c["ep"], tokens)
         fixed = _FIXED[key] = float(fixed_bytes(*key[:5], buffers))
     return fixed
 

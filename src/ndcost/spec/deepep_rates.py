@@ -23,10 +23,9 @@ binds, 12% fast -- forwarding costs more than a direct send. With the call's and
 DeepEP's eight published figures are priced at 0.95-1.03 of their times (the bytes alone at the published share:
 0.92-1.04, EP 16 at 0.92).
 
-The figures are the software's (DeepEP's kernels with 24 SMs on Hopper). The B200, GB200 and GB300 rows run NVIDIA's
-HybridEP, priced with DeepEP's figures (``moe_dispatcher`` 'hybridep' is read as 'deepep'): HybridEP's README times
-its Torch API 0.12-0.23 ms a call above its kernels on GB200 (4096 tokens, hidden 7168), most of it a pass over the
-received tokens that ndcost prices as the permutation, the rest 30-70 us, the size of DeepEP's call cost.
+The figures are the software's (DeepEP's kernels with 24 SMs on Hopper). NVIDIA's HybridEP, which the B200, GB200
+and GB300 rows run, is priced with them and two facts of its own (``ndcost.spec.hybridep_rates``): its NVLink kernels'
+published rate by group size, and its dispatch blocking the host.
 """
 from __future__ import annotations
 

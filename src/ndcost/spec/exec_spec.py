@@ -126,9 +126,12 @@ class ExecSpec:
     #: dispatch. 1 charges it once per MoE layer, as the MOE_DISPATCH comment's measurements do
     #: (docs/ND_MODEL.md §2.3 open point; docs/ND_DIFFERENCES.md).
     moe_dispatch_count: float = 0.0
-    moe_dispatcher: str = "alltoall"  # "alltoall" (NCCL's all-to-all) | "deepep" (DeepEP's normal kernels) (MOE_DISPATCHERS)
-    #: SMs DeepEP's kernels hold while they run, taken from compute when they overlap it (Megatron-Core's
-    #: moe_flex_dispatcher_num_sms, default 20; DeepSeek-V3 report §3.2.2: 20 of the H800's 132).
+    #: "alltoall" (NCCL's all-to-all) | "deepep" (DeepEP's normal kernels) | "hybridep" (NVIDIA's HybridEP)
+    #: (MOE_DISPATCHERS)
+    moe_dispatcher: str = "alltoall"
+    #: SMs DeepEP's or HybridEP's kernels hold while they run, taken from compute when they overlap it (Megatron-Core's
+    #: moe_deepep_num_sms, default 20; moe_hybridep_num_sms, 16, the recipes 32; DeepSeek-V3 report §3.2.2: 20 of the
+    #: H800's 132).
     moe_dispatcher_sms: int = 20
     #: Node-limited routing: each token is sent to at most this many nodes of its expert-parallel group
     #: (DeepSeek-V3 §2.1.2: M = 4, the nodes chosen by their experts' top affinities); 0: no limit.

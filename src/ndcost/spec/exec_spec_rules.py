@@ -52,10 +52,12 @@ EP_OVERLAPS: tuple[str, ...] = ("none", "1f1b", "dualpipe")
 #: ``ring``, but a layer's backward holds every CP rank's K/V at once (as torchtitan's Llama passes
 #: them: repeated per query head) and fp32 gradient accumulators (``ndcost.kernels.batch``).
 CP_ALGOS: tuple[str, ...] = ("ring", "ulysses", "ring-allgather")
-#: MoE token dispatchers: Megatron-Core's NCCL all-to-all ("alltoall") or DeepSeek's DeepEP (Megatron's
+#: MoE token dispatchers: Megatron-Core's NCCL all-to-all ("alltoall"), DeepSeek's DeepEP (Megatron's
 #: flex dispatcher with moe_enable_deepep), which keeps its own NVLink and RDMA buffers
-#: (ndcost.tables.memory_overheads.deepep_buffer_bytes). Seconds mode prices both as the all-to-all.
-MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep")
+#: (ndcost.tables.memory_overheads.deepep_buffer_bytes), or NVIDIA's HybridEP ("hybridep": the flex dispatcher's
+#: hybridep backend, DeepEP's hybrid-ep branch), whose NVLink buffer holds every token of the group
+#: (ndcost.spec.hybridep_rates). Seconds mode prices each dispatch and combine (ndcost.kernels.seconds_comm).
+MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep")
 #: What the stack replays from CUDA graphs (seconds mode's "graphs" column holds the index): nothing; each layer's
 #: attention sub-block (Megatron-Core --cuda-graph-impl local|transformer_engine --cuda-graph-modules attn);
 #: that and a MoE layer's pre-norm, router and token preprocessing (--cuda-graph-modules attn moe_router

@@ -222,13 +222,18 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "(PyTorch's context_parallel as torchtitan runs it: a backward holds all ranks' K/V) (default "
                 "ring)", choices=CP_ALGOS, applies=lambda f, m: f["cp"] > 1, needs="cp > 1", seconds_only=False),
     StackOption("moe_dispatcher", "moe_dispatcher", "spec", "choice",
-                "MoE token dispatcher: alltoall (NCCL's all-to-all, a copy per token and expert) or deepep (DeepEP's "
-                "normal kernels: RDMA once per node, NVLink once per rank; its buffers held beside NCCL's) (default "
-                "alltoall)", choices=MOE_DISPATCHERS, applies=_moe, needs="a MoE model", seconds_only=False),
+                "MoE token dispatcher: alltoall (NCCL's all-to-all, a copy per token and expert), deepep (DeepEP's "
+                "normal kernels: RDMA once per node, NVLink once per rank; its buffers held beside NCCL's) or "
+                "hybridep (NVIDIA's HybridEP: DeepEP's traffic at its own NVLink rates, a buffer for every token of "
+                "the group, a dispatch that blocks the host) (default alltoall)", choices=MOE_DISPATCHERS,
+                applies=_moe, needs="a MoE model", seconds_only=False),
     StackOption("moe_dispatcher_sms", "moe_dispatcher_sms", "spec", "int",
-                "SMs DeepEP's kernels hold, taken from compute while they overlap it (Megatron-Core's "
-                "--moe-flex-dispatcher-num-sms) (default 20, Megatron-Core's and DeepSeek-V3's)",
-                applies=lambda f, m: _moe(f, m) & _is(f["moe_dispatcher"], "deepep"), needs="--moe-dispatcher deepep"),
+                "SMs DeepEP's or HybridEP's kernels hold, taken from compute while they overlap it (Megatron-Core's "
+                "--moe-deepep-num-sms / --moe-hybridep-num-sms) (default 20, Megatron-Core's DeepEP default and "
+                "DeepSeek-V3's)",
+                applies=lambda f, m: _moe(f, m) & (_is(f["moe_dispatcher"], "deepep") | _is(f["moe_dispatcher"],
+                                                                                             "hybridep")),
+                needs="--moe-dispatcher deepep or hybridep"),
     StackOption("moe_node_limit", "moe_node_limit", "spec", "int",
                 "node-limited routing: the nodes of its expert-parallel group a token is sent to at most "
                 "(DeepSeek-V3: 4; Megatron-Core's --moe-router-group-topk with a group per node) (default 0: no limit)",

@@ -14,7 +14,8 @@ runs out of is more:
   (:data:`CUBLAS_WORKSPACE_BYTES`), NCCL's buffers for each communicator the strategy uses
   (``ndcost.tables.formulas.fixed_bytes_columns`` counts them): its channels' FIFOs per peer, which an
   all-to-all group multiplies; and,
-  where the MoE dispatcher is DeepEP, its NVLink and RDMA buffers (:func:`deepep_buffer_bytes`).
+  where the MoE dispatcher is DeepEP, its NVLink and RDMA buffers (:func:`deepep_buffer_bytes`); where it is
+  HybridEP, its NVLink buffer (``ndcost.spec.hybridep_rates.hybridep_buffer_bytes``).
 
 ``fits`` then compares peak_reserved + fixed with the device's HBM; a search's default limit is that.
 Every figure is an estimate from the measurement its comment cites, not a fit to a validation row.
@@ -26,11 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from ..spec.hybridep_rates import hybridep_buffer_bytes, hybridep_token_bytes
 from .formulas import SCALAR, fixed_bytes_columns_scalar
 
 __all__ = ["ALLOCATOR_RESERVE_FACTOR", "CUDA_CONTEXT_BYTES", "CUBLAS_WORKSPACE_BYTES", "NCCL_RING_COMM_BYTES",
            "NCCL_ALL_TO_ALL_BYTES", "FIXED_BYTES", "deepep_buffer_bytes", "deepep_column", "fixed_bytes",
-           "spec_deepep_bytes", "tensor_budget"]
+           "spec_dispatcher_bytes", "dispatcher_buffer_bytes", "dispatch_tokens", "hybridep_column",
+           "tensor_budget"]
 
 #: max_memory_reserved / max_memory_allocated of Megatron training runs on H100, as the Megatron-Bridge
 #: model verification cards publish both (NVIDIA-NeMo/Megatron-Bridge examples/model_verification_cards/
@@ -121,6 +124,36 @@ def deepep_column(hidden: int, ep: Any, on: Any) -> Any:
     return np.where(on, table[where].reshape(ep.shape), 0.0)
 
 
+def hybridep_column(model: Any, ep: Any, tokens: Any, on: Any) -> Any:
+    """:func:`ndcost.spec.hybridep_rates.hybridep_buffer_bytes` per row of a batch: *ep* the rows' degrees, *tokens*
+    the tokens a rank dispatches a micro-batch, *on* where the dispatcher is HybridEP (scalars or arrays)."""
+    ep, tokens, on = np.asarray(ep, dtype=np.float64), np.asarray(tokens, dtype=np.float64), np.asarray(on)
+    per_token = float(hybridep_token_bytes(int(model.hidden_size), int(model.num_experts)))
+    return np.where(on & (ep > 1) & (tokens > 0), np.floor(tokens) * ep * per_token, 0.0)
+
+
+def dispatch_tokens(micro_batch_size: Any, seq_length: Any, tp: Any, cp: Any, sequence_parallel: Any) -> Any:
+    """Tokens a rank hands its MoE dispatcher a micro-batch: the micro-batch's tokens over CP, and over TP where the
+    sequence is split across it (Megatron-Core's sequence parallelism, which its MoE layers need at TP > 1). Scalars
+    or arrays (a batch's columns)."""
+    tokens = micro_batch_size * seq_length // cp
+    return np.where(sequence_parallel, tokens // tp, tokens) if isinstance(tokens, np.ndarray) else (
+        tokens // tp if sequence_parallel else tokens)
+
+
+def dispatcher_buffer_bytes(model: Any, dispatcher: str, ep: int, tokens: int) -> int:
+    """Bytes the MoE dispatcher keeps on a rank: DeepEP's NVLink and RDMA buffers (:func:`deepep_buffer_bytes`, 0
+    for a group DeepEP has no config for), HybridEP's NVLink buffer (``hybridep_buffer_bytes``), none for NCCL's
+    all-to-all or a dense model."""
+    if not getattr(model, "is_moe", False):
+        return 0
+    if dispatcher == "deepep":
+        return deepep_buffer_bytes(int(model.hidden_size), int(ep)) if int(ep) in _DEEPEP_DISPATCH else 0
+    if dispatcher == "hybridep":
+        return hybridep_buffer_bytes(int(model.hidden_size), int(model.num_experts), int(ep), int(tokens))
+    return 0
+
+
 def fixed_bytes(dp: int, tp: int, pp: int, cp: int, ep: int, deepep: float = 0.0) -> float:
     """Bytes a rank holds outside its tensors: CUDA context, cuBLAS workspaces, NCCL buffers
     (:func:`ndcost.tables.formulas.fixed_bytes_columns`, which a batch runs compiled), and *deepep* bytes of
@@ -129,16 +162,15 @@ def fixed_bytes(dp: int, tp: int, pp: int, cp: int, ep: int, deepep: float = 0.0
     return fixed + deepep
 
 
-def spec_deepep_bytes(model: Any, spec: Any) -> int:
-    """DeepEP's buffers for *spec* on *model*: 0 unless the MoE dispatcher is DeepEP."""
-    if spec.moe_dispatcher != "deepep" or not getattr(model, "is_moe", False):
-        return 0
-    return deepep_buffer_bytes(int(model.hidden_size), int(spec.ep))
+def spec_dispatcher_bytes(model: Any, spec: Any) -> int:
+    """The MoE dispatcher's buffers for *spec* on *model* (:func:`dispatcher_buffer_bytes`)."""
+    tokens = dispatch_tokens(spec.micro_batch_size, spec.seq_length, spec.tp, spec.cp, spec.sequence_parallel)
+    return dispatcher_buffer_bytes(model, spec.moe_dispatcher, spec.ep, tokens)
 
 
 def tensor_budget(capacity: float, spec: Any, reserve: float, model: Any = None) -> float:
     """The memory kernels' stage total (tensors plus the ``reserve`` they carry) that keeps what the
     device holds -- (total - reserve) x ALLOCATOR_RESERVE_FACTOR + fixed -- within *capacity*."""
-    deepep = 0 if model is None else spec_deepep_bytes(model, spec)
+    deepep = 0 if model is None else spec_dispatcher_bytes(model, spec)
     fixed = float(fixed_bytes(spec.dp, spec.tp, spec.pp, spec.cp, spec.ep, deepep))
     return (capacity - fixed) / ALLOCATOR_RESERVE_FACTOR + reserve

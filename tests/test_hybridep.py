@@ -1,0 +1,134 @@
+"""NVIDIA's HybridEP as a dispatcher of its own (``moe_dispatcher='hybridep'``): its NVLink kernels against their
+published GB200 times, its blocking dispatch in Megatron-Core's overlapped F&B pair, its buffers by hand; both
+backends.
+
+HybridEP's README (deepseek-ai/DeepEP@94a9f8f6 hybrid-ep, docs/README_Hybrid-EP.md, "GB200 Platform", 32 SMs): 4096
+tokens a rank, hidden 7168, top-8, 8 experts a rank, random uniform routing, BF16; the algorithm bandwidth of the
+bytes a rank receives (tests/test_hybrid_ep.py ``nvl_dispatch = dispatched_hidden.numel() * 2``), timed for the
+kernels alone and through the Torch API (which adds a copy out of the receive buffer and the call's host work).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import ndcost
+from ndcost import _backend
+from ndcost.kernels.columns import RATE, SECONDS_LAYER_FIELDS, SECONDS_STAGE
+from ndcost.spec.hybridep_rates import HYBRIDEP_KERNEL_GBS, hybridep_buffer_bytes
+from ndcost.spec.rates import Rates
+from ndcost.tables.memory_overheads import spec_dispatcher_bytes
+from ndcost.tables.seconds import seconds_arrays, seconds_estimate, rates_vector
+
+TOKENS, HIDDEN, TOPK, LOCAL = 4096.0, 7168.0, 8.0, 8
+DEEPEP, HYBRIDEP = 1, 2
+BF16 = 2.0
+#: NVLink ranks -> (dispatch BF16, combine) GB/s through the Torch API, 32 SMs, as published (the same table).
+TORCH_API_GBS = {8: (545.71, 568.94), 16: (523.48, 521.55), 24: (507.32, 483.76), 32: (484.22, 464.54),
+                 36: (479.02, 447.89)}
+S = {name: i for i, name in enumerate(SECONDS_STAGE)}
+
+
+def _gb200_rates():
+    return rates_vector(ndcost.Cluster("gb200-nvl72", 72), Rates.for_device("gb200-nvl72"), "bf16")
+
+
+def _received_bytes(ranks: int) -> float:
+    """The bytes a rank receives in expectation: every rank's tokens that route to one of its 8 experts, once."""
+    experts = LOCAL * ranks
+    missed = math.comb(experts - LOCAL, int(TOPK)) / math.comb(experts, int(TOPK))
+    return TOKENS * ranks * (1.0 - missed) * HIDDEN * BF16
+
+
+@pytest.mark.parametrize("ranks", sorted(HYBRIDEP_KERNEL_GBS))
+def test_a_call_lies_between_the_published_kernel_and_torch_api_times(kernels, ranks):
+    """Each call's price (DeepEP's call and token costs, HybridEP's NVLink rate for the group) is no less than the
+    kernels alone take and no more than the Torch API call, for both directions at each published group size."""
+    rate = _gb200_rates()
+    got = kernels.seconds_expert_exchange(HYBRIDEP, TOKENS, HIDDEN, TOPK, float(LOCAL * ranks), float(ranks), 1.0, 0.0,
+                                          BF16, rate)
+    received = _received_bytes(ranks)
+    for kernel_gbs, api_gbs in zip(HYBRIDEP_KERNEL_GBS[ranks], TORCH_API_GBS[ranks]):
+        assert received / (kernel_gbs * 1e9) < got < received / (api_gbs * 1e9), (ranks, kernel_gbs, api_gbs)
+
+
+def test_the_group_size_scales_the_nvlink_bytes_by_hand(kernels):
+    """Up to 8 ranks HybridEP is priced as DeepEP; at 36 ranks its bytes take 1/0.8189 as long (the published
+    kernels' mean rate there over the 8-rank one), held beyond; at 20 ranks half-way between the 16- and 24-rank
+    shares. The call's fixed and token costs are DeepEP's."""
+    rate = _gb200_rates()
+    link = rate[RATE["intra_bw"]] * rate[RATE["dep_intra_eff"]]
+
+    def call(dispatcher, ranks):
+        return kernels.seconds_expert_exchange(dispatcher, TOKENS, HIDDEN, TOPK, float(LOCAL * ranks), float(ranks), 1.0,
+                                               0.0, BF16, rate)
+
+    assert call(HYBRIDEP, 8) == pytest.approx(call(DEEPEP, 8), rel=1e-15)
+    share = {n: sum(gbs) / sum(HYBRIDEP_KERNEL_GBS[8]) for n, gbs in HYBRIDEP_KERNEL_GBS.items()}
+    assert share[36] == pytest.approx(0.8189, abs=1e-4)
+    for ranks, scale in ((36, share[36]), (64, share[36]), (20, (share[16] + share[24]) / 2.0)):
+        moved = _received_bytes(ranks) / link
+        assert call(HYBRIDEP, ranks) - call(DEEPEP, ranks) == pytest.approx(moved / scale - moved, rel=1e-9)
+
+
+def _qwen3(dispatcher, overlap="1f1b"):
+    model = ndcost.Model.from_catalog("qwen3-235b-a22b")
+    spec = ndcost.ExecSpec(dp=64, ep=64, global_batch_size=512, seq_length=4096, moe_dispatcher=dispatcher,
+                           moe_dispatcher_sms=32, ep_overlap=overlap)
+    return model, spec, ndcost.Cluster("gb200-nvl72", 64)
+
+
+def test_a_blocking_dispatch_runs_the_pairs_middle_phase_serially(kernels, backend_name):
+    """Megatron-Core's overlapped pair (combine backward | dispatch forward + dispatch backward | combine forward
+    beside attention forward | MLP backward + MLP forward | attention backward): with HybridEP the middle phase's
+    all-to-alls are not hidden; the combines beside the attention are, as with DeepEP (32 SMs of the GB200's held
+    while they run)."""
+    model, spec, cluster = _qwen3("hybridep")
+    a = seconds_arrays(model, spec, cluster)
+    out = np.zeros((len(model.kinds), len(SECONDS_LAYER_FIELDS)))
+    kernels.seconds_layer_times(a["kinds"], a["skinds"], a["model"], a["smodel"], a["cand"], a["rate"], out)
+    layer = dict(zip(SECONDS_LAYER_FIELDS, out[-1]))
+    held = 32.0 / a["rate"][RATE["sms"]]
+
+    def left(comm, window):
+        return min(comm, max(comm - window, held * comm))
+
+    dispatch, combine = layer["ep_d"], layer["ep_f"] - layer["ep_d"]
+    pair = left(dispatch, layer["att_f"]) + dispatch + combine + left(combine, layer["att_b"])
+    with _backend.use(backend_name):
+        hybrid = seconds_estimate(model, spec, cluster)
+        deepep = seconds_estimate(model, spec.replace(moe_dispatcher="deepep"), cluster)
+    m = spec.global_batch_size / (spec.dp * spec.micro_batch_size)     # 8 micro-batches
+    layers = model.num_hidden_layers
+    paired = (m - 1.0) / m                       # no pipeline: the first forward and the last backward run alone
+    alone = (layer["ep_f"] + layer["ep_b"]) / m
+    assert hybrid["stage_sums"][0, S["ep"]] == pytest.approx(layers * (paired * pair + alone), rel=1e-9)
+    assert hybrid["parts"]["ep_comm"] > deepep["parts"]["ep_comm"]
+
+
+def test_hybridep_buffers_by_hand():
+    """gpt-oss-120b as Megatron-Bridge ran it on GB200 (EP 64, MBS 4 x 4096 tokens, no TP): one buffer for every
+    token of the group -- 16384 x 64 slots of 2880 BF16 elements, 128 FP32 probabilities and 22 FP32 scales."""
+    model = ndcost.Model.from_catalog("gpt-oss-120b")
+    spec = ndcost.ExecSpec(dp=64, ep=64, micro_batch_size=4, global_batch_size=1280, seq_length=4096,
+                           moe_dispatcher="hybridep")
+    slot = 2880 * 2 + 128 * 4 + 22 * 4
+    assert hybridep_buffer_bytes(2880, 128, 64, 16384) == 16384 * 64 * slot
+    assert spec_dispatcher_bytes(model, spec) == 16384 * 64 * slot
+    assert spec_dispatcher_bytes(model, spec.replace(moe_dispatcher="alltoall")) == 0
+    assert hybridep_buffer_bytes(2880, 128, 1, 16384) == 0
+
+
+def test_one_and_many_agree_on_a_hybridep_fit(backend_name):
+    """estimate and estimate_many hold the same fixed bytes for a HybridEP row (its buffer in both)."""
+    model = ndcost.Model.from_catalog("gpt-oss-120b")
+    spec = ndcost.ExecSpec(dp=64, ep=64, micro_batch_size=4, global_batch_size=1280, seq_length=4096,
+                           moe_dispatcher="hybridep")
+    cluster = ndcost.Cluster("gb200-nvl72", 64)
+    with _backend.use(backend_name):
+        one = ndcost.estimate(model, spec, cluster, units="seconds")
+        many = ndcost.estimate_many(model, [spec, spec.replace(moe_dispatcher="alltoall")], cluster, units="seconds")
+    assert bool(many.fits[0]) == bool(one.fits)
+    assert float(many.step_time[0]) == pytest.approx(one.step_time, rel=1e-12)
