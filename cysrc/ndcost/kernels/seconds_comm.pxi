@@ -67,18 +67,20 @@ cdef inline double c_sec_missed(double pool, double own, double k) noexcept nogi
 
 
 cdef inline double c_sec_hybridep_scale(double ranks) noexcept nogil:
-    # HybridEP's NVLink byte rate over a group of ranks as a share of its 8-rank one (the oracle's _hybridep_scale).
-    if ranks <= 8.0:
-        return SEC_HYBRIDEP_SCALE_8
-    if ranks <= 16.0:
-        return SEC_HYBRIDEP_SCALE_8 + (SEC_HYBRIDEP_SCALE_16 - SEC_HYBRIDEP_SCALE_8) * (ranks - 8.0) / 8.0
-    if ranks <= 24.0:
-        return SEC_HYBRIDEP_SCALE_16 + (SEC_HYBRIDEP_SCALE_24 - SEC_HYBRIDEP_SCALE_16) * (ranks - 16.0) / 8.0
-    if ranks <= 32.0:
-        return SEC_HYBRIDEP_SCALE_24 + (SEC_HYBRIDEP_SCALE_32 - SEC_HYBRIDEP_SCALE_24) * (ranks - 24.0) / 8.0
-    if ranks <= 36.0:
-        return SEC_HYBRIDEP_SCALE_32 + (SEC_HYBRIDEP_SCALE_36 - SEC_HYBRIDEP_SCALE_32) * (ranks - 32.0) / 4.0
-    return SEC_HYBRIDEP_SCALE_36
+    # HybridEP's NVLink byte rate over a group of ranks as a share of its 8-rank one: its published points, linear
+    # between them (the oracle's _hybridep_scale).
+    cdef double low = SEC_HYBRIDEP_RANKS[0], share = SEC_HYBRIDEP_SHARES[0], high, next_share
+    cdef Py_ssize_t i
+    if ranks <= low:
+        return share
+    for i in range(1, SEC_HYBRIDEP_POINTS):
+        high = SEC_HYBRIDEP_RANKS[i]
+        next_share = SEC_HYBRIDEP_SHARES[i]
+        if ranks <= high:
+            return share + (next_share - share) * (ranks - low) / (high - low)
+        low = high
+        share = next_share
+    return share
 
 
 cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidden, double topk, double experts,

@@ -19,8 +19,9 @@ from .codes import ENUMS, ND_OPS, c_name
 
 __all__ = ["kernel_codes"]
 
-#: C name -> the oracle's value. An int is written as a C enum (usable as an array size), a float as a double.
-CONSTANTS: dict[str, int | float] = {
+#: C name -> the oracle's value. An int is written as a C enum (usable as an array size), a float as a double, a
+#: tuple of floats as a C array.
+CONSTANTS: dict[str, int | float | tuple[float, ...]] = {
     # the recompute switches' keep mask with every switch kept (recompute_spec.ALL_KEPT)
     "ALL_KEPT": ALL_KEPT,
     # ND units (nd_ops, nd_combine)
@@ -38,12 +39,10 @@ CONSTANTS: dict[str, int | float] = {
     "_MEM_E5M6_STORED_BYTES": activation_storage.E5M6_STORED_BYTES,
     # seconds mode: ops (seconds_ops)
     "SEC_NOTE_SIZE": seconds_ops.NOTE_SIZE,
-    # seconds mode: HybridEP's NVLink byte rate by group size (seconds_comm)
-    "SEC_HYBRIDEP_SCALE_8": seconds_comm.HYBRIDEP_SCALE_8,
-    "SEC_HYBRIDEP_SCALE_16": seconds_comm.HYBRIDEP_SCALE_16,
-    "SEC_HYBRIDEP_SCALE_24": seconds_comm.HYBRIDEP_SCALE_24,
-    "SEC_HYBRIDEP_SCALE_32": seconds_comm.HYBRIDEP_SCALE_32,
-    "SEC_HYBRIDEP_SCALE_36": seconds_comm.HYBRIDEP_SCALE_36,
+    # seconds mode: HybridEP's NVLink byte rate by group size, its published points (seconds_comm)
+    "SEC_HYBRIDEP_POINTS": len(seconds_comm.HYBRIDEP_RANKS),
+    "SEC_HYBRIDEP_RANKS": seconds_comm.HYBRIDEP_RANKS,
+    "SEC_HYBRIDEP_SHARES": seconds_comm.HYBRIDEP_SHARES,
     "SEC_POINTWISE_BACKWARD_BYTES": seconds_ops.POINTWISE_BACKWARD_BYTES,
     "SEC_EAGER_SWIGLU_PASSES": seconds_ops.EAGER_SWIGLU_PASSES,
     "SEC_AUTOCAST_FP32_BYTES": seconds_ops.AUTOCAST_FP32_BYTES,

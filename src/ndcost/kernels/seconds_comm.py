@@ -28,10 +28,10 @@ ALL_REDUCE, GATHER_OR_SCATTER, ALL_TO_ALL, SEND_RECV = (
     COLLECTIVES.index(name) for name in ("all_reduce", "gather_or_scatter", "all_to_all", "send_recv"))
 NCCL_ALL_TO_ALL, DEEPEP, HYBRIDEP = (DISPATCHERS.index(name) for name in ("alltoall", "deepep", "hybridep"))
 
-#: HybridEP's NVLink byte rate as a share of its 8-rank one at 16, 24, 32 and 36 ranks (its published kernel
-#: times on GB200: ndcost.spec.hybridep_rates); 1 up to 8 ranks, the 36-rank share held beyond.
-HYBRIDEP_SCALE_8, HYBRIDEP_SCALE_16, HYBRIDEP_SCALE_24, HYBRIDEP_SCALE_32, HYBRIDEP_SCALE_36 = (
-    share for _ranks, share in HYBRIDEP_NVLINK_SCALE)
+#: HybridEP's NVLink group sizes with published kernel times (GB200: ndcost.spec.hybridep_rates), in order, and its
+#: byte rate at each as a share of the smallest's.
+HYBRIDEP_RANKS = tuple(ranks for ranks, _share in HYBRIDEP_NVLINK_SCALE)
+HYBRIDEP_SHARES = tuple(share for _ranks, share in HYBRIDEP_NVLINK_SCALE)
 EP_NONE, EP_1F1B, EP_DUALPIPE = (EP_OVERLAPS.index(name) for name in ("none", "1f1b", "dualpipe"))
 
 
@@ -125,19 +125,17 @@ def _missed(pool: float, own: float, k: float) -> float:
 
 def _hybridep_scale(ranks: float) -> float:
     """HybridEP's NVLink byte rate over an NVLink group of *ranks* as a share of its 8-rank rate: its published
-    kernel times at 8, 16, 24, 32 and 36 ranks (ndcost.spec.hybridep_rates), linear between them, 1 below 8,
-    the 36-rank share beyond (an assumption: no larger group is published)."""
-    if ranks <= 8.0:
-        return HYBRIDEP_SCALE_8
-    if ranks <= 16.0:
-        return HYBRIDEP_SCALE_8 + (HYBRIDEP_SCALE_16 - HYBRIDEP_SCALE_8) * (ranks - 8.0) / 8.0
-    if ranks <= 24.0:
-        return HYBRIDEP_SCALE_16 + (HYBRIDEP_SCALE_24 - HYBRIDEP_SCALE_16) * (ranks - 16.0) / 8.0
-    if ranks <= 32.0:
-        return HYBRIDEP_SCALE_24 + (HYBRIDEP_SCALE_32 - HYBRIDEP_SCALE_24) * (ranks - 24.0) / 8.0
-    if ranks <= 36.0:
-        return HYBRIDEP_SCALE_32 + (HYBRIDEP_SCALE_36 - HYBRIDEP_SCALE_32) * (ranks - 32.0) / 4.0
-    return HYBRIDEP_SCALE_36
+    kernel times (``HYBRIDEP_RANKS`` / ``HYBRIDEP_SHARES``), linear between them, the first share below them, the
+    last beyond (an assumption: no larger group is published)."""
+    low, share = HYBRIDEP_RANKS[0], HYBRIDEP_SHARES[0]
+    if ranks <= low:
+        return share
+    for i in range(1, len(HYBRIDEP_RANKS)):
+        high, next_share = HYBRIDEP_RANKS[i], HYBRIDEP_SHARES[i]
+        if ranks <= high:
+            return share + (next_share - share) * (ranks - low) / (high - low)
+        low, share = high, next_share
+    return share
 
 
 def _exchange(dispatcher: float, tokens: float, hidden: float, topk: float, experts: float, n: float,

@@ -295,7 +295,7 @@ class _FitInputs:
             on = storage["moe_dispatcher"][start:stop] == _HYBRIDEP
             tokens = dispatch_tokens(storage["micro_batch_size"][start:stop], storage["seq_length"][start:stop],
                                      storage["tp"][start:stop], storage["cp"][start:stop],
-                                     storage["sequence_parallel"][start:stop].astype(bool))
+                                     storage["sequence_parallel"][start:stop])
             fixed = fixed + hybridep_column(self.model, storage["ep"][start:stop], tokens, on)
         np.subtract(peak, reserve, out=held)
         held *= ALLOCATOR_RESERVE_FACTOR

@@ -126,9 +126,10 @@ _FIXED: dict = {}
 
 def _fixed_bytes(c: dict, model: Any) -> float:
     dispatcher = c["moe_dispatcher"] if model.is_moe else "alltoall"
-    tokens = dispatch_tokens(c["micro_batch_size"], c["seq_length"], c["tp"], c["cp"], c["sequence_parallel"])
-    key = (c["dp"], c["tp"], c["pp"], c["cp"], c["ep"], dispatcher, model.hidden_size, model.num_experts,
-           tokens if dispatcher == "hybridep" else 0)
+    # HybridEP's buffer holds every token of the group: the tokens a rank dispatches key it (DeepEP's: its size alone)
+    tokens = (dispatch_tokens(c["micro_batch_size"], c["seq_length"], c["tp"], c["cp"], c["sequence_parallel"])
+              if dispatcher == "hybridep" else 0)
+    key = (c["dp"], c["tp"], c["pp"], c["cp"], c["ep"], dispatcher, model.hidden_size, model.num_experts, tokens)
     fixed = _FIXED.get(key)
     if fixed is None:
         if len(_FIXED) >= 4096:

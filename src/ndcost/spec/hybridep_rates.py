@@ -35,7 +35,7 @@ FP32 scale per 128 elements of a token.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 __all__ = ["HYBRIDEP_KERNEL_GBS", "HYBRIDEP_NVLINK_SCALE", "HYBRIDEP_SOURCE", "HYBRIDEP_BLOCKING_SOURCE",
            "hybridep_buffer_bytes", "hybridep_token_bytes"]
@@ -77,13 +77,11 @@ def hybridep_token_bytes(hidden: int, experts: int) -> int:
     return hidden * _TOKEN_BYTES + experts * _PROB_BYTES + (hidden // _SCALE_BLOCK) * _SCALE_BYTES
 
 
-def hybridep_buffer_bytes(hidden: int, experts: int, ep: int, tokens_per_rank: int) -> int:
+def hybridep_buffer_bytes(hidden: int, experts: int, ep: Any, tokens_per_rank: Any) -> Any:
     """Bytes of HybridEP's NVLink buffers on a rank of an expert-parallel group of *ep* ranks, each sending up to
     *tokens_per_rank* tokens of *hidden* elements to *experts* experts: the shared dispatch/combine token buffer for
     every token of the group, its probabilities (one per token and expert of the group: exact inside one NVLink
     domain, an over-count of a group spread over several, whose probabilities cover one domain's experts), and the
     FP8 scales buffer HybridEP allocates beside it. 0 for a group of one rank. The RDMA staging buffers of a group
-    spread over several nodes are not priced."""
-    if ep <= 1 or tokens_per_rank <= 0:
-        return 0
-    return tokens_per_rank * ep * hybridep_token_bytes(hidden, experts)
+    spread over several nodes are not priced. *ep* and *tokens_per_rank* may be a batch's columns (numpy arrays)."""
+    return tokens_per_rank * ep * hybridep_token_bytes(hidden, experts) * ((ep > 1) & (tokens_per_rank > 0))

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spec.hybridep_rates import hybridep_buffer_bytes, hybridep_token_bytes
+from ..spec.hybridep_rates import hybridep_buffer_bytes
 from .formulas import SCALAR, fixed_bytes_columns_scalar
 
 __all__ = ["ALLOCATOR_RESERVE_FACTOR", "CUDA_CONTEXT_BYTES", "CUBLAS_WORKSPACE_BYTES", "NCCL_RING_COMM_BYTES",
@@ -126,19 +126,16 @@ def deepep_column(hidden: int, ep: Any, on: Any) -> Any:
 
 def hybridep_column(model: Any, ep: Any, tokens: Any, on: Any) -> Any:
     """:func:`ndcost.spec.hybridep_rates.hybridep_buffer_bytes` per row of a batch: *ep* the rows' degrees, *tokens*
-    the tokens a rank dispatches a micro-batch, *on* where the dispatcher is HybridEP (scalars or arrays)."""
-    ep, tokens, on = np.asarray(ep, dtype=np.float64), np.asarray(tokens, dtype=np.float64), np.asarray(on)
-    per_token = float(hybridep_token_bytes(int(model.hidden_size), int(model.num_experts)))
-    return np.where(on & (ep > 1) & (tokens > 0), np.floor(tokens) * ep * per_token, 0.0)
+    the tokens a rank dispatches a micro-batch, *on* where the dispatcher is HybridEP."""
+    ep, tokens = np.asarray(ep, dtype=np.float64), np.asarray(tokens, dtype=np.float64)
+    return np.where(on, hybridep_buffer_bytes(int(model.hidden_size), int(model.num_experts), ep, tokens), 0.0)
 
 
 def dispatch_tokens(micro_batch_size: Any, seq_length: Any, tp: Any, cp: Any, sequence_parallel: Any) -> Any:
     """Tokens a rank hands its MoE dispatcher a micro-batch: the micro-batch's tokens over CP, and over TP where the
     sequence is split across it (Megatron-Core's sequence parallelism, which its MoE layers need at TP > 1). Scalars
-    or arrays (a batch's columns)."""
-    tokens = micro_batch_size * seq_length // cp
-    return np.where(sequence_parallel, tokens // tp, tokens) if isinstance(tokens, np.ndarray) else (
-        tokens // tp if sequence_parallel else tokens)
+    or a batch's columns."""
+    return micro_batch_size * seq_length // cp // (1 + (tp - 1) * sequence_parallel)
 
 
 def dispatcher_buffer_bytes(model: Any, dispatcher: str, ep: int, tokens: int) -> int:
@@ -154,12 +151,12 @@ def dispatcher_buffer_bytes(model: Any, dispatcher: str, ep: int, tokens: int) -
     return 0
 
 
-def fixed_bytes(dp: int, tp: int, pp: int, cp: int, ep: int, deepep: float = 0.0) -> float:
+def fixed_bytes(dp: int, tp: int, pp: int, cp: int, ep: int, buffers: float = 0.0) -> float:
     """Bytes a rank holds outside its tensors: CUDA context, cuBLAS workspaces, NCCL buffers
-    (:func:`ndcost.tables.formulas.fixed_bytes_columns`, which a batch runs compiled), and *deepep* bytes of
-    DeepEP buffers (:func:`deepep_buffer_bytes`, where the dispatcher is DeepEP)."""
+    (:func:`ndcost.tables.formulas.fixed_bytes_columns`, which a batch runs compiled), and *buffers* bytes of the
+    MoE dispatcher's own (:func:`dispatcher_buffer_bytes`)."""
     (fixed,) = fixed_bytes_columns_scalar(SCALAR, {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep}, **FIXED_BYTES)
-    return fixed + deepep
+    return fixed + buffers
 
 
 def spec_dispatcher_bytes(model: Any, spec: Any) -> int:
@@ -171,6 +168,6 @@ def spec_dispatcher_bytes(model: Any, spec: Any) -> int:
 def tensor_budget(capacity: float, spec: Any, reserve: float, model: Any = None) -> float:
     """The memory kernels' stage total (tensors plus the ``reserve`` they carry) that keeps what the
     device holds -- (total - reserve) x ALLOCATOR_RESERVE_FACTOR + fixed -- within *capacity*."""
-    deepep = 0 if model is None else spec_dispatcher_bytes(model, spec)
-    fixed = float(fixed_bytes(spec.dp, spec.tp, spec.pp, spec.cp, spec.ep, deepep))
+    buffers = 0 if model is None else spec_dispatcher_bytes(model, spec)
+    fixed = float(fixed_bytes(spec.dp, spec.tp, spec.pp, spec.cp, spec.ep, buffers))
     return (capacity - fixed) / ALLOCATOR_RESERVE_FACTOR + reserve
