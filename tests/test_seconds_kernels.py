@@ -322,6 +322,7 @@ def _candidate_arrays():
     arrays = list(base)
     moe_rng = np.random.default_rng(20260823)
     rope_rng = np.random.default_rng(20261206)
+    sync_rng = np.random.default_rng(20261207)
     for i in range(260):
         a = dict(base[i % len(base)])
         cand = a["cand"].copy()
@@ -348,6 +349,11 @@ def _candidate_arrays():
         if moe_rng.random() < 0.25:
             cand[SECONDS_CAND["schedule"]] = float(SCHEDULES.index(str(moe_rng.choice(["dualpipe", "dualpipev"]))))
         rate[RATE["dep_nvl_eff"]] = float(moe_rng.uniform(0.3, 1.0))
+        # FSDP2's gradient sync: every micro-batch or deferred, resharded after forward or kept, the reduction's
+        # own width (a draw of its own, as above)
+        cand[SECONDS_CAND["defer_grads"]] = float(sync_rng.random() < 0.5)
+        cand[SECONDS_CAND["reshard"]] = float(sync_rng.random() < 0.5)
+        rate[RATE["grad_reduce_bytes"]] = float(sync_rng.choice([0.0, 2.0, 4.0]))
         rate[RATE["dpn"]] = float(moe_rng.choice([2.0, 4.0, 8.0]))
         # a RoPE attention factor (YaRN's) and how the stack applies it (a draw of its own, as above)
         smodel = a["smodel"].copy()

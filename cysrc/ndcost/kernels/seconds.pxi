@@ -11,6 +11,16 @@ from libc.stdlib cimport malloc, free
 # output head's constants (SEC_CE_*, SEC_SOFTCAP_BYTES): kernels/codes.pxi.
 
 
+cdef inline double c_sec_chunk_calls(const double* cand) noexcept nogil:
+    # The oracle's _chunk_calls: the forward (and backward) calls a micro-batch makes on one device.
+    cdef double schedule = cand[SC_schedule]
+    if schedule == SEC_INTERLEAVED:
+        return cand[SC_vp]
+    if schedule == SEC_SEQ1F1B:
+        return cand[SC_vp] * cand[SC_seq_split]
+    return 1.0
+
+
 cdef inline void c_sec_head(const double* cand, const double* rate, double tokens, double h, double v,
                             double softcap, double* out3) noexcept nogil:
     # One output head on this rank: logits GEMM and Megatron's vocab-parallel cross entropy.
@@ -109,7 +119,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     cdef double table, table_kernels
     cdef double x_sp, db, full, moved, kernels, heads, norm, n_mtp, chunks, piece, step
     cdef double zero, bg, bp, edp, ov_dp, ov_fsdp, n_dp, hbm, dense, expert, layers, grads, params
-    cdef double z3_fetch_bw, capped, gathers, rerun
+    cdef double z3_fetch_bw, capped, gathers, rerun, calls
     cdef bint z3_rc_gather, z3_grad_ar
     cdef double backward, backward_traffic, shards, local, shared_ar
     cdef long long reduce_op
@@ -293,6 +303,9 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     zero = cand[SC_zero]
     bg = cand[SC_bytes_grad]
     bp = cand[SC_bytes_p]
+    if rate[R_grad_reduce_bytes] > 0.0:
+        bg = rate[R_grad_reduce_bytes]      # the reduction's own width (Rates.grad_reduce_bytes)
+    calls = c_sec_chunk_calls(cand)         # each chunk's forward and backward a call (see the oracle)
     edp = cand[SC_edp]
     defer = cand[SC_defer_grads] != 0.0
     ov_dp = cand[SC_ov_dp]
@@ -328,17 +341,21 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                     rerun = row[SS_rc] / row[SS_fw]
                     gathers += rerun if rerun < 1.0 else 1.0
                 row[SS_dp_mb_gather] += c_sec_exposed_tail(gathers * params, gathers * row[SS_fw],
-                                                           ov_fsdp, layers)
+                                                           ov_fsdp, layers / calls)
                 backward_traffic = params + (0.0 if defer else grads)
+            elif not defer:
+                # reduced every micro-batch, then resharded: each micro-batch's forward gathers again
+                row[SS_dp_mb_gather] += c_sec_exposed_tail(params, row[SS_fw], ov_fsdp, layers / calls)
+                backward_traffic = grads
             else:
                 row[SS_dp_gather] += params
-                backward_traffic = 0.0 if defer else grads
+                backward_traffic = 0.0
             if backward_traffic > 0.0:
-                row[SS_dp_mb_reduce] += c_sec_exposed_tail(backward_traffic, backward, ov_fsdp, layers)
+                row[SS_dp_mb_reduce] += c_sec_exposed_tail(backward_traffic, backward, ov_fsdp, layers / calls)
             if defer:
                 row[SS_dp_reduce] += grads
         elif zero == 2.0 and not defer:
-            row[SS_dp_mb_reduce] += c_sec_exposed_tail(grads, backward, ov_dp, layers)
+            row[SS_dp_mb_reduce] += c_sec_exposed_tail(grads, backward, ov_dp, layers / calls)
             row[SS_dp_gather] += params
         else:
             row[SS_dp_reduce] += grads
@@ -372,7 +389,7 @@ cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const
     # The oracle's seconds_combine after its checks.
     cdef Py_ssize_t st, straggler
     cdef double m = cand[SC_m], runs = cand[SC_pp_runs]
-    cdef double total, slowest, summed, schedule, vp, n_split, chunks, pipeline
+    cdef double total, slowest, summed, schedule, chunks, pipeline
     cdef double backward, bubble, ov_dp, ov_gather, slack, tail, layers, reduce_, gather
     cdef double optimizer, own, late, t_reduce = 0.0, t_opt = 0.0, t_gather = 0.0, scale
     cdef double dp_reduce, dp_gather
@@ -402,13 +419,7 @@ cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const
     summed = 0.0
     for st in range(n_stages):
         summed += totals[st]
-    vp = cand[SC_vp]
-    n_split = cand[SC_seq_split]
-    chunks = 1.0
-    if schedule == SEC_INTERLEAVED:
-        chunks = vp
-    elif schedule == SEC_SEQ1F1B:
-        chunks = vp * n_split
+    chunks = c_sec_chunk_calls(cand)
     dualpipe = schedule == SEC_ZERO_BUBBLE_V or schedule == SEC_DUALPIPEV or schedule == SEC_DUALPIPE
     if dualpipe:
         bubble = (2.0 * slowest - c_sec_at(stage, n_stages, straggler, SS_fw, pair)

@@ -167,6 +167,10 @@ def stated_stack_fields(facts: Any, strategy: Mapping[str, Any], recompute: str,
         etp = etp.get("value")
     if isinstance(etp, int) and not isinstance(etp, bool):
         fields["etp"] = etp
+    if facts.text("gradient_sync").startswith("every micro-batch"):
+        # FSDP2 left at its defaults under gradient accumulation: each backward reduce-scatters and reshards
+        fields["deferred_grad_accumulation"] = False
+        notes.append("gradients reduced every micro-batch (FSDP2's defaults), the weights gathered again each")
     reshard = facts.value("reshard_after_forward")
     if isinstance(reshard, bool):  # FSDP2's reshard_after_forward: a re-gather in the backward, or none
         fields["reshard_params"] = reshard

@@ -224,6 +224,19 @@ def measured_rate_changes(facts: RunFacts) -> dict[str, Any]:
     return {"hbm_efficiency": float(efficiency)}
 
 
+def _gradient_reduce_changes(facts: RunFacts) -> dict[str, Any]:
+    """``Rates.grad_reduce_bytes`` where the facts state the width the data-parallel reduction moves
+    (``grad_reduce_dtype``: fp32, bf16), which FSDP2's ``MixedPrecisionPolicy.reduce_dtype`` sets apart from
+    the width the gradients are held in."""
+    stated = facts.text("grad_reduce_dtype").split(" ", 1)[0].lower()
+    widths = {"fp32": 4, "bf16": 2, "fp16": 2}
+    if not stated:
+        return {}
+    if stated not in widths:
+        raise SpecError("grad_reduce_dtype", facts.run_id, f"start with one of {', '.join(widths)}", stated)
+    return {"grad_reduce_bytes": widths[stated]}
+
+
 def _moe_kernel_changes(facts: RunFacts) -> dict[str, Any]:
     """The Rates a MoE run's facts state about its kernels: the permutation fused or not
     (moe_permute_fusion; with DeepEP's dispatcher the tokens reach their experts through DeepEP's layout and
@@ -361,4 +374,5 @@ def modern_run(row: Mapping, hardware_table: Mapping, facts: RunFacts, gpt_model
         notes += [note] if note else []
     changes.update(measured_rate_changes(facts))
     changes.update(_moe_kernel_changes(facts))
+    changes.update(_gradient_reduce_changes(facts))
     return BuiltRun(model, spec, cluster, float(seconds), software_preset(facts), changes, None, tuple(notes))

@@ -212,6 +212,7 @@ RATE_FIELDS = (
     "z3_fetch_bw",     # ZeRO-3 parameter fetch: gathered parameter bytes/s per device (0: NCCL's rate only)
     "z3_rc_gather",    # 1: a recompute forward gathers its parameters again (released after every use)
     "z3_grad_ar",      # 1: ZeRO-3 reduces gradients with an all-reduce instead of a reduce-scatter
+    "grad_reduce_bytes",  # bytes per gradient element the data-parallel reduction moves (0: the held width)
     "grad_acc_pass",   # 1: weight gradients added to the main gradient by a separate pass (no wgrad fusion)
     "wave_tail",       # waves of a GEMM left idle on average beyond its work (wave quantization)
     "mm16_eff",        # achievable share of peak_attn (16-bit) of a GEMM kept 16-bit under fp8

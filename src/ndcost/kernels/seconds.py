@@ -98,6 +98,19 @@ CE_ALL_REDUCES = 3.0
 CE_REDUCE_BYTES = 4.0
 
 
+def _chunk_calls(cand) -> float:
+    """The forward (and backward) calls a micro-batch makes on one device: its pipeline chunks -- v under
+    interleaved 1F1B, v x n sequence chunks under Seq1F1B, else 1. Each call fills and drains the
+    pipeline's share (seconds_combine) and, under ZeRO-3, starts with a gather and ends with a reduction
+    that nothing before or after it in the call hides (seconds_stage_sums)."""
+    schedule = cand[_C["schedule"]]
+    if schedule == _INTERLEAVED:
+        return cand[_C["vp"]]
+    if schedule == _SEQ1F1B:
+        return cand[_C["vp"]] * cand[_C["seq_split"]]
+    return 1.0
+
+
 def _head(cand, rate, tokens: float, h: float, v: float, softcap: float, out3) -> None:
     """One output head on this rank: the logits GEMM (vocab-parallel over tp) and the loss.
 
@@ -374,6 +387,13 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
     # again before its backward, reduce-scatter its gradients after.
     zero = cand[_C["zero"]]
     bg, bp = cand[_C["bytes_grad"]], cand[_C["bytes_p"]]
+    if rate[_R["grad_reduce_bytes"]] > 0.0:
+        # the reduction's own width where it differs from the held gradients' (Rates.grad_reduce_bytes:
+        # FSDP2's MixedPrecisionPolicy reduce_dtype fp32 over bf16 gradients moves 4 bytes an element)
+        bg = rate[_R["grad_reduce_bytes"]]
+    # per-call floors: a pipeline chunk's forward and backward are calls of their own (torch.distributed.pipelining,
+    # Megatron's interleaved schedule), each with one layer's gather and reduction exposed
+    calls = _chunk_calls(cand)
     edp = cand[_C["edp"]]
     defer = cand[_C["defer_grads"]] != 0.0
     ov_dp, ov_fsdp = cand[_C["ov_dp"]], cand[_C["ov_fsdp"]]
@@ -410,17 +430,23 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
                     rerun = row[_S["rc"]] / row[_S["fw"]]
                     gathers += rerun if rerun < 1.0 else 1.0
                 row[_S["dp_mb_gather"]] += _exposed_tail(gathers * params, gathers * row[_S["fw"]],
-                                                         ov_fsdp, layers)
+                                                         ov_fsdp, layers / calls)
                 backward_traffic = params + (0.0 if defer else grads)
+            elif not defer:
+                # reduced every micro-batch, then resharded: FSDP2's reshard_after_backward (default True, kept
+                # off only with the gradient sync, as torch.distributed.pipelining does for an FSDP stage module)
+                # frees the gathered weights after each backward, so each micro-batch's forward gathers again
+                row[_S["dp_mb_gather"]] += _exposed_tail(params, row[_S["fw"]], ov_fsdp, layers / calls)
+                backward_traffic = grads
             else:
                 row[_S["dp_gather"]] += params            # gathered once a step, kept
-                backward_traffic = 0.0 if defer else grads
+                backward_traffic = 0.0
             if backward_traffic > 0.0:
-                row[_S["dp_mb_reduce"]] += _exposed_tail(backward_traffic, backward, ov_fsdp, layers)
+                row[_S["dp_mb_reduce"]] += _exposed_tail(backward_traffic, backward, ov_fsdp, layers / calls)
             if defer:
                 row[_S["dp_reduce"]] += grads
         elif zero == 2.0 and not defer:
-            row[_S["dp_mb_reduce"]] += _exposed_tail(grads, backward, ov_dp, layers)
+            row[_S["dp_mb_reduce"]] += _exposed_tail(grads, backward, ov_dp, layers / calls)
             row[_S["dp_gather"]] += params
         else:
             row[_S["dp_reduce"]] += grads
@@ -517,12 +543,7 @@ def seconds_combine(stage, cand, parts, stage_times) -> float:
     summed = 0.0
     for st in range(n_stages):
         summed += totals[st]
-    vp, n_split = cand[_C["vp"]], cand[_C["seq_split"]]
-    chunks = 1.0
-    if schedule == _INTERLEAVED:
-        chunks = vp
-    elif schedule == _SEQ1F1B:
-        chunks = vp * n_split
+    chunks = _chunk_calls(cand)
     worst = rows[straggler]
     dualpipe = schedule == _ZERO_BUBBLE_V or schedule == _DUALPIPE_V or schedule == _DUALPIPE
     if dualpipe:

@@ -23,22 +23,21 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ..errors import SpecError, is_finite_number
-from ..limits import MAX_LATENCY
+from ..errors import SpecError
 from .all_to_all_rates import with_all_to_all
 from .fp8_recipes import FP8_BACKWARD_CASTS, FP8_RECIPES, FP8_SPLIT_CASTS
 from .attention_rates import CUDNN_SDPA_SOURCE, CUDNN_SDPA_TOKENS, attention_burst_share, with_attention_shape
 from .gemm_part_ratios import GB300_GEMM_SOURCE, GB300_OVER_GB200
 from .straggler import BLACKWELL_BUSY, HOPPER_BUSY, NO_BUSY_SOURCE as _NO_BUSY, with_busy_node as _busy
 from .moe_kernels import (
-    EXPERT_BIASES, GLU_CLAMPS, GRACE_HOST_FACTOR, GRACE_LAUNCH_SOURCE, GROUPED_GEMMS, MOE_KERNEL_DEFAULTS,
-    MOE_KERNEL_SOURCES, MOE_PERMUTES,
+    GRACE_HOST_FACTOR, GRACE_LAUNCH_SOURCE, MOE_KERNEL_DEFAULTS, MOE_KERNEL_SOURCES,
 )
-from .rope_scaling import ROPE_SCALE_DEFAULT, ROPE_SCALES
+from .rope_scaling import ROPE_SCALE_DEFAULT
 from .deepep_rates import (
     DEEPEP_CALL_OVERHEAD, DEEPEP_INTRANODE_EFFICIENCY, DEEPEP_NVLINK_EFFICIENCY, DEEPEP_SOURCES, DEEPEP_TOKEN_OVERHEAD,
 )
 from .software_sources import TODAY_SOFTWARE_SOURCES
+from .rates_checks import ATTENTION_KERNELS, ELEMENTWISE, check_rates
 
 __all__ = ["Rates", "DEFAULT_RATES", "GENERIC_RATES", "GEMM_TILE_OUTPUTS", "SOFTWARE_PRESETS", "FP8_RECIPES",
            "FP8_BACKWARD_CASTS", "FP8_SPLIT_CASTS", "DEEPEP_NVLINK_EFFICIENCY", "ATTENTION_KERNELS", "ELEMENTWISE"]
@@ -49,10 +48,6 @@ _OWNER = "Rates"
 #: (Matrix Multiplication Background User's Guide §3.2; cuBLAS's large fp16 tiles, §2.3).
 GEMM_TILE_OUTPUTS = 256 * 128
 
-#: Attention kernels a software stack runs (Rates.attention_kernel).
-ATTENTION_KERNELS: tuple[str, ...] = ("best", "fa2")
-#: Elementwise execution (Rates.elementwise).
-ELEMENTWISE: tuple[str, ...] = ("fused", "eager")
 
 # ---------------------------------------------------------------------------- sources
 
@@ -112,6 +107,10 @@ class Rates:
             backward's own gather).
         zero3_grad_all_reduce: ZeRO-3 reduces gradients with an all-reduce rather than a
             reduce-scatter (default False).
+        grad_reduce_bytes: Bytes per gradient element the data-parallel reduction moves, where the
+            framework reduces in another width than it holds the gradients in; 0 (default): the held
+            width (``ExecSpec.grad_bytes``). FSDP2 under ``MixedPrecisionPolicy(reduce_dtype=float32)``
+            over bf16 gradients (NeMo AutoModel's parallelizer) upcasts them for the reduce-scatter: 4.
         grad_accumulation_fusion: The weight-gradient GEMM accumulates into the main gradient
             (default True, Megatron's ``--gradient-accumulation-fusion``); False: a separate kernel
             adds a 16-bit gradient into it every micro-batch.
@@ -186,6 +185,7 @@ class Rates:
     zero3_fetch_bandwidth: float = 0.0
     zero3_recompute_gather: bool = False
     zero3_grad_all_reduce: bool = False
+    grad_reduce_bytes: int = 0
     grad_accumulation_fusion: bool = True
     gemm_wave_tail: float = 0.5
     fa2_attention_efficiency: float | None = None
@@ -219,73 +219,7 @@ class Rates:
     attention_reference_tokens: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        fetch = self.zero3_fetch_bandwidth
-        if not is_finite_number(fetch) or fetch < 0.0:
-            raise SpecError("zero3_fetch_bandwidth", _OWNER, "be a finite number of bytes/s >= 0 (0: off)", fetch)
-        object.__setattr__(self, "zero3_fetch_bandwidth", float(fetch))
-        for name, choices in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", tuple(FP8_RECIPES)),
-                              ("elementwise", ELEMENTWISE), ("grouped_gemm_impl", GROUPED_GEMMS),
-                              ("moe_permute", MOE_PERMUTES), ("expert_bias", EXPERT_BIASES),
-                              ("glu_clamp", GLU_CLAMPS), ("rope_scale", ROPE_SCALES)):
-            if getattr(self, name) not in choices:
-                raise SpecError(name, _OWNER, f"be one of {', '.join(map(repr, choices))}", getattr(self, name))
-        tail = self.gemm_wave_tail
-        if not is_finite_number(tail) or not 0.0 <= tail <= 1.0:
-            raise SpecError("gemm_wave_tail", _OWNER, "be a number of waves in [0, 1]", tail)
-        object.__setattr__(self, "gemm_wave_tail", float(tail))
-        for name, top in (("grouped_gemm_tile_overhead", 1e6), ("grouped_gemm_exposed", 1.0),
-                          ("launch_overhead", 1.0), ("graph_kernel_overhead", 1.0), ("scatter_add_rate", 1e18),
-                          ("clock_sigma", 0.1), ("deepep_call_overhead", 1.0), ("deepep_token_overhead", 1e-3)):
-            value = getattr(self, name)
-            if not is_finite_number(value) or not 0.0 <= value <= top:
-                raise SpecError(name, _OWNER, f"be a finite number in [0, {top:g}]", value)
-            object.__setattr__(self, name, float(value))
-        for name in ("zero3_recompute_gather", "zero3_grad_all_reduce", "grad_accumulation_fusion",
-                     "attention_copies", "moe_router_fusion", "moe_aux_loss"):
-            if not isinstance(getattr(self, name), bool):
-                raise SpecError(name, _OWNER, "be True or False", getattr(self, name))
-        for name in ("matmul_efficiency", "attention_efficiency", "hbm_efficiency",
-                     "intra_node_efficiency", "inter_node_efficiency", "fp8_matmul_efficiency",
-                     "fa2_attention_efficiency", "all_to_all_efficiency", "deepep_nvlink_efficiency",
-                     "deepep_intranode_efficiency", "busy_clock_share"):
-            value = getattr(self, name)
-            if value is None and name in ("fp8_matmul_efficiency", "fa2_attention_efficiency",
-                                          "all_to_all_efficiency"):
-                continue
-            if not is_finite_number(value) or not 0.0 < value <= 1.0:
-                raise SpecError(name, _OWNER, "be a number in (0, 1]", value)
-            object.__setattr__(self, name, float(value))
-        lengths = self.attention_reference_tokens
-        if isinstance(lengths, (str, bytes)) or not isinstance(lengths, (tuple, list)) or not all(
-                is_finite_number(x) and x >= 2.0 for x in lengths):
-            raise SpecError("attention_reference_tokens", _OWNER, "be a sequence of causal lengths >= 2 tokens (empty: "
-                            "the attention rate holds at every length)", lengths)
-        object.__setattr__(self, "attention_reference_tokens", tuple(float(x) for x in lengths))
-        for name in ("attention_head64_share", "fa2_attention_head64_share"):
-            head64 = getattr(self, name)
-            if head64 is None and name == "fa2_attention_head64_share":
-                continue
-            if not is_finite_number(head64) or not 0.5 < head64 <= 1.0:
-                raise SpecError(name, _OWNER, "be a number in (0.5, 1] (the share of the head-dim-128 rate reached at "
-                                "head dim 64; 1: not applied)", head64)
-            object.__setattr__(self, name, float(head64))
-        if isinstance(self.sm_count, bool) or not isinstance(self.sm_count, int) or self.sm_count < 1:
-            raise SpecError("sm_count", _OWNER, "be an integer >= 1", self.sm_count)
-        if isinstance(self.tp_overlap_splits, bool) or not isinstance(self.tp_overlap_splits, int) or not \
-                1 <= self.tp_overlap_splits <= 64:
-            raise SpecError("tp_overlap_splits", _OWNER, "be an integer in [1, 64]", self.tp_overlap_splits)
-        if not is_finite_number(self.tp_overlap_sms) or not 0.0 <= self.tp_overlap_sms <= self.sm_count / 2:
-            raise SpecError("tp_overlap_sms", _OWNER, f"be a number of SMs in [0, {self.sm_count / 2}]",
-                            self.tp_overlap_sms)
-        object.__setattr__(self, "tp_overlap_sms", float(self.tp_overlap_sms))
-        overhead = self.kernel_overhead
-        if not is_finite_number(overhead) or not 0.0 <= overhead <= MAX_LATENCY:
-            raise SpecError("kernel_overhead", _OWNER, f"be a number of seconds in [0, {MAX_LATENCY:g}] (real: "
-                            "5-20 us a kernel)", overhead)
-        object.__setattr__(self, "kernel_overhead", float(overhead))
-        if not isinstance(self.sources, Mapping):
-            raise SpecError("sources", _OWNER, "be a mapping of figure names to source texts", self.sources)
-        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+        check_rates(self)   # each field's rule, and the canonical float / mapping forms (ndcost.spec.rates_checks)
 
     def __hash__(self) -> int:
         # Hashed on every seconds estimate (the rates vector's cache key): computed once, the

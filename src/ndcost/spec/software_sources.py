@@ -17,6 +17,8 @@ TODAY_SOFTWARE_SOURCES: Mapping[str, str] = MappingProxyType({
     "zero3_recompute_gather": "default False: PyTorch FSDP runs the checkpointed forward inside the unit's "
                               "backward, under the backward's own all-gather",
     "zero3_grad_all_reduce": "default False: PyTorch FSDP / ZeRO reduce-scatter the gradients",
+    "grad_reduce_bytes": "default 0: the gradients reduced in the width they are held in (Megatron-Core's DDP "
+                         "buffer, fp32 or grad_reduce_in_fp32 false's bf16; FSDP2 over fp32 parameters)",
     "grad_accumulation_fusion": "default True: Megatron-LM's --gradient-accumulation-fusion (on by default; "
                                 "the wgrad GEMM accumulates into main_grad)",
     "attention_kernel": "default 'best': Megatron-Core with Transformer Engine runs the part's fastest fused "

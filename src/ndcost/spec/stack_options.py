@@ -198,6 +198,11 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
     StackOption("overlap_grad_reduce", "overlapped_grad_reduce", "spec", "bool",
                 "reduce gradients under the last micro-batch's backward, bucket by bucket (Megatron's "
                 "--overlap-grad-reduce) (default on)"),
+    StackOption("defer_grad_reduce", "deferred_grad_accumulation", "spec", "bool",
+                "reduce the gradients once a step, after the last micro-batch (Megatron's DDP, torchtitan's FSDP stage "
+                "modules under torch.distributed.pipelining); off: every micro-batch's backward reduces them and "
+                "ZeRO-3 gathers the weights again for the next forward (FSDP2 at its defaults, as NeMo AutoModel "
+                "runs) (default off; on under --software torchtitan with PP)"),
     StackOption("overlap_param_gather", "overlapped_param_gather", "spec", "bool",
                 "all-gather the next step's ZeRO-1/2 parameters under its first forward (Megatron's "
                 "--overlap-param-gather) (default off)",
@@ -299,6 +304,11 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "the weight-gradient GEMM accumulates into the fp32 main gradient (Megatron's "
                 "--gradient-accumulation-fusion); off: a separate add every micro-batch (default: the --software "
                 "stack's, else on)"),
+    StackOption("grad_reduce_dtype", "grad_reduce_bytes", "rates", "choice",
+                "the dtype the data-parallel gradient reduction moves, where it is not the one the gradients are held "
+                "in: fp32 (FSDP2's MixedPrecisionPolicy reduce_dtype float32 over bf16 gradients, as NeMo AutoModel "
+                "sets it), bf16; held: the gradients' own (default held)",
+                choices=("held", "fp32", "bf16"), values={"held": 0, "fp32": 4, "bf16": 2}),
     StackOption("attention_kernel", "attention_kernel", "rates", "choice",
                 "attention kernel: best (the part's fastest fused attention) or fa2 (FlashAttention-2, PyTorch's "
                 "SDPA) (default: the --software stack's, else best)", choices=ATTENTION_KERNELS),

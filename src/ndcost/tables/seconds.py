@@ -204,6 +204,7 @@ def _rates_vector(device: Any, rates: Rates, precision: str, gpus: int) -> np.nd
     vec[RATE["z3_fetch_bw"]] = rates.zero3_fetch_bandwidth
     vec[RATE["z3_rc_gather"]] = float(rates.zero3_recompute_gather)
     vec[RATE["z3_grad_ar"]] = float(rates.zero3_grad_all_reduce)
+    vec[RATE["grad_reduce_bytes"]] = float(rates.grad_reduce_bytes)
     vec[RATE["grad_acc_pass"]] = 0.0 if rates.grad_accumulation_fusion else 1.0
     vec[RATE["wave_tail"]] = rates.gemm_wave_tail
     vec[RATE["mm16_eff"]] = rates.matmul_efficiency * slowest
