@@ -39,7 +39,11 @@ How time is priced (sources beside each formula below):
   gradient-accumulation fusion each layer's backward adds a pass over its parameters (read the
   16-bit gradient and the main one, write the main one); a ZeRO-3 fetch slower than NCCL
   (z3_fetch_bw) prices the gathered bytes at its rate, z3_rc_gather gathers again for the
-  recompute forward, z3_grad_ar all-reduces the gradients.
+  recompute forward, z3_grad_ar all-reduces the gradients, grad_reduce_bytes reduces them in another width
+  than they are held in;
+* gradients reduced every micro-batch (not deferred) under ZeRO-3 reshard the weights after each backward, so
+  each forward gathers them again; each pipeline chunk's forward and backward is a call of its own with one
+  layer's gather and reduction exposed (``_chunk_calls``; FSDP2's defaults, torch.distributed.pipelining).
 """
 from __future__ import annotations
 
