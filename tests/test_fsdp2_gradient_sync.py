@@ -15,7 +15,7 @@ import pytest
 
 import ndcost
 from ndcost.io.run_facts import RunFacts, _gradient_reduce_changes
-from ndcost.io.validation import build_row
+from ndcost.io.validation import BUILTIN_RUNS, build_row
 from ndcost.files import read_mapping
 from ndcost.kernels.columns import (
     RATE, SECONDS_CAND, SECONDS_LAYER_FIELDS, SECONDS_STAGE, SECONDS_STAGE_FIELDS,
@@ -23,7 +23,7 @@ from ndcost.kernels.columns import (
 from ndcost.spec.rates import Rates
 from ndcost.tables.seconds import Overlap, seconds_arrays
 
-MOE_RUNS = "src/ndcost/data/validation/moe_runs.yaml"
+MOE_RUNS = BUILTIN_RUNS["moe"]
 GATHER, REDUCE = SECONDS_STAGE["dp_mb_gather"], SECONDS_STAGE["dp_mb_reduce"]
 STEP_GATHER, STEP_REDUCE = SECONDS_STAGE["dp_gather"], SECONDS_STAGE["dp_reduce"]
 
