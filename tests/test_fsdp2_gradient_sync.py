@@ -17,11 +17,10 @@ import ndcost
 from ndcost.io.run_facts import RunFacts, _gradient_reduce_changes
 from ndcost.io.validation import BUILTIN_RUNS, build_row
 from ndcost.files import read_mapping
-from ndcost.kernels.columns import (
-    RATE, SECONDS_CAND, SECONDS_LAYER_FIELDS, SECONDS_STAGE, SECONDS_STAGE_FIELDS,
-)
+from ndcost.kernels.columns import SECONDS_CAND, SECONDS_STAGE
 from ndcost.spec.rates import Rates
 from ndcost.tables.seconds import Overlap, seconds_arrays
+from seconds_runs import stage_sums, with_rate
 
 MOE_RUNS = BUILTIN_RUNS["moe"]
 GATHER, REDUCE = SECONDS_STAGE["dp_mb_gather"], SECONDS_STAGE["dp_mb_reduce"]
@@ -36,29 +35,11 @@ def _arrays(vpp: int, *, defer: bool, hidden: float, reshard: bool = False):
     return seconds_arrays(ndcost.Model.from_catalog("llama3-8b"), spec, ndcost.Cluster("h100-sxm", 32), overlap=Overlap(fsdp_prefetch=hidden))
 
 
-def _stages(kernels, a):
-    n = a["counts"].shape[0]
-    layer = np.empty((a["kinds"].shape[0], len(SECONDS_LAYER_FIELDS)))
-    kernels.seconds_layer_times(a["kinds"], a["skinds"], a["model"], a["smodel"], a["cand"], a["rate"], layer)
-    stage = np.empty((n, len(SECONDS_STAGE_FIELDS)))
-    kernels.seconds_stage_sums(a["kinds"], a["skinds"], a["model"], a["smodel"], a["cand"], a["rate"], a["counts"],
-                               a["slot_option"], a["slot_mask"], a["extras"], stage)
-    return stage
-
-
-def _with_rate(a, **values):
-    a = dict(a)
-    a["rate"] = a["rate"].copy()
-    for name, value in values.items():
-        a["rate"][RATE[name]] = value
-    return a
-
-
 def test_reduced_every_micro_batch_gathers_every_micro_batch(kernels):
     """Not deferred: each micro-batch's forward gathers the weights again (nothing hidden: the whole gather, the
     once-a-step gather of the deferred run); deferred: gathered once a step, reduced once a step."""
-    every = _stages(kernels, _arrays(1, defer=False, hidden=0.0))
-    once = _stages(kernels, _arrays(1, defer=True, hidden=0.0))
+    every = stage_sums(kernels, _arrays(1, defer=False, hidden=0.0))
+    once = stage_sums(kernels, _arrays(1, defer=True, hidden=0.0))
     for st in range(4):
         assert once[st, GATHER] == 0.0 and once[st, REDUCE] == 0.0
         assert once[st, STEP_GATHER] > 0.0 and once[st, STEP_REDUCE] > 0.0
@@ -70,10 +51,10 @@ def test_reduced_every_micro_batch_gathers_every_micro_batch(kernels):
 def test_one_layer_exposed_per_chunk_call(kernels):
     """Hidden entirely but for what no call can hide: one layer's gather and one layer's reduction each forward and
     backward call -- v calls a micro-batch under interleaved 1F1B, one under 1F1B (8 layers a stage)."""
-    plain = _stages(kernels, _arrays(1, defer=False, hidden=1.0))
-    whole = _stages(kernels, _arrays(1, defer=False, hidden=0.0))
+    plain = stage_sums(kernels, _arrays(1, defer=False, hidden=1.0))
+    whole = stage_sums(kernels, _arrays(1, defer=False, hidden=0.0))
     for vpp in (2, 4):
-        chunked = _stages(kernels, _arrays(vpp, defer=False, hidden=1.0))
+        chunked = stage_sums(kernels, _arrays(vpp, defer=False, hidden=1.0))
         for st in range(4):
             layers = chunked[st, SECONDS_STAGE["layers"]]
             assert layers == 8.0
@@ -84,8 +65,8 @@ def test_one_layer_exposed_per_chunk_call(kernels):
 
 def test_resharded_forward_floors_per_call_too(kernels):
     """reshard_after_forward (ZeRO-3's gather again in the backward): the same per-call floor."""
-    plain = _stages(kernels, _arrays(1, defer=False, hidden=1.0, reshard=True))
-    chunked = _stages(kernels, _arrays(4, defer=False, hidden=1.0, reshard=True))
+    plain = stage_sums(kernels, _arrays(1, defer=False, hidden=1.0, reshard=True))
+    chunked = stage_sums(kernels, _arrays(4, defer=False, hidden=1.0, reshard=True))
     for st in range(4):
         for col in (GATHER, REDUCE):
             assert chunked[st, col] == pytest.approx(4.0 * plain[st, col], rel=1e-12)
@@ -94,17 +75,17 @@ def test_resharded_forward_floors_per_call_too(kernels):
 def test_reduction_in_its_own_width(kernels):
     """grad_reduce_bytes 4 over 2-byte gradients moves what 4-byte gradients would; the gather is untouched."""
     a = _arrays(2, defer=False, hidden=0.3)
-    base = _stages(kernels, a)
-    wide = _stages(kernels, _with_rate(a, grad_reduce_bytes=4.0))
+    base = stage_sums(kernels, a)
+    wide = stage_sums(kernels, with_rate(a, grad_reduce_bytes=4.0))
     held4 = dict(a)
     held4["cand"] = a["cand"].copy()
     held4["cand"][SECONDS_CAND["bytes_grad"]] = 4.0
-    want = _stages(kernels, held4)
+    want = stage_sums(kernels, held4)
     for st in range(4):
         assert wide[st, REDUCE] > base[st, REDUCE]
         assert wide[st, REDUCE] == pytest.approx(want[st, REDUCE], rel=1e-12)
         assert wide[st, GATHER] == base[st, GATHER]
-    same = _stages(kernels, _with_rate(a, grad_reduce_bytes=2.0))
+    same = stage_sums(kernels, with_rate(a, grad_reduce_bytes=2.0))
     np.testing.assert_array_equal(same, base)
 
 

@@ -17,6 +17,7 @@ from ndcost.kernels.columns import (
 )
 from ndcost.tables.seconds import Overlap, seconds_arrays
 from ndcost.tables.joint_rules import validate
+from seconds_runs import run_seconds, with_rate
 
 L = SECONDS_LAYER
 S = SECONDS_STAGE
@@ -291,19 +292,6 @@ def _random_spec(rng, model):
     )
 
 
-def _run(kernels, a):
-    n = a["counts"].shape[0]
-    layer = np.empty((a["kinds"].shape[0], len(SECONDS_LAYER_FIELDS)))
-    kernels.seconds_layer_times(a["kinds"], a["skinds"], a["model"], a["smodel"], a["cand"], a["rate"], layer)
-    stage = np.empty((n, len(SECONDS_STAGE_FIELDS)))
-    kernels.seconds_stage_sums(a["kinds"], a["skinds"], a["model"], a["smodel"], a["cand"], a["rate"], a["counts"],
-                               a["slot_option"], a["slot_mask"], a["extras"], stage)
-    parts = np.empty(len(PART_NAMES))
-    times = np.empty(n)
-    step = kernels.seconds_combine(stage, a["cand"], parts, times)
-    return [layer, stage, parts, times, np.array([step])]
-
-
 def _candidate_arrays():
     """~40 real strategies (catalog models, H100 with fp8) plus perturbed copies: ~300 in all."""
     rng = np.random.default_rng(20240611)
@@ -384,9 +372,9 @@ def test_compiled_matches_oracle_on_seeded_candidates(ckernels, pykernels):
     assert len(arrays) == 300
     finite = 0
     for a in arrays:
-        for got, want in zip(_run(ckernels, a), _run(pykernels, a)):
+        for got, want in zip(run_seconds(ckernels, a), run_seconds(pykernels, a)):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=0.0, equal_nan=True)
-        finite += math.isfinite(_run(pykernels, a)[-1][0])
+        finite += math.isfinite(run_seconds(pykernels, a)[-1][0])
     assert finite == 300
 
 
@@ -410,9 +398,9 @@ def test_compiled_matches_oracle_on_edges(ckernels, pykernels):
     counts = np.zeros_like(a["counts"])                                     # a layout with no layers
     edges.append(dict(a, counts=counts))
     for e in edges:
-        for got, want in zip(_run(ckernels, e), _run(pykernels, e)):
+        for got, want in zip(run_seconds(ckernels, e), run_seconds(pykernels, e)):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=0.0, equal_nan=True)
-    assert math.isnan(_run(ckernels, edges[0])[-1][0])
+    assert math.isnan(run_seconds(ckernels, edges[0])[-1][0])
     empty = np.zeros((0, len(SECONDS_STAGE_FIELDS)))
     for k in (ckernels, pykernels):
         assert math.isnan(k.seconds_combine(empty, a["cand"], np.empty(len(PART_NAMES)), np.empty(0)))
@@ -451,21 +439,12 @@ def _zero3_arrays(recompute="full", zero_stage=3):
     return seconds_arrays(model, spec, ndcost.Cluster("a100-80g", 64), overlap=Overlap(fsdp_prefetch=0.0))
 
 
-def _with_rate(a, **values):
-    a = dict(a)
-    rate = a["rate"].copy()
-    for name, value in values.items():
-        rate[RATE[name]] = value
-    a["rate"] = rate
-    return a
-
-
 def test_unfused_gradient_accumulation_adds_one_pass_over_the_parameters(kernels):
     """Megatron-LM 2021: main_grad.add_(grad) per micro-batch = read the 16-bit gradient and the main
     gradient, write the main gradient, over the layer's local parameters at the achievable HBM rate."""
     a = _zero3_arrays(zero_stage=0)
-    fused = _run(kernels, a)[0]
-    unfused = _run(kernels, _with_rate(a, grad_acc_pass=1.0))[0]
+    fused = run_seconds(kernels, a)[0]
+    unfused = run_seconds(kernels, with_rate(a, grad_acc_pass=1.0))[0]
     rate, cand = a["rate"], a["cand"]
     params = fused[0, SECONDS_LAYER["p_dense"]]
     moved = params * (cand[SECONDS_CAND["bytes_c"]] + 2.0 * cand[SECONDS_CAND["bytes_grad"]])
@@ -479,8 +458,8 @@ def test_zero3_fetch_figures(kernels):
     """DeepSpeed 2021 ZeRO-3: the fetch at its measured rate when slower than NCCL's, a recompute
     forward that gathers again, gradients all-reduced; none of it touches a ZeRO-1 strategy."""
     a = _zero3_arrays()
-    base = _run(kernels, a)[1][0]
-    stage = lambda **v: _run(kernels, _with_rate(a, **v))[1][0]
+    base = run_seconds(kernels, a)[1][0]
+    stage = lambda **v: run_seconds(kernels, with_rate(a, **v))[1][0]
     gather, reduce_ = SECONDS_STAGE["dp_mb_gather"], SECONDS_STAGE["dp_mb_reduce"]
     slow = stage(z3_fetch_bw=1e9)
     # the capped gather is the stage's parameter bytes over the rate: 175B fp16 parameters
@@ -494,9 +473,9 @@ def test_zero3_fetch_figures(kernels):
     assert again[gather] == pytest.approx((1.0 + share) * base[gather], rel=1e-12)
     assert stage(z3_grad_ar=1.0)[reduce_] > base[reduce_]
     z1 = _zero3_arrays(zero_stage=1)
-    plain = _run(kernels, z1)
-    flagged = _run(kernels, _with_rate(z1, z3_fetch_bw=1e9, z3_rc_gather=1.0, z3_grad_ar=1.0))
+    plain = run_seconds(kernels, z1)
+    flagged = run_seconds(kernels, with_rate(z1, z3_fetch_bw=1e9, z3_rc_gather=1.0, z3_grad_ar=1.0))
     for got, want in zip(flagged, plain):
         np.testing.assert_array_equal(got, want)
     no_rc = _zero3_arrays(recompute="none")
-    assert _run(kernels, _with_rate(no_rc, z3_rc_gather=1.0))[1][0][gather] == _run(kernels, no_rc)[1][0][gather]
+    assert run_seconds(kernels, with_rate(no_rc, z3_rc_gather=1.0))[1][0][gather] == run_seconds(kernels, no_rc)[1][0][gather]

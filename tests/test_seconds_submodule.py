@@ -18,11 +18,12 @@ import ndcost
 from ndcost.spec.rates import Rates
 from ndcost.tables.cache import per_object
 from ndcost.kernels.columns import (
-    HYPER_POLICY_MASK, KIND, MODEL, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, PART_NAMES, RATE, SECONDS_CAND,
-    SECONDS_EXTRA_FIELDS, SECONDS_LAYER, SECONDS_LAYER_FIELDS, SECONDS_STAGE, SECONDS_STAGE_FIELDS,
+    HYPER_POLICY_MASK, KIND, MODEL, OPTION_FULL, OPTION_NONE, OPTION_SELECTIVE, RATE, SECONDS_CAND,
+    SECONDS_EXTRA_FIELDS, SECONDS_LAYER, SECONDS_STAGE, SECONDS_STAGE_FIELDS,
 )
 from ndcost.kernels.window_attention import _head_dim_share
 from ndcost.tables.seconds import seconds_arrays
+from seconds_runs import layer_times, run_seconds, stage_sums, with_cand, with_kind
 
 L = SECONDS_LAYER
 S = SECONDS_STAGE
@@ -59,43 +60,12 @@ def _arrays(model, spec) -> dict:
     return a
 
 
-def _with_kind(a: dict, k: int = 0, **values) -> dict:
-    a = dict(a)
-    kinds = a["kinds"].copy()
-    for name, value in values.items():
-        kinds[k, KIND[name]] = value
-    a["kinds"] = kinds
-    return a
-
-
-def _with_cand(a: dict, **values) -> dict:
-    a = dict(a)
-    cand = a["cand"].copy()
-    for name, value in values.items():
-        cand[C[name]] = value
-    a["cand"] = cand
-    return a
-
-
-def _layers(kernels, a) -> np.ndarray:
-    out = np.empty((a["kinds"].shape[0], len(SECONDS_LAYER_FIELDS)))
-    kernels.seconds_layer_times(a["kinds"], a["skinds"], a["model"], a["smodel"], a["cand"], a["rate"], out)
-    return out
-
-
-def _stages(kernels, a) -> np.ndarray:
-    out = np.empty((a["counts"].shape[0], len(SECONDS_STAGE_FIELDS)))
-    kernels.seconds_stage_sums(a["kinds"], a["skinds"], a["model"], a["smodel"], a["cand"], a["rate"], a["counts"],
-                               a["slot_option"], a["slot_mask"], a["extras"], out)
-    return out
-
-
 def _vision_kind(a: dict, k: int = 0, **extra) -> dict:
     """Kind k of *a* turned into the vision block (its submodule columns and dimensions)."""
     values = dict(sub_h=VH, sub_a=VA, sub_hff=VFF, seq_tokens=VSEQ, att_a=VA, att_n_kv=VA, att_dh=VD,
                   ffn_width=VFF)
     values.update(extra)
-    return _with_kind(a, k, **values)
+    return with_kind(a, k, **values)
 
 
 def _gemm(m, n, k, batch, in_bytes, out_bytes, rate) -> float:
@@ -128,11 +98,11 @@ def test_a_submodule_kind_prices_as_a_plain_model_of_its_dimensions(kernels, fie
     vision = _vision_kind(host)
     # the host's parameter counts are the host's; the plain model's stand in (p_dense, p_expert)
     vision["skinds"] = plain["skinds"]
-    got, want = _layers(kernels, vision), _layers(kernels, plain)
+    got, want = layer_times(kernels, vision), layer_times(kernels, plain)
     np.testing.assert_array_equal(got, want)
     assert want[0, L["fw"]] > 0.0 and want[0, L["flops_core"]] > 0.0
     # and the host's own layer is another one
-    assert _layers(kernels, host)[0, L["fw"]] != got[0, L["fw"]]
+    assert layer_times(kernels, host)[0, L["fw"]] != got[0, L["fw"]]
 
 
 def test_model_level_parts_stay_on_the_model(kernels):
@@ -141,8 +111,8 @@ def test_model_level_parts_stay_on_the_model(kernels):
     spec = _spec(tp=2, pp=2, micro_batch_num=4, seq_length=4096)
     host = _arrays(_host(), spec)
     vision = _vision_kind(host)
-    layer_host, layer_vision = _layers(kernels, host)[0], _layers(kernels, vision)[0]
-    stage_host, stage_vision = _stages(kernels, host), _stages(kernels, vision)
+    layer_host, layer_vision = layer_times(kernels, host)[0], layer_times(kernels, vision)[0]
+    stage_host, stage_vision = stage_sums(kernels, host), stage_sums(kernels, vision)
     layers = host["counts"].sum(axis=1)                # one kind, one option: layers per stage
     for st in range(spec.pp):
         for name in ("fw", "bw", "bw_w"):
@@ -170,8 +140,8 @@ def _core_inputs(a):
 def test_bidirectional_flash_runs_the_whole_score_matrix(kernels):
     a = _vision_kind(_arrays(_host(), _spec(seq_length=4096)))
     b, s, t, cp, attn_rate, kernel_s = _core_inputs(a)
-    causal = _layers(kernels, a)[0]
-    bidir = _layers(kernels, _with_kind(a, bidirectional=1))[0]
+    causal = layer_times(kernels, a)[0]
+    bidir = layer_times(kernels, with_kind(a, bidirectional=1))[0]
     # model FLOPs: 2·b·s·s·a·(d_qk + d_v) for the bidirectional kind, half of it for a causal one
     flops = 2.0 * b * s * s * VA * (VD + VD)
     assert flops == 2.0 * 2 * 1024 * 1024 * 16 * 160
@@ -197,7 +167,7 @@ def test_bidirectional_without_flash_meets_every_key(kernels):
     hbm = a["rate"][RATE["hbm_eff"]] * a["rate"][RATE["hbm_bw"]]
     heads = b * VA / t
     for bidirectional, keys in ((0, s * 3 / 4), (1, s)):
-        row = _layers(kernels, _with_kind(a, bidirectional=bidirectional))[0]
+        row = layer_times(kernels, with_kind(a, bidirectional=bidirectional))[0]
         scores = heads * s * keys
         assert row[L["sw_softmax"]] == pytest.approx(2.0 * 2.0 * scores / hbm + 2 * kernel_s, rel=1e-12)
         # the forward BMMs of each chunk: [s/2 x keys] scores and the [s/2 x d] context
@@ -212,17 +182,17 @@ def test_windowed_attention_meets_a_window_of_keys(kernels):
     window = 64
     a = _vision_kind(_arrays(_host(), _spec(seq_length=4096)), bidirectional=1)
     b, s, t, cp, attn_rate, kernel_s = _core_inputs(a)
-    row = _layers(kernels, _with_kind(a, att_window=window))[0]
+    row = layer_times(kernels, with_kind(a, att_window=window))[0]
     flops = 2.0 * b * s * window * VA * (VD + VD)
     assert row[L["flops_core"]] == pytest.approx(flops, rel=1e-12)
     assert row[L["core_f"]] == pytest.approx(flops / (t * cp) / attn_rate + kernel_s, rel=1e-12)
-    full = _layers(kernels, a)[0]
+    full = layer_times(kernels, a)[0]
     # model FLOPs of the forward lose (s - 64)/s of the core
     assert full[L["flops_f"]] - row[L["flops_f"]] == pytest.approx(
         2.0 * b * s * (s - window) * VA * (VD + VD), rel=1e-12)
     # without flash: [s x 64] scores per head
-    nf = _with_cand(a, flash=0.0)
-    row = _layers(kernels, _with_kind(nf, att_window=window))[0]
+    nf = with_cand(a, flash=0.0)
+    row = layer_times(kernels, with_kind(nf, att_window=window))[0]
     heads = b * VA / t
     hbm = a["rate"][RATE["hbm_eff"]] * a["rate"][RATE["hbm_bw"]]
     assert row[L["sw_softmax"]] == pytest.approx(2.0 * 2.0 * heads * s * window / hbm + kernel_s, rel=1e-12)
@@ -241,17 +211,17 @@ def test_a_causal_sliding_window_meets_its_prefix_then_the_window(kernels):
     window = 64
     a = _vision_kind(_arrays(_host(), _spec(seq_length=4096)), bidirectional=0)
     b, s, t, cp, attn_rate, kernel_s = _core_inputs(a)
-    row = _layers(kernels, _with_kind(a, att_window=window))[0]
+    row = layer_times(kernels, with_kind(a, att_window=window))[0]
     pairs = s * 64 - 64 * 63 / 2
     flops = 2.0 * b * pairs * VA * (VD + VD)
     assert row[L["flops_core"]] == pytest.approx(flops, rel=1e-12)
     stretch = _window_stretch(64.0, s)
     assert stretch > 5.0
     assert row[L["core_f"]] == pytest.approx(flops / (t * cp) / attn_rate * stretch + kernel_s, rel=1e-12)
-    bidirectional = _layers(kernels, _with_kind(a, att_window=window, bidirectional=1))[0]
+    bidirectional = layer_times(kernels, with_kind(a, att_window=window, bidirectional=1))[0]
     assert bidirectional[L["flops_core"]] == pytest.approx(2.0 * b * s * window * VA * (VD + VD), rel=1e-12)
-    nf = _with_cand(a, flash=0.0)
-    row = _layers(kernels, _with_kind(nf, att_window=window))[0]
+    nf = with_cand(a, flash=0.0)
+    row = layer_times(kernels, with_kind(nf, att_window=window))[0]
     heads = b * VA / t
     core = _gemm(s, s, VD, heads, 2.0, 2.0, a["rate"]) + _gemm(s, VD, s, heads, 2.0, 2.0, a["rate"])
     assert row[L["core_f"]] == pytest.approx(core, rel=1e-12)
@@ -268,10 +238,10 @@ def test_chunked_attention_is_causal_inside_each_chunk(kernels):
     k = s // chunk
     r = s - k * chunk
     pairs = k * chunk * (chunk + 1) / 2 + r * (r + 1) / 2
-    row = _layers(kernels, _with_kind(a, att_window=chunk, att_chunked=1))[0]
+    row = layer_times(kernels, with_kind(a, att_window=chunk, att_chunked=1))[0]
     assert row[L["flops_core"]] == pytest.approx(2.0 * b * pairs * VA * (VD + VD), rel=1e-12)
     assert row[L["core_f"]] == pytest.approx(row[L["flops_core"]] / (t * cp) / attn_rate + kernel_s, rel=1e-12)
-    sliding = _layers(kernels, _with_kind(a, att_window=chunk))[0]
+    sliding = layer_times(kernels, with_kind(a, att_window=chunk))[0]
     assert row[L["flops_core"]] < sliding[L["flops_core"]]     # a chunk's early queries see fewer keys
 
 
@@ -279,10 +249,10 @@ def test_a_window_of_the_whole_sequence_is_no_window(kernels):
     a = _vision_kind(_arrays(_host(), _spec(seq_length=4096)))
     for flash in (0.0, 1.0):
         for bidirectional in (0, 1):
-            base = _with_cand(_with_kind(a, bidirectional=bidirectional), flash=flash)
-            plain = _layers(kernels, base)
+            base = with_cand(with_kind(a, bidirectional=bidirectional), flash=flash)
+            plain = layer_times(kernels, base)
             for window in (VSEQ, 2 * VSEQ, 1e9):
-                np.testing.assert_array_equal(_layers(kernels, _with_kind(base, att_window=window)), plain)
+                np.testing.assert_array_equal(layer_times(kernels, with_kind(base, att_window=window)), plain)
 
 
 # ----------------------------------------------------------------------------- census
@@ -291,7 +261,7 @@ def test_projection_matmul_times_by_hand(kernels):
     """att_mm_f: QKV (h -> 3·16·80/t) and proj (16·80/t -> h) forward; ffn_mm_f: the SwiGLU pair
     (h -> 2·3420/t, 3420/t -> h) forward -- GEMMs of m = b·s rows at bytes_mm in, bytes_c out."""
     a = _arrays(_plain(), _spec())
-    row = _layers(kernels, a)[0]
+    row = layer_times(kernels, a)[0]
     t = 2
     rows = 2.0 * VSEQ
     rate = a["rate"]
@@ -312,7 +282,7 @@ def test_moe_ffn_matmuls_are_the_experts_not_the_router(kernels, name):
     model = ndcost.Model.from_catalog(name)
     spec = _spec(tp=2, dp=4, ep=4, seq_length=4096, micro_batch_size=1)
     a = _arrays(model, spec)
-    rows = _layers(kernels, a)
+    rows = layer_times(kernels, a)
     cand, rate = a["cand"], a["rate"]
     tokens = cand[C["b"]] * cand[C["s"]] / cand[C["cp"]]
     router = _gemm(tokens / cand[C["sp"]], a["model"][MODEL["n_exp"]], model.hidden_size, 1, cand[C["bytes_mm"]],
@@ -338,9 +308,9 @@ def test_census_adds_its_share_of_the_projection_matmuls(kernels):
     assert HYPER_POLICY_MASK in list(a["slot_mask"])
     layers = a["counts"][0].sum()
     assert layers == 4
-    row = _layers(kernels, a)[0]
-    plain = _stages(kernels, a)
-    census = _stages(kernels, _with_kind(a, census_att=0.25, census_ffn=0.5))
+    row = layer_times(kernels, a)[0]
+    plain = stage_sums(kernels, a)
+    census = stage_sums(kernels, with_kind(a, census_att=0.25, census_ffn=0.5))
     extra = 4 * (0.25 * row[L["att_mm_f"]] + 0.5 * row[L["ffn_mm_f"]])
     assert census[0, S["rc"]] - plain[0, S["rc"]] == pytest.approx(extra, rel=1e-9)
     # the switches the policy recomputes (everything but attBMM and attUp) are still there
@@ -356,22 +326,22 @@ def test_census_adds_its_share_of_the_projection_matmuls(kernels):
 
 def test_census_only_for_the_policy_and_a_kind_with_a_census(kernels):
     a = _census_arrays()
-    plain = _stages(kernels, a)
+    plain = stage_sums(kernels, a)
     # no census (-1): nothing more
-    np.testing.assert_array_equal(_stages(kernels, _with_kind(a, census_att=-1.0, census_ffn=0.5)), plain)
+    np.testing.assert_array_equal(stage_sums(kernels, with_kind(a, census_att=-1.0, census_ffn=0.5)), plain)
     # another selective setting: the switches only
     megatron = _census_arrays("megatron")
     assert HYPER_POLICY_MASK not in list(megatron["slot_mask"])
-    np.testing.assert_array_equal(_stages(kernels, _with_kind(megatron, census_att=0.25, census_ffn=0.5)),
-                                  _stages(kernels, megatron))
+    np.testing.assert_array_equal(stage_sums(kernels, with_kind(megatron, census_att=0.25, census_ffn=0.5)),
+                                  stage_sums(kernels, megatron))
     # full recompute re-runs the whole forward; a census changes nothing
     for option in (OPTION_FULL, OPTION_NONE):
         b = dict(a, slot_option=np.full_like(a["slot_option"], option))
-        np.testing.assert_array_equal(_stages(kernels, _with_kind(b, census_att=0.25, census_ffn=0.5)),
-                                      _stages(kernels, b))
+        np.testing.assert_array_equal(stage_sums(kernels, with_kind(b, census_att=0.25, census_ffn=0.5)),
+                                      stage_sums(kernels, b))
     # a census without an FFN share (-1) prices the attention share alone
-    row = _layers(kernels, a)[0]
-    att_only = _stages(kernels, _with_kind(a, census_att=0.5, census_ffn=-1.0))
+    row = layer_times(kernels, a)[0]
+    att_only = stage_sums(kernels, with_kind(a, census_att=0.5, census_ffn=-1.0))
     assert att_only[0, S["rc"]] - plain[0, S["rc"]] == pytest.approx(4 * 0.5 * row[L["att_mm_f"]], rel=1e-9)
 
 
@@ -428,23 +398,14 @@ def _random_kind_arrays():
     return arrays
 
 
-def _run(kernels, a):
-    layer = _layers(kernels, a)
-    stage = _stages(kernels, a)
-    parts = np.empty(len(PART_NAMES))
-    times = np.empty(stage.shape[0])
-    step = kernels.seconds_combine(stage, a["cand"], parts, times)
-    return [layer, stage, parts, times, np.array([step])]
-
-
 @pytest.mark.cython
 def test_compiled_matches_oracle_on_random_submodule_rows(ckernels, pykernels):
     arrays = _random_kind_arrays()
     assert len(arrays) == 300
     finite = 0
     for a in arrays:
-        want = _run(pykernels, a)
-        for got, exp in zip(_run(ckernels, a), want):
+        want = run_seconds(pykernels, a)
+        for got, exp in zip(run_seconds(ckernels, a), want):
             np.testing.assert_allclose(got, exp, rtol=1e-12, atol=0.0, equal_nan=True)
         finite += math.isfinite(want[-1][0])
     assert 250 <= finite < 300                       # the edge rows are NaN, the others priced
@@ -514,7 +475,7 @@ def test_patch_embedding_and_merger_by_hand(kernels, sequence_parallel):
                            sequence_parallel=sequence_parallel)
     a = _arrays(model, spec)
     no_tower = dict(a, smodel=np.where(np.arange(len(a["smodel"])) == SECONDS_MODEL["v_patches"], 0.0, a["smodel"]))
-    edge = _stages(kernels, a) - _stages(kernels, no_tower)
+    edge = stage_sums(kernels, a) - stage_sums(kernels, no_tower)
     assert not edge[1:].any()                       # the embedding's stage only
     rate, sp = a["rate"], 2.0 if sequence_parallel else 1.0
     assert edge[0, S["model_flops"]] == edge[0, S["hw_flops"]] == 310_797_926_400.0
@@ -535,8 +496,8 @@ def test_the_p2p_ring_merges_each_step_in_place(kernels):
     added (2 + 3 x 16-bit per element), dK/dV concatenated each step, in 1 + 3·cp kernels."""
     cp, t = 2, 2
     a = _arrays(_plain(), _spec(tp=t, cp=cp, dp=1))
-    ring = _layers(kernels, a)[0]
-    ulysses = _layers(kernels, _with_cand(a, cp_ring=0.0))[0]
+    ring = layer_times(kernels, a)[0]
+    ulysses = layer_times(kernels, with_cand(a, cp_ring=0.0))[0]
     hbm = a["rate"][RATE["hbm_eff"]] * a["rate"][RATE["hbm_bw"]]
     kernel_s = a["rate"][RATE["kernel_s"]]
     tokens = 2 * VSEQ / cp
