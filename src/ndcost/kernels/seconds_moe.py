@@ -422,13 +422,19 @@ def _note_two(note, ops, op: int, scope: int, bytes_f: float, kernels_f: float, 
 def _moe_ffn(model, smodel, cand, rate, tokens: float, h: float, n_ff: float, width: float, sums, note,
              ops) -> tuple[float, float, float]:
     """A MoE layer's FFN on this rank (``_moe_block``), returning also its model FLOPs for the whole
-    micro-batch. The rank routes tokens / sp tokens (SP splits them); its ep-th share of the experts
-    computes tokens x top-k x load rows (load: moe_imbalance dropless -- the busiest rank --, the capacity
-    factor in capacity mode); the shared experts run on its tokens, split over tp."""
+    micro-batch. The rank routes tokens / sp tokens (SP splits them); its ep-th share of the experts,
+    each 1/t_exp of its width, computes tokens x top-k x load x t_exp / t rows (load: moe_imbalance
+    dropless -- the busiest rank --, the capacity factor in capacity mode): the t ranks that share a
+    micro-batch's tokens share its expert work, whatever the expert grid. An expert TP group as wide as
+    the attention's gathers that group's tokens (t_exp = t: every token, each expert 1/t wide); with
+    t_exp = 1 under TP 2 and SP each rank dispatches its own half (Megatron-Core's alltoall dispatcher
+    over the expert TP group, tp-ep-dp-pp); t_exp above t gathers the tokens of t_exp / t data-parallel
+    ranks. The shared experts run on its tokens, split over tp."""
     topk, n_exp = model[_M["n_chosen"]], model[_M["n_exp"]]
     load = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
     shared = smodel[_SM["shared_width"]]
-    ffn_f, act_f = _moe_block(tokens / cand[_C["sp"]], tokens * topk * load, n_exp / cand[_C["ep"]], h, width, n_ff,
+    rows = tokens * topk * load * cand[_C["t_exp"]] / cand[_C["t"]]
+    ffn_f, act_f = _moe_block(tokens / cand[_C["sp"]], rows, n_exp / cand[_C["ep"]], h, width, n_ff,
                               n_exp, topk, shared, tokens, 0.0, smodel[_SM["router_bias"]], smodel[_SM["expert_bias"]],
                               smodel[_SM["glu_clamp"]], cand, rate, sums, note, ops)
     return ffn_f, act_f, 2.0 * cand[_C["b"]] * cand[_C["s"]] * h * (topk * n_ff * width + n_exp + n_ff * shared)
