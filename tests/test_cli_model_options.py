@@ -58,7 +58,7 @@ def test_show_lists_the_tower_at_its_tokens(capsys):
 @pytest.mark.parametrize("argv, parameter", [
     (["estimate", "llama3-8b", "--device", "h100-sxm", "--vision-tokens", "1024"], "--vision-tokens"),
     (["estimate", *VLM, "--vision-tokens", "0"], "tokens"),
-    (["show", "llama3-8b", "--census", "no/such/census.json"], "no/such/census.json"),
+    (["show", "llama3-8b", "--census", "no/such/census.json"], "census"),
 ])
 def test_misuse_is_one_clear_line(capsys, argv, parameter):
     assert main(argv) == 2

@@ -13,55 +13,90 @@ from typing import Any
 
 from .errors import SpecError
 
-__all__ = ["read_text", "read_yaml", "read_json", "read_mapping", "output_path", "write_output"]
+__all__ = ["MAX_FILE_BYTES", "read_text", "read_yaml", "read_json", "parse_json", "read_mapping", "output_path",
+           "write_output"]
 
 
-def read_text(path: str | os.PathLike, what: str) -> str:
-    """The text of *path* (UTF-8); *what* names the file's role in the message ("a runs file")."""
+#: The largest file ndcost reads (64 MiB): a config, a census or a runs file is kilobytes; a path to a device
+#: or a log grown without end is refused with its size, not read into memory.
+MAX_FILE_BYTES = 64 << 20
+#: Why a parsed document is refused: nested past Python's recursion limit, or a number past the digits
+#: Python converts (4,300: sys.get_int_max_str_digits) -- neither is a config any tool writes.
+_TOO_DEEP = "be nested fewer levels than Python's recursion limit"
+_TOO_LONG = "hold numbers of at most 4,300 digits"
+
+
+def read_text(path: str | os.PathLike, what: str, parameter: str | None = None) -> str:
+    """The text of *path* (UTF-8); *what* names the file's role in the message ("a runs file"), *parameter*
+    the argument that named it (``--census``; the path itself where none does). A directory, a pipe, a
+    device or a file over :data:`MAX_FILE_BYTES` is refused before it is read (a FIFO would block, /dev/zero
+    never end)."""
     if not isinstance(path, (str, os.PathLike)):
-        raise SpecError("path", "ndcost", f"be a path to {what}", path)
+        raise SpecError(parameter or "path", "ndcost", f"be a path to {what}", path)
+    name = parameter or str(path)
     file = Path(path)
     if file.is_dir():
-        raise SpecError(str(path), "ndcost", f"be {what}, not a directory", str(path))
+        raise SpecError(name, "ndcost", f"be {what}, not a directory", str(path))
     try:
+        if file.exists() and not file.is_file():
+            raise SpecError(name, "ndcost", f"be a regular file ({what}), not a pipe or a device", str(path))
+        if file.exists() and file.stat().st_size > MAX_FILE_BYTES:
+            raise SpecError(name, "ndcost", f"be at most {MAX_FILE_BYTES >> 20} MiB ({what})",
+                            f"{file.stat().st_size} bytes")
         return file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError(str(path), "ndcost", f"name an existing file ({what})", str(path)) from None
+        raise SpecError(name, "ndcost", f"name an existing file ({what})", str(path)) from None
     except UnicodeDecodeError as exc:
-        raise SpecError(str(path), "ndcost", f"be UTF-8 text ({what})", f"byte {exc.start}: {exc.reason}") from None
+        raise SpecError(name, "ndcost", f"be UTF-8 text ({what})", f"byte {exc.start}: {exc.reason}") from None
     except OSError as exc:
-        raise SpecError(str(path), "ndcost", f"be readable ({what})", exc.strerror or type(exc).__name__) from None
+        raise SpecError(name, "ndcost", f"be readable ({what})", exc.strerror or type(exc).__name__) from None
 
 
-def read_yaml(path: str | os.PathLike, what: str) -> Any:
+def read_yaml(path: str | os.PathLike, what: str, parameter: str | None = None) -> Any:
     """The YAML document of *path*; a syntax error names its line."""
     import yaml
 
-    text = read_text(path, what)
+    text = read_text(path, what, parameter)
+    name = parameter or str(path)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(str(path), "ndcost", f"be valid YAML ({what})", f"{where}{problem}") from None
+        raise SpecError(name, "ndcost", f"be valid YAML ({what})", f"{where}{problem}") from None
+    except RecursionError:
+        raise SpecError(name, "ndcost", f"{_TOO_DEEP} ({what})", str(path)) from None
+    except ValueError as exc:   # an int past sys.get_int_max_str_digits in a YAML scalar
+        raise SpecError(name, "ndcost", f"{_TOO_LONG} ({what})", str(exc).split(";")[0]) from None
 
 
-def read_json(path: str | os.PathLike, what: str) -> Any:
+def read_json(path: str | os.PathLike, what: str, parameter: str | None = None) -> Any:
     """The JSON document of *path*; a syntax error names its line."""
-    text = read_text(path, what)
+    text = read_text(path, what, parameter)
+    return parse_json(text, what, parameter or str(path))
+
+
+def parse_json(text: str, what: str, parameter: str) -> Any:
+    """*text* as JSON (a file's or an argument's): malformed, nested past the recursion limit or holding a
+    number Python will not convert, a SpecError naming *parameter*."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SpecError(str(path), "ndcost", f"be valid JSON ({what})",
+        raise SpecError(parameter, "ndcost", f"be valid JSON ({what})",
                         f"line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise SpecError(parameter, "ndcost", f"{_TOO_DEEP} ({what})", f"{len(text)} characters") from None
+    except ValueError as exc:   # "Exceeds the limit (4300 digits) for integer string conversion"
+        raise SpecError(parameter, "ndcost", f"{_TOO_LONG} ({what})", str(exc).split(";")[0]) from None
 
 
-def read_mapping(path: str | os.PathLike, what: str) -> dict:
+def read_mapping(path: str | os.PathLike, what: str, parameter: str | None = None) -> dict:
     """A YAML or JSON file (by suffix; YAML otherwise) that must hold a mapping."""
-    doc = read_json(path, what) if str(path).endswith(".json") else read_yaml(path, what)
+    json_file = str(path).endswith(".json")
+    doc = read_json(path, what, parameter) if json_file else read_yaml(path, what, parameter)
     if not isinstance(doc, dict):
-        raise SpecError(str(path), "ndcost", f"hold a mapping ({what})",
+        raise SpecError(parameter or str(path), "ndcost", f"hold a mapping ({what})",
                         "an empty file" if doc is None else type(doc).__name__)
     return doc
 

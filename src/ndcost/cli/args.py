@@ -7,7 +7,6 @@ come from their tables (:mod:`ndcost.cli.stack_args`).
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -214,17 +213,13 @@ def cluster_where(args: argparse.Namespace) -> str:
 
 def read_plan(text: str) -> tuple:
     """A recompute plan: a JSON/YAML file of ranges ({first, count, option, switches}), or the JSON inline."""
-    from ..files import read_json, read_yaml
+    from ..files import parse_json, read_json, read_yaml
 
     stripped = text.strip()
-    if stripped.startswith("["):
-        try:
-            doc = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise SpecError("--recompute-plan", "ndcost", "be a JSON list of ranges or a file of them",
-                            f"column {exc.colno}: {exc.msg}") from None
+    if stripped.startswith(("[", "{")):
+        doc = parse_json(stripped, "a JSON list of ranges or a file of them", "--recompute-plan")
     else:
-        doc = (read_json if text.endswith(".json") else read_yaml)(text, "a recompute plan")
+        doc = (read_json if text.endswith(".json") else read_yaml)(text, "a recompute plan", "--recompute-plan")
     if isinstance(doc, dict):
         doc = doc.get("recompute")
     if not isinstance(doc, list) or not doc:

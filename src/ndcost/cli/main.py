@@ -25,15 +25,25 @@ from .software import add_software_command, apply_default_stack
 from .validate import add_validate_command
 from ..errors import SpecError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "OneLineParser"]
 
 #: The commands in the order `ndcost --help` lists them.
 _COMMANDS = (add_catalog_commands, add_estimate_commands, add_compare_command, add_validate_command,
              add_calibrate_command, add_search_command, add_plot_command, add_software_command)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser with its refusals on one line, as ndcost's own are: ``--tp 2.5`` or an unknown flag
+    is ``ndcost estimate: error: ... (ndcost estimate --help lists them)`` and exit status 2, not the whole usage
+    (eighty lines for ``estimate``) before it. The subcommands' parsers are of this class too (argparse builds
+    them as their parent's)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the arguments)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ndcost", description="Price distributed LLM training strategies.")
+    parser = OneLineParser(prog="ndcost", description="Price distributed LLM training strategies.")
     parser.add_argument("--version", action="version", version=f"ndcost {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add_command in _COMMANDS:

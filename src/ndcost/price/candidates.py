@@ -272,6 +272,24 @@ class Candidates:
         other._cache = {}
         return other
 
+    def keeping_reasons(self, prior: np.ndarray) -> Candidates:
+        """These candidates with *prior*'s reason on every row where it is not 0 (the first rule a row broke
+        before a transformation that rebuilt its columns: a stack's fields filled in by ``software``, which
+        decodes each column and so loses a refused value such as a ZeRO stage of 1.5), their own elsewhere;
+        such a row holds no layout. *prior* is int64 (N,)."""
+        prior = np.asarray(prior, dtype=np.int64)
+        if prior.shape != (self._n,):
+            raise ValueError(f"prior reasons of shape {prior.shape} for {self._n} candidates")
+        if not np.any(prior):
+            return self
+        other = self.take(np.arange(self._n))
+        refused = prior != 0
+        other._reason = np.where(refused, prior, self._reason)
+        other._reason.setflags(write=False)
+        other._layout_index = np.where(refused, -1, self._layout_index).astype(self._layout_index.dtype)
+        other._layout_index.setflags(write=False)
+        return other
+
     def layout_spec(self, layout: int) -> ExecSpec:
         """A spec with layout *layout*'s fields (its layout is the layout of every row that has it)."""
         fields = dict(self._layouts[layout])

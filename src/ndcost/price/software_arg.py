@@ -87,7 +87,7 @@ def apply_software_many(software: str | None, model: Any, candidates: Any, clust
         stated = [name for name, column in columns.items()
                   if not all(_same(value, _DEFAULTS[name]) for value in np.asarray(column, dtype=object).tolist())]
         model, columns = stack_columns(software, model, {name: columns[name] for name in columns}, stated=stated)
-        out = Candidates.from_arrays(**columns)
+        out = Candidates.from_arrays(**columns).keeping_reasons(candidates.reason)
     else:
         out = candidates                   # estimate_many refuses it, naming what it takes
     if units == "nd":

@@ -25,7 +25,6 @@ keep mask ``HYPER_POLICY_MASK``).
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
 from os import PathLike
@@ -33,11 +32,14 @@ from typing import Any, Mapping
 
 from ..errors import SpecError, is_finite_number
 
-__all__ = ["KindCensus", "read_census"]
+__all__ = ["KindCensus", "MAX_BYTES_PER_TOKEN", "kind_census_from", "read_census"]
 
 _OWNER = "KindCensus"
 _SHARES = ("selective_attention_mm", "selective_ffn_mm")
 _BYTES = ("saved", "saved_tp", "selective", "selective_tp")
+#: The most bytes a token may save in one layer (1 TiB): real layers save kilobytes to megabytes a token, and a
+#: TiB times a million-token micro-batch and a thousand layers still stays a finite memory figure (no inf).
+MAX_BYTES_PER_TOKEN = float(1 << 40)
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,8 @@ class KindCensus:
             value = getattr(self, name)
             if value is None:
                 continue
-            if not is_finite_number(value) or value < 0:
-                raise SpecError(name, _OWNER, "be bytes per token, a finite number >= 0 (or None)", value)
+            if not is_finite_number(value) or not 0 <= value <= MAX_BYTES_PER_TOKEN:
+                raise SpecError(name, _OWNER, "be bytes per token, a number in [0, 2**40] (or None)", value)
             object.__setattr__(self, name, float(value))
         for plain, split in (("saved", "saved_tp"), ("selective", "selective_tp")):
             if (getattr(self, plain) is None) != (getattr(self, split) is None):
@@ -73,6 +75,22 @@ class KindCensus:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def kind_census_from(entry: Any, owner: str = "Model") -> KindCensus:
+    """*entry* as a :class:`KindCensus`: one already, or a mapping of its fields (``kind`` among them); anything
+    else, or a field KindCensus does not have, a SpecError naming ``census``."""
+    if isinstance(entry, KindCensus):
+        return entry
+    if not isinstance(entry, Mapping):
+        raise SpecError("census", owner, "hold KindCensus entries or mappings of their fields", entry)
+    unknown = sorted(str(key) for key in entry if key not in ("kind",) + _SHARES + _BYTES)
+    if unknown:
+        raise SpecError("census", owner, f"hold census fields only (kind, {', '.join(_SHARES + _BYTES)})",
+                        unknown[0])
+    if "kind" not in entry or any(share not in entry for share in _SHARES):
+        raise SpecError("census", owner, f"state kind, {' and '.join(_SHARES)} in every entry", dict(entry))
+    return KindCensus(**entry)
 
 
 def _census_entries(data: Mapping[str, Any], owner: str) -> tuple[KindCensus, ...]:
@@ -104,7 +122,7 @@ def read_census(source: str | PathLike | Mapping[str, Any]) -> tuple[KindCensus,
     owner = f"census {path}"
     from ..files import read_json
 
-    data = read_json(path, "a census JSON")
+    data = read_json(path, "a census JSON", "census")
     if not isinstance(data, Mapping):
         raise SpecError("census", "read_census", "hold a JSON object", path)
     return _census_entries(data, owner)

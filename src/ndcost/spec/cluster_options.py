@@ -138,7 +138,7 @@ def read_cluster_file(path: str | os.PathLike) -> dict[str, Any]:
     """A ``--cluster FILE``: a YAML (or JSON) mapping of ``device`` and cluster figures (:data:`CLUSTER_KEYS`)."""
     from ..files import read_mapping
 
-    return cluster_block(read_mapping(path, "a cluster file (device, devices_per_node, nics_per_host, ...)"),
+    return cluster_block(read_mapping(path, "a cluster file (device, devices_per_node, nics_per_host, ...)", "cluster"),
                          os.fspath(path))
 
 

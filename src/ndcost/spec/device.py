@@ -332,6 +332,9 @@ def _parse_device(text: str, path: str, name: str | None = None) -> Device:
     except json.JSONDecodeError as exc:
         rule = f"be valid JSON ({exc.msg} at line {exc.lineno})"
         raise SpecError("content", path, rule, text[:40]) from None
+    except (RecursionError, ValueError) as exc:     # nested past the recursion limit, a number of 4,300+ digits
+        raise SpecError("content", path, "be a device's JSON object, not nested past Python's recursion limit nor "
+                        "holding numbers of over 4,300 digits", type(exc).__name__) from None
     if not isinstance(doc, dict):
         raise SpecError("content", path, "be a JSON object", type(doc).__name__)
     unknown = sorted(set(doc) - _CATALOG_KEYS)

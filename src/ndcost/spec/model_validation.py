@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..errors import SpecError, check_bool, check_choice, check_positive_int, is_finite_number
-from .census import KindCensus
+from .census import kind_census_from
 from ..limits import (
     MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_ROPE_ATTENTION_FACTOR, MAX_SEQ_LENGTH, MAX_VOCAB, MAX_WIDTH,
 )
@@ -149,7 +149,7 @@ class ModelValidation:
         census = self.census
         if isinstance(census, (str, bytes)) or not isinstance(census, (list, tuple)):
             raise SpecError("census", _OWNER, "be a sequence of KindCensus (see Model.with_census)", census)
-        entries = tuple(entry if isinstance(entry, KindCensus) else KindCensus(**entry) for entry in census)
+        entries = tuple(kind_census_from(entry, _OWNER) for entry in census)
         names = [kind.name for kind in self.kinds]
         seen = set()
         for entry in entries:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import SpecError
@@ -65,11 +64,11 @@ def load_rates(path: str | os.PathLike, *, device: Any = None) -> Rates:
     """
     if not isinstance(path, (str, os.PathLike)):
         raise SpecError("path", "load_rates", "be a path to a rates JSON", path)
+    from ..files import parse_json, read_text
+
     owner = os.fspath(path)
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise SpecError("path", "load_rates", f"be a readable rates JSON ({type(exc).__name__})", owner) from None
+    # a missing, unreadable or non-regular file (a pipe, a device), malformed or too deep JSON: one SpecError
+    doc = parse_json(read_text(path, "a rates JSON", "rates"), "a rates JSON", "rates")
     if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
         raise SpecError("format", owner, f"be {FORMAT!r} (a file ndcost wrote with save_rates or calibrate "
                         "--fit rates)", doc.get("format") if isinstance(doc, Mapping) else type(doc).__name__)

@@ -25,6 +25,7 @@ import functools
 import json
 import math
 import os
+import stat as stat_module
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from ..errors import SpecError
+from ..files import MAX_FILE_BYTES
 
 __all__ = ["Ratios", "RATIO_KEYS", "PART_NAMES", "PART_RATIO_KEYS", "RATIO_FALLBACKS", "register_ratio_fitter"]
 
@@ -231,6 +233,12 @@ class Ratios:
         except OSError as exc:
             rule = f"name a readable ratios file ({exc.strerror})"
             raise SpecError("path", resolved, rule, os.fspath(path)) from None
+        if not stat_module.S_ISREG(stat.st_mode):     # a pipe would block, /dev/urandom never end
+            raise SpecError("path", resolved, "name a regular ratios file, not a directory, a pipe or a device",
+                            os.fspath(path))
+        if stat.st_size > MAX_FILE_BYTES:
+            raise SpecError("path", resolved, f"be at most {MAX_FILE_BYTES >> 20} MiB (a ratios file)",
+                            f"{stat.st_size} bytes")
         return _load_cached(resolved, stat.st_mtime_ns, stat.st_size)
 
     @classmethod
@@ -284,6 +292,9 @@ def _load_cached(resolved: str, mtime_ns: int, size: int) -> Ratios:  # noqa: AR
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         rule = f"hold valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})"
+        raise SpecError("path", resolved, rule, resolved) from None
+    except (RecursionError, ValueError) as exc:     # nested past the recursion limit, a number of 4,300+ digits
+        rule = f"hold a ratios object ({type(exc).__name__}: {str(exc).split(';')[0]})"
         raise SpecError("path", resolved, rule, resolved) from None
     if not isinstance(doc, dict):
         raise SpecError("path", resolved, "hold a JSON object of ratio keys to numbers", type(doc).__name__)

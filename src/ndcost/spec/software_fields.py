@@ -71,7 +71,12 @@ def _one_micro_batch_per_stage(view: Any) -> bool:
 
 
 def _stage_micro_batch_size(view: Any) -> int | None:
-    share, left = divmod(view.global_batch_size, view.dp * view.pp)
+    """The local batch over the stages; None where it does not split evenly, or where the row's degrees are
+    not positive (a row of a batch its own rules refuse: it keeps its reason, estimate_many prices the rest)."""
+    ranks = view.dp * view.pp
+    if not ranks >= 1:
+        return None
+    share, left = divmod(view.global_batch_size, ranks)
     return share if share >= 1 and not left else None
 
 

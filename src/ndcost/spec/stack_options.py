@@ -559,7 +559,7 @@ def with_torchtitan_op(model: Any, fields: dict, where: str = "ndcost") -> tuple
     try:
         census = torchtitan_op_census(model)
     except SpecError as exc:
-        raise SpecError(parameter, where, f"be torchtitan-op only for {exc.rule}", getattr(model, "name", model)) \
-            from None
+        raise SpecError(parameter, where, f"be torchtitan-op only for a model torchtitan's census covers (it must {exc.rule})",
+                        getattr(model, "name", model)) from None
     mapped = ["hyperparallel" if item == TORCHTITAN_OP else item for item in rules]
     return model.with_census(census), {**fields, "selective_rule": mapped if isinstance(rule, list) else mapped[0]}

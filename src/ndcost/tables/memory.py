@@ -283,13 +283,17 @@ class MemoryEstimate:
 
     @property
     def usable_bytes(self) -> float:
-        """**Usable HBM**: the HBM the allocator can use, the device's HBM less the fixed costs."""
-        return self.capacity_bytes - self.fixed_bytes
+        """**Usable HBM**: the HBM the allocator can use, the device's HBM less the fixed costs; 0 where the fixed
+        costs alone exceed the HBM (a small part, a stated ``hbm_bytes``): nothing fits, and the headroom says by
+        how much."""
+        usable = self.capacity_bytes - self.fixed_bytes
+        return usable if usable > 0.0 else 0.0
 
     @property
     def headroom(self) -> float:
-        """**Headroom**: the usable HBM less the reserved peak, in bytes; negative when it does not fit."""
-        return self.usable_bytes - self.peak_reserved
+        """**Headroom**: the HBM less the fixed costs and the reserved peak, in bytes; negative when it does not
+        fit (by the fixed costs' excess too, where they alone exceed the HBM)."""
+        return self.capacity_bytes - self.fixed_bytes - self.peak_reserved
 
     def figures(self) -> dict[str, float]:
         """The figures by :data:`MEMORY_FIGURES`' attribute names (bytes), with the HBM they are read against."""
