@@ -66,8 +66,8 @@ def apply_software(software: str | None, model: Any, spec: ExecSpec, cluster: An
 def apply_software_many(software: str | None, model: Any, candidates: Any, cluster: Any, rates: Any, *,
                         owner: str, units: str = "seconds") -> tuple[Any, Any, Any]:
     """(model, candidates, rates) of a batch under *software*: a list of ExecSpec spec by spec (as
-    :func:`apply_software`), a Candidates column by column -- a column whose every row is ExecSpec's default
-    is one the batch does not state."""
+    :func:`apply_software`), a Candidates row by row -- a row states the fields it sets apart from ExecSpec's
+    defaults, so that it is priced as ``estimate`` prices its spec, whatever its neighbours state."""
     from .candidates import Candidates
 
     if software is None:
@@ -84,9 +84,11 @@ def apply_software_many(software: str | None, model: Any, candidates: Any, clust
         out: Any = specs
     elif isinstance(candidates, Candidates):
         columns = {name: candidates.column(name) for name in candidates.fields}
-        stated = [name for name, column in columns.items()
-                  if not all(_same(value, _DEFAULTS[name]) for value in np.asarray(column, dtype=object).tolist())]
-        model, columns = stack_columns(software, model, {name: columns[name] for name in columns}, stated=stated)
+        # each row states the fields it sets apart from ExecSpec's defaults, as estimate() reads one spec
+        stated = {name: np.fromiter((not _same(value, _DEFAULTS[name])
+                                     for value in np.asarray(column, dtype=object).tolist()), bool, len(candidates))
+                  for name, column in columns.items()}
+        model, columns = stack_columns(software, model, columns, stated=stated)
         out = Candidates.from_arrays(**columns).keeping_reasons(candidates.reason)
     else:
         out = candidates                   # estimate_many refuses it, naming what it takes

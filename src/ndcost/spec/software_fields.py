@@ -247,25 +247,48 @@ def _codes(column: Any) -> np.ndarray:
 
 def software_columns(software: str, columns: Mapping[str, Any], *, moe: bool = False,
                      stated: Any = None, per_op: bool = True) -> dict[str, np.ndarray]:
-    """Columns of the fields *software* fixes for each row of a batch of *columns* (a search space's): one per
-    field the stack fixes that the batch does not state (*stated*: the names it states, default every column),
-    ExecSpec's default where the stack leaves a row's field alone (its CP ring at cp 1, say)."""
-    named = set(columns) if stated is None else set(stated)
+    """Columns of the fields *software* fixes for each row of a batch of *columns* (a search space's): the stack's
+    value where a row does not state the field, the row's own where it does, ExecSpec's default where the stack
+    leaves a row's field alone (its CP ring at cp 1, say). *stated*: the names the batch states, for every row
+    (default every column: a search space's dimensions), or a mapping of names to a bool per row -- a batch of
+    specs, each stating the fields it sets apart from their defaults, so that a row is priced as
+    ``estimate(spec, software=...)`` prices it whatever its neighbours state."""
     reads = [name for name in PRESET_READS if name in columns]
-    n = len(np.asarray(columns[reads[0]]))
-    groups = np.stack([_codes(columns[name]) for name in reads], axis=1) if reads else np.zeros((n, 1), np.int64)
+    n = len(np.asarray(columns[reads[0]] if reads else next(iter(columns.values()))))
+    masks = _stated_masks(columns, stated, n)
+    varying = [mask for mask in masks.values() if mask.any() and not mask.all()]   # a uniform mask splits no group
+    keys = [_codes(columns[name]) for name in reads] + [mask.astype(np.int64) for mask in varying]
+    groups = np.stack(keys, axis=1) if keys else np.zeros((n, 1), np.int64)
     _, first, row_combo = np.unique(groups, axis=0, return_index=True, return_inverse=True)
+    row_combo = row_combo.ravel()
     rows = PRESET_FIELDS[software] if software in PRESET_FIELDS else check_software(software)
     per_combo = []
     for i in first.tolist():
         values = {name: _scalar(columns[name], i) for name in reads}
+        named = {name for name, mask in masks.items() if mask[i]}
         per_combo.append(preset_values(rows, StrategyView(values, moe, named, per_op)))
-    names = sorted(set().union(*per_combo) - named) if per_combo else []
+    everywhere = {name for name, mask in masks.items() if mask.all()}
     out = {}
-    for name in names:
-        values = [fields.get(name, _DEFAULTS[name]) for fields in per_combo]
-        out[name] = np.asarray(values, dtype=object if isinstance(values[0], str) else None)[row_combo.ravel()]
+    for name in sorted(set().union(*per_combo) - everywhere) if per_combo else []:
+        by_combo = [fields.get(name, _DEFAULTS[name]) for fields in per_combo]
+        mask = masks.get(name)
+        if mask is None or not mask.any():
+            out[name] = np.asarray(by_combo, dtype=object if isinstance(by_combo[0], str) else None)[row_combo]
+            continue
+        # the rows that state it keep their own value
+        values = np.asarray(by_combo, dtype=object)[row_combo]
+        values[mask] = np.asarray(columns[name], dtype=object)[mask]
+        text = any(isinstance(value, str) for value in values.tolist())
+        out[name] = values if text else np.asarray(values.tolist())
     return out
+
+
+def _stated_masks(columns: Mapping[str, Any], stated: Any, n: int) -> dict[str, np.ndarray]:
+    """*stated* (None, names, or names to a bool per row) as a bool (n,) per column of the batch."""
+    if isinstance(stated, Mapping):
+        return {name: np.broadcast_to(np.asarray(stated.get(name, False), dtype=bool), (n,)) for name in columns}
+    named = set(columns) if stated is None else set(stated)
+    return {name: np.full(n, name in named) for name in columns}
 
 
 def _scalar(column: Any, i: int) -> Any:
