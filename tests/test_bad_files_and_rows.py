@@ -50,7 +50,7 @@ def _one_line(capsys, argv) -> str:
     (["estimate", "llama3-8b", *STRATEGY, "--cluster", "/dev/zero"], "'cluster'"),
     (["estimate", "llama3-8b", *STRATEGY, "--rates", "/dev/zero"], "'rates'"),
     (["estimate", "llama3-8b", *STRATEGY, "--recompute-plan", "/dev/zero"], "'--recompute-plan'"),
-    (["estimate", "llama3-8b", *STRATEGY, "--units", "nd", "--ratios", "/dev/urandom"], "regular ratios file"),
+    (["estimate", "llama3-8b", *STRATEGY, "--units", "nd", "--ratios", "/dev/urandom"], "regular file (a ratios file)"),
     (["estimate", "llama3-8b", *STRATEGY, "--recompute-plan", "{"], "'--recompute-plan'"),
     (["show", "deep.json"], "recursion limit"),
     (["show", "deep.yaml"], "recursion limit"),

@@ -236,8 +236,8 @@ def test_file_refusals_name_the_path(tmp_path):
     bad.write_text("{not json", encoding="utf-8")
     owner = str(bad.resolve())
     with pytest.raises(SpecError, match=message(
-            "path", owner, "hold valid JSON (Expecting property name enclosed in double quotes: line 1 column 2)",
-            owner)):
+            "path", owner, "be valid JSON (a ratios file)",
+            "line 1, column 2: Expecting property name enclosed in double quotes")):
         Ratios.load(bad)
     listed = write(tmp_path / "list.json", [1, 2])
     owner = str(listed.resolve())

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from .errors import SpecError
 
-__all__ = ["MAX_FILE_BYTES", "read_text", "read_yaml", "read_json", "parse_json", "read_mapping", "output_path",
+__all__ = ["MAX_FILE_BYTES", "check_regular_file", "read_text", "read_yaml", "read_json", "parse_json", "read_mapping", "output_path",
            "write_output"]
 
 
@@ -29,8 +30,7 @@ _TOO_LONG = "hold numbers of at most 4,300 digits"
 def read_text(path: str | os.PathLike, what: str, parameter: str | None = None) -> str:
     """The text of *path* (UTF-8); *what* names the file's role in the message ("a runs file"), *parameter*
     the argument that named it (``--census``; the path itself where none does). A directory, a pipe, a
-    device or a file over :data:`MAX_FILE_BYTES` is refused before it is read (a FIFO would block, /dev/zero
-    never end)."""
+    device or a file over :data:`MAX_FILE_BYTES` is refused before it is read (:func:`check_regular_file`)."""
     if not isinstance(path, (str, os.PathLike)):
         raise SpecError(parameter or "path", "ndcost", f"be a path to {what}", path)
     name = parameter or str(path)
@@ -38,11 +38,7 @@ def read_text(path: str | os.PathLike, what: str, parameter: str | None = None) 
     if file.is_dir():
         raise SpecError(name, "ndcost", f"be {what}, not a directory", str(path))
     try:
-        if file.exists() and not file.is_file():
-            raise SpecError(name, "ndcost", f"be a regular file ({what}), not a pipe or a device", str(path))
-        if file.exists() and file.stat().st_size > MAX_FILE_BYTES:
-            raise SpecError(name, "ndcost", f"be at most {MAX_FILE_BYTES >> 20} MiB ({what})",
-                            f"{file.stat().st_size} bytes")
+        check_regular_file(file, what, name)
         return file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(name, "ndcost", f"name an existing file ({what})", str(path)) from None
@@ -50,6 +46,20 @@ def read_text(path: str | os.PathLike, what: str, parameter: str | None = None) 
         raise SpecError(name, "ndcost", f"be UTF-8 text ({what})", f"byte {exc.start}: {exc.reason}") from None
     except OSError as exc:
         raise SpecError(name, "ndcost", f"be readable ({what})", exc.strerror or type(exc).__name__) from None
+
+
+def check_regular_file(path: str | os.PathLike, what: str, parameter: str, owner: str = "ndcost") -> os.stat_result:
+    """``os.stat(path)`` of a file ndcost may read whole: a regular file (a FIFO would block, /dev/zero never
+    end) of at most :data:`MAX_FILE_BYTES`, else a SpecError naming *parameter* of *owner*. A missing or
+    unreadable path raises the OSError, for the caller's own message."""
+    status = os.stat(path)
+    if not stat.S_ISREG(status.st_mode):
+        raise SpecError(parameter, owner, f"be a regular file ({what}), not a directory, a pipe or a device",
+                        os.fspath(path))
+    if status.st_size > MAX_FILE_BYTES:
+        raise SpecError(parameter, owner, f"be at most {MAX_FILE_BYTES >> 20} MiB ({what})",
+                        f"{status.st_size} bytes")
+    return status
 
 
 def read_yaml(path: str | os.PathLike, what: str, parameter: str | None = None) -> Any:
@@ -77,18 +87,18 @@ def read_json(path: str | os.PathLike, what: str, parameter: str | None = None) 
     return parse_json(text, what, parameter or str(path))
 
 
-def parse_json(text: str, what: str, parameter: str) -> Any:
+def parse_json(text: str, what: str, parameter: str, owner: str = "ndcost") -> Any:
     """*text* as JSON (a file's or an argument's): malformed, nested past the recursion limit or holding a
-    number Python will not convert, a SpecError naming *parameter*."""
+    number Python will not convert, a SpecError naming *parameter* of *owner*."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SpecError(parameter, "ndcost", f"be valid JSON ({what})",
+        raise SpecError(parameter, owner, f"be valid JSON ({what})",
                         f"line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except RecursionError:
-        raise SpecError(parameter, "ndcost", f"{_TOO_DEEP} ({what})", f"{len(text)} characters") from None
+        raise SpecError(parameter, owner, f"{_TOO_DEEP} ({what})", f"{len(text)} characters") from None
     except ValueError as exc:   # "Exceeds the limit (4300 digits) for integer string conversion"
-        raise SpecError(parameter, "ndcost", f"{_TOO_LONG} ({what})", str(exc).split(";")[0]) from None
+        raise SpecError(parameter, owner, f"{_TOO_LONG} ({what})", str(exc).split(";")[0]) from None
 
 
 def read_mapping(path: str | os.PathLike, what: str, parameter: str | None = None) -> dict:

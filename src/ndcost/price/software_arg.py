@@ -41,6 +41,16 @@ def _same(value: Any, default: Any) -> bool:
     return type(value) is type(default) and value == default
 
 
+def _rows_stating(candidates: Any, name: str, column: np.ndarray) -> np.ndarray:
+    """bool (N,): the rows of *candidates* whose field *name* (its decoded *column*) is not ExecSpec's default,
+    compared value by value as :func:`stated_fields` compares one spec's -- once per distinct stored value
+    (a batch holds few), not once per row."""
+    _, first, inverse = np.unique(candidates.storage(name), return_index=True, return_inverse=True)
+    distinct = np.asarray(column, dtype=object)[first].tolist()
+    default = _DEFAULTS[name]
+    return ~np.fromiter((_same(value, default) for value in distinct), bool, len(distinct))[inverse.ravel()]
+
+
 def software_rates(software: str, cluster: Any, rates: Any, owner: str) -> Rates:
     """*rates* (None: the device's; a Rates, a preset name or a rates file) with *software*'s figures where it
     states none (a figure *rates* states wins, as a stated ExecSpec field does)."""
@@ -85,9 +95,7 @@ def apply_software_many(software: str | None, model: Any, candidates: Any, clust
     elif isinstance(candidates, Candidates):
         columns = {name: candidates.column(name) for name in candidates.fields}
         # each row states the fields it sets apart from ExecSpec's defaults, as estimate() reads one spec
-        stated = {name: np.fromiter((not _same(value, _DEFAULTS[name])
-                                     for value in np.asarray(column, dtype=object).tolist()), bool, len(candidates))
-                  for name, column in columns.items()}
+        stated = {name: _rows_stating(candidates, name, column) for name, column in columns.items()}
         model, columns = stack_columns(software, model, columns, stated=stated)
         out = Candidates.from_arrays(**columns).keeping_reasons(candidates.reason)
     else:

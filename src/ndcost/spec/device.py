@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import operator
 import os
@@ -327,14 +326,9 @@ def _catalog_device(name: str) -> Device:
 def _parse_device(text: str, path: str, name: str | None = None) -> Device:
     """The Device a catalog-format document states; *path* names it in errors, *name* (a catalog
     file's) is the name the document must carry."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        rule = f"be valid JSON ({exc.msg} at line {exc.lineno})"
-        raise SpecError("content", path, rule, text[:40]) from None
-    except (RecursionError, ValueError) as exc:     # nested past the recursion limit, a number of 4,300+ digits
-        raise SpecError("content", path, "be a device's JSON object, not nested past Python's recursion limit nor "
-                        "holding numbers of over 4,300 digits", type(exc).__name__) from None
+    from ..files import parse_json
+
+    doc = parse_json(text, "a device's catalog JSON", "content", owner=path)
     if not isinstance(doc, dict):
         raise SpecError("content", path, "be a JSON object", type(doc).__name__)
     unknown = sorted(set(doc) - _CATALOG_KEYS)

@@ -25,7 +25,6 @@ import functools
 import json
 import math
 import os
-import stat as stat_module
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from ..errors import SpecError
-from ..files import MAX_FILE_BYTES
+from ..files import check_regular_file, parse_json
 
 __all__ = ["Ratios", "RATIO_KEYS", "PART_NAMES", "PART_RATIO_KEYS", "RATIO_FALLBACKS", "register_ratio_fitter"]
 
@@ -233,12 +232,7 @@ class Ratios:
         except OSError as exc:
             rule = f"name a readable ratios file ({exc.strerror})"
             raise SpecError("path", resolved, rule, os.fspath(path)) from None
-        if not stat_module.S_ISREG(stat.st_mode):     # a pipe would block, /dev/urandom never end
-            raise SpecError("path", resolved, "name a regular ratios file, not a directory, a pipe or a device",
-                            os.fspath(path))
-        if stat.st_size > MAX_FILE_BYTES:
-            raise SpecError("path", resolved, f"be at most {MAX_FILE_BYTES >> 20} MiB (a ratios file)",
-                            f"{stat.st_size} bytes")
+        check_regular_file(resolved, "a ratios file", "path", owner=resolved)
         return _load_cached(resolved, stat.st_mtime_ns, stat.st_size)
 
     @classmethod
@@ -288,14 +282,7 @@ def _load_cached(resolved: str, mtime_ns: int, size: int) -> Ratios:  # noqa: AR
             text = stream.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError("path", resolved, f"name a readable ratios file ({exc})", resolved) from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        rule = f"hold valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})"
-        raise SpecError("path", resolved, rule, resolved) from None
-    except (RecursionError, ValueError) as exc:     # nested past the recursion limit, a number of 4,300+ digits
-        rule = f"hold a ratios object ({type(exc).__name__}: {str(exc).split(';')[0]})"
-        raise SpecError("path", resolved, rule, resolved) from None
+    doc = parse_json(text, "a ratios file", "path", owner=resolved)
     if not isinstance(doc, dict):
         raise SpecError("path", resolved, "hold a JSON object of ratio keys to numbers", type(doc).__name__)
     return Ratios(doc, source=resolved)
