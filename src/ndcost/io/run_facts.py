@@ -23,6 +23,7 @@ from ..spec.device import Cluster
 from ..errors import SpecError
 from ..spec.model import Model
 from ..spec.software_fields import with_software
+from ..spec.stack_options import OPTIONS, parse_option
 from ..spec.moe_kernels import EXPERT_BIASES, GROUPED_GEMMS
 from ..spec.rates import ATTENTION_KERNELS, ELEMENTWISE, FP8_RECIPES
 from .fact_rules import catalog_cluster, fake_gate_fields, held_bytes_fields, stack_choice, stated_stack_fields
@@ -229,12 +230,10 @@ def _gradient_reduce_changes(facts: RunFacts) -> dict[str, Any]:
     (``grad_reduce_dtype``: fp32, bf16), which FSDP2's ``MixedPrecisionPolicy.reduce_dtype`` sets apart from
     the width the gradients are held in."""
     stated = facts.text("grad_reduce_dtype").split(" ", 1)[0].lower()
-    widths = {"fp32": 4, "bf16": 2, "fp16": 2}
     if not stated:
         return {}
-    if stated not in widths:
-        raise SpecError("grad_reduce_dtype", facts.run_id, f"start with one of {', '.join(widths)}", stated)
-    return {"grad_reduce_bytes": widths[stated]}
+    # the widths --grad-reduce-dtype takes (its StackOption's values), refused as that option refuses a word
+    return {"grad_reduce_bytes": parse_option(OPTIONS["grad_reduce_dtype"], stated, where=facts.run_id)}
 
 
 def _moe_kernel_changes(facts: RunFacts) -> dict[str, Any]:
