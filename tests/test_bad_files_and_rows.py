@@ -3,7 +3,7 @@
 * A file argument that is a pipe or a device is refused before it is read (a FIFO blocked, /dev/zero never
   ended); a document nested past Python's recursion limit or holding a number of over 4,300 digits is a
   SpecError (it was a RecursionError or ValueError traceback); the message names the argument, not the path.
-* argparse's refusals are one line (they printed the whole usage first: eighty lines for ``estimate``).
+* argparse's refusals are one line (they printed the whole usage first: 71 lines for ``estimate``).
 * ``estimate_many(..., software=...)`` keeps each bad row's reason (the stack's columns were rebuilt decoded,
   which priced a ZeRO stage of 1.5) and prices the rest when a row's degrees are 0 (a ZeroDivisionError).
 * A census entry that is not a mapping is a SpecError; census bytes are bounded (1e308 gave inf and NaN memory).

@@ -35,7 +35,7 @@ _COMMANDS = (add_catalog_commands, add_estimate_commands, add_compare_command, a
 class OneLineParser(argparse.ArgumentParser):
     """argparse's parser with its refusals on one line, as ndcost's own are: ``--tp 2.5`` or an unknown flag
     is ``ndcost estimate: error: ... (ndcost estimate --help lists them)`` and exit status 2, not the whole usage
-    (eighty lines for ``estimate``) before it. The subcommands' parsers are of this class too (argparse builds
+    (71 lines for ``estimate``) before it. The subcommands' parsers are of this class too (argparse builds
     them as their parent's)."""
 
     def error(self, message: str):  # type: ignore[override]
