@@ -1,5 +1,5 @@
 """NVIDIA's HybridEP as a dispatcher of its own (``moe_dispatcher='hybridep'``): its NVLink kernels against their
-published GB200 times, its blocking dispatch in Megatron-Core's overlapped F&B pair, its buffers by hand; both
+published GB200 times, its RDMA stage against its published H100 times across nodes, its blocking dispatch in Megatron-Core's overlapped F&B pair, its buffers by hand; both
 backends.
 
 HybridEP's README (deepseek-ai/DeepEP@94a9f8f6 hybrid-ep, docs/README_Hybrid-EP.md, "GB200 Platform", 32 SMs): 4096
@@ -17,7 +17,7 @@ import pytest
 import ndcost
 from ndcost import _backend
 from ndcost.kernels.columns import RATE, SECONDS_LAYER_FIELDS, SECONDS_STAGE
-from ndcost.spec.hybridep_rates import HYBRIDEP_KERNEL_GBS, hybridep_buffer_bytes
+from ndcost.spec.hybridep_rates import HYBRIDEP_KERNEL_GBS, HYBRIDEP_RDMA_KERNEL_GBS, hybridep_buffer_bytes
 from ndcost.spec.rates import Rates
 from ndcost.tables.memory_overheads import spec_dispatcher_bytes
 from ndcost.tables.seconds import seconds_arrays, seconds_estimate, rates_vector
@@ -71,6 +71,55 @@ def test_the_group_size_scales_the_nvlink_bytes_by_hand(kernels):
     for ranks, scale in ((36, share[36]), (64, share[36]), (20, (share[16] + share[24]) / 2.0)):
         moved = _received_bytes(ranks) / link
         assert call(HYBRIDEP, ranks) - call(DEEPEP, ranks) == pytest.approx(moved / scale - moved, rel=1e-9)
+
+
+#: Ranks (8 H100 a node) -> (dispatch BF16, combine) GB/s through the Torch API across nodes, 8 SMs, as published
+#: (docs/README_Hybrid-EP.md "H100 Platform", deepseek-ai/DeepEP@cf780852 hybrid-ep).
+H100_TORCH_API_GBS = {16: (57.74, 56.96), 32: (46.54, 50.68), 64: (41.46, 47.68)}
+
+
+def _rdma_bytes(ranks: int) -> float:
+    """The RDMA bytes the H100 table counts a rank's call by: each token once per node it reaches, its own included
+    (tests/test_hybrid_ep.py count_rdma_send_from_routing_map), in expectation."""
+    nodes, experts = ranks // 8, LOCAL * ranks
+    missed = math.comb(experts - experts // nodes, int(TOPK)) / math.comb(experts, int(TOPK))
+    return TOKENS * nodes * (1.0 - missed) * HIDDEN * BF16
+
+
+@pytest.mark.parametrize("ranks", sorted(HYBRIDEP_RDMA_KERNEL_GBS))
+def test_a_call_across_h100_nodes_lies_between_the_published_kernel_and_torch_api_times(kernels, ranks):
+    """Across 2, 4 and 8 H100 nodes (8 SMs a call, HybridEP's default there) a call's price is no less than the mean of
+    the published kernel-only dispatch and combine times and no more than either Torch API call; DeepEP's model with the
+    NCCL share of the NIC (0.9) is faster than HybridEP's kernels alone at 2 nodes (the share HybridEP reaches is its
+    own)."""
+    rate = rates_vector(ndcost.Cluster("h100-sxm", 64), Rates.for_device("h100-sxm"), "bf16")
+    moved = _rdma_bytes(ranks)
+
+    def call(dispatcher):
+        return kernels.seconds_expert_exchange(dispatcher, TOKENS, HIDDEN, TOPK, float(LOCAL * ranks), float(ranks),
+                                               1.0, 0.0, BF16, rate)
+
+    kernel_times = [moved / (gbs * 1e9) for gbs in HYBRIDEP_RDMA_KERNEL_GBS[ranks]]
+    api_times = [moved / (gbs * 1e9) for gbs in H100_TORCH_API_GBS[ranks]]
+    assert sum(kernel_times) / 2.0 < call(HYBRIDEP) < min(api_times), (ranks, call(HYBRIDEP), kernel_times, api_times)
+    if ranks == 16:
+        assert call(DEEPEP) < min(kernel_times)
+
+
+def test_the_rdma_share_by_hand(kernels):
+    """HybridEP's RDMA stage over 4 nodes moves tokens x nodes reached x 3/4 x bytes at 50 GB/s x 0.8318 (the published
+    4-node mean, 55.45 GB/s, x 3/4 / 50); over 3 nodes half-way between the 2- and 4-node shares; over 16 the 8-node
+    share held. The call's fixed and token costs are DeepEP's."""
+    rate = rates_vector(ndcost.Cluster("h100-sxm", 128), Rates.for_device("h100-sxm"), "bf16")
+    shares = {2: 72.4 * 0.5 / 50.0, 4: 55.45 * 0.75 / 50.0, 8: 50.79 * 0.875 / 50.0}
+    fixed = rate[RATE["dep_call_s"]] + TOKENS * rate[RATE["dep_tok_s"]] + rate[RATE["inter_lat"]]
+    for nodes, share in ((4, shares[4]), (3, (shares[2] + shares[4]) / 2.0), (16, shares[8])):
+        ranks, experts = 8 * nodes, LOCAL * 8 * nodes
+        reached = nodes * (1.0 - math.comb(experts - experts // nodes, int(TOPK)) / math.comb(experts, int(TOPK)))
+        rdma = TOKENS * reached * (nodes - 1) / nodes * HIDDEN * BF16 / (rate[RATE["inter_bw"]] * share)
+        got = kernels.seconds_expert_exchange(HYBRIDEP, TOKENS, HIDDEN, TOPK, float(experts), float(ranks), 1.0, 0.0,
+                                              BF16, rate)
+        assert got == pytest.approx(fixed + rdma, rel=1e-9), nodes
 
 
 def _qwen3(dispatcher, overlap="1f1b"):

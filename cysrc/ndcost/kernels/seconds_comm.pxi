@@ -66,18 +66,19 @@ cdef inline double c_sec_missed(double pool, double own, double k) noexcept nogi
     return chance
 
 
-cdef inline double c_sec_hybridep_scale(double ranks) noexcept nogil:
-    # HybridEP's NVLink byte rate over a group of ranks as a share of its 8-rank one: its published points, linear
-    # between them (the oracle's _hybridep_scale).
-    cdef double low = SEC_HYBRIDEP_RANKS[0], share = SEC_HYBRIDEP_SHARES[0], high, next_share
+cdef inline double c_sec_published(const double* points, const double* shares, Py_ssize_t count,
+                                   double x) noexcept nogil:
+    # A share read off published points (in order): linear between them, the first below them, the last beyond
+    # (the oracle's _published).
+    cdef double low = points[0], share = shares[0], high, next_share
     cdef Py_ssize_t i
-    if ranks <= low:
+    if x <= low:
         return share
-    for i in range(1, SEC_HYBRIDEP_POINTS):
-        high = SEC_HYBRIDEP_RANKS[i]
-        next_share = SEC_HYBRIDEP_SHARES[i]
-        if ranks <= high:
-            return share + (next_share - share) * (ranks - low) / (high - low)
+    for i in range(1, count):
+        high = points[i]
+        next_share = shares[i]
+        if x <= high:
+            return share + (next_share - share) * (x - low) / (high - low)
         low = high
         share = next_share
     return share
@@ -88,7 +89,7 @@ cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidde
                                   double element_bytes, const double* rate) noexcept nogil:
     # One dispatch or combine: NCCL's all-to-all of every (token, expert) copy, or DeepEP's (HybridEP's) RDMA once
     # per node and NVLink once per rank, concurrently (the oracle's _exchange).
-    cdef double token_bytes, g, nodes, per_rank, reached, ranks, received, call, nvlink, rdma, scale
+    cdef double token_bytes, g, nodes, per_rank, reached, ranks, received, call, nvlink, rdma, scale, nic
     if not stride >= 1.0:
         return NAN
     if n <= 1.0 or tokens <= 0.0 or topk <= 0.0:
@@ -117,12 +118,15 @@ cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidde
     # every call: its fixed cost and its tokens' beside the bytes (the oracle's)
     call = rate[R_dep_call_s] + tokens * rate[R_dep_tok_s]
     scale = 1.0
+    nic = rate[R_inter_eff]
     if dispatcher == SEC_DISPATCH_HYBRIDEP:
-        scale = c_sec_hybridep_scale(n if nodes <= 1.0 else g)
+        scale = c_sec_published(SEC_HYBRIDEP_RANKS, SEC_HYBRIDEP_SHARES, SEC_HYBRIDEP_POINTS, n if nodes <= 1.0 else g)
+        nic = c_sec_published(SEC_HYBRIDEP_NODES, SEC_HYBRIDEP_RDMA_SHARES, SEC_HYBRIDEP_RDMA_POINTS, nodes)
     if nodes <= 1.0:
         return call + received / (rate[R_intra_bw] * rate[R_dep_intra_eff] * scale) + rate[R_intra_lat]
+    # across nodes: the NVLink stage at DeepEP's share, the RDMA stage at the NIC's (HybridEP's own published one)
     nvlink = received / (rate[R_intra_bw] * rate[R_dep_nvl_eff] * scale)
-    rdma = tokens * reached * (nodes - 1.0) / nodes * token_bytes / (rate[R_inter_bw] * rate[R_inter_eff])
+    rdma = tokens * reached * (nodes - 1.0) / nodes * token_bytes / (rate[R_inter_bw] * nic)
     return call + (rdma if rdma > nvlink else nvlink) + rate[R_inter_lat]
 
 

@@ -43,6 +43,10 @@ CONSTANTS: dict[str, int | float | tuple[float, ...]] = {
     "SEC_HYBRIDEP_POINTS": len(seconds_comm.HYBRIDEP_RANKS),
     "SEC_HYBRIDEP_RANKS": seconds_comm.HYBRIDEP_RANKS,
     "SEC_HYBRIDEP_SHARES": seconds_comm.HYBRIDEP_SHARES,
+    # ... and the share of the NIC its RDMA stage reaches by node count, its published points (seconds_comm)
+    "SEC_HYBRIDEP_RDMA_POINTS": len(seconds_comm.HYBRIDEP_NODES),
+    "SEC_HYBRIDEP_NODES": seconds_comm.HYBRIDEP_NODES,
+    "SEC_HYBRIDEP_RDMA_SHARES": seconds_comm.HYBRIDEP_RDMA_SHARES,
     "SEC_POINTWISE_BACKWARD_BYTES": seconds_ops.POINTWISE_BACKWARD_BYTES,
     "SEC_EAGER_SWIGLU_PASSES": seconds_ops.EAGER_SWIGLU_PASSES,
     "SEC_AUTOCAST_FP32_BYTES": seconds_ops.AUTOCAST_FP32_BYTES,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..spec.hybridep_rates import HYBRIDEP_NVLINK_SCALE
+from ..spec.hybridep_rates import HYBRIDEP_NVLINK_SCALE, HYBRIDEP_RDMA_SHARE
 from .codes import COLLECTIVES, DISPATCHERS, EP_OVERLAPS
 from .columns import RATE, RATE_FIELDS, SECONDS_CAND, SECONDS_LAYER
 from .nd_ops import _check_len
@@ -32,6 +32,10 @@ NCCL_ALL_TO_ALL, DEEPEP, HYBRIDEP = (DISPATCHERS.index(name) for name in ("allto
 #: byte rate at each as a share of the smallest's.
 HYBRIDEP_RANKS = tuple(ranks for ranks, _share in HYBRIDEP_NVLINK_SCALE)
 HYBRIDEP_SHARES = tuple(share for _ranks, share in HYBRIDEP_NVLINK_SCALE)
+#: The node counts of HybridEP's published times across nodes (H100: ndcost.spec.hybridep_rates), in order, and the share
+#: of the NIC its RDMA stage reaches at each.
+HYBRIDEP_NODES = tuple(nodes for nodes, _share in HYBRIDEP_RDMA_SHARE)
+HYBRIDEP_RDMA_SHARES = tuple(share for _nodes, share in HYBRIDEP_RDMA_SHARE)
 EP_NONE, EP_1F1B, EP_DUALPIPE = (EP_OVERLAPS.index(name) for name in ("none", "1f1b", "dualpipe"))
 
 
@@ -123,17 +127,18 @@ def _missed(pool: float, own: float, k: float) -> float:
     return chance
 
 
-def _hybridep_scale(ranks: float) -> float:
-    """HybridEP's NVLink byte rate over an NVLink group of *ranks* as a share of its 8-rank rate: its published
-    kernel times (``HYBRIDEP_RANKS`` / ``HYBRIDEP_SHARES``), linear between them, the first share below them, the
-    last beyond (an assumption: no larger group is published)."""
-    low, share = HYBRIDEP_RANKS[0], HYBRIDEP_SHARES[0]
-    if ranks <= low:
+def _published(points, shares, x: float) -> float:
+    """A share read off published *points* (in order) at *x*: linear between them, the first share below them, the
+    last beyond (an assumption: nothing larger is published). HybridEP's NVLink byte rate by group size
+    (``HYBRIDEP_RANKS`` / ``HYBRIDEP_SHARES``) and its RDMA share by node count (``HYBRIDEP_NODES`` /
+    ``HYBRIDEP_RDMA_SHARES``)."""
+    low, share = points[0], shares[0]
+    if x <= low:
         return share
-    for i in range(1, len(HYBRIDEP_RANKS)):
-        high, next_share = HYBRIDEP_RANKS[i], HYBRIDEP_SHARES[i]
-        if ranks <= high:
-            return share + (next_share - share) * (ranks - low) / (high - low)
+    for i in range(1, len(points)):
+        high, next_share = points[i], shares[i]
+        if x <= high:
+            return share + (next_share - share) * (x - low) / (high - low)
         low, share = high, next_share
     return share
 
@@ -173,12 +178,15 @@ def _exchange(dispatcher: float, tokens: float, hidden: float, topk: float, expe
     # every call: its fixed cost and its tokens' beside the bytes (ndcost.spec.deepep_rates)
     call = rate[_R["dep_call_s"]] + tokens * rate[_R["dep_tok_s"]]
     # HybridEP's NVLink kernels: the byte rate its published times give the NVLink group (1 up to 8 ranks)
-    scale = _hybridep_scale(n if nodes <= 1.0 else g) if dispatcher == HYBRIDEP else 1.0
+    hybrid = dispatcher == HYBRIDEP
+    scale = _published(HYBRIDEP_RANKS, HYBRIDEP_SHARES, n if nodes <= 1.0 else g) if hybrid else 1.0
     if nodes <= 1.0:
         return call + received / (rate[_R["intra_bw"]] * rate[_R["dep_intra_eff"]] * scale) + rate[_R["intra_lat"]]
-    # across nodes the NVLink stage forwards what arrives over RDMA, at DeepEP's published share
+    # across nodes the NVLink stage forwards what arrives over RDMA, at DeepEP's published share; the RDMA stage at
+    # the NIC's NCCL share, HybridEP's at its own published one
     nvlink = received / (rate[_R["intra_bw"]] * rate[_R["dep_nvl_eff"]] * scale)
-    rdma = tokens * reached * (nodes - 1.0) / nodes * token_bytes / (rate[_R["inter_bw"]] * rate[_R["inter_eff"]])
+    nic = _published(HYBRIDEP_NODES, HYBRIDEP_RDMA_SHARES, nodes) if hybrid else rate[_R["inter_eff"]]
+    rdma = tokens * reached * (nodes - 1.0) / nodes * token_bytes / (rate[_R["inter_bw"]] * nic)
     return call + (rdma if rdma > nvlink else nvlink) + rate[_R["inter_lat"]]
 
 
@@ -211,7 +219,8 @@ def seconds_expert_exchange(dispatcher: int, tokens: float, hidden: float, topk:
       fixed cost (``dep_call_s``) and its tokens' (tokens·``dep_tok_s``; with ``dep_intra_eff`` fitted
       to measured H100 calls: ``ndcost.spec.deepep_rates``).
     * 2, NVIDIA's HybridEP (DeepEP's hybrid-ep branch): DeepEP's model, its NVLink byte rate scaled to the
-      NVLink group's size by HybridEP's published kernel times (:func:`_hybridep_scale`,
+      NVLink group's size by HybridEP's published GB200 kernel times, and across nodes its RDMA stage at the share
+      of the NIC its published H100 kernel times reach at the node count (:func:`_published`,
       ``ndcost.spec.hybridep_rates``).
 
     A combine moves the same tokens back (its element bytes are the caller's: DeepEP combines in

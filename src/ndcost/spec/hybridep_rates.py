@@ -16,6 +16,21 @@ fixed cost, a token's, the received bytes at a share of the link fitted to DeepE
   36-rank figure is held: an assumption, the README publishes no larger group. The README's "Torch API" times add
   0.12-0.23 ms a call on top (a pass over the received tokens that seconds mode prices as the permutation, and the
   call's own cost, which the DeepEP model carries).
+* **Across nodes, its RDMA stage runs at its own published share of the NIC.** HybridEP's README times it on H100
+  (one 400 Gb/s ConnectX-7 a GPU, 8 GPUs a node) at 16, 32 and 64 ranks, 4096 tokens a rank, hidden 7168, top-8,
+  8 experts a rank, random uniform routing, "Kernel Only", the algorithm bandwidth of the bytes it sends over
+  RDMA, counted as DeepEP counts them (a token once per node it reaches, its own node included: tests/test_hybrid_ep.py
+  ``count_rdma_send_from_routing_map``). With 8 SMs a call -- the default HybridEP's Configurer gives a group that
+  spans nodes (``num_sms_dispatch_api.value_or((num_of_nodes == 1) ? 24 : 8)``, csrc/hybrid_ep/config.cuh), which
+  Megatron-Core keeps (``moe_hybridep_num_sms`` None) -- dispatch (BF16) and combine average 72.4 GB/s over 2 nodes,
+  55.45 over 4 and 50.79 over 8 (16 SMs: within 7% of them). Of those bytes (N-1)/N leave the node, so the NIC
+  carries 36.2, 41.6 and 44.4 GB/s: 0.724, 0.832 and 0.889 of the 50 GB/s link (:data:`HYBRIDEP_RDMA_SHARE`), where
+  seconds mode gives NCCL and DeepEP 0.9. The share is the whole call's (at 2 nodes the forwarding over NVLink with
+  8 SMs may bind it): seconds mode prices HybridEP's RDMA stage at it, linearly between the published node counts,
+  the 2-node share below them and the 8-node one beyond (an assumption: none larger is published), on any part
+  (the H100's NIC share stands for the others: an assumption where the part's NIC differs). The README's "Torch
+  API" times add 0.33-1.3 ms a call on top (the copy out of the receive buffer and a device sync: tests bound the
+  price by both).
 * **Its dispatch blocks the host.** Without an upper bound on the tokens a rank receives (dropless training,
   Megatron-Core passes ``num_permuted_tokens=None``: "None means no up-bound, will cause a CPU sync",
   token_dispatcher.py), HybridEP's metadata preprocessing ends in ``cudaStreamSynchronize`` so that the host can
@@ -38,6 +53,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 __all__ = ["HYBRIDEP_KERNEL_GBS", "HYBRIDEP_NVLINK_SCALE", "HYBRIDEP_SOURCE", "HYBRIDEP_BLOCKING_SOURCE",
+           "HYBRIDEP_RDMA_SOURCE", "HYBRIDEP_RDMA_KERNEL_GBS", "HYBRIDEP_RDMA_SHARE", "HYBRIDEP_SMS_SOURCE",
            "hybridep_buffer_bytes", "hybridep_token_bytes"]
 
 HYBRIDEP_SOURCE = ("deepseek-ai/DeepEP@94a9f8f6b146c07d97ec58f67cd6d303296d6098 (hybrid-ep) docs/README_Hybrid-EP.md "
@@ -66,6 +82,35 @@ def _scale(ranks: int) -> float:
 
 #: (NVLink ranks, the byte rate's share of the 8-rank one) at each published size, in order.
 HYBRIDEP_NVLINK_SCALE: tuple[tuple[float, float], ...] = tuple((float(n), _scale(n)) for n in sorted(HYBRIDEP_KERNEL_GBS))
+
+HYBRIDEP_RDMA_SOURCE = ("deepseek-ai/DeepEP@cf78085241ebfdd809da8f169b41fa08e589b316 (hybrid-ep) docs/README_Hybrid-EP.md "
+                        "'H100 Platform', HybridEP Performance Results (IB Bandwidth), 8 SMs, Kernel Only: Dispatch (BF16) "
+                        "and Combine GB/s (algorithm bandwidth of the RDMA bytes), 4096 tokens, hidden 7168, top-8, "
+                        "8 local experts, 8 H100 a node with one 400 Gb/s ConnectX-7 each")
+HYBRIDEP_SMS_SOURCE = ("deepseek-ai/DeepEP@cf78085241ebfdd809da8f169b41fa08e589b316 (hybrid-ep) csrc/hybrid_ep/config.cuh "
+                       "L315-316 (num_sms_dispatch_api / num_sms_combine_api .value_or((num_of_nodes == 1) ? 24 : 8)); "
+                       "NVIDIA/Megatron-LM@e5ad09802d5fd5f79456e65a9d682ba77c08774d megatron/core/transformer/"
+                       "transformer_config.py L941 (moe_hybridep_num_sms None), moe/token_dispatcher.py L1155-1156")
+
+#: Ranks (8 H100 a node) -> (dispatch BF16, combine) GB/s of HybridEP's kernels alone across nodes, 8 SMs, as published
+#: (HYBRIDEP_RDMA_SOURCE).
+HYBRIDEP_RDMA_KERNEL_GBS: Mapping[int, tuple[float, float]] = MappingProxyType({
+    16: (76.80, 68.00),
+    32: (54.50, 56.40),
+    64: (50.55, 51.03),
+})
+#: The NIC those figures ran on: one 400 Gb/s ConnectX-7 a GPU, 50 GB/s a direction.
+_H100_NIC_GBS, _H100_RANKS_PER_NODE = 50.0, 8
+
+
+def _rdma_share(ranks: int) -> float:
+    nodes = ranks // _H100_RANKS_PER_NODE
+    return sum(HYBRIDEP_RDMA_KERNEL_GBS[ranks]) / 2.0 * (nodes - 1) / nodes / _H100_NIC_GBS
+
+
+#: (nodes, the share of the NIC HybridEP's RDMA stage reaches) at each published node count, in order.
+HYBRIDEP_RDMA_SHARE: tuple[tuple[float, float], ...] = tuple(
+    (float(ranks // _H100_RANKS_PER_NODE), _rdma_share(ranks)) for ranks in sorted(HYBRIDEP_RDMA_KERNEL_GBS))
 
 #: Bytes a buffer holds a token element (BF16), a probability (FP32), and a scale per 128 elements (FP32).
 _TOKEN_BYTES, _PROB_BYTES, _SCALE_BYTES, _SCALE_BLOCK = 2, 4, 4, 128
