@@ -28,7 +28,8 @@ fixed cost, a token's, the received bytes at a share of the link fitted to DeepE
   seconds mode gives NCCL and DeepEP 0.9. The share is the whole call's (at 2 nodes the forwarding over NVLink with
   8 SMs may bind it): seconds mode prices HybridEP's RDMA stage at it, linearly between the published node counts,
   the 2-node share below them and the 8-node one beyond (an assumption: none larger is published), on any part
-  (the H100's NIC share stands for the others: an assumption where the part's NIC differs). The README's "Torch
+  and whatever ``Rates.inter_node_efficiency`` (NCCL's share) says: a property of HybridEP's kernels, measured on
+  the H100's NIC, that stands for other parts' (an assumption where the NIC differs). The README's "Torch
   API" times add 0.33-1.3 ms a call on top (the copy out of the receive buffer and a device sync: tests bound the
   price by both).
 * **Its dispatch blocks the host.** Without an upper bound on the tokens a rank receives (dropless training,
