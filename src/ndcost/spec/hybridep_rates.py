@@ -54,7 +54,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 __all__ = ["HYBRIDEP_KERNEL_GBS", "HYBRIDEP_NVLINK_SCALE", "HYBRIDEP_SOURCE", "HYBRIDEP_BLOCKING_SOURCE",
-           "HYBRIDEP_RDMA_SOURCE", "HYBRIDEP_RDMA_KERNEL_GBS", "HYBRIDEP_RDMA_SHARE", "HYBRIDEP_SMS_SOURCE",
+           "HYBRIDEP_RDMA_SOURCE", "HYBRIDEP_RDMA_KERNEL_GBS", "HYBRIDEP_RDMA_SHARE",
            "hybridep_buffer_bytes", "hybridep_token_bytes"]
 
 HYBRIDEP_SOURCE = ("deepseek-ai/DeepEP@94a9f8f6b146c07d97ec58f67cd6d303296d6098 (hybrid-ep) docs/README_Hybrid-EP.md "
@@ -76,22 +76,19 @@ HYBRIDEP_KERNEL_GBS: Mapping[int, tuple[float, float]] = MappingProxyType({
 })
 
 
-def _scale(ranks: int) -> float:
-    base = sum(HYBRIDEP_KERNEL_GBS[8]) / 2.0
-    return sum(HYBRIDEP_KERNEL_GBS[ranks]) / 2.0 / base
+def _mean(gbs: tuple[float, float]) -> float:
+    """A published (dispatch, combine) pair's mean: seconds mode prices both directions at one byte rate."""
+    return (gbs[0] + gbs[1]) / 2.0
 
 
 #: (NVLink ranks, the byte rate's share of the 8-rank one) at each published size, in order.
-HYBRIDEP_NVLINK_SCALE: tuple[tuple[float, float], ...] = tuple((float(n), _scale(n)) for n in sorted(HYBRIDEP_KERNEL_GBS))
+HYBRIDEP_NVLINK_SCALE: tuple[tuple[float, float], ...] = tuple(
+    (float(ranks), _mean(gbs) / _mean(HYBRIDEP_KERNEL_GBS[8])) for ranks, gbs in sorted(HYBRIDEP_KERNEL_GBS.items()))
 
 HYBRIDEP_RDMA_SOURCE = ("deepseek-ai/DeepEP@cf78085241ebfdd809da8f169b41fa08e589b316 (hybrid-ep) docs/README_Hybrid-EP.md "
                         "'H100 Platform', HybridEP Performance Results (IB Bandwidth), 8 SMs, Kernel Only: Dispatch (BF16) "
                         "and Combine GB/s (algorithm bandwidth of the RDMA bytes), 4096 tokens, hidden 7168, top-8, "
                         "8 local experts, 8 H100 a node with one 400 Gb/s ConnectX-7 each")
-HYBRIDEP_SMS_SOURCE = ("deepseek-ai/DeepEP@cf78085241ebfdd809da8f169b41fa08e589b316 (hybrid-ep) csrc/hybrid_ep/config.cuh "
-                       "L315-316 (num_sms_dispatch_api / num_sms_combine_api .value_or((num_of_nodes == 1) ? 24 : 8)); "
-                       "NVIDIA/Megatron-LM@e5ad09802d5fd5f79456e65a9d682ba77c08774d megatron/core/transformer/"
-                       "transformer_config.py L941 (moe_hybridep_num_sms None), moe/token_dispatcher.py L1155-1156")
 
 #: Ranks (8 H100 a node) -> (dispatch BF16, combine) GB/s of HybridEP's kernels alone across nodes, 8 SMs, as published
 #: (HYBRIDEP_RDMA_SOURCE).
@@ -100,18 +97,14 @@ HYBRIDEP_RDMA_KERNEL_GBS: Mapping[int, tuple[float, float]] = MappingProxyType({
     32: (54.50, 56.40),
     64: (50.55, 51.03),
 })
-#: The NIC those figures ran on: one 400 Gb/s ConnectX-7 a GPU, 50 GB/s a direction.
-_H100_NIC_GBS, _H100_RANKS_PER_NODE = 50.0, 8
+#: The node those figures ran on: 8 H100, one 400 Gb/s ConnectX-7 each, 50 GB/s a direction.
+_H100_RANKS_PER_NODE, _H100_NIC_GBS = 8, 50.0
 
-
-def _rdma_share(ranks: int) -> float:
-    nodes = ranks // _H100_RANKS_PER_NODE
-    return sum(HYBRIDEP_RDMA_KERNEL_GBS[ranks]) / 2.0 * (nodes - 1) / nodes / _H100_NIC_GBS
-
-
-#: (nodes, the share of the NIC HybridEP's RDMA stage reaches) at each published node count, in order.
+#: (nodes, the share of the NIC HybridEP's RDMA stage reaches: the (N-1)/N of the bytes that leave the node) at each
+#: published node count, in order.
 HYBRIDEP_RDMA_SHARE: tuple[tuple[float, float], ...] = tuple(
-    (float(ranks // _H100_RANKS_PER_NODE), _rdma_share(ranks)) for ranks in sorted(HYBRIDEP_RDMA_KERNEL_GBS))
+    (ranks / _H100_RANKS_PER_NODE, _mean(gbs) * (1.0 - _H100_RANKS_PER_NODE / ranks) / _H100_NIC_GBS)
+    for ranks, gbs in sorted(HYBRIDEP_RDMA_KERNEL_GBS.items()))
 
 #: Bytes a buffer holds a token element (BF16), a probability (FP32), and a scale per 128 elements (FP32).
 _TOKEN_BYTES, _PROB_BYTES, _SCALE_BYTES, _SCALE_BLOCK = 2, 4, 4, 128
