@@ -23,14 +23,14 @@ fixed cost, a token's, the received bytes at a share of the link fitted to DeepE
   ``count_rdma_send_from_routing_map``). With 8 SMs a call -- the default HybridEP's Configurer gives a group that
   spans nodes (``num_sms_dispatch_api.value_or((num_of_nodes == 1) ? 24 : 8)``, csrc/hybrid_ep/config.cuh), which
   Megatron-Core keeps (``moe_hybridep_num_sms`` None) -- dispatch (BF16) and combine average 72.4 GB/s over 2 nodes,
-  55.45 over 4 and 50.79 over 8 (16 SMs: within 7% of them). Of those bytes (N-1)/N leave the node, so the NIC
+  55.45 over 4 and 50.79 over 8 (16 SMs: within 7.5% of them, direction by direction). Of those bytes (N-1)/N leave the node, so the NIC
   carries 36.2, 41.6 and 44.4 GB/s: 0.724, 0.832 and 0.889 of the 50 GB/s link (:data:`HYBRIDEP_RDMA_SHARE`), where
   seconds mode gives NCCL and DeepEP 0.9. The share is the whole call's (at 2 nodes the forwarding over NVLink with
   8 SMs may bind it): seconds mode prices HybridEP's RDMA stage at it, linearly between the published node counts,
   the 2-node share below them and the 8-node one beyond (an assumption: none larger is published), on any part
   and whatever ``Rates.inter_node_efficiency`` (NCCL's share) says: a property of HybridEP's kernels, measured on
   the H100's NIC, that stands for other parts' (an assumption where the NIC differs). The README's "Torch
-  API" times add 0.33-1.3 ms a call on top (the copy out of the receive buffer and a device sync: tests bound the
+  API" times add 0.33-1.34 ms a call on top (the copy out of the receive buffer and a device sync: tests bound the
   price by both).
 * **Its dispatch blocks the host.** Without an upper bound on the tokens a rank receives (dropless training,
   Megatron-Core passes ``num_permuted_tokens=None``: "None means no up-bound, will cause a CPU sync",
