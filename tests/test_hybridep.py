@@ -1,6 +1,6 @@
 """NVIDIA's HybridEP as a dispatcher of its own (``moe_dispatcher='hybridep'``): its NVLink kernels against their
-published GB200 times, its RDMA stage against its published H100 times across nodes, its blocking dispatch in Megatron-Core's overlapped F&B pair, its buffers by hand; both
-backends.
+published GB200 times, its RDMA stage against its published H100 times across nodes, its routing-map gather by hand,
+its blocking dispatch in Megatron-Core's overlapped F&B pair, its buffers by hand; both backends.
 
 HybridEP's README (deepseek-ai/DeepEP@94a9f8f6 hybrid-ep, docs/README_Hybrid-EP.md, "GB200 Platform", 32 SMs): 4096
 tokens a rank, hidden 7168, top-8, 8 experts a rank, random uniform routing, BF16; the algorithm bandwidth of the
@@ -122,6 +122,59 @@ def test_the_rdma_share_by_hand(kernels):
         assert got == pytest.approx(fixed + rdma, rel=1e-9), nodes
 
 
+def test_the_routing_map_gather_by_hand(kernels):
+    """Before each forward dispatch HybridEP gathers every rank's bool routing map (tokens x experts bytes) and scans
+    the gathered maps (executor.cu allgather_routing_map, metadata_preprocess_core). In one NVLink domain (EP 64 of a
+    GB200 NVL72) its own kernel writes each map to every other rank once: 63 maps at the link's collective share, one
+    latency; across H100 nodes (EP 32 over 4) NCCL's all-gather: in the node 7 ring steps on 7/8 of the 32 maps over
+    NVLink, then 3 steps on 3/4 of the 4 maps a node's rank carries over the NIC. The scan reads the n maps and writes
+    the local-expert map and an int32 a token and rank, in 3 kernels."""
+    tokens, experts = 16384.0, 128.0
+    local = tokens * experts
+
+    def scan(rate, n):
+        moved = n * local + local + 4.0 * tokens * n
+        return moved / (rate[RATE["hbm_eff"]] * rate[RATE["hbm_bw"]]) + 3.0 * rate[RATE["kernel_s"]]
+
+    rate = _gb200_rates()
+    gather = 63.0 * local / (rate[RATE["intra_bw"]] * rate[RATE["intra_eff"]]) + rate[RATE["intra_lat"]]
+    got = kernels.seconds_routing_gather(tokens, experts, 64.0, 1.0, rate)
+    assert got == pytest.approx(gather + scan(rate, 64.0), rel=1e-12)
+    assert 150e-6 < got < 250e-6                     # 132 MB received over NVLink: about 0.2 ms a forward dispatch
+
+    rate = rates_vector(ndcost.Cluster("h100-sxm", 256), Rates.for_device("h100-sxm"), "bf16")
+    tokens = 2048.0
+    local = tokens * experts
+    inner = 7.0 * rate[RATE["intra_lat"]] + 7.0 / 8.0 * 32.0 * local / (rate[RATE["intra_bw"]] * rate[RATE["intra_eff"]])
+    outer = 3.0 * rate[RATE["inter_lat"]] + 3.0 / 4.0 * 4.0 * local / (rate[RATE["inter_bw"]] * rate[RATE["inter_eff"]])
+    got = kernels.seconds_routing_gather(tokens, experts, 32.0, 1.0, rate)
+    assert got == pytest.approx(inner + outer + scan(rate, 32.0), rel=1e-12)
+    assert math.isnan(kernels.seconds_routing_gather(tokens, experts, 32.0, 0.5, rate))
+    assert kernels.seconds_routing_gather(tokens, experts, 1.0, 1.0, rate) == 0.0
+
+
+def test_only_hybridep_forward_dispatches_gather_routing_maps(kernels):
+    """The gather is in the forward all-to-all of a HybridEP layer only: its backward passes reuse the dispatch's
+    handle, and DeepEP's notify kernel is in its fitted call cost."""
+    model = ndcost.Model.from_catalog("qwen3-235b-a22b")
+    spec = ndcost.ExecSpec(dp=64, ep=64, global_batch_size=512, seq_length=4096, moe_dispatcher="hybridep",
+                           moe_dispatcher_sms=32)
+    cluster = ndcost.Cluster("gb200-nvl72", 64)
+    layers = {}
+    for dispatcher in ("hybridep", "deepep"):
+        a = seconds_arrays(model, spec.replace(moe_dispatcher=dispatcher), cluster)
+        out = np.zeros((len(model.kinds), len(SECONDS_LAYER_FIELDS)))
+        kernels.seconds_layer_times(a["kinds"], a["skinds"], a["model"], a["smodel"], a["cand"], a["rate"], out)
+        layers[dispatcher] = dict(zip(SECONDS_LAYER_FIELDS, out[-1]))
+    hybrid = layers["hybridep"]
+    tokens = spec.micro_batch_size * spec.seq_length
+    pre = kernels.seconds_routing_gather(tokens, float(model.num_experts), 64.0, 1.0, a["rate"])
+    assert hybrid["ep_pre"] == pytest.approx(pre, rel=1e-12)
+    assert hybrid["ep_f"] - hybrid["ep_b"] == pytest.approx(pre, rel=1e-12)
+    assert layers["deepep"]["ep_pre"] == 0.0
+    assert layers["deepep"]["ep_f"] == layers["deepep"]["ep_b"]
+
+
 def _qwen3(dispatcher, overlap="1f1b"):
     model = ndcost.Model.from_catalog("qwen3-235b-a22b")
     spec = ndcost.ExecSpec(dp=64, ep=64, global_batch_size=512, seq_length=4096, moe_dispatcher=dispatcher,
@@ -132,8 +185,8 @@ def _qwen3(dispatcher, overlap="1f1b"):
 def test_a_blocking_dispatch_runs_the_pairs_middle_phase_serially(kernels, backend_name):
     """Megatron-Core's overlapped pair (combine backward | dispatch forward + dispatch backward | combine forward
     beside attention forward | MLP backward + MLP forward | attention backward): with HybridEP the middle phase's
-    all-to-alls are not hidden; the combines beside the attention are, as with DeepEP (32 SMs of the GB200's held
-    while they run)."""
+    all-to-alls, and the forward dispatch's routing-map gather before them, are not hidden; the combines beside the
+    attention are, as with DeepEP (32 SMs of the GB200's held while they run)."""
     model, spec, cluster = _qwen3("hybridep")
     a = seconds_arrays(model, spec, cluster)
     out = np.zeros((len(model.kinds), len(SECONDS_LAYER_FIELDS)))
@@ -144,8 +197,10 @@ def test_a_blocking_dispatch_runs_the_pairs_middle_phase_serially(kernels, backe
     def left(comm, window):
         return min(comm, max(comm - window, held * comm))
 
-    dispatch, combine = layer["ep_d"], layer["ep_f"] - layer["ep_d"]
-    pair = left(dispatch, layer["att_f"]) + dispatch + combine + left(combine, layer["att_b"])
+    dispatch, pre = layer["ep_d"], layer["ep_pre"]
+    combine = layer["ep_f"] - pre - dispatch
+    assert pre > 0.0 and combine > 0.0
+    pair = left(dispatch, layer["att_f"]) + pre + dispatch + combine + left(combine, layer["att_b"])
     with _backend.use(backend_name):
         hybrid = seconds_estimate(model, spec, cluster)
         deepep = seconds_estimate(model, spec.replace(moe_dispatcher="deepep"), cluster)
@@ -181,3 +236,23 @@ def test_one_and_many_agree_on_a_hybridep_fit(backend_name):
         many = ndcost.estimate_many(model, [spec, spec.replace(moe_dispatcher="alltoall")], cluster, units="seconds")
     assert bool(many.fits[0]) == bool(one.fits)
     assert float(many.step_time[0]) == pytest.approx(one.step_time, rel=1e-12)
+
+
+@pytest.mark.cython
+def test_the_routing_map_gather_compiled_matches_oracle(ckernels, pykernels):
+    """Seeded draws over groups in one NVLink domain and across nodes, strides and token counts, and planted edges (no
+    tokens, no experts, one rank, a stride below 1, a NaN token count): the compiled twin to 1e-12."""
+    rng = np.random.default_rng(1207)
+    base = _gb200_rates()
+    cases = [(0.0, 128.0, 64.0, 1.0), (4096.0, 0.0, 8.0, 1.0), (4096.0, 128.0, 1.0, 1.0), (4096.0, 128.0, 8.0, 0.5),
+             (float("nan"), 128.0, 8.0, 1.0), (4096.0, 128.0, 72.0, 1.0), (4096.0, 128.0, 73.0, 1.0)]
+    for _ in range(300):
+        cases.append((float(rng.choice([1.0, 517.0, 2048.0, 16384.0])), float(rng.choice([8, 64, 128, 256, 384])),
+                      float(rng.choice([2, 8, 16, 32, 64, 72, 128])), float(rng.choice([1.0, 2.0, 4.0, 8.0, 16.0]))))
+    for tokens, experts, n, stride in cases:
+        rate = base.copy()
+        rate[RATE["dpn"]] = float(rng.choice([4.0, 8.0, 72.0]))
+        rate[RATE["intra_eff"]] = float(rng.uniform(0.2, 1.0))
+        args = (tokens, experts, n, stride, rate)
+        got, want = ckernels.seconds_routing_gather(*args), pykernels.seconds_routing_gather(*args)
+        assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want, rel=1e-12, abs=0.0), args

@@ -42,6 +42,7 @@ def kind_activation_bytes(kind: _F64Array, mc: _F64Array, option: int, keep_mask
 # --- seconds (kernels/seconds.pxi): seconds mode, step time from rates and links ---
 def seconds_collective(op: int, moved: float, n: float, stride: float, rate: _F64Array) -> float: ...  # long long, double x 3, const double[::1]
 def seconds_expert_exchange(dispatcher: int, tokens: float, hidden: float, topk: float, experts: float, n: float, stride: float, node_limit: float, element_bytes: float, rate: _F64Array, device_limit: float = ...) -> float: ...  # long long, double x 8, const double[::1], double
+def seconds_routing_gather(tokens: float, experts: float, n: float, stride: float, rate: _F64Array) -> float: ...  # double x 4, const double[::1]
 def seconds_layer_times(kinds: _F64Array, skinds: _F64Array, model: _F64Array, smodel: _F64Array, cand: _F64Array, rate: _F64Array, out: _F64Array) -> None: ...  # const double[:, ::1] x 2, const double[::1] x 4, double[:, ::1]
 def seconds_layer_ops(kinds: _F64Array, skinds: _F64Array, model: _F64Array, smodel: _F64Array, cand: _F64Array, rate: _F64Array, kind: int, out: _F64Array) -> None: ...  # const double[:, ::1] x 2, const double[::1] x 4, Py_ssize_t, double[:, ::1]
 def seconds_moe_block(shape: _F64Array, cand: _F64Array, rate: _F64Array, out: _F64Array) -> None: ...  # const double[::1] x 3, double[:, ::1]

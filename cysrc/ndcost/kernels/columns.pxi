@@ -305,7 +305,8 @@ cdef enum:
     SL_att_f = 31
     SL_att_b = 32
     SL_ep_d = 33
-    SL_COUNT = 34
+    SL_ep_pre = 34
+    SL_COUNT = 35
 
 cdef enum:
     SS_fw = 0

@@ -130,6 +130,44 @@ cdef inline double c_sec_exchange(double dispatcher, double tokens, double hidde
     return call + (rdma if rdma > nvlink else nvlink) + rate[R_inter_lat]
 
 
+cdef inline double c_sec_routing_gather(double tokens, double experts, double n, double stride,
+                                        const double* rate) noexcept nogil:
+    # HybridEP's metadata preprocessing before a dispatch that holds no handle: the routing maps gathered (its own
+    # one-shot NVLink kernel in one domain, NCCL's all-gather across nodes), then scanned (the oracle's
+    # _routing_gather).
+    cdef double local, g, gather, scanned
+    if not stride >= 1.0:
+        return NAN
+    if n <= 1.0 or tokens <= 0.0 or experts <= 0.0:
+        return 0.0
+    local = tokens * experts * _MEM_ROUTING_MAP_BYTES
+    g = c_sec_ranks_per_node(rate[R_dpn], stride, n)
+    if n / g <= 1.0:
+        gather = (n - 1.0) * local / (rate[R_intra_bw] * rate[R_intra_eff]) + rate[R_intra_lat]
+    else:
+        gather = c_sec_collective(SEC_GATHER_OR_SCATTER, n * local, n, stride, rate)
+    scanned = n * local + local + SEC_ROUTING_SCAN_INDEX_BYTES * tokens * n
+    return gather + c_sec_pass(scanned, SEC_ROUTING_SCAN_KERNELS, rate)
+
+
+cdef inline void c_sec_expert_alltoalls(const double* cand, const double* model, double tokens, double h, double bc,
+                                        double ep, double t_exp, const double* rate, double* out) noexcept nogil:
+    # A MoE layer's dispatches and combines, forward and backward, the dispatch direction at disp_b bytes an
+    # element, HybridEP's forward dispatch after its routing-map gather (the oracle's _expert_alltoalls).
+    cdef double cap = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
+    cdef double routed = tokens * cap, dispatch, a2a, pre = 0.0
+    dispatch = c_sec_exchange(cand[SC_ep_disp], routed, h, model[M_n_chosen], model[M_n_exp], ep, t_exp,
+                              cand[SC_ep_nodes], cand[SC_ep_devs], cand[SC_disp_b], rate)
+    a2a = dispatch + c_sec_exchange(cand[SC_ep_disp], routed, h, model[M_n_chosen], model[M_n_exp], ep, t_exp,
+                                    cand[SC_ep_nodes], cand[SC_ep_devs], bc, rate)
+    if cand[SC_ep_disp] == SEC_DISPATCH_HYBRIDEP:
+        pre = c_sec_routing_gather(tokens, model[M_n_exp], ep, t_exp, rate)
+    out[SL_ep_f] = a2a + pre
+    out[SL_ep_b] = a2a
+    out[SL_ep_d] = dispatch
+    out[SL_ep_pre] = pre
+
+
 cdef inline double c_sec_exposed_paired(double comm, double window, double share, double sms,
                                         bint static) noexcept nogil:
     # Comm beside another micro-batch's compute on kernels holding sms of the SMs (the oracle's): while the
@@ -168,17 +206,16 @@ cdef inline double c_sec_paired_share(const double* cand, Py_ssize_t n_stages, P
 
 cdef inline double c_sec_paired_layer(const double* layer, double share, double sms, bint static,
                                       bint blocking) noexcept nogil:
-    # A layer's all-to-alls in an F&B pair: the three phases of Megatron-Core's combined 1F1B, the middle one
-    # serial where the dispatch blocks the host (HybridEP) (the oracle's _paired_layer).
-    cdef double dispatch = layer[SL_ep_d]
-    cdef double combine = layer[SL_ep_f] - dispatch
+    # A layer's all-to-alls in an F&B pair: the three phases of Megatron-Core's combined 1F1B, the forward dispatch's
+    # preprocessing in the middle one, which runs serially where the dispatch blocks the host (HybridEP) (the
+    # oracle's _paired_layer).
+    cdef double dispatch = layer[SL_ep_d], pre = layer[SL_ep_pre]
+    cdef double combine = layer[SL_ep_f] - pre - dispatch
     cdef double att_f = layer[SL_att_f], att_b = layer[SL_att_b]
     cdef double mlp = layer[SL_fw] - att_f + layer[SL_bw] + layer[SL_bw_w] - att_b
-    cdef double middle
-    if blocking:
-        middle = dispatch + combine
-    else:
-        middle = c_sec_exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0, share, sms, static)
+    cdef double middle = pre + dispatch + combine
+    if not blocking:
+        middle = c_sec_exposed_paired(middle, mlp if mlp > 0.0 else 0.0, share, sms, static)
     return (c_sec_exposed_paired(dispatch, att_f, share, sms, static) + middle
             + c_sec_exposed_paired(combine, att_b, share, sms, static))
 
@@ -202,3 +239,9 @@ def seconds_expert_exchange(long long dispatcher, double tokens, double hidden, 
     c_sec_check_len("rate", R_COUNT, rate.shape[0])
     return c_sec_exchange(<double>dispatcher, tokens, hidden, topk, experts, n, stride, node_limit, device_limit,
                           element_bytes, &rate[0])
+
+
+def seconds_routing_gather(double tokens, double experts, double n, double stride, const double[::1] rate) -> float:
+    """Seconds of HybridEP's metadata preprocessing (routing maps gathered, then scanned); see the oracle."""
+    c_sec_check_len("rate", R_COUNT, rate.shape[0])
+    return c_sec_routing_gather(tokens, experts, n, stride, &rate[0])

@@ -71,8 +71,8 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
     cdef double flops_rec = 0.0, n_v, d_k, dv_lin, conv_bytes = 0.0, compute, memory, rec_f
     cdef double flops_ffn = 0.0, ffn_f = 0.0
     cdef double sums[5]
-    cdef double cap, norm_kernels
-    cdef double full, gather, tp_pass, kv, step, qkv, o, ulysses, routed, a2a, dispatch
+    cdef double norm_kernels
+    cdef double full, gather, tp_pass, kv, step, qkv, o, ulysses
     cdef double rotated
     cdef double mixer = kind[K_mixer], parts, ssm_inner = 0.0, ssm_conv = 0.0, n_in, chunk, state, n_norm
     cdef bint has_ffn = kind[K_has_ffn] != 0.0
@@ -430,17 +430,9 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
             out[SL_cp_f] = ulysses
             out[SL_cp_b] = ulysses
 
-    # expert parallelism: a dispatch (disp_b bytes an element) and a combine (16-bit), each way
+    # expert parallelism: its dispatches and combines, each way (the oracle's _expert_alltoalls)
     if moe and ep > 1.0:
-        cap = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
-        routed = (tokens / sp) * cap
-        dispatch = c_sec_exchange(cand[SC_ep_disp], routed, h, model[M_n_chosen], model[M_n_exp], ep, t_exp,
-                                  cand[SC_ep_nodes], cand[SC_ep_devs], cand[SC_disp_b], rate)
-        a2a = dispatch + c_sec_exchange(cand[SC_ep_disp], routed, h, model[M_n_chosen], model[M_n_exp], ep, t_exp,
-                                        cand[SC_ep_nodes], cand[SC_ep_devs], bc, rate)
-        out[SL_ep_f] = a2a
-        out[SL_ep_b] = a2a
-        out[SL_ep_d] = dispatch
+        c_sec_expert_alltoalls(cand, model, tokens / sp, h, bc, ep, t_exp, rate, out)
 
     p_dense = (skind[SK_p_nonexp] + skind[SK_p_shared]) / t
     p_expert = skind[SK_p_routed] / (ep * t_exp)

@@ -268,6 +268,7 @@ SECONDS_LAYER_FIELDS = (
     "att_mm_flops", "ffn_mm_flops",   # their FLOPs (whole micro-batch): what a census share recomputes, for HFU
     "att_f", "att_b",                 # the token mixer's sub-block: forward, backward with its weight grads
     "ep_d",                           # one dispatch-direction exchange of ep_f (the rest of it: the combine)
+    "ep_pre",                         # the forward dispatch's metadata preprocessing, in ep_f (HybridEP)
 )
 
 # --- per stage raw sums of seconds mode (float64, pp x SECONDS_STAGE_FIELDS) ---

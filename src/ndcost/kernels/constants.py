@@ -47,6 +47,9 @@ CONSTANTS: dict[str, int | float | tuple[float, ...]] = {
     "SEC_HYBRIDEP_RDMA_POINTS": len(seconds_comm.HYBRIDEP_NODES),
     "SEC_HYBRIDEP_NODES": seconds_comm.HYBRIDEP_NODES,
     "SEC_HYBRIDEP_RDMA_SHARES": seconds_comm.HYBRIDEP_RDMA_SHARES,
+    # ... and its metadata preprocessing's scan of the gathered routing map (seconds_comm)
+    "SEC_ROUTING_SCAN_KERNELS": seconds_comm.ROUTING_SCAN_KERNELS,
+    "SEC_ROUTING_SCAN_INDEX_BYTES": seconds_comm.ROUTING_SCAN_INDEX_BYTES,
     "SEC_POINTWISE_BACKWARD_BYTES": seconds_ops.POINTWISE_BACKWARD_BYTES,
     "SEC_EAGER_SWIGLU_PASSES": seconds_ops.EAGER_SWIGLU_PASSES,
     "SEC_AUTOCAST_FP32_BYTES": seconds_ops.AUTOCAST_FP32_BYTES,

@@ -10,10 +10,12 @@ import math
 
 from ..spec.hybridep_rates import HYBRIDEP_NVLINK_SCALE, HYBRIDEP_RDMA_SHARE
 from .codes import COLLECTIVES, DISPATCHERS, EP_OVERLAPS
-from .columns import RATE, RATE_FIELDS, SECONDS_CAND, SECONDS_LAYER
+from .columns import MODEL, RATE, RATE_FIELDS, SECONDS_CAND, SECONDS_LAYER
+from .memory import ROUTING_MAP_BYTES
 from .nd_ops import _check_len
+from .seconds_ops import _pass
 
-__all__ = ["seconds_collective", "seconds_expert_exchange"]
+__all__ = ["seconds_collective", "seconds_expert_exchange", "seconds_routing_gather"]
 
 NAN = math.nan
 
@@ -21,6 +23,7 @@ NAN = math.nan
 _R = RATE
 _C = SECONDS_CAND
 _L = SECONDS_LAYER
+_M = MODEL
 
 # Collective codes of seconds_collective, dispatcher codes of seconds_expert_exchange, expert all-to-all
 # overlap codes (ndcost.kernels.codes).
@@ -188,6 +191,51 @@ def _exchange(dispatcher: float, tokens: float, hidden: float, topk: float, expe
     return call + (rdma if rdma > nvlink else nvlink) + rate[_R["inter_lat"]]
 
 
+#: HybridEP's metadata preprocessing, beside the all-gather of the routing map: the kernels it launches (the scan of the
+#: gathered map, the padding of tokens-per-expert, the permutation's preprocessing) and the int32 it writes a token
+#: and rank of the group (sparse_to_dense_map): deepseek-ai/DeepEP@cf780852 csrc/hybrid_ep/executor/executor.cu
+#: metadata_preprocess_core.
+ROUTING_SCAN_KERNELS = 3.0
+ROUTING_SCAN_INDEX_BYTES = 4.0
+
+
+def _routing_gather(tokens: float, experts: float, n: float, stride: float, rate) -> float:
+    """seconds_routing_gather without the length check (the kernels' own calls)."""
+    if not stride >= 1.0:
+        return NAN
+    if n <= 1.0 or tokens <= 0.0 or experts <= 0.0:
+        return 0.0
+    local = tokens * experts * ROUTING_MAP_BYTES    # the rank's bool routing map
+    g = _ranks_per_node(rate[_R["dpn"]], stride, n)
+    if n / g <= 1.0:
+        # HybridEP's own one-shot kernel: every rank writes its map into every other rank's buffer over NVLink
+        gather = (n - 1.0) * local / (rate[_R["intra_bw"]] * rate[_R["intra_eff"]]) + rate[_R["intra_lat"]]
+    else:
+        gather = _collective(GATHER_OR_SCATTER, n * local, n, stride, rate)
+    scanned = n * local + local + ROUTING_SCAN_INDEX_BYTES * tokens * n
+    return gather + _pass(scanned, ROUTING_SCAN_KERNELS, rate)
+
+
+def seconds_routing_gather(tokens: float, experts: float, n: float, stride: float, rate) -> float:
+    """Seconds of HybridEP's metadata preprocessing before a dispatch that holds no handle (each forward dispatch in
+    Megatron-Core: token_dispatcher.py _HybridEPManager passes the routing map, not a handle) on a rank of an
+    expert-parallel group of *n* ranks *stride* apart, *tokens* tokens a rank, *experts* experts. NaN for a stride
+    below 1; 0 for a group of one rank.
+
+    deepseek-ai/DeepEP@cf780852 (hybrid-ep) csrc/hybrid_ep/executor/executor.cu: ``allgather_routing_map`` gathers
+    every rank's bool routing map (tokens x experts bytes) -- inside one NVLink domain with HybridEP's own kernel, each
+    rank writing its map into every other's buffer once (n - 1 maps received at the link's collective share and one
+    latency: the kernel's rate is not published, an assumption), across nodes with NCCL's
+    ``all_gather_into_tensor`` over the group (:func:`seconds_collective`) -- then ``metadata_preprocess_core`` scans
+    the gathered map (n maps read, the rank's local-expert map and an int32 a token and rank written) in
+    ROUTING_SCAN_KERNELS kernels. The dispatch kernels HybridEP's README times reuse a handle
+    (tests/test_hybrid_ep.py), so none of this is in the published rates ``seconds_expert_exchange`` is priced
+    at.
+    """
+    _check_len(rate, "rate", len(RATE_FIELDS))
+    return _routing_gather(tokens, experts, n, stride, rate)
+
+
 def seconds_expert_exchange(dispatcher: int, tokens: float, hidden: float, topk: float, experts: float, n: float,
                             stride: float, node_limit: float, element_bytes: float, rate,
                             device_limit: float = 0.0) -> float:
@@ -227,6 +275,29 @@ def seconds_expert_exchange(dispatcher: int, tokens: float, hidden: float, topk:
     _check_len(rate, "rate", len(RATE_FIELDS))
     return _exchange(dispatcher, tokens, hidden, topk, experts, n, stride, node_limit, device_limit, element_bytes,
                      rate)
+
+
+def _expert_alltoalls(cand, model, tokens: float, h: float, bc: float, ep: float, t_exp: float, rate, out) -> None:
+    """A MoE layer's all-to-alls on a rank of its expert-parallel group (*ep* ranks *t_exp* apart: Megatron-Core
+    orders its expert ranks expert-tp, ep, expert-dp, pp, parallel_state's expert RankGenerator "tp-ep-dp-pp"),
+    which routes *tokens* tokens of *h* elements, into a layer row: a dispatch and a combine (:func:`_exchange`:
+    NCCL's all-to-all, DeepEP's or HybridEP's) forward (ep_f) and backward (ep_b), of the rank's tokens times the
+    busiest rank's load (the capacity factor, or the imbalance dropless). The dispatch direction -- the forward
+    dispatch and the combine's backward, which sends the output gradients to the experts -- moves disp_b bytes an
+    element (fp8 with its scales where the stack quantizes it, DeepSeek-V3 §3.3.4; ep_d: one such call), the
+    combine direction the 16-bit activations (DeepEP combines in BF16). HybridEP's forward dispatch first gathers
+    the group's routing maps (ep_pre, :func:`seconds_routing_gather`, in ep_f); its backward passes reuse the
+    forward's handle."""
+    cap = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
+    args = (cand[_C["ep_disp"]], tokens * cap, h, model[_M["n_chosen"]], model[_M["n_exp"]], ep, t_exp,
+            cand[_C["ep_nodes"]], cand[_C["ep_devs"]])
+    dispatch = _exchange(*args, cand[_C["disp_b"]], rate)
+    a2a = dispatch + _exchange(*args, bc, rate)
+    pre = _routing_gather(tokens, model[_M["n_exp"]], ep, t_exp, rate) if cand[_C["ep_disp"]] == HYBRIDEP else 0.0
+    out[_L["ep_f"]] = a2a + pre
+    out[_L["ep_b"]] = a2a
+    out[_L["ep_d"]] = dispatch
+    out[_L["ep_pre"]] = pre
 
 
 def _exposed(comm: float, window: float, share: float) -> float:
@@ -298,15 +369,19 @@ def _paired_layer(layer, share: float, sms: float, static: bool, blocking: bool 
     DeepSeek-V3's DualPipe pairs the same four components of a chunk (report §3.2.1, Figure 4). The
     combine's backward moves the dispatch direction's bytes (ep_d), the dispatch's backward the
     combine's (ep_f - ep_d); the attention sub-block is att_f / att_b, the MLP the rest of the pass.
-    Each phase leaves :func:`_exposed_paired` of its comm (*static*: DualPipe's fixed SM split). *blocking*
-    (HybridEP, whose dispatch synchronises the host: ndcost.spec.hybridep_rates): the middle phase, which holds the
-    forward dispatch, runs serially -- an estimate from the published runs that pair HybridEP with the overlap."""
+    Each phase leaves :func:`_exposed_paired` of its comm (*static*: DualPipe's fixed SM split). The forward
+    dispatch's metadata preprocessing (ep_pre, HybridEP's routing-map gather: :func:`seconds_routing_gather`) runs
+    in the middle phase before it. *blocking* (HybridEP, whose dispatch synchronises the host:
+    ndcost.spec.hybridep_rates): the middle phase runs serially -- an estimate from the published runs that pair
+    HybridEP with the overlap."""
     dispatch = layer[_L["ep_d"]]
-    combine = layer[_L["ep_f"]] - dispatch
+    pre = layer[_L["ep_pre"]]
+    combine = layer[_L["ep_f"]] - pre - dispatch
     att_f, att_b = layer[_L["att_f"]], layer[_L["att_b"]]
     mlp = layer[_L["fw"]] - att_f + layer[_L["bw"]] + layer[_L["bw_w"]] - att_b
-    middle = dispatch + combine if blocking else _exposed_paired(dispatch + combine, mlp if mlp > 0.0 else 0.0,
-                                                                 share, sms, static)
+    middle = pre + dispatch + combine
+    if not blocking:
+        middle = _exposed_paired(middle, mlp if mlp > 0.0 else 0.0, share, sms, static)
     return _exposed_paired(dispatch, att_f, share, sms, static) + middle + _exposed_paired(combine, att_b, share,
                                                                                            sms, static)
 

@@ -30,7 +30,7 @@ from .seconds_ops import (
     SCOPE_ATTN, SCOPE_FFN, SCOPE_PRE, _cand_ok, _check_rows,
     _check_tables, _ffn_pair, _fill, _gemm, _mm3_noted, _note, _note_launch, _note_pass, _note_start, _pass,
 )
-from .seconds_comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, SEND_RECV, _collective, _exchange
+from .seconds_comm import ALL_REDUCE, ALL_TO_ALL, GATHER_OR_SCATTER, SEND_RECV, _collective, _expert_alltoalls
 from .seconds_moe import _moe_ffn, _note_two
 from .window_attention import _head_dim_share, _tile_efficiency, _window_stretch
 from .eager_passes import (
@@ -491,24 +491,9 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
             out[_L["cp_f"]] = ulysses
             out[_L["cp_b"]] = ulysses
 
-    # ---- expert parallelism, in the ep group (stride t·cp): a dispatch and a combine of the tokens this
-    # rank routes (x the busiest rank's load: capacity, or the imbalance dropless), forward and backward
-    # (seconds_comm._exchange: NCCL's all-to-all or DeepEP's). The dispatch direction -- the forward
-    # dispatch and the combine's backward, which sends the output gradients to the experts -- moves
-    # disp_b bytes an element (fp8 with its scales where the stack quantizes it, DeepSeek-V3 §3.3.4),
-    # the combine direction the 16-bit activations (DeepEP combines in BF16).
+    # ---- expert parallelism, in the ep group (stride t·cp): its dispatches and combines, forward and backward
     if moe and ep > 1.0:
-        cap = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
-        routed = (tokens / sp) * cap
-        # over the expert grid's EP group: ranks t_exp apart (Megatron-Core's expert ranks are ordered
-        # expert-tp, ep, expert-dp, pp: parallel_state's expert RankGenerator "tp-ep-dp-pp")
-        args = (cand[_C["ep_disp"]], routed, h, model[_M["n_chosen"]], model[_M["n_exp"]], ep, t_exp,
-                cand[_C["ep_nodes"]], cand[_C["ep_devs"]])
-        dispatch = _exchange(*args, cand[_C["disp_b"]], rate)
-        a2a = dispatch + _exchange(*args, bc, rate)
-        out[_L["ep_f"]] = a2a
-        out[_L["ep_b"]] = a2a
-        out[_L["ep_d"]] = dispatch
+        _expert_alltoalls(cand, model, tokens / sp, h, bc, ep, t_exp, rate, out)
 
     p_dense = (skind[_SK["p_nonexp"]] + skind[_SK["p_shared"]]) / t
     p_expert = skind[_SK["p_routed"]] / (ep * t_exp)

@@ -32,6 +32,13 @@ fixed cost, a token's, the received bytes at a share of the link fitted to DeepE
   the H100's NIC, that stands for other parts' (an assumption where the NIC differs). The README's "Torch
   API" times add 0.33-1.34 ms a call on top (the copy out of the receive buffer and a device sync: tests bound the
   price by both).
+* **Its forward dispatch first gathers the routing maps.** A dispatch handed no handle -- each forward dispatch in
+  Megatron-Core, which passes the routing map -- all-gathers every rank's bool routing map (tokens x experts bytes)
+  over the group, with HybridEP's own one-shot NVLink kernel inside one domain and NCCL's all-gather across nodes,
+  then scans the gathered maps (csrc/hybrid_ep/executor/executor.cu ``allgather_routing_map``,
+  ``metadata_preprocess_core``). The published tables time calls that reuse a handle (tests/test_hybrid_ep.py), so
+  seconds mode prices the gather and the scan on top of the forward dispatch (``seconds_comm.seconds_routing_gather``):
+  about 0.2 ms a forward dispatch at EP 64 on a GB200 NVL72 with 16384 tokens a rank and 128 experts.
 * **Its dispatch blocks the host.** Without an upper bound on the tokens a rank receives (dropless training,
   Megatron-Core passes ``num_permuted_tokens=None``: "None means no up-bound, will cause a CPU sync",
   token_dispatcher.py), HybridEP's metadata preprocessing ends in ``cudaStreamSynchronize`` so that the host can
