@@ -27,12 +27,15 @@ GATHER, REDUCE = SECONDS_STAGE["dp_mb_gather"], SECONDS_STAGE["dp_mb_reduce"]
 STEP_GATHER, STEP_REDUCE = SECONDS_STAGE["dp_gather"], SECONDS_STAGE["dp_reduce"]
 
 
-def _arrays(vpp: int, *, defer: bool, hidden: float, reshard: bool = False):
-    """A ZeRO-3 Llama 3 8B on 32 H100: PP 4 (8 layers a stage), the stated chunks, FSDP over DP 8."""
+def _arrays(vpp: int, *, defer: bool, hidden: float, reshard: bool = False, slow: float = 0.0):
+    """A ZeRO-3 Llama 3 8B on 32 H100: PP 4 (8 layers a stage), the stated chunks, FSDP over DP 8; the compute
+    beside the hidden traffic loses *slow* of its time (the rate's ov_slow; none unless stated)."""
     spec = ndcost.ExecSpec(dp=8, tp=1, pp=4, vpp=vpp, micro_batch_size=1, global_batch_size=64, seq_length=4096,
                            recompute="none", zero_stage=3, deferred_grad_accumulation=defer,
                            reshard_params=reshard, precision="bf16", grad_bytes=2)
-    return seconds_arrays(ndcost.Model.from_catalog("llama3-8b"), spec, ndcost.Cluster("h100-sxm", 32), overlap=Overlap(fsdp_prefetch=hidden))
+    a = seconds_arrays(ndcost.Model.from_catalog("llama3-8b"), spec, ndcost.Cluster("h100-sxm", 32),
+                       overlap=Overlap(fsdp_prefetch=hidden))
+    return with_rate(a, ov_slow=slow)
 
 
 def test_reduced_every_micro_batch_gathers_every_micro_batch(kernels):
@@ -61,6 +64,23 @@ def test_one_layer_exposed_per_chunk_call(kernels):
             for col in (GATHER, REDUCE):
                 assert plain[st, col] == pytest.approx(whole[st, col] / layers, rel=1e-12)
                 assert chunked[st, col] == pytest.approx(vpp * whole[st, col] / layers, rel=1e-12)
+
+
+def test_the_compute_beside_the_hidden_traffic_is_slowed(kernels):
+    """Compute that runs beside a collective takes 1 + s times as long (Rates.collective_overlap_slowdown, s = 0.189
+    on average, arXiv 2507.03114): of the traffic hidden beyond each call's exposed layer, s / (1 + s) of its time is
+    added back; nothing hidden, nothing added."""
+    slow = 0.189 / 1.189
+    assert Rates.for_device("h100-sxm").collective_overlap_slowdown == 0.189
+    for vpp in (1, 4):
+        floor = stage_sums(kernels, _arrays(vpp, defer=False, hidden=1.0))
+        slowed = stage_sums(kernels, _arrays(vpp, defer=False, hidden=1.0, slow=slow))
+        whole = stage_sums(kernels, _arrays(vpp, defer=False, hidden=0.0, slow=slow))
+        for st in range(4):
+            for col in (GATHER, REDUCE):
+                assert whole[st, col] > floor[st, col] > 0.0
+                want = floor[st, col] + slow * (whole[st, col] - floor[st, col])
+                assert slowed[st, col] == pytest.approx(want, rel=1e-12)
 
 
 def test_resharded_forward_floors_per_call_too(kernels):

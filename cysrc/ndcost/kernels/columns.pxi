@@ -241,28 +241,29 @@ cdef enum:
     R_attn_copies = 30
     R_tp_ov_splits = 31
     R_tp_ov_sm = 32
-    R_dep_nvl_eff = 33
-    R_sms = 34
-    R_g_tile_k = 35
-    R_g_stream = 36
-    R_g_launch = 37
-    R_launch_s = 38
-    R_graph_s = 39
-    R_permute = 40
-    R_router_fused = 41
-    R_aux_loss = 42
-    R_scatter_rate = 43
-    R_f8_split = 44
-    R_e_bias = 45
-    R_glu_clamp = 46
-    R_rope_scale = 47
-    R_a2a_eff = 48
-    R_attn_h64 = 49
-    R_attn_fbar = 50
-    R_dep_intra_eff = 51
-    R_dep_call_s = 52
-    R_dep_tok_s = 53
-    R_COUNT = 54
+    R_ov_slow = 33
+    R_dep_nvl_eff = 34
+    R_sms = 35
+    R_g_tile_k = 36
+    R_g_stream = 37
+    R_g_launch = 38
+    R_launch_s = 39
+    R_graph_s = 40
+    R_permute = 41
+    R_router_fused = 42
+    R_aux_loss = 43
+    R_scatter_rate = 44
+    R_f8_split = 45
+    R_e_bias = 46
+    R_glu_clamp = 47
+    R_rope_scale = 48
+    R_a2a_eff = 49
+    R_attn_h64 = 50
+    R_attn_fbar = 51
+    R_dep_intra_eff = 52
+    R_dep_call_s = 53
+    R_dep_tok_s = 54
+    R_COUNT = 55
 
 cdef enum:
     SX_has_emb = 0
@@ -325,7 +326,8 @@ cdef enum:
     SS_layers = 13
     SS_model_flops = 14
     SS_hw_flops = 15
-    SS_COUNT = 16
+    SS_ov_slow = 16
+    SS_COUNT = 17
 
 cdef enum:
     MB_tokens = 0

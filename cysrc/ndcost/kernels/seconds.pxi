@@ -112,7 +112,8 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
         ov_cp = 0.0      # Ulysses' all-to-alls are on the critical path (see the oracle)
     cdef double h = model[M_h], v = model[M_v], tokens = b * s / cp
     cdef double tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, rc, rc_tp, rc_cp, rc_flops, count
-    cdef double ep_mode = cand[SC_ep_mode], ep_sm = 0.0, paired_ep, q, rc_ep, copies
+    cdef double ov_slow = rate[R_ov_slow]
+    cdef double ep_mode = cand[SC_ep_mode], ep_sm = ov_slow, paired_ep, q, rc_ep, copies
     cdef bint full_rc
     cdef bint blocking = cand[SC_ep_disp] == SEC_DISPATCH_HYBRIDEP
     cdef double census_att, census_ffn
@@ -133,8 +134,8 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     c_sec_fill(out, n_stages * SS_COUNT, 0.0)
     c_sec_fill(p_dense, n_stages, 0.0)
     c_sec_fill(p_expert, n_stages, 0.0)
-    # DeepEP's (HybridEP's) SMs, taken from compute while its kernels run beside it; HybridEP's dispatch blocks the
-    # host: its pair's middle phase runs serially
+    # DeepEP's (HybridEP's) SMs, taken from compute while its kernels run beside it, NCCL's all-to-all slowing it as
+    # any collective does (ov_slow); HybridEP's dispatch blocks the host: its pair's middle phase runs serially
     if (cand[SC_ep_disp] == SEC_DISPATCH_DEEPEP or blocking) and rate[R_sms] > 0.0:
         ep_sm = cand[SC_ep_sms] / rate[R_sms]
         ep_sm = ep_sm if ep_sm < 1.0 else 1.0
@@ -151,13 +152,13 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
         c_sec_layer(&kinds[k * K_COUNT], &skinds[k * SK_COUNT], model, smodel, cand, rate, layer, NULL)
         tp_f = c_sec_exposed(layer[SL_tp_f], layer[SL_gemm_f], ov_tp)
         tp_b = c_sec_exposed(layer[SL_tp_b], layer[SL_gemm_b], ov_tp)
-        cp_f = c_sec_exposed(layer[SL_cp_f], layer[SL_core_f], ov_cp)
-        cp_b = c_sec_exposed(layer[SL_cp_b], layer[SL_core_b], ov_cp)
+        cp_f = c_sec_exposed_slowed(layer[SL_cp_f], layer[SL_core_f], ov_cp, ov_slow)
+        cp_b = c_sec_exposed_slowed(layer[SL_cp_b], layer[SL_core_b], ov_cp, ov_slow)
         ep_f = layer[SL_ep_f]
         ep_b = layer[SL_ep_b]
         if ep_mode == SEC_EP_NONE:
-            ep_f = c_sec_exposed(ep_f, layer[SL_fw], ov_ep)
-            ep_b = c_sec_exposed(ep_b, layer[SL_bw] + layer[SL_bw_w], ov_ep)
+            ep_f = c_sec_exposed_slowed(ep_f, layer[SL_fw], ov_ep, ep_sm)
+            ep_b = c_sec_exposed_slowed(ep_b, layer[SL_bw] + layer[SL_bw_w], ov_ep, ep_sm)
         paired_ep = 0.0 if ep_mode == SEC_EP_NONE else c_sec_paired_layer(layer, ov_ep, ep_sm,
                                                                            ep_mode == SEC_EP_DUALPIPE, blocking)
         for o in range(n_slots):
@@ -318,6 +319,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
     copies = 2.0 if cand[SC_schedule] == SEC_DUALPIPE else 1.0    # DualPipe's two copies of the parameters
     for st in range(n_stages):
         row = &out[st * SS_COUNT]
+        row[SS_ov_slow] = ov_slow       # for c_sec_combine's data-parallel tail
         dense = copies * p_dense[st]
         expert = copies * p_expert[st]
         layers = row[SS_layers]
@@ -341,21 +343,21 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                     rerun = row[SS_rc] / row[SS_fw]
                     gathers += rerun if rerun < 1.0 else 1.0
                 row[SS_dp_mb_gather] += c_sec_exposed_tail(gathers * params, gathers * row[SS_fw],
-                                                           ov_fsdp, layers / calls)
+                                                           ov_fsdp, layers / calls, ov_slow)
                 backward_traffic = params + (0.0 if defer else grads)
             elif not defer:
                 # reduced every micro-batch, then resharded: each micro-batch's forward gathers again
-                row[SS_dp_mb_gather] += c_sec_exposed_tail(params, row[SS_fw], ov_fsdp, layers / calls)
+                row[SS_dp_mb_gather] += c_sec_exposed_tail(params, row[SS_fw], ov_fsdp, layers / calls, ov_slow)
                 backward_traffic = grads
             else:
                 row[SS_dp_gather] += params
                 backward_traffic = 0.0
             if backward_traffic > 0.0:
-                row[SS_dp_mb_reduce] += c_sec_exposed_tail(backward_traffic, backward, ov_fsdp, layers / calls)
+                row[SS_dp_mb_reduce] += c_sec_exposed_tail(backward_traffic, backward, ov_fsdp, layers / calls, ov_slow)
             if defer:
                 row[SS_dp_reduce] += grads
         elif zero == 2.0 and not defer:
-            row[SS_dp_mb_reduce] += c_sec_exposed_tail(grads, backward, ov_dp, layers / calls)
+            row[SS_dp_mb_reduce] += c_sec_exposed_tail(grads, backward, ov_dp, layers / calls, ov_slow)
             row[SS_dp_gather] += params
         else:
             row[SS_dp_reduce] += grads
@@ -392,7 +394,7 @@ cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const
     cdef double total, slowest, summed, schedule, chunks, pipeline
     cdef double backward, bubble, ov_dp, ov_gather, slack, tail, layers, reduce_, gather
     cdef double optimizer, own, late, t_reduce = 0.0, t_opt = 0.0, t_gather = 0.0, scale
-    cdef double dp_reduce, dp_gather
+    cdef double dp_reduce, dp_gather, slow
     cdef bint ok = n_stages >= 1 and m >= 1.0 and runs >= 1.0
     cdef bint pair, dualpipe
     schedule = cand[SC_schedule]
@@ -442,9 +444,10 @@ cdef inline double c_sec_combine(const double* stage, Py_ssize_t n_stages, const
                     + c_sec_at(stage, n_stages, st, SS_rc, pair)) / chunks
         dp_reduce = c_sec_at(stage, n_stages, st, SS_dp_reduce, pair)
         dp_gather = c_sec_at(stage, n_stages, st, SS_dp_gather, pair)
-        reduce_ = c_sec_exposed_tail(dp_reduce, backward, ov_dp, layers) if dp_reduce > 0.0 else 0.0
-        gather = (c_sec_exposed_tail(dp_gather, c_sec_at(stage, n_stages, st, SS_fw, pair) / chunks, ov_gather,
-                                     layers) if dp_gather > 0.0 else 0.0)
+        slow = c_sec_at(stage, n_stages, st, SS_ov_slow, pair)
+        reduce_ = c_sec_exposed_tail(dp_reduce, backward, ov_dp, layers, slow)
+        gather = c_sec_exposed_tail(dp_gather, c_sec_at(stage, n_stages, st, SS_fw, pair) / chunks, ov_gather, layers,
+                                    slow)
         optimizer = c_sec_at(stage, n_stages, st, SS_opt, pair)
         own = reduce_ + optimizer + gather
         stage_times[st] = m * totals[st] + own

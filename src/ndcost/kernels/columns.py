@@ -224,6 +224,7 @@ RATE_FIELDS = (
     "attn_copies",     # 1: the attention copies K/V per query head and its output to SDPA's layout
     "tp_ov_splits",    # TP comm overlap: chunks of a pipelined reduce-scatter GEMM
     "tp_ov_sm",        # TP comm overlap: share of the SMs the pipelined reduce-scatter kernels hold
+    "ov_slow",         # share of an NCCL collective's time beside compute that the compute loses: s / (1 + s)
     "dep_nvl_eff",     # share of the scale-up link DeepEP's normal kernels reach (bytes a rank receives, its own included)
     "sms",             # compute units (NVIDIA SMs) of the device: a grouped GEMM's tiles are spread over them
     "g_tile_k",        # grouped GEMM: a tile's fixed cost, in elements of its inner dimension
@@ -279,6 +280,7 @@ SECONDS_STAGE_FIELDS = (
     "dp_reduce", "dp_gather", "opt",  # per step, raw: gradient reduction, parameter gather, optimizer
     "layers",                         # transformer layers on the stage
     "model_flops", "hw_flops",        # per micro-batch, whole micro-batch: model FLOPs, with recompute
+    "ov_slow",                        # the rate's ov_slow, for the data-parallel tail seconds_combine prices
 )
 
 # --- one layer's ops, priced (float64, LAYER_OP_NAMES x LAYER_OP_FIELDS; seconds_layer_ops) ---

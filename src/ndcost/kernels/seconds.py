@@ -61,7 +61,7 @@ from .seconds_vision import _vision_edges
 from .seconds_ops import POINTWISE_BACKWARD_BYTES, _cand_ok, _check_rows, _check_tables, _fill, _mm3, _pass
 from .seconds_comm import (
     ALL_REDUCE, DEEPEP, EP_DUALPIPE, EP_NONE, GATHER_OR_SCATTER, HYBRIDEP, SEND_RECV, _collective, _exposed,
-    _exposed_tail, _paired_layer, _paired_share,
+    _exposed_slowed, _exposed_tail, _paired_layer, _paired_share,
 )
 from .seconds_layer import _layer
 
@@ -197,11 +197,12 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
         ov_cp = 0.0
     h, v = model[_M["h"]], model[_M["v"]]
     tokens = b * s / cp
-    # the expert all-to-all beside another micro-batch's compute: DeepEP's and HybridEP's kernels hold ep_sms of the
-    # SMs meanwhile (DeepSeek-V3 §3.2.2: 20 SMs; Megatron-Core's flex dispatcher default); NCCL's are not priced.
-    # HybridEP's dispatch blocks the host: its pair's middle phase runs serially (seconds_comm._paired_layer)
+    # the expert all-to-all beside compute: DeepEP's and HybridEP's kernels hold ep_sms of the SMs (DeepSeek-V3
+    # §3.2.2), NCCL's slow it as any collective does (Rates.collective_overlap_slowdown). HybridEP's dispatch blocks
+    # the host: its pair's middle phase runs serially (seconds_comm._paired_layer)
     ep_mode = cand[_C["ep_mode"]]
-    ep_sm = 0.0
+    ov_slow = rate[_R["ov_slow"]]
+    ep_sm = ov_slow
     blocking = cand[_C["ep_disp"]] == HYBRIDEP
     if (cand[_C["ep_disp"]] == DEEPEP or blocking) and rate[_R["sms"]] > 0.0:
         ep_sm = cand[_C["ep_sms"]] / rate[_R["sms"]]
@@ -223,16 +224,16 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
         _layer(kinds[k], skinds[k], model, smodel, cand, rate, layer)
         tp_f = _exposed(layer[_L["tp_f"]], layer[_L["gemm_f"]], ov_tp)
         tp_b = _exposed(layer[_L["tp_b"]], layer[_L["gemm_b"]], ov_tp)
-        cp_f = _exposed(layer[_L["cp_f"]], layer[_L["core_f"]], ov_cp)
-        cp_b = _exposed(layer[_L["cp_b"]], layer[_L["core_b"]], ov_cp)
+        cp_f = _exposed_slowed(layer[_L["cp_f"]], layer[_L["core_f"]], ov_cp, ov_slow)
+        cp_b = _exposed_slowed(layer[_L["cp_b"]], layer[_L["core_b"]], ov_cp, ov_slow)
         # the expert all-to-all: with no overlap mode, ov_ep of the same pass's compute hides it (an
         # Overlap share a caller states); in an overlapped F&B pair, _paired_layer's phases, for the
         # stage's paired share of its micro-batches (_paired_share)
         ep_f = layer[_L["ep_f"]]
         ep_b = layer[_L["ep_b"]]
         if ep_mode == EP_NONE:
-            ep_f = _exposed(ep_f, layer[_L["fw"]], ov_ep)
-            ep_b = _exposed(ep_b, layer[_L["bw"]] + layer[_L["bw_w"]], ov_ep)
+            ep_f = _exposed_slowed(ep_f, layer[_L["fw"]], ov_ep, ep_sm)
+            ep_b = _exposed_slowed(ep_b, layer[_L["bw"]] + layer[_L["bw_w"]], ov_ep, ep_sm)
         paired_ep = 0.0 if ep_mode == EP_NONE else _paired_layer(layer, ov_ep, ep_sm, ep_mode == EP_DUALPIPE,
                                                                     blocking)
         for o in range(n_slots):
@@ -411,6 +412,7 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
     copies = 2.0 if cand[_C["schedule"]] == _DUALPIPE else 1.0
     for st in range(n_stages):
         row = out[st]
+        row[_S["ov_slow"]] = ov_slow       # for seconds_combine's data-parallel tail
         dense, expert = copies * p_dense[st], copies * p_expert[st]
         layers = row[_S["layers"]]
         reduce_op = ALL_REDUCE if zero == 0.0 or (zero == 3.0 and z3_grad_ar) else GATHER_OR_SCATTER
@@ -434,23 +436,23 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
                     rerun = row[_S["rc"]] / row[_S["fw"]]
                     gathers += rerun if rerun < 1.0 else 1.0
                 row[_S["dp_mb_gather"]] += _exposed_tail(gathers * params, gathers * row[_S["fw"]],
-                                                         ov_fsdp, layers / calls)
+                                                         ov_fsdp, layers / calls, ov_slow)
                 backward_traffic = params + (0.0 if defer else grads)
             elif not defer:
                 # reduced every micro-batch, then resharded: FSDP2's reshard_after_backward (default True, kept
                 # off only with the gradient sync, as torch.distributed.pipelining does for an FSDP stage module)
                 # frees the gathered weights after each backward, so each micro-batch's forward gathers again
-                row[_S["dp_mb_gather"]] += _exposed_tail(params, row[_S["fw"]], ov_fsdp, layers / calls)
+                row[_S["dp_mb_gather"]] += _exposed_tail(params, row[_S["fw"]], ov_fsdp, layers / calls, ov_slow)
                 backward_traffic = grads
             else:
                 row[_S["dp_gather"]] += params            # gathered once a step, kept
                 backward_traffic = 0.0
             if backward_traffic > 0.0:
-                row[_S["dp_mb_reduce"]] += _exposed_tail(backward_traffic, backward, ov_fsdp, layers / calls)
+                row[_S["dp_mb_reduce"]] += _exposed_tail(backward_traffic, backward, ov_fsdp, layers / calls, ov_slow)
             if defer:
                 row[_S["dp_reduce"]] += grads
         elif zero == 2.0 and not defer:
-            row[_S["dp_mb_reduce"]] += _exposed_tail(grads, backward, ov_dp, layers / calls)
+            row[_S["dp_mb_reduce"]] += _exposed_tail(grads, backward, ov_dp, layers / calls, ov_slow)
             row[_S["dp_gather"]] += params
         else:
             row[_S["dp_reduce"]] += grads
@@ -570,9 +572,9 @@ def seconds_combine(stage, cand, parts, stage_times) -> float:
         row = rows[st]
         layers = row[_S["layers"]]
         backward = (row[_S["bw"]] + row[_S["bw_w"]] + row[_S["rc"]]) / chunks
-        reduce_ = _exposed_tail(row[_S["dp_reduce"]], backward, ov_dp, layers) if row[_S["dp_reduce"]] > 0.0 else 0.0
-        gather = _exposed_tail(row[_S["dp_gather"]], row[_S["fw"]] / chunks, ov_gather, layers) \
-            if row[_S["dp_gather"]] > 0.0 else 0.0
+        slow = row[_S["ov_slow"]]
+        reduce_ = _exposed_tail(row[_S["dp_reduce"]], backward, ov_dp, layers, slow)
+        gather = _exposed_tail(row[_S["dp_gather"]], row[_S["fw"]] / chunks, ov_gather, layers, slow)
         optimizer = row[_S["opt"]]
         own = reduce_ + optimizer + gather
         stage_times[st] = m * totals[st] + own

@@ -133,6 +133,10 @@ class Rates:
             (Transformer Engine userbuffers' "pipeline" method, num_splits). Software.
         tp_overlap_sms: With TP comm overlap, SMs the pipelined reduce-scatter kernels hold while
             that GEMM runs (userbuffers num_sm). Software.
+        collective_overlap_slowdown: How much longer compute takes while an NCCL collective runs beside it
+            (0.189: 1.189x as long): the data-parallel traffic hidden under the backward and forward, the
+            context-parallel ring under the attention core, NCCL's all-to-all beside another micro-batch's
+            compute. Software.
         grouped_gemm_tile_overhead: A grouped GEMM tile's fixed cost, in elements of its inner dimension
             (the routed experts' GEMMs: ``ndcost.kernels.seconds_moe``).
         grouped_gemm_exposed: Share of the shorter of a grouped GEMM's compute and weight-stream times
@@ -196,6 +200,7 @@ class Rates:
     attention_copies: bool = False
     tp_overlap_splits: int = 4
     tp_overlap_sms: float = 22.0
+    collective_overlap_slowdown: float = 0.189
     grouped_gemm_tile_overhead: float = MOE_KERNEL_DEFAULTS["grouped_gemm_tile_overhead"]
     grouped_gemm_exposed: float = MOE_KERNEL_DEFAULTS["grouped_gemm_exposed"]
     grouped_gemm_impl: str = MOE_KERNEL_DEFAULTS["grouped_gemm_impl"]

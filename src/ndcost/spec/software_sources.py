@@ -32,4 +32,12 @@ TODAY_SOFTWARE_SOURCES: Mapping[str, str] = MappingProxyType({
                          "'tp_comm_overlap')",
     "tp_overlap_sms": "default 22: the same configs give the pipelined reduce-scatters num_sm 24 (proj_fprop) and "
                       "20 (fc2_fprop) on H100; their mean",
+    "collective_overlap_slowdown": "default 0.189: 'overlapping computation and communication can result in an "
+                                   "average computational slowdown of 18.9%, with a maximum of 40.0%' against the "
+                                   "same compute with no communication beside it (Characterizing Compute-"
+                                   "Communication Overlap in GPU-Accelerated Distributed Deep Learning, arXiv "
+                                   "2507.03114v1, abstract: GPT and LLaMA models on 4 A100, H100, MI250 and MI210); "
+                                   "the mechanism: NCCL's kernels hold whole SMs while they run ('NCCL CTAs won't "
+                                   "share an SM with compute kernels', NVIDIA/nccl#689), 16-32 CTAs a collective "
+                                   "(NVIDIA/nccl#892, #2421) of an H100's 132 SMs, and share its HBM",
 })

@@ -218,6 +218,7 @@ def _rates_vector(device: Any, rates: Rates, precision: str, gpus: int) -> np.nd
     vec[RATE["attn_copies"]] = 1.0 if rates.attention_copies else 0.0
     vec[RATE["tp_ov_splits"]] = rates.tp_overlap_splits
     vec[RATE["tp_ov_sm"]] = min(rates.tp_overlap_sms / rates.sm_count, 0.5)
+    vec[RATE["ov_slow"]] = rates.collective_overlap_slowdown / (1.0 + rates.collective_overlap_slowdown)
     vec[RATE["dep_nvl_eff"]] = rates.deepep_nvlink_efficiency
     vec[RATE["dep_intra_eff"]] = rates.deepep_intranode_efficiency
     vec[RATE["dep_call_s"]] = rates.deepep_call_overhead
