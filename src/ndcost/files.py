@@ -14,8 +14,8 @@ from typing import Any
 
 from .errors import SpecError
 
-__all__ = ["MAX_FILE_BYTES", "check_regular_file", "read_text", "read_yaml", "read_json", "parse_json", "read_mapping", "output_path",
-           "write_output"]
+__all__ = ["MAX_FILE_BYTES", "check_regular_file", "read_text", "read_yaml", "read_json", "parse_json", "read_mapping",
+           "output_path", "write_output"]
 
 
 #: The largest file ndcost reads (64 MiB): a config, a census or a runs file is kilobytes; a path to a device

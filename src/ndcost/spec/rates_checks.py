@@ -47,7 +47,8 @@ def check_rates(rates: Any) -> None:
     object.__setattr__(rates, "gemm_wave_tail", float(tail))
     for name, top in (("grouped_gemm_tile_overhead", 1e6), ("grouped_gemm_exposed", 1.0),
                       ("launch_overhead", 1.0), ("graph_kernel_overhead", 1.0), ("scatter_add_rate", 1e18),
-                      ("clock_sigma", 0.1), ("deepep_call_overhead", 1.0), ("deepep_token_overhead", 1e-3)):
+                      ("clock_sigma", 0.1), ("deepep_call_overhead", 1.0), ("deepep_token_overhead", 1e-3),
+                      ("collective_overlap_slowdown", 1.0)):
         value = getattr(rates, name)
         if not is_finite_number(value) or not 0.0 <= value <= top:
             raise SpecError(name, _OWNER, f"be a finite number in [0, {top:g}]", value)
@@ -90,11 +91,6 @@ def check_rates(rates: Any) -> None:
         raise SpecError("tp_overlap_sms", _OWNER, f"be a number of SMs in [0, {rates.sm_count / 2}]",
                         rates.tp_overlap_sms)
     object.__setattr__(rates, "tp_overlap_sms", float(rates.tp_overlap_sms))
-    slowdown = rates.collective_overlap_slowdown
-    if not is_finite_number(slowdown) or not 0.0 <= slowdown <= 1.0:
-        raise SpecError("collective_overlap_slowdown", _OWNER, "be a number in [0, 1] (how much longer compute takes "
-                        "beside a collective: 0.189 measured on average, 0.40 at most)", slowdown)
-    object.__setattr__(rates, "collective_overlap_slowdown", float(slowdown))
     overhead = rates.kernel_overhead
     if not is_finite_number(overhead) or not 0.0 <= overhead <= MAX_LATENCY:
         raise SpecError("kernel_overhead", _OWNER, f"be a number of seconds in [0, {MAX_LATENCY:g}] (real: "
