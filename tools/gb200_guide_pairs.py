@@ -18,6 +18,9 @@ The pairs printed (ndcost's speed-up is the earlier step's step time over the la
   726/740 GB/s at EP 8 on SM100 and no larger domain (deepseek-ai/DeepEP@dd758caf README), which is what seconds
   mode prices, so this pair compares HybridEP with a DeepEP faster than the guide's.
 
+The pairs were timed on the guide's 2025 stack, before the host-side work it lists after them (NUMA binding, PDL for
+the quantization kernels, TE's host code): they bound that stack's host cost, not the 26.04 containers'.
+
 The configuration is built from the shipped Megatron-LM dev row of DeepSeek-V3 on GB200
 (``mlm_dev_gb200_deepseekv3_mxfp8_256gpu`` of ``ndcost validate --builtin moe``: its model, part, precision and
 stack facts) with the guide's layout set on it; its recompute is the row's, not each step's (the pairs printed
