@@ -322,7 +322,7 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
         row[SS_ov_slow] = ov_slow       # for c_sec_combine's data-parallel tail
         dense = copies * p_dense[st]
         expert = copies * p_expert[st]
-        layers = row[SS_layers]
+        layers = row[SS_layers] / calls    # a call's layers: each call exposes one layer's traffic
         reduce_op = SEC_ALL_REDUCE if zero == 0.0 or (zero == 3.0 and z3_grad_ar) else SEC_GATHER_OR_SCATTER
         grads = (c_sec_collective(reduce_op, dense * bg, n_dp, t, rate)
                  + c_sec_collective(reduce_op, expert * bg, edp, t * cp * ep, rate))
@@ -343,21 +343,21 @@ cdef inline void c_sec_stage_sums(const double* kinds, const double* skinds, con
                     rerun = row[SS_rc] / row[SS_fw]
                     gathers += rerun if rerun < 1.0 else 1.0
                 row[SS_dp_mb_gather] += c_sec_exposed_tail(gathers * params, gathers * row[SS_fw],
-                                                           ov_fsdp, layers / calls, ov_slow)
+                                                           ov_fsdp, layers, ov_slow)
                 backward_traffic = params + (0.0 if defer else grads)
             elif not defer:
                 # reduced every micro-batch, then resharded: each micro-batch's forward gathers again
-                row[SS_dp_mb_gather] += c_sec_exposed_tail(params, row[SS_fw], ov_fsdp, layers / calls, ov_slow)
+                row[SS_dp_mb_gather] += c_sec_exposed_tail(params, row[SS_fw], ov_fsdp, layers, ov_slow)
                 backward_traffic = grads
             else:
                 row[SS_dp_gather] += params
                 backward_traffic = 0.0
             if backward_traffic > 0.0:
-                row[SS_dp_mb_reduce] += c_sec_exposed_tail(backward_traffic, backward, ov_fsdp, layers / calls, ov_slow)
+                row[SS_dp_mb_reduce] += c_sec_exposed_tail(backward_traffic, backward, ov_fsdp, layers, ov_slow)
             if defer:
                 row[SS_dp_reduce] += grads
         elif zero == 2.0 and not defer:
-            row[SS_dp_mb_reduce] += c_sec_exposed_tail(grads, backward, ov_dp, layers / calls, ov_slow)
+            row[SS_dp_mb_reduce] += c_sec_exposed_tail(grads, backward, ov_dp, layers, ov_slow)
             row[SS_dp_gather] += params
         else:
             row[SS_dp_reduce] += grads

@@ -220,18 +220,21 @@ cdef inline double c_sec_paired_layer(const double* layer, double share, double 
             + c_sec_exposed_paired(combine, att_b, share, sms, static))
 
 
-cdef inline double c_sec_exposed_slowed(double comm, double window, double share, double slow) noexcept nogil:
-    # c_sec_exposed plus what the compute beside the hidden part loses (the oracle's _exposed_slowed)
-    cdef double exposed = c_sec_exposed(comm, window, share)
+cdef inline double c_sec_slowed(double comm, double exposed, double slow) noexcept nogil:
+    # exposed plus what the compute beside the hidden rest loses (the oracle's _slowed)
     return exposed + slow * (comm - exposed)
+
+
+cdef inline double c_sec_exposed_slowed(double comm, double window, double share, double slow) noexcept nogil:
+    # c_sec_exposed with the compute beside the hidden part slowed (the oracle's _exposed_slowed)
+    return c_sec_slowed(comm, c_sec_exposed(comm, window, share), slow)
 
 
 cdef inline double c_sec_exposed_tail(double comm, double window, double share, double layers,
                                       double slow) noexcept nogil:
     cdef double exposed = c_sec_exposed(comm, window, share)
     cdef double floor_ = comm / layers if layers > 1.0 else comm
-    exposed = exposed if exposed > floor_ else floor_
-    return exposed + slow * (comm - exposed)
+    return c_sec_slowed(comm, exposed if exposed > floor_ else floor_, slow)
 
 
 def seconds_collective(long long op, double moved, double n, double stride, const double[::1] rate) -> float:

@@ -414,7 +414,7 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
         row = out[st]
         row[_S["ov_slow"]] = ov_slow       # for seconds_combine's data-parallel tail
         dense, expert = copies * p_dense[st], copies * p_expert[st]
-        layers = row[_S["layers"]]
+        layers = row[_S["layers"]] / calls    # a call's layers: each call exposes one layer's traffic
         reduce_op = ALL_REDUCE if zero == 0.0 or (zero == 3.0 and z3_grad_ar) else GATHER_OR_SCATTER
         grads = (_collective(reduce_op, dense * bg, n_dp, t, rate)
                  + _collective(reduce_op, expert * bg, edp, t * cp * ep, rate))
@@ -436,23 +436,23 @@ def seconds_stage_sums(kinds, skinds, model, smodel, cand, rate, counts, slot_op
                     rerun = row[_S["rc"]] / row[_S["fw"]]
                     gathers += rerun if rerun < 1.0 else 1.0
                 row[_S["dp_mb_gather"]] += _exposed_tail(gathers * params, gathers * row[_S["fw"]],
-                                                         ov_fsdp, layers / calls, ov_slow)
+                                                         ov_fsdp, layers, ov_slow)
                 backward_traffic = params + (0.0 if defer else grads)
             elif not defer:
                 # reduced every micro-batch, then resharded: FSDP2's reshard_after_backward (default True, kept
                 # off only with the gradient sync, as torch.distributed.pipelining does for an FSDP stage module)
                 # frees the gathered weights after each backward, so each micro-batch's forward gathers again
-                row[_S["dp_mb_gather"]] += _exposed_tail(params, row[_S["fw"]], ov_fsdp, layers / calls, ov_slow)
+                row[_S["dp_mb_gather"]] += _exposed_tail(params, row[_S["fw"]], ov_fsdp, layers, ov_slow)
                 backward_traffic = grads
             else:
                 row[_S["dp_gather"]] += params            # gathered once a step, kept
                 backward_traffic = 0.0
             if backward_traffic > 0.0:
-                row[_S["dp_mb_reduce"]] += _exposed_tail(backward_traffic, backward, ov_fsdp, layers / calls, ov_slow)
+                row[_S["dp_mb_reduce"]] += _exposed_tail(backward_traffic, backward, ov_fsdp, layers, ov_slow)
             if defer:
                 row[_S["dp_reduce"]] += grads
         elif zero == 2.0 and not defer:
-            row[_S["dp_mb_reduce"]] += _exposed_tail(grads, backward, ov_dp, layers / calls, ov_slow)
+            row[_S["dp_mb_reduce"]] += _exposed_tail(grads, backward, ov_dp, layers, ov_slow)
             row[_S["dp_gather"]] += params
         else:
             row[_S["dp_reduce"]] += grads

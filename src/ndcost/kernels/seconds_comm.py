@@ -386,16 +386,20 @@ def _paired_layer(layer, share: float, sms: float, static: bool, blocking: bool 
                                                                                            sms, static)
 
 
-def _exposed_slowed(comm: float, window: float, share: float, slow: float) -> float:
-    """:func:`_exposed` plus what the compute beside the hidden part loses: *slow* of its time (``ov_slow``, s / (1 +
-    s) for compute that takes 1 + s times as long beside a collective: Rates.collective_overlap_slowdown)."""
-    exposed = _exposed(comm, window, share)
+def _slowed(comm: float, exposed: float, slow: float) -> float:
+    """*exposed* of *comm* plus what the compute beside the hidden rest loses: *slow* of its time (``ov_slow``, s / (1
+    + s) for compute that takes 1 + s times as long beside a collective: Rates.collective_overlap_slowdown)."""
     return exposed + slow * (comm - exposed)
+
+
+def _exposed_slowed(comm: float, window: float, share: float, slow: float) -> float:
+    """:func:`_exposed` with the compute beside the hidden part slowed (:func:`_slowed`)."""
+    return _slowed(comm, _exposed(comm, window, share), slow)
 
 
 def _exposed_tail(comm: float, window: float, share: float, layers: float, slow: float) -> float:
     """Exposed bucketed traffic: at most *share* of *window* hides it, never the last layer's bucket; the compute
-    beside the hidden part loses *slow* of its time (:func:`_exposed_slowed`).
+    beside the hidden part loses *slow* of its time (:func:`_slowed`).
 
     Megatron's overlap_grad_reduce launches a bucket's reduction as soon as its gradients are
     ready, during the last micro-batch's backward; the bucket of the stage's first layer is ready
@@ -403,5 +407,4 @@ def _exposed_tail(comm: float, window: float, share: float, layers: float, slow:
     """
     exposed = _exposed(comm, window, share)
     floor = comm / layers if layers > 1.0 else comm
-    exposed = exposed if exposed > floor else floor
-    return exposed + slow * (comm - exposed)
+    return _slowed(comm, exposed if exposed > floor else floor, slow)
