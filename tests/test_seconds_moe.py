@@ -11,6 +11,7 @@ import ndcost
 from ndcost.kernels.columns import (
     LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, RATE, SECONDS_LAYER, SECONDS_LAYER_FIELDS,
 )
+from ndcost.spec.graph_scopes import CUDA_GRAPHS
 from ndcost.spec.moe_kernels import EXPERT_BIASES, GLU_CLAMPS
 from ndcost.spec.rates import Rates
 from ndcost.tables.seconds import rates_vector, seconds_arrays, seconds_candidate_vector
@@ -123,7 +124,7 @@ def test_moe_blocks_agree_on_both_backends(kernels, pykernels):
             fp8_recipe=str(rng.choice(["delayed", "current", "blockwise"])))
         precision = str(rng.choice(["bf16", "fp8"]))
         cand = _cand(ep=int(rng.choice([1, 2, 8])), dp=8, global_batch_size=8, seq_split=int(rng.choice([1, 2])),
-                     pp_schedule="seq1f1b", precision=precision, cuda_graphs=str(rng.choice(["none", "layer"])),
+                     pp_schedule="seq1f1b", precision=precision, cuda_graphs=str(rng.choice(CUDA_GRAPHS)),
                      grouped_gemm=bool(rng.random() < 0.7))
         rate = rates_vector(ndcost.Cluster("h100-sxm", 8), rates, precision)
         local = float(rng.integers(1, 65))

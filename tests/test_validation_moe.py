@@ -168,6 +168,8 @@ def test_the_facts_reach_the_specs():
     # Megatron-Core's CUDA graph scopes: attention, router and preprocessing; Megatron's whole layers
     assert gptoss.spec.cuda_graphs == "moe_router" and mixtral.spec.cuda_graphs == "layer"
     assert built("mbridge_26.04_h100_qwen3_235b_a22b_fp8_256gpu").spec.cuda_graphs == "none"
+    # Megatron-LM's H100 recipe graphs the router and preprocessing without the attention (a set, not a level)
+    assert built("mlm_dev_h100_qwen3_235b_a22b_bf16_256gpu").spec.cuda_graphs == "router"
     automodel = built("automodel_h100_deepseekv3_bf16_256gpu")  # FSDP2 with EP, full AC, no MTP
     assert (automodel.spec.zero_stage, automodel.spec.reshard_params, automodel.spec.recompute) == (3, False, "full")
     assert automodel.model.num_nextn_predict_layers == 0 and automodel.spec.pp_schedule == "interleaved"
@@ -245,15 +247,21 @@ def test_validate_builtin_moe_on_the_command_line(capsys):
 
 
 def test_cuda_graph_facts_as_ndcost_prices_them():
-    """Megatron-Core's graph scopes nest in ndcost (attention, then a MoE layer's router and preprocessing,
-    then the layer): a router scope without the attention is priced with it, and the note says so."""
+    """Megatron-Core's graph scopes are a set, and so are ndcost's: a router scope without the attention leaves
+    the attention launched (the Qwen3-235B-A22B H100 recipe's), with it is 'moe_router'; no scope, or the full
+    iteration, captures whole layers; an unknown scope is refused by name."""
     from ndcost.io.fact_rules import cuda_graphs_choice
 
     assert cuda_graphs_choice("true: transformer_engine, scope attn, moe_router, moe_preprocess")[0] == "moe_router"
     assert cuda_graphs_choice("true: transformer_engine, scope attn")[0] == "attn"
     assert cuda_graphs_choice("true: megatron-core enable_cuda_graph (whole transformer layers)")[0] == "layer"
+    assert cuda_graphs_choice("true: local, scope full_iteration")[0] == "layer"
+    assert cuda_graphs_choice("true: transformer_engine, scope attn, moe")[0] == "layer"
+    assert cuda_graphs_choice("true: transformer_engine, scope mlp")[0] == "ffn"
     choice, note = cuda_graphs_choice("true: transformer_engine, scope moe_router, moe_preprocess")
-    assert choice == "moe_router" and "captures the attention too" in note
+    assert choice == "router" and "'router'" in note
+    with pytest.raises(SpecError, match="cuda_graphs"):
+        cuda_graphs_choice("true: transformer_engine, scope attention")
 
 
 def test_hybridep_rows_give_its_kernels_the_stated_sms(runs_doc):

@@ -116,6 +116,14 @@ cdef inline void c_sec_add_gemm(double* sums, double f, double d, double w) noex
     sums[4] += d + w
 
 
+cdef inline bint c_sec_captures(double graphs, int scope) noexcept nogil:
+    # Whether the graphs code (a bit mask of the scopes) replays scope; a code outside 0-7 captures nothing
+    # (checked before the cast: a NaN or out-of-range double has no defined int).
+    if not (graphs >= 0.0 and graphs < 8.0):
+        return False
+    return ((<int>graphs) >> scope) & 1 == 1
+
+
 cdef inline void c_sec_note_start(const double* cand, const double* rate, double* note) noexcept nogil:
     # A layer's note before its ops: no kernels, each scope's host seconds per kernel (replayed from a
     # CUDA graph where the spec captures the scope, else launched).
@@ -125,9 +133,9 @@ cdef inline void c_sec_note_start(const double* cand, const double* rate, double
         note[i] = 0.0
     note[9] = 0.0
     note[10] = 0.0
-    note[6] = replay if graphs >= SEC_GRAPHS_ATTN else launch
-    note[7] = replay if graphs >= SEC_GRAPHS_MOE_ROUTER else launch
-    note[8] = replay if graphs >= SEC_GRAPHS_LAYER else launch
+    note[6] = replay if c_sec_captures(graphs, SEC_SCOPE_ATTN) else launch
+    note[7] = replay if c_sec_captures(graphs, SEC_SCOPE_PRE) else launch
+    note[8] = replay if c_sec_captures(graphs, SEC_SCOPE_FFN) else launch
 
 
 cdef inline void c_sec_note(double* note, double* ops, int op, int scope, double flops_f, double bytes_f,
@@ -186,7 +194,7 @@ cdef inline void c_sec_note_loop(double* note, const double* cand, double kernel
                                  double kernels_b) noexcept nogil:
     # FFN-scope kernels (already noted) the host launches after a host-device synchronisation; none where
     # the scope replays from a CUDA graph.
-    if cand[SC_graphs] >= SEC_GRAPHS_LAYER:
+    if c_sec_captures(cand[SC_graphs], SEC_SCOPE_FFN):
         return
     note[9] += kernels_f
     note[10] += kernels_b

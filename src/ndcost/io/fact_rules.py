@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import SpecError
 from ..spec.device import Cluster
+from ..spec.graph_scopes import graphs_from_megatron
 from ..spec.recompute_spec import MEGATRON_RECOMPUTE_MODULES, SWITCHES
 from ..spec.software_fields import BF16_CROSS_ENTROPY_LOGIT_BYTES, TE_CROSS_ENTROPY_LOGIT_BYTES
 
@@ -253,17 +254,8 @@ def held_bytes_fields(facts: Any, fp8: bool) -> tuple[dict[str, Any], list[str]]
 
 def cuda_graphs_choice(text: str) -> tuple[str, str]:
     """The ExecSpec.cuda_graphs a ``cuda_graphs`` fact states, with its note: Megatron-Core's per-layer
-    graphs of the listed scopes ("scope attn, moe_router, moe_preprocess"), or whole layers
-    (``enable_cuda_graph`` with no scope). ndcost's scopes nest (attention, then a MoE layer's router and
-    preprocessing, then the layer): a router scope without the attention is priced with it, and noted."""
-    scopes = text.split("scope", 1)[1] if "scope" in text else ""
-    if "moe_router" in scopes:
-        choice = "moe_router"
-        if "attn" not in scopes:
-            return choice, (f"CUDA graphs ({text}): priced as 'moe_router', which captures the attention too "
-                            "(ndcost's graph scopes nest)")
-    elif "attn" in scopes:
-        choice = "attn"
-    else:
-        choice = "layer"
+    graphs of the listed scopes ("scope attn, moe_router, moe_preprocess": ``graphs_from_megatron``), or whole
+    layers (``enable_cuda_graph`` with no scope; a full-iteration graph's layers are whole too)."""
+    scopes = text.split("scope", 1)[1].split(",") if "scope" in text else []
+    choice = graphs_from_megatron(scopes)
     return choice, f"CUDA graphs '{choice}' ({text})"

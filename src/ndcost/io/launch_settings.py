@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..spec.exec_spec import ExecSpec
+from ..spec.graph_scopes import megatron_graph_scopes
 from .emit_recompute import launcher_recompute
 from .launch_layout import megatron_layout, needs_layout
 
@@ -193,14 +194,14 @@ def _stack_settings(model: Any, spec: ExecSpec, rates: Any) -> list[Setting]:
 def _cuda_graph_settings(model: Any, spec: ExecSpec) -> list[Setting]:
     """ExecSpec.cuda_graphs as Megatron-Core states it (NVIDIA/Megatron-LM@d98e8a64
     megatron/core/transformer/transformer_config.py cuda_graph_impl, cuda_graph_modules: per-layer graphs of the
-    listed sub-blocks, the whole layer when none is listed); a dense layer has no router to capture."""
-    if spec.cuda_graphs == "none":
+    listed sub-blocks, the whole layer when none is listed; ``ndcost.spec.graph_scopes.megatron_graph_scopes``);
+    a dense layer has no router to capture."""
+    scopes, _ = megatron_graph_scopes(spec.cuda_graphs, model.is_moe)
+    if scopes is None:
         return []
     out = [_config("--cuda-graph-impl", "transformer_engine")]
-    if spec.cuda_graphs == "attn" or (spec.cuda_graphs == "moe_router" and not model.is_moe):
-        out.append(_config("--cuda-graph-modules", ["attn"]))
-    elif spec.cuda_graphs == "moe_router":
-        out.append(_config("--cuda-graph-modules", ["attn", "moe_router", "moe_preprocess"]))
+    if scopes:
+        out.append(_config("--cuda-graph-modules", scopes))
     return out
 
 
@@ -230,6 +231,9 @@ def stack_notes(model: Any, spec: ExecSpec, rates: Any, launcher: str) -> list[s
     if not spec.fp8_transpose_cache:
         notes.append("fp8_transpose_cache off (fp8 weight transposes made for each backward) is DeepSeek's own "
                      "framework's; Transformer Engine keeps them and no launcher option states otherwise")
+    if launcher != "torchtitan" and not megatron_graph_scopes(spec.cuda_graphs, model.is_moe)[1]:
+        notes.append(f"cuda_graphs {spec.cuda_graphs!r}: Megatron-Core has no scope for a MoE layer's experts "
+                     "without its router (its 'moe' holds both); they stay eager in the flags")
     if model.is_moe:
         notes += _expert_exchange_notes(spec, launcher)
     return notes

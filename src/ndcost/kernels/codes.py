@@ -10,7 +10,7 @@ vocabulary it is read from) gives it a code on both backends; the kernels then n
 """
 from __future__ import annotations
 
-from ..spec.exec_spec_rules import CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES
+from ..spec.exec_spec_rules import EP_OVERLAPS, MOE_DISPATCHERS, PP_SCHEDULES
 from ..spec.moe_kernels import EXPERT_BIASES, GLU_CLAMPS, GROUPED_GEMMS, MOE_PERMUTES
 from ..spec.recompute_spec import SWITCHES
 from ..spec.rope_scaling import ROPE_SCALES
@@ -32,16 +32,15 @@ BIAS_ADDS: tuple[str, ...] = EXPERT_BIASES
 CLAMPS: tuple[str, ...] = GLU_CLAMPS
 #: How a RoPE attention factor is applied, in RATE_FIELDS["rope_scale"] code order (Rates.rope_scale).
 ROPE_APPLIES: tuple[str, ...] = ROPE_SCALES
-#: What the stack replays from CUDA graphs, in SECONDS_CAND_FIELDS["graphs"] code order (ExecSpec.cuda_graphs):
-#: each scope holds the ones before it, so the kernels compare codes (graphs >= attn).
-GRAPH_SCOPES: tuple[str, ...] = CUDA_GRAPHS
 #: Collective operations of seconds_collective: an all-reduce, a reduce-scatter or all-gather (the same
 #: ring), an all-to-all, a point-to-point send/recv.
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "gather_or_scatter", "all_to_all", "send_recv")
 #: A kind's token mixer (KIND_FIELDS "mixer"): attention (full, MLA, gated DeltaNet), a Mamba-2 mixer, none (an
 #: MLP-only block of a hybrid stack), a Mamba-1 mixer. ND units refuse all but attention.
 MIXERS: tuple[str, ...] = ("attention", "mamba", "none", "mamba1")
-#: Where a layer's kernels run, for what a stack replays from CUDA graphs (seconds_ops: SCOPE_*).
+#: Where a layer's kernels run, for what a stack replays from CUDA graphs (seconds_ops: SCOPE_*): the
+#: SECONDS_CAND_FIELDS["graphs"] code is a bit mask, bit i set where scope i replays (ExecSpec.cuda_graphs,
+#: ndcost.spec.graph_scopes, whose GRAPH_SCOPE_NAMES are these scopes in this order).
 SCOPES: tuple[str, ...] = ("attn", "pre", "ffn")
 
 #: The memory model's schedules (MEMORY_CAND_FIELDS "schedule"): 1f1b and interleaved share a rule
@@ -84,7 +83,6 @@ ENUMS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("SEC_BIAS", BIAS_ADDS, True),
     ("SEC_CLAMP", CLAMPS, True),
     ("SEC_ROPE", ROPE_APPLIES, True),
-    ("SEC_GRAPHS", GRAPH_SCOPES, True),
     ("SEC", COLLECTIVES, True),
     ("SEC_MIXER", MIXERS, True),
     ("SEC_SCOPE", SCOPES, True),

@@ -12,7 +12,7 @@ from .columns import (
     KIND_FIELDS, LAYER_OP, LAYER_OP_FIELD, MODEL_FIELDS, RATE, RATE_FIELDS, SECONDS_CAND, SECONDS_CAND_FIELDS,
     SECONDS_KIND_FIELDS, SECONDS_MODEL_FIELDS,
 )
-from .codes import GRAPH_SCOPES, SCOPES
+from .codes import SCOPES
 from .nd_ops import _check_len
 
 __all__ = []
@@ -32,9 +32,6 @@ SCOPE_ATTN, SCOPE_PRE, SCOPE_FFN = (SCOPES.index(name) for name in ("attn", "pre
 #: backward) those of the FFN scope's kernels the host launches after a host-device synchronisation
 #: (``_note_loop``): a MoE layer's per-expert GEMM and cast loops, whose launches the device waits for.
 NOTE_SIZE = 11
-#: The CUDA-graph scopes' codes (ndcost.kernels.codes.GRAPH_SCOPES), each holding the ones before it.
-_GRAPHS_ATTN, _GRAPHS_MOE_ROUTER, _GRAPHS_LAYER = (float(GRAPH_SCOPES.index(name)) for name in ("attn", "moe_router",
-                                                                                              "layer"))
 _O = LAYER_OP
 _F = LAYER_OP_FIELD
 _F_FLOPS, _F_BYTES, _F_KERNELS, _F_TIME, _F_HOST = (_F["flops_f"], _F["bytes_f"], _F["kernels_f"], _F["time_f"],
@@ -250,19 +247,24 @@ def _ffn_pair(rows: float, width: float, h: float, n_ff: float, n_split: float, 
     return forward + g5[0]
 
 
+def _captures(graphs: float, scope: int) -> bool:
+    """Whether the ``graphs`` code (a bit mask of SCOPES, ndcost.spec.graph_scopes) replays *scope*; a code
+    outside 0-7 captures nothing."""
+    return 0.0 <= graphs < 8.0 and (int(graphs) >> scope) & 1 == 1
+
+
 def _note_start(cand, rate, note) -> None:
     """A layer's note before its ops: no kernels yet, and each scope's host seconds per kernel --
-    a replayed kernel's (graph_s) where the spec's CUDA graphs capture the scope, a launch's (launch_s)
-    elsewhere. ``graphs`` 1 captures the attention sub-block, 2 also a MoE layer's pre-norm, router and
-    permutation (a dense layer's FFN pre-norm is not in that scope), 3 whole layers."""
+    a replayed kernel's (graph_s) where the spec's CUDA graphs capture the scope (``_captures``), a
+    launch's (launch_s) elsewhere."""
     graphs = cand[_C["graphs"]]
     launch, replay = rate[_R["launch_s"]], rate[_R["graph_s"]]
     for i in range(6):
         note[i] = 0.0
     note[9] = note[10] = 0.0
-    note[6] = replay if graphs >= _GRAPHS_ATTN else launch
-    note[7] = replay if graphs >= _GRAPHS_MOE_ROUTER else launch
-    note[8] = replay if graphs >= _GRAPHS_LAYER else launch
+    note[6] = replay if _captures(graphs, SCOPE_ATTN) else launch
+    note[7] = replay if _captures(graphs, SCOPE_PRE) else launch
+    note[8] = replay if _captures(graphs, SCOPE_FFN) else launch
 
 
 def _note(note, ops, op: int, scope: int, flops_f: float, bytes_f: float, kernels_f: float, time_f: float,
@@ -341,7 +343,7 @@ def _note_loop(note, cand, kernels_f: float, kernels_b: float) -> None:
     "AlltoAll dispatcher and GroupedGEMM rely on CPU-resident tensors for token-expert assignments ... host
     synchronizations", NVIDIA/Megatron-LM PR 3496). Not where the scope replays from a CUDA graph: captured
     with its shapes fixed, it waits on no host."""
-    if cand[_C["graphs"]] >= _GRAPHS_LAYER:
+    if _captures(cand[_C["graphs"]], SCOPE_FFN):
         return
     note[9] += kernels_f
     note[10] += kernels_b

@@ -17,6 +17,7 @@ import numpy as np
 from ..tables.formulas import CHOICES, NONE_INT
 from ..errors import SpecError
 from ..spec.exec_spec import ExecSpec
+from ..spec.graph_scopes import CUDA_GRAPHS, canonical_graphs
 
 __all__ = ["FIELDS"]
 
@@ -113,6 +114,30 @@ def _per_row(name: str, value: Any) -> bool:
     return isinstance(value, (list, tuple))
 
 
+def _canonical_choice(name: str, value: Any) -> Any:
+    """A choice's canonical name where *value* spells it another way (a CUDA-graph set in another order,
+    ``ndcost.spec.graph_scopes``); else *value* unchanged, to be refused as it stands."""
+    if name == "cuda_graphs" and isinstance(value, str) and value not in CUDA_GRAPHS:
+        try:
+            return canonical_graphs(value)
+        except SpecError:
+            return value
+    return value
+
+
+def _canonical_graph_column(array: np.ndarray) -> np.ndarray:
+    """A ``cuda_graphs`` column with each set by its canonical name (unchanged where every value is one)."""
+    items = array.tolist()
+    try:
+        if set(items) <= set(CUDA_GRAPHS):
+            return array
+    except TypeError:                                  # an unhashable value: mapped (and refused) below
+        pass
+    out = np.empty(len(items), dtype=object)
+    out[:] = [_canonical_choice("cuda_graphs", item) for item in items]
+    return out
+
+
 def _broadcast(array: np.ndarray, n: int) -> np.ndarray:
     return array if array.shape == (n,) else np.broadcast_to(array, (n,))
 
@@ -146,6 +171,7 @@ def _scalar_column(name: str, value: Any, n: int) -> _Column:
         return _Column(np.broadcast_to(np.float64(np.nan), (n,)), bad=everyone, raw={-1: value})
     if kind == "choice":
         choices = CHOICES[name]
+        value = _canonical_choice(name, value)
         if isinstance(value, str) and value in choices:
             return _Column(np.broadcast_to(np.int32(choices.index(value)), (n,)), table=choices)
         return _Column(np.broadcast_to(np.int32(len(choices)), (n,)), table=choices + (value,))
@@ -169,6 +195,8 @@ def _array_column(name: str, value: Any, n: int) -> _Column:
         array = np.asarray(value)
     if array.ndim != 1:
         raise SpecError(name, "Candidates.from_arrays", "be a scalar or a 1-D array", f"an array of shape {array.shape}")
+    if name == "cuda_graphs":
+        array = _canonical_graph_column(array)
     if kind in ("int", "opt_int"):
         if array.dtype.kind in "iu":
             return _Column(_broadcast(array.astype(np.int64), n))

@@ -25,6 +25,7 @@ from ..limits import (
     MAX_SMS,
 )
 from .recompute_spec import RECOMPUTE_OPTIONS, SELECTIVE_RULES, RecomputeRange, canonical_switches
+from .graph_scopes import CUDA_GRAPHS, canonical_graphs
 
 __all__ = [
     "PP_SCHEDULES", "V_SCHEDULES", "EP_OVERLAPS", "DUALPIPE_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "CUDA_GRAPHS",
@@ -58,13 +59,6 @@ CP_ALGOS: tuple[str, ...] = ("ring", "ulysses", "ring-allgather")
 #: hybridep backend, DeepEP's hybrid-ep branch), whose NVLink buffer holds every token of the group
 #: (ndcost.spec.hybridep_rates). Seconds mode prices each dispatch and combine (ndcost.kernels.seconds_comm).
 MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep")
-#: What the stack replays from CUDA graphs (seconds mode's "graphs" column holds the index): nothing; each layer's
-#: attention sub-block (Megatron-Core --cuda-graph-impl local|transformer_engine --cuda-graph-modules attn);
-#: that and a MoE layer's pre-norm, router and token preprocessing (--cuda-graph-modules attn moe_router
-#: moe_preprocess, what a dropless MoE can capture); whole layers (the full-layer scope of a dense or
-#: padded-capacity MoE layer, torch.compile mode="reduce-overhead"). Seconds mode only: the host launches
-#: what is not replayed (Rates.launch_overhead), a replayed kernel costs Rates.graph_kernel_overhead.
-CUDA_GRAPHS: tuple[str, ...] = ("none", "attn", "moe_router", "layer")
 #: The schedules DualPipe's overlapped chunks run in (ep_overlap 'dualpipe'): ND's zero_bubble_v is DualPipeV.
 DUALPIPE_SCHEDULES: tuple[str, ...] = ("dualpipe", "dualpipev", "zero_bubble_v")
 #: The expert-parallel group sizes DeepEP has dispatch and combine configs for (deep_ep/buffers/legacy.py
@@ -193,6 +187,7 @@ def check_scalars(spec: Any) -> None:
         check_bool(getattr(spec, name), name, OWNER)
     for name, minimum, maximum in _SIZE_RULES + _BYTE_RULES:
         check_positive_int(getattr(spec, name), name, OWNER, minimum=minimum, maximum=maximum)
+    _store(spec, "cuda_graphs", canonical_graphs(spec.cuda_graphs, OWNER))
     for name, choices in _CHOICE_RULES:
         check_choice(getattr(spec, name), name, OWNER, choices)
     if spec.tie_embeddings is not None:

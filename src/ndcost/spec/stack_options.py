@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import SpecError
 from .exec_spec_rules import CP_ALGOS, CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PRECISIONS
+from .graph_scopes import canonical_graphs
 from .moe_kernels import EXPERT_BIASES, GLU_CLAMPS, GROUPED_GEMMS, MOE_PERMUTES
 from .rope_scaling import ROPE_SCALES
 from .recompute_spec import SELECTIVE_RULES
@@ -71,6 +72,14 @@ def _is(value: Any, name: str) -> Any:
     return np.asarray(value) == name
 
 
+def _graph_set(value: Any) -> Any:
+    """A CUDA-graph set by its canonical name where *value* spells one (``router+attn``), else *value*."""
+    try:
+        return canonical_graphs(value, "ndcost")
+    except SpecError:
+        return value
+
+
 @dataclass(frozen=True, eq=False)      # one object per row: compared and hashed by identity
 class StackOption:
     """One row of :data:`STACK_OPTIONS`.
@@ -93,6 +102,8 @@ class StackOption:
         convert: A list's choices -> the field's value, and back (``(to_field, to_words)``).
         context: value -> the other fields a spec needs for the value to mean anything (a search checks each
             value's own rules in such a spec: fp8 dispatch under fp8, an all-to-all overlap with an EP group).
+        canonical: A choice's other spellings -> its name (a CUDA-graph set in any order), applied before the
+            value is checked against ``choices``; a spelling it does not know is returned as given.
     """
 
     name: str
@@ -108,6 +119,7 @@ class StackOption:
     seconds_only: bool = True
     convert: tuple[Callable[[tuple], Any], Callable[[Any], tuple]] | None = None
     context: Callable[[Any], Mapping[str, Any]] | None = None
+    canonical: Callable[[Any], Any] | None = None
 
     @property
     def flag(self) -> str:
@@ -319,10 +331,11 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "the model code copies K/V per query head (GQA's repeat_kv) and the attention output (torchtitan's "
                 "Llama) (default: the --software stack's, else off)"),
     StackOption("cuda_graphs", "cuda_graphs", "spec", "choice",
-                "what the stack replays from CUDA graphs instead of launching from the host: none, attn (each "
-                "layer's attention), moe_router (also a MoE layer's pre-norm, router and permutation: Megatron's "
-                "--cuda-graph-modules attn moe_router moe_preprocess) or layer (whole layers; torch.compile "
-                "mode=reduce-overhead) (default none)", choices=CUDA_GRAPHS),
+                "the scopes of each layer the stack replays from CUDA graphs instead of launching from the host: "
+                "none, attn (the attention sub-block), router (a MoE layer's pre-norm, router and permutation: "
+                "Megatron's moe_router moe_preprocess scopes), moe_router (attn and router), ffn (the rest of the "
+                "FFN), layer (all three; torch.compile mode=reduce-overhead), or a set joined with + (attn+ffn) "
+                "(default none)", choices=CUDA_GRAPHS, canonical=_graph_set),
     StackOption("moe_permute", "moe_permute", "rates", "choice",
                 "how a MoE layer's tokens are permuted to their experts and back: fused (Transformer Engine's "
                 "moe_permute, Megatron's --moe-permute-fusion), unfused (Megatron-Core's PyTorch ops) or sort "
@@ -442,7 +455,7 @@ def parse_option(option: StackOption, raw: Any, where: str = "ndcost") -> Any:
                                 f"{did_you_mean(str(item), option.choices)}", item)
         value = option.convert[0](tuple(str(item).strip() for item in items))
     elif option.kind == "choice":
-        value = raw
+        value = raw if option.canonical is None else option.canonical(raw)
         if isinstance(raw, str) and option.choices and isinstance(option.choices[0], int):
             value = int(raw) if raw.strip().isdigit() else raw
         if value not in option.choices:
