@@ -15,7 +15,7 @@ from ndcost.cli.main import main
 from ndcost.io.emit import megatron_flags
 from ndcost.kernels.codes import SCOPES
 from ndcost.kernels.columns import LAYER_OP, LAYER_OP_FIELD, LAYER_OP_FIELDS, LAYER_OP_NAMES, RATE, SECONDS_CAND
-from ndcost.spec.graph_scopes import (CUDA_GRAPHS, GRAPH_SCOPE_NAMES, canonical_graphs, graphs_code,
+from ndcost.spec.graph_scopes import (CUDA_GRAPHS, GRAPH_SCOPE_NAMES, canonical_graphs,
                                       graphs_from_megatron, megatron_graph_scopes)
 from ndcost.tables.reasons import REASON_CODES
 from ndcost.tables.seconds import seconds_arrays
@@ -35,7 +35,7 @@ def test_every_set_has_one_name_and_any_spelling_reaches_it():
     # the two names that predate the sets keep their meaning
     assert CUDA_GRAPHS[0b011] == "moe_router" and CUDA_GRAPHS[0b111] == "layer" and CUDA_GRAPHS[0] == "none"
     for mask, name in enumerate(CUDA_GRAPHS):
-        assert canonical_graphs(name) == name and graphs_code(name) == float(mask)
+        assert canonical_graphs(name) == name and CUDA_GRAPHS.index(name) == mask   # the code is the mask
         for order in itertools.permutations(_scopes_of(mask)):
             if order:
                 assert canonical_graphs("+".join(order)) == name
@@ -146,6 +146,7 @@ def test_megatron_scopes_and_flags_for_each_set():
     assert graphs_from_megatron(["attn", "moe_router", "moe_preprocess"]) == "moe_router"
     assert graphs_from_megatron(["moe"]) == "router+ffn" and graphs_from_megatron(["mlp"]) == "ffn"
     assert graphs_from_megatron([]) == "layer" and graphs_from_megatron(["full_iteration"]) == "layer"
+    assert graphs_from_megatron(["mamba"]) == "attn"
     moe = ndcost.Model.from_catalog("qwen3-30b-a3b")
     dense = ndcost.Model.from_catalog("llama3-8b")
     spec = ndcost.ExecSpec(dp=8, ep=8, global_batch_size=64)

@@ -1,14 +1,18 @@
 """What a stack replays from CUDA graphs: a set of a layer's three scopes (``ExecSpec.cuda_graphs``).
 
-Megatron-Core captures per-layer CUDA graphs of the sub-blocks its ``--cuda-graph-scope`` lists, any subset of
-``attn``, ``mlp``, ``moe``, ``moe_router``, ``moe_preprocess`` (none listed: the whole layer; ``full_iteration``:
-the whole step) -- a set, not nested levels: NVIDIA's Qwen3-235B-A22B H100 recipe captures ``moe_router
+Megatron-Core captures per-layer CUDA graphs of the sub-blocks its ``--cuda-graph-modules`` (formerly
+``--cuda-graph-scope``, Megatron-Bridge's ``cuda_graph_scope``) lists, any subset of ``attn``, ``mlp`` (dense
+layers), ``moe`` (drop-and-pad MoE layers), ``moe_router``, ``moe_preprocess`` (with ``moe_router``), ``mamba`` --
+none listed: the whole layer (NVIDIA/Megatron-LM@e5ad0980 megatron/core/transformer/enums.py L61-73
+CudaGraphModule; its predecessor CudaGraphScope also held ``full_iteration``, now ``cuda_graph_impl``): a set,
+not nested levels: NVIDIA's Qwen3-235B-A22B H100 recipe captures ``moe_router
 moe_preprocess`` without ``attn`` (NVIDIA/Megatron-LM@e5ad0980 examples/moe_recipes/qwen3_235b/h100/
 bf16_256GPU_TP2PP8EP32.yaml L140-141), its gpt-oss GB300 config ``attn moe_router moe_preprocess``
 (NVIDIA-NeMo/Megatron-Bridge@0fbfe7d3 scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py L49-50).
 
 Seconds mode splits a layer's kernels into three scopes (``ndcost.kernels.codes.SCOPES``), each named here:
-``attn`` (the attention sub-block: its pre-norm, projections, core, rotary, residual add), ``router`` (a MoE
+``attn`` (the token mixer's sub-block -- attention or Mamba: its pre-norm, projections, core, rotary, residual
+add), ``router`` (a MoE
 layer's pre-norm, router and token preprocessing and permutation: Megatron's ``moe_router`` and
 ``moe_preprocess``), ``ffn`` (the rest of the FFN sub-block: experts, un-permutation, shared experts, a dense MLP,
 its residual add). A set's code -- seconds mode's ``graphs`` column -- is its bit mask, bit i for scope i, and
@@ -23,8 +27,7 @@ from typing import Iterable
 
 from ..errors import SpecError
 
-__all__ = ["CUDA_GRAPHS", "GRAPH_SCOPE_NAMES", "canonical_graphs", "graphs_code", "graphs_from_megatron",
-           "megatron_graph_scopes"]
+__all__ = ["CUDA_GRAPHS", "GRAPH_SCOPE_NAMES", "canonical_graphs", "graphs_from_megatron", "megatron_graph_scopes"]
 
 #: A layer's scopes in bit order (the order of ndcost.kernels.codes.SCOPES: attn, pre, ffn).
 GRAPH_SCOPE_NAMES: tuple[str, ...] = ("attn", "router", "ffn")
@@ -33,11 +36,12 @@ CUDA_GRAPHS: tuple[str, ...] = ("none", "attn", "router", "moe_router", "ffn", "
 _BIT = {name: 1 << i for i, name in enumerate(GRAPH_SCOPE_NAMES)}
 _RULE = (f"be one of {', '.join(map(repr, CUDA_GRAPHS))}, or a '+'-joined set of "
          f"{', '.join(map(repr, GRAPH_SCOPE_NAMES))}")
-#: Megatron-Core's --cuda-graph-scope names, as ndcost's scopes (NVIDIA/Megatron-LM@e5ad0980
-#: megatron/core/transformer/enums.py CudaGraphScope): "moe" is the whole MoE block, router included (a
-#: padded-capacity MoE only); "full_iteration" captures the step, whose layers are then whole.
-_MEGATRON = {"attn": _BIT["attn"], "moe_router": _BIT["router"], "moe_preprocess": _BIT["router"],
-             "mlp": _BIT["ffn"], "moe": _BIT["router"] | _BIT["ffn"], "full_iteration": 7}
+#: Megatron-Core's capture modules, as ndcost's scopes (the module docstring's enums.py): "moe" is the whole MoE
+#: block, router included; "mamba" a Mamba layer's mixer; "full_iteration" (the former scope) captures the step,
+#: whose layers are then whole.
+_MEGATRON = {"attn": _BIT["attn"], "mamba": _BIT["attn"], "moe_router": _BIT["router"],
+             "moe_preprocess": _BIT["router"], "mlp": _BIT["ffn"], "moe": _BIT["router"] | _BIT["ffn"],
+             "full_iteration": 7}
 
 
 def _mask(value: object) -> int | None:
@@ -66,13 +70,8 @@ def canonical_graphs(value: object, owner: str = "ExecSpec") -> str:
     return CUDA_GRAPHS[mask]
 
 
-def graphs_code(name: str) -> float:
-    """The ``graphs`` column's code of a canonical set name: its bit mask."""
-    return float(CUDA_GRAPHS.index(name))
-
-
 def graphs_from_megatron(scopes: Iterable[str]) -> str:
-    """The set Megatron-Core's ``--cuda-graph-scope`` list *scopes* captures (empty: whole layers)."""
+    """The set Megatron-Core's capture list *scopes* captures (empty: whole layers)."""
     mask = 0
     names = [name.strip() for name in scopes if name.strip()]
     for name in names:
@@ -84,7 +83,7 @@ def graphs_from_megatron(scopes: Iterable[str]) -> str:
 
 
 def megatron_graph_scopes(name: str, is_moe: bool) -> tuple[list[str] | None, bool]:
-    """Megatron-Core's ``--cuda-graph-scope`` list for the set *name* of a dense or MoE (*is_moe*) model -- an
+    """Megatron-Core's ``--cuda-graph-modules`` list for the set *name* of a dense or MoE (*is_moe*) model -- an
     empty list for whole layers, None where nothing is captured -- and whether it captures exactly the set:
     Megatron-Core has no scope for a MoE layer's experts without its router (its ``moe`` holds both), so
     there they are left eager. A dense layer has no router (its FFN pre-norm is in ``ffn``)."""
