@@ -10,14 +10,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..tables.formulas import CHOICES, NONE_INT
 from ..errors import SpecError
 from ..spec.exec_spec import ExecSpec
-from ..spec.graph_scopes import CUDA_GRAPHS, canonical_graphs
+from ..spec.exec_spec_rules import CHOICE_SPELLINGS
 
 __all__ = ["FIELDS"]
 
@@ -114,27 +114,20 @@ def _per_row(name: str, value: Any) -> bool:
     return isinstance(value, (list, tuple))
 
 
-def _canonical_choice(name: str, value: Any) -> Any:
-    """A choice's canonical name where *value* spells it another way (a CUDA-graph set in another order,
-    ``ndcost.spec.graph_scopes``); else *value* unchanged, to be refused as it stands."""
-    if name == "cuda_graphs" and isinstance(value, str) and value not in CUDA_GRAPHS:
-        try:
-            return canonical_graphs(value)
-        except SpecError:
-            return value
-    return value
-
-
-def _canonical_graph_column(array: np.ndarray) -> np.ndarray:
-    """A ``cuda_graphs`` column with each set by its canonical name (unchanged where every value is one)."""
+def _spelled_column(spell: Callable[[Any], Any], array: np.ndarray) -> np.ndarray:
+    """A choice column with each value by its canonical name (*spell*: :data:`CHOICE_SPELLINGS`); unchanged where
+    every value is a name already."""
     items = array.tolist()
     try:
-        if set(items) <= set(CUDA_GRAPHS):
+        distinct = set(items)
+    except TypeError:                                  # an unhashable value: spelled (and refused) below
+        distinct = None
+    if distinct is not None:
+        names = {value: spell(value) for value in distinct}
+        if all(names[value] == value for value in distinct):
             return array
-    except TypeError:                                  # an unhashable value: mapped (and refused) below
-        pass
     out = np.empty(len(items), dtype=object)
-    out[:] = [_canonical_choice("cuda_graphs", item) for item in items]
+    out[:] = [spell(item) for item in items]
     return out
 
 
@@ -171,7 +164,8 @@ def _scalar_column(name: str, value: Any, n: int) -> _Column:
         return _Column(np.broadcast_to(np.float64(np.nan), (n,)), bad=everyone, raw={-1: value})
     if kind == "choice":
         choices = CHOICES[name]
-        value = _canonical_choice(name, value)
+        spell = CHOICE_SPELLINGS.get(name)
+        value = value if spell is None else spell(value)
         if isinstance(value, str) and value in choices:
             return _Column(np.broadcast_to(np.int32(choices.index(value)), (n,)), table=choices)
         return _Column(np.broadcast_to(np.int32(len(choices)), (n,)), table=choices + (value,))
@@ -195,8 +189,8 @@ def _array_column(name: str, value: Any, n: int) -> _Column:
         array = np.asarray(value)
     if array.ndim != 1:
         raise SpecError(name, "Candidates.from_arrays", "be a scalar or a 1-D array", f"an array of shape {array.shape}")
-    if name == "cuda_graphs":
-        array = _canonical_graph_column(array)
+    if name in CHOICE_SPELLINGS:
+        array = _spelled_column(CHOICE_SPELLINGS[name], array)
     if kind in ("int", "opt_int"):
         if array.dtype.kind in "iu":
             return _Column(_broadcast(array.astype(np.int64), n))

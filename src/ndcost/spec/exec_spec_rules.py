@@ -25,10 +25,11 @@ from ..limits import (
     MAX_SMS,
 )
 from .recompute_spec import RECOMPUTE_OPTIONS, SELECTIVE_RULES, RecomputeRange, canonical_switches
-from .graph_scopes import CUDA_GRAPHS, canonical_graphs
+from .graph_scopes import CUDA_GRAPHS, canonical_graphs, graphs_as_named
 
 __all__ = [
     "PP_SCHEDULES", "V_SCHEDULES", "EP_OVERLAPS", "DUALPIPE_SCHEDULES", "CP_ALGOS", "MOE_DISPATCHERS", "CUDA_GRAPHS",
+    "CHOICE_SPELLINGS",
     "DEEPEP_RANKS", "PRECISIONS", "ZERO_STAGES", "DEGREE_LIMITS", "BYTE_LIMITS", "BOOL_FIELDS",
     "MOE_INT_RULES", "CHECKS", "scalars_hold", "is_int", "states_per_stage",
 ]
@@ -125,6 +126,9 @@ _BYTE_RULES = tuple((name, minimum, BYTE_LIMITS[name]) for name, minimum in _BYT
 MOE_INT_RULES = (("moe_dispatcher_sms", 1, MAX_SMS), ("moe_node_limit", 0, MAX_DEVICES),
                   ("moe_device_limit", 0, MAX_DEVICES))
 _INT_RULES = _DEGREE_RULES + _SIZE_RULES + _BYTE_RULES + MOE_INT_RULES
+#: A named choice's other spellings -> its name, for a field whose choices have more than one (a CUDA-graph set
+#: in any order): what a command-line word or a batch's column is read through before its choices are checked.
+CHOICE_SPELLINGS: Mapping[str, Any] = MappingProxyType({"cuda_graphs": graphs_as_named})
 # The string scalars and their choices.
 _CHOICE_RULES = (("cp_algo", CP_ALGOS), ("precision", PRECISIONS), ("selective_rule", SELECTIVE_RULES),
                  ("moe_dispatcher", MOE_DISPATCHERS), ("ep_overlap", EP_OVERLAPS), ("cuda_graphs", CUDA_GRAPHS))

@@ -27,7 +27,8 @@ from typing import Iterable
 
 from ..errors import SpecError
 
-__all__ = ["CUDA_GRAPHS", "GRAPH_SCOPE_NAMES", "canonical_graphs", "graphs_from_megatron", "megatron_graph_scopes"]
+__all__ = ["CUDA_GRAPHS", "GRAPH_SCOPE_NAMES", "canonical_graphs", "graphs_as_named", "graphs_from_megatron",
+           "megatron_graph_scopes"]
 
 #: A layer's scopes in bit order (the order of ndcost.kernels.codes.SCOPES: attn, pre, ffn).
 GRAPH_SCOPE_NAMES: tuple[str, ...] = ("attn", "router", "ffn")
@@ -68,6 +69,13 @@ def canonical_graphs(value: object, owner: str = "ExecSpec") -> str:
     if mask is None:
         raise SpecError("cuda_graphs", owner, _RULE, value)
     return CUDA_GRAPHS[mask]
+
+
+def graphs_as_named(value: object) -> object:
+    """*value* by its canonical name where it spells a set (``router+attn`` -> ``moe_router``), else as given, for
+    the caller's own refusal of it (a command-line choice, a batch row's reason)."""
+    mask = _mask(value)
+    return value if mask is None else CUDA_GRAPHS[mask]
 
 
 def graphs_from_megatron(scopes: Iterable[str]) -> str:

@@ -64,11 +64,11 @@ def load_rates(path: str | os.PathLike, *, device: Any = None) -> Rates:
     """
     if not isinstance(path, (str, os.PathLike)):
         raise SpecError("path", "load_rates", "be a path to a rates JSON", path)
-    from ..files import parse_json, read_text
+    from ..files import read_json
 
     owner = os.fspath(path)
     # a missing, unreadable or non-regular file (a pipe, a device), malformed or too deep JSON: one SpecError
-    doc = parse_json(read_text(path, "a rates JSON", "rates"), "a rates JSON", "rates")
+    doc = read_json(path, "a rates JSON", "rates")
     if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
         raise SpecError("format", owner, f"be {FORMAT!r} (a file ndcost wrote with save_rates or calibrate "
                         "--fit rates)", doc.get("format") if isinstance(doc, Mapping) else type(doc).__name__)

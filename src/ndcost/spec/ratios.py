@@ -228,11 +228,10 @@ class Ratios:
         """
         resolved = str(Path(os.fspath(path)).expanduser().resolve())
         try:
-            stat = os.stat(resolved)
+            stat = check_regular_file(resolved, "a ratios file", "path", owner=resolved)
         except OSError as exc:
             rule = f"name a readable ratios file ({exc.strerror})"
             raise SpecError("path", resolved, rule, os.fspath(path)) from None
-        check_regular_file(resolved, "a ratios file", "path", owner=resolved)
         return _load_cached(resolved, stat.st_mtime_ns, stat.st_size)
 
     @classmethod

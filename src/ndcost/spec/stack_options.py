@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ..errors import SpecError
-from .exec_spec_rules import CP_ALGOS, CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PRECISIONS
-from .graph_scopes import canonical_graphs
+from .exec_spec_rules import CHOICE_SPELLINGS, CP_ALGOS, CUDA_GRAPHS, EP_OVERLAPS, MOE_DISPATCHERS, PRECISIONS
 from .moe_kernels import EXPERT_BIASES, GLU_CLAMPS, GROUPED_GEMMS, MOE_PERMUTES
 from .rope_scaling import ROPE_SCALES
 from .recompute_spec import SELECTIVE_RULES
@@ -70,14 +69,6 @@ def _is(value: Any, name: str) -> Any:
     import numpy as np
 
     return np.asarray(value) == name
-
-
-def _graph_set(value: Any) -> Any:
-    """A CUDA-graph set by its canonical name where *value* spells one (``router+attn``), else *value*."""
-    try:
-        return canonical_graphs(value, "ndcost")
-    except SpecError:
-        return value
 
 
 @dataclass(frozen=True, eq=False)      # one object per row: compared and hashed by identity
@@ -335,7 +326,7 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "none, attn (the attention sub-block), router (a MoE layer's pre-norm, router and permutation: "
                 "Megatron's moe_router moe_preprocess scopes), moe_router (attn and router), ffn (the rest of the "
                 "FFN), layer (all three; torch.compile mode=reduce-overhead), or a set joined with + (attn+ffn) "
-                "(default none)", choices=CUDA_GRAPHS, canonical=_graph_set),
+                "(default none)", choices=CUDA_GRAPHS, canonical=CHOICE_SPELLINGS["cuda_graphs"]),
     StackOption("moe_permute", "moe_permute", "rates", "choice",
                 "how a MoE layer's tokens are permuted to their experts and back: fused (Transformer Engine's "
                 "moe_permute, Megatron's --moe-permute-fusion), unfused (Megatron-Core's PyTorch ops) or sort "

@@ -40,7 +40,6 @@ from .formulas import SCALAR, seconds_candidate_columns_scalar
 from ..errors import SpecError
 from .layout import build_layout
 from .nd_tables import nd_kind_table, nd_model_vector
-from ..spec.exec_spec import CUDA_GRAPHS
 from ..spec.moe_kernels import EXPERT_BIASES, GLU_CLAMPS, GROUPED_GEMMS, MOE_PERMUTES
 from ..spec.rope_scaling import ROPE_SCALES
 from ..spec.straggler import job_clock_share
