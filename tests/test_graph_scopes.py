@@ -173,3 +173,26 @@ def test_megatron_scopes_and_flags_for_each_set():
                 assert held == (0b111 if is_moe else 0b101), name
             elif exact:
                 assert graphs_from_megatron(scopes) == CUDA_GRAPHS[held], name
+
+
+def test_shared_experts_replay_with_the_router_scope(kernels):
+    """Megatron-Core's moe_router capture holds the FFN pre-norm, the router and the shared experts (unless
+    moe_shared_expert_overlap runs them beside the dispatch, off by default): NVIDIA/Megatron-LM@d98e8a64
+    transformer_layer.py _get_submodules_under_cudagraphs. So a set holding the router scope launches the shared
+    experts' kernels at a replay's cost, one without it at a launch's; the routed experts stay with the FFN scope."""
+    model = ndcost.Model.from_catalog("deepseek-v2-lite")                # 2 shared experts on its MoE layers
+    spec = dict(dp=8, ep=8, micro_batch_size=1, global_batch_size=8, seq_length=256)
+    cluster = ndcost.Cluster("h100-sxm", 8)
+    moe_kind = next(i for i, kind in enumerate(model.kinds) if kind.ffn == "moe")
+    for graphs, shared_held, routed_held in (("router", True, False), ("moe_router", True, False),
+                                             ("ffn", False, True), ("attn", False, False), ("layer", True, True)):
+        a = seconds_arrays(model, ndcost.ExecSpec(**spec, cuda_graphs=graphs), cluster)
+        out = np.empty((len(LAYER_OP_NAMES), len(LAYER_OP_FIELDS)))
+        kernels.seconds_layer_ops(*(a[name] for name in _ARGS), moe_kind, out)
+        launch_s, replay_s = a["rate"][RATE["launch_s"]], a["rate"][RATE["graph_s"]]
+        for op, held in (("shared_experts", shared_held), ("experts", routed_held)):
+            row = out[LAYER_OP[op]]
+            assert row[F["kernels_f"]] > 0 and row[F["kernels_b"]] > 0, op
+            for p in ("f", "b"):
+                cost = replay_s if held else launch_s
+                assert row[F["host_" + p]] == pytest.approx(row[F["kernels_" + p]] * cost, rel=1e-12), (graphs, op, p)

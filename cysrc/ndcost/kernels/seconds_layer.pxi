@@ -276,7 +276,7 @@ cdef inline void c_sec_layer(const double* kind, const double* skind, const doub
         ffn_f = ffn_act[0]
         act_f = ffn_act[1]
     else:
-        ffn_f = c_sec_ffn_pair(rows, width, h, n_ff, n_split, cand, rate, sums, note, ops, LO_mlp)
+        ffn_f = c_sec_ffn_pair(rows, width, h, n_ff, n_split, cand, rate, sums, note, ops, LO_mlp, SEC_SCOPE_FFN)
         unfused_passes = SEC_EAGER_SWIGLU_PASSES if eager and n_ff == 3.0 else n_ff
         act_f = c_sec_note_pass(note, ops, LO_mlp_act, SEC_SCOPE_FFN, unfused_passes * bc * tokens * width / t,
                                 (2.0 if eager and n_ff == 3.0 else 1.0) * n_split, rate, sums)

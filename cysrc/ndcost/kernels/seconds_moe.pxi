@@ -270,9 +270,10 @@ cdef inline void c_sec_moe_block(double tok, double slots, double local, double 
                                     four[3] * n_split, rate, sums, 0.0, 0.0)
     ffn_f = e_f
     if shared > 0.0:
+        # the shared experts are the router's graph scope (Megatron-Core's moe_router capture; the twin's comment)
         ffn_f += c_sec_ffn_pair(shared_tokens / n_split, shared, h, n_ff, n_split, cand, rate, sums, note, ops,
-                                LO_shared_experts)
-        act_f += c_sec_note_pass(note, ops, LO_shared_experts, SEC_SCOPE_FFN,
+                                LO_shared_experts, SEC_SCOPE_PRE)
+        act_f += c_sec_note_pass(note, ops, LO_shared_experts, SEC_SCOPE_PRE,
                                  passes * bc * shared_tokens * shared / t, kernels * n_split, rate, sums)
     ffn_act[0] = ffn_f
     ffn_act[1] = act_f

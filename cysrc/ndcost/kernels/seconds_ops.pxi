@@ -223,16 +223,16 @@ cdef inline void c_sec_note_launch(const double* note, double* ops, double forwa
 
 cdef inline double c_sec_ffn_pair(double rows, double width, double h, double n_ff, double n_split,
                                   const double* cand, const double* rate, double* sums, double* note, double* ops,
-                                  int op) noexcept nogil:
+                                  int op, int scope) noexcept nogil:
     # A dense FFN of `width`: up (with the gate) h -> (n_ff - 1)·width/t, down width/t -> h; each
-    # GEMM's times into sums, the up GEMM's first, noted as `op` of the FFN scope; returns the pair's
-    # forward time.
+    # GEMM's times into sums, the up GEMM's first, noted as `op` of the graph scope `scope`; returns the
+    # pair's forward time.
     cdef double t = cand[SC_t], forward
     cdef double g5[5]
-    c_sec_mm3_noted(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g5, 0, 1, note, ops, op, SEC_SCOPE_FFN)
+    c_sec_mm3_noted(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g5, 0, 1, note, ops, op, scope)
     c_sec_add_gemm(sums, g5[0], g5[1], g5[2])
     forward = g5[0]
-    c_sec_mm3_noted(rows, h, width / t, n_split, cand, rate, g5, 0, 2, note, ops, op, SEC_SCOPE_FFN)
+    c_sec_mm3_noted(rows, h, width / t, n_split, cand, rate, g5, 0, 2, note, ops, op, scope)
     c_sec_add_gemm(sums, g5[0], g5[1], g5[2])
     return forward + g5[0]
 

@@ -347,7 +347,7 @@ def _layer(kind, skind, model, smodel, cand, rate, out, ops=None) -> None:
     elif moe:
         ffn_f, act_f, flops_ffn = _moe_ffn(model, smodel, cand, rate, tokens, h, n_ff, width, sums, note, ops)
     else:
-        ffn_f = _ffn_pair(rows, width, h, n_ff, n_split, cand, rate, sums, note, ops, _O["mlp"])
+        ffn_f = _ffn_pair(rows, width, h, n_ff, n_split, cand, rate, sums, note, ops, _O["mlp"], SCOPE_FFN)
         # GELU reads one tensor and writes one (2 passes); SwiGLU reads two and writes one (3), or,
         # unfused, silu(gate) (read, write) then its product with up (read 2, write): 5 passes
         unfused = eager and n_ff == 3.0

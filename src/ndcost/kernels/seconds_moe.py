@@ -399,9 +399,13 @@ def _moe_block(tok: float, slots: float, local: float, h: float, width: float, n
                                four[3] * n_split, rate, sums, 0.0, 0.0)
     ffn_f = e_f
     if shared > 0.0:
+        # the shared experts are the router's graph scope: Megatron-Core's moe_router capture holds the FFN
+        # pre-norm, the router and, unless moe_shared_expert_overlap runs them beside the dispatch (off by
+        # default), the shared experts (NVIDIA/Megatron-LM@d98e8a64 megatron/core/transformer/
+        # transformer_layer.py _get_submodules_under_cudagraphs)
         ffn_f += _ffn_pair(shared_tokens / n_split, shared, h, n_ff, n_split, cand, rate, sums, note, ops,
-                           _O["shared_experts"])
-        act_f += _note_pass(note, ops, _O["shared_experts"], SCOPE_FFN, passes * bc * shared_tokens * shared / t,
+                           _O["shared_experts"], SCOPE_PRE)
+        act_f += _note_pass(note, ops, _O["shared_experts"], SCOPE_PRE, passes * bc * shared_tokens * shared / t,
                             kernels * n_split, rate, sums)
     return ffn_f, act_f
 

@@ -24,8 +24,8 @@ _R = RATE
 
 #: Where a layer's kernels run, for what a stack replays from CUDA graphs (ExecSpec.cuda_graphs): the
 #: attention sub-block (its pre-norm, projections, core, rotary, residual add); a MoE layer's pre-norm,
-#: router and token permutation (Megatron-Core's moe_router and moe_preprocess scopes); the rest of the
-#: FFN sub-block (experts, un-permutation, shared experts, a dense MLP, its residual add).
+#: router, shared experts and token permutation (Megatron-Core's moe_router and moe_preprocess scopes);
+#: the rest of the FFN sub-block (routed experts, un-permutation, a dense MLP, its residual add).
 SCOPE_ATTN, SCOPE_PRE, SCOPE_FFN = (SCOPES.index(name) for name in ("attn", "pre", "ffn"))
 #: The note of one layer (``_note``): kernels per scope and pass (forward, backward) in its first six
 #: slots, the host's seconds per kernel of each scope in the next three, and in the last two (forward,
@@ -229,20 +229,21 @@ def _add_gemm(sums, g3) -> None:
 
 
 def _ffn_pair(rows: float, width: float, h: float, n_ff: float, n_split: float, cand, rate, sums, note, ops,
-              op: int) -> float:
+              op: int, scope: int) -> float:
     """A dense FFN of *width* on this rank: up h -> (n_ff - 1)·width/t (gate and up fused when gated,
     n_ff = 3), then down width/t -> h (Megatron's column- / row-parallel pair).
 
     Each GEMM's times go into sums (``_add_gemm``), the up GEMM's first, and into the layer's note as
-    the op *op* of the FFN scope; returns the pair's forward time (the FFN matmuls a census share
+    the op *op* of the graph scope *scope* (a dense MLP's is the FFN scope, a MoE layer's shared experts
+    the router's: ``_moe_ffn``); returns the pair's forward time (the FFN matmuls a census share
     recomputes).
     """
     t = cand[_C["t"]]
     g5 = [0.0] * 5
-    _mm3_noted(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g5, False, 1, note, ops, op, SCOPE_FFN)
+    _mm3_noted(rows, (n_ff - 1.0) * width / t, h, n_split, cand, rate, g5, False, 1, note, ops, op, scope)
     _add_gemm(sums, g5)
     forward = g5[0]
-    _mm3_noted(rows, h, width / t, n_split, cand, rate, g5, False, 2, note, ops, op, SCOPE_FFN)
+    _mm3_noted(rows, h, width / t, n_split, cand, rate, g5, False, 2, note, ops, op, scope)
     _add_gemm(sums, g5)
     return forward + g5[0]
 

@@ -13,9 +13,11 @@ bf16_256GPU_TP2PP8EP32.yaml L140-141), its gpt-oss GB300 config ``attn moe_route
 Seconds mode splits a layer's kernels into three scopes (``ndcost.kernels.codes.SCOPES``), each named here:
 ``attn`` (the token mixer's sub-block -- attention or Mamba: its pre-norm, projections, core, rotary, residual
 add), ``router`` (a MoE
-layer's pre-norm, router and token preprocessing and permutation: Megatron's ``moe_router`` and
-``moe_preprocess``), ``ffn`` (the rest of the FFN sub-block: experts, un-permutation, shared experts, a dense MLP,
-its residual add). A set's code -- seconds mode's ``graphs`` column -- is its bit mask, bit i for scope i, and
+layer's pre-norm, router, shared experts and token preprocessing and permutation: Megatron's ``moe_router`` and
+``moe_preprocess``, whose capture holds the shared experts unless ``moe_shared_expert_overlap`` runs them beside
+the dispatch, off by default: NVIDIA/Megatron-LM@d98e8a64 megatron/core/transformer/transformer_layer.py
+``_get_submodules_under_cudagraphs``), ``ffn`` (the rest of the FFN sub-block: the routed experts,
+un-permutation, a dense MLP, its residual add). A set's code -- seconds mode's ``graphs`` column -- is its bit mask, bit i for scope i, and
 :data:`CUDA_GRAPHS` names the eight sets at their codes. Two names predate the sets and keep their meaning:
 ``moe_router`` is attention + router (what Megatron-Core's ``attn moe_router moe_preprocess`` captures), ``layer``
 all three (whole layers; ``torch.compile(mode="reduce-overhead")``). Any other set is written with ``+``

@@ -323,8 +323,8 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "Llama) (default: the --software stack's, else off)"),
     StackOption("cuda_graphs", "cuda_graphs", "spec", "choice",
                 "the scopes of each layer the stack replays from CUDA graphs instead of launching from the host: "
-                "none, attn (the attention sub-block), router (a MoE layer's pre-norm, router and permutation: "
-                "Megatron's moe_router moe_preprocess scopes), moe_router (attn and router), ffn (the rest of the "
+                "none, attn (the attention sub-block), router (a MoE layer's pre-norm, router, shared "
+                "experts and permutation: Megatron's moe_router moe_preprocess scopes), moe_router (attn and router), ffn (the rest of the "
                 "FFN), layer (all three; torch.compile mode=reduce-overhead), or a set joined with + (attn+ffn) "
                 "(default none)", choices=CUDA_GRAPHS, canonical=CHOICE_SPELLINGS["cuda_graphs"]),
     StackOption("moe_permute", "moe_permute", "rates", "choice",
