@@ -196,3 +196,31 @@ def test_shared_experts_replay_with_the_router_scope(kernels):
             for p in ("f", "b"):
                 cost = replay_s if held else launch_s
                 assert row[F["host_" + p]] == pytest.approx(row[F["kernels_" + p]] * cost, rel=1e-12), (graphs, op, p)
+
+
+@pytest.mark.parametrize("graphs", CUDA_GRAPHS)
+def test_the_per_op_table_counts_the_kernels_each_set_replays(graphs):
+    """Estimate.ops(): an op's graphed kernels are those of its kernels in a scope the set holds, so its host
+    seconds are graphed x a replay's cost + the rest x a launch's, row by row; over the layer they are the
+    kernels of the held scopes (the same split by hand as test_each_scope_replays_its_own_kernels_by_hand)."""
+    model = ndcost.Model.from_catalog("qwen3-30b-a3b")
+    spec = ndcost.ExecSpec(dp=8, ep=8, micro_batch_size=1, global_batch_size=8, seq_length=256, cuda_graphs=graphs)
+    result = ndcost.estimate(model, spec, ndcost.Cluster("h100-sxm", 8))
+    a = _launch_bound_layer(graphs)
+    launch_s, replay_s = a["rate"][RATE["launch_s"]], a["rate"][RATE["graph_s"]]
+    held = _scopes_of(CUDA_GRAPHS.index(graphs))
+    (table,) = result.ops()
+    for p in ("forward", "backward"):
+        rows = [row for row in table.rows if row.pass_ == p and row.op != "launch" and row.bound != "communication"]
+        for row in rows:
+            assert 0.0 <= row.graphed_kernels <= row.kernels, row
+            assert row.host_seconds == pytest.approx(row.graphed_kernels * replay_s
+                                                     + (row.kernels - row.graphed_kernels) * launch_s, rel=1e-12)
+        count = {row.op: row.kernels for row in rows}
+        ffn = count["experts"] + count["expert_act"] + count["unpermute"] + 1            # + the FFN's residual add
+        router = count["router"] + count["permute"] + 1                                  # + the FFN's pre-norm
+        per_scope = {"attn": sum(count.values()) - ffn - router, "router": router, "ffn": ffn}
+        assert sum(row.graphed_kernels for row in rows) == sum(per_scope[s] for s in held)
+        assert all(row.graphed_kernels == 0.0 for row in table.rows if row.pass_ == p and row.op == "launch")
+    assert all("graphed_kernels" in row for row in table.to_dict()["rows"])
+    assert "graphed" in table.table().splitlines()[1]

@@ -388,7 +388,9 @@ cdef enum:
     LF_kernels_b = 7
     LF_time_b = 8
     LF_host_b = 9
-    LF_COUNT = 10
+    LF_graphed_f = 10
+    LF_graphed_b = 11
+    LF_COUNT = 12
 
 cdef enum:
     MK_attention = 0

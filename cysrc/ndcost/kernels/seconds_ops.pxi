@@ -126,16 +126,18 @@ cdef inline bint c_sec_captures(double graphs, int scope) noexcept nogil:
 
 cdef inline void c_sec_note_start(const double* cand, const double* rate, double* note) noexcept nogil:
     # A layer's note before its ops: no kernels, each scope's host seconds per kernel (replayed from a
-    # CUDA graph where the spec captures the scope, else launched).
+    # CUDA graph where the spec captures the scope, else launched) and whether it replays (1) or not (0).
     cdef double graphs = cand[SC_graphs], launch = rate[R_launch_s], replay = rate[R_graph_s]
-    cdef int i
+    cdef int i, scope
+    cdef bint held
     for i in range(6):
         note[i] = 0.0
     note[9] = 0.0
     note[10] = 0.0
-    note[6] = replay if c_sec_captures(graphs, SEC_SCOPE_ATTN) else launch
-    note[7] = replay if c_sec_captures(graphs, SEC_SCOPE_PRE) else launch
-    note[8] = replay if c_sec_captures(graphs, SEC_SCOPE_FFN) else launch
+    for scope in range(3):          # SEC_SCOPE_ATTN, SEC_SCOPE_PRE, SEC_SCOPE_FFN: 0, 1, 2
+        held = c_sec_captures(graphs, scope)
+        note[6 + scope] = replay if held else launch
+        note[11 + scope] = 1.0 if held else 0.0
 
 
 cdef inline void c_sec_note(double* note, double* ops, int op, int scope, double flops_f, double bytes_f,
@@ -152,11 +154,13 @@ cdef inline void c_sec_note(double* note, double* ops, int op, int scope, double
         row[LF_kernels_f] += kernels_f
         row[LF_time_f] += time_f
         row[LF_host_f] += kernels_f * note[6 + scope]
+        row[LF_graphed_f] += kernels_f * note[11 + scope]
         row[LF_flops_b] += flops_b
         row[LF_bytes_b] += bytes_b
         row[LF_kernels_b] += kernels_b
         row[LF_time_b] += time_b
         row[LF_host_b] += kernels_b * note[6 + scope]
+        row[LF_graphed_b] += kernels_b * note[11 + scope]
 
 
 cdef inline double c_sec_note_pass(double* note, double* ops, int op, int scope, double moved, double kernels,

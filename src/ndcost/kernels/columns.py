@@ -296,6 +296,7 @@ LAYER_OP_NAMES = (
 LAYER_OP_FIELDS = (
     "flops_f", "bytes_f", "kernels_f", "time_f", "host_f",   # forward: FLOPs run, HBM bytes, kernels, seconds, host seconds
     "flops_b", "bytes_b", "kernels_b", "time_b", "host_b",   # backward, weight gradients included
+    "graphed_f", "graphed_b",  # of those kernels, the ones replayed from a CUDA graph (ExecSpec.cuda_graphs' scopes)
 )
 
 # --- a MoE block priced on its own (float64 vector; seconds_moe_block) ---

@@ -28,16 +28,18 @@ _R = RATE
 #: the rest of the FFN sub-block (routed experts, un-permutation, a dense MLP, its residual add).
 SCOPE_ATTN, SCOPE_PRE, SCOPE_FFN = (SCOPES.index(name) for name in ("attn", "pre", "ffn"))
 #: The note of one layer (``_note``): kernels per scope and pass (forward, backward) in its first six
-#: slots, the host's seconds per kernel of each scope in the next three, and in the last two (forward,
+#: slots, the host's seconds per kernel of each scope in the next three, in the next two (forward,
 #: backward) those of the FFN scope's kernels the host launches after a host-device synchronisation
-#: (``_note_loop``): a MoE layer's per-expert GEMM and cast loops, whose launches the device waits for.
-NOTE_SIZE = 11
+#: (``_note_loop``): a MoE layer's per-expert GEMM and cast loops, whose launches the device waits for;
+#: in the last three, 1 where the scope replays from a CUDA graph, 0 where its kernels are launched.
+NOTE_SIZE = 14
 _O = LAYER_OP
 _F = LAYER_OP_FIELD
 _F_FLOPS, _F_BYTES, _F_KERNELS, _F_TIME, _F_HOST = (_F["flops_f"], _F["bytes_f"], _F["kernels_f"], _F["time_f"],
                                                     _F["host_f"])
 _B_FLOPS, _B_BYTES, _B_KERNELS, _B_TIME, _B_HOST = (_F["flops_b"], _F["bytes_b"], _F["kernels_b"], _F["time_b"],
                                                     _F["host_b"])
+_F_GRAPHED, _B_GRAPHED = _F["graphed_f"], _F["graphed_b"]
 
 #: Unfused SwiGLU, ``F.silu(w1(x)) * w3(x)`` (torchtitan FeedForward): silu reads and writes the
 #: gate (2 passes), the product reads two and writes one (3): 5 passes of the width, in 2 kernels.
@@ -263,9 +265,10 @@ def _note_start(cand, rate, note) -> None:
     for i in range(6):
         note[i] = 0.0
     note[9] = note[10] = 0.0
-    note[6] = replay if _captures(graphs, SCOPE_ATTN) else launch
-    note[7] = replay if _captures(graphs, SCOPE_PRE) else launch
-    note[8] = replay if _captures(graphs, SCOPE_FFN) else launch
+    for scope in (SCOPE_ATTN, SCOPE_PRE, SCOPE_FFN):
+        held = _captures(graphs, scope)
+        note[6 + scope] = replay if held else launch
+        note[11 + scope] = 1.0 if held else 0.0
 
 
 def _note(note, ops, op: int, scope: int, flops_f: float, bytes_f: float, kernels_f: float, time_f: float,
@@ -281,11 +284,13 @@ def _note(note, ops, op: int, scope: int, flops_f: float, bytes_f: float, kernel
         row[_F_KERNELS] += kernels_f
         row[_F_TIME] += time_f
         row[_F_HOST] += kernels_f * note[6 + scope]
+        row[_F_GRAPHED] += kernels_f * note[11 + scope]
         row[_B_FLOPS] += flops_b
         row[_B_BYTES] += bytes_b
         row[_B_KERNELS] += kernels_b
         row[_B_TIME] += time_b
         row[_B_HOST] += kernels_b * note[6 + scope]
+        row[_B_GRAPHED] += kernels_b * note[11 + scope]
 
 
 def _note_pass(note, ops, op: int, scope: int, moved: float, kernels: float, rate, sums) -> float:

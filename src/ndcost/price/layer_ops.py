@@ -2,8 +2,9 @@
 ``ndcost estimate --ops``).
 
 Each op of ``ndcost.kernels.columns.LAYER_OP_NAMES`` has, per micro-batch on one device, forward and backward
-(weight gradients included): the FLOPs it runs, the HBM bytes it moves, its kernels, the seconds seconds mode
-prices it at, the host's seconds to launch its kernels, and what bounds it -- "compute" (its FLOPs at the GEMM
+(weight gradients included): the FLOPs it runs, the HBM bytes it moves, its kernels (and how many of them replay
+from a CUDA graph, by the scopes ``ExecSpec.cuda_graphs`` holds: ``ndcost.spec.graph_scopes``), the seconds seconds
+mode prices it at, the host's seconds to launch or replay its kernels, and what bounds it -- "compute" (its FLOPs at the GEMM
 rate, or the attention rate for the core, outlast its bytes at the HBM rate), "memory", "launch" (its kernels'
 launches outlast its device time) or "communication". The rows of a pass add up to the layer's priced time
 (``seconds_layer_times``: fw, bw + bw_w); the "launch" row holds what the host adds where the pass is
@@ -42,10 +43,13 @@ class OpRow:
     seconds: float
     host_seconds: float
     bound: str
+    #: of ``kernels``, those replayed from a CUDA graph (the rest are launched from the host)
+    graphed_kernels: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.op, "pass": self.pass_, "flops": self.flops, "bytes": self.bytes, "kernels": self.kernels,
-                "seconds": self.seconds, "host_seconds": self.host_seconds, "bound": self.bound}
+                "graphed_kernels": self.graphed_kernels, "seconds": self.seconds, "host_seconds": self.host_seconds,
+                "bound": self.bound}
 
 
 @dataclass(frozen=True)
@@ -67,10 +71,12 @@ class LayerOps:
         """The rows as a text table (ms, GFLOP, MB)."""
         lines = [f"layer kind {self.kind} ({self.name}): forward {self.forward * 1e3:.3f} ms, backward "
                  f"{self.backward * 1e3:.3f} ms per micro-batch",
-                 f"  {'op':<15}{'pass':<9}{'GFLOP':>10}{'MB':>10}{'kernels':>9}{'ms':>10}{'host ms':>9}  bound"]
+                 f"  {'op':<15}{'pass':<9}{'GFLOP':>10}{'MB':>10}{'kernels':>9}{'graphed':>9}{'ms':>10}{'host ms':>9}"
+                 "  bound"]
         for row in self.rows:
             lines.append(f"  {row.op:<15}{row.pass_:<9}{row.flops / 1e9:10.2f}{row.bytes / 1e6:10.1f}"
-                         f"{row.kernels:9.0f}{row.seconds * 1e3:10.3f}{row.host_seconds * 1e3:9.3f}  {row.bound}")
+                         f"{row.kernels:9.0f}{row.graphed_kernels:9.0f}{row.seconds * 1e3:10.3f}"
+                         f"{row.host_seconds * 1e3:9.3f}  {row.bound}")
         return "\n".join(lines)
 
 
@@ -119,7 +125,8 @@ def layer_ops(model: Any, spec: Any, cluster: Any, *, rates: Any = None, kind: i
                 if seconds == 0.0 and count == 0.0:
                     continue
                 rows.append(OpRow(name, pass_, float(flops), float(moved), float(count), float(seconds),
-                                  float(host), _bound(name, flops, moved, seconds, host, count, a["rate"])))
+                                  float(host), _bound(name, flops, moved, seconds, host, count, a["rate"]),
+                                  float(out[i, _F["graphed" + suffix]])))
         row = times[k]
         tables.append(LayerOps(k, model.kinds[k].name, tuple(rows), float(row[SECONDS_LAYER["fw"]]),
                                float(row[SECONDS_LAYER["bw"]] + row[SECONDS_LAYER["bw_w"]])))
