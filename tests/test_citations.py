@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 ND_MODEL = ROOT / "docs" / "ND_MODEL.md"
 #: Where the repository's own text lives; generated C and build output are not read.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import yaml
 
-import ndcost
 from ndcost.cli.args import strategy_from_args
 from cli_cases import refused
 from ndcost.cli.main import build_parser, main

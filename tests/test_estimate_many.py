@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from batch_cases import columns_of, planted_rows, random_rows
-from ndcost import Cluster, ExecSpec, Model, SpecError, _backend, estimate, models
+from ndcost import Cluster, ExecSpec, Model, SpecError, _backend, estimate
 from ndcost.kernels.columns import PART_NAMES
 from ndcost.price.batch_result import BatchEstimate
 from ndcost.price.candidates import Candidates

@@ -14,7 +14,7 @@ from ndcost.kernels.columns import PART_NAMES
 from ndcost.nd import estimate_performance
 from ndcost.spec.ratios import _reset_missing_warnings
 
-from strategies import ND_PRICED, REALISTIC, on_both_backends, realistic
+from strategies import ND_PRICED, on_both_backends, realistic
 
 
 @pytest.mark.parametrize("name", ND_PRICED)

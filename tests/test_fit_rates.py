@@ -20,7 +20,7 @@ import yaml
 import ndcost
 from ndcost import SpecError
 from ndcost.cli.main import main
-from ndcost.io.fit_rates import DEFAULT_FIT, FITTABLE, fit_rates, predict_runs
+from ndcost.io.fit_rates import DEFAULT_FIT, fit_rates, predict_runs
 from ndcost.io.fit_runs import MeasuredRun, read_runs, validation_runs
 from ndcost.io.lsq import least_squares
 from ndcost.spec.rates import Rates

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from ndcost.kernels.columns import (
-    HYPER_POLICY_MASK, MEMORY_CAND, MEMORY_CAND_FIELDS, MEMORY_KIND, MEMORY_KIND_FIELDS, MEMORY_MODEL, OPTION_FULL,
+    HYPER_POLICY_MASK, MEMORY_CAND_FIELDS, MEMORY_KIND, MEMORY_MODEL, OPTION_FULL,
     OPTION_NONE, OPTION_SELECTIVE,
 )
 from ndcost.tables.layout_pool import LayoutPiece, pack_layouts

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ndcost
-from ndcost.kernels.columns import RATE, SECONDS_CAND, SECONDS_LAYER, SECONDS_LAYER_FIELDS
+from ndcost.kernels.columns import SECONDS_CAND, SECONDS_LAYER, SECONDS_LAYER_FIELDS
 from ndcost.tables.seconds import seconds_arrays
 from ndcost.tables.joint_rules import validate
 

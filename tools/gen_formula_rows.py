@@ -597,8 +597,8 @@ def _c_kernel(kernel: Kernel) -> list[str]:
             value = f"0 if k.{slot}_none else {value}" if kind[0] != "f" else "v[%d]" % j
         lines.append(f"    k.{slot} = {value}")
     for slot in kernel.tuple_slots:
-        lines += [f"    size = _fr_to_int(v[at]) if at < v.shape[0] else -1",
-                  f"    if size < 0 or at + 1 + size > v.shape[0]:",
+        lines += ["    size = _fr_to_int(v[at]) if at < v.shape[0] else -1",
+                  "    if size < 0 or at + 1 + size > v.shape[0]:",
                   f'        raise ValueError("constants must hold {slot} as its length then its items")',
                   f"    k.{slot} = &v[0] + at + 1",
                   f"    k.{slot}_len = size",
@@ -664,7 +664,7 @@ def _c_def(kernel: Kernel, struct: str, outs: list[str]) -> list[str]:
              f"{' ' * (len(name) + 5)}long long[::1] out_layout" + out_args + ") -> None:",
              f'    """Rows start..stop: the reason (0: priced), the table row and '
              f'{", ".join(f"the {p} vector ({counts[p]}, n) or (0, 0)" for p in outs)} of each (NaN when not priced)."""',
-             f"    cdef Py_ssize_t n = stop - start, n_layouts = layout_row.shape[0], i, j, li",
+             "    cdef Py_ssize_t n = stop - start, n_layouts = layout_row.shape[0], i, j, li",
              "    cdef long long r",
              "    cdef bint bad",
              f"    cdef {struct} k",
@@ -840,7 +840,7 @@ def _c_table(name: str, values: tuple) -> list[str]:
     kind = "double" if any(isinstance(v, float) for v in values) else "long long"
     lines = ["", "", f"cdef inline {kind} _fr_table{name.lower()}(long long code) noexcept nogil:",
              f"    # formulas_ops.{name}[code], the code clipped into the table (numpy's take(mode=\"clip\"))",
-             f"    if code <= 0:", f"        return {_c_literal(values[0])}"]
+             "    if code <= 0:", f"        return {_c_literal(values[0])}"]
     for j, value in enumerate(values[1:-1], start=1):
         lines += [f"    if code == {j}:", f"        return {_c_literal(value)}"]
     return lines + [f"    return {_c_literal(values[-1])}"]
@@ -915,7 +915,7 @@ def _py_kernel(kernel: Kernel) -> list[str]:
               "        bad = li < 0 or li >= n_layouts",
               f"        vectors = (None,) * {len(outs)}",
               "        if r == 0:",
-              f"            r, *vectors = _row(k, row, bad or bool(layout_bad[li]), "
+              "            r, *vectors = _row(k, row, bad or bool(layout_bad[li]), "
               + ", ".join(f"want_{p}" for p in outs) + ")",
               "        out_reason[i] = r",
               "        out_layout[i] = -1 if (r != 0 or bad) else int(layout_row[li])",

@@ -469,6 +469,21 @@ def _trees() -> dict[str, ast.Module]:
     return {name: ast.parse((PACKAGE / f"{name}.py").read_text()) for name in ("formulas", "formulas_ops")}
 
 
+def _type_checking_imports(twins: list[ast.FunctionDef], trees: dict[str, ast.Module]) -> list[str]:
+    """The ``if TYPE_CHECKING:`` imports of formulas.py that the twins' string annotations name (an argument
+    annotated ``"Overlap"``), so that the generated module names every type it mentions."""
+    named = {node.value for twin in twins for arg in twin.args.args if arg.annotation is not None
+             for node in ast.walk(arg.annotation) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    lines = []
+    for node in trees["formulas"].body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for stmt in node.body:
+                if isinstance(stmt, ast.ImportFrom) and {alias.name for alias in stmt.names} & named:
+                    names = sorted({alias.name for alias in stmt.names} & named)
+                    lines.append(f"    from {'.' * stmt.level}{stmt.module} import {', '.join(names)}")
+    return ["", "from typing import TYPE_CHECKING", "", "if TYPE_CHECKING:", *lines] if lines else []
+
+
 def render() -> str:
     """formulas_scalar.py: the twins."""
     trees = _trees()
@@ -481,6 +496,7 @@ def render() -> str:
         "from __future__ import annotations",
         "",
         *_imports(_free_names(twins), trees),
+        *_type_checking_imports(twins, trees),
         "",
         "__all__ = [", *(f'    "{name}_scalar",' for name in FORMULAS), "]",
     ]

@@ -18,7 +18,7 @@ from .price.estimate_many import estimate_many
 from .spec.exec_spec import ExecSpec
 from .price.explain import explain
 from .io.compare import Comparison, compare
-from .io import calibrate as _calibrate  # registers fit_ratios behind the deprecated Ratios.fit
+from .io import calibrate as _calibrate  # noqa: F401 (registers fit_ratios behind the deprecated Ratios.fit)
 from .io.fit_rates import RatesFit, fit_rates
 from .io.fit_runs import MeasuredRun
 from .spec.layer_kinds import LayerKind, OpCounts

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..errors import SpecError
-from ..spec.stack_options import OPTIONS, check_applies, parse_option, stack_fields, with_torchtitan_op
+from ..spec.stack_options import OPTIONS, check_applies, parse_option, stack_fields
 from .run_facts import figure_int, figure_value
 
 __all__ = ["STRATEGY_KEYS", "StatedRun", "is_stated", "stated_run"]

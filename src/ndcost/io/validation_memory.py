@@ -18,7 +18,6 @@ Grand Teton H100 (96 GB HBM2e).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping

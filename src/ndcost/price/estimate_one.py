@@ -12,7 +12,6 @@ spec is built once and kept with the object it describes (``ndcost.tables.cache`
 from __future__ import annotations
 
 import functools
-import math
 import threading
 import warnings
 import weakref

@@ -19,9 +19,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..kernels.columns import PART_NAMES
 from ..errors import SpecError, is_finite_number
-from .estimate import as_cluster, as_model, estimate
+from .estimate import as_model, estimate
 from ..spec.exec_spec import ExecSpec
 from ..spec.rates_io import as_rates
 from .result import Estimate

@@ -21,6 +21,11 @@ from .formulas_ops import (
     ModelConstants,
 )
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .seconds import Overlap
+
 __all__ = [
     "derived_columns_scalar",
     "derived_extra_columns_scalar",

@@ -41,7 +41,7 @@ from .. import _backend
 from .cache import per_object
 from ..kernels.codes import MEMORY_ATTENTIONS, MEMORY_FFNS
 from ..kernels.columns import (
-    MEMORY_CAND, MEMORY_KIND, MEMORY_KIND_FIELDS, MEMORY_MODEL, MEMORY_MODEL_FIELDS, OPTION_FULL, OPTION_NONE,
+    MEMORY_KIND, MEMORY_KIND_FIELDS, MEMORY_MODEL, MEMORY_MODEL_FIELDS, OPTION_FULL, OPTION_NONE,
     OPTION_SELECTIVE,
 )
 from .formulas import MEMORY_SCHEDULE_BY_PP_SCHEDULE, SCALAR, memory_candidate_columns_scalar

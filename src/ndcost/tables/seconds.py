@@ -32,7 +32,7 @@ import numpy as np
 from .. import _backend
 from ..kernels.window_attention import _tile_efficiency
 from ..kernels.columns import (
-    PART_NAMES, RATE, RATE_FIELDS, SCHEDULES, SECONDS_CAND_FIELDS, SECONDS_EXTRA, SECONDS_EXTRA_FIELDS, SECONDS_KIND,
+    PART_NAMES, RATE, RATE_FIELDS, SECONDS_CAND_FIELDS, SECONDS_EXTRA, SECONDS_EXTRA_FIELDS, SECONDS_KIND,
     SECONDS_KIND_FIELDS, SECONDS_MODEL, SECONDS_MODEL_FIELDS, SECONDS_STAGE, SECONDS_STAGE_FIELDS,
 )
 from .derive import derive
