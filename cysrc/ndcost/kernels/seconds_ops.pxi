@@ -134,7 +134,7 @@ cdef inline void c_sec_note_start(const double* cand, const double* rate, double
         note[i] = 0.0
     note[9] = 0.0
     note[10] = 0.0
-    for scope in range(3):          # SEC_SCOPE_ATTN, SEC_SCOPE_PRE, SEC_SCOPE_FFN: 0, 1, 2
+    for scope in range(SEC_SCOPE_FFN + 1):     # the scopes in order: SEC_SCOPE_ATTN, _PRE, _FFN
         held = c_sec_captures(graphs, scope)
         note[6 + scope] = replay if held else launch
         note[11 + scope] = 1.0 if held else 0.0
