@@ -157,7 +157,12 @@ def test_megatron_scopes_and_flags_for_each_set():
 
     assert graph_flags(moe, spec.replace(cuda_graphs="router")) == [
         "--cuda-graph-impl transformer_engine", "--cuda-graph-modules moe_router moe_preprocess"]
-    assert graph_flags(moe, spec.replace(cuda_graphs="router+ffn"))[1] == "--cuda-graph-modules moe"
+    # the whole MoE block ('moe') only with drop-and-pad; a dropless layer's experts stay eager, noted
+    dropped = spec.replace(grouped_gemm=False, capacity_factor=1.25)
+    assert graph_flags(moe, dropped.replace(cuda_graphs="router+ffn"))[1] == "--cuda-graph-modules moe"
+    assert graph_flags(moe, spec.replace(cuda_graphs="router+ffn"))[1] == "--cuda-graph-modules moe_router moe_preprocess"
+    assert "only with drop-and-pad" in megatron_flags(moe, spec.replace(cuda_graphs="router+ffn"))
+    assert "only with drop-and-pad" not in megatron_flags(moe, dropped.replace(cuda_graphs="router+ffn"))
     assert graph_flags(moe, spec.replace(cuda_graphs="layer")) == ["--cuda-graph-impl transformer_engine"]
     assert graph_flags(dense, dense_spec.replace(cuda_graphs="router")) == []
     assert graph_flags(dense, dense_spec.replace(cuda_graphs="attn+ffn")) == ["--cuda-graph-impl transformer_engine"]
@@ -165,14 +170,16 @@ def test_megatron_scopes_and_flags_for_each_set():
     eager = megatron_flags(moe, spec.replace(cuda_graphs="attn+ffn"))
     assert "--cuda-graph-modules attn" in eager and "no scope for a MoE layer's experts" in eager
     for mask, name in enumerate(CUDA_GRAPHS):      # what the flags state reads back as the same set
-        for is_moe, held in ((True, mask), (False, mask & ~0b010)):
-            scopes, exact = megatron_graph_scopes(name, is_moe)
+        for is_moe, dropless, held in ((True, False, mask), (True, True, mask), (False, False, mask & ~0b010)):
+            scopes, why = megatron_graph_scopes(name, is_moe, dropless)
             if scopes is None:
-                assert held == 0 or not exact, name
+                assert held == 0 or why, name
             elif not scopes:
                 assert held == (0b111 if is_moe else 0b101), name
-            elif exact:
+            elif why is None:
                 assert graphs_from_megatron(scopes) == CUDA_GRAPHS[held], name
+            else:                                  # less than the set: the experts left eager
+                assert held & 0b100 and graphs_from_megatron(scopes) == CUDA_GRAPHS[held & ~0b100], name
 
 
 def test_shared_experts_replay_with_the_router_scope(kernels):

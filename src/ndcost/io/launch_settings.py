@@ -196,7 +196,7 @@ def _cuda_graph_settings(model: Any, spec: ExecSpec) -> list[Setting]:
     megatron/core/transformer/transformer_config.py cuda_graph_impl, cuda_graph_modules: per-layer graphs of the
     listed sub-blocks, the whole layer when none is listed; ``ndcost.spec.graph_scopes.megatron_graph_scopes``);
     a dense layer has no router to capture."""
-    scopes, _ = megatron_graph_scopes(spec.cuda_graphs, model.is_moe)
+    scopes, _ = megatron_graph_scopes(spec.cuda_graphs, model.is_moe, spec.grouped_gemm)
     if scopes is None:
         return []
     out = [_config("--cuda-graph-impl", "transformer_engine")]
@@ -231,9 +231,9 @@ def stack_notes(model: Any, spec: ExecSpec, rates: Any, launcher: str) -> list[s
     if not spec.fp8_transpose_cache:
         notes.append("fp8_transpose_cache off (fp8 weight transposes made for each backward) is DeepSeek's own "
                      "framework's; Transformer Engine keeps them and no launcher option states otherwise")
-    if launcher != "torchtitan" and not megatron_graph_scopes(spec.cuda_graphs, model.is_moe)[1]:
-        notes.append(f"cuda_graphs {spec.cuda_graphs!r}: Megatron-Core has no scope for a MoE layer's experts "
-                     "without its router (its 'moe' holds both); they stay eager in the flags")
+    why = megatron_graph_scopes(spec.cuda_graphs, model.is_moe, spec.grouped_gemm)[1]
+    if launcher != "torchtitan" and why:
+        notes.append(f"cuda_graphs {spec.cuda_graphs!r}: Megatron-Core {why}; they stay eager in the flags")
     if model.is_moe:
         notes += _expert_exchange_notes(spec, launcher)
     return notes

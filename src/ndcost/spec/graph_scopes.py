@@ -92,22 +92,29 @@ def graphs_from_megatron(scopes: Iterable[str]) -> str:
     return CUDA_GRAPHS[mask if names else 7]
 
 
-def megatron_graph_scopes(name: str, is_moe: bool) -> tuple[list[str] | None, bool]:
+def megatron_graph_scopes(name: str, is_moe: bool, dropless: bool = False) -> tuple[list[str] | None, str | None]:
     """Megatron-Core's ``--cuda-graph-modules`` list for the set *name* of a dense or MoE (*is_moe*) model -- an
-    empty list for whole layers, None where nothing is captured -- and whether it captures exactly the set:
-    Megatron-Core has no scope for a MoE layer's experts without its router (its ``moe`` holds both), so
-    there they are left eager. A dense layer has no router (its FFN pre-norm is in ``ffn``)."""
+    empty list for whole layers, None where nothing is captured -- and, where the list captures less than the
+    set, why (None where it captures exactly the set). Megatron-Core has no scope for a MoE layer's experts
+    without its router (its ``moe`` holds both), and refuses ``moe`` for a *dropless* MoE ("moe cuda graph is
+    only supported with drop-padding MoE": NVIDIA/Megatron-LM@d98e8a64 megatron/core/transformer/
+    transformer_config.py ``__post_init__``), so there the experts are left eager. A dense layer has no router
+    (its FFN pre-norm is in ``ffn``)."""
     mask = CUDA_GRAPHS.index(name)
     if not is_moe:
         mask &= ~_BIT["router"]
     if mask == (7 if is_moe else _BIT["attn"] | _BIT["ffn"]):
-        return [], True
+        return [], None
     scopes = ["attn"] if mask & _BIT["attn"] else []
-    exact = True
+    why = None
     if not is_moe:
         scopes += ["mlp"] if mask & _BIT["ffn"] else []
-    elif mask & _BIT["router"]:
-        scopes += ["moe"] if mask & _BIT["ffn"] else ["moe_router", "moe_preprocess"]
-    elif mask & _BIT["ffn"]:
-        exact = False
-    return scopes or None, exact
+    elif mask & _BIT["router"] and mask & _BIT["ffn"] and not dropless:
+        scopes += ["moe"]
+    else:
+        scopes += ["moe_router", "moe_preprocess"] if mask & _BIT["router"] else []
+        if mask & _BIT["ffn"]:
+            why = ("captures a MoE layer's experts ('moe') only with drop-and-pad, not in a dropless one"
+                   if mask & _BIT["router"] else
+                   "has no scope for a MoE layer's experts without its router (its 'moe' holds both)")
+    return scopes or None, why
