@@ -154,8 +154,7 @@ cdef inline void c_sec_expert_alltoalls(const double* cand, const double* model,
                                         double ep, double t_exp, const double* rate, double* out) noexcept nogil:
     # A MoE layer's dispatches and combines, forward and backward, the dispatch direction at disp_b bytes an
     # element, HybridEP's forward dispatch after its routing-map gather (the oracle's _expert_alltoalls).
-    cdef double cap = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
-    cdef double routed = tokens * cap, dispatch, a2a, pre = 0.0
+    cdef double routed = tokens * c_sec_expert_load(cand), dispatch, a2a, pre = 0.0
     dispatch = c_sec_exchange(cand[SC_ep_disp], routed, h, model[M_n_chosen], model[M_n_exp], ep, t_exp,
                               cand[SC_ep_nodes], cand[SC_ep_devs], cand[SC_disp_b], rate)
     a2a = dispatch + c_sec_exchange(cand[SC_ep_disp], routed, h, model[M_n_chosen], model[M_n_exp], ep, t_exp,

@@ -285,8 +285,7 @@ cdef inline double c_sec_moe_ffn(const double* model, const double* smodel, cons
     # A MoE layer's FFN on this rank (the oracle's _moe_ffn): ffn_act as c_sec_moe_block's; returns its
     # model FLOPs for the whole micro-batch. Its experts compute tokens x top-k x load x t_exp / t rows.
     cdef double topk = model[M_n_chosen], n_exp = model[M_n_exp], shared = smodel[SM_shared_width]
-    cdef double load = cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
-    cdef double rows = tokens * topk * load * cand[SC_t_exp] / cand[SC_t]
+    cdef double rows = tokens * topk * c_sec_expert_load(cand) * cand[SC_t_exp] / cand[SC_t]
     c_sec_moe_block(tokens / cand[SC_sp], rows, n_exp / cand[SC_ep], h, width, n_ff, n_exp, topk,
                     shared, tokens, 0.0, smodel[SM_router_bias], smodel[SM_expert_bias], smodel[SM_glu_clamp], cand,
                     rate, sums, note, ops, ffn_act)

@@ -63,6 +63,11 @@ cdef inline void c_sec_fill(double* out, Py_ssize_t count, double value) noexcep
         out[i] = value
 
 
+cdef inline double c_sec_expert_load(const double* cand) noexcept nogil:
+    # The busiest expert-parallel rank's routed tokens over the mean (the oracle's _expert_load).
+    return cand[SC_moe_imb] if cand[SC_dropless] != 0.0 else cand[SC_cap_fact]
+
+
 cdef inline bint c_sec_cand_ok(const double* cand, const double* rate) noexcept nogil:
     if not (cand[SC_b] >= 1.0 and cand[SC_s] >= 1.0 and cand[SC_t] >= 1.0 and cand[SC_sp] >= 1.0
             and cand[SC_cp] >= 1.0 and cand[SC_ep] >= 1.0 and cand[SC_t_exp] >= 1.0 and cand[SC_d] >= 1.0

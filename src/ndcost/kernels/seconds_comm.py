@@ -13,7 +13,7 @@ from .codes import COLLECTIVES, DISPATCHERS, EP_OVERLAPS
 from .columns import MODEL, RATE, RATE_FIELDS, SECONDS_CAND, SECONDS_LAYER
 from .memory import ROUTING_MAP_BYTES
 from .nd_ops import _check_len
-from .seconds_ops import _pass
+from .seconds_ops import _expert_load, _pass
 
 __all__ = ["seconds_collective", "seconds_expert_exchange", "seconds_routing_gather"]
 
@@ -288,8 +288,7 @@ def _expert_alltoalls(cand, model, tokens: float, h: float, bc: float, ep: float
     combine direction the 16-bit activations (DeepEP combines in BF16). HybridEP's forward dispatch first gathers
     the group's routing maps (ep_pre, :func:`seconds_routing_gather`, in ep_f); its backward passes reuse the
     forward's handle."""
-    cap = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
-    args = (cand[_C["ep_disp"]], tokens * cap, h, model[_M["n_chosen"]], model[_M["n_exp"]], ep, t_exp,
+    args = (cand[_C["ep_disp"]], tokens * _expert_load(cand), h, model[_M["n_chosen"]], model[_M["n_exp"]], ep, t_exp,
             cand[_C["ep_nodes"]], cand[_C["ep_devs"]])
     dispatch = _exchange(*args, cand[_C["disp_b"]], rate)
     a2a = dispatch + _exchange(*args, bc, rate)

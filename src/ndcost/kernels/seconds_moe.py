@@ -22,7 +22,7 @@ from .codes import BIAS_ADDS, CLAMPS, GEMM_LAUNCHES, PERMUTES
 from .nd_ops import _check_len
 from .seconds_ops import (
     EAGER_SWIGLU_PASSES, NOTE_SIZE, SCOPE_FFN, SCOPE_PRE, _add_gemm, _backward_casts, _cand_ok, _cast, _check_rows,
-    _ffn_pair, _fill, _gemm, _mm3_noted, _note, _note_launch, _note_loop, _note_pass, _note_start, _pass,
+    _expert_load, _ffn_pair, _fill, _gemm, _mm3_noted, _note, _note_launch, _note_loop, _note_pass, _note_start, _pass,
 )
 
 __all__ = ["seconds_moe_block"]
@@ -435,9 +435,8 @@ def _moe_ffn(model, smodel, cand, rate, tokens: float, h: float, n_ff: float, wi
     over the expert TP group, tp-ep-dp-pp); t_exp above t gathers the tokens of t_exp / t data-parallel
     ranks. The shared experts run on its tokens, split over tp."""
     topk, n_exp = model[_M["n_chosen"]], model[_M["n_exp"]]
-    load = cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
     shared = smodel[_SM["shared_width"]]
-    rows = tokens * topk * load * cand[_C["t_exp"]] / cand[_C["t"]]
+    rows = tokens * topk * _expert_load(cand) * cand[_C["t_exp"]] / cand[_C["t"]]
     ffn_f, act_f = _moe_block(tokens / cand[_C["sp"]], rows, n_exp / cand[_C["ep"]], h, width, n_ff,
                               n_exp, topk, shared, tokens, 0.0, smodel[_SM["router_bias"]], smodel[_SM["expert_bias"]],
                               smodel[_SM["glu_clamp"]], cand, rate, sums, note, ops)

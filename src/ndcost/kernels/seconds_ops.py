@@ -159,6 +159,13 @@ def _fill(out, count: int, value: float) -> None:
         out[i] = value
 
 
+def _expert_load(cand) -> float:
+    """The busiest expert-parallel rank's routed tokens over the mean: moe_imbalance dropless, the capacity
+    factor in capacity mode (every rank padded to it). Its expert GEMMs (``_moe_ffn``) and its all-to-alls
+    (``seconds_comm._expert_alltoalls``) both carry it."""
+    return cand[_C["moe_imb"]] if cand[_C["dropless"]] != 0.0 else cand[_C["cap_fact"]]
+
+
 def _cand_ok(cand, rate) -> bool:
     for name in ("b", "s", "t", "sp", "cp", "ep", "t_exp", "d", "edp", "p", "vp", "m", "seq_split",
                  "bytes_c", "bytes_mm"):
