@@ -323,9 +323,9 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "Llama) (default: the --software stack's, else off)"),
     StackOption("cuda_graphs", "cuda_graphs", "spec", "choice",
                 "the scopes of each layer the stack replays from CUDA graphs instead of launching from the host: "
-                "none, attn (the attention sub-block), router (a MoE layer's pre-norm, router, shared "
-                "experts and permutation: Megatron's moe_router moe_preprocess scopes), moe_router (attn and router), ffn (the rest of the "
-                "FFN), layer (all three; torch.compile mode=reduce-overhead), or a set joined with + (attn+ffn) "
+                "none, attn (the attention sub-block), router (a MoE layer's pre-norm, router, shared experts and "
+                "permutation: Megatron's moe_router moe_preprocess scopes), moe_router (attn and router), ffn (the "
+                "rest of the FFN), layer (all three; torch.compile mode=reduce-overhead), or a set joined with + (attn+ffn) "
                 "(default none)", choices=CUDA_GRAPHS, canonical=CHOICE_SPELLINGS["cuda_graphs"]),
     StackOption("moe_permute", "moe_permute", "rates", "choice",
                 "how a MoE layer's tokens are permuted to their experts and back: fused (Transformer Engine's "
