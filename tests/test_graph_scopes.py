@@ -163,7 +163,12 @@ def test_megatron_scopes_and_flags_for_each_set():
     assert graph_flags(moe, spec.replace(cuda_graphs="router+ffn"))[1] == "--cuda-graph-modules moe_router moe_preprocess"
     assert "only with drop-and-pad" in megatron_flags(moe, spec.replace(cuda_graphs="router+ffn"))
     assert "only with drop-and-pad" not in megatron_flags(moe, dropped.replace(cuda_graphs="router+ffn"))
-    assert graph_flags(moe, spec.replace(cuda_graphs="layer")) == ["--cuda-graph-impl transformer_engine"]
+    # whole layers: a dropless MoE layer is uncapturable (Megatron-LM@d98e8a64 megatron/core/transformer/moe/
+    # README.md L514), so 'layer' captures its attention and router, noted; drop-and-pad captures it whole
+    assert graph_flags(moe, spec.replace(cuda_graphs="layer")) == [
+        "--cuda-graph-impl transformer_engine", "--cuda-graph-modules attn moe_router moe_preprocess"]
+    assert "or whole layers) only with drop-and-pad" in megatron_flags(moe, spec.replace(cuda_graphs="layer"))
+    assert graph_flags(moe, dropped.replace(cuda_graphs="layer")) == ["--cuda-graph-impl transformer_engine"]
     assert graph_flags(dense, dense_spec.replace(cuda_graphs="router")) == []
     assert graph_flags(dense, dense_spec.replace(cuda_graphs="attn+ffn")) == ["--cuda-graph-impl transformer_engine"]
     assert graph_flags(dense, dense_spec.replace(cuda_graphs="ffn"))[1] == "--cuda-graph-modules mlp"

@@ -96,14 +96,17 @@ def megatron_graph_scopes(name: str, is_moe: bool, dropless: bool = False) -> tu
     """Megatron-Core's ``--cuda-graph-modules`` list for the set *name* of a dense or MoE (*is_moe*) model -- an
     empty list for whole layers, None where nothing is captured -- and, where the list captures less than the
     set, why (None where it captures exactly the set). Megatron-Core has no scope for a MoE layer's experts
-    without its router (its ``moe`` holds both), and refuses ``moe`` for a *dropless* MoE ("moe cuda graph is
-    only supported with drop-padding MoE": NVIDIA/Megatron-LM@d98e8a64 megatron/core/transformer/
-    transformer_config.py ``__post_init__``), so there the experts are left eager. A dense layer has no router
-    (its FFN pre-norm is in ``ffn``)."""
+    without its router (its ``moe`` holds both), and captures a *dropless* MoE's experts in no per-layer graph:
+    it refuses ``moe`` ("moe cuda graph is only supported with drop-padding MoE": NVIDIA/Megatron-LM@d98e8a64
+    megatron/core/transformer/transformer_config.py ``__post_init__``), and a whole layer is no better ("the
+    resulting dynamic shapes make MoE layers uncapturable", megatron/core/transformer/moe/README.md L514), so
+    there the experts are left eager -- whole layers too, which become ``attn moe_router moe_preprocess``. (Its
+    full-iteration graph can hold them, over HybridEP's rank capacity and paged stash: another launch than these
+    flags state.) A dense layer has no router (its FFN pre-norm is in ``ffn``)."""
     mask = CUDA_GRAPHS.index(name)
     if not is_moe:
         mask &= ~_BIT["router"]
-    if mask == (7 if is_moe else _BIT["attn"] | _BIT["ffn"]):
+    if mask == (7 if is_moe else _BIT["attn"] | _BIT["ffn"]) and not (is_moe and dropless):
         return [], None
     scopes = ["attn"] if mask & _BIT["attn"] else []
     why = None
@@ -114,7 +117,8 @@ def megatron_graph_scopes(name: str, is_moe: bool, dropless: bool = False) -> tu
     else:
         scopes += ["moe_router", "moe_preprocess"] if mask & _BIT["router"] else []
         if mask & _BIT["ffn"]:
-            why = ("captures a MoE layer's experts ('moe') only with drop-and-pad, not in a dropless one"
+            why = ("captures a MoE layer's experts ('moe', or whole layers) only with drop-and-pad, not in a "
+                   "dropless one (its dynamic shapes)"
                    if mask & _BIT["router"] else
                    "has no scope for a MoE layer's experts without its router (its 'moe' holds both)")
     return scopes or None, why
