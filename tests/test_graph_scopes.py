@@ -174,6 +174,16 @@ def test_megatron_scopes_and_flags_for_each_set():
     assert graph_flags(dense, dense_spec.replace(cuda_graphs="ffn"))[1] == "--cuda-graph-modules mlp"
     eager = megatron_flags(moe, spec.replace(cuda_graphs="attn+ffn"))
     assert "--cuda-graph-modules attn" in eager and "no scope for a MoE layer's experts" in eager
+    # a MoE model with dense layers (DeepSeek-V3's first three: --moe-layer-freq holds 0s) captures their MLP with
+    # 'mlp', which Megatron-Core refuses for a model of MoE layers only (transformer_config.py __post_init__)
+    mixed = ndcost.Model.from_catalog("deepseek-v3")
+    mixed_spec = ndcost.ExecSpec(dp=64, pp=16, ep=64, global_batch_size=1024, seq_length=4096)
+    assert graph_flags(mixed, mixed_spec.replace(cuda_graphs="layer"))[1] == (
+        "--cuda-graph-modules attn moe_router moe_preprocess mlp")
+    assert graph_flags(mixed, mixed_spec.replace(cuda_graphs="ffn"))[1] == "--cuda-graph-modules mlp"
+    assert graph_flags(mixed, mixed_spec.replace(cuda_graphs="moe_router"))[1] == (
+        "--cuda-graph-modules attn moe_router moe_preprocess")
+    assert all("mlp" not in flag for graphs in CUDA_GRAPHS for flag in graph_flags(moe, spec.replace(cuda_graphs=graphs)))
     for mask, name in enumerate(CUDA_GRAPHS):      # what the flags state reads back as the same set
         for is_moe, dropless, held in ((True, False, mask), (True, True, mask), (False, False, mask & ~0b010)):
             scopes, why = megatron_graph_scopes(name, is_moe, dropless)

@@ -191,12 +191,19 @@ def _stack_settings(model: Any, spec: ExecSpec, rates: Any) -> list[Setting]:
     return out
 
 
+def _graph_scopes(model: Any, spec: ExecSpec) -> tuple[list[str] | None, str | None]:
+    """``megatron_graph_scopes`` of *spec*'s set on *model*: dropless unless capacity mode, and whether a MoE model
+    has dense layers (its ``--moe-layer-freq``) for ``mlp`` to capture."""
+    dense_layers = model.is_moe and not all(_moe_layers(model))
+    return megatron_graph_scopes(spec.cuda_graphs, model.is_moe, spec.grouped_gemm, dense_layers)
+
+
 def _cuda_graph_settings(model: Any, spec: ExecSpec) -> list[Setting]:
     """ExecSpec.cuda_graphs as Megatron-Core states it (NVIDIA/Megatron-LM@d98e8a64
     megatron/core/transformer/transformer_config.py cuda_graph_impl, cuda_graph_modules: per-layer graphs of the
     listed sub-blocks, the whole layer when none is listed; ``ndcost.spec.graph_scopes.megatron_graph_scopes``);
     a dense layer has no router to capture."""
-    scopes, _ = megatron_graph_scopes(spec.cuda_graphs, model.is_moe, spec.grouped_gemm)
+    scopes, _ = _graph_scopes(model, spec)
     if scopes is None:
         return []
     out = [_config("--cuda-graph-impl", "transformer_engine")]
@@ -231,7 +238,7 @@ def stack_notes(model: Any, spec: ExecSpec, rates: Any, launcher: str) -> list[s
     if not spec.fp8_transpose_cache:
         notes.append("fp8_transpose_cache off (fp8 weight transposes made for each backward) is DeepSeek's own "
                      "framework's; Transformer Engine keeps them and no launcher option states otherwise")
-    why = megatron_graph_scopes(spec.cuda_graphs, model.is_moe, spec.grouped_gemm)[1]
+    why = _graph_scopes(model, spec)[1]
     if launcher != "torchtitan" and why:
         notes.append(f"cuda_graphs {spec.cuda_graphs!r}: Megatron-Core {why}; they stay eager in the flags")
     if model.is_moe:

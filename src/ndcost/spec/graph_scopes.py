@@ -92,7 +92,8 @@ def graphs_from_megatron(scopes: Iterable[str]) -> str:
     return CUDA_GRAPHS[mask if names else 7]
 
 
-def megatron_graph_scopes(name: str, is_moe: bool, dropless: bool = False) -> tuple[list[str] | None, str | None]:
+def megatron_graph_scopes(name: str, is_moe: bool, dropless: bool = False,
+                          dense_layers: bool = False) -> tuple[list[str] | None, str | None]:
     """Megatron-Core's ``--cuda-graph-modules`` list for the set *name* of a dense or MoE (*is_moe*) model -- an
     empty list for whole layers, None where nothing is captured -- and, where the list captures less than the
     set, why (None where it captures exactly the set). Megatron-Core has no scope for a MoE layer's experts
@@ -102,7 +103,9 @@ def megatron_graph_scopes(name: str, is_moe: bool, dropless: bool = False) -> tu
     resulting dynamic shapes make MoE layers uncapturable", megatron/core/transformer/moe/README.md L514), so
     there the experts are left eager -- whole layers too, which become ``attn moe_router moe_preprocess``. (Its
     full-iteration graph can hold them, over HybridEP's rank capacity and paged stash: another launch than these
-    flags state.) A dense layer has no router (its FFN pre-norm is in ``ffn``)."""
+    flags state.) A dense layer has no router (its FFN pre-norm is in ``ffn``); a MoE model's *dense_layers* (its
+    ``--moe-layer-freq`` holds dense ones, as DeepSeek-V3's first three) capture their MLP with ``mlp``, which
+    Megatron-Core allows only there (transformer_config.py: "mlp cuda graph is only supported for dense layers")."""
     mask = CUDA_GRAPHS.index(name)
     if not is_moe:
         mask &= ~_BIT["router"]
@@ -110,15 +113,15 @@ def megatron_graph_scopes(name: str, is_moe: bool, dropless: bool = False) -> tu
         return [], None
     scopes = ["attn"] if mask & _BIT["attn"] else []
     why = None
-    if not is_moe:
-        scopes += ["mlp"] if mask & _BIT["ffn"] else []
-    elif mask & _BIT["router"] and mask & _BIT["ffn"] and not dropless:
+    if is_moe and mask & _BIT["router"] and mask & _BIT["ffn"] and not dropless:
         scopes += ["moe"]
-    else:
+    elif is_moe:
         scopes += ["moe_router", "moe_preprocess"] if mask & _BIT["router"] else []
         if mask & _BIT["ffn"]:
             why = ("captures a MoE layer's experts ('moe', or whole layers) only with drop-and-pad, not in a "
                    "dropless one (its dynamic shapes)"
                    if mask & _BIT["router"] else
                    "has no scope for a MoE layer's experts without its router (its 'moe' holds both)")
+    if mask & _BIT["ffn"] and (not is_moe or dense_layers):
+        scopes += ["mlp"]
     return scopes or None, why
