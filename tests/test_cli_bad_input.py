@@ -59,6 +59,7 @@ BAD = [
     ([*SEARCH, "--memory-limit-gib", "0.001"], "--memory-limit-gib"),
     ([*SEARCH, "--pp-schedule", "foo"], "pp_schedule"),
     ([*SEARCH, "--recompute", "maybe"], "recompute"),
+    (["estimate", "qwen3-30b-a3b", *STRATEGY, "--cuda-graphs", "attn+foo"], "did you mean 'attn+ffn'? Got"),
     (["calibrate", "x.csv", "--model", "llama3-8b", "--device", "h100-sxm", "--seq-length", "4096", "-o", "adir"],
      "not a directory"),
     (["calibrate", "missing.csv", "--model", "llama3-8b", "--device", "h100-sxm", "--seq-length", "4096", "-o",
@@ -80,6 +81,7 @@ def test_bad_invocation_is_one_line_and_status_2(files, capsys, argv, words):
     lines = [line for line in captured.err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("ndcost: error:"), captured.err
     assert words in lines[0], lines[0]
+    assert "?. " not in lines[0] and ".. " not in lines[0], lines[0]     # one stop after a rule, none after a question
 
 
 def test_a_bad_invocation_in_a_subprocess_prints_no_traceback(files):

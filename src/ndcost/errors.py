@@ -28,8 +28,10 @@ class SpecError(ValueError):
         self.owner = owner
         self.rule = rule
         self.value = value
+        # a rule that ends in a question ("...; did you mean 'x'?") takes no full stop after it
+        stop = "" if rule.endswith("?") else "."
         super().__init__(
-            f"The {parameter!r} parameter of {owner} must {rule}. Got {_shown(value)} instead."
+            f"The {parameter!r} parameter of {owner} must {rule}{stop} Got {_shown(value)} instead."
         )
 
 
