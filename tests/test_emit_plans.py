@@ -135,3 +135,33 @@ def test_cuda_graphs_as_megatron_states_them():
     assert "--cuda-graph-modules attn moe_router moe_preprocess" in dropless and "stay eager" in dropless
     assert "--cuda-graph-modules attn" in megatron_flags(dense, ndcost.ExecSpec(dp=8, global_batch_size=64,
                                                                                 cuda_graphs="moe_router"))
+
+
+def test_emitted_flags_that_capture_fewer_graphs_say_so_and_price_what_they_capture():
+    """A launcher that cannot capture the priced CUDA-graph set -- Megatron-Core a dropless MoE's experts
+    (megatron/core/transformer/moe/README.md: uncapturable dynamic shapes), torchtitan any graph (no job-config
+    setting) -- says so, and the price beside #1's is an estimate of the set its settings capture."""
+    from types import SimpleNamespace
+
+    from ndcost.cli.reproduce import emit_report
+    from ndcost.io.launch_settings import launcher_graphs
+
+    moe = Model.from_catalog("qwen3-30b-a3b")
+    cluster = Cluster("h100-sxm", 8)
+    spec = ExecSpec(dp=8, ep=8, micro_batch_size=1, global_batch_size=64, seq_length=4096, cuda_graphs="layer")
+    ranked = SimpleNamespace(spec=spec, estimate=ndcost.estimate(moe, spec, cluster))
+    assert launcher_graphs("megatron", moe, spec)[0] == "moe_router"
+    assert launcher_graphs("torchtitan", moe, spec)[0] == "none"
+    for launcher, held in (("megatron", "moe_router"), ("nemo", "moe_router"), ("torchtitan", "none")):
+        lines = emit_report(launcher, moe, cluster, ranked, units="seconds", ratios=None, rates=None)
+        note = next(line for line in lines if line.startswith(f"# NOTE: these {launcher} settings capture"))
+        assert f"CUDA graphs {held!r}, not the priced 'layer'" in note
+        stated = ndcost.estimate(moe, spec.replace(cuda_graphs=held), cluster)
+        assert stated.step_time > ranked.estimate.step_time          # the experts' launches come back
+        assert f"{stated.step_time:.6g} s" in next(line for line in lines if line.startswith("#   these settings:"))
+        assert f"{ranked.estimate.step_time:.6g} s" in next(line for line in lines if line.startswith("#   #1 as"))
+    # a set the flags capture whole, and no graphs at all, print no note and no second price
+    for exact in (spec.replace(cuda_graphs="moe_router"), spec.replace(cuda_graphs="none")):
+        lines = emit_report("megatron", moe, cluster, SimpleNamespace(spec=exact, estimate=None), units="seconds",
+                            ratios=None, rates=None)
+        assert not any(line.startswith("# NOTE") or line.startswith("#   ") for line in lines)

@@ -5,7 +5,7 @@
   ``--recompute-plan`` (a file written by ``--save-plan``, or the plan inline as JSON).
 * :func:`write_plan`: the plan file ``--save-plan`` writes (``ndcost.cli.args.read_plan`` reads it back).
 * :func:`emit_report`: a launcher's settings for the strategy, and -- when they cannot state its
-  recompute plan -- what they approximate and the price of what they do state.
+  recompute plan or its CUDA graphs -- what they approximate and the price of what they do state.
 """
 from __future__ import annotations
 
@@ -150,17 +150,20 @@ def _stack_flags(args: Any, spec: ExecSpec, implied: dict) -> list[str]:
 
 def emit_report(launcher: str, model: Any, cluster: Any, ranked: Any, *, units: str, ratios: Any,
                 rates: Any, memory_limit: float | None = None, software: str | None = None) -> list[str]:
-    """The launcher's settings of *ranked* and, when they cannot state its recompute, what they do state
-    priced beside the plan."""
+    """The launcher's settings of *ranked* and, when they cannot state its recompute plan or capture its CUDA
+    graphs (``launch_settings.launcher_graphs``), what they do state priced beside it."""
     from ..io.emit import EMITTERS
     from ..io.emit_recompute import launcher_recompute
+    from ..io.launch_settings import launcher_graphs
     from ..price.estimate import estimate
 
     lines = [f"# {launcher} settings of #1:", EMITTERS[launcher](model, ranked.spec, rates=rates, software=software)]
     stated = launcher_recompute(launcher, model, ranked.spec)
-    if stated.exact:
+    graphs, graphs_why = launcher_graphs(launcher, model, ranked.spec)
+    if stated.exact and graphs_why is None:
         return lines
-    flags = estimate(model, stated.meaning, cluster, units=units, ratios=ratios, rates=rates)
+    meaning = (ranked.spec if stated.exact else stated.meaning).replace(cuda_graphs=graphs)
+    flags = estimate(model, meaning, cluster, units=units, ratios=ratios, rates=rates)
     plan = ranked.estimate
     limit = cluster.device.memory_bytes if memory_limit is None else memory_limit
 
@@ -172,8 +175,12 @@ def emit_report(launcher: str, model: Any, cluster: Any, ranked: Any, *, units: 
                 f"{memory.peak_reserved / 2**30:.1f} GiB, headroom {headroom / 2**30:.1f} GiB of {limit / 2**30:.1f} "
                 f"GiB ({fits})")
 
-    lines += [f"# NOTE: these {launcher} settings approximate the priced recompute plan: {stated.note}.",
-              f"#   the plan as priced: {priced(plan)}",
+    if not stated.exact:
+        lines.append(f"# NOTE: these {launcher} settings approximate the priced recompute plan: {stated.note}.")
+    if graphs_why is not None:
+        lines.append(f"# NOTE: these {launcher} settings capture CUDA graphs {graphs!r}, not the priced "
+                     f"{ranked.spec.cuda_graphs!r}: {graphs_why}.")
+    lines += [f"#   #1 as priced:       {priced(plan)}",
               f"#   these settings:     {priced(flags)}"]
     return lines
 

@@ -17,11 +17,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..spec.exec_spec import ExecSpec
-from ..spec.graph_scopes import megatron_graph_scopes
+from ..spec.graph_scopes import CUDA_GRAPHS, megatron_graph_scopes
 from .emit_recompute import launcher_recompute
 from .launch_layout import megatron_layout, needs_layout
 
-__all__ = ["Setting", "megatron_settings", "shape_settings", "MEGATRON_FP8_RECIPES", "stack_notes", "fp8_recipe_of"]
+__all__ = ["Setting", "megatron_settings", "shape_settings", "MEGATRON_FP8_RECIPES", "stack_notes", "fp8_recipe_of",
+           "launcher_graphs"]
+
+#: torchtitan's job config states no CUDA graphs: no field of its JobConfig captures one (pytorch/torchtitan@000204a4
+#: torchtitan/config/job_config.py; its compile switch runs torch.compile's default mode), so its layers launch.
+_TORCHTITAN_GRAPHS = ("torchtitan's job config has no CUDA-graph setting (torchtitan/config/job_config.py: its "
+                      "compile switch runs torch.compile's default mode); every layer launches eagerly")
 
 #: ndcost's fp8 recipes as Megatron's --fp8-recipe (TransformerConfig.fp8_recipe: "tensorwise" is per-tensor
 #: current scaling); torchao's Float8Linear is torchtitan's, not Megatron's.
@@ -198,6 +204,22 @@ def _graph_scopes(model: Any, spec: ExecSpec) -> tuple[list[str] | None, str | N
     return megatron_graph_scopes(spec.cuda_graphs, model.is_moe, spec.grouped_gemm, dense_layers)
 
 
+def launcher_graphs(launcher: str, model: Any, spec: ExecSpec) -> tuple[str, str | None]:
+    """The set of scopes (``ExecSpec.cuda_graphs``) *launcher*'s settings capture for *spec*, and why it is less than
+    the priced set (None where they capture it): Megatron-Core ("megatron", "nemo") leaves a dropless MoE's experts
+    eager (``megatron_graph_scopes``): the set less ``ffn`` -- where the model has dense layers their ``mlp``
+    capture is stated but priced eager with the experts, the one scope holding both; torchtitan captures none."""
+    if spec.cuda_graphs == "none":
+        return "none", None
+    if launcher == "torchtitan":
+        return "none", _TORCHTITAN_GRAPHS
+    why = _graph_scopes(model, spec)[1]
+    if why is None:
+        return spec.cuda_graphs, None
+    held = CUDA_GRAPHS.index(spec.cuda_graphs) & ~CUDA_GRAPHS.index("ffn")
+    return CUDA_GRAPHS[held], f"Megatron-Core {why}; they stay eager in the flags"
+
+
 def _cuda_graph_settings(model: Any, spec: ExecSpec) -> list[Setting]:
     """ExecSpec.cuda_graphs as Megatron-Core states it (NVIDIA/Megatron-LM@d98e8a64
     megatron/core/transformer/transformer_config.py cuda_graph_impl, cuda_graph_modules: per-layer graphs of the
@@ -238,9 +260,9 @@ def stack_notes(model: Any, spec: ExecSpec, rates: Any, launcher: str) -> list[s
     if not spec.fp8_transpose_cache:
         notes.append("fp8_transpose_cache off (fp8 weight transposes made for each backward) is DeepSeek's own "
                      "framework's; Transformer Engine keeps them and no launcher option states otherwise")
-    why = _graph_scopes(model, spec)[1]
-    if launcher != "torchtitan" and why:
-        notes.append(f"cuda_graphs {spec.cuda_graphs!r}: Megatron-Core {why}; they stay eager in the flags")
+    why = launcher_graphs(launcher, model, spec)[1]
+    if why:
+        notes.append(f"cuda_graphs {spec.cuda_graphs!r}: {why}")
     if model.is_moe:
         notes += _expert_exchange_notes(spec, launcher)
     return notes
