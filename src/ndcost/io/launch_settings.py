@@ -25,7 +25,9 @@ __all__ = ["Setting", "megatron_settings", "shape_settings", "MEGATRON_FP8_RECIP
            "launcher_graphs"]
 
 #: torchtitan's job config states no CUDA graphs: no field of its JobConfig captures one (pytorch/torchtitan@000204a4
-#: torchtitan/config/job_config.py; its compile switch runs torch.compile's default mode), so its layers launch.
+#: torchtitan/config/job_config.py), and its compile switch runs torch.compile with no mode, not "reduce-overhead"
+#: (pytorch/torchtitan@9dec370a torchtitan/parallelisms/parallelize_llama.py L297-306 apply_compile), so its layers
+#: launch.
 _TORCHTITAN_GRAPHS = ("torchtitan's job config has no CUDA-graph setting (torchtitan/config/job_config.py: its "
                       "compile switch runs torch.compile's default mode); every layer launches eagerly")
 
