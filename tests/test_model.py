@@ -270,7 +270,8 @@ def test_describe_is_json_and_consistent():
 
 
 def _msg(parameter, rule, value, owner="Model"):
-    return "^" + re.escape(f"The {parameter!r} parameter of {owner} must {rule}. Got {value!r} instead.") + "$"
+    stop = "" if rule.endswith("?") else "."       # a did-you-mean question takes no full stop (ndcost.errors)
+    return "^" + re.escape(f"The {parameter!r} parameter of {owner} must {rule}{stop} Got {value!r} instead.") + "$"
 
 
 BAD_MODELS = [
