@@ -156,6 +156,7 @@ def test_emitted_flags_that_capture_fewer_graphs_say_so_and_price_what_they_capt
         lines = emit_report(launcher, moe, cluster, ranked, units="seconds", ratios=None, rates=None)
         note = next(line for line in lines if line.startswith(f"# NOTE: these {launcher} settings capture"))
         assert f"CUDA graphs {held!r}, not the priced 'layer'" in note
+        assert sum("cuda_graphs 'layer':" in line for line in "\n".join(lines).splitlines()) == 1   # why, said once
         stated = ndcost.estimate(moe, spec.replace(cuda_graphs=held), cluster)
         assert stated.step_time > ranked.estimate.step_time          # the experts' launches come back
         assert f"{stated.step_time:.6g} s" in next(line for line in lines if line.startswith("#   these settings:"))

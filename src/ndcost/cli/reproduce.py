@@ -178,8 +178,9 @@ def emit_report(launcher: str, model: Any, cluster: Any, ranked: Any, *, units: 
     if not stated.exact:
         lines.append(f"# NOTE: these {launcher} settings approximate the priced recompute plan: {stated.note}.")
     if graphs_why is not None:
+        # why is the settings' own `cuda_graphs` line above (stack_notes): not said twice
         lines.append(f"# NOTE: these {launcher} settings capture CUDA graphs {graphs!r}, not the priced "
-                     f"{ranked.spec.cuda_graphs!r}: {graphs_why}.")
+                     f"{ranked.spec.cuda_graphs!r} (their cuda_graphs line above says why).")
     lines += [f"#   #1 as priced:       {priced(plan)}",
               f"#   these settings:     {priced(flags)}"]
     return lines
