@@ -84,13 +84,20 @@ def kind_census_from(entry: Any, owner: str = "Model") -> KindCensus:
         return entry
     if not isinstance(entry, Mapping):
         raise SpecError("census", owner, "hold KindCensus entries or mappings of their fields", entry)
-    unknown = sorted(str(key) for key in entry if key not in ("kind",) + _SHARES + _BYTES)
+    unknown, missing = _entry_gaps(entry, ("kind",))
     if unknown:
         raise SpecError("census", owner, f"hold census fields only (kind, {', '.join(_SHARES + _BYTES)})",
-                        unknown[0])
-    if "kind" not in entry or any(share not in entry for share in _SHARES):
+                        str(unknown[0]))
+    if "kind" not in entry or missing:
         raise SpecError("census", owner, f"state kind, {' and '.join(_SHARES)} in every entry", dict(entry))
     return KindCensus(**entry)
+
+
+def _entry_gaps(entry: Mapping[Any, Any], extra: tuple[str, ...] = ()) -> tuple[list[Any], list[str]]:
+    """A census entry's keys KindCensus does not take (besides *extra*), in order, and the shares it lacks: the
+    two checks a Model's list entries and a census file's kinds both make, each with its own message."""
+    unknown = sorted((key for key in entry if key not in extra + _SHARES + _BYTES), key=str)
+    return unknown, [share for share in _SHARES if share not in entry]
 
 
 def _census_entries(data: Mapping[str, Any], owner: str) -> tuple[KindCensus, ...]:
@@ -101,13 +108,12 @@ def _census_entries(data: Mapping[str, Any], owner: str) -> tuple[KindCensus, ..
     for name, entry in kinds.items():
         if not isinstance(entry, Mapping):
             raise SpecError(str(name), owner, "be a mapping of census fields", entry)
-        unknown = set(entry) - set(_SHARES) - set(_BYTES)
+        unknown, missing = _entry_gaps(entry)
         if unknown:
-            raise SpecError(sorted(unknown)[0], owner, "be a census field "
-                            f"({', '.join(_SHARES + _BYTES)})", entry[sorted(unknown)[0]])
-        for share in _SHARES:
-            if share not in entry:
-                raise SpecError(share, owner, f"be present for kind {name!r}", None)
+            raise SpecError(str(unknown[0]), owner, f"be a census field ({', '.join(_SHARES + _BYTES)})",
+                            entry[unknown[0]])
+        if missing:
+            raise SpecError(missing[0], owner, f"be present for kind {name!r}", None)
         out.append(KindCensus(kind=str(name), **entry))
     return tuple(out)
 
