@@ -160,7 +160,8 @@ def test_megatron_scopes_and_flags_for_each_set():
     # the whole MoE block ('moe') only with drop-and-pad; a dropless layer's experts stay eager, noted
     dropped = spec.replace(grouped_gemm=False, capacity_factor=1.25)
     assert graph_flags(moe, dropped.replace(cuda_graphs="router+ffn"))[1] == "--cuda-graph-modules moe"
-    assert graph_flags(moe, spec.replace(cuda_graphs="router+ffn"))[1] == "--cuda-graph-modules moe_router moe_preprocess"
+    assert graph_flags(moe, spec.replace(cuda_graphs="router+ffn"))[1] == (
+        "--cuda-graph-modules moe_router moe_preprocess")
     assert "only with drop-and-pad" in megatron_flags(moe, spec.replace(cuda_graphs="router+ffn"))
     assert "only with drop-and-pad" not in megatron_flags(moe, dropped.replace(cuda_graphs="router+ffn"))
     # whole layers: a dropless MoE layer is uncapturable (Megatron-LM@d98e8a64 megatron/core/transformer/moe/
@@ -183,7 +184,8 @@ def test_megatron_scopes_and_flags_for_each_set():
     assert graph_flags(mixed, mixed_spec.replace(cuda_graphs="ffn"))[1] == "--cuda-graph-modules mlp"
     assert graph_flags(mixed, mixed_spec.replace(cuda_graphs="moe_router"))[1] == (
         "--cuda-graph-modules attn moe_router moe_preprocess")
-    assert all("mlp" not in flag for graphs in CUDA_GRAPHS for flag in graph_flags(moe, spec.replace(cuda_graphs=graphs)))
+    assert all("mlp" not in flag
+               for graphs in CUDA_GRAPHS for flag in graph_flags(moe, spec.replace(cuda_graphs=graphs)))
     for mask, name in enumerate(CUDA_GRAPHS):      # what the flags state reads back as the same set
         for is_moe, dropless, held in ((True, False, mask), (True, True, mask), (False, False, mask & ~0b010)):
             scopes, why = megatron_graph_scopes(name, is_moe, dropless)

@@ -145,7 +145,8 @@ def test_the_routing_map_gather_by_hand(kernels):
     rate = rates_vector(ndcost.Cluster("h100-sxm", 256), Rates.for_device("h100-sxm"), "bf16")
     tokens = 2048.0
     local = tokens * experts
-    inner = 7.0 * rate[RATE["intra_lat"]] + 7.0 / 8.0 * 32.0 * local / (rate[RATE["intra_bw"]] * rate[RATE["intra_eff"]])
+    inner = (7.0 * rate[RATE["intra_lat"]]
+             + 7.0 / 8.0 * 32.0 * local / (rate[RATE["intra_bw"]] * rate[RATE["intra_eff"]]))
     outer = 3.0 * rate[RATE["inter_lat"]] + 3.0 / 4.0 * 4.0 * local / (rate[RATE["inter_bw"]] * rate[RATE["inter_eff"]])
     got = kernels.seconds_routing_gather(tokens, experts, 32.0, 1.0, rate)
     assert got == pytest.approx(inner + outer + scan(rate, 32.0), rel=1e-12)

@@ -1,4 +1,5 @@
-"""Seconds mode on NVIDIA's one-change pairs of DeepSeek-V3 on 256 GB200: the speed-up it prices beside the measured one.
+"""Seconds mode on NVIDIA's one-change pairs of DeepSeek-V3 on 256 GB200: the speed-up it prices beside the measured
+one.
 
 NVIDIA's guide "Optimizing DeepSeek-V3 Training Performance on NVIDIA GB200 NVL72" (NVIDIA/Megatron-LM@7fec52c2
 docs/discussions/deepseek-v3-gb200-optimization/deepseek-v3-gb200-optimization.md, §3 "optimization history") times

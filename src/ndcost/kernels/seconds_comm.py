@@ -34,8 +34,8 @@ NCCL_ALL_TO_ALL, DEEPEP, HYBRIDEP = (DISPATCHERS.index(name) for name in ("allto
 #: HybridEP's NVLink group sizes with published kernel times (GB200: ndcost.spec.hybridep_rates), in order, and its
 #: byte rate at each as a share of the smallest's.
 HYBRIDEP_RANKS, HYBRIDEP_SHARES = zip(*HYBRIDEP_NVLINK_SCALE)
-#: The node counts of HybridEP's published times across nodes (H100: ndcost.spec.hybridep_rates), in order, and the share
-#: of the NIC its RDMA stage reaches at each.
+#: The node counts of HybridEP's published times across nodes (H100: ndcost.spec.hybridep_rates), in order, and the
+#: share of the NIC its RDMA stage reaches at each.
 HYBRIDEP_NODES, HYBRIDEP_RDMA_SHARES = zip(*HYBRIDEP_RDMA_SHARE)
 EP_NONE, EP_1F1B, EP_DUALPIPE = (EP_OVERLAPS.index(name) for name in ("none", "1f1b", "dualpipe"))
 

@@ -4,8 +4,8 @@
 Each op of ``ndcost.kernels.columns.LAYER_OP_NAMES`` has, per micro-batch on one device, forward and backward
 (weight gradients included): the FLOPs it runs, the HBM bytes it moves, its kernels (and how many of them replay
 from a CUDA graph, by the scopes ``ExecSpec.cuda_graphs`` holds: ``ndcost.spec.graph_scopes``), the seconds seconds
-mode prices it at, the host's seconds to launch or replay its kernels, and what bounds it -- "compute" (its FLOPs at the GEMM
-rate, or the attention rate for the core, outlast its bytes at the HBM rate), "memory", "launch" (its kernels'
+mode prices it at, the host's seconds to launch or replay its kernels, and what bounds it -- "compute" (its FLOPs at
+the GEMM rate, or the attention rate for the core, outlast its bytes at the HBM rate), "memory", "launch" (its kernels'
 launches outlast its device time) or "communication". The rows of a pass add up to the layer's priced time
 (``seconds_layer_times``: fw, bw + bw_w); the "launch" row holds what the host adds where the pass is
 launch-bound; the communication rows are raw, before the step's overlap hides part of them.

@@ -153,8 +153,8 @@ class ExecSpec:
     tp_overlap: bool = False  # seconds mode: TP comm overlapped with compute
     #: Seconds mode: the scopes of each layer the stack replays from CUDA graphs instead of launching their
     #: kernels from the host (ndcost.spec.graph_scopes): "none", "attn", "router" (a MoE layer's pre-norm,
-    #: router, shared experts and token preprocessing), "moe_router" (attention and router), "ffn", "layer" (all three), or
-    #: any set of attn, router and ffn joined with "+"; held by its canonical name.
+    #: router, shared experts and token preprocessing), "moe_router" (attention and router), "ffn", "layer"
+    #: (all three), or any set of attn, router and ffn joined with "+"; held by its canonical name.
     cuda_graphs: str = "none"
     #: Under fp8, Transformer Engine keeps each weight's fp8 copy and its fp8 transpose across a step's
     #: micro-batches (TE v1.10 module/linear.py: get_fp8_workspace(cache_name="weight",

@@ -10,18 +10,17 @@ moe_preprocess`` without ``attn`` (NVIDIA/Megatron-LM@e5ad0980 examples/moe_reci
 bf16_256GPU_TP2PP8EP32.yaml L140-141), its gpt-oss GB300 config ``attn moe_router moe_preprocess``
 (NVIDIA-NeMo/Megatron-Bridge@0fbfe7d3 scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py L49-50).
 
-Seconds mode splits a layer's kernels into three scopes (``ndcost.kernels.codes.SCOPES``), each named here:
-``attn`` (the token mixer's sub-block -- attention or Mamba: its pre-norm, projections, core, rotary, residual
-add), ``router`` (a MoE
-layer's pre-norm, router, shared experts and token preprocessing and permutation: Megatron's ``moe_router`` and
-``moe_preprocess``, whose capture holds the shared experts unless ``moe_shared_expert_overlap`` runs them beside
-the dispatch, off by default: NVIDIA/Megatron-LM@d98e8a64 megatron/core/transformer/transformer_layer.py
-``_get_submodules_under_cudagraphs``), ``ffn`` (the rest of the FFN sub-block: the routed experts,
-un-permutation, a dense MLP, its residual add). A set's code -- seconds mode's ``graphs`` column -- is its bit mask, bit i for scope i, and
-:data:`CUDA_GRAPHS` names the eight sets at their codes. Two names predate the sets and keep their meaning:
-``moe_router`` is attention + router (what Megatron-Core's ``attn moe_router moe_preprocess`` captures), ``layer``
-all three (whole layers; ``torch.compile(mode="reduce-overhead")``). Any other set is written with ``+``
-(``attn+ffn``); a spec may spell a set in any order (``router+attn``) and holds its canonical name.
+Seconds mode splits a layer's kernels into three scopes (``ndcost.kernels.codes.SCOPES``), each named here: ``attn``
+(the token mixer's sub-block -- attention or Mamba: its pre-norm, projections, core, rotary, residual add), ``router``
+(a MoE layer's pre-norm, router, shared experts and token preprocessing and permutation: Megatron's ``moe_router`` and
+``moe_preprocess``, whose capture holds the shared experts unless ``moe_shared_expert_overlap`` runs them beside the
+dispatch, off by default: NVIDIA/Megatron-LM@d98e8a64 megatron/core/transformer/transformer_layer.py
+``_get_submodules_under_cudagraphs``), ``ffn`` (the rest of the FFN sub-block: the routed experts, un-permutation, a
+dense MLP, its residual add). A set's code -- seconds mode's ``graphs`` column -- is its bit mask, bit i for scope i,
+and :data:`CUDA_GRAPHS` names the eight sets at their codes. Two names predate the sets and keep their meaning:
+``moe_router`` is attention + router (what Megatron-Core's ``attn moe_router moe_preprocess`` captures), ``layer`` all
+three (whole layers; ``torch.compile(mode="reduce-overhead")``). Any other set is written with ``+`` (``attn+ffn``); a
+spec may spell a set in any order (``router+attn``) and holds its canonical name.
 """
 from __future__ import annotations
 

@@ -23,15 +23,15 @@ fixed cost, a token's, the received bytes at a share of the link fitted to DeepE
   ``count_rdma_send_from_routing_map``). With 8 SMs a call -- the default HybridEP's Configurer gives a group that
   spans nodes (``num_sms_dispatch_api.value_or((num_of_nodes == 1) ? 24 : 8)``, csrc/hybrid_ep/config.cuh), which
   Megatron-Core keeps (``moe_hybridep_num_sms`` None) -- dispatch (BF16) and combine average 72.4 GB/s over 2 nodes,
-  55.45 over 4 and 50.79 over 8 (16 SMs: within 7.5% of them, direction by direction). Of those bytes (N-1)/N leave the node, so the NIC
-  carries 36.2, 41.6 and 44.4 GB/s: 0.724, 0.832 and 0.889 of the 50 GB/s link (:data:`HYBRIDEP_RDMA_SHARE`), where
-  seconds mode gives NCCL and DeepEP 0.9. The share is the whole call's (at 2 nodes the forwarding over NVLink with
-  8 SMs may bind it): seconds mode prices HybridEP's RDMA stage at it, linearly between the published node counts,
-  the 2-node share below them and the 8-node one beyond (an assumption: none larger is published), on any part
-  and whatever ``Rates.inter_node_efficiency`` (NCCL's share) says: a property of HybridEP's kernels, measured on
-  the H100's NIC, that stands for other parts' (an assumption where the NIC differs). The README's "Torch
-  API" times add 0.33-1.34 ms a call on top (the copy out of the receive buffer and a device sync: tests bound the
-  price by both).
+  55.45 over 4 and 50.79 over 8 (16 SMs: within 7.5% of them, direction by direction). Of those bytes (N-1)/N leave
+  the node, so the NIC carries 36.2, 41.6 and 44.4 GB/s: 0.724, 0.832 and 0.889 of the 50 GB/s link
+  (:data:`HYBRIDEP_RDMA_SHARE`), where seconds mode gives NCCL and DeepEP 0.9. The share is the whole call's (at 2
+  nodes the forwarding over NVLink with 8 SMs may bind it): seconds mode prices HybridEP's RDMA stage at it, linearly
+  between the published node counts, the 2-node share below them and the 8-node one beyond (an assumption: none larger
+  is published), on any part and whatever ``Rates.inter_node_efficiency`` (NCCL's share) says: a property of
+  HybridEP's kernels, measured on the H100's NIC, that stands for other parts' (an assumption where the NIC differs).
+  The README's "Torch API" times add 0.33-1.34 ms a call on top (the copy out of the receive buffer and a device sync:
+  tests bound the price by both).
 * **Its forward dispatch first gathers the routing maps.** A dispatch handed no handle -- each forward dispatch in
   Megatron-Core, which passes the routing map -- all-gathers every rank's bool routing map (tokens x experts bytes)
   over the group, with HybridEP's own one-shot NVLink kernel inside one domain and NCCL's all-gather across nodes,
@@ -92,10 +92,11 @@ def _mean(gbs: tuple[float, float]) -> float:
 HYBRIDEP_NVLINK_SCALE: tuple[tuple[float, float], ...] = tuple(
     (float(ranks), _mean(gbs) / _mean(HYBRIDEP_KERNEL_GBS[8])) for ranks, gbs in sorted(HYBRIDEP_KERNEL_GBS.items()))
 
-HYBRIDEP_RDMA_SOURCE = ("deepseek-ai/DeepEP@cf78085241ebfdd809da8f169b41fa08e589b316 (hybrid-ep) docs/README_Hybrid-EP.md "
-                        "'H100 Platform', HybridEP Performance Results (IB Bandwidth), 8 SMs, Kernel Only: Dispatch (BF16) "
-                        "and Combine GB/s (algorithm bandwidth of the RDMA bytes), 4096 tokens, hidden 7168, top-8, "
-                        "8 local experts, 8 H100 a node with one 400 Gb/s ConnectX-7 each")
+HYBRIDEP_RDMA_SOURCE = ("deepseek-ai/DeepEP@cf78085241ebfdd809da8f169b41fa08e589b316 (hybrid-ep) "
+                        "docs/README_Hybrid-EP.md 'H100 Platform', HybridEP Performance Results (IB Bandwidth), 8 SMs, "
+                        "Kernel Only: Dispatch (BF16) and Combine GB/s (algorithm bandwidth of the RDMA bytes), "
+                        "4096 tokens, hidden 7168, top-8, 8 local experts, 8 H100 a node with one 400 Gb/s "
+                        "ConnectX-7 each")
 
 #: Ranks (8 H100 a node) -> (dispatch BF16, combine) GB/s of HybridEP's kernels alone across nodes, 8 SMs, as published
 #: (HYBRIDEP_RDMA_SOURCE).

@@ -325,8 +325,8 @@ STACK_OPTIONS: tuple[StackOption, ...] = (
                 "the scopes of each layer the stack replays from CUDA graphs instead of launching from the host: "
                 "none, attn (the attention sub-block), router (a MoE layer's pre-norm, router, shared experts and "
                 "permutation: Megatron's moe_router moe_preprocess scopes), moe_router (attn and router), ffn (the "
-                "rest of the FFN), layer (all three; torch.compile mode=reduce-overhead), or a set joined with + (attn+ffn) "
-                "(default none)", choices=CUDA_GRAPHS, canonical=CHOICE_SPELLINGS["cuda_graphs"]),
+                "rest of the FFN), layer (all three; torch.compile mode=reduce-overhead), or a set joined with + "
+                "(attn+ffn) (default none)", choices=CUDA_GRAPHS, canonical=CHOICE_SPELLINGS["cuda_graphs"]),
     StackOption("moe_permute", "moe_permute", "rates", "choice",
                 "how a MoE layer's tokens are permuted to their experts and back: fused (Transformer Engine's "
                 "moe_permute, Megatron's --moe-permute-fusion), unfused (Megatron-Core's PyTorch ops) or sort "
@@ -563,7 +563,8 @@ def with_torchtitan_op(model: Any, fields: dict, where: str = "ndcost") -> tuple
     try:
         census = torchtitan_op_census(model)
     except SpecError as exc:
-        raise SpecError(parameter, where, f"be torchtitan-op only for a model torchtitan's census covers (it must {exc.rule})",
+        raise SpecError(parameter, where,
+                        f"be torchtitan-op only for a model torchtitan's census covers (it must {exc.rule})",
                         getattr(model, "name", model)) from None
     mapped = ["hyperparallel" if item == TORCHTITAN_OP else item for item in rules]
     return model.with_census(census), {**fields, "selective_rule": mapped if isinstance(rule, list) else mapped[0]}
