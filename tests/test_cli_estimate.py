@@ -32,6 +32,24 @@ def test_estimate_table_names_parts_and_memory():
     assert "step time:" in text and "tp_comm" in text and "memory: reserved peak" in text and "headroom" in text
 
 
+def test_estimate_states_the_measured_error_of_the_device_and_of_the_model():
+    gpt_oss = ["gpt-oss-120b", "--devices", "64", "--device", "gb200-nvl72", "--ep", "64", "--micro-batch-size", "4",
+               "--global-batch-size", "1280", "--seq-length", "4096"]
+    lines = run("estimate", *gpt_oss).stdout.splitlines()
+    device = next(line for line in lines if line.startswith("measured error: "))
+    assert "validation rows on gb200-nvl72 with megatron-te (as megatron-bridge's runs are priced)" in device
+    model = lines[lines.index(device) + 1]
+    assert model.startswith("  of this model: ") and "the 5 validation rows of gpt-oss-120b" in model
+    out = json.loads(run("estimate", *gpt_oss, "--json").stdout)["measured_error"]
+    assert out["model"]["rows"] == 5 and out["model"]["signed_mean"] < 0 and out["device"]["rows"] >= 3
+    unchecked = run("estimate", *STRATEGY[:1], "--device", "ascend-910c", *STRATEGY[3:]).stdout
+    assert "measured error: " in unchecked and "ascend-910c has no rows of its own" in unchecked
+    assert "of this model" in unchecked                                           # llama3-70b: 13 rows on H100
+    qwen_vl = run("estimate", "qwen2.5-vl-7b", "--device", "h100-sxm", "--dp", "8", "--global-batch-size", "64",
+                  "--seq-length", "4096").stdout
+    assert "measured error: " in qwen_vl and "of this model" not in qwen_vl      # a model never validated: no line
+
+
 def test_explain_an_invalid_strategy_lists_every_rule():
     proc = run("explain", "llama3-70b", "--device", "h100-sxm", "--dp", "2", "--tp", "3", "--pp", "1",
                "--global-batch-size", "8", "--seq-length", "4096", check=False)

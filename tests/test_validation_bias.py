@@ -11,7 +11,9 @@ import pytest
 
 from ndcost.cli.main import main
 from ndcost.files import read_mapping
-from ndcost.io.measured_error import ERROR_TABLE, error_rows, validated_devices
+from ndcost.io.measured_error import (ERROR_TABLE, PRICED_AS, error_rows, measured_error, model_error, summarise,
+                                     validated_devices)
+from ndcost.spec.model import Model
 from ndcost.io.validation import BUILTIN_RUNS, validate_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,12 +50,41 @@ def test_the_measured_error_table_is_the_validations_result(reports):
     """tools/gen_measured_error.py wrote it from these very reports: regenerate when a row moves."""
     shipped = read_mapping(ERROR_TABLE, "the measured-error table")
     fresh = error_rows(reports)
-    assert [(r["id"], r["file"], r["device"], r["software"]) for r in shipped["rows"]] == \
-        [(r.id, r.file, r.device, r.software) for r in fresh], "run python tools/gen_measured_error.py"
+    assert [(r["id"], r["file"], r.get("model", ""), r["device"], r["software"]) for r in shipped["rows"]] == \
+        [(r.id, r.file, r.model, r.device, r.software) for r in fresh], "run python tools/gen_measured_error.py"
     for row, new in zip(shipped["rows"], fresh):
         assert row["error"] == pytest.approx(new.error, abs=1e-6), f"{row['id']}: run python tools/gen_measured_error.py"
     skipped = {run_id for report in reports.values() for run_id in report.skipped}
     assert set(shipped["skipped"]) == skipped
+
+
+def test_a_models_own_error_is_the_error_of_its_runs(reports):
+    """``ndcost estimate`` prints the error of the model's own runs beside the device's: gpt-oss-120b's are its five
+    rows of the MoE file, over four parts, and every one of them optimistic."""
+    rows = [row for report in reports.values() for row in report.scored if row.model == "gpt-oss-120b"]
+    assert len(rows) == 5 and all(row.error < 0 for row in rows)
+    error = model_error("gpt-oss-120b")
+    expected = summarise([row.error for row in rows], "")
+    assert (error.rows, error.mae, error.signed_mean) == (5, pytest.approx(expected.mae, abs=1e-6),
+                                                          pytest.approx(expected.signed_mean, abs=1e-6))
+    assert error.signed_mean == pytest.approx(-error.mae) and "gpt-oss-120b (b200, gb200-nvl72" in error.scope
+    assert model_error(Model.from_catalog("gpt-oss-120b")) == error            # a Model reads as its name
+    assert model_error("mixtral-8x7b") is None                                 # two rows: too few to stand for it
+    assert model_error("qwen2.5-vl-7b") is None                                # never validated
+    described = {row.id for report in reports.values() for row in report.scored if row.model is None}
+    assert "narayanan21_t1_1p7b" in described                                  # a model the row describes: no name
+
+
+def test_a_megatron_recipe_preset_reads_the_runs_priced_as_megatron_te():
+    """The Megatron-Bridge and Megatron-LM recipes' runs are priced as megatron-te with their stated settings: the
+    default stack of the command line (megatron-bridge) reads their error, not the whole device's."""
+    te = measured_error("gb200-nvl72", "megatron-te")
+    for preset in PRICED_AS:
+        error = measured_error("gb200-nvl72", preset)
+        assert (error.rows, error.mae, error.signed_mean) == (te.rows, te.mae, te.signed_mean)
+        assert f"with megatron-te (as {preset}'s runs are priced)" in error.scope
+        assert error.rows < measured_error("gb200-nvl72").rows                 # narrower than the device's rows
+    assert measured_error("h100-sxm", "nemo").scope == "the 22 validation rows on h100-sxm with nemo"
 
 
 def test_devices_states_where_validation_rows_exist(capsys):

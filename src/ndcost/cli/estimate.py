@@ -52,6 +52,9 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
             out["ops"] = [table.to_dict() for table in result.ops()]
         if moved is not None:
             out["balanced"] = {"moves": moved, "offset": spec.offset}
+        device_error, model_error = _measured_errors(model, cluster, args)
+        out["measured_error"] = {"device": device_error.to_dict(),
+                                 "model": model_error.to_dict() if model_error is not None else None}
         print(json.dumps(out, indent=2))
         return 0
     print(f"{model.name} on {cluster.num_devices} x {cluster.device.name}: "
@@ -63,6 +66,10 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     if result.mfu is not None:
         print(f"MFU: {100 * result.mfu:.1f}%   tokens/s: {result.tokens_per_second:,.0f}")
     print(stack_line(args))
+    device_error, model_error = _measured_errors(model, cluster, args)
+    print(f"measured error: {device_error.describe()}")
+    if model_error is not None:
+        print(f"  of this model: {model_error.describe()}")
     print("parts:")
     total = result.step_time or 1.0
     for name, value in result.parts.items():
@@ -73,6 +80,14 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         for table in result.ops():
             print(table.table())
     return 0
+
+
+def _measured_errors(model: Any, cluster: Any, args: argparse.Namespace) -> tuple:
+    """(device, model) measured error of the shipped validation (``ndcost.io.measured_error``): the rows of the
+    device and stack, and those of the catalog model where at least three ran it (None otherwise)."""
+    from ..io.measured_error import measured_error, model_error
+
+    return measured_error(cluster, getattr(args, "software", None)), model_error(model)
 
 
 def _print_memory(result: Any, cluster: Any) -> None:

@@ -197,8 +197,7 @@ class Comparison:
             "a": {"strategy": strategy_words(self.a), "estimate": self.ea.to_dict()},
             "b": {"strategy": strategy_words(self.b), "estimate": self.eb.to_dict()},
             "gap": self.gap, "relative_gap": self.relative_gap, "tied": self.tied,
-            "measured_error": {"mae": self.error.mae, "signed_mean": self.error.signed_mean, "rows": self.error.rows,
-                               "scope": self.error.scope, "device_checked": self.error.checked},
+            "measured_error": self.error.to_dict(),
             "differences": [{"field": n, "a": _value_words(n, va), "b": _value_words(n, vb)}
                             for n, va, vb in self.differences],
             "reasons": list(self.reasons),

@@ -61,6 +61,7 @@ from ..errors import SpecError
 from ..files import read_mapping
 from ..spec.exec_spec import ExecSpec
 from ..spec.model import Model
+from ..spec.model_catalog import models
 from ..spec.rates import Rates
 from .run_facts import facts_for, figure_int as _int, figure_value as _value, modern_run
 from ..tables.seconds import DEEPSPEED_2021, Overlap, seconds_estimate
@@ -130,6 +131,9 @@ class RunResult:
     #: name), where the row could be built: what ``ndcost.io.measured_error`` groups the errors by.
     device: str | None = None
     software: str | None = None
+    #: The catalog model the row priced (None for a model described in the row): what
+    #: ``measured_error.model_error`` groups by.
+    model: str | None = None
 
     @property
     def estimated_mfu(self) -> float | None:
@@ -525,7 +529,8 @@ def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap |
                                  measured_derived=built.derived, notes=built.notes, parts=result["parts"],
                                  mfu=result["mfu"], published_mfu=published / 100.0
                                  if isinstance(published, (int, float)) else None,
-                                 device=built.cluster.device.name, software=built.software))
+                                 device=built.cluster.device.name, software=built.software,
+                                 model=built.model.name if built.model.name in models() else None))
     return ValidationReport(tuple(results))
 
 
