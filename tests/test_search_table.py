@@ -77,3 +77,14 @@ def test_search_marks_ranks_tied_with_1(capsys):
     ranks = [line for line in text.splitlines() if re.match(r"^ *\d+[ ~] .*%", line)]
     assert ranks[0].startswith("  1 ")
     assert any(line[3] == "~" for line in ranks[1:]) and "~ tied with #1" in text
+
+
+def test_search_states_the_measured_error_of_the_models_own_runs(capsys):
+    """A catalog model that three or more shipped runs trained gets their error under the table (Qwen3-30B-A3B: its
+    Megatron-Core and Automodel runs; llama3-8b: its torchtitan runs; DeepSeek-V3)."""
+    from ndcost.io.measured_error import model_error
+
+    for argv in (SEARCHES[3], SEARCHES[1], SEARCHES[0]):
+        own = model_error(argv[0])
+        assert own is not None and own.rows >= 3
+        assert f"\nmeasured error of this model's runs: {own.describe()}\n" in table(capsys, argv)[2]

@@ -56,9 +56,12 @@ def _print_result(result: Any, model: Any, cluster: Any, software: str | None = 
     if not result.results:
         return
     from .search_table import table_lines
-    from ..io.measured_error import measured_error
+    from ..io.measured_error import measured_error, model_error
 
     print("\n".join(table_lines(result, measured_error(cluster, software), [option.field for option in stated])))
+    own = model_error(model)
+    if own is not None:
+        print(f"measured error of this model's runs: {own.describe()}")
     print(f"Pareto front (step time vs reserved peak): {len(result.pareto)} strategies")
 
 
