@@ -4,6 +4,7 @@ exist and their error; the README says where ndcost has not been checked; the me
 is judged against is the validation's own result (regenerated and compared)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,8 +13,9 @@ import pytest
 from ndcost.cli.main import main
 from ndcost.files import read_mapping
 from ndcost.io.measured_error import (ERROR_TABLE, PRICED_AS, error_rows, measured_error, model_error, summarise,
-                                     validated_devices)
+                                     validated_devices, validated_models)
 from ndcost.spec.model import Model
+from ndcost.spec.model_catalog import catalog_model_of
 from ndcost.io.validation import BUILTIN_RUNS, validate_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,8 +73,19 @@ def test_a_models_own_error_is_the_error_of_its_runs(reports):
     assert model_error(Model.from_catalog("gpt-oss-120b")) == error            # a Model reads as its name
     assert model_error("mixtral-8x7b") is None                                 # two rows: too few to stand for it
     assert model_error("qwen2.5-vl-7b") is None                                # never validated
-    described = {row.id for report in reports.values() for row in report.scored if row.model is None}
-    assert "narayanan21_t1_1p7b" in described                                  # a model the row describes: no name
+    named = {row.id: row.model for report in reports.values() for row in report.scored}
+    assert named["narayanan21_t1_1p7b"] is None and named["narayanan21_t1_145p6b"] is None   # not catalog models
+    assert named["dgxc_gpt3_175b_fp8_512gpu"] == named["narayanan21_t2_ptdp_175b_384gpu"] == "gpt3-175b"
+
+
+def test_a_run_is_a_catalog_models_when_only_its_name_and_padded_vocabulary_differ():
+    """GPT-3 175B's runs describe the model themselves, their vocabulary padded (Megatron-LM's
+    --make-vocab-size-divisible-by): they are the catalog's gpt3-175b; a model that differs in anything else is not."""
+    llama = Model.from_catalog("llama3-70b")
+    assert catalog_model_of(llama) == "llama3-70b"
+    assert catalog_model_of(dataclasses.replace(llama, name="my-70b", vocab_size=llama.vocab_size + 64)) == "llama3-70b"
+    assert catalog_model_of(dataclasses.replace(llama, name="my-70b", num_hidden_layers=79)) is None
+    assert catalog_model_of(dataclasses.replace(llama, name="my-70b", hidden_size=8192 + 128)) is None
 
 
 def test_a_megatron_recipe_preset_reads_the_runs_priced_as_megatron_te():
@@ -102,6 +115,21 @@ def test_devices_states_where_validation_rows_exist(capsys):
     parts = json.loads(capsys.readouterr().out)
     assert all(("validation" in part) for part in parts)
     assert any(part["validation"] is None for part in parts)
+
+
+def test_models_states_which_were_validated(capsys):
+    """``ndcost models`` gives each catalog model its validation rows and their error, as ``ndcost devices`` does
+    for the parts: gpt-oss-120b's five optimistic rows, a model never validated 'not checked'."""
+    assert main(["models"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:] if line.strip()}
+    checked = validated_models()
+    error = checked["gpt-oss-120b"]
+    assert f" {error.rows} " in lines["gpt-oss-120b"] and error.signed_mean < 0
+    assert f"{100 * error.mae:.1f}% ({100 * error.signed_mean:+.1f}%)" in lines["gpt-oss-120b"]
+    assert lines["qwen2.5-vl-7b"].rstrip().endswith("not checked") and "qwen2.5-vl-7b" not in checked
+    assert main(["models", "--json"]) == 0
+    entries = {entry["name"]: entry for entry in json.loads(capsys.readouterr().out)}
+    assert entries["gpt-oss-120b"]["validation"]["rows"] == error.rows and entries["qwen2.5-vl-7b"]["validation"] is None
 
 
 def test_the_readme_says_where_ndcost_has_not_been_checked(capsys):

@@ -26,19 +26,41 @@ def _human(n: float) -> str:
     return f"{n:.0f}"
 
 
+#: The two columns a catalog table gives a name's shipped validation rows, and the note under it.
+_CHECKED_HEADER = ("validation rows", "step-time MAE (signed)")
+_CHECKED_NOTE = ("validation rows: the shipped runs (ndcost validate --builtin) measured on the {what}; a {what} "
+                 "'not checked' has none, and its estimates have not been compared with a measurement")
+
+
+def _checked_cells(error: Any) -> tuple:
+    """A table's validation cells for one name: its rows and their error, or 'not checked'."""
+    return (error.rows, f"{100 * error.mae:.1f}% ({100 * error.signed_mean:+.1f}%)") if error else (0, "not checked")
+
+
+def _checked_json(error: Any) -> dict | None:
+    """A JSON entry's validation figures (None: not checked)."""
+    return None if not error else {"rows": error.rows, "mae": error.mae, "signed_mean": error.signed_mean}
+
+
 def _cmd_models(args: argparse.Namespace) -> int:
+    from ..io.measured_error import validated_models
     from ..spec.model import Model
     from ..spec.model_catalog import models
 
+    checked = validated_models()
     rows = []
     for name in models():
         model = Model.from_catalog(name)
         count = model.parameter_count()
-        rows.append((name, model.family, model.num_hidden_layers, model.hidden_size, _human(count.total), _human(count.active)))
+        rows.append((name, model.family, model.num_hidden_layers, model.hidden_size, _human(count.total),
+                     _human(count.active), *_checked_cells(checked.get(name))))
+    fields = ("name", "family", "layers", "hidden", "total", "active")
     if args.json:
-        print(json.dumps([dict(zip(("name", "family", "layers", "hidden", "total", "active"), r)) for r in rows], indent=2))
+        print(json.dumps([{**dict(zip(fields, r)), "validation": _checked_json(checked.get(r[0]))} for r in rows],
+                         indent=2))
     else:
-        _print_table(rows, ("model", "family", "layers", "hidden", "params", "active"))
+        _print_table(rows, ("model", "family", "layers", "hidden", "params", "active", *_CHECKED_HEADER))
+        print(_CHECKED_NOTE.format(what="model") + " (on any part: ndcost devices for the parts)")
     return 0
 
 
@@ -63,21 +85,16 @@ def _cmd_devices(args: argparse.Namespace) -> int:
         error = checked.get(name)
         rows.append((name, f"{d.peak('bf16') / 1e12:.1f}", f"{d.memory_bytes / 2**30:.1f}", f"{d.hbm_bandwidth / 1e12:.2f}",
                      d.devices_per_node, f"{d.intra_node_bandwidth / 1e9:.0f}", f"{d.inter_node_bandwidth / 1e9:.1f}",
-                     error.rows if error else 0,
-                     f"{100 * error.mae:.1f}% ({100 * error.signed_mean:+.1f}%)" if error else "not checked"))
-    header = ("device", "bf16 TFLOP/s", "HBM GiB", "HBM TB/s", "per node", "intra GB/s", "inter GB/s",
-              "validation rows", "step-time MAE (signed)")
+                     *_checked_cells(error)))
+    header = ("device", "bf16 TFLOP/s", "HBM GiB", "HBM TB/s", "per node", "intra GB/s", "inter GB/s", *_CHECKED_HEADER)
     if args.json:
-        print(json.dumps([{**dict(zip(header[:7], r)), "validation": None if not checked.get(r[0]) else
-                           {"rows": checked[r[0]].rows, "mae": checked[r[0]].mae,
-                            "signed_mean": checked[r[0]].signed_mean},
+        print(json.dumps([{**dict(zip(header[:7], r)), "validation": _checked_json(checked.get(r[0])),
                            "sources": dict(Device.from_catalog(r[0]).sources)} for r in rows], indent=2))
     else:
         _print_table(rows, header)
         print("HBM GiB: what the part's driver exposes (hbm_visible_bytes), what estimates fit in; the datasheet's "
               "GB: ndcost devices NAME")
-        print("validation rows: the shipped runs (ndcost validate --builtin) measured on the part; a part "
-              "'not checked' has none, and its estimates have not been compared with a measurement")
+        print(_CHECKED_NOTE.format(what="part"))
     return 0
 
 

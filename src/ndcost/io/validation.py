@@ -61,7 +61,7 @@ from ..errors import SpecError
 from ..files import read_mapping
 from ..spec.exec_spec import ExecSpec
 from ..spec.model import Model
-from ..spec.model_catalog import models
+from ..spec.model_catalog import catalog_model_of
 from ..spec.rates import Rates
 from .run_facts import facts_for, figure_int as _int, figure_value as _value, modern_run
 from ..tables.seconds import DEEPSPEED_2021, Overlap, seconds_estimate
@@ -131,8 +131,8 @@ class RunResult:
     #: name), where the row could be built: what ``ndcost.io.measured_error`` groups the errors by.
     device: str | None = None
     software: str | None = None
-    #: The catalog model the row priced (None for a model described in the row): what
-    #: ``measured_error.model_error`` groups by.
+    #: The catalog model the row priced (``model_catalog.catalog_model_of``; None for a model the catalog does not
+    #: hold): what ``measured_error.model_error`` groups by.
     model: str | None = None
 
     @property
@@ -530,7 +530,7 @@ def validate_runs(path: str | PathLike, *, rates: Any = None, overlap: Overlap |
                                  mfu=result["mfu"], published_mfu=published / 100.0
                                  if isinstance(published, (int, float)) else None,
                                  device=built.cluster.device.name, software=built.software,
-                                 model=built.model.name if built.model.name in models() else None))
+                                 model=catalog_model_of(built.model)))
     return ValidationReport(tuple(results))
 
 

@@ -9,6 +9,7 @@ parameter counts (``published``); the facts are those of
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from functools import lru_cache
 from importlib import resources
@@ -17,7 +18,7 @@ from typing import Any
 from ..errors import SpecError
 from .model import Model, register_catalog_loader
 
-__all__ = ["models", "load_model", "catalog_entry", "catalog_name", "model_aliases"]
+__all__ = ["models", "load_model", "catalog_entry", "catalog_name", "catalog_model_of", "model_aliases"]
 
 _OWNER = "the model catalog"
 
@@ -94,6 +95,26 @@ def catalog_name(text: Any) -> str | None:
         return text
     aliases = model_aliases()
     return aliases.get(text.strip().lower()) or aliases.get(_key(text))
+
+
+#: Fields that do not tell two models apart: the name, and the vocabulary Megatron-LM pads to a multiple of
+#: 128 x TP (``--make-vocab-size-divisible-by``; GPT-3's 50257 tokens run as 51200), which leaves the model trained the
+#: same.
+_NOT_IDENTITY = frozenset({"name", "vocab_size"})
+
+
+def catalog_model_of(model: Model) -> str | None:
+    """The catalog model *model* is: its own name where that is one, else the catalog model whose every field but
+    the name and the vocabulary size equals *model*'s (a run that describes GPT-3 175B itself, its vocabulary
+    padded), else None."""
+    if model.name in _names():
+        return model.name
+    fields = [f.name for f in dataclasses.fields(model) if f.name not in _NOT_IDENTITY]
+    for name in _names():
+        known = _load(name)
+        if all(getattr(known, f) == getattr(model, f) for f in fields):
+            return name
+    return None
 
 
 def catalog_entry(name: str) -> dict[str, Any]:
