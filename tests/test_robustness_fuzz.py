@@ -516,6 +516,9 @@ def _api_calls(count: int = 240) -> list[tuple[str, object]]:
                                                                    rng.choice(CONFIG_KEYS): v})),
         ("validate_runs", lambda v, f: __import__("ndcost.io.validation", fromlist=["x"]).validate_runs(v)),
         ("measured_error", lambda v, f: __import__("ndcost.io.measured_error", fromlist=["x"]).measured_error(v, v)),
+        ("measured_error software", lambda v, f: __import__("ndcost.io.measured_error", fromlist=["x"]).measured_error(
+            "h100-sxm", v)),
+        ("model_error", lambda v, f: __import__("ndcost.io.measured_error", fromlist=["x"]).model_error(v)),
     ]
     calls = []
     for i in range(count):

@@ -98,6 +98,8 @@ def test_a_megatron_recipe_preset_reads_the_runs_priced_as_megatron_te():
         assert f"with megatron-te (as {preset}'s runs are priced)" in error.scope
         assert error.rows < measured_error("gb200-nvl72").rows                 # narrower than the device's rows
     assert measured_error("h100-sxm", "nemo").scope == "the 22 validation rows on h100-sxm with nemo"
+    # a stack that is no name (an API caller's junk) reads the device's rows, never an unhashable-key error
+    assert measured_error("h100-sxm", []) == measured_error("h100-sxm") and model_error({}) is None
 
 
 def test_devices_states_where_validation_rows_exist(capsys):

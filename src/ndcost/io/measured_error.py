@@ -142,7 +142,7 @@ def measured_error(device: Any, software: str | None = None) -> MeasuredError:
     name = getattr(getattr(device, "device", device), "name", device)
     rows = _shipped()
     if software is not None:
-        priced = PRICED_AS.get(software, software)
+        priced = PRICED_AS.get(software, software) if isinstance(software, str) else software
         group = [r.error for r in rows if r.device == name and r.software == priced]
         if len(group) >= MIN_ROWS:
             stack = priced if priced == software else f"{priced} (as {software}'s runs are priced)"
